@@ -1,0 +1,128 @@
+"""The oracle: one module per format family, each format registered by type.
+
+A format module declares, for each of its types, a numba-compiled *block
+function* `dequant_<type>(b, y)`: `b` is one block's bytes (uint8[B], the
+layout of `strata_ref.types.block_format`), `y` the block's QK float32
+outputs. The body is the formula of ../shared/spec/formats.md §5, written in
+C operation order (float32 arithmetic, products in the C order), so that the
+result is ggml's `dequantize_row_*` bit for bit on valid data.
+
+This package runs the block functions over tensors (`dequantize_blocks`),
+in parallel over blocks, and applies the NaN policy of ../shared/DESIGN.md:
+every NaN output becomes the canonical float32 NaN 0x7FFFFFFF.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+import numpy as np
+from numba import njit, prange
+
+from ..types import GGMLType, UnsupportedTypeError, block_format, parse_type
+
+__all__ = ["register_dequant", "register_quantize", "dequantize_blocks",
+           "dequant_types", "quantize_types", "get_quantizer"]
+
+_DEQUANT: dict[GGMLType, Callable] = {}
+_DRIVERS: dict[GGMLType, Callable] = {}
+_QUANT: dict[GGMLType, Callable] = {}
+_LOCK = threading.Lock()
+
+# float32 whose bits are the canonical NaN; assigned by load/store, which
+# keeps the payload (a float literal might not).
+_CANON = np.array([0x7FFFFFFF], dtype=np.uint32).view(np.float32)
+
+
+def register_dequant(t: GGMLType):
+    """Decorator: register a numba block function `fn(b, y)` for type `t`."""
+    def deco(fn):
+        _DEQUANT[GGMLType(t)] = fn
+        return fn
+    return deco
+
+
+def register_quantize(t: GGMLType):
+    """Decorator: register a quantizer `fn(x: float32[n, QK]) -> uint8[n, B]`."""
+    def deco(fn):
+        _QUANT[GGMLType(t)] = fn
+        return fn
+    return deco
+
+
+@njit(parallel=True, nogil=True)
+def _drive(block_fn, blocks, out, canon):
+    # blocks: (R, NB, B) uint8; out: (R, NB, QK) float32, any strides.
+    nr = blocks.shape[0]
+    nb = blocks.shape[1]
+    qk = out.shape[2]
+    for k in prange(nr * nb):
+        r = k // nb
+        i = k - r * nb
+        y = out[r, i]
+        block_fn(blocks[r, i], y)
+        for j in range(qk):
+            if y[j] != y[j]:
+                y[j] = canon[0]
+
+
+def _load_families() -> None:
+    # Importing a family module registers its formats.
+    from . import legacy, kquants, iquants, ternary, fp4, lowbit  # noqa: F401
+
+
+def dequant_types() -> list[GGMLType]:
+    """Quantized types the oracle can dequantize, in id order."""
+    _load_families()
+    return sorted(_DEQUANT)
+
+
+def quantize_types() -> list[GGMLType]:
+    """Types the oracle has a reference quantizer for, in id order."""
+    _load_families()
+    return sorted(_QUANT)
+
+
+def get_quantizer(t) -> Callable:
+    """The registered quantizer of type `t`; UnsupportedTypeError if none."""
+    _load_families()
+    tt = parse_type(t)
+    try:
+        return _QUANT[tt]
+    except KeyError:
+        raise UnsupportedTypeError(
+            f"no reference quantizer for {tt.name}") from None
+
+
+def dequantize_blocks(t, blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Dequantize blocks of a quantized type to float32.
+
+    blocks: uint8 array of shape (n, B) or (rows, n, B), B = the type's block
+    bytes. out: optional float32 array of shape (n, QK) or (rows, n, QK) with
+    any strides (a view into a wider buffer); written in place and returned.
+    Returns float32 of shape blocks.shape[:-1] + (QK,). Every NaN output is
+    the canonical NaN 0x7FFFFFFF.
+
+    Raises UnsupportedTypeError for a type without a block dequantizer,
+    ValueError for shapes that do not match the format.
+    """
+    _load_families()
+    tt = parse_type(t)
+    fmt = block_format(tt)
+    fn = _DEQUANT.get(tt)
+    if fn is None:
+        raise UnsupportedTypeError(f"{tt.name} has no block dequantizer")
+    blocks = np.asarray(blocks)
+    if blocks.dtype != np.uint8 or blocks.ndim not in (2, 3) or blocks.shape[-1] != fmt.block_bytes:
+        raise ValueError(f"{tt.name}: blocks must be uint8 of shape (..., "
+                         f"{fmt.block_bytes}), got {blocks.dtype} {blocks.shape}")
+    b3 = blocks if blocks.ndim == 3 else blocks[None]
+    if out is None:
+        out = np.empty(blocks.shape[:-1] + (fmt.block_values,), np.float32)
+    if out.dtype != np.float32 or out.shape != blocks.shape[:-1] + (fmt.block_values,):
+        raise ValueError(f"{tt.name}: out must be float32 of shape "
+                         f"{blocks.shape[:-1] + (fmt.block_values,)}, got {out.dtype} {out.shape}")
+    o3 = out if out.ndim == 3 else out[None]
+    if b3.size:
+        _drive(fn, b3, o3, _CANON)
+    return out

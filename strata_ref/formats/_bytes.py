@@ -1,0 +1,37 @@
+"""Little-endian field readers for numba block functions.
+
+`b` is one block's uint8 array, `o` a byte offset taken from the format's
+declaration (`block_format(t).offset(name)`), so no layout is restated here.
+"""
+import numpy as np
+from numba import njit
+
+from ..numerics import F16_TO_F32
+
+
+@njit(inline="always", cache=True)
+def u16(b, o):
+    return np.int64(b[o]) | (np.int64(b[o + 1]) << 8)
+
+
+@njit(inline="always", cache=True)
+def u32(b, o):
+    return (np.int64(b[o]) | (np.int64(b[o + 1]) << 8)
+            | (np.int64(b[o + 2]) << 16) | (np.int64(b[o + 3]) << 24))
+
+
+@njit(inline="always", cache=True)
+def i8(b, o):
+    v = np.int64(b[o])
+    return v - 256 if v >= 128 else v
+
+
+@njit(inline="always", cache=True)
+def f16(b, o):
+    """ggml fp16 -> f32 of the half at byte offset o."""
+    return F16_TO_F32[u16(b, o)]
+
+
+@njit(inline="always", cache=True)
+def f32(b, o):
+    return np.array([u32(b, o)], dtype=np.uint32).view(np.float32)[0]

@@ -66,9 +66,21 @@ def _drive(block_fn, blocks, out, canon):
                 y[j] = canon[0]
 
 
+_LOADED = False
+
+
 def _load_families() -> None:
-    # Importing a family module registers its formats.
-    from . import legacy, kquants, iquants, ternary, fp4, lowbit  # noqa: F401
+    # Importing a family module registers its formats (dequantizers and
+    # quantizers); every module of this package is a family or its helper.
+    global _LOADED
+    if _LOADED:
+        return
+    import importlib
+    import pkgutil
+    with _LOCK:
+        for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+            importlib.import_module(f"{__name__}.{m.name}")
+        _LOADED = True
 
 
 def dequant_types() -> list[GGMLType]:

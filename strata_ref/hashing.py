@@ -75,3 +75,72 @@ def canonical_bytes(a: np.ndarray) -> np.ndarray:
 def hash_array(a: np.ndarray, h: int = FNV64_OFFSET) -> int:
     """FNV-1a 64 of the canonical little-endian bytes of `a` (row-major)."""
     return fnv1a64(canonical_bytes(a), h)
+
+
+# ---------------------------------------------------------------------------
+# Hashing dequantized tensors (the numbers of `strata-ref hash` and of the
+# golden model files).
+
+#: The output dtypes a tensor hash can be taken of.
+HASH_DTYPES = ("f32", "f16", "bf16")
+
+_CHUNK_VALUES = 1 << 22
+
+
+def _tensor_chunks(t, raw: np.ndarray, rows: int, cols: int, out_dtypes):
+    """Yield {dtype: canonical uint8 bytes} per chunk of rows, in row order."""
+    from . import numerics
+    from .dequant import dequant_f32
+    from .types import PLAIN_TYPES, parse_type
+    tt = parse_type(t)
+    if tt in PLAIN_TYPES:
+        # Plain integer/f64 arrays are not converted: every dtype hashes the
+        # element bytes themselves (NaNs of F64 canonical).
+        from .types import block_format
+        vals = raw.view(block_format(tt).field("v").dtype)
+        b = canonical_bytes(vals)
+        yield {d: b for d in out_dtypes}
+        return
+    step = max(1, _CHUNK_VALUES // max(cols, 1))
+    for r0 in range(0, rows, step):
+        n = min(step, rows - r0)
+        f32 = dequant_f32(tt, raw, n, cols, row0=r0)
+        out = {}
+        for d in out_dtypes:
+            if d == "f32":
+                out[d] = f32.reshape(-1).view(np.uint8)
+            elif d == "f16":
+                out[d] = numerics.f32_to_f16_bits(f32).reshape(-1).view(np.uint8)
+            else:
+                out[d] = numerics.f32_to_bf16_bits(f32).reshape(-1).view(np.uint8)
+        yield out
+
+
+def hash_tensor(t, raw, rows: int, cols: int, out_dtypes=HASH_DTYPES,
+                chain: dict | None = None, progress=None) -> dict[str, int]:
+    """FNV-1a 64 of the dequantized output of one tensor, per out dtype.
+
+    t: ggml type; raw: the tensor's bytes (uint8, whole rows); rows x cols:
+    its 2-D shape (cols = ne0). Hashes the canonical bytes of the rows x cols
+    output in row-major order (NaNs canonical, no padding). If `chain` is
+    given ({dtype: state}), each state is advanced over the same bytes (the
+    file's chained hash). `progress(nbytes)` is called per chunk of input.
+    Returns {dtype: hash}.
+    """
+    from .dequant import as_bytes
+    raw = as_bytes(raw)
+    states = {d: FNV64_OFFSET for d in out_dtypes}
+    chunks = _tensor_chunks(t, raw, rows, cols, out_dtypes)
+    done_rows = 0
+    for part in chunks:
+        for d, b in part.items():
+            if chain is not None:
+                states[d], chain[d] = fnv1a64_pair(b, states[d], chain[d])
+            else:
+                states[d] = fnv1a64(b, states[d])
+        if progress is not None:
+            n = max(1, _CHUNK_VALUES // max(cols, 1))
+            done = min(rows, done_rows + n)
+            progress((done - done_rows) * raw.size // max(rows, 1))
+            done_rows = done
+    return states

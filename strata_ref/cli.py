@@ -1,0 +1,220 @@
+"""`strata-ref` command line: each subcommand is a thin shell over the library."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from . import __version__
+
+
+def _err(msg: str) -> int:
+    print(f"strata-ref: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def _split_list(s: str | None) -> list[str] | None:
+    if not s:
+        return None
+    return [p.strip() for p in s.split(",") if p.strip()]
+
+
+# ---------------------------------------------------------------- hash / info
+def cmd_hash(a) -> int:
+    from tqdm import tqdm
+
+    from .gguf import read
+    from .hashing import FNV64_OFFSET, HASH_DTYPES, hash_tensor
+    from .models import resolve
+    from .types import parse_type
+
+    outs = _split_list(a.out) or list(HASH_DTYPES)
+    bad = [o for o in outs if o not in HASH_DTYPES]
+    if bad:
+        return _err(f"--out: unknown dtype(s) {', '.join(bad)}; choose from f32,f16,bf16")
+    types = None
+    if a.types:
+        types = {parse_type(t) for t in _split_list(a.types)}
+    path = resolve(a.model)
+    f = read(path)
+    tensors = [t for t in f.tensors if types is None or t.type in types]
+    chain = {d: FNV64_OFFSET for d in outs}
+    total = sum(t.n_bytes for t in tensors)
+    rows = []
+    with tqdm(total=total, unit="B", unit_scale=True, desc="hash", file=sys.stderr,
+              disable=a.no_progress) as bar:
+        for t in tensors:
+            h = hash_tensor(t.type, t.data, t.rows, t.cols, outs, chain, bar.update)
+            rows.append({"name": t.name, "type": t.type.name, "shape": list(t.shape),
+                         "hash": {d: f"{h[d]:016x}" for d in outs}})
+    chained = {d: f"{chain[d]:016x}" for d in outs}
+    if a.json:
+        json.dump({"file": str(path), "tensors": rows, "chained": chained,
+                   "types": sorted({r["type"] for r in rows})}, sys.stdout, indent=1)
+        print()
+        return 0
+    w = max([len(r["name"]) for r in rows] + [4])
+    print(f"{'name':<{w}}  {'type':<7} {'shape':<16} " + " ".join(f"{d:<16}" for d in outs))
+    for r in rows:
+        shape = "x".join(map(str, r["shape"]))
+        print(f"{r['name']:<{w}}  {r['type']:<7} {shape:<16} "
+              + " ".join(r["hash"][d] for d in outs))
+    print(f"chained ({len(rows)} tensors, file order): "
+          + "  ".join(f"{d}={chained[d]}" for d in outs))
+    return 0
+
+
+def cmd_info(a) -> int:
+    from collections import Counter
+
+    from .gguf import read
+    from .models import resolve
+
+    f = read(resolve(a.file))
+    print(f"file: {f.path}\nGGUF version {f.version}, alignment {f.alignment}, "
+          f"{len(f.metadata)} metadata keys, {len(f.tensors)} tensors")
+    for k, v in f.metadata.items():
+        s = repr(v)
+        if hasattr(v, "__len__") and not isinstance(v, str) and len(v) > 8:
+            s = f"[{len(v)} values] " + repr(list(v[:4]))[:-1] + ", ...]"
+        print(f"  {k} = {s[:160]}")
+    cnt, nbytes, nvals = Counter(), Counter(), Counter()
+    for t in f.tensors:
+        cnt[t.type.name] += 1
+        nbytes[t.type.name] += t.n_bytes
+        nvals[t.type.name] += t.n_elements
+    print(f"{'type':<8} {'tensors':>7} {'MB':>10} {'M values':>10}")
+    for k in sorted(cnt, key=lambda k: -nbytes[k]):
+        print(f"{k:<8} {cnt[k]:>7} {nbytes[k] / 1e6:>10.2f} {nvals[k] / 1e6:>10.2f}")
+    return 0
+
+
+# ---------------------------------------------------------------- models
+def cmd_models(a) -> int:
+    from .models import REGISTRY, cache_dir, cached_path, fetch
+
+    if a.action == "list":
+        print(f"cache: {cache_dir()}")
+        for m in REGISTRY.values():
+            hit = cached_path(m)
+            state = f"cached at {hit}" if hit else "not fetched"
+            print(f"{m.name:<30} {m.architecture:<6} {m.size / 1e6:7.1f} MB  {m.note}  [{state}]")
+        return 0
+    if not a.name:
+        return _err("models fetch needs a NAME")
+    print(fetch(a.name))
+    return 0
+
+
+# ---------------------------------------------------------------- delegated
+def cmd_golden(a) -> int:
+    from . import golden
+    if a.action == "make":
+        return golden.run_golden_make(a.dir)
+    return golden.run_golden_check(a.dir)
+
+
+def cmd_compare(a) -> int:
+    from .golden import run_compare
+    return run_compare(a.file, a.tensor, a.dump, a.dtype, a.row0, a.rows, a.ld, a.hash)
+
+
+def cmd_generate(a) -> int:
+    from .infer import run_generate
+    model, prompt = (None, a.args[0]) if len(a.args) == 1 else (a.args[0], a.args[1])
+    return run_generate(model, prompt, a.max_tokens, a.temperature, a.top_k, a.top_p,
+                        a.seed, a.chat)
+
+
+def cmd_parity(a) -> int:
+    if a.what == "dequant":
+        from .native.parity import run_parity_dequant
+        return run_parity_dequant(quick=a.quick)
+    return _err(f"parity {a.what} is not implemented yet (see the open issues)")
+
+
+def cmd_bench(a) -> int:
+    return _err(f"bench {a.what} is not implemented yet (see the open issues)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="strata-ref", description=__doc__)
+    p.add_argument("--version", action="version", version=f"strata-ref {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    h = sub.add_parser("hash", help="FNV-1a 64 of every tensor's dequantized output")
+    h.add_argument("model", nargs="?", default=None,
+                   help="registry model name or .gguf path (default: SmolLM2-135M-Instruct)")
+    h.add_argument("--out", default="f32,f16,bf16", help="output dtypes (default f32,f16,bf16)")
+    h.add_argument("--types", default=None, help="only tensors of these ggml types, e.g. Q4_1,Q8_0")
+    h.add_argument("--json", action="store_true", help="machine-readable output")
+    h.add_argument("--no-progress", action="store_true", help="no progress bar")
+    h.set_defaults(func=cmd_hash)
+
+    i = sub.add_parser("info", help="metadata and a per-type tensor summary")
+    i.add_argument("file")
+    i.set_defaults(func=cmd_info)
+
+    m = sub.add_parser("models", help="the registry of real GGUF models")
+    m.add_argument("action", choices=["list", "fetch"])
+    m.add_argument("name", nargs="?")
+    m.set_defaults(func=cmd_models)
+
+    g = sub.add_parser("golden", help="golden hash files: make or check")
+    g.add_argument("action", choices=["make", "check"])
+    g.add_argument("--dir", default=None, help="golden directory (default: the repository's golden/)")
+    g.set_defaults(func=cmd_golden)
+
+    c = sub.add_parser("compare", help="compare another engine's raw output dump with the oracle")
+    c.add_argument("file")
+    c.add_argument("tensor")
+    c.add_argument("dump", nargs="?", default=None)
+    c.add_argument("--dtype", choices=["f32", "f16", "bf16"], default="f32")
+    c.add_argument("--row0", type=int, default=0)
+    c.add_argument("--rows", type=int, default=None)
+    c.add_argument("--ld", type=int, default=None)
+    c.add_argument("--hash", default=None, help="compare against this FNV-1a 64 (hex) instead of a dump")
+    c.set_defaults(func=cmd_compare)
+
+    ge = sub.add_parser("generate", help="CPU inference: generate text from a prompt")
+    ge.add_argument("args", nargs="+", metavar="[MODEL] PROMPT")
+    ge.add_argument("--max-tokens", type=int, default=32)
+    ge.add_argument("--temperature", type=float, default=0.0)
+    ge.add_argument("--top-k", type=int, default=0)
+    ge.add_argument("--top-p", type=float, default=1.0)
+    ge.add_argument("--seed", type=int, default=0)
+    ge.add_argument("--chat", action="store_true", help="apply the model's chat template")
+    ge.set_defaults(func=cmd_generate)
+
+    pa = sub.add_parser("parity", help="native kernels against the oracle (needs a GPU)")
+    pa.add_argument("what", choices=["dequant", "gemm", "mmvq", "experts"])
+    pa.add_argument("--quick", action="store_true")
+    pa.set_defaults(func=cmd_parity)
+
+    b = sub.add_parser("bench", help="benchmarks (needs a GPU)")
+    b.add_argument("what", choices=["mmvq", "experts"])
+    b.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.cmd == "generate" and len(args.args) > 2:
+        return _err("generate takes [MODEL] PROMPT (quote the prompt)")
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    except (ValueError, TypeError, RuntimeError, OSError, ImportError) as e:
+        # Library errors (GGUFError, ModelError, UnsupportedTypeError...) name
+        # what went wrong; show that line, not a traceback.
+        if os.environ.get("STRATA_REF_DEBUG"):
+            raise
+        return _err(f"{type(e).__name__}: {e}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

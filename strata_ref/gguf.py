@@ -1,0 +1,620 @@
+"""GGUF files: a strict reader, and a fixture writer over the official package.
+
+`read(path)` parses a GGUF v2/v3 file itself and checks every field before
+it is used; the official `gguf` package (gguf-py 0.19.0) supplies the value
+type enum and, in `write_gguf`, the writer. We parse ourselves because
+gguf-py's `GGUFReader` trusts the file (a large count or length is allocated
+or sliced as given, a bad id surfaces as a raw numpy or enum error) and
+knows no ggml type after Q1_0 (id 41), while strata-ref reads Q2_0 (id 42).
+
+Layout (ggml-org/ggml `docs/gguf.md`; checks follow ggml `src/gguf.cpp`
+`gguf_init_from_reader`; all integers little-endian):
+
+    header       "GGUF", u32 version, u64 tensor_count, u64 kv_count
+    key/value    string key, u32 value type, value       (kv_count times)
+    tensor info  string name, u32 n_dims, u64 ne[n_dims], u32 ggml type,
+                 u64 offset relative to the data section (tensor_count times)
+    padding      to `general.alignment` (u32, default 32)
+    data         tensor bytes at their offsets
+
+A string is a u64 byte length and that many UTF-8 bytes. An array value is
+a u32 element type, a u64 count and the elements; its elements may be arrays
+again (gguf-py writes nested lists that way; ggml's C reader refuses them).
+
+Every malformed file raises `GGUFError` (a ValueError) naming the problem,
+the byte offset of the offending field and, where known, the key or tensor.
+Work and memory are bounded by the file size: every count and length is
+checked against the bytes that remain before anything is read or allocated,
+numeric arrays are taken with one `np.frombuffer` each, and Python loops run
+only over items that take at least 8 bytes of file each (strings, nested
+arrays, key/value pairs, tensor infos).
+
+What is refused, beyond truncation anywhere:
+- magic other than "GGUF"; versions other than 2 and 3 (v1 used 32-bit
+  counts); big-endian files (recognised by their byte-swapped version and
+  refused: this reader is little-endian only; gguf-py's
+  `gguf_convert_endian.py` converts them);
+- a key that is empty, not UTF-8 or repeated; an unknown value type id; a
+  bool byte other than 0 or 1; arrays nested deeper than `MAX_ARRAY_DEPTH`;
+  `general.alignment` that is not a UINT32 or not a power of two;
+- a tensor name that is not UTF-8, repeated, or `GGML_MAX_NAME` (64) bytes
+  or longer; more than `GGML_MAX_DIMS` (4) dimensions; a dimension of 0 or
+  >= 2**63; element or byte counts >= 2**63; a ggml type id that is
+  unknown or was removed from the format (4, 5, 31-33, 36-38); ne[0] not a
+  multiple of the type's block size;
+- tensor data that is misaligned, reaches past the end of the file, or
+  overlaps another tensor's data. (ggml additionally requires the tensors
+  to be packed in info order with padding only; gaps are accepted here.)
+
+String values are decoded as UTF-8 with `errors="surrogateescape"`, so
+any byte string is accepted and its bytes come back with
+`s.encode("utf-8", "surrogateescape")`; keys and tensor names must be valid
+UTF-8.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+from gguf.constants import GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUFValueType
+
+from .types import (GGML_TYPE_COUNT, BlockFormat, GGMLType,
+                    UnsupportedTypeError, block_format)
+
+__all__ = ["GGUFError", "GGUFFile", "GGUFTensor", "GGUFValueType", "read",
+           "read_bytes", "write_gguf", "GGML_MAX_DIMS", "GGML_MAX_NAME",
+           "MAX_ARRAY_DEPTH", "SUPPORTED_VERSIONS"]
+
+#: ggml `include/ggml.h`: a tensor has at most 4 dimensions.
+GGML_MAX_DIMS = 4
+#: ggml `include/ggml.h`: a tensor name, with its terminating NUL, fits 64 bytes.
+GGML_MAX_NAME = 64
+#: GGUF versions read here (gguf-py's reader reads the same two).
+SUPPORTED_VERSIONS = (2, 3)
+#: Nesting limit for arrays of arrays (ours: gguf defines none, ggml allows 0).
+MAX_ARRAY_DEPTH = 8
+
+_INT64_LIMIT = 1 << 63
+_HEADER_BYTES = 24
+# Smallest encodings, used to bound counts before looping: a key/value pair
+# has a u64 length, >= 1 key byte, a u32 type and >= 1 value byte; a tensor
+# info has a u64 name length, u32 n_dims, u32 type and u64 offset.
+_MIN_KV_BYTES = 8 + 1 + 4 + 1
+_MIN_TENSOR_INFO_BYTES = 8 + 4 + 4 + 8
+
+_V = GGUFValueType
+# Fixed-size value types: little-endian numpy dtype (BOOL read as u1 and checked).
+_DTYPES: dict[GGUFValueType, np.dtype] = {
+    _V.UINT8: np.dtype("u1"), _V.INT8: np.dtype("i1"),
+    _V.UINT16: np.dtype("<u2"), _V.INT16: np.dtype("<i2"),
+    _V.UINT32: np.dtype("<u4"), _V.INT32: np.dtype("<i4"),
+    _V.FLOAT32: np.dtype("<f4"), _V.BOOL: np.dtype("u1"),
+    _V.UINT64: np.dtype("<u8"), _V.INT64: np.dtype("<i8"),
+    _V.FLOAT64: np.dtype("<f8"),
+}
+_STRUCT = {t: struct.Struct("<" + c) for t, c in (
+    (_V.UINT8, "B"), (_V.INT8, "b"), (_V.UINT16, "H"), (_V.INT16, "h"),
+    (_V.UINT32, "I"), (_V.INT32, "i"), (_V.FLOAT32, "f"), (_V.BOOL, "B"),
+    (_V.UINT64, "Q"), (_V.INT64, "q"), (_V.FLOAT64, "d"))}
+_MIN_VALUE_BYTES = {**{t: dt.itemsize for t, dt in _DTYPES.items()},
+                    _V.STRING: 8, _V.ARRAY: 4 + 8}
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+
+
+class GGUFError(ValueError):
+    """A malformed or unsupported GGUF file.
+
+    Attributes: `problem` (text), `offset` (byte offset in the file of the
+    field at fault, int), `path` (the file, or None).
+    """
+
+    def __init__(self, problem: str, offset: int, path: str | None = None):
+        self.problem = problem
+        self.offset = offset
+        self.path = path
+        where = f"{path}: " if path else ""
+        super().__init__(f"{where}{problem} (at byte offset {offset})")
+
+
+@dataclass(frozen=True)
+class GGUFTensor:
+    """One tensor of a GGUF file.
+
+    `shape` is in ggml order: `shape[0]` is ne[0], the row length (the
+    contiguous dimension); NumPy order is `shape[::-1]`. `n_bytes` =
+    n_elements / block_values * block_bytes. `offset` is absolute in the
+    file. `data` is a read-only uint8 view (a memory map for `read`) of
+    exactly the tensor's `n_bytes` bytes. `info_offset` is where the
+    tensor's info record starts.
+    """
+    name: str
+    type: GGMLType
+    shape: tuple[int, ...]
+    n_elements: int
+    n_bytes: int
+    offset: int
+    data: np.ndarray = field(repr=False, compare=False)
+    info_offset: int = 0
+
+    @property
+    def cols(self) -> int:
+        """ne[0], values per row."""
+        return self.shape[0] if self.shape else 1
+
+    @property
+    def rows(self) -> int:
+        """Product of ne[1:], the number of rows."""
+        return self.n_elements // self.cols
+
+    @property
+    def block_format(self) -> BlockFormat:
+        return block_format(self.type)
+
+    @property
+    def blocks(self) -> np.ndarray:
+        """`data` as a read-only (n_blocks, block_bytes) uint8 array."""
+        return self.data.reshape(-1, self.block_format.block_bytes)
+
+
+@dataclass
+class GGUFFile:
+    """A parsed GGUF file (see the module docstring for what was checked).
+
+    `metadata`: key -> value in file order. Integers are int, FLOAT32 and
+    FLOAT64 are float (exact), BOOL is bool, STRING is str; an array of
+    numbers or bools is a 1-D numpy array of the element type (little-endian
+    dtype, a copy), an array of strings a list of str, an array of arrays a
+    list of such values. `metadata_types`: key -> GGUFValueType;
+    `array_types`: key -> element GGUFValueType for ARRAY keys.
+    `tensors`: GGUFTensor list in file (info) order. `data_offset`: absolute
+    start of the data section. `endian` is always "<".
+    """
+    path: str | None
+    version: int
+    alignment: int
+    data_offset: int
+    file_size: int
+    metadata: dict[str, Any]
+    metadata_types: dict[str, GGUFValueType]
+    array_types: dict[str, GGUFValueType]
+    tensors: list[GGUFTensor]
+    endian: str = "<"
+
+    def tensor(self, name: str) -> GGUFTensor:
+        """The tensor called `name`; KeyError if there is none."""
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        raise KeyError(f"no tensor {name!r} in {self.path or 'GGUF data'}")
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.metadata.get(key, default)
+
+
+def read(path: "str | os.PathLike[str]") -> GGUFFile:
+    """Read and validate the GGUF file at `path`.
+
+    Tensor data stays in a read-only `np.memmap` of the file. Raises
+    GGUFError for any malformed or unsupported file (module docstring);
+    OSError if the file cannot be opened.
+    """
+    path = os.fspath(path)
+    size = os.stat(path).st_size
+    if size < _HEADER_BYTES:
+        # np.memmap refuses empty files; the header check gives the message.
+        with open(path, "rb") as f:
+            return _parse(np.frombuffer(f.read(), dtype=np.uint8), path)
+    return _parse(np.memmap(path, dtype=np.uint8, mode="r"), path)
+
+
+def read_bytes(data: "bytes | bytearray | memoryview") -> GGUFFile:
+    """Validate and parse GGUF bytes held in memory (as `read`; the tensor
+    data are read-only views of a private copy of `data`)."""
+    return _parse(np.frombuffer(bytes(data), dtype=np.uint8), None)
+
+
+class _Cursor:
+    """Reads fields in order from a uint8 buffer, checking each against the
+    bytes that remain."""
+
+    def __init__(self, buf: np.ndarray, path: str | None):
+        self.buf = buf
+        self.mv = memoryview(buf)
+        self.size = len(buf)
+        self.pos = 0
+        self.path = path
+
+    def error(self, problem: str, offset: int | None = None) -> GGUFError:
+        return GGUFError(problem, self.pos if offset is None else offset, self.path)
+
+    @property
+    def remaining(self) -> int:
+        return self.size - self.pos
+
+    def need(self, n: int, what: str) -> None:
+        if n > self.remaining:
+            raise self.error(f"file truncated in {what}: needs {n} bytes, "
+                             f"the file ends after {self.remaining}")
+
+    def unpack(self, st: struct.Struct, what: str):
+        self.need(st.size, what)
+        (v,) = st.unpack_from(self.mv, self.pos)
+        self.pos += st.size
+        return v
+
+    def u32(self, what: str) -> int:
+        return self.unpack(_U32, what)
+
+    def u64(self, what: str) -> int:
+        return self.unpack(_U64, what)
+
+    def raw_string(self, what: str) -> bytes:
+        start = self.pos
+        n = self.u64(f"{what} length")
+        if n > self.remaining:
+            raise self.error(f"{what} length {n} is larger than the "
+                             f"{self.remaining} bytes left in the file", start)
+        s = self.mv[self.pos:self.pos + n].tobytes()
+        self.pos += n
+        return s
+
+    def name(self, what: str) -> str:
+        """A key or tensor name: strict UTF-8."""
+        start = self.pos
+        raw = self.raw_string(what)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise self.error(f"{what} is not valid UTF-8 ({e.reason} at "
+                             f"byte {e.start} of the name)", start) from None
+
+    def text(self, what: str) -> str:
+        return self.raw_string(what).decode("utf-8", "surrogateescape")
+
+
+def _parse(buf: np.ndarray, path: str | None) -> GGUFFile:
+    cur = _Cursor(buf, path)
+    version, n_tensors, n_kv = _read_header(cur)
+    metadata, types, array_types, places = _read_metadata(cur, n_kv)
+    alignment = _alignment(cur, metadata, types, places)
+    infos = _read_tensor_infos(cur, n_tensors, alignment)
+    data_offset = -(-cur.pos // alignment) * alignment
+    tensors = _place_tensors(cur, infos, data_offset)
+    return GGUFFile(path=path, version=version, alignment=alignment,
+                    data_offset=data_offset, file_size=cur.size,
+                    metadata=metadata, metadata_types=types,
+                    array_types=array_types, tensors=tensors)
+
+
+def _read_header(cur: _Cursor) -> tuple[int, int, int]:
+    magic = cur.u32("the magic")
+    if magic != GGUF_MAGIC:
+        raise cur.error(f"not a GGUF file: magic {_U32.pack(magic)!r}, "
+                        "expected b'GGUF'", 0)
+    version = cur.u32("the version")
+    if version not in SUPPORTED_VERSIONS:
+        raise cur.error(_version_problem(version), 4)
+    n_tensors = cur.u64("tensor_count")
+    n_kv = cur.u64("kv_count")
+    room = cur.remaining
+    if n_kv > room // _MIN_KV_BYTES:
+        raise cur.error(
+            f"kv_count {n_kv} is more than the file could hold: each key/value "
+            f"pair takes at least {_MIN_KV_BYTES} bytes and {room} remain", 16)
+    room -= n_kv * _MIN_KV_BYTES
+    if n_tensors > room // _MIN_TENSOR_INFO_BYTES:
+        raise cur.error(
+            f"tensor_count {n_tensors} is more than the file could hold: each "
+            f"tensor info takes at least {_MIN_TENSOR_INFO_BYTES} bytes and at "
+            f"most {room} remain besides the key/value pairs", 8)
+    return version, n_tensors, n_kv
+
+
+def _version_problem(version: int) -> str:
+    swapped = int.from_bytes(version.to_bytes(4, "little"), "big")
+    if version & 0xFFFF == 0 and swapped in (1, 2, 3):
+        return (f"big-endian GGUF (version {swapped} stored big-endian) is not "
+                "supported: this reader is little-endian only (gguf-py's "
+                "gguf_convert_endian.py converts the file)")
+    if version == 1:
+        return "GGUF version 1 (32-bit counts) is not supported"
+    return (f"unsupported GGUF version {version} (supported: "
+            f"{', '.join(map(str, SUPPORTED_VERSIONS))})")
+
+
+def _read_metadata(cur: _Cursor, n_kv: int):
+    metadata: dict[str, Any] = {}
+    types: dict[str, GGUFValueType] = {}
+    array_types: dict[str, GGUFValueType] = {}
+    places: dict[str, tuple[int, int]] = {}   # key -> (kv offset, value-type offset)
+    for i in range(n_kv):
+        kv_offset = cur.pos
+        key = cur.name(f"key {i}")
+        if not key:
+            raise cur.error(f"key {i} is empty", kv_offset)
+        if key in metadata:
+            raise cur.error(f"duplicate key {key!r} (first at byte offset "
+                            f"{places[key][0]})", kv_offset)
+        type_offset = cur.pos
+        vtype = _value_type(cur, f"key {key!r}")
+        metadata[key] = _read_value(cur, vtype, f"key {key!r}", 0)
+        types[key] = vtype
+        if vtype == _V.ARRAY:
+            array_types[key] = _V(_U32.unpack_from(cur.mv, type_offset + 4)[0])
+        places[key] = (kv_offset, type_offset)
+    return metadata, types, array_types, places
+
+
+def _value_type(cur: _Cursor, what: str) -> GGUFValueType:
+    offset = cur.pos
+    raw = cur.u32(f"the value type of {what}")
+    try:
+        return _V(raw)
+    except ValueError:
+        raise cur.error(f"{what}: unknown value type id {raw} (GGUF value "
+                        f"types are 0..{max(_V)})", offset) from None
+
+
+def _read_value(cur: _Cursor, vtype: GGUFValueType, what: str, depth: int) -> Any:
+    if vtype == _V.STRING:
+        return cur.text(f"the string value of {what}")
+    if vtype == _V.ARRAY:
+        return _read_array(cur, what, depth + 1)
+    offset = cur.pos
+    value = cur.unpack(_STRUCT[vtype], f"the {vtype.name} value of {what}")
+    if vtype == _V.BOOL:
+        if value > 1:
+            raise cur.error(f"{what}: BOOL byte is {value}, not 0 or 1", offset)
+        return bool(value)
+    return value
+
+
+def _read_array(cur: _Cursor, what: str, depth: int) -> Any:
+    offset = cur.pos
+    if depth > MAX_ARRAY_DEPTH:
+        raise cur.error(f"{what}: arrays nested deeper than {MAX_ARRAY_DEPTH}", offset)
+    etype = _value_type(cur, f"the elements of {what}")
+    count_offset = cur.pos
+    count = cur.u64(f"the array length of {what}")
+    per_item = _MIN_VALUE_BYTES[etype]
+    if count > cur.remaining // per_item:
+        raise cur.error(
+            f"{what}: array of {count} {etype.name} values is more than the file "
+            f"could hold ({per_item} bytes each at least, {cur.remaining} remain)",
+            count_offset)
+    if etype in _DTYPES:
+        return _read_numbers(cur, etype, count, what)
+    if etype == _V.STRING:
+        return _read_strings(cur, count, what)
+    return [_read_value(cur, etype, f"{what}[{i}]", depth) for i in range(count)]
+
+
+def _read_numbers(cur: _Cursor, etype: GGUFValueType, count: int, what: str) -> np.ndarray:
+    dt = _DTYPES[etype]
+    a = np.frombuffer(cur.buf, dtype=dt, count=count, offset=cur.pos).copy()
+    if etype == _V.BOOL:
+        bad = np.flatnonzero(a > 1)
+        if bad.size:
+            i = int(bad[0])
+            raise cur.error(f"{what}[{i}]: BOOL byte is {a[i]}, not 0 or 1", cur.pos + i)
+        a = a.astype(np.bool_)
+    cur.pos += count * dt.itemsize
+    return a
+
+
+def _read_strings(cur: _Cursor, count: int, what: str) -> list[str]:
+    # The hot loop of real files (tokenizer vocabularies of 10^5 strings),
+    # kept to local names; a string that does not fit is re-read by
+    # `_Cursor.text`, which raises the error.
+    mv, size, pos = cur.mv, cur.size, cur.pos
+    unpack = _U64.unpack_from
+    out = []
+    for i in range(count):
+        if size - pos < 8 or unpack(mv, pos)[0] > size - pos - 8:
+            cur.pos = pos
+            cur.text(f"{what}[{i}]")
+        n = unpack(mv, pos)[0]
+        pos += 8
+        out.append(str(mv[pos:pos + n], "utf-8", "surrogateescape"))
+        pos += n
+    cur.pos = pos
+    return out
+
+
+def _alignment(cur: _Cursor, metadata, types, places) -> int:
+    key = "general.alignment"
+    if key not in metadata:
+        return GGUF_DEFAULT_ALIGNMENT
+    type_offset = places[key][1]
+    if types[key] != _V.UINT32:
+        raise cur.error(f"{key} must be of type UINT32, the file has "
+                        f"{types[key].name}", type_offset)
+    a = metadata[key]
+    if a == 0 or a & (a - 1):
+        raise cur.error(f"{key} is {a}, not a power of two", type_offset + 4)
+    return a
+
+
+@dataclass
+class _Info:
+    name: str
+    type: GGMLType
+    shape: tuple[int, ...]
+    n_elements: int
+    n_bytes: int
+    rel_offset: int
+    info_offset: int
+    offset_field: int
+
+
+def _read_tensor_infos(cur: _Cursor, n_tensors: int, alignment: int) -> list[_Info]:
+    if n_tensors > cur.remaining // _MIN_TENSOR_INFO_BYTES:
+        raise cur.error(
+            f"tensor_count {n_tensors} is more than the file could hold: each "
+            f"tensor info takes at least {_MIN_TENSOR_INFO_BYTES} bytes and "
+            f"{cur.remaining} remain after the metadata (which ends at byte "
+            f"{cur.pos})", 8)
+    infos: list[_Info] = []
+    first_at: dict[str, int] = {}
+    for i in range(n_tensors):
+        info = _read_tensor_info(cur, i, alignment)
+        if info.name in first_at:
+            raise cur.error(f"duplicate tensor name {info.name!r} (first info at "
+                            f"byte offset {first_at[info.name]})", info.info_offset)
+        first_at[info.name] = info.info_offset
+        infos.append(info)
+    return infos
+
+
+def _read_tensor_info(cur: _Cursor, i: int, alignment: int) -> _Info:
+    info_offset = cur.pos
+    name = cur.name(f"the name of tensor {i}")
+    if len(name.encode("utf-8")) >= GGML_MAX_NAME:
+        raise cur.error(f"tensor {i} name {name[:20]!r}... is "
+                        f"{len(name.encode('utf-8'))} bytes; ggml allows at most "
+                        f"{GGML_MAX_NAME - 1}", info_offset)
+    what = f"tensor {name!r}"
+    n_dims_offset = cur.pos
+    n_dims = cur.u32(f"the n_dims of {what}")
+    if n_dims > GGML_MAX_DIMS:
+        raise cur.error(f"{what} has {n_dims} dimensions; ggml allows at most "
+                        f"{GGML_MAX_DIMS}", n_dims_offset)
+    shape = []
+    for j in range(n_dims):
+        dim_offset = cur.pos
+        ne = cur.u64(f"ne[{j}] of {what}")
+        if ne == 0 or ne >= _INT64_LIMIT:
+            raise cur.error(f"{what}: ne[{j}] = {ne} is not in 1..2**63-1", dim_offset)
+        shape.append(ne)
+    type_offset = cur.pos
+    t = _tensor_type(cur, cur.u32(f"the type of {what}"), what, type_offset)
+    fmt = block_format(t)
+    n_elements = 1
+    for ne in shape:
+        n_elements *= ne
+    if n_elements >= _INT64_LIMIT:
+        raise cur.error(f"{what}: shape {tuple(shape)} has {n_elements} "
+                        "elements, not below 2**63", n_dims_offset)
+    cols = shape[0] if shape else 1
+    if cols % fmt.block_values:
+        raise cur.error(f"{what}: ne[0] = {cols} is not a multiple of the "
+                        f"{fmt.name} block size {fmt.block_values}", n_dims_offset + 4)
+    n_bytes = n_elements // fmt.block_values * fmt.block_bytes
+    if n_bytes >= _INT64_LIMIT:
+        raise cur.error(f"{what}: {fmt.name} shape {tuple(shape)} takes "
+                        f"{n_bytes} bytes, not below 2**63", n_dims_offset)
+    offset_field = cur.pos
+    rel = cur.u64(f"the data offset of {what}")
+    if rel % alignment:
+        raise cur.error(f"{what}: data offset {rel} is not a multiple of the "
+                        f"alignment {alignment}", offset_field)
+    return _Info(name, t, tuple(shape), n_elements, n_bytes, rel, info_offset,
+                 offset_field)
+
+
+def _tensor_type(cur: _Cursor, raw: int, what: str, offset: int) -> GGMLType:
+    if raw >= GGML_TYPE_COUNT:
+        raise cur.error(f"{what}: unknown ggml type id {raw} (ggml ids are "
+                        f"0..{GGML_TYPE_COUNT - 1})", offset)
+    try:
+        block_format(raw)
+    except UnsupportedTypeError as e:
+        raise cur.error(f"{what}: {e}", offset) from None
+    return GGMLType(raw)
+
+
+def _place_tensors(cur: _Cursor, infos: list[_Info], data_offset: int) -> list[GGUFTensor]:
+    for info in infos:
+        start = data_offset + info.rel_offset
+        if start + info.n_bytes > cur.size:
+            raise cur.error(
+                f"tensor {info.name!r}: data bytes {start}..{start + info.n_bytes} "
+                f"lie outside the file ({cur.size} bytes; data section starts at "
+                f"{data_offset})", info.offset_field)
+    ordered = sorted(infos, key=lambda i: i.rel_offset)
+    for prev, nxt in zip(ordered, ordered[1:]):
+        if nxt.rel_offset < prev.rel_offset + prev.n_bytes:
+            raise cur.error(
+                f"tensor {nxt.name!r}: data at {data_offset + nxt.rel_offset} "
+                f"overlaps tensor {prev.name!r} (bytes {data_offset + prev.rel_offset}"
+                f"..{data_offset + prev.rel_offset + prev.n_bytes})", nxt.offset_field)
+    return [_tensor(cur.buf, i, data_offset) for i in infos]
+
+
+def _tensor(buf: np.ndarray, info: _Info, data_offset: int) -> GGUFTensor:
+    start = data_offset + info.rel_offset
+    view = buf[start:start + info.n_bytes]
+    view.flags.writeable = False
+    return GGUFTensor(info.name, info.type, info.shape, info.n_elements,
+                      info.n_bytes, start, view, info.info_offset)
+
+
+# ---------------------------------------------------------------- fixtures
+
+MetaValue = Any
+
+
+def write_gguf(path: "str | os.PathLike[str]", metadata: Mapping[str, MetaValue],
+               tensors: Iterable[tuple[str, "GGMLType | int", Sequence[int], np.ndarray]],
+               *, alignment: int | None = None) -> None:
+    """Write a little-endian GGUF v3 fixture with gguf-py's `GGUFWriter`.
+
+    `metadata`: key -> value, or key -> `(GGUFValueType, value)` to fix the
+    type, or `(GGUFValueType.ARRAY, list, element_type)`. Untyped values
+    follow gguf-py's inference (str -> STRING, bool -> BOOL, int -> INT32,
+    float -> FLOAT32, list -> ARRAY). `general.architecture` is always
+    written (gguf-py requires it): from `metadata`, else "strata-fixture".
+    `tensors`: (name, ggml type, shape in ggml order (ne[0] first), data)
+    where data is the raw uint8 bytes of whole blocks (any type, Q2_0
+    included) or, for a plain type (F32, F16, BF16, I8..I64, F64), a
+    little-endian array of that element size whose bits are written as they
+    are. `alignment`: written as `general.alignment` when given.
+    Raises ValueError on inconsistent input.
+    """
+    import gguf   # the official package; imported here, only fixtures need its writer
+
+    meta = dict(metadata)
+    arch = meta.pop("general.architecture", "strata-fixture")
+    w = gguf.GGUFWriter(os.fspath(path), arch=arch)
+    if alignment is not None:
+        w.add_custom_alignment(alignment)
+    for key, value in meta.items():
+        if isinstance(value, tuple):
+            w.add_key_value(key, value[1], value[0], *value[2:])
+        else:
+            w.add_key_value(key, value, GGUFValueType.get_type(value))
+    for name, t, shape, data in tensors:
+        _add_tensor(w, name, GGMLType(t), tuple(int(n) for n in shape), np.asarray(data))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def _add_tensor(w, name: str, t: GGMLType, shape: tuple[int, ...], data: np.ndarray) -> None:
+    fmt = block_format(t)
+    n = 1
+    for ne in shape:
+        n *= ne
+    if shape and shape[0] % fmt.block_values:
+        raise ValueError(f"tensor {name!r}: ne[0] = {shape[0]} is not a multiple "
+                         f"of the {fmt.name} block size {fmt.block_values}")
+    if data.dtype != np.uint8:
+        if fmt.quantized or data.dtype.itemsize != fmt.block_bytes \
+                or data.dtype.byteorder == ">":
+            raise ValueError(f"tensor {name!r}: {fmt.name} data must be raw uint8 "
+                             f"bytes{'' if fmt.quantized else ' or little-endian values of ' + str(fmt.block_bytes) + ' bytes'}"
+                             f", got {data.dtype}")
+    raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    n_bytes = n // fmt.block_values * fmt.block_bytes
+    if raw.size != n_bytes:
+        raise ValueError(f"tensor {name!r}: {fmt.name} {shape} takes {n_bytes} "
+                         f"bytes, got {raw.size}")
+    # GGUFWriter turns a uint8 array's shape into element counts through its
+    # own type table, which lacks Q2_0; handing it the same bytes as int8,
+    # with the element shape given in NumPy order, skips that table.
+    w.add_tensor(name, raw.view(np.int8), raw_shape=shape[::-1], raw_dtype=t)

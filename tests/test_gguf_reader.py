@@ -7,6 +7,7 @@ ggml-org/ggml docs/gguf.md, so that every field is under the test's control.
 """
 from __future__ import annotations
 
+import os
 import struct
 
 import gguf
@@ -650,9 +651,8 @@ def test_write_gguf_rejects_inconsistent_tensors(tmp_path):
         write_gguf(tmp_path / "x.gguf", {}, [("w", T.Q8_0, (16,), np.zeros(17, np.uint8))])
 
 
-@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="needs mkfifo")
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs mkfifo")
 def test_fifo_and_directory_are_refused_without_blocking(tmp_path):
-    import os
     os.mkfifo(tmp_path / "fifo")
     for p in (tmp_path / "fifo", tmp_path):
         with pytest.raises(GGUFError, match="not a regular file"):

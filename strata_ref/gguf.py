@@ -3,9 +3,10 @@
 `read(path)` parses a GGUF v2/v3 file itself and checks every field before
 it is used; the official `gguf` package (gguf-py 0.19.0) supplies the value
 type enum and, in `write_gguf`, the writer. We parse ourselves because
-gguf-py's `GGUFReader` trusts the file (a large count or length is allocated
-or sliced as given, a bad id surfaces as a raw numpy or enum error) and
-knows no ggml type after Q1_0 (id 41), while strata-ref reads Q2_0 (id 42).
+gguf-py's `GGUFReader` trusts the file (an array count is looped over as
+given, a truncated field becomes a short slice, a bad id surfaces as a raw
+enum error) and knows no ggml type after Q1_0 (id 41), while strata-ref
+reads Q2_0 (id 42).
 
 Layout (ggml-org/ggml `docs/gguf.md`; checks follow ggml `src/gguf.cpp`
 `gguf_init_from_reader`; all integers little-endian):
@@ -35,11 +36,11 @@ What is refused, beyond truncation anywhere:
   refused: this reader is little-endian only; gguf-py's
   `gguf_convert_endian.py` converts them);
 - a key that is empty, not UTF-8 or repeated; an unknown value type id; a
-  bool byte other than 0 or 1; arrays nested deeper than `MAX_ARRAY_DEPTH`;
+  bool byte other than 0 or 1 (ggml reads any nonzero byte as true); arrays nested deeper than `MAX_ARRAY_DEPTH`;
   `general.alignment` that is not a UINT32 or not a power of two;
 - a tensor name that is not UTF-8, repeated, or `GGML_MAX_NAME` (64) bytes
-  or longer; more than `GGML_MAX_DIMS` (4) dimensions; a dimension of 0 or
-  >= 2**63; element or byte counts >= 2**63; a ggml type id that is
+  or longer; more than `GGML_MAX_DIMS` (4) dimensions; a dimension of 0
+  (ggml accepts empty tensors; strata-ref has no use for them) or >= 2**63; element or byte counts >= 2**63; a ggml type id that is
   unknown or was removed from the format (4, 5, 31-33, 36-38); ne[0] not a
   multiple of the type's block size;
 - tensor data that is misaligned, reaches past the end of the file, or

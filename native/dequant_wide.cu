@@ -1,0 +1,133 @@
+// Wide dequantization kernels: one thread per 8 consecutive values of a row,
+// 16-byte stores (spec/kernels.md §4). Re-partitioning threads cannot change
+// a bit (each value keeps its formats.md §5 expression in f32 until the final
+// narrowing), so these must equal the generic kernel bitwise.
+//
+// Guards (checked in api.cu before any launch): the output pointer is
+// 16-byte aligned and ld % 8 == 0; the blocks pointer has the alignment of
+// wide_blocks_align(type); Q8_0 additionally needs ld == cols.
+#include "strata_wide.cuh"
+#include "strata_iq_tables.h"
+#include "strata_launch.h"
+
+namespace strata {
+
+// Row-major kernel for any ld % 8 == 0: thread c of a launch is chunk
+// c % cpr of row c / cpr (cpr = cols/8 chunks per row).
+template <class W, int OUT>
+__global__ void __launch_bounds__(256)
+dequant_wide_kernel(const uint8_t *__restrict__ blocks, long long row0, unsigned rows,
+                    long long cols, long long ld, void *__restrict__ out) {
+    __shared__ int8_t kv[16];
+    if constexpr (W::KV) {
+        if (threadIdx.x < 16) kv[threadIdx.x] = tab_kvalues_iq4nl[threadIdx.x];
+        __syncthreads();
+    }
+    const unsigned cpr = (unsigned)(cols / 8);
+    const unsigned c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= rows * cpr) return;
+    const unsigned r = c / cpr, ci = c - r * cpr;
+    constexpr int CPB = W::QK / 8;   // chunks per block
+    const long long row_bytes = (cols / W::QK) * W::B;
+    const uint8_t *b = blocks + (row0 + r) * row_bytes + (long long)(ci / CPB) * W::B;
+    float y[8];
+    W::chunk(b, ci % CPB, kv, y);
+    store8<OUT>(out, (long long)r * ld + 8LL * ci, y);
+}
+
+// Q8_0 with ld == cols: the rows are one flat run of blocks and outputs, so
+// chunk c is block c/4, part c%4, and lands at out + 8c (no division).
+template <int OUT>
+__global__ void __launch_bounds__(256)
+dequant_wide_q8_0_kernel(const uint8_t *__restrict__ blocks, unsigned chunks,
+                         void *__restrict__ out) {
+    const unsigned c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= chunks) return;
+    float y[8];
+    WideQ8_0::chunk(blocks + (long long)(c >> 2) * WideQ8_0::B, c & 3, nullptr, y);
+    store8<OUT>(out, 8LL * c, y);
+}
+
+bool wide_has_kernel(int type, int out_dtype) {
+    const bool dtype_ok = out_dtype == OUT_F32 || out_dtype == OUT_F16 || out_dtype == OUT_BF16;
+    switch (type) {
+    case T_Q8_0: case T_Q4_K: case T_Q5_K: case T_Q6_K: case T_IQ4_XS: return dtype_ok;
+    default: return false;
+    }
+}
+
+int wide_blocks_align(int type) {
+    switch (type) {
+    case T_Q8_0: return 2;    // u16 loads
+    case T_Q6_K: return 2;    // u16 loads (210-byte blocks are only 2-byte aligned)
+    case T_Q4_K: return 8;    // 8-byte qs loads
+    case T_Q5_K: return 8;
+    case T_IQ4_XS: return 8;
+    default: return 0;
+    }
+}
+
+bool wide_needs_dense(int type) { return type == T_Q8_0; }
+
+template <class W, int OUT>
+static cudaError_t launch_rows(const uint8_t *blocks, long long row0, long long rows,
+                               long long cols, long long ld, void *out, cudaStream_t stream) {
+    const long long cpr = cols / 8;
+    const long long batch = kMaxThreadsPerLaunch / cpr;
+    const int size = OUT == OUT_F32 ? 4 : 2;
+    for (long long r0 = 0; r0 < rows; r0 += batch) {
+        const long long n = rows - r0 < batch ? rows - r0 : batch;
+        const unsigned grid = (unsigned)((n * cpr + 255) / 256);
+        dequant_wide_kernel<W, OUT><<<grid, 256, 0, stream>>>(
+            blocks, row0 + r0, (unsigned)n, cols, ld, static_cast<char *>(out) + r0 * ld * size);
+        const cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
+
+template <int OUT>
+static cudaError_t launch_q8_0(const uint8_t *blocks, long long row0, long long rows,
+                               long long cols, void *out, cudaStream_t stream) {
+    const long long row_bytes = (cols / 32) * 34;
+    const long long cpr = cols / 8;
+    const long long batch = kMaxThreadsPerLaunch / cpr;
+    const int size = OUT == OUT_F32 ? 4 : 2;
+    for (long long r0 = 0; r0 < rows; r0 += batch) {
+        const long long n = rows - r0 < batch ? rows - r0 : batch;
+        const long long chunks = n * cpr;
+        const unsigned grid = (unsigned)((chunks + 255) / 256);
+        dequant_wide_q8_0_kernel<OUT><<<grid, 256, 0, stream>>>(
+            blocks + (row0 + r0) * row_bytes, (unsigned)chunks,
+            static_cast<char *>(out) + r0 * cols * size);
+        const cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
+
+template <int OUT>
+static cudaError_t launch_wide_out(int type, const uint8_t *blocks, long long row0, long long rows,
+                                   long long cols, long long ld, void *out, cudaStream_t stream) {
+    switch (type) {
+    case T_Q8_0: return launch_q8_0<OUT>(blocks, row0, rows, cols, out, stream);
+    case T_Q4_K: return launch_rows<WideQ4_K, OUT>(blocks, row0, rows, cols, ld, out, stream);
+    case T_Q5_K: return launch_rows<WideQ5_K, OUT>(blocks, row0, rows, cols, ld, out, stream);
+    case T_Q6_K: return launch_rows<WideQ6_K, OUT>(blocks, row0, rows, cols, ld, out, stream);
+    case T_IQ4_XS: return launch_rows<WideIQ4_XS, OUT>(blocks, row0, rows, cols, ld, out, stream);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+cudaError_t launch_wide(int type, const unsigned char *blocks, long long row0, long long rows,
+                        long long cols, long long ld, int out_dtype, void *out,
+                        cudaStream_t stream) {
+    switch (out_dtype) {
+    case OUT_F32: return launch_wide_out<OUT_F32>(type, blocks, row0, rows, cols, ld, out, stream);
+    case OUT_F16: return launch_wide_out<OUT_F16>(type, blocks, row0, rows, cols, ld, out, stream);
+    case OUT_BF16: return launch_wide_out<OUT_BF16>(type, blocks, row0, rows, cols, ld, out, stream);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+}  // namespace strata

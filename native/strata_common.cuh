@@ -1,0 +1,156 @@
+// Shared device helpers: byte readers, scalar conversions, output stores.
+//
+// Conversion rules: ../shared/DESIGN.md "The arithmetic contract" and
+// spec/formats.md §4. Everything is plain CUDA (no sm_90-only feature), so a
+// CUDA 12 toolkit can build it for compute capability 6.1 and 7.0 too; it is
+// compiled without --use_fast_math (ftz=false, IEEE division): MXFP4 produces
+// f32 subnormals that flush-to-zero would destroy.
+//
+// The per-value code (readers, f16 widening, the Fmt<T>/Wide* formulas) also
+// compiles as plain C++ without CUDA: host_check.cpp builds it with a host
+// compiler so that CI, which has no GPU, checks the kernels' formulas against
+// the NumPy oracle bit for bit.
+#pragma once
+
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#include <cuda_fp16.h>
+#else
+#include <string.h>
+#define __device__
+#define __host__
+#define __forceinline__ inline
+struct uint2 { unsigned x, y; };
+#endif
+
+namespace strata {
+
+// ggml type ids (ggml include/ggml.h, enum ggml_type).
+enum GgmlType {
+    T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7,
+    T_Q8_0 = 8, T_Q8_1 = 9, T_Q2_K = 10, T_Q3_K = 11, T_Q4_K = 12,
+    T_Q5_K = 13, T_Q6_K = 14, T_Q8_K = 15, T_IQ2_XXS = 16, T_IQ2_XS = 17,
+    T_IQ3_XXS = 18, T_IQ1_S = 19, T_IQ4_NL = 20, T_IQ3_S = 21, T_IQ2_S = 22,
+    T_IQ4_XS = 23, T_IQ1_M = 29, T_BF16 = 30, T_TQ1_0 = 34, T_TQ2_0 = 35,
+    T_MXFP4 = 39, T_NVFP4 = 40, T_Q1_0 = 41, T_Q2_0 = 42
+};
+
+enum OutDtype { OUT_F32 = 0, OUT_F16 = 1, OUT_BF16 = 2 };
+
+// ---- little-endian readers; byte loads, so any alignment is legal --------
+__device__ __forceinline__ uint32_t rd_u8(const uint8_t *p) { return p[0]; }
+__device__ __forceinline__ int32_t rd_i8(const uint8_t *p) { return (int32_t)(int8_t)p[0]; }
+__device__ __forceinline__ uint32_t rd_u16(const uint8_t *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8);
+}
+__device__ __forceinline__ uint32_t rd_u32(const uint8_t *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+           ((uint32_t)p[3] << 24);
+}
+
+// Bit casts and the correctly rounded f32 operations. On the device the
+// explicit __f*_rn intrinsics keep nvcc from contracting; the host check is
+// built with -ffp-contract=off.
+#ifdef __CUDACC__
+__device__ __forceinline__ float as_f32(uint32_t u) { return __uint_as_float(u); }
+__device__ __forceinline__ uint32_t as_u32(float v) { return __float_as_uint(v); }
+__device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b); }
+#else
+inline float as_f32(uint32_t u) { float v; memcpy(&v, &u, 4); return v; }
+inline uint32_t as_u32(float v) { uint32_t u; memcpy(&u, &v, 4); return u; }
+inline float mul(float a, float b) { return a * b; }
+inline float add(float a, float b) { return a + b; }
+inline float sub(float a, float b) { return a - b; }
+#endif
+
+// fp16 bits -> f32. Exact for every non-NaN half (formats.md §4); a NaN
+// scale only ever yields NaN outputs, which the stores canonicalise.
+#ifdef __CUDACC__
+__device__ __forceinline__ float f16_to_f32(uint32_t h) {
+    return __half2float(__ushort_as_half((unsigned short)h));
+}
+#else
+inline float f16_to_f32(uint32_t h) {
+    const uint32_t sign = (h & 0x8000u) << 16, e = (h >> 10) & 31, m = h & 1023;
+    if (e == 31) return as_f32(sign | 0x7F800000u | (m << 13) | (m ? 0x400000u : 0));
+    if (e != 0) return as_f32(sign | ((e + 112) << 23) | (m << 13));
+    const float v = (float)m * as_f32(0x33800000u);   // m · 2^-24, exact
+    return sign ? -v : v;
+}
+#endif
+__device__ __forceinline__ float rd_f16(const uint8_t *p) { return f16_to_f32(rd_u16(p)); }
+
+// ---- output conversions ----------------------------------------------------
+// Every NaN output is the canonical NaN (f32 0x7FFFFFFF, f16/bf16 0x7FFF).
+// The H200's arithmetic already returns 0x7FFFFFFF, but the rule is applied
+// here explicitly so that no architecture or toolkit detail can change it.
+__device__ __forceinline__ uint32_t out_f32_bits(float v) {
+    return v != v ? 0x7FFFFFFFu : as_u32(v);
+}
+#ifdef __CUDACC__
+__device__ __forceinline__ uint16_t out_f16_bits(float v) {
+    return v != v ? (uint16_t)0x7FFF : __half_as_ushort(__float2half_rn(v));
+}
+// ggml_compute_fp32_to_bf16 (ggml-impl.h), in software: NaN keeps its top
+// payload with the quiet bit forced; anything else rounds to nearest-even on
+// bit 16, carrying into ±Inf.
+__device__ __forceinline__ uint16_t bf16_bits_ggml(uint32_t u) {
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+__device__ __forceinline__ uint16_t out_bf16_bits(float v) {
+    return bf16_bits_ggml(out_f32_bits(v));
+}
+
+// Eight consecutive outputs, 8·size bytes at a 16-byte aligned address:
+// one 16-byte store for f16/bf16, two for f32.
+template <int OUT>
+__device__ __forceinline__ void store8(void *out, long long idx, const float *y) {
+    if (OUT == OUT_F32) {
+        uint4 a, b;
+        a.x = out_f32_bits(y[0]); a.y = out_f32_bits(y[1]);
+        a.z = out_f32_bits(y[2]); a.w = out_f32_bits(y[3]);
+        b.x = out_f32_bits(y[4]); b.y = out_f32_bits(y[5]);
+        b.z = out_f32_bits(y[6]); b.w = out_f32_bits(y[7]);
+        uint4 *p = reinterpret_cast<uint4 *>(static_cast<float *>(out) + idx);
+        p[0] = a;
+        p[1] = b;
+    } else {
+        uint32_t h[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+            h[j] = OUT == OUT_F16 ? out_f16_bits(y[j]) : out_bf16_bits(y[j]);
+        uint4 v;
+        v.x = h[0] | (h[1] << 16); v.y = h[2] | (h[3] << 16);
+        v.z = h[4] | (h[5] << 16); v.w = h[6] | (h[7] << 16);
+        *reinterpret_cast<uint4 *>(static_cast<uint16_t *>(out) + idx) = v;
+    }
+}
+
+// One scalar store of output element idx, dtype chosen at run time.
+__device__ __forceinline__ void store1(void *out, int out_dtype, long long idx, float v) {
+    if (out_dtype == OUT_F32)
+        static_cast<uint32_t *>(out)[idx] = out_f32_bits(v);
+    else if (out_dtype == OUT_F16)
+        static_cast<uint16_t *>(out)[idx] = out_f16_bits(v);
+    else
+        static_cast<uint16_t *>(out)[idx] = out_bf16_bits(v);
+}
+
+#endif  // __CUDACC__
+
+// Q4_K / Q5_K packed 6-bit scale and min of group j (ggml get_scale_min_k4).
+__device__ __forceinline__ void scale_min_k4(const uint8_t *q, int j, int &sc, int &m) {
+    if (j < 4) {
+        sc = q[j] & 63;
+        m = q[j + 4] & 63;
+    } else {
+        sc = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
+        m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+}  // namespace strata

@@ -1,0 +1,91 @@
+/* strata-ref native dequantization: the C ABI of libstrata_dequant.
+ *
+ * Kernel contract: ../shared/spec/kernels.md §§2-5 (generic kernel, wide
+ * kernels, NaN canonicalisation); per-value formulas: spec/formats.md §5.
+ * Every entry point returns a strata_status; a call that the kernels cannot
+ * serve returns a non-zero status and launches and writes nothing.
+ *
+ * The block between the cdef markers is read verbatim by the Python loader
+ * (cffi ABI mode, strata_ref/native/loader.py), so it holds only plain C
+ * declarations: no preprocessor lines, no stdint names.
+ */
+#ifndef STRATA_DEQUANT_H
+#define STRATA_DEQUANT_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* cdef-begin */
+enum strata_out_dtype {
+    STRATA_OUT_F32 = 0,
+    STRATA_OUT_F16 = 1,
+    STRATA_OUT_BF16 = 2
+};
+
+enum strata_kernel {
+    STRATA_KERNEL_GENERIC = 0,   /* one thread per 32 values, scalar stores */
+    STRATA_KERNEL_WIDE = 1       /* one thread per 8 values, 16-byte stores */
+};
+
+enum strata_status {
+    STRATA_OK = 0,
+    STRATA_E_TYPE = 1,       /* no kernel of this kind for the type / output dtype */
+    STRATA_E_SHAPE = 2,      /* rows or cols 0, cols % QK != 0, ld < cols, row0 < 0, too large */
+    STRATA_E_NULL = 3,       /* a null pointer */
+    STRATA_E_GUARD = 4,      /* a wide kernel's guard failed: ld or pointer alignment */
+    STRATA_E_ARG = 5,        /* unknown output dtype or kernel kind */
+    STRATA_E_CUDA = 6        /* a CUDA call failed; see strata_last_cuda_error */
+};
+
+int strata_abi_version(void);
+
+/* 1 if `kernel` exists for (ggml type id, output dtype), else 0. */
+int strata_dequant_has_kernel(int type, int kernel, int out_dtype);
+
+/* Block bytes and values per block of a type with a generic kernel; 0 if none. */
+int strata_block_bytes(int type);
+int strata_block_values(int type);
+
+/* Byte alignment the wide kernel of `type` needs of the blocks pointer; 0 if none. */
+int strata_wide_blocks_align(int type);
+
+/* Dequantize rows [row0, row0 + rows) of a tensor whose row 0 starts at
+ * `blocks` (device memory): value c of output row r goes to out[r*ld + c]
+ * for c < cols; elements [cols, ld) are never written. Asynchronous on
+ * `stream` (a cudaStream_t; null is the legacy default stream). The kernel
+ * kind is taken as given (no fallback): the policy lives in the caller. */
+int strata_dequant(int type, const void *blocks, long long row0, long long rows,
+                   long long cols, long long ld, int out_dtype, void *out,
+                   int kernel, void *stream);
+
+/* Elementwise conversions of n float32 values (device memory):
+ * bf16 by ggml's bit rule (NaN -> (u >> 16) | 0x40, else RNE on bit 16),
+ * f16 by __float2half_rn with every NaN -> 0x7FFF. */
+int strata_f32_to_bf16(const void *in, void *out, long long n, void *stream);
+int strata_f32_to_f16(const void *in, void *out, long long n, void *stream);
+
+/* The cudaError_t of the last STRATA_E_CUDA status of this thread, and its text. */
+int strata_last_cuda_error(void);
+const char *strata_cuda_error_string(int err);
+
+/* Minimal runtime helpers, so that the host convenience and the parity tool
+ * need no other CUDA binding. Each returns a strata_status. */
+int strata_device_count(int *count);
+int strata_device_cc(int device, int *major, int *minor);
+int strata_set_device(int device);
+int strata_malloc(void **ptr, long long nbytes);
+int strata_free(void *ptr);
+int strata_memcpy_htod(void *dst, const void *src, long long nbytes);
+int strata_memcpy_dtoh(void *dst, const void *src, long long nbytes);
+int strata_memset(void *ptr, int value, long long nbytes);
+int strata_synchronize(void);
+/* cdef-end */
+
+#ifdef __cplusplus
+}
+#endif
+
+#define STRATA_ABI_VERSION 1
+
+#endif /* STRATA_DEQUANT_H */

@@ -1,0 +1,319 @@
+"""Python entry points of the native dequant kernels.
+
+`dequant_device` works on device arrays that export
+`__cuda_array_interface__` (CuPy, numba device arrays, torch, or this
+module's `DeviceBuffer`), without copies: it reads their pointers and hands
+them to `strata_dequant` (native/strata_dequant.h). `dequant_host` is the
+convenience for NumPy data: it copies the rows in, runs the kernel, copies the
+result out, and falls back to the NumPy oracle (`strata_ref.dequant`) when no
+kernel can serve the call.
+
+The semantics are those of the oracle (`strata_ref.dequant.dequant`,
+../shared/spec/kernels.md §2): output row r is tensor row row0 + r, value c
+goes to out[r·ld + c], columns [cols, ld) are never written, NaNs canonical.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..types import GGMLType, UnsupportedTypeError, block_format, parse_type
+from . import dispatch
+from .loader import Native, NativeUnavailable, load
+
+__all__ = ["dequant_device", "dequant_host", "f32_to_bf16_device", "f32_to_f16_device",
+           "DeviceBuffer", "NativeError", "device_cc"]
+
+_OUT_CODE = {"f32": 0, "f16": 1, "bf16": 2}
+_OUT_SIZE = {"f32": 4, "f16": 2, "bf16": 2}
+_KERNEL_CODE = {"generic": 0, "wide": 1}
+_STATUS = {0: "ok", 1: "no kernel for this type and output dtype",
+           2: "shape not served (rows/cols 0, cols % QK, ld < cols)", 3: "null pointer",
+           4: "wide kernel guard failed (ld or pointer alignment)",
+           5: "bad output dtype or kernel kind", 6: "CUDA error"}
+
+
+class NativeError(RuntimeError):
+    """A CUDA call inside the native library failed (message has the CUDA error)."""
+
+
+def _check(nat: Native, status: int, what: str) -> None:
+    if status == 6:
+        err = nat.lib.strata_last_cuda_error()
+        text = nat.ffi.string(nat.lib.strata_cuda_error_string(err)).decode()
+        raise NativeError(f"{what}: CUDA error {err} ({text})")
+    if status != 0:
+        raise NativeError(f"{what}: {_STATUS.get(status, status)}")
+
+
+def device_cc(device: int | None = None) -> int:
+    """Compute capability (major·10 + minor) the library was built for."""
+    return load(device).cc
+
+
+@dataclass(frozen=True)
+class _Arr:
+    ptr: int
+    nbytes: int
+    typestr: str
+    size: int
+
+
+def _cai(a, name: str) -> _Arr:
+    try:
+        cai = a.__cuda_array_interface__
+    except AttributeError:
+        raise TypeError(f"{name} must export __cuda_array_interface__ (a device array), "
+                        f"got {type(a).__name__}") from None
+    shape = tuple(cai["shape"])
+    typestr = cai["typestr"]
+    item = np.dtype(typestr).itemsize if typestr[1] != "V" else int(typestr[2:])
+    size = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    strides = cai.get("strides")
+    if strides is not None and size > 1:
+        expect, acc = [], item
+        for n in reversed(shape):
+            expect.insert(0, acc)
+            acc *= n
+        if tuple(s for s, n in zip(strides, shape) if n > 1) != tuple(
+                e for e, n in zip(expect, shape) if n > 1):
+            raise ValueError(f"{name} must be C-contiguous (strides {strides})")
+    ptr, readonly = cai["data"]
+    if readonly and name == "out":
+        raise ValueError("out is read-only")
+    return _Arr(int(ptr), size * item, typestr, size)
+
+
+def _out_dtype(arr: _Arr, out_dtype: str | None) -> str:
+    t = arr.typestr[1:]
+    if t == "f4":
+        kind = "f32"
+    elif t == "f2":
+        kind = "f16"
+    elif t in ("u2", "i2", "V2"):
+        if out_dtype not in ("f16", "bf16"):
+            raise ValueError(f"out holds 2-byte values of type {arr.typestr}; pass "
+                             "out_dtype='f16' or 'bf16'")
+        return out_dtype
+    else:
+        raise TypeError(f"out must hold float32, float16 or 2-byte bf16 bits, got {arr.typestr}")
+    if out_dtype is not None and out_dtype != kind:
+        raise ValueError(f"out_dtype={out_dtype!r} does not match out's dtype {arr.typestr}")
+    return kind
+
+
+def _stream_handle(stream) -> int:
+    if stream is None:
+        return 0
+    if isinstance(stream, int):
+        return stream
+    for attr in ("ptr", "handle", "cuda_stream"):
+        if hasattr(stream, attr):
+            return int(getattr(stream, attr))
+    raise TypeError(f"stream must be None, an int handle or a stream object, got {stream!r}")
+
+
+def dequant_device(t, blocks, rows: int, cols: int, out, *, row0: int = 0,
+                   ld: int | None = None, out_dtype: str | None = None, stream=None,
+                   kernel: str = "auto", device: int | None = None) -> dispatch.Selection:
+    """Dequantize rows [row0, row0 + rows) of a quantized tensor on the GPU.
+
+    t: ggml type (GGMLType, id or name). blocks: device uint8 array, C-
+    contiguous, holding the tensor from row 0 (at least (row0 + rows) rows of
+    (cols/QK)·B bytes). out: device array, C-contiguous, of float32, float16
+    or 2-byte bf16 bits (uint16; then out_dtype="bf16"), with at least
+    (rows − 1)·ld + cols elements. ld: output row stride in elements
+    (default cols). stream: None (legacy default stream), an int handle or a
+    stream object with `.ptr` (CuPy). kernel: "auto" (dispatch.select with
+    this device's compute capability and os.environ), or "generic" / "wide"
+    to force one (no fallback).
+
+    Returns the Selection that ran; `kernel is None` means nothing was
+    launched (the type or shape is not served natively, or a forced wide
+    kernel's guard failed) and the caller should use the NumPy path.
+    The launch is asynchronous on `stream`.
+
+    Raises TypeError / ValueError for arrays of the wrong kind or size,
+    NativeUnavailable when the library cannot be loaded, NativeError when a
+    CUDA call fails.
+    """
+    nat = load(device)
+    b = _cai(blocks, "blocks")
+    o = _cai(out, "out")
+    if b.typestr[1:] not in ("u1", "i1"):
+        raise TypeError(f"blocks must be a uint8 device array, got {b.typestr}")
+    kind = _out_dtype(o, out_dtype)
+    rows, cols, row0 = int(rows), int(cols), int(row0)
+    ld = cols if ld is None else int(ld)
+    try:
+        fmt = block_format(parse_type(t))
+    except UnsupportedTypeError as e:
+        return dispatch.Selection(None, f"no kernel: {e}")
+    tt = fmt.type
+    if kernel == "auto":
+        sel = dispatch.warn_once(dispatch.select(nat.cc, tt, rows, cols, ld, b.ptr, o.ptr,
+                                                 kind, os.environ))
+    elif kernel in _KERNEL_CODE:
+        sel = dispatch.Selection(kernel, "forced")
+    else:
+        raise ValueError(f"kernel must be 'auto', 'generic' or 'wide', got {kernel!r}")
+    if sel.kernel is None:
+        return sel
+    if rows <= 0 or cols <= 0 or row0 < 0 or ld < cols or cols % fmt.block_values:
+        return dispatch.Selection(None, f"shape not served (rows={rows}, cols={cols}, "
+                                        f"row0={row0}, ld={ld})")
+    row_bytes = cols // fmt.block_values * fmt.block_bytes
+    if (row0 + rows) * row_bytes > b.nbytes:
+        raise ValueError(f"blocks holds {b.nbytes} bytes; rows [{row0}, {row0 + rows}) of "
+                         f"{row_bytes} bytes each need {(row0 + rows) * row_bytes}")
+    need = (rows - 1) * ld + cols
+    if o.size < need:
+        raise ValueError(f"out holds {o.size} values; rows={rows}, cols={cols}, ld={ld} "
+                         f"need {need}")
+    st = nat.lib.strata_dequant(int(tt), nat.ffi.cast("void *", b.ptr), row0, rows, cols, ld,
+                                _OUT_CODE[kind], nat.ffi.cast("void *", o.ptr),
+                                _KERNEL_CODE[sel.kernel],
+                                nat.ffi.cast("void *", _stream_handle(stream)))
+    if st in (1, 2, 4):
+        return dispatch.Selection(None, f"{sel.kernel} kernel: {_STATUS[st]}", sel.warning)
+    _check(nat, st, f"dequant {tt.name}")
+    return sel
+
+
+def _convert(fn_name: str, src, dst, stream) -> None:
+    nat = load()
+    s, d = _cai(src, "in"), _cai(dst, "out")
+    if s.typestr[1:] != "f4":
+        raise TypeError(f"input must be float32, got {s.typestr}")
+    if d.nbytes < 2 * s.size:
+        raise ValueError(f"output holds {d.nbytes} bytes; {s.size} values need {2 * s.size}")
+    if s.size == 0:
+        return
+    fn = getattr(nat.lib, fn_name)
+    _check(nat, fn(nat.ffi.cast("void *", s.ptr), nat.ffi.cast("void *", d.ptr), s.size,
+                   nat.ffi.cast("void *", _stream_handle(stream))), fn_name)
+
+
+def f32_to_bf16_device(src, dst, stream=None) -> None:
+    """Elementwise float32 -> bf16 bits on the GPU, ggml's rule (NaN payload
+    kept, quiet bit forced; RNE on bit 16). src: float32 device array;
+    dst: 2-byte device array with at least src.size elements."""
+    _convert("strata_f32_to_bf16", src, dst, stream)
+
+
+def f32_to_f16_device(src, dst, stream=None) -> None:
+    """Elementwise float32 -> fp16 bits on the GPU (`__float2half_rn`, every
+    NaN -> 0x7FFF). src: float32 device array; dst: 2-byte device array."""
+    _convert("strata_f32_to_f16", src, dst, stream)
+
+
+class DeviceBuffer:
+    """A cudaMalloc'd device buffer with `__cuda_array_interface__` (1-D,
+    `dtype`, `size` elements), freed when garbage-collected. For hosts with
+    no CuPy: the host convenience and the parity tool use it."""
+
+    def __init__(self, size: int, dtype, device: int | None = None):
+        self.dtype = np.dtype(dtype)
+        self.size = int(size)
+        if self.size <= 0:
+            raise ValueError(f"size must be positive, got {size}")
+        self._nat = load(device)
+        p = self._nat.ffi.new("void **")
+        _check(self._nat, self._nat.lib.strata_malloc(p, self.size * self.dtype.itemsize),
+               "cudaMalloc")
+        self.ptr = int(self._nat.ffi.cast("uintptr_t", p[0]))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        ts = self.dtype.str if self.dtype.kind != "V" else f"<V{self.dtype.itemsize}"
+        return {"shape": (self.size,), "typestr": ts, "data": (self.ptr, False),
+                "version": 3, "strides": None}
+
+    def view(self, offset_bytes: int, size: int, dtype) -> "_View":
+        """A device-array view of `size` elements of `dtype` starting
+        `offset_bytes` into this buffer (for misaligned-pointer tests)."""
+        dt = np.dtype(dtype)
+        if offset_bytes < 0 or offset_bytes + size * dt.itemsize > self.nbytes:
+            raise ValueError("view beyond the buffer")
+        return _View(self, self.ptr + offset_bytes, size, dt)
+
+    def upload(self, host: np.ndarray, offset_bytes: int = 0) -> None:
+        a = np.ascontiguousarray(host)
+        if offset_bytes + a.nbytes > self.nbytes:
+            raise ValueError(f"{a.nbytes} bytes do not fit at offset {offset_bytes}")
+        _check(self._nat, self._nat.lib.strata_memcpy_htod(
+            self._nat.ffi.cast("void *", self.ptr + offset_bytes),
+            self._nat.ffi.from_buffer(a), a.nbytes), "cudaMemcpy HtoD")
+
+    def download(self, dtype=None, size: int | None = None, offset_bytes: int = 0) -> np.ndarray:
+        dt = self.dtype if dtype is None else np.dtype(dtype)
+        n = (self.nbytes - offset_bytes) // dt.itemsize if size is None else int(size)
+        host = np.empty(n, dt)
+        _check(self._nat, self._nat.lib.strata_memcpy_dtoh(
+            self._nat.ffi.from_buffer(host),
+            self._nat.ffi.cast("void *", self.ptr + offset_bytes), host.nbytes),
+            "cudaMemcpy DtoH")
+        return host
+
+    def fill_bytes(self, value: int) -> None:
+        _check(self._nat, self._nat.lib.strata_memset(
+            self._nat.ffi.cast("void *", self.ptr), value, self.nbytes), "cudaMemset")
+
+    def __del__(self):
+        ptr, nat = getattr(self, "ptr", 0), getattr(self, "_nat", None)
+        if ptr and nat is not None:
+            nat.lib.strata_free(nat.ffi.cast("void *", ptr))
+            self.ptr = 0
+
+
+class _View:
+    def __init__(self, owner: DeviceBuffer, ptr: int, size: int, dtype: np.dtype):
+        self._owner, self.ptr, self.size, self.dtype = owner, ptr, size, dtype
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        ts = self.dtype.str if self.dtype.kind != "V" else f"<V{self.dtype.itemsize}"
+        return {"shape": (self.size,), "typestr": ts, "data": (self.ptr, False),
+                "version": 3, "strides": None}
+
+
+def dequant_host(t, blocks, rows: int, cols: int, row0: int = 0, ld: int | None = None,
+                 out_dtype: str = "f32", kernel: str = "auto",
+                 device: int | None = None) -> np.ndarray:
+    """Host convenience: dequantize with the GPU, copying in and out.
+
+    Arguments as `strata_ref.dequant.dequant` (blocks: bytes or a uint8 array
+    holding the tensor from row 0). Returns a (rows, ld) array of float32,
+    float16 or ml_dtypes.bfloat16; columns [cols, ld) are zero. When no
+    kernel can serve the call it returns the NumPy oracle's result instead.
+    Raises NativeUnavailable when there is no GPU path at all.
+    """
+    from .. import dequant as oracle
+    tt = parse_type(t)
+    fmt = block_format(tt)
+    ld = cols if ld is None else int(ld)
+    raw = oracle.as_bytes(blocks)
+    if rows <= 0 or cols % fmt.block_values or ld < cols or tt not in dispatch.GENERIC_TYPES:
+        return oracle.dequant(tt, raw, rows, cols, row0, ld, None, out_dtype)
+    row_bytes = cols // fmt.block_values * fmt.block_bytes
+    if raw.size % fmt.block_bytes or (row0 + rows) * row_bytes > raw.size:
+        return oracle.dequant(tt, raw, rows, cols, row0, ld, None, out_dtype)  # raises
+    src = np.ascontiguousarray(raw[row0 * row_bytes:(row0 + rows) * row_bytes])
+    dbuf = DeviceBuffer(src.size, np.uint8, device)
+    dbuf.upload(src)
+    odt = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}[out_dtype]
+    obuf = DeviceBuffer(rows * ld, odt, device)
+    obuf.fill_bytes(0)
+    sel = dequant_device(tt, dbuf, rows, cols, obuf, ld=ld, out_dtype=out_dtype,
+                         kernel=kernel, device=device)
+    if sel.kernel is None:
+        return oracle.dequant(tt, raw, rows, cols, row0, ld, None, out_dtype)
+    _check(obuf._nat, obuf._nat.lib.strata_synchronize(), "cudaDeviceSynchronize")
+    res = obuf.download().reshape(rows, ld)
+    return res.view(oracle.OUT_DTYPES[out_dtype])

@@ -1,0 +1,109 @@
+"""Load libstrata_dequant with cffi in ABI mode.
+
+The declarations are the `cdef` block of native/strata_dequant.h, read from
+the header itself (between its `cdef-begin` / `cdef-end` markers), so the
+ABI is stated once. `load()` finds the GPU's compute capability through the
+CUDA driver (libcuda, also via cffi), builds or reuses the cached library
+(`build.build`) and dlopens it. Every failure is a `NativeUnavailable` with a
+message saying what is missing; callers fall back to the NumPy path.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+
+from . import build as _build
+
+__all__ = ["NativeUnavailable", "Native", "load", "cdef_text", "driver_compute_capability"]
+
+
+class NativeUnavailable(RuntimeError):
+    """The native path cannot run here (no cffi, nvcc, GPU or driver)."""
+
+
+@dataclass(frozen=True)
+class Native:
+    """A loaded library: `ffi` (cffi.FFI), `lib` (its functions), `cc`
+    (compute capability as major·10 + minor of the device it was built for),
+    `path` (the .so)."""
+    ffi: object
+    lib: object
+    cc: int
+    path: str
+
+
+def cdef_text() -> str:
+    """The plain-C declarations between the cdef markers of strata_dequant.h."""
+    text = (_build.source_dir() / "strata_dequant.h").read_text()
+    try:
+        body = text.split("/* cdef-begin */", 1)[1].split("/* cdef-end */", 1)[0]
+    except IndexError:
+        raise NativeUnavailable("strata_dequant.h lacks its cdef markers") from None
+    return body
+
+
+def _ffi():
+    try:
+        import cffi
+    except ImportError:
+        raise NativeUnavailable(
+            "cffi is not installed (pip install cffi; on a machine without a "
+            "registry, carry its wheel: see docs/native.md)") from None
+    return cffi.FFI()
+
+
+def driver_compute_capability(device: int = 0) -> int:
+    """major·10 + minor of CUDA device `device`, read from the driver API
+    (libcuda: cuInit, cuDeviceGet, cuDeviceGetAttribute 75/76).
+    Raises NativeUnavailable when there is no driver or no such device."""
+    ffi = _ffi()
+    ffi.cdef("int cuInit(unsigned int flags);"
+             "int cuDeviceGetCount(int *count);"
+             "int cuDeviceGet(int *device, int ordinal);"
+             "int cuDeviceGetAttribute(int *pi, int attrib, int dev);")
+    try:
+        cu = ffi.dlopen("libcuda.so.1")
+    except OSError as e:
+        raise NativeUnavailable(f"no CUDA driver (libcuda.so.1): {e}") from None
+    if cu.cuInit(0) != 0:
+        raise NativeUnavailable("cuInit failed: no usable CUDA device")
+    n = ffi.new("int *")
+    if cu.cuDeviceGetCount(n) != 0 or n[0] <= device:
+        raise NativeUnavailable(f"CUDA device {device} not present ({n[0]} devices)")
+    dev, major, minor = ffi.new("int *"), ffi.new("int *"), ffi.new("int *")
+    if (cu.cuDeviceGet(dev, device) != 0
+            or cu.cuDeviceGetAttribute(major, 75, dev[0]) != 0      # COMPUTE_CAPABILITY_MAJOR
+            or cu.cuDeviceGetAttribute(minor, 76, dev[0]) != 0):    # COMPUTE_CAPABILITY_MINOR
+        raise NativeUnavailable(f"cannot read the compute capability of device {device}")
+    return 10 * major[0] + minor[0]
+
+
+_LOCK = threading.Lock()
+_CACHE: dict[int, Native] = {}
+
+
+def load(device: int | None = None) -> Native:
+    """The loaded library for CUDA device `device` (default: $STRATA_REF_DEVICE
+    or 0), building it on first use. Raises NativeUnavailable with the reason."""
+    if device is None:
+        device = int(os.environ.get("STRATA_REF_DEVICE", "0"))
+    with _LOCK:
+        if device in _CACHE:
+            return _CACHE[device]
+        cc = driver_compute_capability(device)
+        try:
+            path = _build.build(cc)
+        except _build.BuildError as e:
+            raise NativeUnavailable(str(e)) from None
+        ffi = _ffi()
+        ffi.cdef(cdef_text())
+        try:
+            lib = ffi.dlopen(str(path))
+        except OSError as e:
+            raise NativeUnavailable(f"cannot load {path}: {e}") from None
+        if lib.strata_set_device(device) != 0:
+            raise NativeUnavailable(f"cudaSetDevice({device}) failed")
+        native = Native(ffi, lib, cc, str(path))
+        _CACHE[device] = native
+        return native

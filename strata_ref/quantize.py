@@ -30,7 +30,12 @@ _ACCEPTED_DTYPES = (np.float16, np.float32, np.float64)
 
 def _load_quantizers() -> None:
     # Importing a module registers its quantizers with strata_ref.formats.
+    import importlib
     from .formats import legacy_quant, kquants_quant, small_quant  # noqa: F401
+    try:    # the I-quant quantizers live in their own module
+        importlib.import_module(".formats.iquants_quant", __package__)
+    except ImportError:
+        pass
 
 
 def _quantizer(t: GGMLType):

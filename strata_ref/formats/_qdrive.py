@@ -9,7 +9,7 @@ import numpy as np
 from numba import njit, prange
 
 
-@njit(parallel=True, nogil=True)
+@njit(parallel=True, nogil=True, error_model="numpy")
 def _drive(block_fn, x, out):
     for i in prange(x.shape[0]):
         block_fn(x[i], out[i])

@@ -53,26 +53,26 @@ def _u32_as_f32(typingctx, u):
     return types.float32(types.uint32), codegen
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always", cache=True, error_model="numpy")
 def f32_bits(f):
     """uint32 bits of float32 f, as int64."""
     return np.int64(_f32_as_u32(np.float32(f)))
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always", cache=True, error_model="numpy")
 def bits_f32(u):
     """float32 with bits u (low 32 bits of an integer)."""
     return _u32_as_f32(np.uint32(u & 0xFFFFFFFF))
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always", cache=True, error_model="numpy")
 def nearest_int(f):
     """ggml `nearest_int`: low mantissa bits of f + 1.5*2^23 (float32)."""
     i = f32_bits(np.float32(f) + _MAGIC)
     return (i & 0x007FFFFF) - 0x00400000
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always", cache=True, error_model="numpy")
 def cvtt_i32(f):
     """x86-64 `cvttss2si`: C's float -> int cast, INT32_MIN when invalid."""
     v = np.float64(f)
@@ -81,14 +81,14 @@ def cvtt_i32(f):
     return np.int64(-2147483648)
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always", cache=True, error_model="numpy")
 def to_i8(v):
     """Two's-complement int8 value of the low byte of integer v."""
     b = v & 0xFF
     return b - 256 if b >= 128 else b
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always", cache=True, error_model="numpy")
 def roundf_f32(f):
     """C `roundf` (half away from zero) of float32 f, as float32.
 
@@ -100,7 +100,7 @@ def roundf_f32(f):
     return np.float32(-r if v < 0.0 else r)
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always", cache=True, error_model="numpy")
 def lroundf_i32(f):
     """glibc `lroundf(f)` converted to int (low 32 bits, two's complement)."""
     v = np.float64(f)
@@ -113,13 +113,13 @@ def lroundf_i32(f):
     return r - 0x100000000 if r >= 0x80000000 else r
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always", cache=True, error_model="numpy")
 def fp16_bits(f):
     """`GGML_FP32_TO_FP16(f)` bits: RNE, NaN -> sign | 0x7E00."""
     return f32_bits_to_f16_bits(f32_bits(f), True)
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always", cache=True, error_model="numpy")
 def fp16_store(b, o, f):
     """Store `GGML_FP32_TO_FP16(f)` little endian at b[o:o+2]; returns the
     float32 value the stored half decodes to (`GGML_FP16_TO_FP32`)."""
@@ -129,7 +129,7 @@ def fp16_store(b, o, f):
     return F16_TO_F32[h]
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always", cache=True, error_model="numpy")
 def store_u32(b, o, v):
     """Store the low 32 bits of integer v little endian at b[o:o+4]."""
     b[o] = v & 0xFF
@@ -138,7 +138,7 @@ def store_u32(b, o, v):
     b[o + 3] = (v >> 24) & 0xFF
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always", cache=True, error_model="numpy")
 def e8m0_half(e):
     """ggml `ggml_e8m0_to_fp32_half(e)` = 2^(e-128) as float32."""
     if e >= 2:
@@ -146,7 +146,7 @@ def e8m0_half(e):
     return bits_f32(0x00200000 << e)
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always", cache=True, error_model="numpy")
 def ue4m3_value(x):
     """ggml `ggml_ue4m3_to_fp32(x)` (half the UE4M3 value), float32.
 
@@ -164,7 +164,7 @@ def ue4m3_value(x):
     return np.float32(8 + man) * bits_f32((ex - 11 + 127) << 23)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def ue4m3_encode(x):
     """ggml `ggml_fp32_to_ue4m3(x)` for float32 x: the UE4M3 byte.
 

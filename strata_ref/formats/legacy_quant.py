@@ -35,7 +35,7 @@ Q8_0_D, Q8_0_QS = _Q8_0.offset("d"), _Q8_0.offset("qs")
 Q8_1_D, Q8_1_S, Q8_1_QS = _Q8_1.offset("d"), _Q8_1.offset("s"), _Q8_1.offset("qs")
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always", cache=True, error_model="numpy")
 def signed_absmax(x):
     """(amax, max): the first element of largest magnitude and its |value|,
     scanning with `amax < |v|` from amax = max = 0.0f (ggml's loop)."""
@@ -49,7 +49,7 @@ def signed_absmax(x):
     return amax, mx
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always", cache=True, error_model="numpy")
 def min_max(x):
     """(min, max) by ggml's scan from FLT_MAX / -FLT_MAX with `<` and `>`."""
     mn = _FLT_MAX
@@ -63,7 +63,7 @@ def min_max(x):
     return mn, mx
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always", cache=True, error_model="numpy")
 def abs_max(x):
     """ggml's `amax = MAX(amax, fabsf(v))` from 0.0f."""
     amax = _F0
@@ -73,13 +73,13 @@ def abs_max(x):
     return amax
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always", cache=True, error_model="numpy")
 def recip_or_zero(d):
     """`d ? 1.0f/d : 0.0f`."""
     return _F1 / d if d != _F0 else _F0
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def quant_q4_0(x, b):
     """ggml `quantize_row_q4_0_ref`, one block: d = max/-8, q = (int8)(x*id + 8.5) capped at 15."""
     _, mx = signed_absmax(x)
@@ -92,7 +92,7 @@ def quant_q4_0(x, b):
         b[Q4_0_QS + j] = (q0 & 0xFF) | ((q1 << 4) & 0xFF)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def quant_q4_1(x, b):
     """ggml `quantize_row_q4_1_ref`, one block: d = (max-min)/15, m = min."""
     mn, mx = min_max(x)
@@ -106,7 +106,7 @@ def quant_q4_1(x, b):
         b[Q4_1_QS + j] = (q0 & 0xFF) | ((q1 << 4) & 0xFF)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def quant_q5_0(x, b):
     """ggml `quantize_row_q5_0_ref`, one block: d = max/-16, q = (int8)(x*id + 16.5) capped at 31."""
     _, mx = signed_absmax(x)
@@ -123,7 +123,7 @@ def quant_q5_0(x, b):
     store_u32(b, Q5_0_QH, qh)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def quant_q5_1(x, b):
     """ggml `quantize_row_q5_1_ref`, one block: d = (max-min)/31, m = min, q = (uint8)(v + 0.5)."""
     mn, mx = min_max(x)
@@ -141,7 +141,7 @@ def quant_q5_1(x, b):
     store_u32(b, Q5_1_QH, qh)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def quant_q8_0(x, b):
     """ggml `quantize_row_q8_0_ref`, one block: d = amax/127, q = roundf(x*id)."""
     d = abs_max(x) / np.float32(127.0)
@@ -151,7 +151,7 @@ def quant_q8_0(x, b):
         b[Q8_0_QS + j] = cvtt_i32(roundf_f32(x[j] * idv)) & 0xFF
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def quant_q8_1(x, b):
     """ggml `quantize_row_q8_1_ref`, one block: Q8_0's rule plus s = fp16((float)Σq * d)."""
     d = abs_max(x) / np.float32(127.0)

@@ -65,19 +65,19 @@ def quantize_bf16(x):
 
 # ---------------------------------------------------------------- ternary
 
-@njit(inline="always", cache=True)
+@njit(inline="always", cache=True, error_model="numpy")
 def trit(v, idv):
     """`lroundf(v * id) + 1` as the C int it is stored in."""
     return lroundf_i32(v * idv) + 1
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always", cache=True, error_model="numpy")
 def pack_trits_ceil(q):
     """ggml's `((uint16_t)q * 256 + 242) / 243`, stored in a uint8."""
     return ((q * 256 + 242) // 243) & 0xFF
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def quant_tq1_0(x, b):
     """ggml `quantize_row_tq1_0_ref`, one block: d = amax, trits lroundf(x/d)+1,
     five per byte (four in qh), stored as ceil(q·256/243)."""
@@ -108,7 +108,7 @@ def quant_tq1_0(x, b):
         b[TQ1_QH + j] = pack_trits_ceil(q)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def quant_tq2_0(x, b):
     """ggml `quantize_row_tq2_0_ref`, one block: d = amax, 2-bit codes
     lroundf(x/d)+1, value 32n+m of each 128 in bits 2n of byte m."""
@@ -127,7 +127,7 @@ def quant_tq2_0(x, b):
 
 # ---------------------------------------------------------------- FP4
 
-@njit(inline="always", cache=True)
+@njit(inline="always", cache=True, error_model="numpy")
 def best_index_fp4(v, e):
     """ggml `best_index_mxfp4`: first i minimising |kv[i]*e - v| (strict <)."""
     best = 0
@@ -140,7 +140,7 @@ def best_index_fp4(v, e):
     return best
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always", cache=True, error_model="numpy")
 def first_abs_max(x, start, n):
     """`if (amax < fabsf(v)) amax = fabsf(v)` from 0.0f over x[start:start+n]."""
     amax = _F0
@@ -151,7 +151,7 @@ def first_abs_max(x, start, n):
     return amax
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def quant_mxfp4(x, b):
     """ggml `quantize_row_mxfp4_ref`, one block: e = (uint8)(floorf(log2f(amax)) - 2 + 127)
     (0 when amax is 0), values by nearest doubled E2M1 times e8m0_half(e)."""
@@ -167,7 +167,7 @@ def quant_mxfp4(x, b):
         b[MX_QS + j] = best_index_fp4(x[j], d) | (best_index_fp4(x[j + 16], d) << 4)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def quant_nvfp4(x, b):
     """ggml `quantize_row_nvfp4_ref`, one block of 64: per 16 values a UE4M3
     scale `ggml_fp32_to_ue4m3(amax / 6)`, values by nearest doubled E2M1."""
@@ -186,7 +186,7 @@ def quant_nvfp4(x, b):
 
 # ---------------------------------------------------------------- Q1_0, Q2_0
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def quant_q1_0(x, b):
     """ggml `quantize_row_q1_0_ref`, one block of 128: d = (sequential Σ|x|)/128,
     bit j set when x[j] >= 0 (so -0.0 counts as non-negative)."""
@@ -199,7 +199,7 @@ def quant_q1_0(x, b):
             b[Q1_QS + j // 8] |= 1 << (j % 8)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def quant_q2_0(x, b):
     """ggml `quantize_row_q2_0_ref`, one block of 64: d = amax (strict > scan),
     q = clamp((int)roundf(x/d) + 1, 0, 3), four codes per byte in order."""

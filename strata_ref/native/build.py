@@ -33,7 +33,8 @@ __all__ = ["BuildError", "find_nvcc", "source_dir", "iq_tables_header", "nvcc_fl
 LIB_NAME = "libstrata_dequant.so"
 #: translation units, compiled in parallel then linked into one shared library
 SOURCES = ("api.cu", "dequant_generic.cu", "dequant_wide.cu", "elementwise.cu")
-HEADERS = ("strata_dequant.h", "strata_launch.h", "strata_common.cuh", "strata_formats.cuh")
+HEADERS = ("strata_dequant.h", "strata_launch.h", "strata_common.cuh", "strata_formats.cuh",
+           "strata_wide.cuh")
 TABLES_HEADER = "strata_iq_tables.h"
 
 #: nvcc's own defaults, written out: the arithmetic contract depends on them.

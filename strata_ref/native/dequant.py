@@ -92,6 +92,11 @@ def _out_dtype(arr: _Arr, out_dtype: str | None) -> str:
         kind = "f32"
     elif t == "f2":
         kind = "f16"
+    elif t in ("u4", "i4"):
+        if out_dtype != "f32":
+            raise ValueError(f"out holds 4-byte integers ({arr.typestr}); pass out_dtype='f32' "
+                             "to receive float32 bits")
+        return out_dtype
     elif t in ("u2", "i2", "V2"):
         if out_dtype not in ("f16", "bf16"):
             raise ValueError(f"out holds 2-byte values of type {arr.typestr}; pass "
@@ -124,7 +129,8 @@ def dequant_device(t, blocks, rows: int, cols: int, out, *, row0: int = 0,
     contiguous, holding the tensor from row 0 (at least (row0 + rows) rows of
     (cols/QK)·B bytes). out: device array, C-contiguous, of float32, float16
     or 2-byte bf16 bits (uint16; then out_dtype="bf16"), with at least
-    (rows − 1)·ld + cols elements. ld: output row stride in elements
+    (rows − 1)·ld + cols elements (uint32 with out_dtype="f32" receives the
+    float32 bits). ld: output row stride in elements
     (default cols). stream: None (legacy default stream), an int handle or a
     stream object with `.ptr` (CuPy). kernel: "auto" (dispatch.select with
     this device's compute capability and os.environ), or "generic" / "wide"

@@ -1,0 +1,92 @@
+"""Native build pieces that need no GPU: the C header as cffi reads it, the
+generated I-quant table header, nvcc compiling every CUDA source (when nvcc is
+installed), and the message when no GPU is present."""
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from strata_ref.formats import iq_tables
+from strata_ref.formats.fp4 import KVALUES_MXFP4
+from strata_ref.native import build, loader
+
+
+def test_header_cdef_parses_and_constants():
+    cffi = pytest.importorskip("cffi")
+    ffi = cffi.FFI()
+    ffi.cdef(loader.cdef_text())
+    lib = ffi.dlopen(None)   # constants need no library symbols
+    assert (lib.STRATA_OUT_F32, lib.STRATA_OUT_F16, lib.STRATA_OUT_BF16) == (0, 1, 2)
+    assert (lib.STRATA_KERNEL_GENERIC, lib.STRATA_KERNEL_WIDE) == (0, 1)
+    assert lib.STRATA_E_GUARD == 4 and lib.STRATA_E_CUDA == 6
+    for fn in ("strata_dequant", "strata_f32_to_bf16", "strata_f32_to_f16", "strata_malloc"):
+        assert fn in loader.cdef_text()
+
+
+def _parse_array(text: str, name: str) -> list[int]:
+    m = re.search(rf"{name}\[(\d+)\] = \{{(.*?)\}};", text, re.S)
+    assert m, name
+    vals = [int(v.rstrip("uUlL"), 0) for v in m.group(2).replace("\n", " ").split(",") if v.strip()]
+    assert len(vals) == int(m.group(1))
+    return vals
+
+
+def test_generated_tables_equal_the_numpy_tables():
+    text = build.iq_tables_header()
+    pairs = {"tab_ksigns_iq2xs": iq_tables.KSIGNS_IQ2XS, "tab_iq2xxs_grid": iq_tables.IQ2XXS_GRID,
+             "tab_iq2xs_grid": iq_tables.IQ2XS_GRID, "tab_iq2s_grid": iq_tables.IQ2S_GRID,
+             "tab_iq3xxs_grid": iq_tables.IQ3XXS_GRID, "tab_iq3s_grid": iq_tables.IQ3S_GRID,
+             "tab_iq1s_grid_gpu": iq_tables.IQ1S_GRID_GPU,
+             "tab_kvalues_iq4nl": iq_tables.KVALUES_IQ4NL, "tab_kvalues_mxfp4": KVALUES_MXFP4}
+    for name, arr in pairs.items():
+        assert _parse_array(text, name) == [int(v) for v in np.asarray(arr)], name
+
+
+def _nvcc_archs(nvcc: str) -> list[int]:
+    out = subprocess.run([nvcc, "--list-gpu-arch"], capture_output=True, text=True).stdout
+    have = {int(a) for a in re.findall(r"compute_(\d+)", out)}
+    # 6.1 and 7.0 are the portability targets (CUDA 12); CUDA 13 starts at 7.5.
+    return [a for a in (61, 70) if a in have] or [min(have)]
+
+
+def test_nvcc_compiles_every_source(tmp_path):
+    nvcc = build.find_nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not installed")
+    for arch in _nvcc_archs(nvcc):
+        objs = build.compile_objects(arch, tmp_path / f"sm{arch}", nvcc)
+        assert all(o.stat().st_size > 0 for o in objs)
+
+
+def test_flags_keep_ieee_arithmetic():
+    flags = build.nvcc_flags(61)
+    assert "--use_fast_math" not in flags and "-use_fast_math" not in flags
+    assert "-ftz=false" in flags and "-prec-div=true" in flags
+    assert "arch=compute_61,code=[sm_61,compute_61]" in flags
+
+
+def test_without_gpu_the_reason_is_clear():
+    import strata_ref.native as native
+    try:
+        loader.driver_compute_capability()
+    except loader.NativeUnavailable:
+        reason = native.unavailable_reason()
+        assert reason and ("driver" in reason or "device" in reason or "cffi" in reason)
+        assert native.available() is False
+    else:
+        pytest.skip("a CUDA GPU is present")
+    # the NumPy path is unaffected
+    from strata_ref import dequant_f32
+    raw = np.zeros(34, np.uint8)
+    raw[1] = 0x3C                     # d = 1.0
+    raw[2:] = np.arange(32, dtype=np.int8).view(np.uint8)
+    assert dequant_f32("Q8_0", raw, 1, 32).tolist() == [list(range(32))]
+
+
+def test_source_dir_holds_the_sources():
+    d = build.source_dir()
+    for f in build.SOURCES + build.HEADERS:
+        assert (d / f).is_file()
+    assert shutil.which("true") or True

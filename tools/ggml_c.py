@@ -176,6 +176,12 @@ class GGML:
             raise ValueError(f"{tr.name}: {buf.size} bytes is not whole blocks of {tr.type_size}")
         return bool(self._lib.ggml_validate_row_data(t, buf.ctypes.data, buf.size))
 
+    def init_quantizer(self, t: int) -> None:
+        """`ggml_quantize_init(t)`: build the I-quant search tables once (IQ1_M
+        takes tens of seconds); later quantizer calls reuse them."""
+        self.traits(t)
+        self._lib.ggml_quantize_init(t)
+
     def has_to_float(self, t: int) -> bool:
         return t == _Q8_K or self.traits(t).to_float != 0
 

@@ -177,7 +177,8 @@ def main(argv=None) -> int:
     sha = hashlib.sha256(raw).hexdigest()
     args.output.write_text(render_module(tables, args.source, sha))
     print(f"wrote {args.output}: {len(tables)} tables from {args.source} "
-          f"(sha256 {sha[:16]}...)")
+          f"(sha256 {sha[:16]}...); delete strata_ref/formats/__pycache__ so "
+          "that numba's cache does not keep the old tables")
     return 0
 
 

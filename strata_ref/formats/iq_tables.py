@@ -28,6 +28,10 @@ A grid row is read as little-endian memory, as C reads it through a byte
 pointer: element j of row g is byte j of the integer. The `*_BYTES` arrays
 hold the rows that way, shape (rows, elements per row): uint8, except
 IQ1S_GRID_BYTES, which is int8 (values -1, 0, 1).
+
+numba freezes these arrays into the compiled block functions of `iquants`,
+and its on-disk cache does not notice a change of a global: after
+regenerating the data module, delete strata_ref/formats/__pycache__.
 """
 from __future__ import annotations
 

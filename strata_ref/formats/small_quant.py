@@ -10,13 +10,12 @@ statement by statement in float32 (see ../shared/spec/formats.md §4, §8).
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
-from ..numerics import f32_to_bf16_bits, f32_to_f16_bits
 from ..types import GGMLType, block_format
 from . import register_quantize
 from ._qdrive import register_block_quantizer
-from ._qnum import (cvtt_i32, e8m0_half, fp16_store, lroundf_i32, roundf_f32,
+from ._qnum import (bits_f32, cvtt_i32, f32_bits, e8m0_half, fp16_store, lroundf_i32, roundf_f32,
                     ue4m3_encode, ue4m3_value)
 from .legacy_quant import abs_max, recip_or_zero
 
@@ -47,20 +46,64 @@ KVALUES_MXFP4 = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -1
 
 # ---------------------------------------------------------------- F16, BF16
 
+@njit(inline="always", cache=True, error_model="numpy")
+def fp32_to_fp16_ggml(u):
+    """fp16 bits of the float32 with bits u, by ggml's float trick
+    (`ggml_compute_fp32_to_fp16`): the magnitude is scaled by 2^112 then
+    2^-110 and added to a float whose exponent aligns the 11-bit result, so
+    the FPU's own round-to-nearest-even does the rounding (subnormal halves
+    and overflow to Inf included); NaN gives sign | 0x7E00. Branch-free."""
+    fb = bits_f32(u & 0x7FFFFFFF)
+    base = (fb * np.float32(2.0 ** 112)) * np.float32(2.0 ** -110)
+    shl1 = (u + u) & 0xFFFFFFFF
+    bias = shl1 & 0xFF000000
+    bias = bias if bias >= 0x71000000 else 0x71000000
+    r = f32_bits(bits_f32((bias >> 1) + 0x07800000) + base)
+    nonsign = ((r >> 13) & 0x7C00) + (r & 0x0FFF)
+    return ((u >> 16) & 0x8000) | (0x7E00 if shl1 > 0xFF000000 else nonsign)
+
+
+@njit(inline="always", cache=True, error_model="numpy")
+def fp32_to_bf16_ggml(u):
+    """bf16 bits of the float32 with bits u (`ggml_compute_fp32_to_bf16`):
+    NaN -> (u >> 16) | 0x40, otherwise RNE on bit 16 with carry into Inf."""
+    if (u & 0x7FFFFFFF) > 0x7F800000:
+        return (u >> 16) | 0x40
+    return (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+
+
+@njit(parallel=True, nogil=True, cache=True, error_model="numpy")
+def _f16_rows(src, dst):
+    for i in prange(src.shape[0]):
+        dst[i] = fp32_to_fp16_ggml(np.int64(src[i]))
+
+
+@njit(parallel=True, nogil=True, cache=True, error_model="numpy")
+def _bf16_rows(src, dst):
+    for i in prange(src.shape[0]):
+        dst[i] = fp32_to_bf16_ggml(np.int64(src[i]))
+
+
+def _halves(x, conv):
+    src = np.ascontiguousarray(x, np.float32).reshape(-1).view(np.uint32)
+    dst = np.empty(src.size, "<u2")
+    if src.size:
+        conv(src, dst)
+    return dst.view(np.uint8).reshape(len(x), 2)
+
+
 @register_quantize(GGMLType.F16)
 def quantize_f16(x):
     """F16: float32 (n, 1) -> uint8 (n, 2): ggml `ggml_compute_fp32_to_fp16`
     (RNE, |x| >= 65520 -> ±Inf, subnormals kept, NaN -> sign | 0x7E00)."""
-    bits = f32_to_f16_bits(np.ascontiguousarray(x, np.float32), ggml_nan=True)
-    return bits.astype("<u2", copy=False).view(np.uint8).reshape(len(x), 2)
+    return _halves(x, _f16_rows)
 
 
 @register_quantize(GGMLType.BF16)
 def quantize_bf16(x):
     """BF16: float32 (n, 1) -> uint8 (n, 2): ggml `ggml_compute_fp32_to_bf16`
     (RNE on bit 16 with carry into ±Inf; NaN -> (u >> 16) | 0x40)."""
-    bits = f32_to_bf16_bits(np.ascontiguousarray(x, np.float32))
-    return bits.astype("<u2", copy=False).view(np.uint8).reshape(len(x), 2)
+    return _halves(x, _bf16_rows)
 
 
 # ---------------------------------------------------------------- ternary

@@ -22,8 +22,7 @@ def u32(b, o):
 
 @njit(inline="always", cache=True)
 def i8(b, o):
-    v = np.int64(b[o])
-    return v - 256 if v >= 128 else v
+    return np.int64(np.int8(b[o]))   # numba's uint8 -> int8 cast wraps
 
 
 @njit(inline="always", cache=True)

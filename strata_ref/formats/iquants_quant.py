@@ -1,0 +1,783 @@
+"""Reference quantizers of the I-quants: IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_S.
+
+ggml's reference quantizers (`quantize_row_*_ref`, ggml-org/ggml
+src/ggml-quants.c), reimplemented with ggml's arithmetic: float32
+operations in C statement order (never contracted into FMA: the pinned
+build is ggml-base on x86-64 without `-march`, ../shared/spec/formats.md §8),
+`nearest_int` as ggml's 1.5 * 2^23 bit trick, strict comparisons where the
+first hit wins, sequential sums, and ggml's fp32 -> fp16 rounding (RNE). The
+`_ref` functions pass no importance matrix, so every weight below is ggml's
+fallback: `x^2` for IQ4 and IQ3, `sigma2/4 + x^2` for IQ2_S, with
+`sigma2 = 2 * sum(x^2) / 256` over the super-block.
+
+Which types have no reference quantizer, and why, is in
+`NO_REFERENCE_QUANTIZER`: IQ2_XXS, IQ2_XS and IQ1_S require an importance
+matrix (`ggml_quantize_requires_imatrix`), and IQ1_M has no
+`from_float_ref` in ggml's type traits (ggml would quantize it without an
+importance matrix only through `ggml_quantize_chunk`, which llama.cpp's
+`llama-quantize` refuses); strata-ref follows the type traits.
+
+IQ4_NL: ggml's `from_float_ref` (`quantize_row_iq4_nl_ref`) searches no
+extra scales (ntry = -1), while `ggml_quantize_chunk` (what `llama-quantize`
+runs, `quantize_iq4_nl`) tries 15 (ntry = 7). The registered quantizer is
+the `_ref` one; `quantize_iq4_nl_chunk` gives the other. For a block whose
+largest |x| is below 1e-15, `quantize_row_iq4_nl_ref` stores d = 0 and
+leaves the codes of its stack buffer from the previous block (undefined for
+the first); strata-ref stores the codes `quantize_iq4_nl` stores there
+(0x88: index 8, the value nearest 0), so only those code bytes may differ.
+
+ggml's other defects are reproduced, since they decide bits: IQ3_S does not
+advance its `qs`/`signs` output positions past a sub-block whose values are
+all zero, so later sub-blocks are written earlier (and the last slots stay
+zero).
+
+Errors: input that is not float32 raises TypeError; NaN or Inf input raises
+ValueError (ggml's result is undefined there); a finite block for which
+ggml's quantizer would abort (GGML_ASSERT: no neighbour with a finite
+distance, a NaN scale) raises ValueError naming the block.
+
+Facts about the grids (nearest-neighbour maps) are in `iq_grid_maps`.
+"""
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange
+from numba.core import types as nbtypes
+from numba.extending import intrinsic
+
+from ..numerics import f32_bits_to_f16_bits
+from ..types import GGMLType, block_format
+from . import register_quantize
+from .iq_grid_maps import grid_map
+from .iq_tables import KVALUES_IQ4NL
+
+__all__ = ["quantize_iq4_nl_ref", "quantize_iq4_nl_chunk", "quantize_iq4_xs_ref",
+           "quantize_iq3_xxs_ref", "quantize_iq3_s_ref", "quantize_iq2_s_ref",
+           "NO_REFERENCE_QUANTIZER"]
+
+T = GGMLType
+
+#: Types ggml has no reference quantizer for, with the reason.
+NO_REFERENCE_QUANTIZER = {
+    T.IQ2_XXS: "IQ2_XXS requires an importance matrix in ggml "
+               "(ggml_quantize_requires_imatrix); it has no reference quantizer",
+    T.IQ2_XS: "IQ2_XS requires an importance matrix in ggml "
+              "(ggml_quantize_requires_imatrix); it has no reference quantizer",
+    T.IQ1_S: "IQ1_S requires an importance matrix in ggml "
+             "(ggml_quantize_requires_imatrix); it has no reference quantizer",
+    T.IQ1_M: "IQ1_M has no from_float_ref in ggml's type traits, so it has no "
+             "reference quantizer (llama-quantize requires an importance matrix)",
+}
+
+_F = np.float32
+_MAGIC = _F(12582912.0)           # 1.5 * 2^23: nearest_int's rounding constant
+_FLT_MAX = _F(np.finfo(np.float32).max)
+_HALF = _F(0.5)
+_ONE = _F(1.0)
+_ZERO = _F(0.0)
+
+# status codes of a block function
+_OK = 0
+_NO_NEIGHBOUR = 1                 # ggml: GGML_ASSERT(grid_index >= 0)
+_OFF_GRID = 2                     # ggml: "Oops: found point not on grid", abort
+_BAD_SCALE = 3                    # ggml: GGML_ASSERT(scale >= 0) on a NaN scale
+_ABORT_REASONS = {
+    _NO_NEIGHBOUR: "GGML_ASSERT(grid_index >= 0): no grid neighbour at a finite distance",
+    _OFF_GRID: "GGML_ABORT: levels not on the grid",
+    _BAD_SCALE: "GGML_ASSERT(scale >= 0): the scale is NaN",
+}
+
+
+# ---------------------------------------------------------------- scalars
+
+@intrinsic
+def _f32_bits(typingctx, x):
+    """int32 with the bits of float32 `x` (C's memcpy from float to int)."""
+    if x != nbtypes.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+    return nbtypes.int32(nbtypes.float32), codegen
+
+
+@njit(inline="always", cache=True)
+def nearest_int(f):
+    """ggml `nearest_int`: add 1.5*2^23 in float32 and read the low mantissa
+    bits. Round-half-even for |f| <= 2^22; other values give ggml's bits (the
+    assert that guards it is compiled out in release builds)."""
+    v = f + _MAGIC
+    return (np.int64(_f32_bits(v)) & 0x7FFFFF) - 0x400000
+
+
+@njit(inline="always", cache=True)
+def _fp16_bits(f):
+    # GGML_FP32_TO_FP16: round to nearest even, NaN -> sign | 0x7E00.
+    return f32_bits_to_f16_bits(np.int64(_f32_bits(f)) & 0xFFFFFFFF, True)
+
+
+@njit(inline="always", cache=True)
+def _put_u16(out, o, v):
+    out[o] = v & 0xFF
+    out[o + 1] = (v >> 8) & 0xFF
+
+
+@njit(inline="always", cache=True)
+def _put_u32(out, o, v):
+    for i in range(4):
+        out[o + i] = (v >> (8 * i)) & 0xFF
+
+
+@njit(inline="always", cache=True)
+def _fmax(a, b):
+    # C's MAX(a, b): a > b ? a : b
+    return a if a > b else b
+
+
+# ---------------------------------------------------------------- IQ4_NL / IQ4_XS
+
+@njit(inline="always", cache=True)
+def _best_index(kv, x):
+    """ggml `best_index_int8` over the 16 float32 values `kv` (ascending):
+    bisection, then the nearer neighbour, the upper one on a tie."""
+    if x <= kv[0]:
+        return 0
+    if x >= kv[15]:
+        return 15
+    ml = 0
+    mu = 15
+    while mu - ml > 1:
+        mav = (ml + mu) // 2
+        if x < kv[mav]:
+            mu = mav
+        else:
+            ml = mav
+    return mu - 1 if x - kv[mu - 1] < kv[mu] - x else mu
+
+
+@njit(cache=True)
+def _iq4_sums(xb, w, kv, idv):
+    # sum w*q*x and sum w*q*q with q the code value nearest id*x
+    sumqx = _ZERO
+    sumq2 = _ZERO
+    for j in range(xb.shape[0]):
+        q = kv[_best_index(kv, idv * xb[j])]
+        sumqx += w[j] * q * xb[j]
+        sumq2 += w[j] * q * q
+    return sumqx, sumq2
+
+
+@njit(cache=True)
+def _iq4_sub_scale(xb, kv, ntry, L):
+    """Scale of one 32-value sub-block (ggml `quantize_row_iq4_nl_impl`,
+    no importance matrix: weight = x^2). Writes the first-pass codes to L;
+    returns the scale, 0 for a sub-block below GROUP_MAX_EPS (L untouched)."""
+    n = xb.shape[0]
+    w = np.empty(n, np.float32)
+    amax = _ZERO
+    mx = _ZERO
+    for j in range(n):
+        w[j] = xb[j] * xb[j]
+    for j in range(n):
+        ax = abs(xb[j])
+        if ax > amax:
+            amax = ax
+            mx = xb[j]
+    if amax < _F(1e-15):
+        return _ZERO, False
+    v0 = kv[0]
+    d = (-mx) / v0 if ntry > 0 else mx / v0
+    idv = _ONE / d
+    sumqx = _ZERO
+    sumq2 = _ZERO
+    for j in range(n):
+        lj = _best_index(kv, idv * xb[j])
+        L[j] = lj
+        q = kv[lj]
+        sumqx += w[j] * q * xb[j]
+        sumq2 += w[j] * q * q
+    d = sumqx / sumq2 if sumq2 > _ZERO else _ZERO
+    best = d * sumqx
+    for itry in range(-ntry, ntry + 1):
+        idv = _F(itry + np.int64(v0)) / mx
+        sqx, sq2 = _iq4_sums(xb, w, kv, idv)
+        if sq2 > _ZERO and sqx * sqx > best * sq2:
+            d = sqx / sq2
+            best = d * sqx
+    return d, True
+
+
+@njit(cache=True)
+def _iq4_pack(L, out, o_qs):
+    for i in range(L.shape[0] // 32):
+        for j in range(16):
+            out[o_qs + 16 * i + j] = L[32 * i + j] | (L[32 * i + 16 + j] << 4)
+
+
+@njit(cache=True)
+def _iq4_nl_block(x, out, kv, ntry, o_d, o_qs):
+    L = np.full(32, 8, np.uint8)      # see the module docstring (ntry < 0)
+    d, _ = _iq4_sub_scale(x, kv, ntry, L)
+    _put_u16(out, o_d, _fp16_bits(d))
+    if ntry > 0:
+        idv = _ONE / d if d != _ZERO else _ZERO
+        for j in range(32):
+            L[j] = _best_index(kv, idv * x[j])
+    _iq4_pack(L, out, o_qs)
+    return _OK
+
+
+@njit(cache=True)
+def _iq4_xs_block(x, out, kv, o_d, o_sh, o_sl, o_qs):
+    nsub = x.shape[0] // 32
+    L = np.zeros(x.shape[0], np.uint8)
+    scales = np.empty(nsub, np.float32)
+    amax_scale = _ZERO
+    max_scale = _ZERO
+    for ib in range(nsub):
+        d, _ = _iq4_sub_scale(x[32 * ib:32 * ib + 32], kv, 7, L[32 * ib:32 * ib + 32])
+        scales[ib] = d
+        if abs(d) > amax_scale:
+            amax_scale = abs(d)
+            max_scale = d
+    d = (-max_scale) / _F(32.0)
+    _put_u16(out, o_d, _fp16_bits(d))
+    idv = _ONE / d if d != _ZERO else _ZERO
+    sh = 0
+    for ib in range(nsub):
+        l = nearest_int(idv * scales[ib])
+        l = max(-32, min(31, l))
+        dl = d * _F(l)
+        idl = _ONE / dl if dl != _ZERO else _ZERO
+        for j in range(32):
+            L[32 * ib + j] = _best_index(kv, idl * x[32 * ib + j])
+        l += 32
+        if ib % 2 == 0:
+            out[o_sl + ib // 2] = l & 15
+        else:
+            out[o_sl + ib // 2] |= (l & 15) << 4
+        sh |= (l >> 4) << (2 * ib)
+    _put_u16(out, o_sh, sh)
+    _iq4_pack(L, out, o_qs)
+    return _OK
+
+
+# ---------------------------------------------------------------- grid search (IQ3, IQ2_S)
+
+@njit(cache=True)
+def _best_neighbour(u, gpos, nb_start, nb_count, nb, xval, waux, scale, L):
+    """ggml `iq2_find_best_neighbour` / `iq3_find_best_neighbour`: among the
+    neighbours of lattice point u, the row with the least weighted squared
+    error (first wins); writes its levels to L. Returns -1 where ggml
+    asserts (no neighbour, or none with d2 < FLT_MAX)."""
+    n = xval.shape[0]
+    best_d2 = _FLT_MAX
+    gi = -1
+    s = nb_start[u]
+    for k in range(nb_count[u]):
+        g = nb[s + k]
+        d2 = _ZERO
+        for i in range(n):
+            diff = scale * _F(gpos[g, i]) - xval[i]
+            d2 += waux[i] * diff * diff
+        if d2 < best_d2:
+            best_d2 = d2
+            gi = g
+    if gi >= 0:
+        for i in range(n):
+            L[i] = (gpos[gi, i] - 1) // 2
+    return gi
+
+
+@njit(cache=True)
+def _lattice_index(xg, idv, bits, lmax, L):
+    # levels nearest_int(0.5*(id*x - 1)) clamped to 0..lmax, and their index
+    u = 0
+    for i in range(xg.shape[0]):
+        l = nearest_int(_HALF * (idv * xg[i] - _ONE))
+        l = max(0, min(lmax, l))
+        L[i] = l
+        u |= l << (bits * i)
+    return u
+
+
+@njit(cache=True)
+def _level_sums(xval, weight, L):
+    sumqx = _ZERO
+    sumq2 = _ZERO
+    for i in range(xval.shape[0]):
+        q = _F(2 * L[i] + 1)
+        sumqx += weight[i] * xval[i] * q
+        sumq2 += weight[i] * q * q
+    return sumqx, sumq2
+
+
+@njit(cache=True)
+def _grid_scale(xval, weight, waux, mx, L, gpos, kmap, nb_start, nb_count, nb,
+                n, bits, kmaxq, nstep, step, on_grid_init, skip_on_grid):
+    """The scale search shared by ggml's IQ3_XXS, IQ3_S and IQ2_S quantizers.
+
+    xval: |x| of one sub-block (groups of n values), weight / waux: weights
+    and their square roots, mx: max(xval). Tries ids (2*kmaxq - 1 + is*step)
+    / mx for is in -nstep..nstep, mapping each group to the lattice and,
+    off the grid, to its best neighbour; keeps the id with the largest
+    sumqx^2 / sumq2. Then groups off the grid are mapped again with the
+    kept scale, and the scale is refitted. Writes the levels to L (each
+    group a grid row) and returns (scale, status)."""
+    ng = xval.shape[0] // n
+    lmax = kmaxq - 1
+    laux = np.zeros(xval.shape[0], np.int64)
+    on_grid = np.empty(ng, np.bool_)
+    on_grid_aux = np.empty(ng, np.bool_)
+    for k in range(ng):
+        on_grid[k] = on_grid_init
+    for i in range(xval.shape[0]):
+        L[i] = 0
+    best = _ZERO
+    scale = mx / _F(2 * kmaxq - 1)
+    for st in range(-nstep, nstep + 1):
+        idv = (_F(2 * kmaxq - 1) + _F(st) * step) / mx
+        this_scale = _ONE / idv
+        for k in range(ng):
+            g = slice(n * k, n * k + n)
+            u = _lattice_index(xval[g], idv, bits, lmax, laux[g])
+            on_grid_aux[k] = True
+            if kmap[u] < 0:
+                on_grid_aux[k] = False
+                if _best_neighbour(u, gpos, nb_start, nb_count, nb, xval[g],
+                                   waux[g], this_scale, laux[g]) < 0:
+                    return scale, _NO_NEIGHBOUR
+        sumqx, sumq2 = _level_sums(xval, weight, laux)
+        if sumq2 > _ZERO and sumqx * sumqx > best * sumq2:
+            scale = sumqx / sumq2
+            best = scale * sumqx
+            L[:] = laux
+            on_grid[:] = on_grid_aux
+    n_off = 0
+    for k in range(ng):
+        if not on_grid[k]:
+            n_off += 1
+    if n_off > 0 and scale > _ZERO:
+        idv = _ONE / scale
+        for k in range(ng):
+            if skip_on_grid and on_grid[k]:
+                continue
+            g = slice(n * k, n * k + n)
+            u = _lattice_index(xval[g], idv, bits, lmax, L[g])
+            if kmap[u] < 0:
+                if _best_neighbour(u, gpos, nb_start, nb_count, nb, xval[g],
+                                   waux[g], scale, L[g]) < 0:
+                    return scale, _NO_NEIGHBOUR
+        sumqx, sumq2 = _level_sums(xval, weight, L)
+        if sumq2 > _ZERO:
+            scale = sumqx / sumq2
+    return scale, _OK
+
+
+@njit(cache=True)
+def _grid_row(L, kmap, bits):
+    # grid row of the levels L (a grid point by construction), -1 if not
+    u = 0
+    for i in range(L.shape[0]):
+        u |= L[i] << (bits * i)
+    return kmap[u]
+
+
+@njit(cache=True)
+def _abs_and_signs(xb, xval):
+    # xval = |x| as ggml forms it (x >= 0 keeps x, so -0 stays -0), and the
+    # sign bit of each negative x, 8 values per byte
+    signs = np.zeros(xb.shape[0] // 8, np.int64)
+    for i in range(xb.shape[0]):
+        if xb[i] >= _ZERO:
+            xval[i] = xb[i]
+        else:
+            xval[i] = -xb[i]
+            signs[i // 8] |= 1 << (i % 8)
+    return signs
+
+
+@njit(cache=True)
+def _scale_code(idv, s):
+    # 4-bit sub-block scale: nearest_int(0.5*(id*s - 1)) clamped to 0..15
+    return max(0, min(15, nearest_int(_HALF * (idv * s - _ONE))))
+
+
+@njit(cache=True)
+def _iq3_xxs_block(x, out, gpos, kmap, nb_start, nb_count, nb, o_d, o_qs, o_sas):
+    nsub = x.shape[0] // 32
+    scales = np.zeros(nsub, np.float32)
+    sas = np.zeros(nsub, np.int64)
+    weight = np.empty(32, np.float32)
+    waux = np.empty(32, np.float32)
+    xval = np.empty(32, np.float32)
+    L = np.zeros(32, np.int64)
+    max_scale = _ZERO
+    for ib in range(nsub):
+        xb = x[32 * ib:32 * ib + 32]
+        for i in range(32):
+            weight[i] = xb[i] * xb[i]
+        for i in range(32):
+            waux[i] = np.sqrt(weight[i])
+        signs = _abs_and_signs(xb, xval)
+        for k in range(4):
+            # an odd count of negatives: flip the least important value, so
+            # the 7 stored bits imply the 8th (even parity)
+            nflip = 0
+            for i in range(8):
+                nflip += (signs[k] >> i) & 1
+            if nflip % 2 == 1:
+                imin = 0
+                vmin = weight[8 * k] * xb[8 * k] * xb[8 * k]
+                for i in range(1, 8):
+                    a = weight[8 * k + i] * xb[8 * k + i] * xb[8 * k + i]
+                    if a < vmin:
+                        vmin = a
+                        imin = i
+                xval[8 * k + imin] = -xval[8 * k + imin]
+                signs[k] ^= 1 << imin
+            signs[k] &= 127
+        mx = xval[0]
+        for i in range(1, 32):
+            mx = _fmax(mx, xval[i])
+        if mx < _F(1e-8):
+            scales[ib] = _ZERO
+            continue
+        scale, st = _grid_scale(xval, weight, waux, mx, L, gpos, kmap, nb_start,
+                                nb_count, nb, 4, 3, 8, 15, _F(0.2), True, True)
+        if st != _OK:
+            return st
+        if scale < _ZERO:
+            scale = -scale
+            for k in range(4):
+                signs[k] = (~signs[k]) & 127
+        for k in range(8):
+            g = _grid_row(L[4 * k:4 * k + 4], kmap, 3)
+            if g < 0:
+                return _OFF_GRID
+            out[o_qs + 8 * ib + k] = g
+        sas[ib] = signs[0] | (signs[1] << 7) | (signs[2] << 14) | (signs[3] << 21)
+        if not scale >= _ZERO:
+            return _BAD_SCALE
+        scales[ib] = scale
+        max_scale = _fmax(max_scale, scale)
+    if max_scale == _ZERO:
+        out[:] = 0
+        return _OK
+    d = max_scale / _F(31.0)
+    _put_u16(out, o_d, _fp16_bits(d * _F(1.0125)))
+    idv = _ONE / d
+    for ib in range(nsub):
+        _put_u32(out, o_sas + 4 * ib, sas[ib] | (_scale_code(idv, scales[ib]) << 28))
+    return _OK
+
+
+@njit(cache=True)
+def _iq3_s_block(x, out, gpos, kmap, nb_start, nb_count, nb,
+                 o_d, o_qs, o_qh, o_signs, o_scales):
+    nsub = x.shape[0] // 32
+    scales = np.zeros(nsub, np.float32)
+    weight = np.empty(32, np.float32)
+    waux = np.empty(32, np.float32)
+    xval = np.empty(32, np.float32)
+    L = np.zeros(32, np.int64)
+    max_scale = _ZERO
+    qs = o_qs          # ggml advances these only past non-zero sub-blocks
+    sg = o_signs
+    for ib in range(nsub):
+        xb = x[32 * ib:32 * ib + 32]
+        for i in range(32):
+            weight[i] = xb[i] * xb[i]
+        for i in range(32):
+            waux[i] = np.sqrt(weight[i])
+        signs = _abs_and_signs(xb, xval)
+        mx = xval[0]
+        for i in range(1, 32):
+            mx = _fmax(mx, xval[i])
+        if mx == _ZERO:
+            scales[ib] = _ZERO
+            continue
+        scale, st = _grid_scale(xval, weight, waux, mx, L, gpos, kmap, nb_start,
+                                nb_count, nb, 4, 3, 8, 9, _F(0.2), False, False)
+        if st != _OK:
+            return st
+        if scale < _ZERO:
+            scale = -scale
+            for k in range(4):
+                signs[k] = (~signs[k]) & 255
+        for k in range(8):
+            g = _grid_row(L[4 * k:4 * k + 4], kmap, 3)
+            if g < 0:
+                return _OFF_GRID
+            out[qs + k] = g & 255
+            out[o_qh + (8 * ib + k) // 8] |= (g >> 8) << ((8 * ib + k) % 8)
+        qs += 8
+        for k in range(4):
+            out[sg + k] = signs[k]
+        sg += 4
+        if not scale >= _ZERO:
+            return _BAD_SCALE
+        scales[ib] = scale
+        max_scale = _fmax(max_scale, scale)
+    if max_scale == _ZERO:
+        return _OK
+    d = max_scale / _F(31.0)
+    _put_u16(out, o_d, _fp16_bits(d * _F(1.033)))
+    idv = _ONE / d
+    for ib in range(0, nsub, 2):
+        out[o_scales + ib // 2] = (_scale_code(idv, scales[ib])
+                                   | (_scale_code(idv, scales[ib + 1]) << 4))
+    return _OK
+
+
+@njit(cache=True)
+def _iq2_s_block(x, out, gpos, kmap, nb_start, nb_count, nb,
+                 o_d, o_qs, o_signs, o_qh, o_scales):
+    nsub = x.shape[0] // 16
+    scales = np.zeros(nsub, np.float32)
+    weight = np.empty(16, np.float32)
+    waux = np.empty(16, np.float32)
+    xval = np.empty(16, np.float32)
+    L = np.zeros(16, np.int64)
+    sumx2 = _ZERO
+    for i in range(x.shape[0]):
+        sumx2 += x[i] * x[i]
+    sigma2 = _F(2.0) * sumx2 / _F(x.shape[0])
+    max_scale = _ZERO
+    for ib in range(nsub):
+        xb = x[16 * ib:16 * ib + 16]
+        for i in range(16):
+            weight[i] = _F(0.25) * sigma2 + xb[i] * xb[i]
+        for i in range(16):
+            waux[i] = np.sqrt(weight[i])
+        signs = _abs_and_signs(xb, xval)
+        mx = xval[0]
+        for i in range(1, 16):
+            mx = _fmax(mx, xval[i])
+        if mx < _F(1e-8):
+            scales[ib] = _ZERO
+            continue
+        scale, st = _grid_scale(xval, weight, waux, mx, L, gpos, kmap, nb_start,
+                                nb_count, nb, 8, 2, 3, 9, _F(0.1), True, True)
+        if st != _OK:
+            return st
+        if scale < _ZERO:
+            scale = -scale
+            for k in range(2):
+                signs[k] = (~signs[k]) & 255
+        for k in range(2):
+            g = _grid_row(L[8 * k:8 * k + 8], kmap, 2)
+            if g < 0:
+                return _OFF_GRID
+            i8 = 2 * ib + k
+            out[o_qs + i8] = g & 255
+            out[o_qh + i8 // 4] |= (g >> 8) << (2 * (i8 % 4))
+            out[o_signs + i8] = signs[k]
+        if not scale >= _ZERO:
+            return _BAD_SCALE
+        scales[ib] = scale
+        max_scale = _fmax(max_scale, scale)
+    if max_scale == _ZERO:
+        return _OK
+    d = max_scale / _F(31.0)
+    _put_u16(out, o_d, _fp16_bits(d * _F(0.9875)))
+    idv = _ONE / d
+    for ib in range(nsub):
+        l = _scale_code(idv, scales[ib])
+        if ib % 2 == 0:
+            out[o_scales + ib // 2] = l
+        else:
+            out[o_scales + ib // 2] |= l << 4
+    return _OK
+
+
+# ---------------------------------------------------------------- drivers
+
+_NL = block_format(T.IQ4_NL)
+_XS = block_format(T.IQ4_XS)
+_3XXS = block_format(T.IQ3_XXS)
+_3S = block_format(T.IQ3_S)
+_2S = block_format(T.IQ2_S)
+
+_KV = KVALUES_IQ4NL.astype(np.float32)
+
+
+@njit(parallel=True, cache=True)
+def _run_iq4_nl(x, out, kv, ntry, o_d, o_qs):
+    status = np.zeros(x.shape[0], np.int8)
+    for i in prange(x.shape[0]):
+        status[i] = _iq4_nl_block(x[i], out[i], kv, ntry, o_d, o_qs)
+    return status
+
+
+@njit(parallel=True, cache=True)
+def _run_iq4_xs(x, out, kv, o_d, o_sh, o_sl, o_qs):
+    status = np.zeros(x.shape[0], np.int8)
+    for i in prange(x.shape[0]):
+        status[i] = _iq4_xs_block(x[i], out[i], kv, o_d, o_sh, o_sl, o_qs)
+    return status
+
+
+@njit(parallel=True, cache=True)
+def _run_iq3_xxs(x, out, gpos, kmap, nb_start, nb_count, nb, o_d, o_qs, o_sas):
+    status = np.zeros(x.shape[0], np.int8)
+    for i in prange(x.shape[0]):
+        status[i] = _iq3_xxs_block(x[i], out[i], gpos, kmap, nb_start, nb_count,
+                                   nb, o_d, o_qs, o_sas)
+    return status
+
+
+@njit(parallel=True, cache=True)
+def _run_iq3_s(x, out, gpos, kmap, nb_start, nb_count, nb,
+               o_d, o_qs, o_qh, o_signs, o_scales):
+    status = np.zeros(x.shape[0], np.int8)
+    for i in prange(x.shape[0]):
+        status[i] = _iq3_s_block(x[i], out[i], gpos, kmap, nb_start, nb_count,
+                                 nb, o_d, o_qs, o_qh, o_signs, o_scales)
+    return status
+
+
+@njit(parallel=True, cache=True)
+def _run_iq2_s(x, out, gpos, kmap, nb_start, nb_count, nb,
+               o_d, o_qs, o_signs, o_qh, o_scales):
+    status = np.zeros(x.shape[0], np.int8)
+    for i in prange(x.shape[0]):
+        status[i] = _iq2_s_block(x[i], out[i], gpos, kmap, nb_start, nb_count,
+                                 nb, o_d, o_qs, o_signs, o_qh, o_scales)
+    return status
+
+
+def _prepare(x, fmt) -> np.ndarray:
+    """Check the (n_blocks, QK) float32 input of a quantizer of `fmt`."""
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32:
+        raise TypeError(f"{fmt.name} quantizer: expected a float32 numpy array, "
+                        f"got {getattr(x, 'dtype', type(x).__name__)}")
+    if x.ndim != 2 or x.shape[1] != fmt.block_values:
+        raise ValueError(f"{fmt.name} quantizer: expected shape (n_blocks, "
+                         f"{fmt.block_values}), got {x.shape}")
+    bad = ~np.isfinite(x)
+    if bad.any():
+        b, j = np.argwhere(bad)[0]
+        raise ValueError(f"{fmt.name} quantizer: non-finite input {x[b, j]!r} "
+                         f"in block {b}, value {j}; ggml's quantizer has no "
+                         f"defined result for NaN or Inf")
+    return np.ascontiguousarray(x)
+
+
+def _check(status, fmt) -> None:
+    if status.any():
+        b = int(np.flatnonzero(status)[0])
+        raise ValueError(f"{fmt.name} quantizer: ggml's quantizer aborts on block "
+                         f"{b} ({_ABORT_REASONS[int(status[b])]})")
+
+
+def _quantize_iq4_nl(x, ntry):
+    x = _prepare(x, _NL)
+    out = np.zeros((x.shape[0], _NL.block_bytes), np.uint8)
+    _check(_run_iq4_nl(x, out, _KV, ntry, _NL.offset("d"), _NL.offset("qs")), _NL)
+    return out
+
+
+@register_quantize(T.IQ4_NL)
+def quantize_iq4_nl_ref(x: np.ndarray) -> np.ndarray:
+    """IQ4_NL blocks of x, ggml `quantize_row_iq4_nl_ref` (ntry = -1).
+
+    x: float32 (n_blocks, 32), finite. Returns uint8 (n_blocks, 18) in the
+    IQ4_NL layout. Per block: d0 = max/-127 with max the first value of
+    largest |x|; codes = nearest of `kvalues_iq4nl` to x/d0; d = the
+    weighted (x^2) least-squares scale of those codes, stored as fp16. A
+    block with max |x| < 1e-15 gets d = 0 and codes 0x88 (see the module
+    docstring). Errors: TypeError for a non-float32 array, ValueError for a
+    bad shape or NaN/Inf input.
+    """
+    return _quantize_iq4_nl(x, -1)
+
+
+def quantize_iq4_nl_chunk(x: np.ndarray) -> np.ndarray:
+    """IQ4_NL blocks of x as ggml `ggml_quantize_chunk` makes them without an
+    importance matrix (`quantize_iq4_nl`, ntry = 7: 15 more trial scales
+    (-127 + t)/max, t in -7..7, and the codes redone with the final d).
+
+    This is what llama.cpp's `llama-quantize` writes. Shapes, dtypes and
+    errors as `quantize_iq4_nl_ref`.
+    """
+    return _quantize_iq4_nl(x, 7)
+
+
+@register_quantize(T.IQ4_XS)
+def quantize_iq4_xs_ref(x: np.ndarray) -> np.ndarray:
+    """IQ4_XS blocks of x, ggml `quantize_row_iq4_xs_ref` (= `quantize_iq4_xs`
+    without an importance matrix).
+
+    x: float32 (n_blocks, 256), finite. Returns uint8 (n_blocks, 136). Each
+    32-value sub-block gets a scale as IQ4_NL's chunk quantizer finds it
+    (ntry = 7); d = -max_scale/32 as fp16, 6-bit sub-block scales
+    nearest_int(s/d) clamped to -32..31 (stored + 32), codes redone with
+    each sub-block's d*l. Errors as `quantize_iq4_nl_ref`.
+    """
+    x = _prepare(x, _XS)
+    out = np.zeros((x.shape[0], _XS.block_bytes), np.uint8)
+    _check(_run_iq4_xs(x, out, _KV, _XS.offset("d"), _XS.offset("scales_h"),
+                       _XS.offset("scales_l"), _XS.offset("qs")), _XS)
+    return out
+
+
+def _grid_args(name):
+    m = grid_map(name)
+    return m.pos, m.kmap, m.nb_start, m.nb_count, m.nb
+
+
+@register_quantize(T.IQ3_XXS)
+def quantize_iq3_xxs_ref(x: np.ndarray) -> np.ndarray:
+    """IQ3_XXS blocks of x, ggml `quantize_row_iq3_xxs_ref`
+    (`quantize_row_iq3_xxs_impl` with the 256-row grid, no importance matrix).
+
+    x: float32 (n_blocks, 256), finite. Returns uint8 (n_blocks, 98). Per
+    32-value sub-block (weights x^2): signs made even per 8 values by
+    flipping the least important one; 31 trial scales
+    (15 + 0.2*is)/max, groups of 4 levels mapped to `iq3xxs_grid` rows or
+    their nearest rows; d = max_scale/31 * 1.0125 as fp16, 4-bit scales.
+    Errors as `quantize_iq4_nl_ref`, plus ValueError where ggml aborts.
+    """
+    x = _prepare(x, _3XXS)
+    out = np.zeros((x.shape[0], _3XXS.block_bytes), np.uint8)
+    _check(_run_iq3_xxs(x, out, *_grid_args("iq3xxs"), _3XXS.offset("d"),
+                        _3XXS.offset("qs"), _3XXS.offset("scales_and_signs")), _3XXS)
+    return out
+
+
+@register_quantize(T.IQ3_S)
+def quantize_iq3_s_ref(x: np.ndarray) -> np.ndarray:
+    """IQ3_S blocks of x, ggml `quantize_row_iq3_s_ref` (`quantize_iq3_s`,
+    sub-blocks of 32, the 512-row grid, no importance matrix).
+
+    x: float32 (n_blocks, 256), finite. Returns uint8 (n_blocks, 110).
+    As IQ3_XXS but with 8 raw sign bits per 8 values, 19 trial scales
+    (15 + 0.2*is)/max, 9-bit grid indices (high bits in qh), and
+    d = max_scale/31 * 1.033. ggml's position slip after an all-zero
+    sub-block is kept (module docstring). Errors as `quantize_iq3_xxs_ref`.
+    """
+    x = _prepare(x, _3S)
+    out = np.zeros((x.shape[0], _3S.block_bytes), np.uint8)
+    _check(_run_iq3_s(x, out, *_grid_args("iq3s"), _3S.offset("d"), _3S.offset("qs"),
+                      _3S.offset("qh"), _3S.offset("signs"), _3S.offset("scales")), _3S)
+    return out
+
+
+@register_quantize(T.IQ2_S)
+def quantize_iq2_s_ref(x: np.ndarray) -> np.ndarray:
+    """IQ2_S blocks of x, ggml `quantize_row_iq2_s_ref` (`quantize_iq2_s`,
+    no importance matrix).
+
+    x: float32 (n_blocks, 256), finite. Returns uint8 (n_blocks, 82). Per
+    16-value sub-block (weights sigma2/4 + x^2, sigma2 = 2*sum(x^2)/256):
+    19 trial scales (5 + 0.1*is)/max, groups of 8 levels in 0..2 mapped to
+    `iq2s_grid` rows or their nearest rows; d = max_scale/31 * 0.9875 as
+    fp16, 4-bit scales. Errors as `quantize_iq3_xxs_ref`.
+    """
+    x = _prepare(x, _2S)
+    out = np.zeros((x.shape[0], _2S.block_bytes), np.uint8)
+    _check(_run_iq2_s(x, out, *_grid_args("iq2s"), _2S.offset("d"), _2S.offset("qs"),
+                      _2S.offset("signs"), _2S.offset("qh"), _2S.offset("scales")), _2S)
+    return out

@@ -132,15 +132,35 @@ def hash_tensor(t, raw, rows: int, cols: int, out_dtypes=HASH_DTYPES,
     states = {d: FNV64_OFFSET for d in out_dtypes}
     chunks = _tensor_chunks(t, raw, rows, cols, out_dtypes)
     done_rows = 0
+    step = max(1, _CHUNK_VALUES // max(cols, 1))
+
+    def advance(d, b):
+        # The FNV loops release the GIL, so the dtypes' streams run in parallel.
+        if chain is not None:
+            states[d], chain[d] = fnv1a64_pair(b, states[d], chain[d])
+        else:
+            states[d] = fnv1a64(b, states[d])
+
     for part in chunks:
-        for d, b in part.items():
-            if chain is not None:
-                states[d], chain[d] = fnv1a64_pair(b, states[d], chain[d])
-            else:
-                states[d] = fnv1a64(b, states[d])
+        if len(part) > 1 and sum(b.size for b in part.values()) >= 1 << 20:
+            list(_pool().map(lambda kv: advance(*kv), part.items()))
+        else:
+            for d, b in part.items():
+                advance(d, b)
         if progress is not None:
-            n = max(1, _CHUNK_VALUES // max(cols, 1))
-            done = min(rows, done_rows + n)
+            done = min(rows, done_rows + step)
             progress((done - done_rows) * raw.size // max(rows, 1))
             done_rows = done
     return states
+
+
+_POOL = None
+
+
+def _pool():
+    global _POOL
+    if _POOL is None:
+        import concurrent.futures
+        import os
+        _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=min(3, os.cpu_count() or 1))
+    return _POOL

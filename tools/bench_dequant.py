@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Dequant speed of the oracle against gguf-py, measured in one run.
+
+For every type both implement: IN_MIB of random valid blocks in rows of 4096
+values, best of REPS calls of `strata_ref.dequant_f32` and of
+`gguf.quants.dequantize` (both including output allocation), M values/s and
+the ratio. Also FNV-1a 64 throughput and one `strata-ref hash` timing
+when --hash is given.
+
+    python tools/bench_dequant.py [--mib 16] [--reps 3] [--types Q4_K,IQ2_XXS] [--hash]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+import gguf
+import numpy as np
+
+import strata_ref as sr
+from strata_ref.formats import dequant_types
+from strata_ref.hashing import fnv1a64
+
+
+def valid_blocks(t, n, rng):
+    """Random blocks whose fp16 fields are finite (top exponent bit cleared)
+    and whose E8M0 bytes are below 0xFF: ggml's validity rule for scales."""
+    fmt = sr.block_format(t)
+    b = rng.integers(0, 256, (n, fmt.block_bytes), dtype=np.uint8)
+    for f in fmt.fields:
+        if f.kind == "f16":
+            b[:, f.offset + 1:f.offset + f.nbytes:2] &= 0xBB
+        elif f.kind == "e8m0":
+            b[:, f.offset] = np.minimum(b[:, f.offset], 0xFE)
+        elif f.kind == "f32":
+            b[:, f.offset + 3:f.offset + f.nbytes:4] &= 0xBF
+    if t == sr.GGMLType.IQ1_M:      # its fp16 d lives in the top nibbles of scales
+        o = fmt.offset("scales") + 7
+        b[:, o] &= 0xBF
+    return b
+
+
+def best(fn, reps):
+    t = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        t.append(time.perf_counter() - t0)
+    return min(t)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mib", type=float, default=16)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--types", default=None)
+    ap.add_argument("--hash", action="store_true", help="also time `strata-ref hash` (all three dtypes)")
+    a = ap.parse_args()
+    rng = np.random.default_rng(0)
+    types = [sr.parse_type(t) for t in a.types.split(",")] if a.types else \
+        [sr.GGMLType.F16, sr.GGMLType.BF16] + dequant_types()
+    print(f"# {os.cpu_count()} CPUs, numba threads {os.environ.get('NUMBA_NUM_THREADS', 'default')}, "
+          f"{a.mib} MiB input per type, best of {a.reps}")
+    print(f"{'type':<8} {'M values':>9} {'oracle Mv/s':>12} {'gguf-py Mv/s':>13} {'ratio':>6}")
+    worst = None
+    for t in types:
+        fmt = sr.block_format(t)
+        cols = 4096 if 4096 % fmt.block_values == 0 else fmt.block_values * 64
+        row_bytes = cols // fmt.block_values * fmt.block_bytes
+        rows = max(1, int(a.mib * 2 ** 20) // row_bytes)
+        raw = valid_blocks(t, rows * cols // fmt.block_values, rng).reshape(-1)
+        nval = rows * cols
+        sr.dequant_f32(t, raw[:row_bytes], 1, cols)                # compile outside the timing
+        ours = best(lambda: sr.dequant_f32(t, raw, rows, cols), a.reps)
+        try:
+            qt = gguf.GGMLQuantizationType(int(t))
+            gguf.quants.dequantize(raw[:row_bytes], qt)
+            theirs = best(lambda: gguf.quants.dequantize(raw.reshape(rows, row_bytes), qt), a.reps)
+        except (ValueError, NotImplementedError):
+            theirs = None
+        r = f"{theirs / ours:6.1f}" if theirs else "     -"
+        g = f"{nval / theirs / 1e6:13.0f}" if theirs else f"{'n/a':>13}"
+        print(f"{t.name:<8} {nval / 1e6:9.1f} {nval / ours / 1e6:12.0f} {g} {r}", flush=True)
+        if theirs:
+            worst = min(worst or 1e9, theirs / ours)
+    if worst is not None:
+        print(f"# lowest ratio over gguf-py: {worst:.1f}x")
+    data = rng.integers(0, 256, 256 << 20, dtype=np.uint8)
+    fnv1a64(data[:16])
+    s = best(lambda: fnv1a64(data), a.reps)
+    print(f"FNV-1a 64: {data.size / s / 1e9:.2f} GB/s (one core)")
+    if a.hash:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "strata_ref.cli", "hash", "--no-progress"],
+                       check=True, stdout=subprocess.DEVNULL)
+        print(f"strata-ref hash (SmolLM2, f32+f16+bf16, fresh process): {time.perf_counter() - t0:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -12,15 +12,21 @@
 
 namespace strata {
 
+// A scale was Inf or NaN: make every NaN output the canonical NaN.
+__device__ __forceinline__ void canonicalize8(float *y) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) y[j] = as_f32(out_f32_bits(y[j]));
+}
+
 // Row-major kernel for any ld % 8 == 0: thread c of a launch is chunk
 // c % cpr of row c / cpr (cpr = cols/8 chunks per row).
 template <class W, int OUT>
 __global__ void __launch_bounds__(256)
 dequant_wide_kernel(const uint8_t *__restrict__ blocks, long long row0, unsigned rows,
                     long long cols, long long ld, void *__restrict__ out) {
-    __shared__ int8_t kv[16];
+    __shared__ float kv[16];
     if constexpr (W::KV) {
-        if (threadIdx.x < 16) kv[threadIdx.x] = tab_kvalues_iq4nl[threadIdx.x];
+        if (threadIdx.x < 16) kv[threadIdx.x] = (float)tab_kvalues_iq4nl[threadIdx.x];
         __syncthreads();
     }
     const unsigned cpr = (unsigned)(cols / 8);
@@ -31,8 +37,8 @@ dequant_wide_kernel(const uint8_t *__restrict__ blocks, long long row0, unsigned
     const long long row_bytes = (cols / W::QK) * W::B;
     const uint8_t *b = blocks + (row0 + r) * row_bytes + (long long)(ci / CPB) * W::B;
     float y[8];
-    W::chunk(b, ci % CPB, kv, y);
-    store8<OUT>(out, (long long)r * ld + 8LL * ci, y);
+    if (!W::chunk(b, ci % CPB, kv, y)) canonicalize8(y);
+    store8_canonical<OUT>(out, (long long)r * ld + 8LL * ci, y);
 }
 
 // Q8_0 with ld == cols: the rows are one flat run of blocks and outputs, so
@@ -44,8 +50,9 @@ dequant_wide_q8_0_kernel(const uint8_t *__restrict__ blocks, unsigned chunks,
     const unsigned c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= chunks) return;
     float y[8];
-    WideQ8_0::chunk(blocks + (long long)(c >> 2) * WideQ8_0::B, c & 3, nullptr, y);
-    store8<OUT>(out, 8LL * c, y);
+    if (!WideQ8_0::chunk(blocks + (long long)(c >> 2) * WideQ8_0::B, c & 3, nullptr, y))
+        canonicalize8(y);
+    store8_canonical<OUT>(out, 8LL * c, y);
 }
 
 bool wide_has_kernel(int type, int out_dtype) {

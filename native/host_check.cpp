@@ -42,7 +42,13 @@ static void run_wide(const std::vector<uint8_t> &in, std::vector<uint32_t> &out)
     for (size_t i = 0; i < n; ++i)
         for (int c = 0; c < W::QK / 8; ++c) {
             float y[8];
-            W::chunk(in.data() + i * W::B, c, tab_kvalues_iq4nl, y);
+            float kv[16];
+            for (int k = 0; k < 16; ++k) kv[k] = (float)tab_kvalues_iq4nl[k];
+            const bool finite = W::chunk(in.data() + i * W::B, c, kv, y);
+            // the kernel canonicalises only when a scale is not finite: check
+            // that no NaN escapes when chunk() reported finite scales
+            for (int j = 0; j < 8; ++j)
+                if (finite && y[j] != y[j]) y[j] = as_f32(0x7FC0DEADu);
             for (int j = 0; j < 8; ++j) out[i * W::QK + 8 * c + j] = out_f32_bits(y[j]);
         }
 }

@@ -15,8 +15,10 @@
 #include <stdint.h>
 
 #ifdef __CUDACC__
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #else
+#include <math.h>
 #include <string.h>
 #define __device__
 #define __host__
@@ -58,13 +60,39 @@ __device__ __forceinline__ uint32_t as_u32(float v) { return __float_as_uint(v);
 __device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
 __device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
 __device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b); }
+__device__ __forceinline__ float fma_rn(float a, float b, float c) { return __fmaf_rn(a, b, c); }
 #else
 inline float as_f32(uint32_t u) { float v; memcpy(&v, &u, 4); return v; }
 inline uint32_t as_u32(float v) { uint32_t u; memcpy(&u, &v, 4); return u; }
 inline float mul(float a, float b) { return a * b; }
 inline float add(float a, float b) { return a + b; }
 inline float sub(float a, float b) { return a - b; }
+inline float fma_rn(float a, float b, float c) { return fmaf(a, b, c); }
 #endif
+
+// Byte permute (CUDA __byte_perm with selector nibbles < 8): byte k of the
+// result is byte (s >> 4k) & 7 of the 8-byte value y:x.
+#ifdef __CUDACC__
+__device__ __forceinline__ uint32_t perm(uint32_t x, uint32_t y, uint32_t s) {
+    return __byte_perm(x, y, s);
+}
+#else
+inline uint32_t perm(uint32_t x, uint32_t y, uint32_t s) {
+    const uint64_t v = ((uint64_t)y << 32) | x;
+    uint32_t r = 0;
+    for (int k = 0; k < 4; ++k) r |= (uint32_t)((v >> (8 * ((s >> (4 * k)) & 7))) & 0xFF) << (8 * k);
+    return r;
+}
+#endif
+
+// The small integer (byte k of w) − bias as f32, without an int-to-float
+// conversion instruction: the bits 0x4B000000 | u are the float 2^23 + u, and
+// subtracting 2^23 + bias is exact for u < 2^23 (so (float)0 stays +0).
+// Same value as (float)(u − bias); the wide kernels use it because I2F runs
+// at a quarter of the FP32 rate.
+__device__ __forceinline__ float byte_minus(uint32_t w, int k, float two23_plus_bias) {
+    return sub(as_f32(perm(w, 0x4B000000u, 0x7540u | (uint32_t)k)), two23_plus_bias);
+}
 
 // fp16 bits -> f32. Exact for every non-NaN half (formats.md §4); a NaN
 // scale only ever yields NaN outputs, which the stores canonicalise.
@@ -105,29 +133,41 @@ __device__ __forceinline__ uint16_t out_bf16_bits(float v) {
     return bf16_bits_ggml(out_f32_bits(v));
 }
 
-// Eight consecutive outputs, 8·size bytes at a 16-byte aligned address:
-// one 16-byte store for f16/bf16, two for f32.
+// Eight outputs whose NaNs are already canonical (the wide kernels check
+// their scales once per chunk and canonicalise only when a scale is not
+// finite). A canonical f32 NaN narrows to 0x7FFF both under payload
+// truncation and under hardware NaN canonicalisation, and under ggml's bf16
+// rule, so the pair conversions need no NaN test of their own.
 template <int OUT>
-__device__ __forceinline__ void store8(void *out, long long idx, const float *y) {
+__device__ __forceinline__ void store8_canonical(void *out, long long idx, const float *y) {
+    uint32_t h[4];
     if (OUT == OUT_F32) {
         uint4 a, b;
-        a.x = out_f32_bits(y[0]); a.y = out_f32_bits(y[1]);
-        a.z = out_f32_bits(y[2]); a.w = out_f32_bits(y[3]);
-        b.x = out_f32_bits(y[4]); b.y = out_f32_bits(y[5]);
-        b.z = out_f32_bits(y[6]); b.w = out_f32_bits(y[7]);
+        a.x = as_u32(y[0]); a.y = as_u32(y[1]); a.z = as_u32(y[2]); a.w = as_u32(y[3]);
+        b.x = as_u32(y[4]); b.y = as_u32(y[5]); b.z = as_u32(y[6]); b.w = as_u32(y[7]);
         uint4 *p = reinterpret_cast<uint4 *>(static_cast<float *>(out) + idx);
         p[0] = a;
         p[1] = b;
-    } else {
-        uint32_t h[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-            h[j] = OUT == OUT_F16 ? out_f16_bits(y[j]) : out_bf16_bits(y[j]);
-        uint4 v;
-        v.x = h[0] | (h[1] << 16); v.y = h[2] | (h[3] << 16);
-        v.z = h[4] | (h[5] << 16); v.w = h[6] | (h[7] << 16);
-        *reinterpret_cast<uint4 *>(static_cast<uint16_t *>(out) + idx) = v;
+        return;
     }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        if (OUT == OUT_F16) {
+            const __half2 v = __floats2half2_rn(y[2 * k], y[2 * k + 1]);   // RNE, as __float2half_rn
+            h[k] = *reinterpret_cast<const uint32_t *>(&v);
+        } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+            // Hardware RNE (cvt.rn.bf16x2.f32): ggml's rule for every non-NaN value,
+            // subnormals kept and overflow to ±Inf included.
+            const __nv_bfloat162 v = __floats2bfloat162_rn(y[2 * k], y[2 * k + 1]);
+            h[k] = *reinterpret_cast<const uint32_t *>(&v);
+#else
+            h[k] = (uint32_t)bf16_bits_ggml(as_u32(y[2 * k])) |
+                   ((uint32_t)bf16_bits_ggml(as_u32(y[2 * k + 1])) << 16);
+#endif
+        }
+    }
+    *reinterpret_cast<uint4 *>(static_cast<uint16_t *>(out) + idx) = make_uint4(h[0], h[1], h[2], h[3]);
 }
 
 // One scalar store of output element idx, dtype chosen at run time.

@@ -1,27 +1,43 @@
 // Wide kernels' per-chunk formulas: values 8c … 8c+7 of the block at b, one
-// struct per type (spec/kernels.md §4). Each keeps the formats.md §5
-// expression of every value; only the thread partition differs from
-// strata_formats.cuh. Plain C++ as well, for host_check.cpp.
+// struct per type (spec/kernels.md §4). Each value keeps its formats.md §5
+// expression; only the thread partition and the instruction choice differ
+// from strata_formats.cuh:
+// * small integers become floats through byte_minus (exactly the same value
+//   as the int-to-float conversion, without the quarter-rate I2F);
+// * Q4_K/Q5_K use one fused d1·q − m1 (__fmaf_rn): d1·q is exact
+//   (formats.md §6), so the fused and the separate operations round once, at
+//   the same place, also for signed zeros;
+// * chunk() returns whether the chunk's scales are finite. With finite
+//   scales no output can be NaN (|q·scale| stays far below FLT_MAX), so
+//   the kernel canonicalises NaNs only when a scale is not finite.
+// Plain C++ as well, for host_check.cpp.
 #pragma once
 
 #include "strata_common.cuh"
 
 namespace strata {
 
+__device__ __forceinline__ bool finite_f32(float v) {
+    return (as_u32(v) & 0x7F800000u) != 0x7F800000u;
+}
+
 // Q8_0 (34 bytes, 4 chunks): d at byte 0, the chunk's 8 quants as four u16
 // loads at 2 + 8c (legal: blocks are 2-byte aligned). y = (float)q * d.
 struct WideQ8_0 {
     static constexpr bool KV = false;
     static constexpr int QK = 32, B = 34;
-    static __device__ __forceinline__ void chunk(const uint8_t *b, int c, const int8_t *, float *y) {
+    static __device__ __forceinline__ bool chunk(const uint8_t *b, int c, const float *, float *y) {
         const uint16_t *h = reinterpret_cast<const uint16_t *>(b);
         const float d = f16_to_f32(h[0]);
+        // q + 128 = byte ^ 0x80, so (float)q = byte_minus(.., 2^23 + 128)
+        const uint32_t w0 = ((uint32_t)h[1 + 4 * c] | ((uint32_t)h[2 + 4 * c] << 16)) ^ 0x80808080u;
+        const uint32_t w1 = ((uint32_t)h[3 + 4 * c] | ((uint32_t)h[4 + 4 * c] << 16)) ^ 0x80808080u;
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            const uint32_t w = h[1 + 4 * c + k];
-            y[2 * k] = mul((float)(int8_t)(w & 255), d);
-            y[2 * k + 1] = mul((float)(int8_t)(w >> 8), d);
+            y[k] = mul(byte_minus(w0, k, 8388736.0f), d);
+            y[4 + k] = mul(byte_minus(w1, k, 8388736.0f), d);
         }
+        return finite_f32(d);
     }
 };
 
@@ -30,7 +46,7 @@ struct WideQ8_0 {
 struct WideQ4_K {
     static constexpr bool KV = false;
     static constexpr int QK = 256, B = 144;
-    static __device__ __forceinline__ void chunk(const uint8_t *b, int c, const int8_t *, float *y) {
+    static __device__ __forceinline__ bool chunk(const uint8_t *b, int c, const float *, float *y) {
         const int g = c >> 2, p = c & 3;
         int sc, m;
         scale_min_k4(b + 4, g, sc, m);
@@ -39,12 +55,13 @@ struct WideQ4_K {
         const float m1 = mul(f16_to_f32(h[1]), (float)m);
         const uint2 q = *reinterpret_cast<const uint2 *>(b + 16 + 32 * (g >> 1) + 8 * p);
         const int shift = 4 * (g & 1);
+        const uint32_t x0 = (q.x >> shift) & 0x0F0F0F0Fu, x1 = (q.y >> shift) & 0x0F0F0F0Fu;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const uint32_t w = j < 4 ? q.x : q.y;
-            const uint32_t x = (w >> (8 * (j & 3) + shift)) & 15;
-            y[j] = sub(mul(d1, (float)x), m1);
+        for (int k = 0; k < 4; ++k) {
+            y[k] = fma_rn(d1, byte_minus(x0, k, 8388608.0f), -m1);
+            y[4 + k] = fma_rn(d1, byte_minus(x1, k, 8388608.0f), -m1);
         }
+        return finite_f32(d1) && finite_f32(m1);
     }
 };
 
@@ -53,7 +70,7 @@ struct WideQ4_K {
 struct WideQ5_K {
     static constexpr bool KV = false;
     static constexpr int QK = 256, B = 176;
-    static __device__ __forceinline__ void chunk(const uint8_t *b, int c, const int8_t *, float *y) {
+    static __device__ __forceinline__ bool chunk(const uint8_t *b, int c, const float *, float *y) {
         const int g = c >> 2, p = c & 3;
         int sc, m;
         scale_min_k4(b + 4, g, sc, m);
@@ -63,14 +80,14 @@ struct WideQ5_K {
         const uint2 q = *reinterpret_cast<const uint2 *>(b + 48 + 32 * (g >> 1) + 8 * p);
         const uint2 qh = *reinterpret_cast<const uint2 *>(b + 16 + 8 * p);
         const int shift = 4 * (g & 1);
+        const uint32_t x0 = ((q.x >> shift) & 0x0F0F0F0Fu) | (((qh.x >> g) & 0x01010101u) << 4);
+        const uint32_t x1 = ((q.y >> shift) & 0x0F0F0F0Fu) | (((qh.y >> g) & 0x01010101u) << 4);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const uint32_t w = j < 4 ? q.x : q.y;
-            const uint32_t wh = j < 4 ? qh.x : qh.y;
-            const uint32_t x = ((w >> (8 * (j & 3) + shift)) & 15) |
-                               (((wh >> (8 * (j & 3) + g)) & 1) << 4);
-            y[j] = sub(mul(d1, (float)x), m1);
+        for (int k = 0; k < 4; ++k) {
+            y[k] = fma_rn(d1, byte_minus(x0, k, 8388608.0f), -m1);
+            y[4 + k] = fma_rn(d1, byte_minus(x1, k, 8388608.0f), -m1);
         }
+        return finite_f32(d1) && finite_f32(m1);
     }
 };
 
@@ -79,7 +96,7 @@ struct WideQ5_K {
 struct WideQ6_K {
     static constexpr bool KV = false;
     static constexpr int QK = 256, B = 210;
-    static __device__ __forceinline__ void chunk(const uint8_t *b, int c, const int8_t *, float *y) {
+    static __device__ __forceinline__ bool chunk(const uint8_t *b, int c, const float *, float *y) {
         const int h = c >> 4, t = (c >> 2) & 3, p = c & 3;
         const uint16_t *hw = reinterpret_cast<const uint16_t *>(b);
         const float d = f16_to_f32(hw[104]);
@@ -88,38 +105,38 @@ struct WideQ6_K {
         const uint16_t *qh = hw + (128 + 32 * h + 8 * p) / 2;
         const int lshift = 4 * (t >> 1);
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            const uint32_t L = ql[k], H = qh[k];
+        for (int w = 0; w < 2; ++w) {
+            const uint32_t L = (uint32_t)ql[2 * w] | ((uint32_t)ql[2 * w + 1] << 16);
+            const uint32_t H = (uint32_t)qh[2 * w] | ((uint32_t)qh[2 * w + 1] << 16);
+            // q + 32 = low nibble | 2 high bits << 4, in 0..63
+            const uint32_t x = ((L >> lshift) & 0x0F0F0F0Fu) | (((H >> (2 * t)) & 0x03030303u) << 4);
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int q = (int)(((L >> (8 * e + lshift)) & 15) |
-                                    (((H >> (8 * e + 2 * t)) & 3) << 4)) - 32;
-                y[2 * k + e] = mul(dl, (float)q);
-            }
+            for (int k = 0; k < 4; ++k) y[4 * w + k] = mul(dl, byte_minus(x, k, 8388640.0f));
         }
+        return finite_f32(dl);
     }
 };
 
 // IQ4_XS (136 bytes, 32 chunks): ib = c/4, p = c%4; one 8-byte load of qs at
 // 8 + 16ib + 8(p&1), low nibbles for p < 2, high for p >= 2; kv from a
-// 16-entry shared table.
+// 16-entry table in shared memory, held as floats ((float)kv is exact).
 struct WideIQ4_XS {
     static constexpr bool KV = true;   // reads the shared kv table
     static constexpr int QK = 256, B = 136;
-    static __device__ __forceinline__ void chunk(const uint8_t *b, int c, const int8_t *kv, float *y) {
+    static __device__ __forceinline__ bool chunk(const uint8_t *b, int c, const float *kv, float *y) {
         const int ib = c >> 2, p = c & 3;
         const uint32_t scales_h = reinterpret_cast<const uint16_t *>(b)[1];
         const int ls = (int)(((b[4 + (ib >> 1)] >> (4 * (ib & 1))) & 15) |
                              (((scales_h >> (2 * ib)) & 3) << 4));
-        const float dl = mul(f16_to_f32(reinterpret_cast<const uint16_t *>(b)[0]),
-                                   (float)(ls - 32));
+        const float dl = mul(f16_to_f32(reinterpret_cast<const uint16_t *>(b)[0]), (float)(ls - 32));
         const uint2 q = *reinterpret_cast<const uint2 *>(b + 8 + 16 * ib + 8 * (p & 1));
         const int shift = 4 * (p >> 1);
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
             const uint32_t w = j < 4 ? q.x : q.y;
-            y[j] = mul(dl, (float)kv[(w >> (8 * (j & 3) + shift)) & 15]);
+            y[j] = mul(dl, kv[(w >> (8 * (j & 3) + shift)) & 15]);
         }
+        return finite_f32(dl);
     }
 };
 

@@ -1,0 +1,565 @@
+// strata-ref q8_1 quantization, mat-vec kernels and MoE experts.
+//
+// Arithmetic: ../shared/spec/kernels.md §§6-10 as pinned by the NumPy oracle
+// (strata_ref/routes/q8_1.py, mmvq.py, experts.py). Every float step is an
+// explicit round-to-nearest intrinsic (no fast math, no contraction).
+//
+// Canonical order (routes/mmvq.py): thread tid of 128 visits weight blocks
+// kbx = tid/T + BPI*i (BPI = 128/T) with tmp += dot from +0; lane l combines
+// ((w0 + w1) + w2) + w3; XOR butterfly 16..1. The warp kernel (R rows per
+// warp, also the expert mode-0 / mode-8 mat-vec) keeps four virtual-warp
+// accumulators: chunk m covers blocks (32/T)*m + lane/T into acc[m % 4],
+// which is exactly that order.
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "strata_iq_tables.h"
+#include "strata_mmvq.h"
+#include "mmvq_dots.cuh"
+
+using namespace smv;
+
+namespace {
+
+constexpr int MAXC = 8;
+constexpr unsigned FULL = 0xffffffffu;
+thread_local int g_last_err = 0;
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int h = 16; h >= 1; h >>= 1) v = __fadd_rn(v, __shfl_xor_sync(FULL, v, h));
+    return v;
+}
+
+// ---- q8_1 (kernels.md §6, IEEE divisions) ------------------------------------
+// One warp per 32 values, lane = value. Writes the 36-byte block at `dst`.
+__device__ __forceinline__ void q8_1_block(float x, int lane, uint8_t *dst) {
+    float amax = fabsf(x);
+    for (int h = 16; h >= 1; h >>= 1) amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, h));
+    const float sum = warp_sum(x);
+    const float d = __fdiv_rn(amax, 127.0f);
+    const int q = amax == 0.0f ? 0 : (int)roundf(__fdiv_rn(x, d));
+    dst[4 + lane] = (uint8_t)(int8_t)q;
+    if (lane == 0) {
+        *(__half *)dst = __float2half_rn(d);
+        *(__half *)(dst + 2) = __float2half_rn(sum);
+    }
+}
+
+__global__ void k_quantize_q8_1(const float *__restrict__ x, uint8_t *__restrict__ q8, long long nblk) {
+    const long long b = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (b >= nblk) return;                     // whole warps exit together
+    const int lane = threadIdx.x % 32;
+    q8_1_block(x[32 * b + lane], lane, q8 + Q8_1_BYTES * b);
+}
+
+// ---- tables for the 16-entry lookups ----------------------------------------
+template <int TYPE> __device__ __forceinline__ const int8_t *table_src() {
+    return TYPE == MXFP4 ? tab_kvalues_mxfp4 : tab_kvalues_iq4nl;
+}
+template <int TYPE> __device__ __forceinline__ void load_table(int8_t *s_tbl) {
+    if (threadIdx.x < 16) s_tbl[threadIdx.x] = table_src<TYPE>()[threadIdx.x];
+    __syncthreads();
+}
+
+// ---- plain kernel: one 128-thread block per row -------------------------------
+template <int TYPE>
+__global__ void __launch_bounds__(128) k_mmvq_plain(const uint8_t *__restrict__ w, long long rows,
+                                                    int nb, const uint8_t *__restrict__ q8,
+                                                    int ncols, float *__restrict__ y) {
+    using D = Dot<TYPE>;
+    constexpr int T = D::T, BPI = 128 / T, QB = D::QK / 32;
+    __shared__ int8_t s_tbl[16];
+    __shared__ float s_part[3][MAXC][32];
+    load_table<TYPE>(s_tbl);
+    const long long row = blockIdx.x;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, t = tid % T;
+    const uint8_t *wr = w + row * (long long)nb * D::BYTES;
+    const long long colb = (long long)nb * QB * Q8_1_BYTES;
+    float acc[MAXC];
+#pragma unroll
+    for (int c = 0; c < MAXC; ++c) acc[c] = 0.0f;
+    for (int kbx = tid / T; kbx < nb; kbx += BPI) {
+        const uint8_t *blk = wr + (long long)kbx * D::BYTES;
+        const uint8_t *qb = q8 + (long long)kbx * QB * Q8_1_BYTES;
+#pragma unroll
+        for (int c = 0; c < MAXC; ++c)
+            if (c < ncols) acc[c] = __fadd_rn(acc[c], D::dot(blk, qb + c * colb, t, s_tbl));
+    }
+    if (warp > 0) {
+#pragma unroll
+        for (int c = 0; c < MAXC; ++c)
+            if (c < ncols) s_part[warp - 1][c][lane] = acc[c];
+    }
+    __syncthreads();
+    if (warp == 0) {
+#pragma unroll
+        for (int c = 0; c < MAXC; ++c) {
+            if (c < ncols) {
+                float v = __fadd_rn(__fadd_rn(__fadd_rn(acc[c], s_part[0][c][lane]),
+                                              s_part[1][c][lane]), s_part[2][c][lane]);
+                v = warp_sum(v);
+                if (lane == 0) y[(long long)c * rows + row] = v;
+            }
+        }
+    }
+}
+
+// ---- warp kernel: R consecutive rows per warp, virtual-warp accumulators ------
+// Rows beyond `rows` recompute the last row and are not stored.
+template <int TYPE, int R, int NC>
+__device__ __forceinline__ void warp_rows(const uint8_t *__restrict__ w, long long rows, int nb,
+                                          const uint8_t *__restrict__ q8, long long row0,
+                                          float out[R][NC], const int8_t *s_tbl) {
+    using D = Dot<TYPE>;
+    constexpr int T = D::T, SUB = 32 / T, QB = D::QK / 32;
+    const int lane = threadIdx.x % 32, t = lane % T;
+    const long long colb = (long long)nb * QB * Q8_1_BYTES;
+    float acc[R][NC][4];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int c = 0; c < NC; ++c)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) acc[r][c][v] = 0.0f;
+    const uint8_t *wr[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const long long rr = row0 + r < rows ? row0 + r : rows - 1;
+        wr[r] = w + rr * (long long)nb * D::BYTES;
+    }
+    const int nchunks = (nb + SUB - 1) / SUB;
+    for (int m0 = 0; m0 < nchunks; m0 += 4) {
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+            const int kbx = SUB * (m0 + v) + lane / T;
+            if (kbx < nb) {
+                const uint8_t *qb = q8 + (long long)kbx * QB * Q8_1_BYTES;
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    const uint8_t *blk = wr[r] + (long long)kbx * D::BYTES;
+#pragma unroll
+                    for (int c = 0; c < NC; ++c)
+                        acc[r][c][v] = __fadd_rn(acc[r][c][v], D::dot(blk, qb + c * colb, t, s_tbl));
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int c = 0; c < NC; ++c)
+            out[r][c] = warp_sum(__fadd_rn(__fadd_rn(__fadd_rn(acc[r][c][0], acc[r][c][1]),
+                                                     acc[r][c][2]), acc[r][c][3]));
+}
+
+template <int TYPE, int R, int NC>
+__global__ void __launch_bounds__(128) k_mmvq_warp(const uint8_t *__restrict__ w, long long rows,
+                                                   int nb, const uint8_t *__restrict__ q8,
+                                                   float *__restrict__ y) {
+    __shared__ int8_t s_tbl[16];
+    load_table<TYPE>(s_tbl);
+    const long long row0 = ((long long)blockIdx.x * 4 + threadIdx.x / 32) * R;
+    if (row0 >= rows) return;
+    float out[R][NC];
+    warp_rows<TYPE, R, NC>(w, rows, nb, q8, row0, out, s_tbl);
+    if (threadIdx.x % 32 == 0) {
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+            if (row0 + r < rows)
+#pragma unroll
+                for (int c = 0; c < NC; ++c) y[(long long)c * rows + row0 + r] = out[r][c];
+    }
+}
+
+template <int TYPE, int R>
+cudaError_t launch_warp(const void *w, long long rows, int nb, const void *q8, int ncols,
+                        float *y, cudaStream_t s) {
+    const long long warps = (rows + R - 1) / R;
+    const dim3 grid((unsigned)((warps + 3) / 4));
+    const uint8_t *W = (const uint8_t *)w, *Q = (const uint8_t *)q8;
+    switch (ncols) {
+        case 1: k_mmvq_warp<TYPE, R, 1><<<grid, 128, 0, s>>>(W, rows, nb, Q, y); break;
+        case 2: k_mmvq_warp<TYPE, R, 2><<<grid, 128, 0, s>>>(W, rows, nb, Q, y); break;
+        case 3: k_mmvq_warp<TYPE, R, 3><<<grid, 128, 0, s>>>(W, rows, nb, Q, y); break;
+        case 4: k_mmvq_warp<TYPE, R, 4><<<grid, 128, 0, s>>>(W, rows, nb, Q, y); break;
+        default: {
+            // 5..8 columns: one call per column keeps registers bounded; each
+            // column is bitwise a single-column call (the order has no column term).
+            const long long colb = (long long)nb * (Dot<TYPE>::QK / 32) * Q8_1_BYTES;
+            for (int c = 0; c < ncols; ++c)
+                k_mmvq_warp<TYPE, R, 1><<<grid, 128, 0, s>>>(W, rows, nb, Q + c * colb, y + c * rows);
+        }
+    }
+    return cudaGetLastError();
+}
+
+template <int TYPE>
+cudaError_t launch_type(const void *w, long long rows, long long k, const void *q8, int ncols,
+                        float *y, int rpw, cudaStream_t s) {
+    const int nb = (int)(k / Dot<TYPE>::QK);
+    switch (rpw) {
+        case 0:
+            k_mmvq_plain<TYPE><<<(unsigned)rows, 128, 0, s>>>((const uint8_t *)w, rows, nb,
+                                                             (const uint8_t *)q8, ncols, y);
+            return cudaGetLastError();
+        case 1: return launch_warp<TYPE, 1>(w, rows, nb, q8, ncols, y, s);
+        case 2: return launch_warp<TYPE, 2>(w, rows, nb, q8, ncols, y, s);
+        default: return launch_warp<TYPE, 4>(w, rows, nb, q8, ncols, y, s);
+    }
+}
+
+int qk_of(int type) {
+    switch (type) {
+        case Q4_0: case Q4_1: case Q5_0: case Q5_1: case Q8_0: case IQ4_NL: case MXFP4: return 32;
+        case Q2_K: case Q3_K: case Q4_K: case Q5_K: case Q6_K: case IQ4_XS: return 256;
+        default: return 0;
+    }
+}
+
+int bytes_of(int type) {
+    switch (type) {
+        case Q4_0: return Dot<Q4_0>::BYTES; case Q4_1: return Dot<Q4_1>::BYTES;
+        case Q5_0: return Dot<Q5_0>::BYTES; case Q5_1: return Dot<Q5_1>::BYTES;
+        case Q8_0: return Dot<Q8_0>::BYTES; case IQ4_NL: return Dot<IQ4_NL>::BYTES;
+        case MXFP4: return Dot<MXFP4>::BYTES; case Q2_K: return Dot<Q2_K>::BYTES;
+        case Q3_K: return Dot<Q3_K>::BYTES; case Q4_K: return Dot<Q4_K>::BYTES;
+        case Q5_K: return Dot<Q5_K>::BYTES; case Q6_K: return Dot<Q6_K>::BYTES;
+        case IQ4_XS: return Dot<IQ4_XS>::BYTES;
+        default: return 0;
+    }
+}
+
+cudaError_t dispatch(int type, const void *w, long long rows, long long k, const void *q8,
+                     int ncols, float *y, int rpw, cudaStream_t s) {
+    switch (type) {
+#define SMV_CASE(TY) case TY: return launch_type<TY>(w, rows, k, q8, ncols, y, rpw, s);
+        SMV_CASE(Q4_0) SMV_CASE(Q4_1) SMV_CASE(Q5_0) SMV_CASE(Q5_1) SMV_CASE(Q8_0)
+        SMV_CASE(IQ4_NL) SMV_CASE(MXFP4) SMV_CASE(Q2_K) SMV_CASE(Q3_K) SMV_CASE(Q4_K)
+        SMV_CASE(Q5_K) SMV_CASE(Q6_K) SMV_CASE(IQ4_XS)
+#undef SMV_CASE
+        default: return cudaErrorInvalidValue;
+    }
+}
+
+int status_of(cudaError_t e) {
+    if (e == cudaSuccess) return 0;
+    g_last_err = (int)e;
+    return 6;
+}
+
+int check_mmvq(int type, const void *w, long long rows, long long k, const void *q8, int ncols,
+               const float *y, int rpw) {
+    const int qk = qk_of(type);
+    if (!qk) return 1;
+    if (!w || !q8 || !y) return 3;
+    if (rows <= 0 || k <= 0 || k % qk || rows > 0x7fffffffLL || k / qk > 0x7fffffffLL) return 2;
+    if (ncols < 1 || ncols > MAXC || !(rpw == 0 || rpw == 1 || rpw == 2 || rpw == 4)) return 5;
+    return 0;
+}
+
+// ---- experts (experts.py) ------------------------------------------------------
+// exp_f32 of experts.py, step by step.
+__device__ __forceinline__ float exp_f32(float x) {
+    const float xc = fminf(fmaxf(x, -104.0f), 100.0f);
+    const float n = rintf(__fmul_rn(xc, 0x1.715476p+0f));
+    float r = __fmaf_rn(n, -0x1.62e4p-1f, xc);
+    r = __fmaf_rn(n, -0x1.7f7d1cp-20f, r);
+    float p = 0x1.a01a02p-13f;
+    p = __fmaf_rn(p, r, 0x1.6c16c2p-10f);
+    p = __fmaf_rn(p, r, 0x1.111112p-7f);
+    p = __fmaf_rn(p, r, 0x1.555556p-5f);
+    p = __fmaf_rn(p, r, 0x1.555556p-3f);
+    p = __fmaf_rn(p, r, 0.5f);
+    p = __fmaf_rn(p, r, 1.0f);
+    p = __fmaf_rn(p, r, 1.0f);
+    const int ni = (int)n;
+    const int n1 = ni >> 1, n2 = ni - n1;
+    return __fmul_rn(__fmul_rn(p, __int_as_float((n1 + 127) << 23)), __int_as_float((n2 + 127) << 23));
+}
+
+__device__ __forceinline__ float swiglu(float g, float u) {
+    const float den = __fadd_rn(1.0f, exp_f32(-g));
+    return __fmul_rn(__fdiv_rn(g, den), u);
+}
+
+struct ExpArgs {
+    const uint8_t *gate, *up, *down;
+    long long h, ff;
+    const int *ids;
+    int k;
+    const uint8_t *xq;      // n_tok q8_1 rows of H values
+    uint8_t *hq;            // n_tok*k q8_1 rows of FF values
+    float *g, *u, *yd;      // n_tok*k x FF (g, u), n_tok*k x H (yd)
+};
+
+// Mode 0 mat-vec: one warp per row, 8 rows per 256-thread block; grid.y = entry
+// (token*k + slot). which: 0 gate, 1 up, 2 down.
+template <int TYPE>
+__global__ void __launch_bounds__(256) k_exp_rows(ExpArgs a, int which) {
+    __shared__ int8_t s_tbl[16];
+    load_table<TYPE>(s_tbl);
+    const int entry = blockIdx.y, tok = entry / a.k;
+    const int e = a.ids[entry];
+    const long long rows = which == 2 ? a.h : a.ff;
+    const long long kin = which == 2 ? a.ff : a.h;
+    const int nb = (int)(kin / Dot<TYPE>::QK);
+    const long long mat = rows * (long long)nb * Dot<TYPE>::BYTES;
+    const uint8_t *w = (which == 0 ? a.gate : which == 1 ? a.up : a.down) + e * mat;
+    const uint8_t *q8 = which == 2 ? a.hq + (long long)entry * (a.ff / 32) * Q8_1_BYTES
+                                   : a.xq + (long long)tok * (a.h / 32) * Q8_1_BYTES;
+    float *y = (which == 0 ? a.g : which == 1 ? a.u : a.yd) + entry * rows;
+    const long long row = (long long)blockIdx.x * 8 + threadIdx.x / 32;
+    if (row >= rows) return;
+    float out[1][1];
+    warp_rows<TYPE, 1, 1>(w, rows, nb, q8, row, out, s_tbl);
+    if (threadIdx.x % 32 == 0) y[row] = out[0][0];
+}
+
+__global__ void k_swiglu_q8(ExpArgs a) {
+    // one warp per 32 h values: h = swiglu(g, u), then its q8_1 block
+    const long long blk = (long long)blockIdx.x * 8 + threadIdx.x / 32;
+    const int entry = blockIdx.y, lane = threadIdx.x % 32;
+    if (blk >= a.ff / 32) return;
+    const long long i = entry * a.ff + 32 * blk + lane;
+    q8_1_block(swiglu(a.g[i], a.u[i]), lane,
+               a.hq + ((long long)entry * (a.ff / 32) + blk) * Q8_1_BYTES);
+}
+
+// Mode 8 gate/up: block b (256 threads, 8 warps) owns h rows [32b, 32b+32):
+// warp w computes gate and up of rows 32b + 4w .. +3, then warp 0 forms
+// SwiGLU and the q8_1 block of the 32 values.
+template <int TYPE>
+__global__ void __launch_bounds__(256) k_exp_gu_fused(ExpArgs a) {
+    __shared__ int8_t s_tbl[16];
+    __shared__ float s_g[32], s_u[32];
+    load_table<TYPE>(s_tbl);
+    const int entry = blockIdx.y, tok = entry / a.k;
+    const int e = a.ids[entry];
+    const int nb = (int)(a.h / Dot<TYPE>::QK);
+    const long long mat = a.ff * (long long)nb * Dot<TYPE>::BYTES;
+    const uint8_t *q8 = a.xq + (long long)tok * (a.h / 32) * Q8_1_BYTES;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const long long row0 = (long long)blockIdx.x * 32 + 4 * warp;
+    float og[4][1], ou[4][1];
+    warp_rows<TYPE, 4, 1>(a.gate + e * mat, a.ff, nb, q8, row0, og, s_tbl);
+    warp_rows<TYPE, 4, 1>(a.up + e * mat, a.ff, nb, q8, row0, ou, s_tbl);
+    if (lane == 0) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            s_g[4 * warp + r] = og[r][0];
+            s_u[4 * warp + r] = ou[r][0];
+        }
+    }
+    __syncthreads();
+    if (warp == 0)
+        q8_1_block(swiglu(s_g[lane], s_u[lane]), lane,
+                   a.hq + ((long long)entry * (a.ff / 32) + blockIdx.x) * Q8_1_BYTES);
+}
+
+__global__ void k_route_sum(const float *__restrict__ yd, const float *__restrict__ wts, int k,
+                            long long h, int n_tok, float *__restrict__ out) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= h * n_tok) return;
+    const long long tok = i / h, c = i % h;
+    float acc = 0.0f;
+    for (int j = 0; j < k; ++j) acc = __fmaf_rn(wts[tok * k + j], yd[(tok * k + j) * h + c], acc);
+    out[i] = acc;
+}
+
+template <int TYPE>
+cudaError_t exp_rows(const ExpArgs &a, int which, int entries, cudaStream_t s) {
+    const long long rows = which == 2 ? a.h : a.ff;
+    k_exp_rows<TYPE><<<dim3((unsigned)((rows + 7) / 8), entries), 256, 0, s>>>(a, which);
+    return cudaGetLastError();
+}
+
+template <int TYPE>
+cudaError_t exp_gu_fused(const ExpArgs &a, int entries, cudaStream_t s) {
+    k_exp_gu_fused<TYPE><<<dim3((unsigned)(a.ff / 32), entries), 256, 0, s>>>(a);
+    return cudaGetLastError();
+}
+
+cudaError_t exp_rows_any(int type, const ExpArgs &a, int which, int entries, cudaStream_t s) {
+    switch (type) {
+#define SMV_CASE(TY) case TY: return exp_rows<TY>(a, which, entries, s);
+        SMV_CASE(Q4_0) SMV_CASE(Q4_1) SMV_CASE(Q5_0) SMV_CASE(Q5_1) SMV_CASE(Q8_0)
+        SMV_CASE(IQ4_NL) SMV_CASE(MXFP4) SMV_CASE(Q2_K) SMV_CASE(Q3_K) SMV_CASE(Q4_K)
+        SMV_CASE(Q5_K) SMV_CASE(Q6_K) SMV_CASE(IQ4_XS)
+#undef SMV_CASE
+        default: return cudaErrorInvalidValue;
+    }
+}
+
+cudaError_t exp_gu_any(int type, const ExpArgs &a, int entries, cudaStream_t s) {
+    switch (type) {
+#define SMV_CASE(TY) case TY: return exp_gu_fused<TY>(a, entries, s);
+        SMV_CASE(Q4_0) SMV_CASE(Q4_1) SMV_CASE(Q5_0) SMV_CASE(Q5_1) SMV_CASE(Q8_0)
+        SMV_CASE(IQ4_NL) SMV_CASE(MXFP4) SMV_CASE(Q2_K) SMV_CASE(Q3_K) SMV_CASE(Q4_K)
+        SMV_CASE(Q5_K) SMV_CASE(Q6_K) SMV_CASE(IQ4_XS)
+#undef SMV_CASE
+        default: return cudaErrorInvalidValue;
+    }
+}
+
+long long align256(long long n) { return (n + 255) / 256 * 256; }
+
+struct Scratch { uint8_t *xq, *hq; float *g, *u, *yd; };
+
+Scratch carve(void *base, long long h, long long ff, int n_tok, int k) {
+    uint8_t *p = (uint8_t *)base;
+    Scratch s;
+    const long long entries = (long long)n_tok * k;
+    s.xq = p; p += align256(n_tok * (h / 32) * Q8_1_BYTES);
+    s.hq = p; p += align256(entries * (ff / 32) * Q8_1_BYTES);
+    s.g = (float *)p; p += align256(entries * ff * 4);
+    s.u = (float *)p; p += align256(entries * ff * 4);
+    s.yd = (float *)p;
+    return s;
+}
+
+int run_experts(int mode, int t_gu, int t_down, const void *gate, const void *up, const void *down,
+                long long h, long long ff, const float *x, int n_tok, const int *ids,
+                const float *wts, int k, float *out, void *scratch, cudaStream_t st) {
+    if (!qk_of(t_gu) || !qk_of(t_down)) return 1;
+    if (!gate || !up || !down || !x || !ids || !wts || !out || !scratch) return 3;
+    if (mode != 0 && mode != 8) return 5;
+    if (h <= 0 || ff <= 0 || n_tok <= 0 || k <= 0 || h % qk_of(t_gu) || ff % qk_of(t_down) ||
+        ff % 32 || h % 32)
+        return 2;
+    Scratch s = carve(scratch, h, ff, n_tok, k);
+    ExpArgs a{(const uint8_t *)gate, (const uint8_t *)up, (const uint8_t *)down, h, ff, ids, k,
+              s.xq, s.hq, s.g, s.u, s.yd};
+    const int entries = n_tok * k;
+    const long long nq = (long long)n_tok * h / 32;
+    k_quantize_q8_1<<<(unsigned)((nq + 7) / 8), 256, 0, st>>>(x, s.xq, nq);
+    cudaError_t e = cudaGetLastError();
+    if (mode == 0) {
+        if (e == cudaSuccess) e = exp_rows_any(t_gu, a, 0, entries, st);
+        if (e == cudaSuccess) e = exp_rows_any(t_gu, a, 1, entries, st);
+        if (e == cudaSuccess) {
+            k_swiglu_q8<<<dim3((unsigned)((ff / 32 + 7) / 8), entries), 256, 0, st>>>(a);
+            e = cudaGetLastError();
+        }
+    } else if (e == cudaSuccess) {
+        e = exp_gu_any(t_gu, a, entries, st);
+    }
+    if (e == cudaSuccess) e = exp_rows_any(t_down, a, 2, entries, st);
+    if (e == cudaSuccess) {
+        const long long n = h * n_tok;
+        k_route_sum<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(s.yd, wts, k, h, n_tok, out);
+        e = cudaGetLastError();
+    }
+    return status_of(e);
+}
+
+}  // namespace
+
+extern "C" {
+
+int smv_abi_version(void) { return SMV_ABI_VERSION; }
+
+int smv_has_type(int type) { return qk_of(type) != 0; }
+
+int smv_quantize_q8_1(const float *x, void *q8, long long n, void *stream) {
+    if (!x || !q8) return 3;
+    if (n <= 0 || n % 32) return 2;
+    const long long nblk = n / 32;
+    k_quantize_q8_1<<<(unsigned)((nblk + 7) / 8), 256, 0, (cudaStream_t)stream>>>(x, (uint8_t *)q8, nblk);
+    return status_of(cudaGetLastError());
+}
+
+int smv_mmvq(int type, const void *w, long long rows, long long k, const void *q8, int ncols,
+             float *y, int rows_per_warp, void *stream) {
+    const int st = check_mmvq(type, w, rows, k, q8, ncols, y, rows_per_warp);
+    if (st) return st;
+    return status_of(dispatch(type, w, rows, k, q8, ncols, y, rows_per_warp, (cudaStream_t)stream));
+}
+
+long long smv_experts_scratch_bytes(long long h, long long ff, int n_tok, int k) {
+    const long long entries = (long long)n_tok * k;
+    return align256(n_tok * (h / 32) * Q8_1_BYTES) + align256(entries * (ff / 32) * Q8_1_BYTES) +
+           2 * align256(entries * ff * 4) + align256(entries * h * 4);
+}
+
+int smv_experts(int mode, int t_gu, int t_down, const void *gate, const void *up, const void *down,
+                long long h, long long ff, const float *x, int n_tok, const int *ids,
+                const float *wts, int k, float *out, void *scratch, void *stream) {
+    return run_experts(mode, t_gu, t_down, gate, up, down, h, ff, x, n_tok, ids, wts, k, out,
+                       scratch, (cudaStream_t)stream);
+}
+
+static int time_loop(int iters, float *ms, int (*body)(void *), void *ctx) {
+    if (!ms || iters <= 0) return 5;
+    int st = body(ctx);
+    if (st) return st;
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    cudaEventRecord(a);
+    for (int i = 0; i < iters && !st; ++i) st = body(ctx);
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float t = 0.0f;
+    cudaEventElapsedTime(&t, a, b);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    *ms = t / iters;
+    return st ? st : status_of(cudaGetLastError());
+}
+
+struct MmvqCall { int type; const void *w; long long rows, k; const void *q8; int ncols; float *y; int rpw; };
+static int mmvq_body(void *c) {
+    MmvqCall *m = (MmvqCall *)c;
+    return smv_mmvq(m->type, m->w, m->rows, m->k, m->q8, m->ncols, m->y, m->rpw, 0);
+}
+int smv_time_mmvq(int type, const void *w, long long rows, long long k, const void *q8, int ncols,
+                  float *y, int rows_per_warp, int iters, float *ms) {
+    MmvqCall c{type, w, rows, k, q8, ncols, y, rows_per_warp};
+    return time_loop(iters, ms, mmvq_body, &c);
+}
+
+struct CopyCall { void *dst; const void *src; long long n; };
+static int copy_body(void *c) {
+    CopyCall *m = (CopyCall *)c;
+    return status_of(cudaMemcpyAsync(m->dst, m->src, (size_t)m->n, cudaMemcpyDeviceToDevice, 0));
+}
+int smv_time_copy(void *dst, const void *src, long long nbytes, int iters, float *ms) {
+    if (!dst || !src) return 3;
+    CopyCall c{dst, src, nbytes};
+    return time_loop(iters, ms, copy_body, &c);
+}
+
+struct ExpCall {
+    int mode, t_gu, t_down; const void *gate, *up, *down; long long h, ff; const float *x;
+    int n_tok; const int *ids; const float *wts; int k; float *out; void *scratch;
+};
+static int exp_body(void *c) {
+    ExpCall *m = (ExpCall *)c;
+    return smv_experts(m->mode, m->t_gu, m->t_down, m->gate, m->up, m->down, m->h, m->ff, m->x,
+                       m->n_tok, m->ids, m->wts, m->k, m->out, m->scratch, 0);
+}
+int smv_time_experts(int mode, int t_gu, int t_down, const void *gate, const void *up,
+                     const void *down, long long h, long long ff, const float *x, int n_tok,
+                     const int *ids, const float *wts, int k, float *out, void *scratch,
+                     int iters, float *ms) {
+    ExpCall c{mode, t_gu, t_down, gate, up, down, h, ff, x, n_tok, ids, wts, k, out, scratch};
+    return time_loop(iters, ms, exp_body, &c);
+}
+
+int smv_last_cuda_error(void) { return g_last_err; }
+int smv_set_device(int device) { return status_of(cudaSetDevice(device)); }
+int smv_malloc(void **ptr, long long nbytes) {
+    if (!ptr) return 3;
+    return status_of(cudaMalloc(ptr, (size_t)nbytes));
+}
+int smv_free(void *ptr) { return status_of(cudaFree(ptr)); }
+int smv_memcpy_htod(void *dst, const void *src, long long nbytes) {
+    return status_of(cudaMemcpy(dst, src, (size_t)nbytes, cudaMemcpyHostToDevice));
+}
+int smv_memcpy_dtoh(void *dst, const void *src, long long nbytes) {
+    return status_of(cudaMemcpy(dst, src, (size_t)nbytes, cudaMemcpyDeviceToHost));
+}
+int smv_synchronize(void) { return status_of(cudaDeviceSynchronize()); }
+
+}  // extern "C"

@@ -1,0 +1,69 @@
+/* strata-ref native q8_1 mat-vec and MoE experts: the C ABI of libstrata_mmvq.
+ *
+ * Contract: ../shared/spec/kernels.md §§6-10 and the NumPy oracle
+ * (strata_ref/routes/q8_1.py, mmvq.py, experts.py), bit for bit. Every entry
+ * point returns 0 on success or a non-zero status (1 type, 2 shape, 3 null,
+ * 5 argument, 6 CUDA) and then launches nothing. Pointers are device memory.
+ * The block between the cdef markers is read verbatim by
+ * strata_ref/native/mmvq.py (cffi ABI mode): plain C declarations only.
+ */
+#ifndef STRATA_MMVQ_H
+#define STRATA_MMVQ_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* cdef-begin */
+int smv_abi_version(void);
+
+/* 1 if the mat-vec kernels serve ggml type `type`, else 0. */
+int smv_has_type(int type);
+
+/* q8_1 blocks (36 bytes per 32 values) of n float32 values; n % 32 == 0. */
+int smv_quantize_q8_1(const float *x, void *q8, long long n, void *stream);
+
+/* y[c*rows + r] = row r of W (rows x K, type `type`) times q8_1 column c
+ * (column c starts at q8 + c*(K/32)*36), c < ncols (1..8).
+ * rows_per_warp 0: the plain kernel (one 128-thread block per row);
+ * 1, 2 or 4: the warp kernel (R consecutive rows per warp, 4 warps per
+ * block, four virtual-warp accumulators). Both give the canonical order. */
+int smv_mmvq(int type, const void *w, long long rows, long long k, const void *q8,
+             int ncols, float *y, int rows_per_warp, void *stream);
+
+/* MoE FFN (experts.py): x (n_tok x H) float32, ids/wts (n_tok x k),
+ * gate/up (n_exp x FF rows of H values, type t_gu), down (n_exp x H rows of
+ * FF values, type t_down); out (n_tok x H). mode 0: separate kernels; mode 8:
+ * fused gate/up + SwiGLU + q8_1 epilogue. scratch: smv_experts_scratch_bytes. */
+long long smv_experts_scratch_bytes(long long h, long long ff, int n_tok, int k);
+int smv_experts(int mode, int t_gu, int t_down, const void *gate, const void *up,
+                const void *down, long long h, long long ff, const float *x, int n_tok,
+                const int *ids, const float *wts, int k, float *out, void *scratch,
+                void *stream);
+
+/* Timing helpers for the bench: mean milliseconds per call over `iters`
+ * calls after one warm-up, measured with CUDA events. */
+int smv_time_mmvq(int type, const void *w, long long rows, long long k, const void *q8,
+                  int ncols, float *y, int rows_per_warp, int iters, float *ms);
+int smv_time_copy(void *dst, const void *src, long long nbytes, int iters, float *ms);
+int smv_time_experts(int mode, int t_gu, int t_down, const void *gate, const void *up,
+                     const void *down, long long h, long long ff, const float *x, int n_tok,
+                     const int *ids, const float *wts, int k, float *out, void *scratch,
+                     int iters, float *ms);
+
+int smv_last_cuda_error(void);
+int smv_set_device(int device);
+int smv_malloc(void **ptr, long long nbytes);
+int smv_free(void *ptr);
+int smv_memcpy_htod(void *dst, const void *src, long long nbytes);
+int smv_memcpy_dtoh(void *dst, const void *src, long long nbytes);
+int smv_synchronize(void);
+/* cdef-end */
+
+#ifdef __cplusplus
+}
+#endif
+
+#define SMV_ABI_VERSION 1
+
+#endif /* STRATA_MMVQ_H */

@@ -1,0 +1,99 @@
+"""Fallback CPU inference: run a GGUF model (llama, qwen2, qwen3, gemma3) on
+the CPU the way llama.cpp does, with weights kept quantized.
+
+Modules: `model` (the forward pass), `kernels` (integer-dot mat-mul over
+quantized weights, numba), `act_quant` (ggml-cpu's Q8_0 / Q8_1 / Q8_K
+activation quantizers), `kv_cache`, `tokenizer`, `sampling`, `chat`.
+See docs/inference.md for the agreement with llama.cpp and the speed.
+"""
+from __future__ import annotations
+
+import codecs
+import sys
+import time
+
+__all__ = ["load", "generate", "run_generate"]
+
+
+def load(model=None):
+    """Load a model by registry name, alias or GGUF path (None: the default
+    model of `strata_ref.models`)."""
+    from ..models import resolve
+    from .model import load as _load
+    return _load(resolve(model))
+
+
+def generate(m, prompt_ids, max_tokens: int, sampler, n_ctx: int | None = None,
+             on_token=None):
+    """Run the prompt, then sample up to `max_tokens` tokens, stopping at an
+    end-of-generation token. Returns (generated ids, prompt seconds, decode
+    seconds, number of single-token decode calls). `on_token(id)` is called for each generated token. Raises
+    ValueError when the prompt does not fit the context."""
+    cache = m.new_cache(n_ctx)
+    n_prompt = len(prompt_ids)
+    if n_prompt == 0:
+        raise ValueError("the prompt is empty (no tokens)")
+    if n_prompt >= cache.n_ctx:
+        raise ValueError(f"the prompt has {n_prompt} tokens; the context holds {cache.n_ctx}")
+    max_tokens = min(int(max_tokens), cache.n_ctx - n_prompt)
+    out = []
+    n_calls = 0
+    t0 = time.perf_counter()
+    logits = m.forward(prompt_ids, cache)
+    t1 = time.perf_counter()
+    eog = m.tokenizer.eog_ids
+    for i in range(max_tokens):
+        tok = sampler(logits)
+        if tok in eog:
+            break
+        out.append(tok)
+        if on_token is not None:
+            on_token(tok)
+        if i + 1 < max_tokens:
+            logits = m.forward([tok], cache)
+            n_calls += 1
+    t2 = time.perf_counter()
+    return out, t1 - t0, t2 - t1, n_calls
+
+
+def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 0.0,
+                 top_k: int = 40, top_p: float = 0.95, seed: int = 0, chat: bool = False,
+                 out=None) -> int:
+    """`strata-ref generate`: stream the continuation of `prompt` to stdout
+    (`out`), then a line with the prompt and decode speeds in tok/s.
+
+    model: registry name, alias or GGUF path (None: the default model).
+    chat: format `prompt` as one user message with the model's chat template.
+    Returns 0. Raises ModelLoadError / ModelError / ChatTemplateError /
+    ValueError with a message naming the problem (prompt longer than the
+    context, unknown chat template, unsupported architecture ...).
+    """
+    from .chat import format_chat
+    from .sampling import Sampler
+    out = out or sys.stdout
+    m = load(model)
+    tok = m.tokenizer
+    if chat:
+        text = format_chat(m.metadata.get("tokenizer.chat_template"),
+                           [{"role": "user", "content": prompt}])
+        ids = tok.encode(text, add_special=True, parse_special=True)
+    else:
+        ids = tok.encode(prompt, add_special=True, parse_special=False)
+    sampler = Sampler(temperature, top_k, top_p, seed)
+    dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def emit(t):
+        out.write(dec.decode(tok.piece_bytes(t)))
+        out.flush()
+
+    if not chat:
+        out.write(prompt)
+        out.flush()
+    gen, tp, td, n_dec = generate(m, ids, max_tokens, sampler, on_token=emit)
+    out.write(dec.decode(b"", final=True))
+    p_tps = len(ids) / tp if tp > 0 else float("inf")
+    d_tps = n_dec / td if td > 0 and n_dec else 0.0
+    out.write(f"\n[prompt: {len(ids)} tokens, {p_tps:.1f} tok/s | decode: {n_dec} tokens, "
+              f"{d_tps:.1f} tok/s]\n")
+    out.flush()
+    return 0

@@ -1,0 +1,190 @@
+"""Activation quantization as ggml's CPU backend does it before a quantized
+mat-vec: Q8_0, Q8_1 and Q8_K (the `vec_dot_type` of the weight type).
+
+Which code we follow: llama-cpp-python 0.3.36 builds ggml-cpu with AVX2, so
+`quantize_row_q8_0` and `quantize_row_q8_1` are the AVX2 versions of
+ggml-cpu `arch/x86/quants.c`, which differ from the scalar
+`quantize_row_q8_0_ref` (ggml-quants.c) in two ways:
+
+* the multiplier is `id = 127 / amax` (one division), where the reference
+  uses `1 / (amax / 127)`;
+* `x * id` is rounded half to even (`_mm256_round_ps`, nearest), where the
+  reference uses `roundf` (half away from zero).
+
+Per 32 values: amax = max |x|, d = amax / 127 (float32), stored as fp16
+(RNE); id = 127 / amax (0 when amax is 0); q = rne(x * id) as int8. Q8_1
+also stores s = fp16(d * sum(q)) with the float32 d (not the fp16 one).
+
+`quantize_row_q8_K` on x86 is the reference `quantize_row_q8_K_ref`: per 256
+values, max = the value of largest magnitude (the first on ties), iscale =
+-127 / max, q = min(127, nearest_int(iscale * x)) (round half to even, by
+the 1.5 * 2^23 trick), d = 1 / iscale (float32), and bsums = the sums of q
+over each 16 values.
+
+The kernels take the fields as separate arrays (`*_fields` functions, numba);
+`quantize_q8_0_act` / `quantize_q8_1_act` / `quantize_q8_k_act` return the
+ggml block bytes (layout of `strata_ref.types.block_format`), for tests
+against ggml's C.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from ..numerics import f32_to_f16_bits
+from ..types import GGMLType, block_format
+
+__all__ = ["quantize_q8_0_act", "quantize_q8_1_act", "quantize_q8_k_act",
+           "q8_0_fields", "q8_1_fields", "q8_k_fields", "round_to_f16"]
+
+
+@njit(inline="always", cache=True)
+def round_to_f16(v):
+    """The float32 value of fp16(v) (round to nearest even), for finite v.
+    Overflow gives +-inf. Powers of two scale exactly, so rint does the RNE."""
+    a = abs(v)
+    if a == 0.0 or a != a:
+        return np.float32(v)
+    m, e = math.frexp(a)            # a = m * 2^e, m in [0.5, 1)
+    ulp_e = max(e - 11, -24)        # fp16: 11 significant bits, min ulp 2^-24
+    ulp = math.ldexp(1.0, ulp_e)
+    r = np.rint(a / ulp) * ulp
+    if r > 65504.0:
+        r = np.inf
+    return np.float32(r if v > 0 else -r)
+
+
+@njit(cache=True)
+def _q8_32(x, q, d, s, with_sum):
+    # x: (n, k) float32; q: (n, k) int8; d, s: (n, k/32) float32
+    n, k = x.shape
+    for t in range(n):
+        for i in range(k // 32):
+            amax = np.float32(0.0)
+            for j in range(32):
+                a = abs(x[t, i * 32 + j])
+                if a > amax:
+                    amax = a
+            dd = np.float32(amax / np.float32(127.0))
+            idd = np.float32(np.float32(127.0) / amax) if amax != 0 else np.float32(0.0)
+            tot = 0
+            for j in range(32):
+                v = np.rint(np.float32(x[t, i * 32 + j] * idd))
+                iv = int(v)
+                q[t, i * 32 + j] = iv
+                tot += iv
+            d[t, i] = round_to_f16(dd)
+            if with_sum:
+                s[t, i] = round_to_f16(np.float32(dd * np.float32(tot)))
+
+
+def _check(x, qk):
+    x = np.asarray(x)
+    if x.dtype != np.float32:
+        raise TypeError(f"activations must be float32, got {x.dtype}")
+    if x.ndim == 1:
+        x = x[None]
+    if x.ndim != 2 or x.shape[1] % qk:
+        raise ValueError(f"activations must be (n, k) with k a multiple of {qk}, got {x.shape}")
+    return np.ascontiguousarray(x)
+
+
+def q8_0_fields(x):
+    """ggml-cpu AVX2 `quantize_row_q8_0` of each row of x (float32 (n, k),
+    k % 32 == 0): returns q int8 (n, k) and d float32 (n, k/32) holding the
+    fp16-rounded scales."""
+    x = _check(x, 32)
+    q = np.empty(x.shape, np.int8)
+    d = np.empty((x.shape[0], x.shape[1] // 32), np.float32)
+    _q8_32(x, q, d, d, False)
+    return q, d
+
+
+def q8_1_fields(x):
+    """ggml-cpu AVX2 `quantize_row_q8_1`: q int8 (n, k), d and s float32
+    (n, k/32), both fp16-rounded (s = fp16(d * sum q))."""
+    x = _check(x, 32)
+    q = np.empty(x.shape, np.int8)
+    d = np.empty((x.shape[0], x.shape[1] // 32), np.float32)
+    s = np.empty_like(d)
+    _q8_32(x, q, d, s, True)
+    return q, d, s
+
+
+@njit(cache=True)
+def _q8_k(x, q, d, bsums):
+    n, k = x.shape
+    for t in range(n):
+        for i in range(k // 256):
+            base = i * 256
+            amax = np.float32(0.0)
+            mx = np.float32(0.0)
+            for j in range(256):
+                a = abs(x[t, base + j])
+                if a > amax:
+                    amax = a
+                    mx = x[t, base + j]
+            if amax == 0:
+                d[t, i] = 0.0
+                for j in range(256):
+                    q[t, base + j] = 0
+                for j in range(16):
+                    bsums[t, i * 16 + j] = 0
+                continue
+            iscale = np.float32(np.float32(-127.0) / mx)
+            for j in range(256):
+                v = int(np.rint(np.float32(iscale * x[t, base + j])))
+                q[t, base + j] = min(127, v)
+            for j in range(16):
+                tot = 0
+                for jj in range(16):
+                    tot += q[t, base + j * 16 + jj]
+                bsums[t, i * 16 + j] = tot
+            d[t, i] = np.float32(np.float32(1.0) / iscale)
+
+
+def q8_k_fields(x):
+    """ggml `quantize_row_q8_K_ref` of each row of x (float32 (n, k), k % 256
+    == 0): q int8 (n, k), d float32 (n, k/256), bsums int32 (n, k/16)."""
+    x = _check(x, 256)
+    q = np.empty(x.shape, np.int8)
+    d = np.empty((x.shape[0], x.shape[1] // 256), np.float32)
+    bsums = np.empty((x.shape[0], x.shape[1] // 16), np.int32)
+    _q8_k(x, q, d, bsums)
+    return q, d, bsums
+
+
+def _pack(t, parts):
+    fmt = block_format(t)
+    n = next(iter(parts.values())).shape[0]
+    out = np.zeros((n, fmt.block_bytes), np.uint8)
+    for name, arr in parts.items():
+        f = fmt.field(name)
+        out[:, f.offset:f.offset + f.nbytes] = np.ascontiguousarray(arr).view(np.uint8).reshape(n, -1)
+    return out
+
+
+def quantize_q8_0_act(x) -> np.ndarray:
+    """Q8_0 blocks (uint8 (k/32, 34)) of a float32 vector x, by ggml-cpu's
+    AVX2 `quantize_row_q8_0` (module docstring). TypeError / ValueError for a
+    non-float32 input or a length not a multiple of 32."""
+    q, d = q8_0_fields(np.asarray(x).reshape(1, -1))
+    return _pack(GGMLType.Q8_0, {"d": f32_to_f16_bits(d.reshape(-1)),
+                                 "qs": q.reshape(-1, 32)})
+
+
+def quantize_q8_1_act(x) -> np.ndarray:
+    """Q8_1 blocks (uint8 (k/32, 36)) by ggml-cpu's AVX2 `quantize_row_q8_1`."""
+    q, d, s = q8_1_fields(np.asarray(x).reshape(1, -1))
+    return _pack(GGMLType.Q8_1, {"d": f32_to_f16_bits(d.reshape(-1)),
+                                 "s": f32_to_f16_bits(s.reshape(-1)),
+                                 "qs": q.reshape(-1, 32)})
+
+
+def quantize_q8_k_act(x) -> np.ndarray:
+    """Q8_K blocks (uint8 (k/256, 292)) by ggml `quantize_row_q8_K_ref`."""
+    q, d, bsums = q8_k_fields(np.asarray(x).reshape(1, -1))
+    return _pack(GGMLType.Q8_K, {"d": d.reshape(-1), "qs": q.reshape(-1, 256),
+                                 "bsums": bsums.reshape(-1, 16).astype(np.int16)})

@@ -1,0 +1,256 @@
+"""Quantized mat-mul for the CPU inference path: weights stay quantized, the
+activations are quantized as ggml-cpu does (`act_quant`), and each weight row
+is dotted with each activation row in integers, in parallel over rows
+(numba `prange`).
+
+The dot of one row follows ggml's `ggml_vec_dot_<w>_<a>` (ggml-cpu
+`quants.c`): per block, the exact integer sum of products `sumi`, scaled in
+float32 by the product of the two block scales; for Q4_1 / Q5_1 the min term
+`m_w * s_a` is accumulated beside it; for Q4_K the min term `dmin * d_a *
+sum(mins * bsums)` is subtracted per super-block. ggml's SIMD code sums the
+float terms in a different order (8 lanes), so results agree with llama.cpp
+to float32 rounding, not bitwise.
+
+`QMatrix(t, raw, rows, cols)` repacks a tensor's blocks once into separate
+field arrays (the quantized values stay as they are: nibbles stay nibbles;
+the K-quants' 6-bit sub-block scales and their quants are unpacked to
+bytes). Types without an integer kernel here are dequantized once by the
+oracle (`strata_ref.dequant.dequant_f32`) and multiplied in float32.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from ..numerics import F16_TO_F32
+from ..types import GGMLType, block_format
+from . import act_quant
+
+__all__ = ["QMatrix", "INTEGER_KERNEL_TYPES", "VEC_DOT_TYPE"]
+
+#: The activation format ggml-cpu quantizes to for each weight type
+#: (`vec_dot_type` in ggml-cpu's type traits, spec/models.md §8).
+VEC_DOT_TYPE = {
+    GGMLType.Q4_0: GGMLType.Q8_0, GGMLType.Q5_0: GGMLType.Q8_0, GGMLType.Q8_0: GGMLType.Q8_0,
+    GGMLType.Q4_1: GGMLType.Q8_1, GGMLType.Q5_1: GGMLType.Q8_1,
+    GGMLType.Q4_K: GGMLType.Q8_K, GGMLType.Q6_K: GGMLType.Q8_K,
+}
+INTEGER_KERNEL_TYPES = frozenset(VEC_DOT_TYPE)
+
+
+def _field(raw3, t, name, dtype):
+    """Field `name` of every block as a contiguous array (rows, nb, bytes),
+    viewed as the field's dtype and cast to `dtype` when given."""
+    f = block_format(t).field(name)
+    b = np.ascontiguousarray(raw3[:, :, f.offset:f.offset + f.nbytes])
+    return b.view(f.dtype).astype(dtype) if dtype is not None else b
+
+
+def _f16(raw3, t, name):
+    """A one-element fp16 field as float32 (rows, nb)."""
+    return F16_TO_F32[_field(raw3, t, name, None).view(np.uint16)[..., 0]]
+
+
+# ---------------------------------------------------------------- kernel
+@njit(inline="always", fastmath=True, cache=True)
+def _row_dot(w, x, ws, xs, wm, xm, B, with_min):
+    # one weight row with one activation row; see _mm
+    acc = np.float32(0.0)
+    accm = np.float32(0.0)
+    for k in range(w.shape[0] // B):
+        s = np.float32(0.0)
+        for j in range(B):
+            s += np.float32(w[k * B + j]) * np.float32(x[k * B + j])
+        acc += (ws[k] * xs[k]) * s
+        if with_min:
+            accm += wm[k] * xm[k]
+    return acc + accm
+
+
+@njit(parallel=True, fastmath=True, cache=True)
+def _mm(wq, ws, wm, xq, xs, xm, B, with_min, out):
+    """out[t, r] = sum_k ws[r,k] xs[t,k] dot_k + wm[r,k] xm[t,k], where dot_k
+    is the integer dot of sub-block k (B values) of weight row r and
+    activation row t.
+
+    The sub-block dot is summed in float32: each product of two int8 values
+    is at most 127 * 128 in magnitude and B <= 32 of them sum to less than
+    2^24, so every partial sum is an integer float32 holds exactly, in any
+    order. That is what lets `fastmath` reassociate the loop into SIMD lanes
+    without changing the integer result; only the float accumulation over
+    sub-blocks is reordered (float32 rounding, as in ggml's 8-lane SIMD).
+    """
+    for r in prange(wq.shape[0]):
+        for t in range(xq.shape[0]):
+            out[t, r] = _row_dot(wq[r], xq[t], ws[r], xs[t], wm[r], xm[t], B, with_min)
+
+
+def _q4_k_scales(s12: np.ndarray):
+    """Q4_K's 12 scale bytes -> (sc, mn) uint8 (..., 8), ggml
+    `get_scale_min_k4`: entries 0-3 are the low 6 bits of bytes 0-3 (scales)
+    and 4-7 (mins); entries 4-7 take their low 4 bits from bytes 8-11 (low
+    nibble: scale, high nibble: min) and their top 2 bits from the top 2 bits
+    of bytes 0-3 (scales) and 4-7 (mins)."""
+    s12 = s12.astype(np.int32)
+    sc = np.empty(s12.shape[:-1] + (8,), np.int32)
+    mn = np.empty_like(sc)
+    sc[..., :4] = s12[..., 0:4] & 63
+    mn[..., :4] = s12[..., 4:8] & 63
+    sc[..., 4:] = (s12[..., 8:12] & 0xF) | ((s12[..., 0:4] >> 6) << 4)
+    mn[..., 4:] = (s12[..., 8:12] >> 4) | ((s12[..., 4:8] >> 6) << 4)
+    return sc, mn
+
+
+def _q4_k_values(qs: np.ndarray) -> np.ndarray:
+    """Q4_K quants (rows, nb, 128) -> int8 (rows, nb, 256): each 64 values
+    are the low nibbles of 32 bytes, then their high nibbles."""
+    r, nb, _ = qs.shape
+    v = qs.reshape(r, nb, 4, 1, 32)
+    out = np.concatenate([v & 15, v >> 4], axis=3)
+    return out.reshape(r, nb, 256).astype(np.int8)
+
+
+def _q6_k_values(ql: np.ndarray, qh: np.ndarray) -> np.ndarray:
+    """Q6_K quants -> int8 (rows, nb, 256) in -32..31. Per half of 128 values
+    (ql bytes 64h.., qh bytes 32h..), for l < 32: value l = low nibble of
+    ql[l] | qh[l] bits 0-1 << 4; l+32: low nibble of ql[l+32] | bits 2-3;
+    l+64: high nibble of ql[l] | bits 4-5; l+96: high nibble of ql[l+32] |
+    bits 6-7; minus 32 (ggml `dequantize_row_q6_K`)."""
+    r, nb, _ = ql.shape
+    ql = ql.reshape(r, nb, 2, 64).astype(np.int16)
+    qh = qh.reshape(r, nb, 2, 32).astype(np.int16)
+    parts = [(ql[..., :32] & 15) | ((qh & 3) << 4),
+             (ql[..., 32:] & 15) | (((qh >> 2) & 3) << 4),
+             (ql[..., :32] >> 4) | (((qh >> 4) & 3) << 4),
+             (ql[..., 32:] >> 4) | (((qh >> 6) & 3) << 4)]
+    v = np.stack(parts, axis=3)            # (r, nb, 2, 4, 32)
+    return (v.reshape(r, nb, 256) - 32).astype(np.int8)
+
+
+def _nibbles(qs: np.ndarray) -> np.ndarray:
+    """Legacy 4-bit quants (rows, nb, 16) -> (rows, nb, 32) uint8: value j is
+    the low nibble of byte j, value j + 16 its high nibble."""
+    return np.concatenate([qs & 15, qs >> 4], axis=2)
+
+
+def _high_bits(qh: np.ndarray) -> np.ndarray:
+    """The qh word (rows, nb) of Q5_0 / Q5_1 -> (rows, nb, 32) uint8 of 0 or
+    16: bit j of qh is bit 4 of value j."""
+    bits = (qh[..., None] >> np.arange(32, dtype=np.uint32)) & 1
+    return (bits << 4).astype(np.uint8)
+
+
+def _pack(t: GGMLType, raw3: np.ndarray):
+    """(wq int8 (rows, cols), ws, wm float32 (rows, cols / B) or None, B)
+    for weight type t: the integer quants widened to one byte each, and per
+    sub-block of B values the float32 scale and min factor of the weight."""
+    rows, nb, _ = raw3.shape
+    if t == GGMLType.Q8_0:
+        return _field(raw3, t, "qs", None).view(np.int8).reshape(rows, -1), _f16(raw3, t, "d"), None, 32
+    if t in (GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1):
+        q = _nibbles(_field(raw3, t, "qs", None))
+        if t in (GGMLType.Q5_0, GGMLType.Q5_1):
+            q = q | _high_bits(_field(raw3, t, "qh", None).view(np.uint32)[..., 0])
+        offset = {GGMLType.Q4_0: 8, GGMLType.Q5_0: 16}.get(t, 0)
+        wq = (q.astype(np.int16) - offset).astype(np.int8).reshape(rows, -1)
+        wm = _f16(raw3, t, "m") if t in (GGMLType.Q4_1, GGMLType.Q5_1) else None
+        return wq, _f16(raw3, t, "d"), wm, 32
+    if t == GGMLType.Q4_K:
+        sc, mn = _q4_k_scales(_field(raw3, t, "scales", None))
+        d, dmin = _f16(raw3, t, "d")[..., None], _f16(raw3, t, "dmin")[..., None]
+        ws = (d * sc.astype(np.float32)).reshape(rows, -1)
+        wm = -(dmin * mn.astype(np.float32)).reshape(rows, -1)
+        return _q4_k_values(_field(raw3, t, "qs", None)).reshape(rows, -1), ws, wm, 32
+    if t == GGMLType.Q6_K:
+        sc = _field(raw3, t, "scales", None).view(np.int8).astype(np.float32)
+        ws = (_f16(raw3, t, "d")[..., None] * sc).reshape(rows, -1)
+        wq = _q6_k_values(_field(raw3, t, "ql", None), _field(raw3, t, "qh", None))
+        return wq.reshape(rows, -1), ws, None, 16
+    raise AssertionError(t)
+
+
+def _activations(vdt: GGMLType, x: np.ndarray, B: int):
+    """(xq int8 (n, cols), xs, xm float32 (n, cols / B)) of x quantized to
+    the activation type vdt, with the per-block factors spread to the weight's
+    sub-blocks of B values: xs the scale; xm the term the weight's min
+    multiplies (Q8_1: s = d * sum q; Q8_K: d * the sum of q over the B values)."""
+    if vdt == GGMLType.Q8_0:
+        xq, xd = act_quant.q8_0_fields(x)
+        return xq, xd, xd
+    if vdt == GGMLType.Q8_1:
+        return act_quant.q8_1_fields(x)
+    xq, xd, bsums = act_quant.q8_k_fields(x)
+    per = 256 // B
+    xs = np.repeat(xd, per, axis=1)
+    bs = bsums.reshape(x.shape[0], -1, B // 16).sum(axis=2).astype(np.float32)
+    return xq, xs, xs * bs
+
+
+class QMatrix:
+    """A weight matrix of `rows` x `cols` (ggml: ne[1] x ne[0]) in type `t`.
+
+    raw: uint8 bytes of the tensor (rows * cols / QK blocks). `matmul(x)`
+    takes float32 (n, cols) and returns float32 (n, rows) = x @ W.T, the way
+    ggml-cpu's `ggml_mul_mat` computes it (activation quantization included)
+    for types in INTEGER_KERNEL_TYPES; other types are dequantized once by
+    the oracle and use a float32 matmul. Packing happens at the first
+    `matmul` (a matrix used only for `row_f32`, such as an untied token
+    embedding, is never packed).
+    """
+
+    def __init__(self, t, raw, rows: int, cols: int, name: str = ""):
+        self.type = GGMLType(t)
+        self.rows, self.cols, self.name = int(rows), int(cols), name
+        fmt = block_format(self.type)
+        raw = np.asarray(raw, dtype=np.uint8).reshape(-1)
+        qk = fmt.block_values
+        if cols % qk:
+            raise ValueError(f"{name}: row length {cols} is not a multiple of the "
+                             f"{fmt.name} block size {qk}")
+        if raw.size != rows * cols // qk * fmt.block_bytes:
+            raise ValueError(f"{name}: {raw.size} bytes do not hold {rows} x {cols} {fmt.name}")
+        self.raw = raw
+        self._dense = None
+        self._packed = None
+
+    @classmethod
+    def dense(cls, w: np.ndarray, name: str = "") -> "QMatrix":
+        """A float32 matrix (rows, cols), multiplied in float32."""
+        w = np.ascontiguousarray(w, dtype=np.float32)
+        self = cls(GGMLType.F32, w.view(np.uint8), w.shape[0], w.shape[1], name)
+        self._dense = w
+        return self
+
+    def _prepare(self):
+        t = self.type
+        if t in INTEGER_KERNEL_TYPES:
+            fmt = block_format(t)
+            raw3 = self.raw.reshape(self.rows, -1, fmt.block_bytes)
+            wq, ws, wm, B = _pack(t, raw3)
+            self._packed = (np.ascontiguousarray(wq), np.ascontiguousarray(ws, np.float32),
+                            None if wm is None else np.ascontiguousarray(wm, np.float32), B)
+        else:
+            from ..dequant import dequant_f32
+            self._dense = dequant_f32(t, self.raw, self.rows, self.cols)
+
+    def matmul(self, x: np.ndarray) -> np.ndarray:
+        """float32 (n, cols) -> float32 (n, rows)."""
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        if x.ndim != 2 or x.shape[1] != self.cols:
+            raise ValueError(f"{self.name}: activations must be (n, {self.cols}), got {x.shape}")
+        if self._dense is None and self._packed is None:
+            self._prepare()
+        if self._dense is not None:
+            return x @ self._dense.T
+        wq, ws, wm, B = self._packed
+        xq, xs, xm = _activations(VEC_DOT_TYPE[self.type], x, B)
+        out = np.empty((x.shape[0], self.rows), np.float32)
+        _mm(wq, ws, ws if wm is None else wm, xq, xs, xm, B, wm is not None, out)
+        return out
+
+    def row_f32(self, i: int) -> np.ndarray:
+        """Row i dequantized to float32 by the oracle (ggml `get_rows`)."""
+        if self._dense is not None:
+            return self._dense[i].copy()
+        from ..dequant import dequant_f32
+        return dequant_f32(self.type, self.raw, 1, self.cols, row0=int(i))[0]

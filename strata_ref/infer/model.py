@@ -1,0 +1,411 @@
+"""The forward pass of decoder-only GGUF models, as llama.cpp builds it.
+
+Architectures (`general.architecture`): llama, qwen2, qwen3 and gemma3, after
+ggml-org/llama.cpp `src/models/{llama,qwen2,qwen3,gemma3}.cpp` and
+`src/llama-model.cpp` (the version vendored by llama-cpp-python 0.3.36).
+
+One layer, in llama.cpp's operation order:
+
+    h   = x                                  # residual
+    x   = rms_norm(x, eps) * attn_norm
+    q   = Wq x (+ bq),  k = Wk x (+ bk),  v = Wv x (+ bv)
+    q,k = rms_norm(q|k per head) * q_norm|k_norm        # qwen3, gemma3
+    q,k = rope(q|k, pos)      # normal pairs (llama) or NeoX halves (others)
+    q   = q * f_attention_scale                         # gemma3 only
+    a   = softmax(q k^T * kq_scale + mask) v  per head, GQA
+    x   = Wo a;  x = rms_norm(x) * attn_post_norm       # gemma3 only
+    x   = x + h;  h = x
+    x   = rms_norm(x) * ffn_norm
+    x   = Wdown(act(Wgate x) * Wup x)     # act: SiLU, GELU (tanh) for gemma3
+    x   = rms_norm(x) * ffn_post_norm                   # gemma3 only
+    x   = x + h
+    logits = Wout(rms_norm(x) * output_norm)   # Wout = token_embd when tied
+
+What is emulated from ggml-cpu because it moves the logits measurably:
+activation quantization before every quantized mat-mul (`kernels`), the F16
+KV cache, and the F16 rounding of q and of the softmax probabilities that
+ggml's F16 mat-muls apply to their float32 operand (`vec_dot_type` of F16 is
+F16); RMSNorm's sum of squares in double (ggml `ggml_compute_forward_rms_norm_f32`);
+RoPE angles by repeated float32 multiplication (`ggml_rope_cache_init`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..types import GGMLType
+from .kernels import QMatrix
+from .kv_cache import KVCache
+from .tokenizer import Tokenizer
+
+__all__ = ["Model", "HParams", "ModelLoadError", "SUPPORTED_ARCHS", "load"]
+
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
+# RoPE style by architecture (llama.cpp `llama_model_rope_type`): llama uses
+# consecutive pairs, the others NeoX (pairs offset by n_rot / 2).
+_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "gemma3": True}
+
+
+class ModelLoadError(ValueError):
+    """A GGUF file this engine cannot run: unsupported architecture, missing
+    metadata key or tensor, or inconsistent shapes."""
+
+
+@dataclass(frozen=True)
+class HParams:
+    arch: str
+    n_layer: int
+    n_embd: int
+    n_ff: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_rot: int
+    n_ctx_train: int
+    eps: float
+    rope_base: float
+    rope_base_swa: float
+    rope_freq_scale: float
+    neox: bool
+    n_swa: int                 # 0: no sliding window
+    swa_layers: tuple          # bool per layer
+    attn_scale: float          # multiplies q before attention (gemma3), else 1
+    kq_scale: float
+    embd_scale: float          # multiplies the token embeddings (gemma3)
+    final_softcap: float       # 0: none
+
+    @classmethod
+    def from_metadata(cls, md) -> "HParams":
+        arch = md.get("general.architecture")
+        if arch is None:
+            raise ModelLoadError("GGUF metadata has no `general.architecture`")
+        if arch not in SUPPORTED_ARCHS:
+            raise ModelLoadError(f"unsupported architecture {arch!r} "
+                                 f"(supported: {', '.join(SUPPORTED_ARCHS)})")
+
+        def key(name, default=None, required=False):
+            k = f"{arch}.{name}"
+            if k in md:
+                v = md[k]
+                if isinstance(v, np.ndarray):
+                    if v.size and np.all(v == v.flat[0]):
+                        return v.flat[0].item()
+                    raise ModelLoadError(f"per-layer values of `{k}` are not supported")
+                return v
+            if required:
+                raise ModelLoadError(f"GGUF metadata has no `{k}`")
+            return default
+
+        n_layer = int(key("block_count", required=True))
+        n_embd = int(key("embedding_length", required=True))
+        n_ff = int(key("feed_forward_length", required=True))
+        n_head = int(key("attention.head_count", required=True))
+        n_head_kv = int(key("attention.head_count_kv", n_head))
+        head_dim = int(key("attention.key_length", n_embd // n_head))
+        if int(key("attention.value_length", head_dim)) != head_dim:
+            raise ModelLoadError(f"`{arch}.attention.value_length` differs from key_length: not supported")
+        if n_head % n_head_kv:
+            raise ModelLoadError(f"head_count {n_head} is not a multiple of head_count_kv {n_head_kv}")
+        eps = float(key("attention.layer_norm_rms_epsilon", required=True))
+        base = float(key("rope.freq_base", 10000.0))
+        scaling = key("rope.scaling.type", "none")
+        factor = float(key("rope.scaling.factor", 0.0) or 0.0)
+        if scaling not in ("none", "linear") and factor not in (0.0, 1.0):
+            raise ModelLoadError(f"RoPE scaling `{arch}.rope.scaling.type` = {scaling!r} is not supported")
+        freq_scale = 1.0 / factor if scaling == "linear" and factor > 0 else 1.0
+        n_swa, swa_layers = 0, (False,) * n_layer
+        attn_scale, kq_scale, embd_scale = 1.0, 1.0 / math.sqrt(head_dim), 1.0
+        softcap = 0.0
+        base_swa = base
+        if arch == "gemma3":
+            n_swa = int(key("attention.sliding_window", 0) or 0)
+            if n_swa > 0:
+                pattern = md.get(f"{arch}.attention.sliding_window_pattern", 6)
+                if isinstance(pattern, (list, np.ndarray)):
+                    swa_layers = tuple(bool(b) for b in pattern)
+                else:
+                    p = int(pattern)  # llama.cpp set_swa_pattern: il % p < p - 1
+                    swa_layers = tuple(p == 0 or il % p < p - 1 for il in range(n_layer))
+                base_swa = float(key("rope.freq_base_swa", base))
+            softcap = float(key("final_logit_softcapping", 0.0) or 0.0)
+            # llama.cpp: 1/sqrt(n_embd/n_head) for the 27B (62 layers), else 1/sqrt(head_dim)
+            attn_scale = (1.0 / math.sqrt(float(n_embd // n_head)) if n_layer == 62
+                          else 1.0 / math.sqrt(float(head_dim)))
+            kq_scale = 1.0
+            embd_scale = float(np.sqrt(np.float32(n_embd)))
+        return cls(arch=arch, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head,
+                   n_head_kv=n_head_kv, head_dim=head_dim,
+                   n_rot=int(key("rope.dimension_count", head_dim)),
+                   n_ctx_train=int(key("context_length", 2048)), eps=eps, rope_base=base,
+                   rope_base_swa=base_swa, rope_freq_scale=freq_scale, neox=_NEOX[arch],
+                   n_swa=n_swa, swa_layers=swa_layers, attn_scale=attn_scale,
+                   kq_scale=kq_scale, embd_scale=embd_scale, final_softcap=softcap)
+
+
+# ------------------------------------------------------------------ ops
+def rms_norm(x: np.ndarray, w: np.ndarray | None, eps: float) -> np.ndarray:
+    """ggml `rms_norm` then `mul`: the sum of squares in double, mean and
+    scale in float32: y = x * (1 / sqrtf(mean + eps)) * w. x (..., n)."""
+    ss = np.einsum("...i,...i->...", x.astype(np.float64), x.astype(np.float64))
+    mean = (ss / x.shape[-1]).astype(np.float32)
+    scale = (np.float32(1.0) / np.sqrt(mean + np.float32(eps))).astype(np.float32)
+    y = x * scale[..., None]
+    return y * w if w is not None else y
+
+
+def rope_cos_sin(pos: np.ndarray, n_rot: int, base: float, freq_scale: float,
+                 freq_factors: np.ndarray | None = None):
+    """cos and sin float32 (n, n_rot/2) as ggml `ggml_rope_cache_init`:
+    theta starts at the position and is multiplied by base^(-2/n_rot) in
+    float32 for each pair; freq_factors divide it (llama3 `rope_freqs`)."""
+    ts = np.float32(base) ** np.float32(-2.0 / n_rot)
+    theta = pos.astype(np.float32)
+    half = n_rot // 2
+    cos = np.empty((len(pos), half), np.float32)
+    sin = np.empty_like(cos)
+    for i in range(half):
+        th = theta if freq_factors is None else theta / np.float32(freq_factors[i])
+        th = (np.float32(freq_scale) * th).astype(np.float32)
+        cos[:, i] = np.cos(th.astype(np.float64)).astype(np.float32)
+        sin[:, i] = np.sin(th.astype(np.float64)).astype(np.float32)
+        theta = (theta * ts).astype(np.float32)
+    return cos, sin
+
+
+def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, n_rot: int, neox: bool) -> np.ndarray:
+    """Rotate the first n_rot values of each head. x (n, heads, head_dim);
+    cos, sin (n, n_rot/2). Normal style pairs (2i, 2i+1); NeoX pairs
+    (i, i + n_rot/2) (ggml `rope_f32` / `rope_f32_neox`)."""
+    y = x.copy()
+    c, s = cos[:, None, :], sin[:, None, :]
+    if neox:
+        h = n_rot // 2
+        x0, x1 = x[..., :h], x[..., h:n_rot]
+        y[..., :h] = x0 * c - x1 * s
+        y[..., h:n_rot] = x0 * s + x1 * c
+    else:
+        x0, x1 = x[..., 0:n_rot:2], x[..., 1:n_rot:2]
+        y[..., 0:n_rot:2] = x0 * c - x1 * s
+        y[..., 1:n_rot:2] = x0 * s + x1 * c
+    return y
+
+
+def silu(x):
+    """ggml `silu`: x / (1 + exp(-x)), float32."""
+    return (x / (np.float32(1.0) + np.exp(-x))).astype(np.float32)
+
+
+def gelu_tanh(x):
+    """GELU, tanh form (ggml `gelu`): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    c = np.float32(math.sqrt(2.0 / math.pi))
+    return (np.float32(0.5) * x * (np.float32(1.0) + np.tanh(c * x * (np.float32(1.0) + np.float32(0.044715) * x * x)))).astype(np.float32)
+
+
+def _f16(a):
+    return a.astype(np.float16).astype(np.float32)
+
+
+def softmax_rows(s: np.ndarray) -> np.ndarray:
+    """ggml `soft_max`: exp(s - max) in float32, sum in double, times 1/sum."""
+    m = s.max(axis=-1, keepdims=True)
+    e = np.exp(s - m).astype(np.float32)
+    tot = e.astype(np.float64).sum(axis=-1, keepdims=True)
+    return (e * (1.0 / tot).astype(np.float32)).astype(np.float32)
+
+
+# ------------------------------------------------------------------ model
+class _Layer:
+    pass
+
+
+class Model:
+    """A loaded GGUF model: `hp` (HParams), `tokenizer`, weights.
+
+    `forward(tokens, cache, all_logits=False)` runs the tokens (int list)
+    at positions cache.n .. cache.n + len - 1, appends their K/V to `cache`,
+    and returns float32 logits (n_vocab,) of the last token, or
+    (len, n_vocab) for every token when `all_logits`.
+    """
+
+    def __init__(self, gf, path=None):
+        self.path = path
+        md = gf.metadata
+        self.metadata = md
+        self.hp = hp = HParams.from_metadata(md)
+        self.tokenizer = Tokenizer.from_metadata(md)
+        tensors = {t.name: t for t in gf.tensors}
+
+        def get(name, required=True):
+            t = tensors.get(name)
+            if t is None and required:
+                raise ModelLoadError(f"{hp.arch}: missing tensor `{name}`")
+            return t
+
+        def vec(name, n, required=True):
+            t = get(name, required)
+            if t is None:
+                return None
+            if t.type != GGMLType.F32 or t.n_elements != n:
+                if t.n_elements != n:
+                    raise ModelLoadError(f"tensor `{name}` has {t.n_elements} values, expected {n}")
+                from ..dequant import dequant_f32
+                return dequant_f32(t.type, t.data, 1, n)[0]
+            return np.array(t.data.view(np.float32))
+
+        def mat(name, rows, cols, required=True):
+            t = get(name, required)
+            if t is None:
+                return None
+            if t.cols != cols or t.rows != rows:
+                raise ModelLoadError(f"tensor `{name}` is {t.rows} x {t.cols}, expected {rows} x {cols}")
+            return QMatrix(t.type, t.data, rows, cols, name)
+
+        e, hd = hp.n_embd, hp.head_dim
+        nq, nkv = hp.n_head * hd, hp.n_head_kv * hd
+        emb = get("token_embd.weight")
+        self.n_vocab = emb.rows
+        self.tok_embd = QMatrix(emb.type, emb.data, emb.rows, emb.cols, "token_embd.weight")
+        if emb.cols != e:
+            raise ModelLoadError(f"token_embd.weight rows have {emb.cols} values, n_embd is {e}")
+        self.output_norm = vec("output_norm.weight", e)
+        out = mat("output.weight", self.n_vocab, e, required=False)
+        self.output = out if out is not None else self.tok_embd
+        ff = get("rope_freqs.weight", required=False)
+        self.rope_freqs = vec("rope_freqs.weight", hp.n_rot // 2) if ff is not None else None
+        qk_norm = hp.arch in ("qwen3", "gemma3")
+        post_norms = hp.arch == "gemma3"
+        if f"blk.0.attn_qkv.weight" in tensors:
+            raise ModelLoadError(f"{hp.arch}: fused `attn_qkv` tensors are not supported")
+        self.layers = []
+        for i in range(hp.n_layer):
+            p = f"blk.{i}."
+            L = _Layer()
+            L.attn_norm = vec(p + "attn_norm.weight", e)
+            L.wq = mat(p + "attn_q.weight", nq, e)
+            L.wk = mat(p + "attn_k.weight", nkv, e)
+            L.wv = mat(p + "attn_v.weight", nkv, e)
+            L.wo = mat(p + "attn_output.weight", e, nq)
+            L.bq = vec(p + "attn_q.bias", nq, required=False)
+            L.bk = vec(p + "attn_k.bias", nkv, required=False)
+            L.bv = vec(p + "attn_v.bias", nkv, required=False)
+            L.q_norm = vec(p + "attn_q_norm.weight", hd) if qk_norm else None
+            L.k_norm = vec(p + "attn_k_norm.weight", hd) if qk_norm else None
+            L.attn_post_norm = vec(p + "attn_post_norm.weight", e) if post_norms else None
+            L.ffn_norm = vec(p + "ffn_norm.weight", e)
+            L.w_gate = mat(p + "ffn_gate.weight", hp.n_ff, e)
+            L.w_up = mat(p + "ffn_up.weight", hp.n_ff, e)
+            L.w_down = mat(p + "ffn_down.weight", e, hp.n_ff)
+            L.ffn_post_norm = vec(p + "ffn_post_norm.weight", e) if post_norms else None
+            self.layers.append(L)
+
+    # -------------------------------------------------------------- API
+    def new_cache(self, n_ctx: int | None = None) -> KVCache:
+        """An empty F16 KV cache for n_ctx positions (default: the training
+        context, at most 4096)."""
+        hp = self.hp
+        n_ctx = min(hp.n_ctx_train, 4096) if n_ctx is None else int(n_ctx)
+        return KVCache(hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx)
+
+    def embed(self, tokens) -> np.ndarray:
+        """float32 (n, n_embd) token embeddings (times embd_scale)."""
+        x = np.stack([self.tok_embd.row_f32(int(t)) for t in tokens])
+        if self.hp.embd_scale != 1.0:
+            x = (x * np.float32(self.hp.embd_scale)).astype(np.float32)
+        return x
+
+    def forward(self, tokens, cache: KVCache, all_logits: bool = False) -> np.ndarray:
+        tokens = [int(t) for t in tokens]
+        if not tokens:
+            raise ValueError("forward needs at least one token")
+        bad = [t for t in tokens if not 0 <= t < self.n_vocab]
+        if bad:
+            raise ValueError(f"token id {bad[0]} is outside the vocabulary (size {self.n_vocab})")
+        n = len(tokens)
+        if cache.n + n > cache.n_ctx:
+            raise ValueError(f"context full: {cache.n} + {n} tokens exceed n_ctx = {cache.n_ctx}")
+        hp = self.hp
+        pos = np.arange(cache.n, cache.n + n)
+        rope = {}
+        for base in {hp.rope_base, hp.rope_base_swa}:
+            rope[base] = rope_cos_sin(pos, hp.n_rot, base, hp.rope_freq_scale, self.rope_freqs)
+        x = self.embed(tokens)
+        for il, L in enumerate(self.layers):
+            swa = hp.swa_layers[il]
+            h = x
+            x = rms_norm(x, L.attn_norm, hp.eps)
+            a = self._attention(L, il, x, pos, cache, rope[hp.rope_base_swa if swa else hp.rope_base],
+                                hp.n_swa if swa else 0)
+            x = L.wo.matmul(a)
+            if L.attn_post_norm is not None:
+                x = rms_norm(x, L.attn_post_norm, hp.eps)
+            x = x + h
+            h = x
+            x = rms_norm(x, L.ffn_norm, hp.eps)
+            g = L.w_gate.matmul(x)
+            u = L.w_up.matmul(x)
+            act = gelu_tanh(g) if hp.arch == "gemma3" else silu(g)
+            x = L.w_down.matmul(act * u)
+            if L.ffn_post_norm is not None:
+                x = rms_norm(x, L.ffn_post_norm, hp.eps)
+            x = x + h
+        cache.n += n
+        if not all_logits:
+            x = x[-1:]
+        x = rms_norm(x, self.output_norm, hp.eps)
+        logits = self.output.matmul(x)
+        if hp.final_softcap:
+            c = np.float32(hp.final_softcap)
+            logits = (np.tanh(logits / c) * c).astype(np.float32)
+        return logits if all_logits else logits[0]
+
+    def _attention(self, L, il, x, pos, cache, cos_sin, n_swa):
+        hp = self.hp
+        n, hd = x.shape[0], hp.head_dim
+        q = L.wq.matmul(x)
+        k = L.wk.matmul(x)
+        v = L.wv.matmul(x)
+        if L.bq is not None:
+            q = q + L.bq
+        if L.bk is not None:
+            k = k + L.bk
+        if L.bv is not None:
+            v = v + L.bv
+        q = q.reshape(n, hp.n_head, hd)
+        k = k.reshape(n, hp.n_head_kv, hd)
+        v = v.reshape(n, hp.n_head_kv, hd)
+        if L.q_norm is not None:
+            q = rms_norm(q, L.q_norm, hp.eps)
+            k = rms_norm(k, L.k_norm, hp.eps)
+        cos, sin = cos_sin
+        q = apply_rope(q, cos, sin, hp.n_rot, hp.neox)
+        k = apply_rope(k, cos, sin, hp.n_rot, hp.neox)
+        if hp.attn_scale != 1.0:
+            q = (q * np.float32(hp.attn_scale)).astype(np.float32)
+        cache.store(il, k, v)
+        T = cache.n + n
+        K, V = cache.keys(il, T), cache.values(il, T)     # float32 of F16 (Hkv, T, hd)
+        G = hp.n_head // hp.n_head_kv
+        # ggml converts q to F16 for the F16 K cache (vec_dot_type of F16).
+        qg = _f16(q).reshape(n, hp.n_head_kv, G, hd).transpose(1, 0, 2, 3).reshape(hp.n_head_kv, n * G, hd)
+        s = np.matmul(qg, K.transpose(0, 2, 1)) * np.float32(hp.kq_scale)   # (Hkv, n*G, T)
+        kpos = np.arange(T)
+        qpos = np.repeat(pos, G)
+        mask = kpos[None, :] > qpos[:, None]
+        if n_swa:
+            mask |= (qpos[:, None] - kpos[None, :]) >= n_swa
+        s = np.where(mask[None], np.float32(-np.inf), s).astype(np.float32)
+        p = _f16(softmax_rows(s))                     # probabilities to F16 for the F16 V
+        o = np.matmul(p, V)                           # (Hkv, n*G, hd)
+        o = o.reshape(hp.n_head_kv, n, G, hd).transpose(1, 0, 2, 3).reshape(n, hp.n_head * hd)
+        return np.ascontiguousarray(o, dtype=np.float32)
+
+
+def load(path) -> Model:
+    """Load a GGUF model file (via `strata_ref.gguf.read`). Raises
+    ModelLoadError for what the engine cannot run, GGUFError for a
+    malformed file."""
+    from .. import gguf
+    gf = gguf.read(path)
+    return Model(gf, path=str(path))

@@ -1,0 +1,398 @@
+"""Tokenizers built from a GGUF file's `tokenizer.ggml.*` metadata.
+
+Two families, as llama.cpp implements them (ggml-org/llama.cpp
+`src/llama-vocab.cpp` and `src/unicode.cpp`, the version vendored by
+llama-cpp-python 0.3.36):
+
+- byte-level BPE (`tokenizer.ggml.model = "gpt2"`): the text is split by the
+  pre-tokenizer regexes of `tokenizer.ggml.pre`, each piece is mapped to
+  GPT-2's printable byte alphabet and merged pair by pair, lowest merge rank
+  first (ties: leftmost pair);
+- SentencePiece-style (`tokenizer.ggml.model = "llama"`): spaces become
+  U+2581, a space is prefixed when `add_space_prefix`, characters are merged
+  by highest token score (ties: leftmost), unknown characters fall back to
+  `<0xXX>` byte tokens.
+
+Special tokens (types CONTROL and USER_DEFINED) are cut out of the text
+before either algorithm runs; CONTROL tokens only when `parse_special`.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+__all__ = ["Tokenizer", "TokenizerError", "PRE_TOKENIZERS"]
+
+
+class TokenizerError(ValueError):
+    """Tokenizer metadata that is missing, unknown or inconsistent."""
+
+
+# Token types of `tokenizer.ggml.token_type` (llama.cpp `llama_token_type`).
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+
+# llama.cpp's whitespace set (`unicode_set_whitespace` in unicode-data.cpp).
+# Python's \s also matches U+001C..U+001F, which llama.cpp does not, so the
+# patterns below spell the set out.
+_WS = "\\t\\n\\x0b\\x0c\\r \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
+_S = f"[{_WS}]"
+_NS = f"[^{_WS}]"
+
+# The pre-tokenizer regexes of llama.cpp's `llm_tokenizer_bpe` constructor,
+# per pre-tokenizer name. Each list is applied in order: every regex splits
+# each piece left by the previous one into matches and the gaps between them.
+_CONTRACTIONS = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+_GPT2 = (f"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{{L}}+| ?\\p{{N}}+| ?[^{_WS}\\p{{L}}\\p{{N}}]+"
+         f"|{_S}+(?!{_NS})")
+
+
+def _llama3_like(digits: str, letters: str = "\\p{L}") -> str:
+    return (f"{_CONTRACTIONS}|[^\\r\\n\\p{{L}}\\p{{N}}]?[{letters}]+|\\p{{N}}{digits}"
+            f"| ?[^{_WS}{letters}\\p{{N}}]+[\\r\\n]*|{_S}*[\\r\\n]+|{_S}+(?!{_NS})|{_S}+")
+
+
+PRE_TOKENIZERS: dict[str, list[str]] = {
+    "gpt-2": [_GPT2],
+    "mpt": [_GPT2],
+    "falcon": ["[\\p{P}\\$\\+<=>\\^~\\|`]+", _GPT2, "[0-9][0-9][0-9]"],
+    "smollm": ["\\p{N}", _GPT2],
+    "starcoder": ["\\p{N}", _GPT2],
+    "llama-bpe": [_llama3_like("{1,3}")],
+    "qwen2": [_llama3_like("")],
+    "qwen35": [_llama3_like("", "\\p{L}\\p{M}")],
+}
+# Names llama.cpp maps to the same pre-tokenizer type.
+_PRE_ALIASES = {"llama3": "llama-bpe", "llama-v3": "llama-bpe", "phi-2": "gpt-2",
+                "deepseek-r1-qwen": "qwen2", "refact": "smollm", "command-r": "smollm",
+                "codeshell": "smollm"}
+# Pre-tokenizers for which llama.cpp takes a whole piece as one token when the
+# vocabulary has it (`ignore_merges`), and which add BOS by default.
+_IGNORE_MERGES = {"llama-bpe"}
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character map (the byte-level BPE alphabet):
+    printable Latin-1 bytes map to themselves, the other bytes to U+0100 + n
+    in byte order."""
+    keep = (list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD))
+            + list(range(0xAE, 0x100)))
+    table, n = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + n)
+            n += 1
+    return table
+
+
+_BYTE_TO_CHAR = _bytes_to_unicode()
+_CHAR_TO_BYTE = {c: b for b, c in _BYTE_TO_CHAR.items()}
+
+
+def _regex():
+    try:
+        import regex
+    except ImportError as e:  # pragma: no cover - dependency
+        raise TokenizerError("the byte-level BPE tokenizer needs the `regex` "
+                             "package (pip install regex)") from e
+    return regex
+
+
+def _split(text: str, patterns) -> list[str]:
+    """Split `text` by each compiled pattern in turn, keeping matches and gaps
+    (llama.cpp `unicode_regex_split`)."""
+    pieces = [text]
+    for pat in patterns:
+        out = []
+        for p in pieces:
+            pos = 0
+            for m in pat.finditer(p):
+                if m.start() > pos:
+                    out.append(p[pos:m.start()])
+                if m.end() > m.start():
+                    out.append(m.group())
+                pos = m.end()
+            if pos < len(p):
+                out.append(p[pos:])
+        pieces = out
+    return pieces
+
+
+@dataclass
+class Tokenizer:
+    """A GGUF vocabulary with llama.cpp's encode and decode.
+
+    Build with `Tokenizer.from_metadata(md)` where `md` maps GGUF keys to
+    Python values. `encode(text, add_special=True, parse_special=False)`
+    returns a list of int token ids; `decode_bytes(ids)` the UTF-8 bytes.
+    """
+    model: str
+    pre: str
+    tokens: list
+    types: list
+    scores: list | None
+    merges: dict
+    bos_id: int | None
+    eos_id: int | None
+    add_bos: bool
+    add_eos: bool
+    add_space_prefix: bool
+    eog_ids: frozenset = frozenset()
+    _index: dict = field(default_factory=dict, repr=False)
+    _patterns: list = field(default_factory=list, repr=False)
+    _specials: list = field(default_factory=list, repr=False)
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    # ----------------------------------------------------------- loading
+    @classmethod
+    def from_metadata(cls, md) -> "Tokenizer":
+        """Read `tokenizer.ggml.*` keys. Raises TokenizerError naming a missing
+        key or an unsupported model / pre-tokenizer."""
+        def need(key):
+            if key not in md:
+                raise TokenizerError(f"GGUF metadata has no `{key}`")
+            return md[key]
+
+        model = need("tokenizer.ggml.model")
+        tokens = list(need("tokenizer.ggml.tokens"))
+        n = len(tokens)
+        types = list(md.get("tokenizer.ggml.token_type", [NORMAL] * n))
+        scores = md.get("tokenizer.ggml.scores")
+        merges, pre = {}, ""
+        if model == "gpt2":
+            pre = md.get("tokenizer.ggml.pre", "default")
+            pre = _PRE_ALIASES.get(pre, pre)
+            if pre not in PRE_TOKENIZERS:
+                raise TokenizerError(
+                    f"unsupported pre-tokenizer `tokenizer.ggml.pre` = {pre!r}; "
+                    f"supported: {', '.join(sorted(PRE_TOKENIZERS))}")
+            for rank, m in enumerate(need("tokenizer.ggml.merges")):
+                a, sep, b = m.partition(" ")
+                if not sep:
+                    raise TokenizerError(f"malformed BPE merge #{rank}: {m!r}")
+                merges[(a, b)] = rank
+            add_bos_default = pre in _IGNORE_MERGES
+            add_space_prefix = False
+        elif model == "llama":
+            if scores is None:
+                raise TokenizerError("GGUF metadata has no `tokenizer.ggml.scores` "
+                                     "(needed by the SentencePiece tokenizer)")
+            scores = [float(s) for s in scores]
+            add_bos_default = True
+            add_space_prefix = True
+        else:
+            raise TokenizerError(f"unsupported tokenizer model `tokenizer.ggml.model` = "
+                                 f"{model!r}; supported: gpt2 (byte-level BPE), llama (SentencePiece)")
+        if len(types) != n:
+            raise TokenizerError(f"`tokenizer.ggml.token_type` has {len(types)} entries, "
+                                 f"tokens has {n}")
+
+        def opt_id(key):
+            v = md.get(key)
+            if v is None:
+                return None
+            v = int(v)
+            if not 0 <= v < n:
+                raise TokenizerError(f"`{key}` = {v} is outside the vocabulary (size {n})")
+            return v
+
+        bos, eos = opt_id("tokenizer.ggml.bos_token_id"), opt_id("tokenizer.ggml.eos_token_id")
+        eog = {i for i in (eos, opt_id("tokenizer.ggml.eot_token_id"),
+                           opt_id("tokenizer.ggml.eom_token_id")) if i is not None}
+        # llama.cpp also ends generation on these control tokens when present.
+        for i, t in enumerate(tokens):
+            if types[i] == CONTROL and t in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>",
+                                             "<end_of_turn>", "<|end|>", "<|eom_id|>"):
+                eog.add(i)
+        tok = cls(model=model, pre=pre, tokens=tokens, types=[int(t) for t in types],
+                  scores=scores, merges=merges, bos_id=bos, eos_id=eos,
+                  add_bos=bool(md.get("tokenizer.ggml.add_bos_token", add_bos_default)),
+                  add_eos=bool(md.get("tokenizer.ggml.add_eos_token", False)),
+                  add_space_prefix=bool(md.get("tokenizer.ggml.add_space_prefix",
+                                               add_space_prefix)),
+                  eog_ids=frozenset(eog))
+        tok._build()
+        return tok
+
+    def _build(self) -> None:
+        self._index = {t: i for i, t in enumerate(self.tokens)}
+        if self.model == "gpt2":
+            rx = _regex()
+            self._patterns = [rx.compile(p) for p in PRE_TOKENIZERS[self.pre]]
+        # llama.cpp tries longer special tokens first.
+        sp = [(t, i, self.types[i]) for i, t in enumerate(self.tokens)
+              if self.types[i] in (CONTROL, USER_DEFINED, UNKNOWN) and t]
+        self._specials = sorted(sp, key=lambda s: -len(s[0]))
+
+    @property
+    def n_vocab(self) -> int:
+        return len(self.tokens)
+
+    # ----------------------------------------------------------- encoding
+    def encode(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        """Token ids of `text` (llama.cpp `llama_tokenize`). With add_special,
+        BOS is prepended when the file's add_bos flag says so, and never twice:
+        a text already starting with BOS (parsed as special) gets no second."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be str, got {type(text).__name__}")
+        out: list[int] = []
+        fragments = self._partition(text, parse_special) if text else []
+        if add_special and self.add_bos:
+            if self.bos_id is None:
+                raise TokenizerError("add_bos_token is set but the file has no bos_token_id")
+            out.append(self.bos_id)
+        prev_special = True
+        for frag in fragments:
+            if isinstance(frag, int):
+                out.append(frag)
+                prev_special = True
+                continue
+            if self.model == "gpt2":
+                self._encode_bpe(frag, out)
+            else:
+                if self.add_space_prefix and prev_special:
+                    frag = " " + frag
+                self._encode_spm(frag, out)
+            prev_special = False
+        if add_special and self.add_bos and len(out) >= 2 and out[1] == self.bos_id:
+            del out[0]  # never a doubled BOS
+        if add_special and self.add_eos and self.eos_id is not None:
+            out.append(self.eos_id)
+        return out
+
+    def _partition(self, text: str, parse_special: bool) -> list:
+        frags: list = [text]
+        for t, i, ty in self._specials:
+            if not parse_special and ty != USER_DEFINED:
+                continue
+            nxt = []
+            for f in frags:
+                if isinstance(f, int) or t not in f:
+                    nxt.append(f)
+                    continue
+                parts = f.split(t)
+                for k, p in enumerate(parts):
+                    if k:
+                        nxt.append(i)
+                    if p:
+                        nxt.append(p)
+            frags = nxt
+        return frags
+
+    def _encode_bpe(self, text: str, out: list[int]) -> None:
+        for piece in _split(text, self._patterns):
+            word = "".join(_BYTE_TO_CHAR[b] for b in piece.encode("utf-8"))
+            ids = self._cache.get(word)
+            if ids is None:
+                ids = self._bpe_word(word)
+                if len(self._cache) < 100_000:
+                    self._cache[word] = ids
+            out.extend(ids)
+
+    def _bpe_word(self, word: str) -> list[int]:
+        idx = self._index
+        if self.pre in _IGNORE_MERGES and word in idx:
+            return [idx[word]]
+        syms = list(word)
+        alive = [True] * len(syms)
+        nxt = list(range(1, len(syms))) + [-1]
+        prv = list(range(-1, len(syms) - 1))
+        heap = []
+
+        def push(left, right):
+            if left >= 0 and right >= 0:
+                r = self.merges.get((syms[left], syms[right]))
+                if r is not None:
+                    heapq.heappush(heap, (r, left, right, syms[left] + syms[right]))
+
+        for i in range(len(syms) - 1):
+            push(i, i + 1)
+        while heap:
+            _, left, right, text = heapq.heappop(heap)
+            if not (alive[left] and alive[right]) or nxt[left] != right \
+                    or syms[left] + syms[right] != text:
+                continue
+            syms[left] = text
+            alive[right] = False
+            nxt[left] = nxt[right]
+            if nxt[right] >= 0:
+                prv[nxt[right]] = left
+            push(prv[left], left)
+            push(left, nxt[left])
+        ids = []
+        for s, a in zip(syms, alive):
+            if not a:
+                continue
+            t = idx.get(s)
+            if t is not None:
+                ids.append(t)
+            else:  # unknown merge result: fall back to one token per byte
+                ids.extend(idx[c] for c in s if c in idx)
+        return ids
+
+    def _encode_spm(self, text: str, out: list[int]) -> None:
+        text = text.replace(" ", "\u2581")
+        idx, scores = self._index, self.scores
+        syms = list(text)
+        alive = [True] * len(syms)
+        nxt = list(range(1, len(syms))) + [-1]
+        prv = list(range(-1, len(syms) - 1))
+        heap = []
+
+        def push(left, right):
+            if left >= 0 and right >= 0:
+                t = idx.get(syms[left] + syms[right])
+                if t is not None:
+                    heapq.heappush(heap, (-scores[t], left, right, len(syms[left]) + len(syms[right])))
+
+        for i in range(len(syms) - 1):
+            push(i, i + 1)
+        while heap:
+            _, left, right, size = heapq.heappop(heap)
+            if not (alive[left] and alive[right]) or nxt[left] != right \
+                    or len(syms[left]) + len(syms[right]) != size:
+                continue
+            syms[left] += syms[right]
+            alive[right] = False
+            nxt[left] = nxt[right]
+            if nxt[right] >= 0:
+                prv[nxt[right]] = left
+            push(prv[left], left)
+            push(left, nxt[left])
+        for s, a in zip(syms, alive):
+            if not a:
+                continue
+            t = idx.get(s)
+            if t is not None:
+                out.append(t)
+                continue
+            for b in s.encode("utf-8"):
+                bt = idx.get(f"<0x{b:02X}>")
+                if bt is not None:
+                    out.append(bt)
+
+    # ----------------------------------------------------------- decoding
+    def piece_bytes(self, token_id: int, special: bool = False) -> bytes:
+        """The bytes token `token_id` stands for (llama.cpp
+        `llama_token_to_piece`): control tokens give b"" unless `special`."""
+        if not 0 <= token_id < len(self.tokens):
+            raise ValueError(f"token id {token_id} outside the vocabulary (size {len(self.tokens)})")
+        t, ty = self.tokens[token_id], self.types[token_id]
+        if ty in (CONTROL, UNKNOWN, UNUSED):
+            return t.encode("utf-8") if special else b""
+        if ty == USER_DEFINED:
+            return t.encode("utf-8")
+        if self.model == "gpt2":
+            return bytes(_CHAR_TO_BYTE.get(c, 0x3F) for c in t)
+        if ty == BYTE and len(t) == 6 and t.startswith("<0x"):
+            return bytes([int(t[3:5], 16)])
+        return t.replace("\u2581", " ").encode("utf-8")
+
+    def decode_bytes(self, ids, special: bool = False) -> bytes:
+        """Concatenated `piece_bytes` of `ids`."""
+        return b"".join(self.piece_bytes(int(i), special) for i in ids)
+
+    def decode(self, ids, special: bool = False) -> str:
+        """`decode_bytes` as text (invalid UTF-8 replaced)."""
+        return self.decode_bytes(ids, special).decode("utf-8", errors="replace")

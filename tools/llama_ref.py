@@ -1,0 +1,165 @@
+"""Reference data from llama.cpp (through llama-cpp-python) for the CPU
+inference tests, stored small and compressed under tests/data.
+
+Needs llama-cpp-python 0.3.36 (built from source; see spec/models.md §7) in
+the running interpreter. Subcommands:
+
+  logits MODEL [--out tests/data/llama_ref_<name>.npz] [--topk 128]
+      Greedy 32-token continuation of "The capital of France is" (n_ctx 512,
+      n_batch 512, 2 threads, seed 0), then two sets of logits over the 37
+      ids (prompt + continuation): "batched" (one teacher-forced pass) and
+      "incr" (the prompt pass, then one token per call). Each row is kept as
+      its top-k ids and logits plus the log-sum-exp over the full vocabulary
+      (float64), enough to compute top-1 agreement and the KL divergence
+      restricted to the top-k plus one tail bucket.
+
+  actquant [--out tests/data/ggml_act_quant.npz]
+      Seeded activation vectors (and hand-made edge cases) quantized by
+      ggml-cpu's own `from_float` for Q8_0, Q8_1 and Q8_K (the AVX2 build
+      of the wheel), through ctypes on the wheel's libggml-cpu.so.
+
+The command line that made a file is stored in it (key "command").
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import numpy as np
+
+PROMPT = "The capital of France is"
+N_GEN = 32
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _llama(path, logits_all=True):
+    from llama_cpp import Llama
+    return Llama(model_path=str(path), n_ctx=512, n_batch=512, n_threads=2,
+                 n_threads_batch=2, seed=0, logits_all=logits_all, verbose=False)
+
+
+def _topk(rows: np.ndarray, k: int):
+    rows = rows.astype(np.float32)
+    idx = np.argsort(-rows, axis=1, kind="stable")[:, :k]
+    vals = np.take_along_axis(rows, idx, axis=1)
+    r64 = rows.astype(np.float64)
+    m = r64.max(axis=1, keepdims=True)
+    lse = (m[:, 0] + np.log(np.exp(r64 - m).sum(axis=1)))
+    return idx.astype(np.int32), vals, lse
+
+
+def cmd_logits(args) -> None:
+    sys.path.insert(0, str(REPO))
+    from strata_ref.models import resolve
+    path = resolve(args.model)
+    llm = _llama(path)
+    ids = llm.tokenize(PROMPT.encode(), add_bos=True, special=False)
+    n_vocab = llm.n_vocab()
+    # incremental: prompt pass, then one token per call
+    llm.reset()
+    llm.eval(ids)
+    gen, incr = [], [np.array(llm.scores[:len(ids)], np.float32)]
+    for _ in range(N_GEN):
+        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        gen.append(tok)
+        llm.eval([tok])
+        incr.append(np.array(llm.scores[llm.n_tokens - 1:llm.n_tokens], np.float32))
+    incr = np.concatenate(incr)[:len(ids) + N_GEN]
+    # batched teacher-forced pass over prompt + continuation
+    llm.reset()
+    llm.eval(ids + gen)
+    batched = np.array(llm.scores[:len(ids) + N_GEN], np.float32)
+    bi, bv, bl = _topk(batched, args.topk)
+    ii, iv, il = _topk(incr, args.topk)
+    out = Path(args.out or REPO / "tests" / "data" / f"llama_ref_{Path(path).stem}.npz")
+    import llama_cpp
+    np.savez_compressed(
+        out, prompt=np.array(PROMPT), prompt_ids=np.array(ids, np.int32),
+        greedy_ids=np.array(gen, np.int32), n_vocab=np.int64(n_vocab),
+        batched_ids=bi, batched_logits=bv, batched_lse=bl,
+        incr_ids=ii, incr_logits=iv, incr_lse=il,
+        llama_cpp_version=np.array(llama_cpp.__version__),
+        command=np.array("python tools/llama_ref.py " + " ".join(map(shlex.quote, sys.argv[1:]))))
+    print(f"{out}: prompt {ids}, greedy {gen}")
+    print(repr(llm.detokenize(gen).decode("utf-8", "replace")))
+
+
+def ggml_cpu_lib():
+    """ctypes handle of the libggml-cpu.so inside the installed llama_cpp."""
+    import llama_cpp
+    libdir = Path(llama_cpp.__file__).parent / "lib"
+    ctypes.CDLL(str(libdir / "libggml-base.so"), mode=ctypes.RTLD_GLOBAL)
+    lib = ctypes.CDLL(str(libdir / "libggml-cpu.so"), mode=ctypes.RTLD_GLOBAL)
+    lib.ggml_cpu_init.restype = None
+    lib.ggml_cpu_init()
+
+    class Traits(ctypes.Structure):
+        _fields_ = [("from_float", ctypes.c_void_p), ("vec_dot", ctypes.c_void_p),
+                    ("vec_dot_type", ctypes.c_int), ("nrows", ctypes.c_int64)]
+
+    lib.ggml_get_type_traits_cpu.restype = ctypes.POINTER(Traits)
+    lib.ggml_get_type_traits_cpu.argtypes = [ctypes.c_int]
+    return lib
+
+
+def ggml_from_float(lib, type_id: int, block_bytes: int, qk: int, x: np.ndarray) -> np.ndarray:
+    fn_t = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+    tr = lib.ggml_get_type_traits_cpu(type_id).contents
+    fn = fn_t(tr.from_float)
+    x = np.ascontiguousarray(x, np.float32)
+    out = np.zeros(x.size // qk * block_bytes, np.uint8)
+    fn(x.ctypes.data, out.ctypes.data, x.size)
+    return out.reshape(-1, block_bytes)
+
+
+def act_inputs() -> np.ndarray:
+    """(8, 512) float32: seeded normals at several scales, plus rows made of
+    exact halves of the quantization step (to tell half-even from
+    half-away rounding), a zero block and a negative-maximum block."""
+    rng = np.random.default_rng(20261130)
+    x = rng.standard_normal((8, 512)).astype(np.float32)
+    x[1] *= 1e-3
+    x[2] *= 300.0
+    x[3] = (rng.integers(-127, 128, 512) + 0.5).astype(np.float32)   # x*127/amax = k + 0.5
+    x[3, ::32] = 127.0
+    x[4, :32] = 0.0
+    x[4, 32:64] = -np.abs(x[4, 32:64])
+    x[5] = rng.standard_normal(512).astype(np.float32) * np.float32(65504.0)
+    x[6, :256] = 0.0
+    x[7] = np.float32(1e-9) * rng.standard_normal(512).astype(np.float32)
+    return x
+
+
+def cmd_actquant(args) -> None:
+    lib = ggml_cpu_lib()
+    x = act_inputs()
+    res = {}
+    for name, tid, bb, qk in (("q8_0", 8, 34, 32), ("q8_1", 9, 36, 32), ("q8_k", 15, 292, 256)):
+        res[name] = np.stack([ggml_from_float(lib, tid, bb, qk, row) for row in x])
+    out = Path(args.out or REPO / "tests" / "data" / "ggml_act_quant.npz")
+    import llama_cpp
+    np.savez_compressed(out, x=x, **res, llama_cpp_version=np.array(llama_cpp.__version__),
+                        command=np.array("python tools/llama_ref.py " + " ".join(map(shlex.quote, sys.argv[1:]))))
+    print(out, {k: v.shape for k, v in res.items()})
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("logits")
+    p.add_argument("model")
+    p.add_argument("--out")
+    p.add_argument("--topk", type=int, default=128)
+    p = sub.add_parser("actquant")
+    p.add_argument("--out")
+    args = ap.parse_args(argv)
+    {"logits": cmd_logits, "actquant": cmd_actquant}[args.cmd](args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

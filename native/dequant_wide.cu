@@ -18,10 +18,23 @@ __device__ __forceinline__ void canonicalize8(float *y) {
     for (int j = 0; j < 8; ++j) y[j] = as_f32(out_f32_bits(y[j]));
 }
 
-// Row-major kernel for any ld % 8 == 0: thread c of a launch is chunk
-// c % cpr of row c / cpr (cpr = cols/8 chunks per row).
+// Tuning knobs (compile-time; the measured choice is the default, see
+// docs/native.md): chunks per thread, and streaming (evict-first) stores.
+#ifndef STRATA_WIDE_CPT
+#define STRATA_WIDE_CPT 1
+#endif
+#ifndef STRATA_WIDE_STREAM
+#define STRATA_WIDE_STREAM 0
+#endif
+constexpr int kCpt = STRATA_WIDE_CPT;
+constexpr int kThreads = 256;
+
+// Row-major kernel for any ld % 8 == 0: chunk c of a launch is chunk c % cpr
+// of row c / cpr (cpr = cols/8 chunks per row). A CUDA block covers
+// kThreads·kCpt consecutive chunks, thread t those at t + kThreads·k, so
+// every store instruction of a warp stays one contiguous 512-byte run.
 template <class W, int OUT>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(kThreads)
 dequant_wide_kernel(const uint8_t *__restrict__ blocks, long long row0, unsigned rows,
                     long long cols, long long ld, void *__restrict__ out) {
     __shared__ float kv[16];
@@ -30,29 +43,40 @@ dequant_wide_kernel(const uint8_t *__restrict__ blocks, long long row0, unsigned
         __syncthreads();
     }
     const unsigned cpr = (unsigned)(cols / 8);
-    const unsigned c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= rows * cpr) return;
-    const unsigned r = c / cpr, ci = c - r * cpr;
+    const unsigned total = rows * cpr;
     constexpr int CPB = W::QK / 8;   // chunks per block
     const long long row_bytes = (cols / W::QK) * W::B;
-    const uint8_t *b = blocks + (row0 + r) * row_bytes + (long long)(ci / CPB) * W::B;
-    float y[8];
-    if (!W::chunk(b, ci % CPB, kv, y)) canonicalize8(y);
-    store8_canonical<OUT>(out, (long long)r * ld + 8LL * ci, y);
+#pragma unroll
+    for (int k = 0; k < kCpt; ++k) {
+        const unsigned c = (blockIdx.x * kCpt + k) * kThreads + threadIdx.x;
+        if (c >= total) return;
+        const unsigned r = c / cpr, ci = c - r * cpr;
+        const uint8_t *b = blocks + (row0 + r) * row_bytes + (long long)(ci / CPB) * W::B;
+        float y[8];
+        if (!W::chunk(b, ci % CPB, kv, y)) canonicalize8(y);
+        store8_canonical<OUT, STRATA_WIDE_STREAM>(out, (long long)r * ld + 8LL * ci, y);
+    }
 }
 
 // Q8_0 with ld == cols: the rows are one flat run of blocks and outputs, so
 // chunk c is block c/4, part c%4, and lands at out + 8c (no division).
 template <int OUT>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(kThreads)
 dequant_wide_q8_0_kernel(const uint8_t *__restrict__ blocks, unsigned chunks,
                          void *__restrict__ out) {
-    const unsigned c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= chunks) return;
-    float y[8];
-    if (!WideQ8_0::chunk(blocks + (long long)(c >> 2) * WideQ8_0::B, c & 3, nullptr, y))
-        canonicalize8(y);
-    store8_canonical<OUT>(out, 8LL * c, y);
+#pragma unroll
+    for (int k = 0; k < kCpt; ++k) {
+        const unsigned c = (blockIdx.x * kCpt + k) * kThreads + threadIdx.x;
+        if (c >= chunks) return;
+        float y[8];
+        if (!WideQ8_0::chunk(blocks + (long long)(c >> 2) * WideQ8_0::B, c & 3, nullptr, y))
+            canonicalize8(y);
+        store8_canonical<OUT, STRATA_WIDE_STREAM>(out, 8LL * c, y);
+    }
+}
+
+static unsigned wide_grid(long long chunks) {
+    return (unsigned)((chunks + kThreads * kCpt - 1) / (kThreads * kCpt));
 }
 
 bool wide_has_kernel(int type, int out_dtype) {
@@ -84,8 +108,7 @@ static cudaError_t launch_rows(const uint8_t *blocks, long long row0, long long 
     const int size = OUT == OUT_F32 ? 4 : 2;
     for (long long r0 = 0; r0 < rows; r0 += batch) {
         const long long n = rows - r0 < batch ? rows - r0 : batch;
-        const unsigned grid = (unsigned)((n * cpr + 255) / 256);
-        dequant_wide_kernel<W, OUT><<<grid, 256, 0, stream>>>(
+        dequant_wide_kernel<W, OUT><<<wide_grid(n * cpr), kThreads, 0, stream>>>(
             blocks, row0 + r0, (unsigned)n, cols, ld, static_cast<char *>(out) + r0 * ld * size);
         const cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
@@ -103,8 +126,7 @@ static cudaError_t launch_q8_0(const uint8_t *blocks, long long row0, long long 
     for (long long r0 = 0; r0 < rows; r0 += batch) {
         const long long n = rows - r0 < batch ? rows - r0 : batch;
         const long long chunks = n * cpr;
-        const unsigned grid = (unsigned)((chunks + 255) / 256);
-        dequant_wide_q8_0_kernel<OUT><<<grid, 256, 0, stream>>>(
+        dequant_wide_q8_0_kernel<OUT><<<wide_grid(chunks), kThreads, 0, stream>>>(
             blocks + (row0 + r0) * row_bytes, (unsigned)chunks,
             static_cast<char *>(out) + r0 * cols * size);
         const cudaError_t e = cudaGetLastError();

@@ -138,16 +138,26 @@ __device__ __forceinline__ uint16_t out_bf16_bits(float v) {
 // finite). A canonical f32 NaN narrows to 0x7FFF both under payload
 // truncation and under hardware NaN canonicalisation, and under ggml's bf16
 // rule, so the pair conversions need no NaN test of their own.
-template <int OUT>
+// STREAM selects evict-first stores (st.global.cs): the output is not read
+// again by this kernel.
+template <bool STREAM>
+__device__ __forceinline__ void store16(void *p, uint4 v) {
+    if (STREAM)
+        __stcs(reinterpret_cast<uint4 *>(p), v);
+    else
+        *reinterpret_cast<uint4 *>(p) = v;
+}
+
+template <int OUT, bool STREAM = false>
 __device__ __forceinline__ void store8_canonical(void *out, long long idx, const float *y) {
     uint32_t h[4];
     if (OUT == OUT_F32) {
         uint4 a, b;
         a.x = as_u32(y[0]); a.y = as_u32(y[1]); a.z = as_u32(y[2]); a.w = as_u32(y[3]);
         b.x = as_u32(y[4]); b.y = as_u32(y[5]); b.z = as_u32(y[6]); b.w = as_u32(y[7]);
-        uint4 *p = reinterpret_cast<uint4 *>(static_cast<float *>(out) + idx);
-        p[0] = a;
-        p[1] = b;
+        float *p = static_cast<float *>(out) + idx;
+        store16<STREAM>(p, a);
+        store16<STREAM>(p + 4, b);
         return;
     }
 #pragma unroll
@@ -167,7 +177,7 @@ __device__ __forceinline__ void store8_canonical(void *out, long long idx, const
 #endif
         }
     }
-    *reinterpret_cast<uint4 *>(static_cast<uint16_t *>(out) + idx) = make_uint4(h[0], h[1], h[2], h[3]);
+    store16<STREAM>(static_cast<uint16_t *>(out) + idx, make_uint4(h[0], h[1], h[2], h[3]));
 }
 
 // One scalar store of output element idx, dtype chosen at run time.

@@ -53,6 +53,15 @@ def copy_bandwidth(cp, nbytes: int, reps: int, batch: int) -> float:
     return 2 * nbytes / t
 
 
+def write_bandwidth(cp, nbytes: int, reps: int, batch: int) -> float:
+    """Bytes/s of cudaMemsetAsync (write-only traffic), for context."""
+    dst = cp.empty(nbytes, cp.uint8)
+    t = _timer(cp, lambda: cp.cuda.runtime.memsetAsync(dst.data.ptr, 0, nbytes,
+                                                         cp.cuda.get_current_stream().ptr),
+               reps, batch)
+    return nbytes / t
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--types", default="Q8_0,Q4_K,Q5_K,Q6_K,IQ4_XS")
@@ -69,7 +78,7 @@ def main(argv=None) -> int:
     from strata_ref.native.dispatch import GENERIC_TYPES, WIDE_BLOCKS_ALIGN
     from strata_ref.native.loader import load
     from strata_ref.native.parity import make_blocks
-    from strata_ref.types import GGMLType, block_format, parse_type
+    from strata_ref.types import block_format, parse_type
 
     nat = load()
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
@@ -78,6 +87,11 @@ def main(argv=None) -> int:
     print(f"device: {name}, compute capability {nat.cc}; CUDA runtime "
           f"{cp.cuda.runtime.runtimeGetVersion()}, driver {cp.cuda.runtime.driverGetVersion()}")
     print(f"device-to-device copy (1 GiB, read + written): {copy_bw / 1e9:.0f} GB/s")
+    print(f"memset (256 MiB, written only): "
+          f"{write_bandwidth(cp, 256 << 20, args.reps, args.batch) / 1e9:.0f} GB/s")
+    import os
+    if os.environ.get("STRATA_REF_NVCC_DEFINES"):
+        print(f"tuning defines: {os.environ['STRATA_REF_NVCC_DEFINES']}")
 
     types = (sorted(GENERIC_TYPES) if args.all
              else [parse_type(s) for s in args.types.split(",")])

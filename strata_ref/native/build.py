@@ -118,10 +118,21 @@ def iq_tables_header() -> str:
     return "\n".join(parts)
 
 
+def _tuning_defines() -> list[str]:
+    """`-D` flags from $STRATA_REF_NVCC_DEFINES (space-separated), for
+    kernel tuning runs (e.g. "-DSTRATA_WIDE_CPT=2"); part of the cache key.
+    Anything that is not a -DNAME or -DNAME=VALUE token is a BuildError."""
+    toks = os.environ.get("STRATA_REF_NVCC_DEFINES", "").split()
+    for t in toks:
+        if not (t.startswith("-D") and t[2:3].isalpha()):
+            raise BuildError(f"STRATA_REF_NVCC_DEFINES: {t!r} is not a -DNAME[=VALUE] flag")
+    return toks
+
+
 def nvcc_flags(arch: int) -> list[str]:
     """Compile flags for compute capability `arch` (e.g. 90): SASS + PTX."""
     a = int(arch)
-    return ["-O3", "-std=c++17", "-Xcompiler", "-fPIC", *_IEEE_FLAGS,
+    return ["-O3", "-std=c++17", "-Xcompiler", "-fPIC", *_IEEE_FLAGS, *_tuning_defines(),
             "-gencode", f"arch=compute_{a},code=[sm_{a},compute_{a}]"]
 
 

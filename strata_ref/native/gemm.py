@@ -1,0 +1,365 @@
+"""Prompt-path GEMM on the GPU: the FP16-operand and FP32 cuBLAS routes.
+
+Y[T, N] = X[T, K] · W[N, K]^T (+ Y when beta = 1), Y float32 with row stride
+ldy >= N (columns [N, ldy) never written); ../shared/spec/kernels.md §11,
+oracle in `strata_ref.routes.gemm`.
+
+* `select_route(cc, env, route)` is the route policy as a pure function
+  (kernels.md §12): the FP16-operand route by default; `STRATA_DENSE_F32=1`
+  opts a compute-capability 6.x card into the FP32 route and is ignored,
+  with a one-time note, on any other card; `STRATA_DENSE_F32=0` is the
+  default; any other value warns once and keeps the default; an explicit
+  `route=` forces either route on any card (for testing and parity).
+* `gemm_device(...)` runs the prompt path on `__cuda_array_interface__`
+  arrays (CuPy, numba, torch, `DeviceBuffer`): W dequantized to f16 by the
+  native dequant kernels into a scratch, in slices of floor(scratch/K) rows
+  when W does not fit, one GEMM per slice.
+* `gemm_dense_device(...)` is one GEMM over weights already in f16.
+* `gemm_host(...)` copies NumPy data in and out (signature of the oracle's
+  `gemm_sliced`).
+
+The cuBLAS handle and its 32 MiB workspace are created once per device
+(`gemm_build.load_gemm`). cuBLAS documents no summation order: results are
+judged against the oracle with `routes.gemm.error_bound`, never bitwise.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from ..routes.gemm import ROUTES, slice_rows
+from ..types import UnsupportedTypeError, block_format, parse_type
+
+__all__ = ["ENV_DENSE_F32", "RouteSelection", "select_route", "parse_dense_f32_env",
+           "notice_once", "GemmRun", "gemm_device", "gemm_dense_device", "gemm_host",
+           "cublas_version"]
+
+ENV_DENSE_F32 = "STRATA_DENSE_F32"
+_ROUTE_CODE = {"f16": 0, "f32": 1}
+_X_CODE = {"f4": 0, "f2": 1}                 # typestr suffix -> strata_gemm_x_dtype
+_STATUS = {2: "shape not served (t, n or k <= 0, ldy < n, a size past INT_MAX, or a "
+              "scratch below one row)",
+           3: "null pointer", 5: "bad route, x dtype, beta or dequant kernel",
+           6: "CUDA error", 7: "cuBLAS error", 8: "strata_dequant refused a slice"}
+
+
+@dataclass(frozen=True)
+class RouteSelection:
+    """The route decision: `route` ("f16" or "f32"), `reason` in words, and
+    `notice`: the text of a one-time note (STRATA_DENSE_F32=1 ignored on
+    this card) or warning (an invalid value), else None."""
+    route: str
+    reason: str
+    notice: str | None = None
+
+
+def parse_dense_f32_env(value: str | None) -> tuple[bool | None, str | None]:
+    """(opt-in, warning) for a STRATA_DENSE_F32 value: unset -> (None, None);
+    "0" -> (False, None); "1" -> (True, None); anything else -> (None,
+    warning text)."""
+    if value is None:
+        return None, None
+    if value == "0":
+        return False, None
+    if value == "1":
+        return True, None
+    return None, (f"{ENV_DENSE_F32}={value!r} is not 0 or 1; using the default "
+                  "(the FP16-operand route)")
+
+
+def select_route(cc: int, env: Mapping[str, str] | None = None,
+                 route: str | None = None) -> RouteSelection:
+    """The GEMM route for dense projections on a card of compute capability
+    `cc` (major·10 + minor), with the environment `env` (None: empty) and an
+    optional explicit `route` ("f16"/"f32", forced on any card; None or
+    "auto": the policy). Pure: no GPU, no global state.
+
+    Raises TypeError for a non-integer cc and ValueError for an unknown route.
+    """
+    if isinstance(cc, bool) or not hasattr(cc, "__index__"):
+        raise TypeError(f"cc must be an integer, got {cc!r}")
+    cc = int(cc)
+    if route not in (None, "auto"):
+        if route not in ROUTES:
+            raise ValueError(f"route must be one of {ROUTES} or 'auto', got {route!r}")
+        return RouteSelection(route, f"route={route!r} forced")
+    opt_in, warning = parse_dense_f32_env(None if env is None else env.get(ENV_DENSE_F32))
+    if warning:
+        return RouteSelection("f16", "default (invalid STRATA_DENSE_F32)", warning)
+    if not opt_in:
+        why = f"{ENV_DENSE_F32}=0" if opt_in is False else "default"
+        return RouteSelection("f16", why)
+    if 60 <= cc < 70:
+        return RouteSelection("f32", f"{ENV_DENSE_F32}=1 on compute capability {cc}")
+    return RouteSelection("f16", f"{ENV_DENSE_F32}=1 ignored on compute capability {cc}",
+                          f"note: {ENV_DENSE_F32}=1 applies to compute capability 6.x only; "
+                          f"this card is {cc // 10}.{cc % 10}, so the FP16-operand route is used")
+
+
+_NOTICED: set[str] = set()
+
+
+def notice_once(sel: RouteSelection) -> RouteSelection:
+    """Emit `sel.notice` as a RuntimeWarning the first time this process
+    meets it; return `sel` unchanged."""
+    if sel.notice and sel.notice not in _NOTICED:
+        _NOTICED.add(sel.notice)
+        warnings.warn(sel.notice, RuntimeWarning, stacklevel=3)
+    return sel
+
+
+@dataclass(frozen=True)
+class GemmRun:
+    """What `gemm_device` ran: the route and why, the dequant kernel kind,
+    the rows per slice and the number of slices."""
+    route: str
+    reason: str
+    kernel: str
+    rows_per_slice: int
+    slices: int
+
+
+@dataclass(frozen=True)
+class _Dev:
+    ptr: int
+    shape: tuple
+    typestr: str
+    size: int
+
+
+def _cai(a, name: str) -> _Dev:
+    try:
+        cai = a.__cuda_array_interface__
+    except AttributeError:
+        raise TypeError(f"{name} must export __cuda_array_interface__ (a device array), "
+                        f"got {type(a).__name__}") from None
+    shape = tuple(int(s) for s in cai["shape"])
+    typestr = cai["typestr"]
+    item = int(typestr[2:])
+    size = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    strides = cai.get("strides")
+    if strides is not None and size > 1:
+        acc, ok = item, True
+        for n, s in zip(reversed(shape), reversed(tuple(strides))):
+            if n > 1 and s != acc:
+                ok = False
+            acc *= n
+        if not ok:
+            raise ValueError(f"{name} must be C-contiguous (strides {strides})")
+    ptr, readonly = cai["data"]
+    if readonly and name == "y":
+        raise ValueError("y is read-only")
+    return _Dev(int(ptr), shape, typestr, size)
+
+
+def _stream_handle(stream) -> int:
+    if stream is None:
+        return 0
+    if isinstance(stream, int):
+        return stream
+    for attr in ("ptr", "handle", "cuda_stream"):
+        if hasattr(stream, attr):
+            return int(getattr(stream, attr))
+    raise TypeError(f"stream must be None, an int handle or a stream object, got {stream!r}")
+
+
+def _raise_status(g, status: int, what: str) -> None:
+    if status == 0:
+        return
+    from .dequant import NativeError
+    err = g.lib.strata_gemm_last_error()
+    detail = g.ffi.string(g.lib.strata_gemm_error_string(status, err)).decode()
+    raise NativeError(f"{what}: {_STATUS.get(status, status)} ({err}: {detail})")
+
+
+def _operands(x, y, n: int, k: int, t: int | None, ldy: int | None, beta: int):
+    """Checked (x, y, t, ldy, x dtype code) of a call; ValueError/TypeError
+    name the argument."""
+    n, k = int(n), int(k)
+    if n <= 0 or k <= 0:
+        raise ValueError(f"N and K must be positive, got N={n}, K={k}")
+    if beta not in (0, 1):
+        raise ValueError(f"beta must be 0 or 1, got {beta!r}")
+    xd, yd = _cai(x, "x"), _cai(y, "y")
+    if xd.typestr[1:] not in _X_CODE:
+        raise TypeError(f"x must be float32 or float16, got {xd.typestr}")
+    if yd.typestr[1:] != "f4":
+        raise TypeError(f"y must be float32, got {yd.typestr}")
+    if t is None:
+        if len(xd.shape) != 2 or xd.shape[1] != k:
+            raise ValueError(f"x must have shape (T, K={k}) or t= must be given, got {xd.shape}")
+        t = xd.shape[0]
+    t = int(t)
+    if t <= 0 or xd.size < t * k:
+        raise ValueError(f"x holds {xd.size} values; T={t}, K={k} need {t * k}")
+    if ldy is None:
+        ldy = yd.shape[1] if len(yd.shape) == 2 else n
+    ldy = int(ldy)
+    if ldy < n:
+        raise ValueError(f"ldy={ldy} is smaller than N={n}")
+    if yd.size < (t - 1) * ldy + n:
+        raise ValueError(f"y holds {yd.size} values; T={t}, N={n}, ldy={ldy} need "
+                         f"{(t - 1) * ldy + n}")
+    return xd, yd, t, ldy, _X_CODE[xd.typestr[1:]]
+
+
+def gemm_dense_device(w_f16, n: int, k: int, x, y, *, route: str, t: int | None = None,
+                      ldy: int | None = None, beta: int = 0, stream=None,
+                      device: int | None = None) -> None:
+    """One GEMM over weights already in f16: Y = X · W^T (+ Y if beta = 1).
+
+    w_f16: device float16 (or 2-byte) array of N·K values, row-major N x K.
+    x: device (T, K) float32 or float16 (1-D with `t=`). y: device float32,
+    (T, ldy) or at least (T−1)·ldy + N values. route: "f16" or "f32"
+    (explicit: the policy applies to the prompt path, `gemm_device`).
+    Asynchronous on `stream`. Raises TypeError/ValueError for bad arrays,
+    NativeUnavailable without a GPU path, NativeError when CUDA or cuBLAS fails.
+    """
+    from .gemm_build import load_gemm
+    if route not in ROUTES:
+        raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
+    xd, yd, t, ldy, xcode = _operands(x, y, n, k, t, ldy, beta)
+    wd = _cai(w_f16, "w_f16")
+    if wd.typestr[1:] not in ("f2", "u2", "i2") or wd.size < n * k:
+        raise ValueError(f"w_f16 must hold N·K={n * k} 2-byte values, got {wd.typestr} "
+                         f"x {wd.size}")
+    g = load_gemm(device)
+    c = g.ffi.cast
+    st = g.lib.strata_gemm_dense(g.ctx, _ROUTE_CODE[route], c("void *", wd.ptr), n, k,
+                                 c("void *", xd.ptr), xcode, t, c("float *", yd.ptr), ldy,
+                                 beta, c("void *", _stream_handle(stream)))
+    _raise_status(g, st, f"gemm ({route} route)")
+
+
+def _scratch_buffer(scratch, scratch_elems, rows: int, k: int, device):
+    if scratch is None:
+        from .dequant import DeviceBuffer
+        buf = DeviceBuffer(rows * k, np.float16, device)
+        return buf, _cai(buf, "scratch")
+    sd = _cai(scratch, "scratch")
+    if sd.typestr[1:] not in ("f2", "u2", "i2"):
+        raise TypeError(f"scratch must hold 2-byte values, got {sd.typestr}")
+    if sd.size < rows * k:
+        raise ValueError(f"scratch holds {sd.size} halves; slices of {rows} rows of K={k} "
+                         f"need {rows * k}")
+    return scratch, sd
+
+
+def gemm_device(wtype, w_blocks, n: int, k: int, x, y, *, t: int | None = None,
+                ldy: int | None = None, beta: int = 0, scratch=None,
+                scratch_elems: int | None = None, route: str | None = None,
+                kernel: str = "auto", stream=None, device: int | None = None) -> GemmRun:
+    """The prompt path on the GPU: Y = X · W^T (+ Y if beta = 1), W quantized.
+
+    wtype: ggml type of W (GGMLType, id or name). w_blocks: device uint8
+    array holding W (N rows of K values) from row 0. x: device (T, K)
+    float32 or float16 (1-D with `t=`). y: device float32, (T, ldy) or at
+    least (T−1)·ldy + N values; columns [N, ldy) are never written.
+    scratch / scratch_elems: f16 scratch (device, 2-byte) and its budget in
+    elements; W is dequantized whole when N·K <= budget, else in slices of
+    floor(budget / K) rows (`routes.gemm.slice_rows`). With no scratch, one
+    of min(N·K, budget) halves is allocated for the call. route: None/"auto"
+    (`select_route` with this card and os.environ) or "f16"/"f32" (forced).
+    kernel: the dequant kernel, "auto" (native `dispatch.select`), "generic"
+    or "wide". Asynchronous on `stream`.
+
+    Returns the GemmRun. Raises ValueError for a scratch below one row, bad
+    shapes or a type without a native dequant kernel; TypeError for wrong
+    array kinds; NativeUnavailable / NativeError as `gemm_dense_device`.
+    """
+    from . import dispatch
+    from .dequant import NativeError
+    from .gemm_build import load_gemm
+    xd, yd, t, ldy, xcode = _operands(x, y, n, k, t, ldy, beta)
+    n, k = int(n), int(k)
+    try:
+        tt = parse_type(wtype)
+        fmt = block_format(tt)
+    except UnsupportedTypeError as e:
+        raise ValueError(f"W: {e}") from None
+    if k % fmt.block_values:
+        raise ValueError(f"K={k} is not a multiple of the {tt.name} block size {fmt.block_values}")
+    bd = _cai(w_blocks, "w_blocks")
+    if bd.typestr[1:] not in ("u1", "i1"):
+        raise TypeError(f"w_blocks must be a uint8 device array, got {bd.typestr}")
+    need = n * (k // fmt.block_values) * fmt.block_bytes
+    if bd.size < need:
+        raise ValueError(f"w_blocks holds {bd.size} bytes; N={n} rows of {tt.name} with K={k} "
+                         f"need {need}")
+    if scratch_elems is None:
+        scratch_elems = _cai(scratch, "scratch").size if scratch is not None else n * k
+    rows = slice_rows(int(scratch_elems), n, k)            # ValueError below one row
+    g = load_gemm(device)
+    sel = notice_once(select_route(g.cc, os.environ, route))
+    keep, sd = _scratch_buffer(scratch, scratch_elems, rows, k, device)
+    if kernel == "auto":
+        ksel = dispatch.warn_once(dispatch.select(g.cc, tt, rows, k, k, bd.ptr, sd.ptr, "f16",
+                                                  os.environ))
+    elif kernel in ("generic", "wide"):
+        ksel = dispatch.Selection(kernel, "forced")
+    else:
+        raise ValueError(f"kernel must be 'auto', 'generic' or 'wide', got {kernel!r}")
+    if ksel.kernel is None:
+        raise ValueError(f"no native dequant kernel for W ({tt.name}): {ksel.reason}")
+    c = g.ffi.cast
+    st = g.lib.strata_gemm_quant(g.ctx, _ROUTE_CODE[sel.route], int(tt), c("void *", bd.ptr),
+                                 n, k, c("void *", xd.ptr), xcode, t, c("float *", yd.ptr), ldy,
+                                 beta, c("void *", sd.ptr), int(scratch_elems),
+                                 {"generic": 0, "wide": 1}[ksel.kernel],
+                                 c("void *", _stream_handle(stream)))
+    if st == 8:
+        raise NativeError(f"dequant of W ({tt.name}, {ksel.kernel} kernel) refused a slice: "
+                          f"status {g.lib.strata_gemm_last_error()}")
+    if scratch is None and st == 0 and g.dequant.lib.strata_synchronize() != 0:
+        # The scratch allocated here must outlive the asynchronous launches.
+        raise NativeError("cudaDeviceSynchronize failed after the GEMM")
+    del keep
+    _raise_status(g, st, f"gemm ({sel.route} route)")
+    return GemmRun(sel.route, sel.reason, ksel.kernel, rows, -(-n // rows))
+
+
+def gemm_host(route: str | None, x: np.ndarray, wtype, w_raw, n: int, k: int,
+              scratch_elems: int | None = None, y: np.ndarray | None = None, beta: int = 0,
+              ldy: int | None = None, kernel: str = "auto",
+              device: int | None = None) -> np.ndarray:
+    """Host convenience with the oracle's arguments (`routes.gemm.gemm_sliced`):
+    copies X, W and Y to the GPU, runs `gemm_device`, returns Y (float32,
+    T x ldy). route None/"auto" applies `select_route`. y is required for
+    beta = 1; its columns [N, ldy) come back unchanged. Raises as `gemm_device`.
+    """
+    from .. import dequant as oracle
+    from .dequant import DeviceBuffer
+    x = np.ascontiguousarray(x)
+    if x.ndim != 2 or x.dtype not in (np.float16, np.float32):
+        raise TypeError(f"X must be a 2-D float32 or float16 array, got {x.dtype} {x.shape}")
+    t = x.shape[0]
+    ldy = n if ldy is None else int(ldy)
+    if y is None:
+        if beta:
+            raise ValueError("beta=1 needs the Y to accumulate into")
+        y = np.zeros((t, ldy), np.float32)
+    if not isinstance(y, np.ndarray) or y.dtype != np.float32 or y.shape != (t, ldy):
+        raise ValueError(f"Y must be float32 of shape ({t}, {ldy})")
+    raw = oracle.as_bytes(w_raw)
+    xb = DeviceBuffer(x.size, x.dtype, device)
+    xb.upload(x)
+    wb = DeviceBuffer(raw.size, np.uint8, device)
+    wb.upload(raw)
+    yb = DeviceBuffer(y.size, np.float32, device)
+    yb.upload(y)
+    gemm_device(wtype, wb, n, k, xb, yb, t=t, ldy=ldy, beta=beta, scratch_elems=scratch_elems,
+                route=route, kernel=kernel, device=device)
+    return yb.download().reshape(t, ldy)
+
+
+def cublas_version(device: int | None = None) -> int:
+    """cublasGetVersion of the device's handle (e.g. 130100 for 13.1.0)."""
+    from .gemm_build import load_gemm
+    g = load_gemm(device)
+    v = g.ffi.new("int *")
+    _raise_status(g, g.lib.strata_gemm_cublas_version(g.ctx, v), "cublasGetVersion")
+    return int(v[0])

@@ -19,42 +19,55 @@ __device__ __forceinline__ void canonicalize8(float *y) {
 }
 
 // Tuning knobs (compile-time; the measured choice is the default, see
-// docs/native.md): chunks per thread, and streaming (evict-first) stores.
+// docs/native.md): chunks per thread, threads per CUDA block, streaming
+// (evict-first) stores.
 #ifndef STRATA_WIDE_CPT
 #define STRATA_WIDE_CPT 1
+#endif
+#ifndef STRATA_WIDE_THREADS
+#define STRATA_WIDE_THREADS 256
 #endif
 #ifndef STRATA_WIDE_STREAM
 #define STRATA_WIDE_STREAM 0
 #endif
 constexpr int kCpt = STRATA_WIDE_CPT;
-constexpr int kThreads = 256;
+constexpr int kThreads = STRATA_WIDE_THREADS;
 
 // Row-major kernel for any ld % 8 == 0: chunk c of a launch is chunk c % cpr
 // of row c / cpr (cpr = cols/8 chunks per row). A CUDA block covers
 // kThreads·kCpt consecutive chunks, thread t those at t + kThreads·k, so
 // every store instruction of a warp stays one contiguous 512-byte run.
+// Out-of-range chunks read the last valid chunk and store nothing, so the
+// loop has no early exit and the loads of all kCpt chunks can be in flight
+// together.
 template <class W, int OUT>
 __global__ void __launch_bounds__(kThreads)
-dequant_wide_kernel(const uint8_t *__restrict__ blocks, long long row0, unsigned rows,
-                    long long cols, long long ld, void *__restrict__ out) {
+dequant_wide_kernel(const uint8_t *__restrict__ blocks, long long row0, unsigned total,
+                    FastDiv cpr, long long cols, long long ld, void *__restrict__ out) {
     __shared__ float kv[16];
     if constexpr (W::KV) {
         if (threadIdx.x < 16) kv[threadIdx.x] = (float)tab_kvalues_iq4nl[threadIdx.x];
         __syncthreads();
     }
-    const unsigned cpr = (unsigned)(cols / 8);
-    const unsigned total = rows * cpr;
     constexpr int CPB = W::QK / 8;   // chunks per block
     const long long row_bytes = (cols / W::QK) * W::B;
+    float y[kCpt][8];
+    bool finite[kCpt];
+    long long o[kCpt];
 #pragma unroll
     for (int k = 0; k < kCpt; ++k) {
-        const unsigned c = (blockIdx.x * kCpt + k) * kThreads + threadIdx.x;
-        if (c >= total) return;
-        const unsigned r = c / cpr, ci = c - r * cpr;
+        const unsigned c0 = (blockIdx.x * kCpt + k) * kThreads + threadIdx.x;
+        const unsigned c = c0 < total ? c0 : total - 1;
+        const unsigned r = fast_div(c, cpr), ci = c - r * cpr.d;
         const uint8_t *b = blocks + (row0 + r) * row_bytes + (long long)(ci / CPB) * W::B;
-        float y[8];
-        if (!W::chunk(b, ci % CPB, kv, y)) canonicalize8(y);
-        store8_canonical<OUT, STRATA_WIDE_STREAM>(out, (long long)r * ld + 8LL * ci, y);
+        finite[k] = W::chunk(b, ci % CPB, kv, y[k]);
+        o[k] = c0 < total ? (long long)r * ld + 8LL * ci : -1;
+    }
+#pragma unroll
+    for (int k = 0; k < kCpt; ++k) {
+        if (o[k] < 0) continue;
+        if (!finite[k]) canonicalize8(y[k]);
+        store8_canonical<OUT, STRATA_WIDE_STREAM>(out, o[k], y[k]);
     }
 }
 
@@ -64,14 +77,20 @@ template <int OUT>
 __global__ void __launch_bounds__(kThreads)
 dequant_wide_q8_0_kernel(const uint8_t *__restrict__ blocks, unsigned chunks,
                          void *__restrict__ out) {
+    float y[kCpt][8];
+    bool finite[kCpt];
+#pragma unroll
+    for (int k = 0; k < kCpt; ++k) {
+        const unsigned c0 = (blockIdx.x * kCpt + k) * kThreads + threadIdx.x;
+        const unsigned c = c0 < chunks ? c0 : chunks - 1;
+        finite[k] = WideQ8_0::chunk(blocks + (long long)(c >> 2) * WideQ8_0::B, c & 3, nullptr, y[k]);
+    }
 #pragma unroll
     for (int k = 0; k < kCpt; ++k) {
         const unsigned c = (blockIdx.x * kCpt + k) * kThreads + threadIdx.x;
-        if (c >= chunks) return;
-        float y[8];
-        if (!WideQ8_0::chunk(blocks + (long long)(c >> 2) * WideQ8_0::B, c & 3, nullptr, y))
-            canonicalize8(y);
-        store8_canonical<OUT, STRATA_WIDE_STREAM>(out, 8LL * c, y);
+        if (c >= chunks) continue;
+        if (!finite[k]) canonicalize8(y[k]);
+        store8_canonical<OUT, STRATA_WIDE_STREAM>(out, 8LL * c, y[k]);
     }
 }
 
@@ -109,7 +128,8 @@ static cudaError_t launch_rows(const uint8_t *blocks, long long row0, long long 
     for (long long r0 = 0; r0 < rows; r0 += batch) {
         const long long n = rows - r0 < batch ? rows - r0 : batch;
         dequant_wide_kernel<W, OUT><<<wide_grid(n * cpr), kThreads, 0, stream>>>(
-            blocks, row0 + r0, (unsigned)n, cols, ld, static_cast<char *>(out) + r0 * ld * size);
+            blocks, row0 + r0, (unsigned)(n * cpr), make_fast_div((uint32_t)cpr), cols, ld,
+            static_cast<char *>(out) + r0 * ld * size);
         const cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }

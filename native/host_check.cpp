@@ -53,7 +53,32 @@ static void run_wide(const std::vector<uint8_t> &in, std::vector<uint32_t> &out)
         }
 }
 
+// FastDiv against '/': divisors 2..5000 and every power of two up to 2^31
+// (the wide kernels divide chunk indices by chunks per row, cols/8 >= 4),
+// numerators near 0, near multiples of d and near 2^32.
+static int divcheck() {
+    std::vector<uint32_t> ds;
+    for (uint32_t d = 2; d <= 5000; ++d) ds.push_back(d);
+    for (int e = 13; e < 32; ++e) { ds.push_back(1u << e); ds.push_back((1u << e) - 1); ds.push_back((1u << e) + 1); }
+    ds.push_back(0xFFFFFFFFu);
+    long long bad = 0;
+    for (uint32_t d : ds) {
+        const FastDiv f = make_fast_div(d);
+        const uint64_t top = 0xFFFFFFFFull > 3ull * d ? 0xFFFFFFFFull - 3ull * d : 0;
+        const uint64_t bases[4] = {0, (uint64_t)d * 1000, (uint64_t)d * 123457, top};
+        for (uint64_t base : bases)
+            for (uint64_t k = 0; k < 3 * (uint64_t)d && k < 3000; ++k) {
+                const uint64_t n = base + k;
+                if (n > 0xFFFFFFFFull) break;
+                bad += fast_div((uint32_t)n, f) != (uint32_t)n / d;
+            }
+    }
+    printf("divcheck: %lld mismatches\n", bad);
+    return bad != 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "divcheck") == 0) return divcheck();
     if (argc != 3) {
         fprintf(stderr, "usage: host_check TYPE generic|wide < blocks > values\n");
         return 2;

@@ -217,19 +217,6 @@ int qk_of(int type) {
     }
 }
 
-int bytes_of(int type) {
-    switch (type) {
-        case Q4_0: return Dot<Q4_0>::BYTES; case Q4_1: return Dot<Q4_1>::BYTES;
-        case Q5_0: return Dot<Q5_0>::BYTES; case Q5_1: return Dot<Q5_1>::BYTES;
-        case Q8_0: return Dot<Q8_0>::BYTES; case IQ4_NL: return Dot<IQ4_NL>::BYTES;
-        case MXFP4: return Dot<MXFP4>::BYTES; case Q2_K: return Dot<Q2_K>::BYTES;
-        case Q3_K: return Dot<Q3_K>::BYTES; case Q4_K: return Dot<Q4_K>::BYTES;
-        case Q5_K: return Dot<Q5_K>::BYTES; case Q6_K: return Dot<Q6_K>::BYTES;
-        case IQ4_XS: return Dot<IQ4_XS>::BYTES;
-        default: return 0;
-    }
-}
-
 cudaError_t dispatch(int type, const void *w, long long rows, long long k, const void *q8,
                      int ncols, float *y, int rpw, cudaStream_t s) {
     switch (type) {

@@ -94,6 +94,32 @@ __device__ __forceinline__ float byte_minus(uint32_t w, int k, float two23_plus_
     return sub(as_f32(perm(w, 0x4B000000u, 0x7540u | (uint32_t)k)), two23_plus_bias);
 }
 
+// Division of 32-bit n by an invariant divisor d >= 2 with a multiply-high
+// (Granlund & Montgomery 1994, "round-up" method): with l = ceil(log2 d) and
+// m = floor(2^32·(2^l − d)/d) + 1, n / d = (t + ((n − t) >> 1)) >> (l − 1)
+// for t = mulhi(m, n), exact for every 32-bit n. host_check's "divcheck"
+// mode compares it with '/'.
+struct FastDiv {
+    uint32_t d, m, s;   // divisor, magic, l − 1
+};
+inline FastDiv make_fast_div(uint32_t d) {
+    uint32_t l = 0;
+    while ((1ull << l) < d) ++l;
+    const uint64_t m = ((1ull << 32) * ((1ull << l) - d)) / d + 1;
+    return FastDiv{d, (uint32_t)m, l - 1};
+}
+__device__ __forceinline__ uint32_t mulhi32(uint32_t a, uint32_t b) {
+#ifdef __CUDA_ARCH__
+    return __umulhi(a, b);
+#else
+    return (uint32_t)(((uint64_t)a * b) >> 32);
+#endif
+}
+__device__ __forceinline__ uint32_t fast_div(uint32_t n, FastDiv f) {
+    const uint32_t t = mulhi32(f.m, n);
+    return (t + ((n - t) >> 1)) >> f.s;
+}
+
 // fp16 bits -> f32. Exact for every non-NaN half (formats.md §4); a NaN
 // scale only ever yields NaN outputs, which the stores canonicalise.
 #ifdef __CUDACC__

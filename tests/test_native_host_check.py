@@ -91,3 +91,10 @@ def test_unknown_type_is_refused(host_check):
     assert p.returncode == 2
     p = subprocess.run([str(host_check), "2", "wide"], input=b"", capture_output=True)
     assert p.returncode == 2
+
+
+def test_fast_division_used_by_the_wide_kernels(host_check):
+    # The wide kernels split chunk indices into (row, chunk) with a
+    # multiply-high division (strata_common.cuh FastDiv); compare with '/'.
+    p = subprocess.run([str(host_check), "divcheck"], capture_output=True, text=True)
+    assert p.returncode == 0 and "0 mismatches" in p.stdout, p.stdout

@@ -7,10 +7,50 @@
 // combine is written with explicit round-to-nearest intrinsics, and
 // __fmaf_rn exactly where strata_ref/routes/mmvq.py calls fma_f32. The value
 // sets per thread are routes/mmvq.py's GEOMETRY.
+//
+// Without CUDA (mmvq_host_check.cpp, built by a CPU test with
+// -ffp-contract=off) the intrinsics below are emulated exactly, so CI checks
+// these formulas against the NumPy oracle bit for bit.
 #pragma once
 
 #include <stdint.h>
+#ifdef __CUDACC__
 #include <cuda_fp16.h>
+#else
+#include <cmath>
+#include <cstring>
+#define __device__
+#define __forceinline__ inline
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+static inline float __int2float_rn(int v) { return (float)v; }
+static inline float __uint_as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+static inline int __dp4a(int a, int b, int c) {
+    for (int k = 0; k < 4; ++k) c += (int)(int8_t)(a >> (8 * k)) * (int)(int8_t)(b >> (8 * k));
+    return c;
+}
+static inline int __vsubss4(int a, int b) {
+    uint32_t r = 0;
+    for (int k = 0; k < 4; ++k) {
+        int d = (int)(int8_t)(a >> (8 * k)) - (int)(int8_t)(b >> (8 * k));
+        d = d > 127 ? 127 : d < -128 ? -128 : d;
+        r |= (uint32_t)(uint8_t)d << (8 * k);
+    }
+    return (int)r;
+}
+// fp16 bits -> float (exact; NaN payloads kept, quieted)
+static inline float smv_half_bits_to_float(uint16_t h) {
+    const uint32_t s = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 31, m = h & 1023;
+    if (e == 31) return __uint_as_float(s | 0x7F800000u | (m << 13) | (m ? 0x400000u : 0));
+    if (e == 0) {
+        const float v = std::ldexp((float)m, -24);
+        return s ? -v : v;
+    }
+    return __uint_as_float(s | ((e + 112) << 23) | (m << 13));
+}
+#endif
 
 namespace smv {
 
@@ -22,7 +62,11 @@ enum : int {
 constexpr int Q8_1_BYTES = 36;
 
 __device__ __forceinline__ float h2f(const uint8_t *p) {
+#ifdef __CUDACC__
     return __half2float(__ushort_as_half(*(const unsigned short *)p));
+#else
+    return smv_half_bits_to_float((uint16_t)(p[0] | (p[1] << 8)));
+#endif
 }
 __device__ __forceinline__ int ld_b1(const uint8_t *p, int i) {
     const uint8_t *b = p + 4 * i;

@@ -85,6 +85,28 @@ inline uint32_t perm(uint32_t x, uint32_t y, uint32_t s) {
 }
 #endif
 
+// Bits [shift, shift + 32) of the 64-bit value hi:lo, shift < 32.
+__device__ __forceinline__ uint32_t funnel_r(uint32_t lo, uint32_t hi, uint32_t shift) {
+#ifdef __CUDA_ARCH__
+    return __funnelshift_r(lo, hi, shift);
+#else
+    return (uint32_t)((((uint64_t)hi << 32) | lo) >> (shift & 31));
+#endif
+}
+
+// 8 bytes at a 2-byte aligned address p, as two little-endian u32 words,
+// from three aligned u32 loads (p rounded down to 4; the caller guarantees
+// that the 12 bytes from there are inside the buffer).
+__device__ __forceinline__ uint2 load8_align2(const uint8_t *p) {
+    const uint32_t *w = reinterpret_cast<const uint32_t *>(reinterpret_cast<uintptr_t>(p) & ~(uintptr_t)3);
+    const uint32_t shift = (uint32_t)(reinterpret_cast<uintptr_t>(p) & 2) * 8;
+    const uint32_t a = w[0], b = w[1], c = w[2];
+    uint2 r;
+    r.x = funnel_r(a, b, shift);
+    r.y = funnel_r(b, c, shift);
+    return r;
+}
+
 // The small integer (byte k of w) − bias as f32, without an int-to-float
 // conversion instruction: the bits 0x4B000000 | u are the float 2^23 + u, and
 // subtracting 2^23 + bias is exact for u < 2^23 (so (float)0 stays +0).
@@ -176,34 +198,31 @@ __device__ __forceinline__ void store16(void *p, uint4 v) {
 
 template <int OUT, bool STREAM = false>
 __device__ __forceinline__ void store8_canonical(void *out, long long idx, const float *y) {
-    uint32_t h[4];
-    if (OUT == OUT_F32) {
-        uint4 a, b;
-        a.x = as_u32(y[0]); a.y = as_u32(y[1]); a.z = as_u32(y[2]); a.w = as_u32(y[3]);
-        b.x = as_u32(y[4]); b.y = as_u32(y[5]); b.z = as_u32(y[6]); b.w = as_u32(y[7]);
+    if constexpr (OUT == OUT_F32) {
         float *p = static_cast<float *>(out) + idx;
-        store16<STREAM>(p, a);
-        store16<STREAM>(p + 4, b);
-        return;
-    }
+        store16<STREAM>(p, make_uint4(as_u32(y[0]), as_u32(y[1]), as_u32(y[2]), as_u32(y[3])));
+        store16<STREAM>(p + 4, make_uint4(as_u32(y[4]), as_u32(y[5]), as_u32(y[6]), as_u32(y[7])));
+    } else {
+        uint32_t h[4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        if (OUT == OUT_F16) {
-            const __half2 v = __floats2half2_rn(y[2 * k], y[2 * k + 1]);   // RNE, as __float2half_rn
-            h[k] = *reinterpret_cast<const uint32_t *>(&v);
-        } else {
+        for (int k = 0; k < 4; ++k) {
+            if constexpr (OUT == OUT_F16) {
+                const __half2 v = __floats2half2_rn(y[2 * k], y[2 * k + 1]);   // RNE, as __float2half_rn
+                h[k] = *reinterpret_cast<const uint32_t *>(&v);
+            } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-            // Hardware RNE (cvt.rn.bf16x2.f32): ggml's rule for every non-NaN value,
-            // subnormals kept and overflow to ±Inf included.
-            const __nv_bfloat162 v = __floats2bfloat162_rn(y[2 * k], y[2 * k + 1]);
-            h[k] = *reinterpret_cast<const uint32_t *>(&v);
+                // Hardware RNE (cvt.rn.bf16x2.f32): ggml's rule for every non-NaN value,
+                // subnormals kept and overflow to ±Inf included.
+                const __nv_bfloat162 v = __floats2bfloat162_rn(y[2 * k], y[2 * k + 1]);
+                h[k] = *reinterpret_cast<const uint32_t *>(&v);
 #else
-            h[k] = (uint32_t)bf16_bits_ggml(as_u32(y[2 * k])) |
-                   ((uint32_t)bf16_bits_ggml(as_u32(y[2 * k + 1])) << 16);
+                h[k] = (uint32_t)bf16_bits_ggml(as_u32(y[2 * k])) |
+                       ((uint32_t)bf16_bits_ggml(as_u32(y[2 * k + 1])) << 16);
 #endif
+            }
         }
+        store16<STREAM>(static_cast<uint16_t *>(out) + idx, make_uint4(h[0], h[1], h[2], h[3]));
     }
-    store16<STREAM>(static_cast<uint16_t *>(out) + idx, make_uint4(h[0], h[1], h[2], h[3]));
 }
 
 // One scalar store of output element idx, dtype chosen at run time.

@@ -92,26 +92,26 @@ struct WideQ5_K {
 };
 
 // Q6_K (210 bytes, only 2-byte aligned): value 128h + 32t + l with h = c/16,
-// t = (c/4)%4, l = 8(c%4) + j; ql and qh read as four u16 each.
+// t = (c/4)%4, l = 8(c%4) + j. The 8 ql and 8 qh bytes are read with
+// load8_align2 (three aligned u32 loads each); the 12 bytes read from the
+// rounded-down address end at most at byte 196 of the block.
 struct WideQ6_K {
     static constexpr bool KV = false;
     static constexpr int QK = 256, B = 210;
     static __device__ __forceinline__ bool chunk(const uint8_t *b, int c, const float *, float *y) {
         const int h = c >> 4, t = (c >> 2) & 3, p = c & 3;
-        const uint16_t *hw = reinterpret_cast<const uint16_t *>(b);
-        const float d = f16_to_f32(hw[104]);
+        const float d = f16_to_f32(reinterpret_cast<const uint16_t *>(b)[104]);
         const float dl = mul(d, (float)(int8_t)b[192 + 8 * h + (p >> 1) + 2 * t]);
-        const uint16_t *ql = hw + (64 * h + 32 * (t & 1) + 8 * p) / 2;
-        const uint16_t *qh = hw + (128 + 32 * h + 8 * p) / 2;
+        const uint2 ql = load8_align2(b + 64 * h + 32 * (t & 1) + 8 * p);
+        const uint2 qh = load8_align2(b + 128 + 32 * h + 8 * p);
         const int lshift = 4 * (t >> 1);
+        // q + 32 = low nibble | 2 high bits << 4, in 0..63
+        const uint32_t x0 = ((ql.x >> lshift) & 0x0F0F0F0Fu) | (((qh.x >> (2 * t)) & 0x03030303u) << 4);
+        const uint32_t x1 = ((ql.y >> lshift) & 0x0F0F0F0Fu) | (((qh.y >> (2 * t)) & 0x03030303u) << 4);
 #pragma unroll
-        for (int w = 0; w < 2; ++w) {
-            const uint32_t L = (uint32_t)ql[2 * w] | ((uint32_t)ql[2 * w + 1] << 16);
-            const uint32_t H = (uint32_t)qh[2 * w] | ((uint32_t)qh[2 * w + 1] << 16);
-            // q + 32 = low nibble | 2 high bits << 4, in 0..63
-            const uint32_t x = ((L >> lshift) & 0x0F0F0F0Fu) | (((H >> (2 * t)) & 0x03030303u) << 4);
-#pragma unroll
-            for (int k = 0; k < 4; ++k) y[4 * w + k] = mul(dl, byte_minus(x, k, 8388640.0f));
+        for (int k = 0; k < 4; ++k) {
+            y[k] = mul(dl, byte_minus(x0, k, 8388640.0f));
+            y[4 + k] = mul(dl, byte_minus(x1, k, 8388640.0f));
         }
         return finite_f32(dl);
     }

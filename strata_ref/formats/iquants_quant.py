@@ -10,12 +10,12 @@ first hit wins, sequential sums, and ggml's fp32 -> fp16 rounding (RNE). The
 fallback: `x^2` for IQ4 and IQ3, `sigma2/4 + x^2` for IQ2_S, with
 `sigma2 = 2 * sum(x^2) / 256` over the super-block.
 
-Which types have no reference quantizer, and why, is in
-`NO_REFERENCE_QUANTIZER`: IQ2_XXS, IQ2_XS and IQ1_S require an importance
-matrix (`ggml_quantize_requires_imatrix`), and IQ1_M has no
-`from_float_ref` in ggml's type traits (ggml would quantize it without an
-importance matrix only through `ggml_quantize_chunk`, which llama.cpp's
-`llama-quantize` refuses); strata-ref follows the type traits.
+No reference quantizer (strata_ref.quantize raises, giving the reason):
+IQ2_XXS, IQ2_XS and IQ1_S require an importance matrix
+(`ggml_quantize_requires_imatrix`); IQ1_M has no `from_float_ref` in ggml's
+type traits (only `ggml_quantize_chunk` takes it without an importance
+matrix, and llama.cpp's `llama-quantize` refuses that); strata-ref follows
+the type traits.
 
 IQ4_NL: ggml's `from_float_ref` (`quantize_row_iq4_nl_ref`) searches no
 extra scales (ntry = -1), while `ggml_quantize_chunk` (what `llama-quantize`
@@ -53,22 +53,9 @@ from .iq_grid_maps import grid_map
 from .iq_tables import KVALUES_IQ4NL
 
 __all__ = ["quantize_iq4_nl_ref", "quantize_iq4_nl_chunk", "quantize_iq4_xs_ref",
-           "quantize_iq3_xxs_ref", "quantize_iq3_s_ref", "quantize_iq2_s_ref",
-           "NO_REFERENCE_QUANTIZER"]
+           "quantize_iq3_xxs_ref", "quantize_iq3_s_ref", "quantize_iq2_s_ref"]
 
 T = GGMLType
-
-#: Types ggml has no reference quantizer for, with the reason.
-NO_REFERENCE_QUANTIZER = {
-    T.IQ2_XXS: "IQ2_XXS requires an importance matrix in ggml "
-               "(ggml_quantize_requires_imatrix); it has no reference quantizer",
-    T.IQ2_XS: "IQ2_XS requires an importance matrix in ggml "
-              "(ggml_quantize_requires_imatrix); it has no reference quantizer",
-    T.IQ1_S: "IQ1_S requires an importance matrix in ggml "
-             "(ggml_quantize_requires_imatrix); it has no reference quantizer",
-    T.IQ1_M: "IQ1_M has no from_float_ref in ggml's type traits, so it has no "
-             "reference quantizer (llama-quantize requires an importance matrix)",
-}
 
 _F = np.float32
 _MAGIC = _F(12582912.0)           # 1.5 * 2^23: nearest_int's rounding constant

@@ -60,7 +60,7 @@ def _row_dot(w, x, ws, xs, wm, xm, B, with_min):
     for k in range(w.shape[0] // B):
         s = np.float32(0.0)
         for j in range(B):
-            s += np.float32(w[k * B + j]) * np.float32(x[k * B + j])
+            s += np.float32(w[k * B + j]) * x[k * B + j]
         acc += (ws[k] * xs[k]) * s
         if with_min:
             accm += wm[k] * xm[k]
@@ -73,6 +73,8 @@ def _mm(wq, ws, wm, xq, xs, xm, B, with_min, out):
     is the integer dot of sub-block k (B values) of weight row r and
     activation row t.
 
+    wq is int8; xq holds the int8 activation quants as float32 (converted
+    once per call rather than once per weight row).
     The sub-block dot is summed in float32: each product of two int8 values
     is at most 127 * 128 in magnitude and B <= 32 of them sum to less than
     2^24, so every partial sum is an integer float32 holds exactly, in any
@@ -214,6 +216,17 @@ class QMatrix:
         self._packed = None
 
     @classmethod
+    def stack(cls, mats: list["QMatrix"], name: str = "") -> "QMatrix":
+        """One matrix holding the rows of `mats` (same type and cols) in
+        order: one activation quantization and one kernel call instead of
+        several (q/k/v, gate/up). Rows are independent, so this changes no
+        result."""
+        t, cols = mats[0].type, mats[0].cols
+        if any(m.type != t or m.cols != cols for m in mats):
+            raise ValueError("stacked matrices need one type and one row length")
+        return cls(t, np.concatenate([m.raw for m in mats]), sum(m.rows for m in mats), cols, name)
+
+    @classmethod
     def dense(cls, w: np.ndarray, name: str = "") -> "QMatrix":
         """A float32 matrix (rows, cols), multiplied in float32."""
         w = np.ascontiguousarray(w, dtype=np.float32)
@@ -245,7 +258,7 @@ class QMatrix:
         wq, ws, wm, B = self._packed
         xq, xs, xm = _activations(VEC_DOT_TYPE[self.type], x, B)
         out = np.empty((x.shape[0], self.rows), np.float32)
-        _mm(wq, ws, ws if wm is None else wm, xq, xs, xm, B, wm is not None, out)
+        _mm(wq, ws, ws if wm is None else wm, xq.astype(np.float32), xs, xm, B, wm is not None, out)
         return out
 
     def row_f32(self, i: int) -> np.ndarray:

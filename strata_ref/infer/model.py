@@ -298,6 +298,11 @@ class Model:
             L.w_up = mat(p + "ffn_up.weight", hp.n_ff, e)
             L.w_down = mat(p + "ffn_down.weight", e, hp.n_ff)
             L.ffn_post_norm = vec(p + "ffn_post_norm.weight", e) if post_norms else None
+            # one kernel call for q|k|v and for gate|up when their types agree
+            L.wqkv = (QMatrix.stack([L.wq, L.wk, L.wv], p + "attn_qkv")
+                      if L.wq.type == L.wk.type == L.wv.type else None)
+            L.w_gate_up = (QMatrix.stack([L.w_gate, L.w_up], p + "ffn_gate_up")
+                           if L.w_gate.type == L.w_up.type else None)
             self.layers.append(L)
 
     # -------------------------------------------------------------- API
@@ -343,8 +348,11 @@ class Model:
             x = x + h
             h = x
             x = rms_norm(x, L.ffn_norm, hp.eps)
-            g = L.w_gate.matmul(x)
-            u = L.w_up.matmul(x)
+            if L.w_gate_up is not None:
+                gu = L.w_gate_up.matmul(x)
+                g, u = gu[:, :hp.n_ff], gu[:, hp.n_ff:]
+            else:
+                g, u = L.w_gate.matmul(x), L.w_up.matmul(x)
             act = gelu_tanh(g) if hp.arch == "gemma3" else silu(g)
             x = L.w_down.matmul(act * u)
             if L.ffn_post_norm is not None:
@@ -363,9 +371,12 @@ class Model:
     def _attention(self, L, il, x, pos, cache, cos_sin, n_swa):
         hp = self.hp
         n, hd = x.shape[0], hp.head_dim
-        q = L.wq.matmul(x)
-        k = L.wk.matmul(x)
-        v = L.wv.matmul(x)
+        if L.wqkv is not None:
+            nq, nkv = hp.n_head * hd, hp.n_head_kv * hd
+            qkv = L.wqkv.matmul(x)
+            q, k, v = qkv[:, :nq], qkv[:, nq:nq + nkv], qkv[:, nq + nkv:]
+        else:
+            q, k, v = L.wq.matmul(x), L.wk.matmul(x), L.wv.matmul(x)
         if L.bq is not None:
             q = q + L.bq
         if L.bk is not None:

@@ -69,3 +69,66 @@ def vocab_dir() -> Path:
                     part.write_bytes(src.read())
                     part.replace(out / name)
     return out
+
+
+# ---------------------------------------------------------------- tiny models
+TINY_IDS = [257, 72, 101, 108, 108, 111, 32, 119, 111, 114, 108, 100]   # 12 tokens
+
+
+def tiny_model(arch: str, path, seed: int = 0) -> None:
+    """Write a small random GGUF of architecture `arch` (qwen3 or gemma3) to
+    `path`: 6 layers, n_embd 64, 4 heads of 16 over 2 KV heads, n_ff 128, a
+    259-token byte-level vocabulary, Q8_0 matrices and embedding, F32 norms;
+    gemma3 with a sliding window of 4 (layers 0-4 local, 5 global). The same
+    (arch, seed) always gives the same bytes, so the llama.cpp logits stored
+    by tools/llama_ref.py (`synthetic`) can be checked without the file."""
+    import numpy as np
+    from strata_ref import GGMLType
+    from strata_ref.gguf import GGUFValueType as V, write_gguf
+    from strata_ref.infer.tokenizer import _BYTE_TO_CHAR
+    from strata_ref.quantize import quantize
+
+    rng = np.random.default_rng(seed)
+    L, E, H, KV, D, F = 6, 64, 4, 2, 16, 128
+    tokens = [_BYTE_TO_CHAR[b] for b in range(256)] + ["ĠĠ", "<|bos|>", "<|eos|>"]
+    nv = len(tokens)
+    md = {"general.architecture": arch,
+          f"{arch}.block_count": (V.UINT32, L), f"{arch}.context_length": (V.UINT32, 256),
+          f"{arch}.embedding_length": (V.UINT32, E), f"{arch}.feed_forward_length": (V.UINT32, F),
+          f"{arch}.attention.head_count": (V.UINT32, H), f"{arch}.attention.head_count_kv": (V.UINT32, KV),
+          f"{arch}.attention.key_length": (V.UINT32, D), f"{arch}.attention.value_length": (V.UINT32, D),
+          f"{arch}.attention.layer_norm_rms_epsilon": (V.FLOAT32, 1e-6),
+          f"{arch}.rope.freq_base": (V.FLOAT32, 1e6),
+          "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",
+          "tokenizer.ggml.tokens": (V.ARRAY, tokens, V.STRING),
+          "tokenizer.ggml.token_type": (V.ARRAY, [1] * 257 + [3, 3], V.INT32),
+          "tokenizer.ggml.merges": (V.ARRAY, ["Ġ Ġ"], V.STRING),
+          "tokenizer.ggml.bos_token_id": (V.UINT32, 257), "tokenizer.ggml.eos_token_id": (V.UINT32, 258),
+          "tokenizer.ggml.add_bos_token": False}
+    if arch == "gemma3":
+        md[f"{arch}.attention.sliding_window"] = (V.UINT32, 4)
+        md[f"{arch}.rope.freq_base_swa"] = (V.FLOAT32, 1e4)
+    elif arch != "qwen3":
+        raise ValueError(f"no tiny model for {arch!r}")
+
+    def q8(rows, cols, scale):
+        w = (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
+        return (GGMLType.Q8_0, (cols, rows), quantize(w, GGMLType.Q8_0).reshape(-1))
+
+    def norm(n):
+        return (GGMLType.F32, (n,), (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
+
+    ts = [("token_embd.weight",) + q8(nv, E, 1.0), ("output_norm.weight",) + norm(E)]
+    if arch == "qwen3":
+        ts.append(("output.weight",) + q8(nv, E, 0.2))
+    for i in range(L):
+        p = f"blk.{i}."
+        ts += [(p + "attn_norm.weight",) + norm(E), (p + "attn_q.weight",) + q8(H * D, E, 0.2),
+               (p + "attn_k.weight",) + q8(KV * D, E, 0.2), (p + "attn_v.weight",) + q8(KV * D, E, 0.2),
+               (p + "attn_output.weight",) + q8(E, H * D, 0.2),
+               (p + "attn_q_norm.weight",) + norm(D), (p + "attn_k_norm.weight",) + norm(D),
+               (p + "ffn_norm.weight",) + norm(E), (p + "ffn_gate.weight",) + q8(F, E, 0.2),
+               (p + "ffn_up.weight",) + q8(F, E, 0.2), (p + "ffn_down.weight",) + q8(E, F, 0.2)]
+        if arch == "gemma3":
+            ts += [(p + "attn_post_norm.weight",) + norm(E), (p + "ffn_post_norm.weight",) + norm(E)]
+    write_gguf(path, md, ts)

@@ -13,6 +13,12 @@ the running interpreter. Subcommands:
       (float64), enough to compute top-1 agreement and the KL divergence
       restricted to the top-k plus one tail bucket.
 
+  synthetic [--out tests/data/llama_ref_tiny.npz]
+      Tiny random qwen3 and gemma3 models (tests/infer_helpers.py
+      `tiny_model`, seed 0; Q8_0 matrices, sliding window for gemma3): the
+      logits of one batched pass over `TINY_IDS`, every row, float32, with
+      the sha256 of each GGUF so a test can tell it rebuilt the same file.
+
   actquant [--out tests/data/ggml_act_quant.npz]
       Seeded activation vectors (and hand-made edge cases) quantized by
       ggml-cpu's own `from_float` for Q8_0, Q8_1 and Q8_K (the AVX2 build
@@ -147,6 +153,31 @@ def cmd_actquant(args) -> None:
     print(out, {k: v.shape for k, v in res.items()})
 
 
+def cmd_synthetic(args) -> None:
+    import hashlib
+    import tempfile
+    sys.path.insert(0, str(REPO / "tests"))
+    sys.path.insert(0, str(REPO))
+    from infer_helpers import TINY_IDS, tiny_model
+    res = {}
+    with tempfile.TemporaryDirectory() as d:
+        for arch in ("qwen3", "gemma3"):
+            path = Path(d) / f"tiny_{arch}.gguf"
+            tiny_model(arch, path, seed=0)
+            llm = _llama(path)
+            llm.reset()
+            llm.eval(TINY_IDS)
+            res[f"{arch}_logits"] = np.array(llm.scores[:len(TINY_IDS)], np.float32)
+            res[f"{arch}_sha256"] = np.array(hashlib.sha256(path.read_bytes()).hexdigest())
+            del llm
+    out = Path(args.out or REPO / "tests" / "data" / "llama_ref_tiny.npz")
+    import llama_cpp
+    np.savez_compressed(out, ids=np.array(TINY_IDS, np.int32), **res,
+                        llama_cpp_version=np.array(llama_cpp.__version__),
+                        command=np.array("python tools/llama_ref.py " + " ".join(map(shlex.quote, sys.argv[1:]))))
+    print(out, {k: v.shape for k, v in res.items()})
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -156,8 +187,10 @@ def main(argv=None) -> int:
     p.add_argument("--topk", type=int, default=128)
     p = sub.add_parser("actquant")
     p.add_argument("--out")
+    p = sub.add_parser("synthetic")
+    p.add_argument("--out")
     args = ap.parse_args(argv)
-    {"logits": cmd_logits, "actquant": cmd_actquant}[args.cmd](args)
+    {"logits": cmd_logits, "actquant": cmd_actquant, "synthetic": cmd_synthetic}[args.cmd](args)
     return 0
 
 

@@ -16,7 +16,7 @@ One layer, in llama.cpp's operation order:
     x   = Wo a;  x = rms_norm(x) * attn_post_norm       # gemma3 only
     x   = x + h;  h = x
     x   = rms_norm(x) * ffn_norm
-    x   = Wdown(act(Wgate x) * Wup x)     # act: SiLU, GELU (tanh) for gemma3
+    x   = Wdown(act(Wgate x) * Wup x)     # act: SiLU; gemma3: GELU via ggml's fp16 table
     x   = rms_norm(x) * ffn_post_norm                   # gemma3 only
     x   = x + h
     logits = Wout(rms_norm(x) * output_norm)   # Wout = token_embd when tied
@@ -198,9 +198,22 @@ def silu(x):
 
 
 def gelu_tanh(x):
-    """GELU, tanh form (ggml `gelu`): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    """GELU, tanh form (ggml `ggml_gelu_f32`):
+    0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))), float32."""
+    x = np.asarray(x, np.float32)
     c = np.float32(math.sqrt(2.0 / math.pi))
-    return (np.float32(0.5) * x * (np.float32(1.0) + np.tanh(c * x * (np.float32(1.0) + np.float32(0.044715) * x * x)))).astype(np.float32)
+    inner = c * x * (np.float32(1.0) + np.float32(0.044715) * x * x)
+    return (np.float32(0.5) * x * (np.float32(1.0) + np.tanh(inner))).astype(np.float32)
+
+
+def geglu(g, u):
+    """ggml-cpu `ggml_vec_geglu_f32` (GGML_GELU_FP16 build): GELU through
+    ggml's fp16 table, i.e. fp16(gelu(fp16(g))), 0 for g <= -10 and g itself
+    for g >= 10; times u."""
+    g = np.asarray(g, np.float32)
+    t = _f16(gelu_tanh(_f16(g)))
+    act = np.where(g <= np.float32(-10.0), np.float32(0.0), np.where(g >= np.float32(10.0), g, t))
+    return (act * u).astype(np.float32)
 
 
 def _f16(a):
@@ -353,8 +366,7 @@ class Model:
                 g, u = gu[:, :hp.n_ff], gu[:, hp.n_ff:]
             else:
                 g, u = L.w_gate.matmul(x), L.w_up.matmul(x)
-            act = gelu_tanh(g) if hp.arch == "gemma3" else silu(g)
-            x = L.w_down.matmul(act * u)
+            x = L.w_down.matmul(geglu(g, u) if hp.arch == "gemma3" else silu(g) * u)
             if L.ffn_post_norm is not None:
                 x = rms_norm(x, L.ffn_post_norm, hp.eps)
             x = x + h

@@ -131,11 +131,20 @@ def cmd_parity(a) -> int:
     if a.what == "dequant":
         from .native.parity import run_parity_dequant
         return run_parity_dequant(quick=a.quick)
-    return _err(f"parity {a.what} is not implemented yet (see the open issues)")
+    if a.what == "gemm":
+        from .native.gemm_parity import run_parity_gemm
+        return run_parity_gemm(quick=a.quick, full=a.full)
+    from .native import mmvq_parity
+    if a.what == "mmvq":
+        return mmvq_parity.run_parity_mmvq(a.quick)
+    return mmvq_parity.run_parity_experts(a.quick)
 
 
 def cmd_bench(a) -> int:
-    return _err(f"bench {a.what} is not implemented yet (see the open issues)")
+    from .native import mmvq_parity
+    if a.what == "mmvq":
+        return mmvq_parity.run_bench_mmvq(a.emit_table)
+    return mmvq_parity.run_bench_experts()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -189,11 +198,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     pa = sub.add_parser("parity", help="native kernels against the oracle (needs a GPU)")
     pa.add_argument("what", choices=["dequant", "gemm", "mmvq", "experts"])
-    pa.add_argument("--quick", action="store_true")
+    pa.add_argument("--quick", action="store_true", help="a small run")
+    pa.add_argument("--full", action="store_true", help="gemm: >= 5,000 consecutive chunk sizes")
     pa.set_defaults(func=cmd_parity)
 
     b = sub.add_parser("bench", help="benchmarks (needs a GPU)")
     b.add_argument("what", choices=["mmvq", "experts"])
+    b.add_argument("--emit-table", action="store_true",
+                   help="mmvq: print the rows-per-warp table in the source's format")
     b.set_defaults(func=cmd_bench)
     return p
 

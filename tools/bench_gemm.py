@@ -1,0 +1,133 @@
+"""Prompt-path projection time on the GPU: dequant vs GEMM, per route.
+
+For the dense projection shapes of the registry's models
+(`strata_ref.native.gemm_parity.model_shapes`) and chunk sizes T, with W in
+Q8_0 (every shape) and Q4_K (shapes with K % 256 == 0), it times with CUDA
+events (median of `--reps` batches of back-to-back calls, after warm-up):
+
+* the dequant of all of W to f16 with the generic and the wide kernel
+  (`native.dequant_device`, kernel forced), and its GB/s (bytes read plus
+  written) against the 4.25 TB/s copy ceiling of kernels.md §1;
+* the GEMM of each route over the f16 weights (`gemm_dense_device`): the
+  FP16-operand route (cublasGemmEx) and the FP32 route (widening + Sgemm),
+  and their TFLOP/s (2·T·N·K per call);
+* the dequant share of the prompt projection time, wide dequant / (wide
+  dequant + FP16-route GEMM), per shape and summed over one layer's seven
+  projections (q, k, v, o, gate, up, down) of each model.
+
+Goal (issue 5): dequant share <= 10 % at T = 4096 with the wide kernels.
+Needs CuPy and the native libraries. Usage:
+  python tools/bench_gemm.py [--T 1,512,4096,16384] [--types Q8_0,Q4_K] [--reps 3]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+COPY_CEILING = 4.25e12          # bytes/s read + written, kernels.md §1 (H200)
+LAYER = {"q,o": 2, "k,v": 2, "gate,up": 2, "down": 1}
+
+
+def _timer(cp, fn, reps: int, budget_s: float = 0.02) -> float:
+    """Median seconds per call: one warm-up, then `reps` event-timed batches
+    of as many calls as fit in about budget_s."""
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    start.record()
+    fn()
+    stop.record()
+    stop.synchronize()
+    once = max(cp.cuda.get_elapsed_time(start, stop) * 1e-3, 1e-6)
+    batch = int(min(max(budget_s / once, 1), 200))
+    times = []
+    for _ in range(reps):
+        start.record()
+        for _ in range(batch):
+            fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, stop) * 1e-3 / batch)
+    return statistics.median(times)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--T", default="1,512,4096,16384")
+    ap.add_argument("--types", default="Q8_0,Q4_K")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=7)
+    args = ap.parse_args(argv)
+    import cupy as cp
+
+    from strata_ref.native import dequant_device
+    from strata_ref.native.gemm import cublas_version, gemm_dense_device
+    from strata_ref.native.gemm_parity import f16_activations, model_shapes
+    from strata_ref.native.parity import make_blocks
+    from strata_ref.types import block_format, parse_type
+
+    ts = [int(v) for v in args.T.split(",")]
+    types = [parse_type(v) for v in args.types.split(",")]
+    rng = np.random.default_rng(args.seed)
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    print(f"bench_gemm: {name}, cuBLAS {cublas_version()}, median of {args.reps} batches")
+    print("| model shape | N x K | type | T | dequant generic µs | dequant wide µs | wide GB/s "
+          "(% of copy) | FP16 route µs | TFLOP/s | FP32 route µs | TFLOP/s | dequant share |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    xmax = max(ts)
+    layer = {}                                  # (model, type, T) -> [dequant, gemm]
+    for label, n, k, head in model_shapes():
+        x = cp.asarray(f16_activations(xmax, k, rng))
+        y = cp.empty((xmax, n), cp.float32)
+        w16 = cp.empty(n * k, cp.float16)
+        for t in types:
+            fmt = block_format(t)
+            if k % fmt.block_values:
+                continue
+            blocks = cp.asarray(make_blocks(t, n * k // fmt.block_values, "sane", rng).reshape(-1))
+            for kern in ("generic", "wide"):
+                ran = dequant_device(t, blocks, n, k, w16, kernel=kern).kernel
+                if ran != kern:
+                    raise SystemExit(f"{t.name} {n}x{k}: the {kern} kernel did not run ({ran})")
+            tg = _timer(cp, lambda: dequant_device(t, blocks, n, k, w16, kernel="generic"),
+                        args.reps)
+            tw = _timer(cp, lambda: dequant_device(t, blocks, n, k, w16, kernel="wide"), args.reps)
+            moved = blocks.size + 2 * n * k
+            for T in ts:
+                xt, yt = x[:T], y[:T]
+                t16 = _timer(cp, lambda: gemm_dense_device(w16, n, k, xt, yt, route="f16"),
+                             args.reps)
+                t32 = _timer(cp, lambda: gemm_dense_device(w16, n, k, xt, yt, route="f32"),
+                             args.reps)
+                flop = 2.0 * T * n * k
+                share = tw / (tw + t16)
+                print(f"| {label} | {n} x {k} | {t.name} | {T} | {tg * 1e6:.1f} | {tw * 1e6:.1f} | "
+                      f"{moved / tw / 1e9:.0f} ({100 * moved / tw / COPY_CEILING:.0f} %) | "
+                      f"{t16 * 1e6:.1f} | {flop / t16 / 1e12:.1f} | {t32 * 1e6:.1f} | "
+                      f"{flop / t32 / 1e12:.1f} | {100 * share:.1f} % |", flush=True)
+                model, proj = label.rsplit(" ", 1)
+                if proj in LAYER:
+                    acc = layer.setdefault((model, t.name, T), [0.0, 0.0, set()])
+                    acc[0] += LAYER[proj] * tw
+                    acc[1] += LAYER[proj] * t16
+                    acc[2].add(proj)
+            del blocks
+        del x, y, w16
+        cp.get_default_memory_pool().free_all_blocks()
+    print("\nOne layer's seven projections (wide dequant + FP16 route), dequant share:")
+    print("| model | type | T | dequant µs | GEMM µs | dequant share |")
+    print("|---|---|---|---|---|---|")
+    for (model, tname, T), (dq, gm, projs) in sorted(layer.items()):
+        if len(projs) == len(LAYER):
+            print(f"| {model} | {tname} | {T} | {dq * 1e6:.1f} | {gm * 1e6:.1f} | "
+                  f"{100 * dq / (dq + gm):.1f} % |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""Native q8_1 mat-vec and MoE experts: build, load, host wrappers.
+
+libstrata_mmvq is built from native/mmvq.cu (+ mmvq_dots.cuh,
+strata_mmvq.h) with the flags and generated IQ-table header of
+`strata_ref.native.build` (no fast math; IEEE division), cached by source
+hash under `build.cache_root()/native/mmvq-<hash>-sm<XY>/`, and loaded with
+cffi in ABI mode from the cdef block of strata_mmvq.h. Kernels:
+../shared/spec/kernels.md §§6-10; arithmetic: the NumPy oracle in
+strata_ref/routes/{q8_1,mmvq,experts}.py, bit for bit.
+
+Host wrappers copy NumPy arrays in and out (`quantize_q8_1_native`,
+`mmvq_native`, `experts_native`); `MmvqNative.dev` gives device buffers
+for the parity and bench tools. `STRATA_MMVQ_LIB=path` loads a prebuilt
+library instead of building. Every failure to build or load raises
+loader.NativeUnavailable; a failed call raises NativeError.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..types import GGMLType, block_format
+from . import build as _b
+from .loader import NativeUnavailable, driver_compute_capability
+
+__all__ = ["MmvqNative", "load_mmvq", "build_mmvq", "NativeError", "quantize_q8_1_native",
+           "mmvq_native", "experts_native", "NATIVE_TYPES", "SOURCES", "HEADERS"]
+
+LIB_NAME = "libstrata_mmvq.so"
+SOURCES = ("mmvq.cu",)
+HEADERS = ("strata_mmvq.h", "mmvq_dots.cuh")
+T = GGMLType
+#: types with native mat-vec kernels (native/mmvq_dots.cuh `Dot<TYPE>`)
+NATIVE_TYPES = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.IQ4_NL, T.MXFP4, T.Q2_K, T.Q3_K,
+                T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_XS)
+_STATUS = {1: "type not served", 2: "shape not served", 3: "null pointer",
+           5: "bad argument (ncols, rows per warp or mode)", 6: "CUDA error"}
+
+
+class NativeError(RuntimeError):
+    """A native mat-vec call failed; the message names the call and the status."""
+
+
+def _src() -> Path:
+    d = _b.source_dir()
+    for f in SOURCES + HEADERS:
+        if not (d / f).is_file():
+            raise _b.BuildError(f"{f} missing in {d}")
+    return d
+
+
+def build_mmvq(arch: int, *, force: bool = False) -> Path:
+    """Path of libstrata_mmvq.so for compute capability `arch`, building it
+    with nvcc unless a cached copy with the same key exists."""
+    nvcc = _b.find_nvcc()
+    if nvcc is None:
+        raise _b.BuildError("nvcc not found (set NVCC or CUDA_HOME, or put it on PATH)")
+    src = _src()
+    tables = _b.iq_tables_header()
+    h = hashlib.sha256()
+    for f in SOURCES + HEADERS:
+        h.update(f.encode() + b"\0" + (src / f).read_bytes())
+    h.update(tables.encode() + " ".join(_b.nvcc_flags(arch)).encode())
+    h.update(_b._nvcc_version(nvcc).encode())
+    dest = _b.cache_root() / "native" / f"mmvq-{h.hexdigest()[:20]}-sm{int(arch)}"
+    lib = dest / LIB_NAME
+    if lib.is_file() and not force:
+        return lib
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".build-mmvq-") as tmp:
+        work = Path(tmp)
+        (work / _b.TABLES_HEADER).write_text(tables)
+        out = work / "out"
+        out.mkdir()
+        _b._run([nvcc, *_b.nvcc_flags(arch), "-I", str(work), "-I", str(src), "-shared",
+                 "-o", str(out / LIB_NAME), *(str(src / s) for s in SOURCES)], work)
+        if force and dest.exists():
+            shutil.rmtree(dest, ignore_errors=True)
+        try:
+            os.replace(out, dest)
+        except OSError:
+            if not lib.is_file():
+                raise _b.BuildError(f"cannot place the build at {dest}") from None
+    return lib
+
+
+def _cdef() -> str:
+    text = (_src() / "strata_mmvq.h").read_text()
+    return text.split("/* cdef-begin */", 1)[1].split("/* cdef-end */", 1)[0]
+
+
+@dataclass
+class MmvqNative:
+    """The loaded library: `ffi`, `lib`, `cc` (major·10 + minor)."""
+    ffi: object
+    lib: object
+    cc: int
+
+    def check(self, status: int, what: str) -> None:
+        if status == 6:
+            raise NativeError(f"{what}: CUDA error {self.lib.smv_last_cuda_error()}")
+        if status:
+            raise NativeError(f"{what}: {_STATUS.get(status, status)}")
+
+    def put(self, a: np.ndarray) -> "DevBuf":
+        a = np.ascontiguousarray(a)
+        buf = self.alloc(max(a.nbytes, 1))
+        self.check(self.lib.smv_memcpy_htod(buf.ptr, self.ffi.from_buffer(a), a.nbytes), "copy in")
+        return buf
+
+    def alloc(self, nbytes: int) -> "DevBuf":
+        p = self.ffi.new("void **")
+        self.check(self.lib.smv_malloc(p, int(nbytes)), f"cudaMalloc({nbytes})")
+        return DevBuf(self, p[0], int(nbytes))
+
+    def get(self, buf: "DevBuf", dtype, count: int) -> np.ndarray:
+        out = np.empty(count, dtype)
+        self.check(self.lib.smv_memcpy_dtoh(self.ffi.from_buffer(out), buf.ptr, out.nbytes),
+                   "copy out")
+        return out
+
+
+class DevBuf:
+    """A cudaMalloc'd buffer, freed when collected."""
+
+    def __init__(self, nat: MmvqNative, ptr, nbytes: int):
+        self.nat, self.ptr, self.nbytes = nat, ptr, nbytes
+
+    def __del__(self):
+        try:
+            self.nat.lib.smv_free(self.ptr)
+        except Exception:       # interpreter shutdown
+            pass
+
+
+_LOCK = threading.Lock()
+_LIB: dict[int, MmvqNative] = {}
+
+
+def load_mmvq(device: int | None = None) -> MmvqNative:
+    """Build (once, cached) and load libstrata_mmvq for a CUDA device.
+    Raises NativeUnavailable with the reason when that cannot be done."""
+    if device is None:
+        device = int(os.environ.get("STRATA_REF_DEVICE", "0"))
+    with _LOCK:
+        if device in _LIB:
+            return _LIB[device]
+        cc = driver_compute_capability(device)
+        try:
+            path = os.environ.get("STRATA_MMVQ_LIB") or build_mmvq(cc)
+        except _b.BuildError as e:
+            raise NativeUnavailable(str(e)) from None
+        try:
+            import cffi
+        except ImportError:
+            raise NativeUnavailable("cffi is not installed") from None
+        ffi = cffi.FFI()
+        ffi.cdef(_cdef())
+        try:
+            lib = ffi.dlopen(str(path))
+        except OSError as e:
+            raise NativeUnavailable(f"cannot load {path}: {e}") from None
+        nat = MmvqNative(ffi, lib, cc)
+        nat.check(lib.smv_set_device(device), f"cudaSetDevice({device})")
+        _LIB[device] = nat
+        return nat
+
+
+def quantize_q8_1_native(x: np.ndarray, nat: MmvqNative | None = None) -> np.ndarray:
+    """q8_1 blocks of float32 x on the GPU: uint8 (n/32, 36)."""
+    nat = nat or load_mmvq()
+    x = np.ascontiguousarray(x, np.float32).reshape(-1)
+    dx = nat.put(x)
+    dq = nat.alloc(x.size // 32 * 36)
+    nat.check(nat.lib.smv_quantize_q8_1(nat.ffi.cast("float *", dx.ptr), dq.ptr, x.size,
+                                        nat.ffi.NULL), "quantize_q8_1")
+    return nat.get(dq, np.uint8, x.size // 32 * 36).reshape(-1, 36)
+
+
+def mmvq_native(t, w: np.ndarray, q8: np.ndarray, *, rows_per_warp: int = 0,
+                nat: MmvqNative | None = None) -> np.ndarray:
+    """GPU mat-vec: w uint8 (rows, row_bytes), q8 uint8 (ncols, K/32, 36)
+    -> float32 (ncols, rows). rows_per_warp 0 = plain kernel, 1/2/4 = warp kernel."""
+    nat = nat or load_mmvq()
+    t = GGMLType(t)
+    q8 = np.asarray(q8, np.uint8)
+    q8 = q8[None] if q8.ndim == 2 else q8
+    ncols, k = q8.shape[0], q8.shape[1] * 32
+    rows = w.shape[0]
+    dw, dq = nat.put(w), nat.put(q8)
+    dy = nat.alloc(ncols * rows * 4)
+    nat.check(nat.lib.smv_mmvq(int(t), dw.ptr, rows, k, dq.ptr, ncols,
+                               nat.ffi.cast("float *", dy.ptr), rows_per_warp, nat.ffi.NULL),
+              f"mmvq {t.name}")
+    return nat.get(dy, np.float32, ncols * rows).reshape(ncols, rows)
+
+
+def experts_native(mode: int, x, ids, wts, gate, up, down, t_gu, t_down, *,
+                   nat: MmvqNative | None = None) -> np.ndarray:
+    """GPU MoE FFN (routes/experts.moe_ffn arguments; gate/up/down lists of
+    per-expert uint8 matrices) in expert mode 0 or 8 -> float32 (tokens, H)."""
+    nat = nat or load_mmvq()
+    x = np.ascontiguousarray(x, np.float32)
+    ids = np.ascontiguousarray(ids, np.int32)
+    wts = np.ascontiguousarray(wts, np.float32)
+    n_tok, h = x.shape
+    ff = np.asarray(gate[0]).shape[0]
+    bufs = [nat.put(np.stack(m)) for m in (gate, up, down)]
+    dx, di, dw = nat.put(x), nat.put(ids), nat.put(wts)
+    dout = nat.alloc(x.nbytes)
+    k = ids.shape[1]
+    scratch = nat.alloc(nat.lib.smv_experts_scratch_bytes(h, ff, n_tok, k))
+    f = nat.ffi
+    nat.check(nat.lib.smv_experts(mode, int(t_gu), int(t_down), bufs[0].ptr, bufs[1].ptr,
+                                  bufs[2].ptr, h, ff, f.cast("float *", dx.ptr), n_tok,
+                                  f.cast("int *", di.ptr), f.cast("float *", dw.ptr), k,
+                                  f.cast("float *", dout.ptr), scratch.ptr, f.NULL),
+              f"experts mode {mode}")
+    return nat.get(dout, np.float32, x.size).reshape(x.shape)

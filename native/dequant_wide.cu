@@ -6,6 +6,8 @@
 // Guards (checked in api.cu before any launch): the output pointer is
 // 16-byte aligned and ld % 8 == 0; the blocks pointer has the alignment of
 // wide_blocks_align(type); Q8_0 additionally needs ld == cols.
+#include <algorithm>
+
 #include "strata_wide.cuh"
 #include "strata_iq_tables.h"
 #include "strata_launch.h"
@@ -37,35 +39,36 @@ constexpr int kThreads = STRATA_WIDE_THREADS;
 // of row c / cpr (cpr = cols/8 chunks per row). A CUDA block covers
 // kThreads·kCpt consecutive chunks, thread t those at t + kThreads·k, so
 // every store instruction of a warp stays one contiguous 512-byte run.
-// Out-of-range chunks read the last valid chunk and store nothing, so the
-// loop has no early exit and the loads of all kCpt chunks can be in flight
-// together.
+// `blocks` and `out` point at the launch's first row; the host sizes each
+// launch so that every byte offset into blocks and every element offset into
+// out fits 32 bits (cheap index arithmetic). Out-of-range chunks read the
+// last valid chunk and store nothing, so the loop has no early exit and the
+// loads of all kCpt chunks can be in flight together.
 template <class W, int OUT>
 __global__ void __launch_bounds__(kThreads)
-dequant_wide_kernel(const uint8_t *__restrict__ blocks, long long row0, unsigned total,
-                    FastDiv cpr, long long cols, long long ld, void *__restrict__ out) {
+dequant_wide_kernel(const uint8_t *__restrict__ blocks, unsigned total, FastDiv cpr,
+                    unsigned row_bytes, unsigned ld, void *__restrict__ out) {
     __shared__ float kv[16];
     if constexpr (W::KV) {
         if (threadIdx.x < 16) kv[threadIdx.x] = (float)tab_kvalues_iq4nl[threadIdx.x];
         __syncthreads();
     }
-    constexpr int CPB = W::QK / 8;   // chunks per block
-    const long long row_bytes = (cols / W::QK) * W::B;
+    constexpr unsigned CPB = W::QK / 8;   // chunks per block
     float y[kCpt][8];
     bool finite[kCpt];
-    long long o[kCpt];
+    unsigned o[kCpt];
 #pragma unroll
     for (int k = 0; k < kCpt; ++k) {
         const unsigned c0 = (blockIdx.x * kCpt + k) * kThreads + threadIdx.x;
         const unsigned c = c0 < total ? c0 : total - 1;
         const unsigned r = fast_div(c, cpr), ci = c - r * cpr.d;
-        const uint8_t *b = blocks + (row0 + r) * row_bytes + (long long)(ci / CPB) * W::B;
+        const uint8_t *b = blocks + (r * row_bytes + (ci / CPB) * (unsigned)W::B);
         finite[k] = W::chunk(b, ci % CPB, kv, y[k]);
-        o[k] = c0 < total ? (long long)r * ld + 8LL * ci : -1;
+        o[k] = r * ld + 8 * ci;
     }
 #pragma unroll
     for (int k = 0; k < kCpt; ++k) {
-        if (o[k] < 0) continue;
+        if ((blockIdx.x * kCpt + k) * kThreads + threadIdx.x >= total) continue;
         if (!finite[k]) canonicalize8(y[k]);
         store8_canonical<OUT, STRATA_WIDE_STREAM>(out, o[k], y[k]);
     }
@@ -123,13 +126,20 @@ template <class W, int OUT>
 static cudaError_t launch_rows(const uint8_t *blocks, long long row0, long long rows,
                                long long cols, long long ld, void *out, cudaStream_t stream) {
     const long long cpr = cols / 8;
-    const long long batch = kMaxThreadsPerLaunch / cpr;
+    const long long row_bytes = (cols / W::QK) * W::B;
+    // Rows per launch: at most 2^30 chunks, and 32-bit offsets into the
+    // launch's blocks ((rows)·row_bytes) and outputs ((rows − 1)·ld + cols).
+    const long long lim = 0xFFFFFFFFLL;
+    long long batch = kMaxThreadsPerLaunch / cpr;
+    batch = std::min(batch, lim / row_bytes);
+    batch = std::min(batch, (lim - cols) / ld + 1);
     const int size = OUT == OUT_F32 ? 4 : 2;
+    const FastDiv div = make_fast_div((uint32_t)cpr);
     for (long long r0 = 0; r0 < rows; r0 += batch) {
         const long long n = rows - r0 < batch ? rows - r0 : batch;
         dequant_wide_kernel<W, OUT><<<wide_grid(n * cpr), kThreads, 0, stream>>>(
-            blocks, row0 + r0, (unsigned)(n * cpr), make_fast_div((uint32_t)cpr), cols, ld,
-            static_cast<char *>(out) + r0 * ld * size);
+            blocks + (row0 + r0) * row_bytes, (unsigned)(n * cpr), div, (unsigned)row_bytes,
+            (unsigned)(n > 1 ? ld : cols), static_cast<char *>(out) + r0 * ld * size);
         const cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }

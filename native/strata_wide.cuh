@@ -131,10 +131,11 @@ struct WideIQ4_XS {
         const float dl = mul(f16_to_f32(reinterpret_cast<const uint16_t *>(b)[0]), (float)(ls - 32));
         const uint2 q = *reinterpret_cast<const uint2 *>(b + 8 + 16 * ib + 8 * (p & 1));
         const int shift = 4 * (p >> 1);
+        const uint32_t x0 = (q.x >> shift) & 0x0F0F0F0Fu, x1 = (q.y >> shift) & 0x0F0F0F0Fu;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const uint32_t w = j < 4 ? q.x : q.y;
-            y[j] = mul(dl, kv[(w >> (8 * (j & 3) + shift)) & 15]);
+        for (int k = 0; k < 4; ++k) {   // byte k, zero-extended: the table index
+            y[k] = mul(dl, kv[perm(x0, 0, 0x4440u | (uint32_t)k)]);
+            y[4 + k] = mul(dl, kv[perm(x1, 0, 0x4440u | (uint32_t)k)]);
         }
         return finite_f32(dl);
     }

@@ -198,3 +198,132 @@ def test_gemm_source_compiles(tmp_path):
         (inc / "cublas_v2.h").write_text(_CUBLAS_DECLS)
     obj = gemm_build.compile_object(90, tmp_path / "o", nvcc, include=inc)
     assert obj.stat().st_size > 0
+
+
+# -- the Python -> C plumbing against a stand-in library ---------------------
+# Each entry point of strata_gemm.h becomes a cffi callback with the exact
+# signature of the header's cdef block, so a call with the wrong number or
+# kind of arguments fails here as it would against the real library.
+
+class _StandInLib:
+    def __init__(self, ffi, text, status=0):
+        import re
+        self.calls, self.status = [], status
+        self._keep = []
+        impl = {
+            "strata_gemm_dense": self._record("dense"),
+            "strata_gemm_quant": self._record("quant"),
+            "strata_gemm_last_error": lambda: 42,
+            "strata_gemm_error_string": self._string,
+            "strata_gemm_cublas_version": self._version,
+        }
+        for name, fn in impl.items():
+            m = re.search(r"\b(int|const char \*|long long)\s*" + name + r"\((.*?)\);", text, re.S)
+            sig = m.group(1) + "(" + " ".join(m.group(2).split()) + ")"
+            cb = ffi.callback(sig, fn)
+            self._keep.append(cb)
+            setattr(self, name, cb)
+        self.ffi = ffi
+
+    def _record(self, what):
+        def fn(*args):
+            self.calls.append((what, args))
+            return self.status
+        return fn
+
+    def _string(self, status, err):
+        s = self.ffi.new("char[]", f"detail {status}/{err}".encode())
+        self._keep.append(s)
+        return s
+
+    def _version(self, ctx, v):
+        v[0] = 130100
+        return 0
+
+
+@pytest.fixture
+def standin(monkeypatch):
+    cffi = pytest.importorskip("cffi")
+    import types
+    ffi = cffi.FFI()
+    text = gemm_build.cdef_text()
+    ffi.cdef(text)
+    lib = _StandInLib(ffi, text)
+    state = types.SimpleNamespace(cc=90, lib=lib, ffi=ffi)
+    dq = types.SimpleNamespace(lib=types.SimpleNamespace(strata_synchronize=lambda: 0))
+
+    def fake_load(device=None):
+        return gemm_build.GemmNative(ffi, lib, ffi.cast("strata_gemm_ctx *", 0x5000), dq,
+                                     state.cc, "stand-in")
+    monkeypatch.setattr(gemm_build, "load_gemm", fake_load)
+    return state
+
+
+def _ptr(ffi, p):
+    return int(ffi.cast("uintptr_t", p))
+
+
+def test_dense_passes_pointers_shapes_and_codes(standin):
+    ffi = standin.ffi
+    w = _Fake((8 * 64,), "<f2", ptr=0x1000)
+    x = _Fake((3, 64), "<f2", ptr=0x2000)
+    y = _Fake((3, 10), "<f4", ptr=0x3000)
+    stream = type("S", (), {"ptr": 0x77})()
+    NG.gemm_dense_device(w, 8, 64, x, y, route="f32", beta=1, stream=stream)
+    (what, a), = standin.lib.calls
+    assert what == "dense"
+    assert _ptr(ffi, a[0]) == 0x5000 and a[1] == 1                      # ctx, route f32
+    assert [_ptr(ffi, a[2]), a[3], a[4]] == [0x1000, 8, 64]               # W, N, K
+    assert [_ptr(ffi, a[5]), a[6], a[7]] == [0x2000, 1, 3]                # X, f16, T
+    assert [_ptr(ffi, a[8]), a[9], a[10], _ptr(ffi, a[11])] == [0x3000, 10, 1, 0x77]
+
+
+@pytest.mark.parametrize("cc, env, route, code", [
+    (61, {}, None, 0), (61, {"STRATA_DENSE_F32": "1"}, None, 1),
+    (90, {"STRATA_DENSE_F32": "1"}, None, 0), (90, {}, "f32", 1), (61, {"STRATA_DENSE_F32": "1"}, "f16", 0)])
+def test_quant_route_kernel_and_slices(standin, monkeypatch, cc, env, route, code):
+    ffi = standin.ffi
+    standin.cc = cc
+    monkeypatch.delenv("STRATA_DENSE_F32", raising=False)
+    for key, v in env.items():
+        monkeypatch.setenv(key, v)
+    n, k = 10, 64
+    w = _Fake((n * 2 * 34,), "|u1", ptr=0x10000)
+    x = _Fake((5, k), "<f4", ptr=0x20000)
+    y = _Fake((5, n), "<f4", ptr=0x30000)
+    scratch = _Fake((4 * k,), "<f2", ptr=0x40000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = NG.gemm_device("Q8_0", w, n, k, x, y, scratch=scratch, route=route)
+    assert (run.route, run.kernel, run.rows_per_slice, run.slices) == (
+        ("f32" if code else "f16"), "wide", 4, 3)
+    (what, a), = standin.lib.calls
+    assert what == "quant" and a[1] == code and a[2] == 8                # route, GGML Q8_0 id
+    assert [_ptr(ffi, a[3]), a[4], a[5], _ptr(ffi, a[6]), a[7], a[8]] == [0x10000, n, k, 0x20000, 0, 5]
+    assert [_ptr(ffi, a[9]), a[10], a[11], _ptr(ffi, a[12]), a[13], a[14]] == [
+        0x30000, n, 0, 0x40000, 4 * k, 1]
+
+
+def test_quant_kernel_falls_back_to_generic_when_the_wide_guard_fails(standin):
+    n, k = 10, 64
+    args = dict(wtype="Q8_0", w_blocks=_Fake((n * 2 * 34,), "|u1", ptr=0x10000), n=n, k=k,
+                x=_Fake((5, k), "<f4"), y=_Fake((5, n), "<f4"))
+    run = NG.gemm_device(**args, scratch=_Fake((n * k,), "<f2", ptr=0x40008))
+    assert run.kernel == "generic" and standin.lib.calls[-1][1][14] == 0
+    run = NG.gemm_device(**args, scratch=_Fake((n * k,), "<f2", ptr=0x40000), kernel="generic")
+    assert run.kernel == "generic" and (run.rows_per_slice, run.slices) == (10, 1)
+
+
+@pytest.mark.parametrize("status, match", [(7, "cuBLAS error .*detail 7/42"),
+                                           (6, "CUDA error"), (8, "refused a slice")])
+def test_failures_raise_native_error(standin, status, match):
+    from strata_ref.native.dequant import NativeError
+    standin.lib.status = status
+    n, k = 4, 64
+    with pytest.raises(NativeError, match=match):
+        NG.gemm_device("Q8_0", _Fake((n * 2 * 34,), "|u1"), n, k, _Fake((2, k), "<f4"),
+                       _Fake((2, n), "<f4"), scratch=_Fake((n * k,), "<f2"))
+
+
+def test_cublas_version_through_the_abi(standin):
+    assert NG.cublas_version() == 130100

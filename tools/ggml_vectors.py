@@ -149,7 +149,8 @@ def _quantize_isolated(g: ggml_c.GGML, t: int, x: np.ndarray, timeout: int = 20)
         os.close(r)
         signal.alarm(timeout)
         try:
-            h = f"{fnv1a64(g.quantize(t, x).reshape(-1)):016x}"
+            out, n_masked = golden.mask_undefined(t, g.quantize(t, x), x)
+            h = f"{fnv1a64(out):016x}" + (f" masked:{n_masked}" if n_masked else "")
         except Exception as e:  # noqa: BLE001 - report, never hang the parent
             h = f"error:{type(e).__name__}"
         os.write(w, h.encode())
@@ -173,9 +174,11 @@ def quantize_vectors(g: ggml_c.GGML) -> list[dict]:
             # Every call runs in a child: some inputs trip a GGML_ASSERT in the
             # I-quant searches (e.g. IQ3_XXS "grid_index >= 0"), which aborts.
             x = q.inputs()
-            h = _quantize_isolated(g, int(t), x)
+            h, _, masked = _quantize_isolated(g, int(t), x).partition(" masked:")
             it = {"type": t.name, "case": q.name, "rows": q.rows, "cols": q.cols,
                   "input": f"{fnv1a64(x.view(np.uint8).reshape(-1)):016x}", "bytes": h}
+            if masked:
+                it["masked_blocks"] = int(masked)     # see golden.mask_undefined
             if q.nonfinite:
                 it["nonfinite"] = True
             items.append(it)

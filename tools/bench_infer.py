@@ -31,6 +31,7 @@ def bench_ours(path, n_tokens, repeats):
     import numpy as np
     from strata_ref.infer.model import load
     m = load(path)
+    m.prepare()
     ids = m.tokenizer.encode(PROMPT)
     best_p = best_d = float("inf")
     for rep in range(repeats + 1):          # the first round compiles and packs

@@ -80,6 +80,7 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     else:
         ids = tok.encode(prompt, add_special=True, parse_special=False)
     sampler = Sampler(temperature, top_k, top_p, seed)
+    m.prepare()
     dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def emit(t):

@@ -234,6 +234,11 @@ class QMatrix:
         self._dense = w
         return self
 
+    def prepare(self) -> None:
+        """Pack (or, without an integer kernel, dequantize) now; idempotent."""
+        if self._dense is None and self._packed is None:
+            self._prepare()
+
     def _prepare(self):
         t = self.type
         if t in INTEGER_KERNEL_TYPES:
@@ -251,8 +256,7 @@ class QMatrix:
         x = np.ascontiguousarray(x, dtype=np.float32)
         if x.ndim != 2 or x.shape[1] != self.cols:
             raise ValueError(f"{self.name}: activations must be (n, {self.cols}), got {x.shape}")
-        if self._dense is None and self._packed is None:
-            self._prepare()
+        self.prepare()
         if self._dense is not None:
             return x @ self._dense.T
         wq, ws, wm, B = self._packed

@@ -146,9 +146,9 @@ class HParams:
 
 # ------------------------------------------------------------------ ops
 def rms_norm(x: np.ndarray, w: np.ndarray | None, eps: float) -> np.ndarray:
-    """ggml `rms_norm` then `mul`: the sum of squares in double, mean and
+    """ggml `rms_norm` then `mul`: float32 squares summed in double, mean and
     scale in float32: y = x * (1 / sqrtf(mean + eps)) * w. x (..., n)."""
-    ss = np.einsum("...i,...i->...", x.astype(np.float64), x.astype(np.float64))
+    ss = (x * x).astype(np.float64).sum(axis=-1)      # float32 squares, double sum
     mean = (ss / x.shape[-1]).astype(np.float32)
     scale = (np.float32(1.0) / np.sqrt(mean + np.float32(eps))).astype(np.float32)
     y = x * scale[..., None]
@@ -319,6 +319,17 @@ class Model:
             self.layers.append(L)
 
     # -------------------------------------------------------------- API
+    def prepare(self) -> None:
+        """Pack every matrix the forward pass multiplies now rather than at
+        its first use (so that timings exclude it)."""
+        mats = [self.output]
+        for L in self.layers:
+            mats += [L.wqkv] if L.wqkv is not None else [L.wq, L.wk, L.wv]
+            mats += [L.wo, L.w_down]
+            mats += [L.w_gate_up] if L.w_gate_up is not None else [L.w_gate, L.w_up]
+        for q in mats:
+            q.prepare()
+
     def new_cache(self, n_ctx: int | None = None) -> KVCache:
         """An empty F16 KV cache for n_ctx positions (default: the training
         context, at most 4096)."""
@@ -413,12 +424,13 @@ class Model:
         # ggml converts q to F16 for the F16 K cache (vec_dot_type of F16).
         qg = _f16(q).reshape(n, hp.n_head_kv, G, hd).transpose(1, 0, 2, 3).reshape(hp.n_head_kv, n * G, hd)
         s = np.matmul(qg, K.transpose(0, 2, 1)) * np.float32(hp.kq_scale)   # (Hkv, n*G, T)
-        kpos = np.arange(T)
-        qpos = np.repeat(pos, G)
-        mask = kpos[None, :] > qpos[:, None]
-        if n_swa:
-            mask |= (qpos[:, None] - kpos[None, :]) >= n_swa
-        s = np.where(mask[None], np.float32(-np.inf), s).astype(np.float32)
+        if n > 1 or n_swa:      # a single new token sees every cached position
+            kpos = np.arange(T)
+            qpos = np.repeat(pos, G)
+            mask = kpos[None, :] > qpos[:, None]
+            if n_swa:
+                mask |= (qpos[:, None] - kpos[None, :]) >= n_swa
+            s = np.where(mask[None], np.float32(-np.inf), s).astype(np.float32)
         p = _f16(softmax_rows(s))                     # probabilities to F16 for the F16 V
         o = np.matmul(p, V)                           # (Hkv, n*G, hd)
         o = o.reshape(hp.n_head_kv, n, G, hd).transpose(1, 0, 2, 3).reshape(n, hp.n_head * hd)

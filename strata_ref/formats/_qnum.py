@@ -28,7 +28,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
 
-from ..numerics import F16_TO_F32, f32_bits_to_f16_bits
+from ..numerics import F16_TO_F32
 
 _MAGIC = np.float32(12582912.0)          # 1.5 * 2^23
 
@@ -114,9 +114,26 @@ def lroundf_i32(f):
 
 
 @njit(inline="always", cache=True, error_model="numpy")
+def fp32_to_fp16_ggml(u):
+    """fp16 bits of the float32 with bits u, by ggml's float trick
+    (`ggml_compute_fp32_to_fp16`): the magnitude is scaled by 2^112 then
+    2^-110 and added to a float whose exponent aligns the 11-bit result, so
+    the FPU's own round-to-nearest-even does the rounding (subnormal halves
+    and overflow to Inf included); NaN gives sign | 0x7E00. Branch-free."""
+    fb = bits_f32(u & 0x7FFFFFFF)
+    base = (fb * np.float32(2.0 ** 112)) * np.float32(2.0 ** -110)
+    shl1 = (u + u) & 0xFFFFFFFF
+    bias = shl1 & 0xFF000000
+    bias = bias if bias >= 0x71000000 else 0x71000000
+    r = f32_bits(bits_f32((bias >> 1) + 0x07800000) + base)
+    nonsign = ((r >> 13) & 0x7C00) + (r & 0x0FFF)
+    return ((u >> 16) & 0x8000) | (0x7E00 if shl1 > 0xFF000000 else nonsign)
+
+
+@njit(inline="always", cache=True, error_model="numpy")
 def fp16_bits(f):
     """`GGML_FP32_TO_FP16(f)` bits: RNE, NaN -> sign | 0x7E00."""
-    return f32_bits_to_f16_bits(f32_bits(f), True)
+    return fp32_to_fp16_ggml(f32_bits(f))
 
 
 @njit(inline="always", cache=True, error_model="numpy")
@@ -197,3 +214,68 @@ def ue4m3_encode(x):
         if uexp >= 15:
             return 0x7E
     return (uexp << 3) | uman
+
+
+# ---- fast forms, exact when the caller can promise the range ------------------
+# A block quantizer knows after its scan whether every x*id is finite and far
+# inside the int32 range (id finite and the scale finite: |x*id| <= nmax*(1+2^-20)).
+# It then passes safe=True and the conversions below become plain, vectorisable
+# instructions with the same results; otherwise they fall back to the x86 rules.
+
+@njit(inline="always", cache=True, error_model="numpy")
+def c_trunc_int(v, safe):
+    """C `(int)v` (truncation), INT32_MIN when invalid; `safe`: |v| < 2^31."""
+    if safe:
+        return np.int64(np.int32(v))     # f32 -> i32: vectorisable
+    return cvtt_i32(v)
+
+
+@njit(inline="always", cache=True, error_model="numpy")
+def c_roundf_int(v, safe):
+    """C `(int)roundf(v)` (half away from zero); `safe`: |v| < 2^31, not NaN.
+    Then also equal to `lroundf_i32(v)`."""
+    if safe:
+        a = np.float64(v)
+        r = np.int64(np.int32(abs(a) + 0.5))   # exact in float64; truncation = floor here
+        return -r if a < 0.0 else r
+    return cvtt_i32(roundf_f32(v))
+
+
+@njit(inline="always", cache=True, error_model="numpy")
+def abs_bits(v):
+    """Bits of |v| as int64: for non-NaN floats their order is the order of |v|."""
+    return f32_bits(v) & 0x7FFFFFFF
+
+
+@njit(inline="always", cache=True, error_model="numpy")
+def abs_max_bits(x):
+    """max |x[j]| as bits (integer max: vectorisable). For non-NaN input this is
+    ggml's `amax = MAX(amax, fabsf(v))` from 0.0f (+0 when all are ±0)."""
+    m = 0
+    for j in range(x.shape[0]):
+        a = abs_bits(x[j])
+        m = m if m > a else a
+    return m
+
+
+@njit(inline="always", cache=True, error_model="numpy")
+def first_signed_absmax(x):
+    """ggml's `if (amax < fabsf(v)) { amax = fabsf(v); max = v; }` from
+    amax = max = 0.0f: (amax, max), max the first element of largest magnitude
+    (+0.0 when every element is ±0). For non-NaN input, found as the integer
+    max of the |x| bits (vectorisable) and then its first occurrence."""
+    m = abs_max_bits(x)
+    if m == 0:
+        return np.float32(0.0), np.float32(0.0)
+    j = 0
+    while abs_bits(x[j]) != m:
+        j += 1
+    return bits_f32(m), x[j]
+
+
+@njit(inline="always", cache=True, error_model="numpy")
+def c_lroundf_int(v, safe):
+    """`lroundf_i32(v)`; `safe`: |v| < 2^31 and not NaN (then it is roundf)."""
+    if safe:
+        return c_roundf_int(v, True)
+    return lroundf_i32(v)

@@ -13,7 +13,8 @@ from numba import njit
 
 from ..types import GGMLType, block_format
 from ._qdrive import register_block_quantizer
-from ._qnum import cvtt_i32, fp16_store, roundf_f32, store_u32, to_i8
+from ._qnum import (abs_max_bits, bits_f32, c_roundf_int, c_trunc_int, first_signed_absmax,
+                    fp16_store, store_u32, to_i8)
 
 _F0 = np.float32(0.0)
 _F1 = np.float32(1.0)
@@ -36,20 +37,6 @@ Q8_1_D, Q8_1_S, Q8_1_QS = _Q8_1.offset("d"), _Q8_1.offset("s"), _Q8_1.offset("qs
 
 
 @njit(inline="always", cache=True, error_model="numpy")
-def signed_absmax(x):
-    """(amax, max): the first element of largest magnitude and its |value|,
-    scanning with `amax < |v|` from amax = max = 0.0f (ggml's loop)."""
-    amax = _F0
-    mx = _F0
-    for j in range(x.shape[0]):
-        a = abs(x[j])
-        if amax < a:
-            amax = a
-            mx = x[j]
-    return amax, mx
-
-
-@njit(inline="always", cache=True, error_model="numpy")
 def min_max(x):
     """(min, max) by ggml's scan from FLT_MAX / -FLT_MAX with `<` and `>`."""
     mn = _FLT_MAX
@@ -65,12 +52,16 @@ def min_max(x):
 
 @njit(inline="always", cache=True, error_model="numpy")
 def abs_max(x):
-    """ggml's `amax = MAX(amax, fabsf(v))` from 0.0f."""
-    amax = _F0
-    for j in range(x.shape[0]):
-        a = abs(x[j])
-        amax = amax if amax > a else a
-    return amax
+    """ggml's `amax = MAX(amax, fabsf(v))` from 0.0f (non-NaN input)."""
+    return bits_f32(abs_max_bits(x))
+
+
+@njit(inline="always", cache=True, error_model="numpy")
+def small_code(v, safe):
+    """C's `(int8_t)v` of a float, as the int MIN() then compares; with `safe`
+    the truncation lands in the code range, where the int8 wrap is a no-op."""
+    q = c_trunc_int(v, safe)
+    return q if safe else to_i8(q)
 
 
 @njit(inline="always", cache=True, error_model="numpy")
@@ -79,16 +70,24 @@ def recip_or_zero(d):
     return _F1 / d if d != _F0 else _F0
 
 
+@njit(inline="always", cache=True, error_model="numpy")
+def bounded(d, idv):
+    """True when x*id is bounded by the code range for every finite x of the
+    block (scale and reciprocal finite), so the fast conversions are exact."""
+    return abs(d) <= _FLT_MAX and abs(idv) <= _FLT_MAX
+
+
 @njit(cache=True, error_model="numpy")
 def quant_q4_0(x, b):
     """ggml `quantize_row_q4_0_ref`, one block: d = max/-8, q = (int8)(x*id + 8.5) capped at 15."""
-    _, mx = signed_absmax(x)
+    _, mx = first_signed_absmax(x)
     d = mx / np.float32(-8.0)
     idv = recip_or_zero(d)
+    safe = bounded(d, idv)
     fp16_store(b, Q4_0_D, d)
     for j in range(16):
-        q0 = min(15, to_i8(cvtt_i32(x[j] * idv + np.float32(8.5))))
-        q1 = min(15, to_i8(cvtt_i32(x[j + 16] * idv + np.float32(8.5))))
+        q0 = min(15, small_code(x[j] * idv + np.float32(8.5), safe))
+        q1 = min(15, small_code(x[j + 16] * idv + np.float32(8.5), safe))
         b[Q4_0_QS + j] = (q0 & 0xFF) | ((q1 << 4) & 0xFF)
 
 
@@ -98,25 +97,27 @@ def quant_q4_1(x, b):
     mn, mx = min_max(x)
     d = (mx - mn) / np.float32(15.0)
     idv = recip_or_zero(d)
+    safe = bounded(d, idv)
     fp16_store(b, Q4_1_D, d)
     fp16_store(b, Q4_1_M, mn)
     for j in range(16):
-        q0 = min(15, to_i8(cvtt_i32((x[j] - mn) * idv + np.float32(0.5))))
-        q1 = min(15, to_i8(cvtt_i32((x[j + 16] - mn) * idv + np.float32(0.5))))
+        q0 = min(15, small_code((x[j] - mn) * idv + np.float32(0.5), safe))
+        q1 = min(15, small_code((x[j + 16] - mn) * idv + np.float32(0.5), safe))
         b[Q4_1_QS + j] = (q0 & 0xFF) | ((q1 << 4) & 0xFF)
 
 
 @njit(cache=True, error_model="numpy")
 def quant_q5_0(x, b):
     """ggml `quantize_row_q5_0_ref`, one block: d = max/-16, q = (int8)(x*id + 16.5) capped at 31."""
-    _, mx = signed_absmax(x)
+    _, mx = first_signed_absmax(x)
     d = mx / np.float32(-16.0)
     idv = recip_or_zero(d)
+    safe = bounded(d, idv)
     fp16_store(b, Q5_0_D, d)
     qh = 0
     for j in range(16):
-        q0 = min(31, to_i8(cvtt_i32(x[j] * idv + np.float32(16.5)))) & 0xFF
-        q1 = min(31, to_i8(cvtt_i32(x[j + 16] * idv + np.float32(16.5)))) & 0xFF
+        q0 = min(31, small_code(x[j] * idv + np.float32(16.5), safe)) & 0xFF
+        q1 = min(31, small_code(x[j + 16] * idv + np.float32(16.5), safe)) & 0xFF
         b[Q5_0_QS + j] = (q0 & 0x0F) | ((q1 & 0x0F) << 4)
         qh |= ((q0 & 0x10) >> 4) << j
         qh |= ((q1 & 0x10) >> 4) << (j + 16)
@@ -129,12 +130,13 @@ def quant_q5_1(x, b):
     mn, mx = min_max(x)
     d = (mx - mn) / np.float32(31.0)
     idv = recip_or_zero(d)
+    safe = bounded(d, idv)
     fp16_store(b, Q5_1_D, d)
     fp16_store(b, Q5_1_M, mn)
     qh = 0
     for j in range(16):
-        q0 = cvtt_i32((x[j] - mn) * idv + np.float32(0.5)) & 0xFF
-        q1 = cvtt_i32((x[j + 16] - mn) * idv + np.float32(0.5)) & 0xFF
+        q0 = c_trunc_int((x[j] - mn) * idv + np.float32(0.5), safe) & 0xFF
+        q1 = c_trunc_int((x[j + 16] - mn) * idv + np.float32(0.5), safe) & 0xFF
         b[Q5_1_QS + j] = (q0 & 0x0F) | ((q1 & 0x0F) << 4)
         qh |= ((q0 & 0x10) >> 4) << j
         qh |= ((q1 & 0x10) >> 4) << (j + 16)
@@ -146,9 +148,10 @@ def quant_q8_0(x, b):
     """ggml `quantize_row_q8_0_ref`, one block: d = amax/127, q = roundf(x*id)."""
     d = abs_max(x) / np.float32(127.0)
     idv = recip_or_zero(d)
+    safe = bounded(d, idv)
     fp16_store(b, Q8_0_D, d)
     for j in range(32):
-        b[Q8_0_QS + j] = cvtt_i32(roundf_f32(x[j] * idv)) & 0xFF
+        b[Q8_0_QS + j] = c_roundf_int(x[j] * idv, safe) & 0xFF
 
 
 @njit(cache=True, error_model="numpy")
@@ -156,10 +159,11 @@ def quant_q8_1(x, b):
     """ggml `quantize_row_q8_1_ref`, one block: Q8_0's rule plus s = fp16((float)Σq * d)."""
     d = abs_max(x) / np.float32(127.0)
     idv = recip_or_zero(d)
+    safe = bounded(d, idv)
     fp16_store(b, Q8_1_D, d)
     total = 0
     for j in range(32):
-        q = to_i8(cvtt_i32(roundf_f32(x[j] * idv)))
+        q = to_i8(c_roundf_int(x[j] * idv, safe))
         b[Q8_1_QS + j] = q & 0xFF
         total += q
     fp16_store(b, Q8_1_S, np.float32(total) * d)

@@ -10,14 +10,14 @@ statement by statement in float32 (see ../shared/spec/formats.md §4, §8).
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from ..types import GGMLType, block_format
 from . import register_quantize
 from ._qdrive import register_block_quantizer
-from ._qnum import (bits_f32, cvtt_i32, f32_bits, e8m0_half, fp16_store, lroundf_i32, roundf_f32,
-                    ue4m3_encode, ue4m3_value)
-from .legacy_quant import abs_max, recip_or_zero
+from ._qnum import (abs_max_bits, bits_f32, c_lroundf_int, c_roundf_int, cvtt_i32,
+                    e8m0_half, fp16_store, fp32_to_fp16_ggml, ue4m3_encode, ue4m3_value)
+from .legacy_quant import abs_max, bounded, recip_or_zero
 
 _F0 = np.float32(0.0)
 
@@ -47,23 +47,6 @@ KVALUES_MXFP4 = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -1
 # ---------------------------------------------------------------- F16, BF16
 
 @njit(inline="always", cache=True, error_model="numpy")
-def fp32_to_fp16_ggml(u):
-    """fp16 bits of the float32 with bits u, by ggml's float trick
-    (`ggml_compute_fp32_to_fp16`): the magnitude is scaled by 2^112 then
-    2^-110 and added to a float whose exponent aligns the 11-bit result, so
-    the FPU's own round-to-nearest-even does the rounding (subnormal halves
-    and overflow to Inf included); NaN gives sign | 0x7E00. Branch-free."""
-    fb = bits_f32(u & 0x7FFFFFFF)
-    base = (fb * np.float32(2.0 ** 112)) * np.float32(2.0 ** -110)
-    shl1 = (u + u) & 0xFFFFFFFF
-    bias = shl1 & 0xFF000000
-    bias = bias if bias >= 0x71000000 else 0x71000000
-    r = f32_bits(bits_f32((bias >> 1) + 0x07800000) + base)
-    nonsign = ((r >> 13) & 0x7C00) + (r & 0x0FFF)
-    return ((u >> 16) & 0x8000) | (0x7E00 if shl1 > 0xFF000000 else nonsign)
-
-
-@njit(inline="always", cache=True, error_model="numpy")
 def fp32_to_bf16_ggml(u):
     """bf16 bits of the float32 with bits u (`ggml_compute_fp32_to_bf16`):
     NaN -> (u >> 16) | 0x40, otherwise RNE on bit 16 with carry into Inf."""
@@ -72,15 +55,15 @@ def fp32_to_bf16_ggml(u):
     return (u + 0x7FFF + ((u >> 16) & 1)) >> 16
 
 
-@njit(parallel=True, nogil=True, cache=True, error_model="numpy")
+@njit(nogil=True, cache=True, error_model="numpy")
 def _f16_rows(src, dst):
-    for i in prange(src.shape[0]):
+    for i in range(src.shape[0]):
         dst[i] = fp32_to_fp16_ggml(np.int64(src[i]))
 
 
-@njit(parallel=True, nogil=True, cache=True, error_model="numpy")
+@njit(nogil=True, cache=True, error_model="numpy")
 def _bf16_rows(src, dst):
-    for i in prange(src.shape[0]):
+    for i in range(src.shape[0]):
         dst[i] = fp32_to_bf16_ggml(np.int64(src[i]))
 
 
@@ -109,9 +92,9 @@ def quantize_bf16(x):
 # ---------------------------------------------------------------- ternary
 
 @njit(inline="always", cache=True, error_model="numpy")
-def trit(v, idv):
+def trit(v, idv, safe):
     """`lroundf(v * id) + 1` as the C int it is stored in."""
-    return lroundf_i32(v * idv) + 1
+    return c_lroundf_int(v * idv, safe) + 1
 
 
 @njit(inline="always", cache=True, error_model="numpy")
@@ -126,6 +109,7 @@ def quant_tq1_0(x, b):
     five per byte (four in qh), stored as ceil(q·256/243)."""
     d = abs_max(x)
     idv = recip_or_zero(d)
+    safe = bounded(d, idv)
     fp16_store(b, TQ1_D, d)
     n32 = TQ1_NQS - TQ1_NQS % 32               # bytes filled 32 at a time
     base = 0
@@ -133,20 +117,20 @@ def quant_tq1_0(x, b):
         for m in range(32):
             q = 0
             for n in range(5):
-                q = (q * 3 + trit(x[base + m + n * 32], idv)) & 0xFF
+                q = (q * 3 + trit(x[base + m + n * 32], idv, safe)) & 0xFF
             b[TQ1_QS + j + m] = pack_trits_ceil(q)
         base += 5 * 32
     for j in range(n32, TQ1_NQS, 16):
         for m in range(16):
             q = 0
             for n in range(5):
-                q = (q * 3 + trit(x[base + m + n * 16], idv)) & 0xFF
+                q = (q * 3 + trit(x[base + m + n * 16], idv, safe)) & 0xFF
             b[TQ1_QS + j + m] = pack_trits_ceil(q)
         base += 5 * 16
     for j in range(TQ1_NQH):
         q = 0
         for m in range(4):
-            q = (q * 3 + trit(x[base + j + m * TQ1_NQH], idv)) & 0xFF
+            q = (q * 3 + trit(x[base + j + m * TQ1_NQH], idv, safe)) & 0xFF
         q = (q * 3) & 0xFF
         b[TQ1_QH + j] = pack_trits_ceil(q)
 
@@ -157,13 +141,14 @@ def quant_tq2_0(x, b):
     lroundf(x/d)+1, value 32n+m of each 128 in bits 2n of byte m."""
     d = abs_max(x)
     idv = recip_or_zero(d)
+    safe = bounded(d, idv)
     fp16_store(b, TQ2_D, d)
     base = 0
     for j in range(0, TQ2_NQS, 32):
         for m in range(32):
             q = 0
             for n in range(4):
-                q = (q + ((trit(x[base + m + n * 32], idv) & 3) << (2 * n))) & 0xFF
+                q = (q + ((trit(x[base + m + n * 32], idv, safe) & 3) << (2 * n))) & 0xFF
             b[TQ2_QS + j + m] = q
         base += 4 * 32
 
@@ -185,13 +170,9 @@ def best_index_fp4(v, e):
 
 @njit(inline="always", cache=True, error_model="numpy")
 def first_abs_max(x, start, n):
-    """`if (amax < fabsf(v)) amax = fabsf(v)` from 0.0f over x[start:start+n]."""
-    amax = _F0
-    for j in range(start, start + n):
-        a = abs(x[j])
-        if amax < a:
-            amax = a
-    return amax
+    """`if (amax < fabsf(v)) amax = fabsf(v)` from 0.0f over x[start:start+n]
+    (non-NaN input: the largest |v|, +0 when all are ±0)."""
+    return bits_f32(abs_max_bits(x[start:start + n]))
 
 
 @njit(cache=True, error_model="numpy")
@@ -246,16 +227,12 @@ def quant_q1_0(x, b):
 def quant_q2_0(x, b):
     """ggml `quantize_row_q2_0_ref`, one block of 64: d = amax (strict > scan),
     q = clamp((int)roundf(x/d) + 1, 0, 3), four codes per byte in order."""
-    amax = _F0
-    for j in range(x.shape[0]):
-        a = abs(x[j])
-        if a > amax:
-            amax = a
-    d = amax
+    d = abs_max(x)              # C: `if (a > amax) amax = a` from 0.0f
     idv = np.float32(1.0) / d if d > _F0 else _F0
+    safe = bounded(d, idv)
     fp16_store(b, Q2_D, d)
     for j in range(x.shape[0]):
-        q = cvtt_i32(roundf_f32(x[j] * idv)) + 1
+        q = c_roundf_int(x[j] * idv, safe) + 1
         q = min(3, max(0, q))
         b[Q2_QS + j // 4] |= q << (2 * (j % 4))
 

@@ -34,6 +34,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from ..types import GGMLType
 from .kernels import QMatrix
@@ -145,14 +146,30 @@ class HParams:
 
 
 # ------------------------------------------------------------------ ops
+@njit(cache=True)
+def _rms_norm_rows(x, w, eps, out):
+    n = x.shape[1]
+    for r in range(x.shape[0]):
+        ss = 0.0                                   # double, sequential, as ggml
+        for i in range(n):
+            v = x[r, i]
+            ss += np.float64(np.float32(v * v))
+        mean = np.float32(ss / n)
+        scale = np.float32(1.0) / np.float32(np.sqrt(np.float32(mean + eps)))
+        for i in range(n):
+            out[r, i] = np.float32(x[r, i] * scale) * w[i]
+
+
 def rms_norm(x: np.ndarray, w: np.ndarray | None, eps: float) -> np.ndarray:
-    """ggml `rms_norm` then `mul`: float32 squares summed in double, mean and
-    scale in float32: y = x * (1 / sqrtf(mean + eps)) * w. x (..., n)."""
-    ss = (x * x).astype(np.float64).sum(axis=-1)      # float32 squares, double sum
-    mean = (ss / x.shape[-1]).astype(np.float32)
-    scale = (np.float32(1.0) / np.sqrt(mean + np.float32(eps))).astype(np.float32)
-    y = x * scale[..., None]
-    return y * w if w is not None else y
+    """ggml `rms_norm` then `mul`: float32 squares summed in double
+    (sequentially), mean and scale in float32: y = (x * (1 / sqrtf(mean +
+    eps))) * w. x float32 (..., n), w float32 (n,) or None."""
+    shape = x.shape
+    x2 = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, shape[-1])
+    w = np.ones(shape[-1], np.float32) if w is None else np.asarray(w, np.float32)
+    out = np.empty_like(x2)
+    _rms_norm_rows(x2, w, np.float32(eps), out)
+    return out.reshape(shape)
 
 
 def rope_cos_sin(pos: np.ndarray, n_rot: int, base: float, freq_scale: float,

@@ -11,8 +11,10 @@ inputs as `strata_ref.formats.get_quantizer(t)`. Inputs per type: N blocks of
 N(0,1), N blocks of Student t2 (heavy tails), and a set of special blocks
 (zeros, -0.0 first, tiny and huge magnitudes, fp16-subnormal scales, spikes,
 constant blocks, halves and other rounding ties). Prints, per type and set,
-the number of blocks whose bytes differ. Exit status 1 if any differ.
-Finite inputs only: NaN/Inf are rejected by `strata_ref.quantize`.
+the number of blocks whose bytes differ. Exit status 1 if any finite block
+differs. A last set "nonfinite" (NaN/±Inf inside blocks) is informational
+only: `strata_ref.quantize` rejects such input, C's result there is undefined
+behaviour, and the block functions' fast scans do not try to reproduce it.
 """
 from __future__ import annotations
 

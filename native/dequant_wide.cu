@@ -21,10 +21,13 @@ __device__ __forceinline__ void canonicalize8(float *y) {
 }
 
 // Tuning knobs (compile-time; the measured choice is the default, see
-// docs/native.md): chunks per thread, threads per CUDA block, streaming
-// (evict-first) stores.
-#ifndef STRATA_WIDE_CPT
-#define STRATA_WIDE_CPT 1
+// docs/native.md): chunks per thread (default: each Wide type's CPT;
+// STRATA_WIDE_CPT overrides it for every type), threads per CUDA block,
+// streaming (evict-first) stores.
+#ifdef STRATA_WIDE_CPT
+template <class W> struct CptOf { static constexpr int value = STRATA_WIDE_CPT; };
+#else
+template <class W> struct CptOf { static constexpr int value = W::CPT; };
 #endif
 #ifndef STRATA_WIDE_THREADS
 #define STRATA_WIDE_THREADS 256
@@ -32,7 +35,6 @@ __device__ __forceinline__ void canonicalize8(float *y) {
 #ifndef STRATA_WIDE_STREAM
 #define STRATA_WIDE_STREAM 0
 #endif
-constexpr int kCpt = STRATA_WIDE_CPT;
 constexpr int kThreads = STRATA_WIDE_THREADS;
 
 // Row-major kernel for any ld % 8 == 0: chunk c of a launch is chunk c % cpr
@@ -54,6 +56,7 @@ dequant_wide_kernel(const uint8_t *__restrict__ blocks, unsigned total, FastDiv 
         __syncthreads();
     }
     constexpr unsigned CPB = W::QK / 8;   // chunks per block
+    constexpr int kCpt = CptOf<W>::value;
     float y[kCpt][8];
     bool finite[kCpt];
     unsigned o[kCpt];
@@ -80,6 +83,7 @@ template <int OUT>
 __global__ void __launch_bounds__(kThreads)
 dequant_wide_q8_0_kernel(const uint8_t *__restrict__ blocks, unsigned chunks,
                          void *__restrict__ out) {
+    constexpr int kCpt = CptOf<WideQ8_0>::value;
     float y[kCpt][8];
     bool finite[kCpt];
 #pragma unroll
@@ -97,8 +101,10 @@ dequant_wide_q8_0_kernel(const uint8_t *__restrict__ blocks, unsigned chunks,
     }
 }
 
+template <class W>
 static unsigned wide_grid(long long chunks) {
-    return (unsigned)((chunks + kThreads * kCpt - 1) / (kThreads * kCpt));
+    constexpr int per_block = kThreads * CptOf<W>::value;
+    return (unsigned)((chunks + per_block - 1) / per_block);
 }
 
 bool wide_has_kernel(int type, int out_dtype) {
@@ -137,7 +143,7 @@ static cudaError_t launch_rows(const uint8_t *blocks, long long row0, long long 
     const FastDiv div = make_fast_div((uint32_t)cpr);
     for (long long r0 = 0; r0 < rows; r0 += batch) {
         const long long n = rows - r0 < batch ? rows - r0 : batch;
-        dequant_wide_kernel<W, OUT><<<wide_grid(n * cpr), kThreads, 0, stream>>>(
+        dequant_wide_kernel<W, OUT><<<wide_grid<W>(n * cpr), kThreads, 0, stream>>>(
             blocks + (row0 + r0) * row_bytes, (unsigned)(n * cpr), div, (unsigned)row_bytes,
             (unsigned)(n > 1 ? ld : cols), static_cast<char *>(out) + r0 * ld * size);
         const cudaError_t e = cudaGetLastError();
@@ -156,7 +162,7 @@ static cudaError_t launch_q8_0(const uint8_t *blocks, long long row0, long long 
     for (long long r0 = 0; r0 < rows; r0 += batch) {
         const long long n = rows - r0 < batch ? rows - r0 : batch;
         const long long chunks = n * cpr;
-        dequant_wide_q8_0_kernel<OUT><<<wide_grid(chunks), kThreads, 0, stream>>>(
+        dequant_wide_q8_0_kernel<OUT><<<wide_grid<WideQ8_0>(chunks), kThreads, 0, stream>>>(
             blocks + (row0 + r0) * row_bytes, (unsigned)chunks,
             static_cast<char *>(out) + r0 * cols * size);
         const cudaError_t e = cudaGetLastError();

@@ -14,7 +14,6 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
-#include "strata_iq_tables.h"
 #include "strata_mmvq.h"
 #include "mmvq_dots.cuh"
 
@@ -213,6 +212,8 @@ int qk_of(int type) {
     switch (type) {
         case Q4_0: case Q4_1: case Q5_0: case Q5_1: case Q8_0: case IQ4_NL: case MXFP4: return 32;
         case Q2_K: case Q3_K: case Q4_K: case Q5_K: case Q6_K: case IQ4_XS: return 256;
+        case IQ2_XXS: case IQ2_XS: case IQ2_S: case IQ3_XXS: case IQ3_S: case IQ1_S: case IQ1_M:
+            return 256;
         default: return 0;
     }
 }
@@ -223,7 +224,8 @@ cudaError_t dispatch(int type, const void *w, long long rows, long long k, const
 #define SMV_CASE(TY) case TY: return launch_type<TY>(w, rows, k, q8, ncols, y, rpw, s);
         SMV_CASE(Q4_0) SMV_CASE(Q4_1) SMV_CASE(Q5_0) SMV_CASE(Q5_1) SMV_CASE(Q8_0)
         SMV_CASE(IQ4_NL) SMV_CASE(MXFP4) SMV_CASE(Q2_K) SMV_CASE(Q3_K) SMV_CASE(Q4_K)
-        SMV_CASE(Q5_K) SMV_CASE(Q6_K) SMV_CASE(IQ4_XS)
+        SMV_CASE(Q5_K) SMV_CASE(Q6_K) SMV_CASE(IQ4_XS) SMV_CASE(IQ2_XXS) SMV_CASE(IQ2_XS)
+        SMV_CASE(IQ2_S) SMV_CASE(IQ3_XXS) SMV_CASE(IQ3_S) SMV_CASE(IQ1_S) SMV_CASE(IQ1_M)
 #undef SMV_CASE
         default: return cudaErrorInvalidValue;
     }
@@ -372,7 +374,8 @@ cudaError_t exp_rows_any(int type, const ExpArgs &a, int which, int entries, cud
 #define SMV_CASE(TY) case TY: return exp_rows<TY>(a, which, entries, s);
         SMV_CASE(Q4_0) SMV_CASE(Q4_1) SMV_CASE(Q5_0) SMV_CASE(Q5_1) SMV_CASE(Q8_0)
         SMV_CASE(IQ4_NL) SMV_CASE(MXFP4) SMV_CASE(Q2_K) SMV_CASE(Q3_K) SMV_CASE(Q4_K)
-        SMV_CASE(Q5_K) SMV_CASE(Q6_K) SMV_CASE(IQ4_XS)
+        SMV_CASE(Q5_K) SMV_CASE(Q6_K) SMV_CASE(IQ4_XS) SMV_CASE(IQ2_XXS) SMV_CASE(IQ2_XS)
+        SMV_CASE(IQ2_S) SMV_CASE(IQ3_XXS) SMV_CASE(IQ3_S) SMV_CASE(IQ1_S) SMV_CASE(IQ1_M)
 #undef SMV_CASE
         default: return cudaErrorInvalidValue;
     }
@@ -383,7 +386,8 @@ cudaError_t exp_gu_any(int type, const ExpArgs &a, int entries, cudaStream_t s) 
 #define SMV_CASE(TY) case TY: return exp_gu_fused<TY>(a, entries, s);
         SMV_CASE(Q4_0) SMV_CASE(Q4_1) SMV_CASE(Q5_0) SMV_CASE(Q5_1) SMV_CASE(Q8_0)
         SMV_CASE(IQ4_NL) SMV_CASE(MXFP4) SMV_CASE(Q2_K) SMV_CASE(Q3_K) SMV_CASE(Q4_K)
-        SMV_CASE(Q5_K) SMV_CASE(Q6_K) SMV_CASE(IQ4_XS)
+        SMV_CASE(Q5_K) SMV_CASE(Q6_K) SMV_CASE(IQ4_XS) SMV_CASE(IQ2_XXS) SMV_CASE(IQ2_XS)
+        SMV_CASE(IQ2_S) SMV_CASE(IQ3_XXS) SMV_CASE(IQ3_S) SMV_CASE(IQ1_S) SMV_CASE(IQ1_M)
 #undef SMV_CASE
         default: return cudaErrorInvalidValue;
     }

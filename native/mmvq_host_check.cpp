@@ -13,7 +13,8 @@ extern "C" float smv_host_dot(int type, const uint8_t *blk, const uint8_t *q8, i
 #define SMV_CASE(TY) case TY: return Dot<TY>::dot(blk, q8, t, tbl);
         SMV_CASE(Q4_0) SMV_CASE(Q4_1) SMV_CASE(Q5_0) SMV_CASE(Q5_1) SMV_CASE(Q8_0)
         SMV_CASE(IQ4_NL) SMV_CASE(MXFP4) SMV_CASE(Q2_K) SMV_CASE(Q3_K) SMV_CASE(Q4_K)
-        SMV_CASE(Q5_K) SMV_CASE(Q6_K) SMV_CASE(IQ4_XS)
+        SMV_CASE(Q5_K) SMV_CASE(Q6_K) SMV_CASE(IQ4_XS) SMV_CASE(IQ2_XXS) SMV_CASE(IQ2_XS)
+        SMV_CASE(IQ2_S) SMV_CASE(IQ3_XXS) SMV_CASE(IQ3_S) SMV_CASE(IQ1_S) SMV_CASE(IQ1_M)
 #undef SMV_CASE
         default: return -1.0f;
     }
@@ -24,7 +25,8 @@ extern "C" int smv_host_threads(int type) {
 #define SMV_CASE(TY) case TY: return Dot<TY>::T;
         SMV_CASE(Q4_0) SMV_CASE(Q4_1) SMV_CASE(Q5_0) SMV_CASE(Q5_1) SMV_CASE(Q8_0)
         SMV_CASE(IQ4_NL) SMV_CASE(MXFP4) SMV_CASE(Q2_K) SMV_CASE(Q3_K) SMV_CASE(Q4_K)
-        SMV_CASE(Q5_K) SMV_CASE(Q6_K) SMV_CASE(IQ4_XS)
+        SMV_CASE(Q5_K) SMV_CASE(Q6_K) SMV_CASE(IQ4_XS) SMV_CASE(IQ2_XXS) SMV_CASE(IQ2_XS)
+        SMV_CASE(IQ2_S) SMV_CASE(IQ3_XXS) SMV_CASE(IQ3_S) SMV_CASE(IQ1_S) SMV_CASE(IQ1_M)
 #undef SMV_CASE
         default: return 0;
     }

@@ -263,13 +263,15 @@ def first_signed_absmax(x):
     """ggml's `if (amax < fabsf(v)) { amax = fabsf(v); max = v; }` from
     amax = max = 0.0f: (amax, max), max the first element of largest magnitude
     (+0.0 when every element is ±0). For non-NaN input, found as the integer
-    max of the |x| bits (vectorisable) and then its first occurrence."""
+    max of the |x| bits and then its first position (two vectorisable reductions)."""
     m = abs_max_bits(x)
     if m == 0:
         return np.float32(0.0), np.float32(0.0)
-    j = 0
-    while abs_bits(x[j]) != m:
-        j += 1
+    n = x.shape[0]
+    j = n
+    for i in range(n):              # first i with |x[i]| == amax, as a min-reduction
+        k = i if abs_bits(x[i]) == m else n
+        j = j if j < k else k
     return bits_f32(m), x[j]
 
 

@@ -17,7 +17,7 @@ from strata_ref.routes.q8_1 import quantize_q8_1
 from strata_ref.types import GGMLType, block_format
 
 NATIVE = Path(__file__).resolve().parent.parent / "native"
-TYPES = [2, 3, 6, 7, 8, 20, 39, 10, 11, 12, 13, 14, 23]
+TYPES = [2, 3, 6, 7, 8, 20, 39, 10, 11, 12, 13, 14, 23, 16, 17, 22, 18, 21, 19, 29]
 
 
 @pytest.fixture(scope="module")
@@ -25,10 +25,13 @@ def host(tmp_path_factory):
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
         pytest.skip("no C++ compiler")
-    so = tmp_path_factory.mktemp("mmvq") / "host.so"
+    from strata_ref.native.build import TABLES_HEADER, iq_tables_header
+    d = tmp_path_factory.mktemp("mmvq")
+    (d / TABLES_HEADER).write_text(iq_tables_header())
+    so = d / "host.so"
     subprocess.run([cxx, "-O1", "-std=c++17", "-ffp-contract=off", "-shared", "-fPIC",
-                    "-I", str(NATIVE), str(NATIVE / "mmvq_host_check.cpp"), "-o", str(so)],
-                   check=True, capture_output=True)
+                    "-I", str(d), "-I", str(NATIVE), str(NATIVE / "mmvq_host_check.cpp"),
+                    "-o", str(so)], check=True, capture_output=True)
     lib = ctypes.CDLL(str(so))
     lib.smv_host_dot.restype = ctypes.c_float
     lib.smv_host_dot.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,

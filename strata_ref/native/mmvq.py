@@ -39,7 +39,8 @@ HEADERS = ("strata_mmvq.h", "mmvq_dots.cuh")
 T = GGMLType
 #: types with native mat-vec kernels (native/mmvq_dots.cuh `Dot<TYPE>`)
 NATIVE_TYPES = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.IQ4_NL, T.MXFP4, T.Q2_K, T.Q3_K,
-                T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_XS)
+                T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_XS, T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS,
+                T.IQ3_S, T.IQ1_S, T.IQ1_M)
 _STATUS = {1: "type not served", 2: "shape not served", 3: "null pointer",
            5: "bad argument (ncols, rows per warp or mode)", 6: "CUDA error"}
 

@@ -36,7 +36,7 @@ def test_refusals_launch_nothing(nat):
     w = nat.alloc(144)
     q = nat.alloc(36 * 8)
     yp = f.cast("float *", y.ptr)
-    assert lib.smv_mmvq(int(GGMLType.IQ2_XXS), w.ptr, 1, 256, q.ptr, 1, yp, 0, f.NULL) == 1
+    assert lib.smv_mmvq(int(GGMLType.TQ2_0), w.ptr, 1, 256, q.ptr, 1, yp, 0, f.NULL) == 1
     assert lib.smv_mmvq(int(GGMLType.Q4_K), w.ptr, 1, 224, q.ptr, 1, yp, 0, f.NULL) == 2
     assert lib.smv_mmvq(int(GGMLType.Q4_K), w.ptr, 1, 256, q.ptr, 9, yp, 0, f.NULL) == 5
     assert lib.smv_mmvq(int(GGMLType.Q4_K), w.ptr, 1, 256, q.ptr, 1, yp, 3, f.NULL) == 5

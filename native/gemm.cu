@@ -76,9 +76,13 @@ struct strata_gemm_ctx {
 namespace {
 
 // A buffer of at least `bytes`; an in-flight use of the old one on `stream`
-// is waited for before it is freed.
+// is waited for before it is freed. Growth is geometric (at least doubling,
+// whole MiB), so a caller stepping T up one row at a time reallocates
+// O(log T) times, not once per call.
 int ensure(void **buf, long long *cap, long long bytes, cudaStream_t stream) {
     if (*cap >= bytes) return STRATA_GEMM_OK;
+    if (bytes < 2 * *cap) bytes = 2 * *cap;
+    bytes = (bytes + (1LL << 20) - 1) & ~((1LL << 20) - 1);
     if (*buf != nullptr) {
         int st = cuda_status(cudaStreamSynchronize(stream));
         if (st) return st;

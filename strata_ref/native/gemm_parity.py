@@ -206,6 +206,7 @@ def _sweep(run: _Runner, label: str, n: int, k: int, sizes: list[int], rng) -> d
     """Both routes over the dense GEMM for every T in sizes; returns the
     per-shape summary and leaves what `_slicing` needs."""
     cp = run.cp
+    t0 = time.perf_counter()
     tmax = max(sizes)
     w_raw = q8_0_weights(n, k, rng)
     x16 = f16_activations(tmax, k, rng)
@@ -234,7 +235,8 @@ def _sweep(run: _Runner, label: str, n: int, k: int, sizes: list[int], rng) -> d
             run.tally.fail(f"{label} {route} route: error {worst:.3g} x bound at T={t}")
     run.out(f"  {label:24s} N={n:6d} K={k:5d} T {min(sizes)}..{tmax} ({len(sizes)} sizes): "
             f"routes bitwise equal at {res['equal']}/{len(sizes)}; worst/bound f16 "
-            f"{res['worst16']:.3g} (T={res['t16']}), f32 {res['worst32']:.3g} (T={res['t32']})")
+            f"{res['worst16']:.3g} (T={res['t16']}), f32 {res['worst32']:.3g} (T={res['t32']}) "
+            f"[{time.perf_counter() - t0:.1f} s]")
     res.update(w_raw=w_raw, x=x, w16=w16, ref=ref, bound=bound)
     return res
 
@@ -243,6 +245,7 @@ def _slicing(run: _Runner, sh: dict, ts: list[int]) -> tuple[int, int]:
     """The prompt path over the native dequant, unsliced and sliced, at the
     chunk sizes ts; returns (bitwise-equal slicings, slicings)."""
     cp = run.cp
+    t0 = time.perf_counter()
     n, k, label = sh["n"], sh["k"], sh["label"]
     wdev = cp.asarray(sh["w_raw"])
     scratch = cp.empty(n * k, cp.float16)
@@ -271,7 +274,8 @@ def _slicing(run: _Runner, sh: dict, ts: list[int]) -> tuple[int, int]:
                     notes.append(f"{route}:T={t}:rows={rows}")
     run.out(f"  {label:24s} slicing (T in {ts}, rows/slice {slice_rows_set(n)}): "
             f"{equal}/{total} bitwise equal to unsliced"
-            + (f"; differ: {', '.join(notes[:8])}{' ...' if len(notes) > 8 else ''}" if notes else ""))
+            + (f"; differ: {', '.join(notes[:8])}{' ...' if len(notes) > 8 else ''}" if notes else "")
+            + f" [{time.perf_counter() - t0:.1f} s]")
     return equal, total
 
 
@@ -279,6 +283,7 @@ def _spec_shape(run: _Runner, t: int, n: int, k: int, ldy, rng) -> tuple[int, in
     """One shape of Strata's set: beta = 0, then beta = 1 with the low part
     of X, both routes, guard columns past N, and slicings of the first pass."""
     cp = run.cp
+    t0 = time.perf_counter()
     ldy = n if ldy is None else ldy
     label = f"{t}x{n}x{k}" + (f" ldy={ldy}" if ldy != n else "")
     w_raw = q8_0_weights(n, k, rng)
@@ -308,7 +313,8 @@ def _spec_shape(run: _Runner, t: int, n: int, k: int, ldy, rng) -> tuple[int, in
         msg.append(f"{route} {w0:.3g}/{w1:.3g}")
     same = run.bitwise(first["f16"], first["f32"])
     run.out(f"  {label:24s} worst/bound (beta=0/beta=1): {', '.join(msg)}; routes bitwise "
-            f"{'equal' if same else 'different'}" + ("; guard columns intact" if ldy != n else ""))
+            f"{'equal' if same else 'different'}" + ("; guard columns intact" if ldy != n else "")
+            + f" [{time.perf_counter() - t0:.1f} s]")
     sh = {"label": label, "n": n, "k": k, "w_raw": w_raw, "x": cp.asarray(hi),
           "w16": w64.astype(cp.float16), "ref": ref, "bound": bound}
     return _slicing(run, sh, [t])

@@ -814,14 +814,18 @@ def compare_dump(gguf_path, tensor_name: str, dump_path=None, dtype: str = "f32"
     values and bit patterns) or None, max_ulp (over pairs of numbers; None if
     no numeric pair differs), nan_vs_number (pairs where one side is NaN).
     Raises ValueError for an unknown tensor, a bad dtype, a dump whose size
-    does not fit, or rows beyond the tensor; KeyError never escapes.
+    does not fit, or rows beyond the tensor (GGUFError, a ValueError, for a
+    malformed file); models.ModelError for a name that is neither a file nor
+    a cached registry model.
     """
     from .dequant import dequant
     from .gguf import read
     from .models import resolve
     if dtype not in _BITS:
         raise ValueError(f"dtype must be f32, f16 or bf16, got {dtype!r}")
-    path = resolve(gguf_path, fetch_missing=False) if not Path(str(gguf_path)).is_file() else Path(gguf_path)
+    path = Path(gguf_path)
+    if not path.is_file():      # a registry name: only a cached copy, never a download here
+        path = resolve(gguf_path, fetch_missing=False)
     f = read(path)
     try:
         t = f.tensor(tensor_name)
@@ -981,9 +985,10 @@ def run_compare(file, tensor, dump, dtype="f32", row0=0, rows=None, ld=None, has
                 out=None) -> int:
     """`strata-ref compare`: print the report of `compare_dump`; exit status
     0 only when the bits are equal, 1 when they differ, 2 on bad input."""
+    from .models import ModelError
     try:
         rep = compare_dump(file, tensor, dump, dtype, row0, rows, ld, hash_hex)
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, ModelError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out = out or sys.stdout

@@ -361,6 +361,8 @@ def test_compare_bad_input(model, tmp_path, capsys):
     assert golden.run_compare(model, "blk.0.w", None, "f32", 0, None, None, None) == 2
     assert golden.run_compare(model, "norm", dump, "f64") == 2
     assert golden.run_compare(model, "norm", None, "f32", 5, None, None, "00") == 2
+    assert golden.run_compare(tmp_path / "missing.gguf", "norm", dump) == 2
+    assert "no such file" in capsys.readouterr().err
 
 
 @pytest.mark.slow

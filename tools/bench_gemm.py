@@ -3,7 +3,8 @@
 For the dense projection shapes of the registry's models
 (`strata_ref.native.gemm_parity.model_shapes`) and chunk sizes T, with W in
 Q8_0 (every shape) and Q4_K (shapes with K % 256 == 0), it times with CUDA
-events (median of `--reps` batches of back-to-back calls, after warm-up):
+events (median of `--reps` replays of a CUDA graph holding a batch of calls,
+after warm-up, so that Python's per-call cost is not timed):
 
 * the dequant of all of W to f16 with the generic and the wide kernel
   (`native.dequant_device`, kernel forced), and its GB/s (bytes read plus
@@ -35,24 +36,52 @@ LAYER = {"q,o": 2, "k,v": 2, "gate,up": 2, "down": 1}
 
 
 def _timer(cp, fn, reps: int, budget_s: float = 0.02) -> float:
-    """Median seconds per call: one warm-up, then `reps` event-timed batches
-    of as many calls as fit in about budget_s."""
+    """Median GPU seconds per call of fn(stream).
+
+    A Python call costs tens of µs, more than a small kernel, so timing
+    launches from Python measures the host. The calls are therefore captured
+    into a CUDA graph (a batch of as many calls as fit in about budget_s)
+    and the graph's replays are timed with events: `reps` replays, median.
+    If capture is refused, the batch is timed as launched (host-bound for
+    small shapes; the table marks such rows with *)."""
+    s = cp.cuda.Stream(non_blocking=True)
     start, stop = cp.cuda.Event(), cp.cuda.Event()
-    start.record()
-    fn()
-    stop.record()
+    fn(s)                                         # warm-up: buffers, cuBLAS heuristics
+    start.record(s)
+    fn(s)
+    stop.record(s)
     stop.synchronize()
     once = max(cp.cuda.get_elapsed_time(start, stop) * 1e-3, 1e-6)
-    batch = int(min(max(budget_s / once, 1), 200))
+    batch = int(min(max(budget_s / once, 1), 100))
+    graph = None
+    try:
+        mode = getattr(cp.cuda.runtime, "streamCaptureModeRelaxed", None)
+        s.begin_capture(mode) if mode is not None else s.begin_capture()
+        try:
+            for _ in range(batch):
+                fn(s)
+        finally:
+            graph = s.end_capture()
+        graph.launch(s)
+        s.synchronize()
+    except Exception as e:                        # noqa: BLE001 - any capture failure
+        _timer.fallbacks.append(repr(e))
+        graph = None
     times = []
     for _ in range(reps):
-        start.record()
-        for _ in range(batch):
-            fn()
-        stop.record()
+        start.record(s)
+        if graph is not None:
+            graph.launch(s)
+        else:
+            for _ in range(batch):
+                fn(s)
+        stop.record(s)
         stop.synchronize()
         times.append(cp.cuda.get_elapsed_time(start, stop) * 1e-3 / batch)
     return statistics.median(times)
+
+
+_timer.fallbacks = []
 
 
 def main(argv=None) -> int:
@@ -94,15 +123,16 @@ def main(argv=None) -> int:
                 ran = dequant_device(t, blocks, n, k, w16, kernel=kern).kernel
                 if ran != kern:
                     raise SystemExit(f"{t.name} {n}x{k}: the {kern} kernel did not run ({ran})")
-            tg = _timer(cp, lambda: dequant_device(t, blocks, n, k, w16, kernel="generic"),
+            tg = _timer(cp, lambda s: dequant_device(t, blocks, n, k, w16, kernel="generic", stream=s),
                         args.reps)
-            tw = _timer(cp, lambda: dequant_device(t, blocks, n, k, w16, kernel="wide"), args.reps)
+            tw = _timer(cp, lambda s: dequant_device(t, blocks, n, k, w16, kernel="wide", stream=s),
+                        args.reps)
             moved = blocks.size + 2 * n * k
             for T in ts:
                 xt, yt = x[:T], y[:T]
-                t16 = _timer(cp, lambda: gemm_dense_device(w16, n, k, xt, yt, route="f16"),
+                t16 = _timer(cp, lambda s: gemm_dense_device(w16, n, k, xt, yt, route="f16", stream=s),
                              args.reps)
-                t32 = _timer(cp, lambda: gemm_dense_device(w16, n, k, xt, yt, route="f32"),
+                t32 = _timer(cp, lambda s: gemm_dense_device(w16, n, k, xt, yt, route="f32", stream=s),
                              args.reps)
                 flop = 2.0 * T * n * k
                 share = tw / (tw + t16)
@@ -119,6 +149,9 @@ def main(argv=None) -> int:
             del blocks
         del x, y, w16
         cp.get_default_memory_pool().free_all_blocks()
+    if _timer.fallbacks:
+        print(f"\nCUDA graph capture refused {len(_timer.fallbacks)} times (those rows are "
+              f"host-bound): {_timer.fallbacks[0]}")
     print("\nOne layer's seven projections (wide dequant + FP16 route), dequant share:")
     print("| model | type | T | dequant µs | GEMM µs | dequant share |")
     print("|---|---|---|---|---|---|")

@@ -118,7 +118,13 @@ def tiny_model(arch: str, path, seed: int = 0) -> None:
     def norm(n):
         return (GGMLType.F32, (n,), (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
 
-    ts = [("token_embd.weight",) + q8(nv, E, 1.0), ("output_norm.weight",) + norm(E)]
+    # gemma3 scales the embeddings by sqrt(n_embd) and ties the output to
+    # them: small embeddings keep the layers' share of the residual large,
+    # a large output norm keeps the logits spread.
+    emb_scale, out_gain = (0.1, 30.0) if arch == "gemma3" else (1.0, 1.0)
+    ts = [("token_embd.weight",) + q8(nv, E, emb_scale),
+          ("output_norm.weight", GGMLType.F32, (E,),
+           (out_gain * (1.0 + 0.1 * rng.standard_normal(E))).astype(np.float32))]
     if arch == "qwen3":
         ts.append(("output.weight",) + q8(nv, E, 0.2))
     for i in range(L):
@@ -130,5 +136,5 @@ def tiny_model(arch: str, path, seed: int = 0) -> None:
                (p + "ffn_norm.weight",) + norm(E), (p + "ffn_gate.weight",) + q8(F, E, 0.2),
                (p + "ffn_up.weight",) + q8(F, E, 0.2), (p + "ffn_down.weight",) + q8(E, F, 0.2)]
         if arch == "gemma3":
-            ts += [(p + "attn_post_norm.weight",) + norm(E), (p + "ffn_post_norm.weight",) + norm(E)]
+            ts += [(p + "post_attention_norm.weight",) + norm(E), (p + "post_ffw_norm.weight",) + norm(E)]
     write_gguf(path, md, ts)

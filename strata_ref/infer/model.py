@@ -322,12 +322,12 @@ class Model:
             L.bv = vec(p + "attn_v.bias", nkv, required=False)
             L.q_norm = vec(p + "attn_q_norm.weight", hd) if qk_norm else None
             L.k_norm = vec(p + "attn_k_norm.weight", hd) if qk_norm else None
-            L.attn_post_norm = vec(p + "attn_post_norm.weight", e) if post_norms else None
+            L.attn_post_norm = vec(p + "post_attention_norm.weight", e) if post_norms else None
             L.ffn_norm = vec(p + "ffn_norm.weight", e)
             L.w_gate = mat(p + "ffn_gate.weight", hp.n_ff, e)
             L.w_up = mat(p + "ffn_up.weight", hp.n_ff, e)
             L.w_down = mat(p + "ffn_down.weight", e, hp.n_ff)
-            L.ffn_post_norm = vec(p + "ffn_post_norm.weight", e) if post_norms else None
+            L.ffn_post_norm = vec(p + "post_ffw_norm.weight", e) if post_norms else None
             # one kernel call for q|k|v and for gate|up when their types agree
             L.wqkv = (QMatrix.stack([L.wq, L.wk, L.wv], p + "attn_qkv")
                       if L.wq.type == L.wk.type == L.wv.type else None)
@@ -440,7 +440,10 @@ class Model:
         G = hp.n_head // hp.n_head_kv
         # ggml converts q to F16 for the F16 K cache (vec_dot_type of F16).
         qg = _f16(q).reshape(n, hp.n_head_kv, G, hd).transpose(1, 0, 2, 3).reshape(hp.n_head_kv, n * G, hd)
-        s = np.matmul(qg, K.transpose(0, 2, 1)) * np.float32(hp.kq_scale)   # (Hkv, n*G, T)
+        # f16 x f16 products are exact in float32; the sums are done in double
+        # and rounded once (ggml_vec_dot_f16 accumulates its tail in double).
+        s = np.matmul(qg.astype(np.float64), K.transpose(0, 2, 1).astype(np.float64)).astype(np.float32)
+        s = s * np.float32(hp.kq_scale)                                       # (Hkv, n*G, T)
         if n > 1 or n_swa:      # a single new token sees every cached position
             kpos = np.arange(T)
             qpos = np.repeat(pos, G)
@@ -449,7 +452,7 @@ class Model:
                 mask |= (qpos[:, None] - kpos[None, :]) >= n_swa
             s = np.where(mask[None], np.float32(-np.inf), s).astype(np.float32)
         p = _f16(softmax_rows(s))                     # probabilities to F16 for the F16 V
-        o = np.matmul(p, V)                           # (Hkv, n*G, hd)
+        o = np.matmul(p.astype(np.float64), V.astype(np.float64)).astype(np.float32)  # (Hkv, n*G, hd)
         o = o.reshape(hp.n_head_kv, n, G, hd).transpose(1, 0, 2, 3).reshape(n, hp.n_head * hd)
         return np.ascontiguousarray(o, dtype=np.float32)
 

@@ -22,7 +22,7 @@ def test_check_tables_facts():
     assert TB.lookup(TB.SHARED, T.Q4_K, 1, 4096) == 0
     assert TB.lookup(TB.SHARED, T.IQ4_XS, 3, 12288) == 4
     assert TB.lookup(TB.SHARED, T.Q5_K, 3, 2048) == 4
-    for tab in (TB.SHARED, TB.SM70, TB.SM61):
+    for tab in (TB.SHARED, TB.SM70, TB.SM61, TB.H200_MEASURED):
         assert set(tab) == set(TB.IL_TYPES)
         for rows in tab.values():
             assert len(rows) == 3 and all(len(r) == 5 and set(r) <= set(TB.LEGAL_ROWS) for r in rows)

@@ -96,6 +96,8 @@ def _pool_map(fn, jobs):
     import os
     from concurrent.futures import ProcessPoolExecutor
     n = max(1, min(len(jobs), (os.cpu_count() or 1)))
+    # spawn workers re-import the caller's __main__: call the parity tools
+    # from the CLI or a script with an `if __name__ == "__main__"` guard
     if n == 1:
         return [fn(j) for j in jobs]
     with ProcessPoolExecutor(n, mp_context=mp.get_context("spawn")) as ex:

@@ -40,9 +40,12 @@ Facts about the grids (nearest-neighbour maps) are in `iq_grid_maps`.
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
+import numba
 import numpy as np
 from llvmlite import ir
-from numba import njit, prange
+from numba import njit
 from numba.core import types as nbtypes
 from numba.extending import intrinsic
 
@@ -172,7 +175,7 @@ def _iq4_sub_scale(xb, kv, ntry, L):
             amax = ax
             mx = xb[j]
     if amax < _F(1e-15):
-        return _ZERO, False
+        return _ZERO
     v0 = kv[0]
     d = (-mx) / v0 if ntry > 0 else mx / v0
     idv = _ONE / d
@@ -192,7 +195,7 @@ def _iq4_sub_scale(xb, kv, ntry, L):
         if sq2 > _ZERO and sqx * sqx > best * sq2:
             d = sqx / sq2
             best = d * sqx
-    return d, True
+    return d
 
 
 @njit(cache=True)
@@ -205,7 +208,7 @@ def _iq4_pack(L, out, o_qs):
 @njit(cache=True)
 def _iq4_nl_block(x, out, kv, ntry, o_d, o_qs):
     L = np.full(32, 8, np.uint8)      # see the module docstring (ntry < 0)
-    d, _ = _iq4_sub_scale(x, kv, ntry, L)
+    d = _iq4_sub_scale(x, kv, ntry, L)
     _put_u16(out, o_d, _fp16_bits(d))
     if ntry > 0:
         idv = _ONE / d if d != _ZERO else _ZERO
@@ -223,7 +226,7 @@ def _iq4_xs_block(x, out, kv, o_d, o_sh, o_sl, o_qs):
     amax_scale = _ZERO
     max_scale = _ZERO
     for ib in range(nsub):
-        d, _ = _iq4_sub_scale(x[32 * ib:32 * ib + 32], kv, 7, L[32 * ib:32 * ib + 32])
+        d = _iq4_sub_scale(x[32 * ib:32 * ib + 32], kv, 7, L[32 * ib:32 * ib + 32])
         scales[ib] = d
         if abs(d) > amax_scale:
             amax_scale = abs(d)
@@ -590,48 +593,60 @@ _2S = block_format(T.IQ2_S)
 _KV = KVALUES_IQ4NL.astype(np.float32)
 
 
-@njit(parallel=True, cache=True)
-def _run_iq4_nl(x, out, kv, ntry, o_d, o_qs):
-    status = np.zeros(x.shape[0], np.int8)
-    for i in prange(x.shape[0]):
+@njit(nogil=True, cache=True)
+def _run_iq4_nl(x, out, status, kv, ntry, o_d, o_qs):
+    for i in range(x.shape[0]):
         status[i] = _iq4_nl_block(x[i], out[i], kv, ntry, o_d, o_qs)
-    return status
 
 
-@njit(parallel=True, cache=True)
-def _run_iq4_xs(x, out, kv, o_d, o_sh, o_sl, o_qs):
-    status = np.zeros(x.shape[0], np.int8)
-    for i in prange(x.shape[0]):
+@njit(nogil=True, cache=True)
+def _run_iq4_xs(x, out, status, kv, o_d, o_sh, o_sl, o_qs):
+    for i in range(x.shape[0]):
         status[i] = _iq4_xs_block(x[i], out[i], kv, o_d, o_sh, o_sl, o_qs)
-    return status
 
 
-@njit(parallel=True, cache=True)
-def _run_iq3_xxs(x, out, gpos, kmap, nb_start, nb_count, nb, o_d, o_qs, o_sas):
-    status = np.zeros(x.shape[0], np.int8)
-    for i in prange(x.shape[0]):
+@njit(nogil=True, cache=True)
+def _run_iq3_xxs(x, out, status, gpos, kmap, nb_start, nb_count, nb, o_d, o_qs, o_sas):
+    for i in range(x.shape[0]):
         status[i] = _iq3_xxs_block(x[i], out[i], gpos, kmap, nb_start, nb_count,
                                    nb, o_d, o_qs, o_sas)
-    return status
 
 
-@njit(parallel=True, cache=True)
-def _run_iq3_s(x, out, gpos, kmap, nb_start, nb_count, nb,
+@njit(nogil=True, cache=True)
+def _run_iq3_s(x, out, status, gpos, kmap, nb_start, nb_count, nb,
                o_d, o_qs, o_qh, o_signs, o_scales):
-    status = np.zeros(x.shape[0], np.int8)
-    for i in prange(x.shape[0]):
+    for i in range(x.shape[0]):
         status[i] = _iq3_s_block(x[i], out[i], gpos, kmap, nb_start, nb_count,
                                  nb, o_d, o_qs, o_qh, o_signs, o_scales)
-    return status
 
 
-@njit(parallel=True, cache=True)
-def _run_iq2_s(x, out, gpos, kmap, nb_start, nb_count, nb,
+@njit(nogil=True, cache=True)
+def _run_iq2_s(x, out, status, gpos, kmap, nb_start, nb_count, nb,
                o_d, o_qs, o_signs, o_qh, o_scales):
-    status = np.zeros(x.shape[0], np.int8)
-    for i in prange(x.shape[0]):
+    for i in range(x.shape[0]):
         status[i] = _iq2_s_block(x[i], out[i], gpos, kmap, nb_start, nb_count,
                                  nb, o_d, o_qs, o_signs, o_qh, o_scales)
+
+
+def _map_blocks(run, x, out, *args) -> np.ndarray:
+    """Call the compiled driver `run(x, out, status, *args)` on chunks of
+    blocks, in numba's number of Python threads (the drivers release the
+    GIL; a parallel=True driver would cost more compile time than it
+    saves). Blocks are independent, so the split cannot change a bit.
+    Returns the per-block status."""
+    n = x.shape[0]
+    status = np.zeros(n, np.int8)
+    nthreads = numba.get_num_threads()
+    chunk = max(64, -(-n // (4 * nthreads)))
+    if nthreads <= 1 or n <= chunk:
+        run(x, out, status, *args)
+        return status
+
+    def task(lo):
+        run(x[lo:lo + chunk], out[lo:lo + chunk], status[lo:lo + chunk], *args)
+
+    with ThreadPoolExecutor(nthreads) as ex:
+        list(ex.map(task, range(0, n, chunk)))
     return status
 
 
@@ -662,7 +677,7 @@ def _check(status, fmt) -> None:
 def _quantize_iq4_nl(x, ntry):
     x = _prepare(x, _NL)
     out = np.zeros((x.shape[0], _NL.block_bytes), np.uint8)
-    _check(_run_iq4_nl(x, out, _KV, ntry, _NL.offset("d"), _NL.offset("qs")), _NL)
+    _check(_map_blocks(_run_iq4_nl, x, out, _KV, ntry, _NL.offset("d"), _NL.offset("qs")), _NL)
     return out
 
 
@@ -705,7 +720,7 @@ def quantize_iq4_xs_ref(x: np.ndarray) -> np.ndarray:
     """
     x = _prepare(x, _XS)
     out = np.zeros((x.shape[0], _XS.block_bytes), np.uint8)
-    _check(_run_iq4_xs(x, out, _KV, _XS.offset("d"), _XS.offset("scales_h"),
+    _check(_map_blocks(_run_iq4_xs, x, out, _KV, _XS.offset("d"), _XS.offset("scales_h"),
                        _XS.offset("scales_l"), _XS.offset("qs")), _XS)
     return out
 
@@ -729,7 +744,7 @@ def quantize_iq3_xxs_ref(x: np.ndarray) -> np.ndarray:
     """
     x = _prepare(x, _3XXS)
     out = np.zeros((x.shape[0], _3XXS.block_bytes), np.uint8)
-    _check(_run_iq3_xxs(x, out, *_grid_args("iq3xxs"), _3XXS.offset("d"),
+    _check(_map_blocks(_run_iq3_xxs, x, out, *_grid_args("iq3xxs"), _3XXS.offset("d"),
                         _3XXS.offset("qs"), _3XXS.offset("scales_and_signs")), _3XXS)
     return out
 
@@ -747,7 +762,7 @@ def quantize_iq3_s_ref(x: np.ndarray) -> np.ndarray:
     """
     x = _prepare(x, _3S)
     out = np.zeros((x.shape[0], _3S.block_bytes), np.uint8)
-    _check(_run_iq3_s(x, out, *_grid_args("iq3s"), _3S.offset("d"), _3S.offset("qs"),
+    _check(_map_blocks(_run_iq3_s, x, out, *_grid_args("iq3s"), _3S.offset("d"), _3S.offset("qs"),
                       _3S.offset("qh"), _3S.offset("signs"), _3S.offset("scales")), _3S)
     return out
 
@@ -765,6 +780,6 @@ def quantize_iq2_s_ref(x: np.ndarray) -> np.ndarray:
     """
     x = _prepare(x, _2S)
     out = np.zeros((x.shape[0], _2S.block_bytes), np.uint8)
-    _check(_run_iq2_s(x, out, *_grid_args("iq2s"), _2S.offset("d"), _2S.offset("qs"),
+    _check(_map_blocks(_run_iq2_s, x, out, *_grid_args("iq2s"), _2S.offset("d"), _2S.offset("qs"),
                       _2S.offset("signs"), _2S.offset("qh"), _2S.offset("scales")), _2S)
     return out

@@ -63,3 +63,29 @@ def test_host_dots_equal_oracle(host, tid):
                                            tbl.ctypes.data)
     assert host.smv_host_threads(tid) == M.GEOMETRY[t].T
     assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), np.argwhere(got != ref)[:5]
+
+
+def test_kernel_block_geometry_matches_types(host):
+    from strata_ref.native.mmvq import NATIVE_TYPES
+    assert sorted(int(t) for t in NATIVE_TYPES) == sorted(TYPES)
+    for tid in TYPES:
+        fmt = block_format(GGMLType(tid))
+        assert host.smv_host_block_bytes(tid) == fmt.block_bytes, fmt.name
+        assert host.smv_host_block_values(tid) == fmt.block_values, fmt.name
+    assert host.smv_host_block_bytes(int(GGMLType.TQ2_0)) == 0
+
+
+def test_tools_without_gpu_report_status_2():
+    # On a machine without a CUDA driver the tools say why and return 2.
+    from strata_ref.native.loader import NativeUnavailable, driver_compute_capability
+    try:
+        driver_compute_capability()
+    except NativeUnavailable:
+        pass
+    else:
+        pytest.skip("a CUDA device is present")
+    from strata_ref.native.mmvq_parity import run_bench_experts, run_parity_mmvq
+    lines = []
+    assert run_parity_mmvq(True, out=lines.append) == 2
+    assert run_bench_experts(out=lines.append) == 2
+    assert all(ln.startswith("native mat-vec unavailable") for ln in lines)

@@ -21,13 +21,14 @@ __device__ __forceinline__ void canonicalize8(float *y) {
 }
 
 // Tuning knobs (compile-time; the measured choice is the default, see
-// docs/native.md): chunks per thread (default: each Wide type's CPT;
-// STRATA_WIDE_CPT overrides it for every type), threads per CUDA block,
-// streaming (evict-first) stores.
+// docs/native.md): chunks per thread (default: each Wide type's CPT for
+// f16/bf16 outputs and 1 for f32, whose two stores per chunk already double
+// the work per thread; STRATA_WIDE_CPT overrides it for every type and
+// dtype), threads per CUDA block, streaming (evict-first) stores.
 #ifdef STRATA_WIDE_CPT
-template <class W> struct CptOf { static constexpr int value = STRATA_WIDE_CPT; };
+template <class W, int OUT> struct CptOf { static constexpr int value = STRATA_WIDE_CPT; };
 #else
-template <class W> struct CptOf { static constexpr int value = W::CPT; };
+template <class W, int OUT> struct CptOf { static constexpr int value = OUT == OUT_F32 ? 1 : W::CPT; };
 #endif
 #ifndef STRATA_WIDE_THREADS
 #define STRATA_WIDE_THREADS 256
@@ -56,7 +57,7 @@ dequant_wide_kernel(const uint8_t *__restrict__ blocks, unsigned total, FastDiv 
         __syncthreads();
     }
     constexpr unsigned CPB = W::QK / 8;   // chunks per block
-    constexpr int kCpt = CptOf<W>::value;
+    constexpr int kCpt = CptOf<W, OUT>::value;
     float y[kCpt][8];
     bool finite[kCpt];
     unsigned o[kCpt];
@@ -83,7 +84,7 @@ template <int OUT>
 __global__ void __launch_bounds__(kThreads)
 dequant_wide_q8_0_kernel(const uint8_t *__restrict__ blocks, unsigned chunks,
                          void *__restrict__ out) {
-    constexpr int kCpt = CptOf<WideQ8_0>::value;
+    constexpr int kCpt = CptOf<WideQ8_0, OUT>::value;
     float y[kCpt][8];
     bool finite[kCpt];
 #pragma unroll
@@ -101,9 +102,9 @@ dequant_wide_q8_0_kernel(const uint8_t *__restrict__ blocks, unsigned chunks,
     }
 }
 
-template <class W>
+template <class W, int OUT>
 static unsigned wide_grid(long long chunks) {
-    constexpr int per_block = kThreads * CptOf<W>::value;
+    constexpr int per_block = kThreads * CptOf<W, OUT>::value;
     return (unsigned)((chunks + per_block - 1) / per_block);
 }
 
@@ -143,7 +144,7 @@ static cudaError_t launch_rows(const uint8_t *blocks, long long row0, long long 
     const FastDiv div = make_fast_div((uint32_t)cpr);
     for (long long r0 = 0; r0 < rows; r0 += batch) {
         const long long n = rows - r0 < batch ? rows - r0 : batch;
-        dequant_wide_kernel<W, OUT><<<wide_grid<W>(n * cpr), kThreads, 0, stream>>>(
+        dequant_wide_kernel<W, OUT><<<wide_grid<W, OUT>(n * cpr), kThreads, 0, stream>>>(
             blocks + (row0 + r0) * row_bytes, (unsigned)(n * cpr), div, (unsigned)row_bytes,
             (unsigned)(n > 1 ? ld : cols), static_cast<char *>(out) + r0 * ld * size);
         const cudaError_t e = cudaGetLastError();
@@ -162,7 +163,7 @@ static cudaError_t launch_q8_0(const uint8_t *blocks, long long row0, long long 
     for (long long r0 = 0; r0 < rows; r0 += batch) {
         const long long n = rows - r0 < batch ? rows - r0 : batch;
         const long long chunks = n * cpr;
-        dequant_wide_q8_0_kernel<OUT><<<wide_grid<WideQ8_0>(chunks), kThreads, 0, stream>>>(
+        dequant_wide_q8_0_kernel<OUT><<<wide_grid<WideQ8_0, OUT>(chunks), kThreads, 0, stream>>>(
             blocks + (row0 + r0) * row_bytes, (unsigned)chunks,
             static_cast<char *>(out) + r0 * cols * size);
         const cudaError_t e = cudaGetLastError();

@@ -25,7 +25,7 @@ __device__ __forceinline__ bool finite_f32(float v) {
 // loads at 2 + 8c (legal: blocks are 2-byte aligned). y = (float)q * d.
 struct WideQ8_0 {
     static constexpr bool KV = false;
-    static constexpr int CPT = 2;   // chunks per thread (measured, docs/native.md)
+    static constexpr int CPT = 2;   // chunks per thread, f16/bf16 outputs (measured, docs/native.md)
     static constexpr int QK = 32, B = 34;
     static __device__ __forceinline__ bool chunk(const uint8_t *b, int c, const float *, float *y) {
         const uint16_t *h = reinterpret_cast<const uint16_t *>(b);
@@ -46,7 +46,7 @@ struct WideQ8_0 {
 // One 8-byte load of qs at 16 + 32(g/2) + 8p (blocks 8-byte aligned).
 struct WideQ4_K {
     static constexpr bool KV = false;
-    static constexpr int CPT = 1;   // chunks per thread (measured, docs/native.md)
+    static constexpr int CPT = 1;   // chunks per thread, f16/bf16 outputs (measured, docs/native.md)
     static constexpr int QK = 256, B = 144;
     static __device__ __forceinline__ bool chunk(const uint8_t *b, int c, const float *, float *y) {
         const int g = c >> 2, p = c & 3;
@@ -71,7 +71,7 @@ struct WideQ4_K {
 // 8 qh bytes at 16 + 8p, bit g.
 struct WideQ5_K {
     static constexpr bool KV = false;
-    static constexpr int CPT = 1;   // chunks per thread (measured, docs/native.md)
+    static constexpr int CPT = 1;   // chunks per thread, f16/bf16 outputs (measured, docs/native.md)
     static constexpr int QK = 256, B = 176;
     static __device__ __forceinline__ bool chunk(const uint8_t *b, int c, const float *, float *y) {
         const int g = c >> 2, p = c & 3;
@@ -100,7 +100,7 @@ struct WideQ5_K {
 // rounded-down address end at most at byte 196 of the block.
 struct WideQ6_K {
     static constexpr bool KV = false;
-    static constexpr int CPT = 1;   // chunks per thread (measured, docs/native.md)
+    static constexpr int CPT = 1;   // chunks per thread, f16/bf16 outputs (measured, docs/native.md)
     static constexpr int QK = 256, B = 210;
     static __device__ __forceinline__ bool chunk(const uint8_t *b, int c, const float *, float *y) {
         const int h = c >> 4, t = (c >> 2) & 3, p = c & 3;
@@ -126,7 +126,7 @@ struct WideQ6_K {
 // 16-entry table in shared memory, held as floats ((float)kv is exact).
 struct WideIQ4_XS {
     static constexpr bool KV = true;   // reads the shared kv table
-    static constexpr int CPT = 2;   // chunks per thread (measured, docs/native.md)
+    static constexpr int CPT = 2;   // chunks per thread, f16/bf16 outputs (measured, docs/native.md)
     static constexpr int QK = 256, B = 136;
     static __device__ __forceinline__ bool chunk(const uint8_t *b, int c, const float *kv, float *y) {
         const int ib = c >> 2, p = c & 3;

@@ -33,6 +33,7 @@ import numpy as np
 
 from ..routes.gemm import ROUTES, slice_rows
 from ..types import UnsupportedTypeError, block_format, parse_type
+from .dequant import _stream_handle
 
 __all__ = ["ENV_DENSE_F32", "RouteSelection", "select_route", "parse_dense_f32_env",
            "notice_once", "GemmRun", "gemm_device", "gemm_dense_device", "gemm_host",
@@ -132,6 +133,7 @@ class _Dev:
 
 
 def _cai(a, name: str) -> _Dev:
+    # Like dequant._cai, but the GEMM needs the array's shape (T and ldy).
     try:
         cai = a.__cuda_array_interface__
     except AttributeError:
@@ -154,17 +156,6 @@ def _cai(a, name: str) -> _Dev:
     if readonly and name == "y":
         raise ValueError("y is read-only")
     return _Dev(int(ptr), shape, typestr, size)
-
-
-def _stream_handle(stream) -> int:
-    if stream is None:
-        return 0
-    if isinstance(stream, int):
-        return stream
-    for attr in ("ptr", "handle", "cuda_stream"):
-        if hasattr(stream, attr):
-            return int(getattr(stream, attr))
-    raise TypeError(f"stream must be None, an int handle or a stream object, got {stream!r}")
 
 
 def _raise_status(g, status: int, what: str) -> None:

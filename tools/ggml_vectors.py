@@ -190,12 +190,12 @@ def write_vectors(g: ggml_c.GGML, out_dir: Path = OUT_DIR) -> None:
     items, skipped = dequant_vectors(g)
     head = _head(g, "to_float on the golden corpus (f32, NaN canonical)")
     head["no_c_to_float"] = skipped
-    golden._write_json(out_dir / "dequant.json", head, "cases", items, {"n_cases": len(items)})
+    golden.write_golden_json(out_dir / "dequant.json", head, "cases", items, {"n_cases": len(items)})
     t1 = time.time()
     print(f"dequant.json: {len(items)} cases ({t1 - t0:.1f} s); no C to_float: {', '.join(skipped)}")
     qitems = quantize_vectors(g)
     head = _head(g, "reference quantizers (from_float_ref; IQ1_M: ggml_quantize_chunk, no imatrix)")
-    golden._write_json(out_dir / "quantize.json", head, "cases", qitems, {"n_cases": len(qitems)})
+    golden.write_golden_json(out_dir / "quantize.json", head, "cases", qitems, {"n_cases": len(qitems)})
     odd = [f"{i['type']}/{i['case']}={i['bytes']}" for i in qitems if len(i["bytes"]) != 16]
     print(f"quantize.json: {len(qitems)} cases ({time.time() - t1:.1f} s)"
           + (f"; not hashes: {', '.join(odd)}" if odd else ""))

@@ -328,3 +328,31 @@ def test_grid_map_neighbours_by_brute_force(name, n, bits, nwant, nlev):
         want = sorted(np.flatnonzero(d2 <= cut), key=lambda g: (d2[g], g))
         got = m.nb[m.nb_start[u]:m.nb_start[u] + m.nb_count[u]]
         assert list(got) == want
+
+
+# --------------------------------------------------------------- IQ1_M (unregistered)
+
+def test_iq1_m_is_not_a_reference_quantizer():
+    from strata_ref.formats import quantize_types
+    assert GGMLType.IQ1_M not in quantize_types()
+
+
+def test_iq1_m_chunk_equals_ggml_hashes():
+    # golden/ggml/quantize.json hashes IQ1_M through ggml_quantize_chunk (no
+    # imatrix), the entry point quantize_iq1_m_chunk follows.
+    import json
+    from pathlib import Path
+    from strata_ref import golden
+    from strata_ref.hashing import fnv1a64
+    path = Path(__file__).resolve().parents[1] / "golden" / "ggml" / "quantize.json"
+    if not path.is_file():
+        pytest.skip("no golden/ggml/quantize.json")
+    items = [it for it in json.loads(path.read_text())["cases"] if it["type"] == "IQ1_M"
+             and len(it["bytes"]) == 16 and not it.get("nonfinite")]
+    cases = {q.name: q for q in golden.quant_cases()}
+    assert len(items) >= 8
+    for it in items:
+        x = cases[it["case"]].inputs()
+        assert f"{fnv1a64(x.view(np.uint8).reshape(-1)):016x}" == it["input"], it["case"]
+        out = iq.quantize_iq1_m_chunk(np.ascontiguousarray(x, F32).reshape(-1, 256))
+        assert f"{fnv1a64(out.reshape(-1)):016x}" == it["bytes"], it["case"]

@@ -7,7 +7,8 @@ Loads ggml-base through tools/ggml_c.py (the portable build of
 `tools/ggml_vectors.py --build`, or STRATA_REF_GGML_LIB / --lib) and
 compares, per type and input set, strata-ref's quantizer with ggml's
 `from_float_ref` (`quantize_row_*_ref`, one block per call) bit for bit;
-for IQ4_NL also `quantize_iq4_nl_chunk` with `ggml_quantize_chunk`.
+for IQ4_NL also `quantize_iq4_nl_chunk` with `ggml_quantize_chunk`, and
+for IQ1_M (no `from_float_ref`) `quantize_iq1_m_chunk` with it.
 
 Input sets, N blocks each (seeded): normal N(0,1); t2 (Student t, 2
 degrees); special (tiny, near fp16 overflow, isolated spikes, zero and -0
@@ -43,7 +44,7 @@ from strata_ref.formats import get_quantizer  # noqa: E402
 from strata_ref.formats import iquants_quant as iq  # noqa: E402
 from strata_ref.types import GGMLType, block_format  # noqa: E402
 
-TYPES = ["IQ4_NL", "IQ4_XS", "IQ3_XXS", "IQ3_S", "IQ2_S"]
+TYPES = ["IQ4_NL", "IQ4_XS", "IQ3_XXS", "IQ3_S", "IQ2_S", "IQ1_M"]
 
 
 def input_sets(qk: int, n: int, seed: int) -> dict[str, np.ndarray]:
@@ -142,6 +143,11 @@ def main(argv=None) -> int:
         fmt = block_format(t)
         g.init_quantizer(int(t))
         for set_name, x in input_sets(fmt.block_values, args.blocks, 1234 + int(t)).items():
+            if t == GGMLType.IQ1_M:
+                failures += compare(f"{name} {set_name} (chunk)", iq.quantize_iq1_m_chunk,
+                                    lambda xx: g.quantize_chunk(int(t), xx), x, args)
+                continue
+
             def c_ref(xx, t=t):
                 return g.quantize_ref(int(t), xx)
             und = None

@@ -1,4 +1,4 @@
-"""Lattice maps of ggml's grid quantizers (IQ3_XXS, IQ3_S, IQ2_S).
+"""Lattice maps of ggml's grid quantizers (IQ3_XXS, IQ3_S, IQ2_S, IQ1_M).
 
 A grid quantizer first rounds each group of n values (n = 4 for IQ3, 8 for
 IQ2) to integer levels l in 0..L-1, which names a point of the lattice
@@ -6,8 +6,8 @@ IQ2) to integer levels l in 0..L-1, which names a point of the lattice
 every lattice point, either the grid row that *is* this point, or the grid
 rows *nearest* to it, so that the quantizer can try those. ggml builds both
 tables once, at `ggml_quantize_init` (`iq3xs_init_impl` for the 256- and
-512-row IQ3 grids, `iq2xs_init_impl` for the 1024-row IQ2_S grid;
-ggml-org/ggml src/ggml-quants.c). This module builds the same tables,
+512-row IQ3 grids, `iq2xs_init_impl` for the 1024-row IQ2_S grid and the
+2048-row IQ1 grid; ggml-org/ggml src/ggml-quants.c). This module builds the same tables,
 lazily, cached in memory.
 
 Facts reproduced from ggml:
@@ -18,15 +18,15 @@ Facts reproduced from ggml:
   squared differences of the positions.
 * The nearest rows of a point are all rows whose distance is among the
   `nwant` smallest distinct distances (2 for the 256-row IQ3 grid, 3 for the
-  512-row one, 1 for IQ2_S), ordered by (distance, row index). ggml sorts
-  (distance, index) pairs with `qsort` and a comparator that compares both
-  fields; as the indices are distinct this is a total order, so the order
+  512-row one, 1 for IQ2_S, 3 for the 2048-row IQ1 grid), ordered by
+  (distance, row index). ggml sorts (distance, index) pairs with `qsort`
+  and a comparator that compares both fields; as the indices are distinct this is a total order, so the order
   (which decides ties in the quantizer's strict `<` search) does not depend
   on the C library's sort.
 
 Only lattice points the quantizers can reach are given neighbours: every
-level below `query_levels` (ggml's IQ2_S quantizer clamps levels to 0..2, the
-IQ3 quantizers to 0..7). Points outside that set have no neighbours and
+level below `query_levels` (ggml's IQ2_S quantizer clamps levels to 0..2,
+IQ1_M's has only 0..2, the IQ3 quantizers clamp to 0..7). Points outside that set have no neighbours and
 would be reported as an error, never silently used.
 """
 from __future__ import annotations
@@ -41,12 +41,13 @@ from . import iq_tables
 
 __all__ = ["GridMap", "grid_map", "LEVELS"]
 
-#: Grid byte value of each level l, per grid (ggml-common.h tables; ggml's
+#: Grid element value of each level l, per grid (ggml-common.h tables; ggml's
 #: init functions hold the same rows as packed level indices).
 LEVELS = {
     "iq3xxs": (4, 12, 20, 28, 36, 44, 52, 62),
     "iq3s": (1, 3, 5, 7, 9, 11, 13, 15),
     "iq2s": (8, 25, 43),
+    "iq1s": (-1, 0, 1),
 }
 
 # grid name -> (row bytes, bits per level in u, nwant, query_levels)
@@ -54,6 +55,7 @@ _SPECS = {
     "iq3xxs": (iq_tables.IQ3XXS_GRID_BYTES, 3, 2, 8),
     "iq3s": (iq_tables.IQ3S_GRID_BYTES, 3, 3, 8),
     "iq2s": (iq_tables.IQ2S_GRID_BYTES, 2, 1, 3),
+    "iq1s": (iq_tables.IQ1S_GRID_BYTES, 2, 3, 3),
 }
 
 
@@ -76,9 +78,10 @@ class GridMap:
 
 
 def _grid_positions(rows: np.ndarray, levels: tuple[int, ...]) -> np.ndarray:
-    lut = np.full(256, -1, np.int16)
-    lut[list(levels)] = np.arange(len(levels))
-    lv = lut[rows]
+    rows = np.asarray(rows, np.int16)
+    lv = np.full(rows.shape, -1, np.int16)
+    for i, v in enumerate(levels):
+        lv[rows == v] = i
     if (lv < 0).any():
         raise AssertionError("grid byte outside the declared levels")
     return (2 * lv + 1).astype(np.int8)
@@ -178,7 +181,7 @@ def _neighbours(pos, reach, bits, nwant):
 
 @functools.lru_cache(maxsize=None)
 def grid_map(name: str) -> GridMap:
-    """The GridMap of grid `name` ("iq3xxs", "iq3s" or "iq2s"), built on
+    """The GridMap of grid `name` ("iq3xxs", "iq3s", "iq2s" or "iq1s"), built on
     first use (well under a second) and cached. KeyError for other names."""
     rows, bits, nwant, query_levels = _SPECS[name]
     pos = _grid_positions(rows, LEVELS[name])

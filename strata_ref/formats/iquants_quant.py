@@ -1,4 +1,5 @@
-"""Reference quantizers of the I-quants: IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_S.
+"""Reference quantizers of the I-quants: IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_S
+(and, unregistered, ggml_quantize_chunk's IQ1_M).
 
 ggml's reference quantizers (`quantize_row_*_ref`, ggml-org/ggml
 src/ggml-quants.c), reimplemented with ggml's arithmetic: float32
@@ -15,7 +16,10 @@ IQ2_XXS, IQ2_XS and IQ1_S require an importance matrix
 (`ggml_quantize_requires_imatrix`); IQ1_M has no `from_float_ref` in ggml's
 type traits (only `ggml_quantize_chunk` takes it without an importance
 matrix, and llama.cpp's `llama-quantize` refuses that); strata-ref follows
-the type traits.
+the type traits, and offers ggml_quantize_chunk's IQ1_M result, unregistered,
+as `quantize_iq1_m_chunk`. Its one sort (`qsort` on float keys) keeps equal
+keys in index order: glibc's qsort is a stable merge sort for arrays of this
+size (checked against C on blocks full of ties).
 
 IQ4_NL: ggml's `from_float_ref` (`quantize_row_iq4_nl_ref`) searches no
 extra scales (ntry = -1), while `ggml_quantize_chunk` (what `llama-quantize`
@@ -56,7 +60,8 @@ from .iq_grid_maps import grid_map
 from .iq_tables import KVALUES_IQ4NL
 
 __all__ = ["quantize_iq4_nl_ref", "quantize_iq4_nl_chunk", "quantize_iq4_xs_ref",
-           "quantize_iq3_xxs_ref", "quantize_iq3_s_ref", "quantize_iq2_s_ref"]
+           "quantize_iq3_xxs_ref", "quantize_iq3_s_ref", "quantize_iq2_s_ref",
+           "quantize_iq1_m_chunk"]
 
 T = GGMLType
 
@@ -582,6 +587,198 @@ def _iq2_s_block(x, out, gpos, kmap, nb_start, nb_count, nb,
     return _OK
 
 
+# ---------------------------------------------------------------- IQ1_M (ggml_quantize_chunk only)
+
+_IQ1M_DELTA = _F(0.125)
+# the three code values of a group of 8, shifted up (x_p) or down (x_m)
+_X_P = np.array([-1 + 0.125, 0.125, 1 + 0.125], np.float32)
+_X_M = np.array([-1 - 0.125, -0.125, 1 - 0.125], np.float32)
+
+
+@njit(cache=True)
+def _iq1_best_neighbour(u, gpos, nb_start, nb_count, nb, xb, w, scale, xx, L):
+    """ggml `iq1_find_best_neighbour2` (its candidates only): the neighbour
+    row with the least sum w*(scale*xx[l] - x)^2, first wins; -1 where ggml
+    would fall back to a scan that reads past its input (and asserts)."""
+    best = _FLT_MAX
+    gi = -1
+    s = nb_start[u]
+    for k in range(nb_count[u]):
+        g = nb[s + k]
+        d2 = _ZERO
+        for i in range(8):
+            diff = scale * xx[(gpos[g, i] - 1) // 2] - xb[i]
+            d2 += w[i] * diff * diff
+        if d2 < best:
+            best = d2
+            gi = g
+    if gi >= 0:
+        for i in range(8):
+            L[i] = (gpos[gi, i] - 1) // 2
+    return gi
+
+
+@njit(cache=True)
+def _iq1m_split(xb, w):
+    """The exhaustive 3-group split of `quantize_row_iq1_m_impl`: sort the 16
+    values, and for every pair of boundaries (i1 <= i2) and every choice of
+    shift per half (k: 0 ++, 1 +-, 2 -+, 3 --) keep the best scale. Ties in
+    the sort keep the index order (glibc's qsort is a stable merge sort for
+    arrays this small). Returns (scale, i1, i2, k, order)."""
+    order = np.argsort(xb, kind="mergesort")
+    px = np.zeros((2, 17), np.float32)
+    pw = np.zeros((2, 17), np.float32)
+    for j in range(16):
+        i = order[j]
+        h = 0 if i < 8 else 1
+        px[h, j + 1] = px[h, j] + w[i] * xb[i]
+        px[1 - h, j + 1] = px[1 - h, j]
+        pw[h, j + 1] = pw[h, j] + w[i]
+        pw[1 - h, j + 1] = pw[1 - h, j]
+    p2 = _X_P[2]
+    m2 = _X_M[2]
+    cp1 = _X_P[0] * _X_P[0] - _X_P[1] * _X_P[1]
+    cp2 = _X_P[1] * _X_P[1] - _X_P[2] * _X_P[2]
+    cm1 = _X_M[0] * _X_M[0] - _X_M[1] * _X_M[1]
+    cm2 = _X_M[1] * _X_M[1] - _X_M[2] * _X_M[2]
+    qx_p = np.empty(2, np.float32)
+    qx_m = np.empty(2, np.float32)
+    q2_p = np.empty(2, np.float32)
+    q2_m = np.empty(2, np.float32)
+    sqx = np.empty(4, np.float32)
+    sq2 = np.empty(4, np.float32)
+    best = -_FLT_MAX
+    scale = _ZERO
+    b1 = b2 = bk = -1
+    for i1 in range(17):
+        for i2 in range(i1, 17):
+            for h in range(2):
+                sx = px[h, i1] + px[h, i2]
+                qx_p[h] = px[h, 16] * p2 - sx
+                qx_m[h] = px[h, 16] * m2 - sx
+                q2_p[h] = pw[h, 16] * p2 * p2 + pw[h, i1] * cp1 + pw[h, i2] * cp2
+                q2_m[h] = pw[h, 16] * m2 * m2 + pw[h, i1] * cm1 + pw[h, i2] * cm2
+            sqx[0] = qx_p[0] + qx_p[1]
+            sqx[1] = qx_p[0] + qx_m[1]
+            sqx[2] = qx_m[0] + qx_p[1]
+            sqx[3] = qx_m[0] + qx_m[1]
+            sq2[0] = q2_p[0] + q2_p[1]
+            sq2[1] = q2_p[0] + q2_m[1]
+            sq2[2] = q2_m[0] + q2_p[1]
+            sq2[3] = q2_m[0] + q2_m[1]
+            for k in range(4):
+                if sq2[k] > _ZERO and sqx[k] * sqx[k] > best * sq2[k]:
+                    scale = sqx[k] / sq2[k]
+                    best = scale * sqx[k]
+                    b1 = i1
+                    b2 = i2
+                    bk = k
+    return scale, b1, b2, bk, order
+
+
+@njit(inline="always", cache=True)
+def _iq1m_values(shift, k):
+    # group k of a sub-block: shifted by the first (k = 0) or second bit
+    if k == 0:
+        return _X_P if shift < 2 else _X_M
+    return _X_P if shift % 2 == 0 else _X_M
+
+
+@njit(cache=True)
+def _iq1_m_block(x, out, gpos, kmap, nb_start, nb_count, nb, o_qs, o_qh, o_sc):
+    nsub = x.shape[0] // 16
+    scales = np.zeros(nsub, np.float32)
+    shifts = np.zeros(nsub, np.int64)
+    w = np.empty(16, np.float32)
+    L = np.zeros(16, np.int64)
+    index = np.zeros(2, np.int64)
+    max_scale = _ZERO
+    for ib in range(nsub):
+        xb = x[16 * ib:16 * ib + 16]
+        for i in range(16):
+            w[i] = xb[i] * xb[i]
+        mx = abs(xb[0])
+        for i in range(1, 16):
+            mx = _fmax(mx, abs(xb[i]))
+        if mx < _F(1e-7):
+            continue
+        scale, b1, b2, bk, order = _iq1m_split(xb, w)
+        if b1 < 0 or b2 < 0 or bk < 0:
+            continue
+        for j in range(16):
+            L[order[j]] = 0 if j < b1 else (1 if j < b2 else 2)
+        if scale < _ZERO:
+            for j in range(16):
+                L[j] = 2 - L[j]
+            scale = -scale
+            bk = 3 - bk
+        on_grid = True
+        for k in range(2):
+            xx = _iq1m_values(bk, k)
+            g = _grid_row(L[8 * k:8 * k + 8], kmap, 2)
+            if g < 0:
+                on_grid = False
+                u = 0
+                for j in range(8):
+                    u |= L[8 * k + j] << (2 * j)
+                g = _iq1_best_neighbour(u, gpos, nb_start, nb_count, nb, xb[8 * k:8 * k + 8],
+                                        w[8 * k:8 * k + 8], scale, xx, L[8 * k:8 * k + 8])
+                if g < 0:
+                    return _NO_NEIGHBOUR
+            index[k] = g
+        if not on_grid:
+            sqx = _ZERO
+            sq2 = _ZERO
+            for k in range(2):
+                xx = _iq1m_values(bk, k)
+                for j in range(8):
+                    q = xx[(gpos[index[k], j] - 1) // 2]
+                    sqx += w[8 * k + j] * q * xb[8 * k + j]
+                    sq2 += w[8 * k + j] * q * q
+            if sqx > _ZERO and sq2 > _ZERO:
+                scale = sqx / sq2
+        out[o_qs + 2 * ib] = index[0] & 255
+        out[o_qs + 2 * ib + 1] = index[1] & 255
+        out[o_qh + ib] = (index[0] >> 8) | ((index[1] >> 8) << 4)
+        if not scale >= _ZERO:
+            return _BAD_SCALE
+        scales[ib] = scale
+        shifts[ib] = bk
+        max_scale = _fmax(max_scale, scale)
+    if max_scale == _ZERO:
+        return _OK
+    d = max_scale / _F(15.0)
+    idv = _ONE / d
+    sc = np.zeros(4, np.int64)
+    sqx = _ZERO
+    sq2 = _ZERO
+    for ib in range(nsub):
+        l = max(0, min(7, nearest_int(_HALF * (idv * scales[ib] - _ONE))))
+        sc[ib // 4] |= l << (3 * (ib % 4))
+        # shift bits: 0x08 for the first group, 0x80 for the second
+        out[o_qh + ib] |= (0x08 if shifts[ib] >= 2 else 0) | (0x80 if shifts[ib] % 2 else 0)
+        xb = x[16 * ib:16 * ib + 16]
+        qh = np.int64(out[o_qh + ib])
+        for k in range(2):
+            xx = _iq1m_values(shifts[ib], k)
+            g = np.int64(out[o_qs + 2 * ib + k]) + ((qh << (8 - 4 * k)) & 0x700)
+            for j in range(8):
+                wj = xb[8 * k + j] * xb[8 * k + j]
+                q = xx[(gpos[g, j] - 1) // 2] * _F(2 * l + 1)
+                sqx += wj * q * xb[8 * k + j]
+                sq2 += wj * q * q
+    if sq2 > _ZERO:
+        d = sqx / sq2
+    h = _fp16_bits(d * _F(1.1125))
+    sc[0] |= (h & 0x000F) << 12
+    sc[1] |= (h & 0x00F0) << 8
+    sc[2] |= (h & 0x0F00) << 4
+    sc[3] |= h & 0xF000
+    for i in range(4):
+        _put_u16(out, o_sc + 2 * i, sc[i])
+    return _OK
+
+
 # ---------------------------------------------------------------- drivers
 
 _NL = block_format(T.IQ4_NL)
@@ -589,6 +786,7 @@ _XS = block_format(T.IQ4_XS)
 _3XXS = block_format(T.IQ3_XXS)
 _3S = block_format(T.IQ3_S)
 _2S = block_format(T.IQ2_S)
+_1M = block_format(T.IQ1_M)
 
 _KV = KVALUES_IQ4NL.astype(np.float32)
 
@@ -626,6 +824,13 @@ def _run_iq2_s(x, out, status, gpos, kmap, nb_start, nb_count, nb,
     for i in range(x.shape[0]):
         status[i] = _iq2_s_block(x[i], out[i], gpos, kmap, nb_start, nb_count,
                                  nb, o_d, o_qs, o_signs, o_qh, o_scales)
+
+
+@njit(nogil=True, cache=True)
+def _run_iq1_m(x, out, status, gpos, kmap, nb_start, nb_count, nb, o_qs, o_qh, o_sc):
+    for i in range(x.shape[0]):
+        status[i] = _iq1_m_block(x[i], out[i], gpos, kmap, nb_start, nb_count,
+                                 nb, o_qs, o_qh, o_sc)
 
 
 def _map_blocks(run, x, out, *args) -> np.ndarray:
@@ -782,4 +987,25 @@ def quantize_iq2_s_ref(x: np.ndarray) -> np.ndarray:
     out = np.zeros((x.shape[0], _2S.block_bytes), np.uint8)
     _check(_map_blocks(_run_iq2_s, x, out, *_grid_args("iq2s"), _2S.offset("d"), _2S.offset("qs"),
                       _2S.offset("signs"), _2S.offset("qh"), _2S.offset("scales")), _2S)
+    return out
+
+
+def quantize_iq1_m_chunk(x: np.ndarray) -> np.ndarray:
+    """IQ1_M blocks of x as ggml `ggml_quantize_chunk` makes them without an
+    importance matrix (`quantize_iq1_m`, weights x^2). Not a registered
+    reference quantizer: ggml's type traits have no `from_float_ref` for
+    IQ1_M (module docstring); this is for comparison with that entry point.
+
+    x: float32 (n_blocks, 256), finite. Returns uint8 (n_blocks, 56). Per
+    16-value sub-block: the exhaustive best split of the sorted values into
+    codes -1/0/1 with a +-1/8 shift per group of 8 (ties in the sort by
+    index, as glibc's stable qsort), groups off the 2048-row grid mapped to
+    their nearest rows; 3-bit scales of d = max_scale/15, the super-block
+    scale refitted over all sub-blocks and stored as fp16(d * 1.1125) in
+    the scales' top nibbles. Errors as `quantize_iq3_xxs_ref`.
+    """
+    x = _prepare(x, _1M)
+    out = np.zeros((x.shape[0], _1M.block_bytes), np.uint8)
+    _check(_map_blocks(_run_iq1_m, x, out, *_grid_args("iq1s"), _1M.offset("qs"),
+                       _1M.offset("qh"), _1M.offset("scales")), _1M)
     return out

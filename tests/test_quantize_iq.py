@@ -306,7 +306,7 @@ def test_where_ggml_aborts_a_value_error_names_the_block(name):
 # --------------------------------------------------------------- grid maps
 
 @pytest.mark.parametrize("name,n,bits,nwant,nlev", [
-    ("iq3xxs", 4, 3, 2, 8), ("iq3s", 4, 3, 3, 8), ("iq2s", 8, 2, 1, 3)])
+    ("iq3xxs", 4, 3, 2, 8), ("iq3s", 4, 3, 3, 8), ("iq2s", 8, 2, 1, 3), ("iq1s", 8, 2, 3, 3)])
 def test_grid_map_neighbours_by_brute_force(name, n, bits, nwant, nlev):
     # ggml's rule: the rows at the nwant smallest distinct squared distances
     # (positions 2l+1), ordered by (distance, row index).

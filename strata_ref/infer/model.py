@@ -440,10 +440,9 @@ class Model:
         G = hp.n_head // hp.n_head_kv
         # ggml converts q to F16 for the F16 K cache (vec_dot_type of F16).
         qg = _f16(q).reshape(n, hp.n_head_kv, G, hd).transpose(1, 0, 2, 3).reshape(hp.n_head_kv, n * G, hd)
-        # f16 x f16 products are exact in float32; the sums are done in double
-        # and rounded once (ggml_vec_dot_f16 accumulates its tail in double).
-        s = np.matmul(qg.astype(np.float64), K.transpose(0, 2, 1).astype(np.float64)).astype(np.float32)
-        s = s * np.float32(hp.kq_scale)                                       # (Hkv, n*G, T)
+        # f16 x f16 products are exact in float32 and summed in float32, as
+        # ggml_vec_dot_f16's SIMD lanes do for head sizes >= 32.
+        s = np.matmul(qg, K.transpose(0, 2, 1)) * np.float32(hp.kq_scale)   # (Hkv, n*G, T)
         if n > 1 or n_swa:      # a single new token sees every cached position
             kpos = np.arange(T)
             qpos = np.repeat(pos, G)
@@ -452,7 +451,7 @@ class Model:
                 mask |= (qpos[:, None] - kpos[None, :]) >= n_swa
             s = np.where(mask[None], np.float32(-np.inf), s).astype(np.float32)
         p = _f16(softmax_rows(s))                     # probabilities to F16 for the F16 V
-        o = np.matmul(p.astype(np.float64), V.astype(np.float64)).astype(np.float32)  # (Hkv, n*G, hd)
+        o = np.matmul(p, V)                           # (Hkv, n*G, hd)
         o = o.reshape(hp.n_head_kv, n, G, hd).transpose(1, 0, 2, 3).reshape(n, hp.n_head * hd)
         return np.ascontiguousarray(o, dtype=np.float32)
 

@@ -108,6 +108,7 @@ def quantize(x, t) -> np.ndarray:
     if a.ndim not in (1, 2):
         raise ValueError(f"quantize({tt.name}): x must be 1-D or 2-D, got shape {a.shape}")
     fn = _quantizer(tt)
+    from .formats._qdrive import first_nonfinite
     qk = fmt.block_values
     n = a.shape[-1]
     if n % qk:
@@ -115,10 +116,11 @@ def quantize(x, t) -> np.ndarray:
                          f"block size {qk} ({n // qk} whole blocks and {n % qk} values left)")
     with np.errstate(over="ignore"):
         a32 = np.ascontiguousarray(a, dtype=np.float32)
-    if fmt.quantized and a32.size and not np.isfinite(a32).all():
-        flat = int(np.flatnonzero(~np.isfinite(a32.reshape(-1)))[0])
+    flat = first_nonfinite(a32) if fmt.quantized else -1
+    if flat >= 0:
         where = np.unravel_index(flat, a32.shape)
-        what = "NaN" if np.isnan(a32.reshape(-1)[flat]) else "Inf"
+        v = a32.reshape(-1)[flat]
+        what = "NaN" if np.isnan(v) else "Inf"
         extra = (" (float64 input outside the float32 range becomes Inf)"
                  if a.dtype == np.float64 and what == "Inf" and np.isfinite(a.reshape(-1)[flat])
                  else "")

@@ -49,3 +49,17 @@ def register_block_quantizer(t, block_fn):
     quantize_blocks.__doc__ = (f"{fmt.name}: float32 (n, {fmt.block_values}) -> uint8 "
                                f"(n, {fmt.block_bytes}). {block_fn.__doc__}")
     return register_quantize(t)(quantize_blocks)
+
+
+@njit(nogil=True, cache=True)
+def _first_nonfinite(u):
+    for i in range(u.shape[0]):
+        if (u[i] & 0x7F800000) == 0x7F800000:
+            return i
+    return -1
+
+
+def first_nonfinite(x: np.ndarray) -> int:
+    """Flat index of the first NaN or ±Inf of a float32 array, or -1 (one pass
+    over the bits, no temporary arrays)."""
+    return int(_first_nonfinite(np.ascontiguousarray(x, np.float32).reshape(-1).view(np.uint32)))

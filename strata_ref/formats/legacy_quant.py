@@ -13,8 +13,8 @@ from numba import njit
 
 from ..types import GGMLType, block_format
 from ._qdrive import register_block_quantizer
-from ._qnum import (abs_max_bits, bits_f32, c_roundf_int, c_trunc_int, first_signed_absmax,
-                    fp16_store, store_u32, to_i8)
+from ._qnum import (abs_max_bits, bits_f32, c_roundf_int, c_trunc_int, f32_bits,
+                    first_signed_absmax, fp16_store, store_u32, to_i8)
 
 _F0 = np.float32(0.0)
 _F1 = np.float32(1.0)
@@ -38,16 +38,24 @@ Q8_1_D, Q8_1_S, Q8_1_QS = _Q8_1.offset("d"), _Q8_1.offset("s"), _Q8_1.offset("qs
 
 @njit(inline="always", cache=True, error_model="numpy")
 def min_max(x):
-    """(min, max) by ggml's scan from FLT_MAX / -FLT_MAX with `<` and `>`."""
-    mn = _FLT_MAX
-    mx = -_FLT_MAX
-    for j in range(x.shape[0]):
-        v = x[j]
-        if v < mn:
-            mn = v
-        if v > mx:
-            mx = v
-    return mn, mx
+    """(min, max) as ggml's scan from FLT_MAX / -FLT_MAX with `<` and `>`
+    finds them, for non-NaN blocks of at most 256 values: equal values keep
+    the first one, which only matters for ±0 (C keeps the first zero's sign).
+
+    Computed as two integer reductions (vectorisable) over keys that order the
+    floats, with -0 and +0 given the same key, and the position in the low 8
+    bits so that the first of equal keys wins."""
+    kmin = np.int64(1) << 62
+    kmax = -(np.int64(1) << 62)
+    for i in range(x.shape[0]):
+        u = f32_bits(x[i])
+        mag = u & 0x7FFFFFFF
+        key = (mag - 2 * mag * (u >> 31)) << 8          # -|x| for negatives, -0 -> 0
+        lo = key | i
+        hi = key | (255 - i)
+        kmin = kmin if kmin < lo else lo
+        kmax = kmax if kmax > hi else hi
+    return x[kmin & 255], x[255 - (kmax & 255)]
 
 
 @njit(inline="always", cache=True, error_model="numpy")
@@ -77,18 +85,37 @@ def bounded(d, idv):
     return abs(d) <= _FLT_MAX and abs(idv) <= _FLT_MAX
 
 
+# Each code loop is an inline function called twice, with safe=True and
+# safe=False as literals: numba inlines it and LLVM folds the flag, so the
+# common (range-proven) loop is branch-free, the other follows C's x86 casts.
+
+@njit(inline="always", cache=True, error_model="numpy")
+def codes_q4_0(x, b, idv, safe):
+    for j in range(16):
+        q0 = min(15, small_code(x[j] * idv + np.float32(8.5), safe)) & 0xFF
+        q1 = min(15, small_code(x[j + 16] * idv + np.float32(8.5), safe)) & 0xFF
+        b[Q4_0_QS + j] = q0 | ((q1 & 0x0F) << 4)
+
+
 @njit(cache=True, error_model="numpy")
 def quant_q4_0(x, b):
     """ggml `quantize_row_q4_0_ref`, one block: d = max/-8, q = (int8)(x*id + 8.5) capped at 15."""
     _, mx = first_signed_absmax(x)
     d = mx / np.float32(-8.0)
     idv = recip_or_zero(d)
-    safe = bounded(d, idv)
     fp16_store(b, Q4_0_D, d)
+    if bounded(d, idv):
+        codes_q4_0(x, b, idv, True)
+    else:
+        codes_q4_0(x, b, idv, False)
+
+
+@njit(inline="always", cache=True, error_model="numpy")
+def codes_q4_1(x, b, mn, idv, safe):
     for j in range(16):
-        q0 = min(15, small_code(x[j] * idv + np.float32(8.5), safe))
-        q1 = min(15, small_code(x[j + 16] * idv + np.float32(8.5), safe))
-        b[Q4_0_QS + j] = (q0 & 0xFF) | ((q1 << 4) & 0xFF)
+        q0 = min(15, small_code((x[j] - mn) * idv + np.float32(0.5), safe)) & 0xFF
+        q1 = min(15, small_code((x[j + 16] - mn) * idv + np.float32(0.5), safe)) & 0xFF
+        b[Q4_1_QS + j] = q0 | ((q1 & 0x0F) << 4)
 
 
 @njit(cache=True, error_model="numpy")
@@ -97,13 +124,29 @@ def quant_q4_1(x, b):
     mn, mx = min_max(x)
     d = (mx - mn) / np.float32(15.0)
     idv = recip_or_zero(d)
-    safe = bounded(d, idv)
     fp16_store(b, Q4_1_D, d)
     fp16_store(b, Q4_1_M, mn)
+    if bounded(d, idv):
+        codes_q4_1(x, b, mn, idv, True)
+    else:
+        codes_q4_1(x, b, mn, idv, False)
+
+
+@njit(inline="always", cache=True, error_model="numpy")
+def pack_q5(b, o_qs, o_qh, q0, q1, j, qh):
+    """Low nibbles of codes j, j+16 into qs[j]; their 5th bits into qh."""
+    b[o_qs + j] = (q0 & 0x0F) | ((q1 & 0x0F) << 4)
+    return qh | (((q0 & 0x10) >> 4) << j) | (((q1 & 0x10) >> 4) << (j + 16))
+
+
+@njit(inline="always", cache=True, error_model="numpy")
+def codes_q5_0(x, b, idv, safe):
+    qh = 0
     for j in range(16):
-        q0 = min(15, small_code((x[j] - mn) * idv + np.float32(0.5), safe))
-        q1 = min(15, small_code((x[j + 16] - mn) * idv + np.float32(0.5), safe))
-        b[Q4_1_QS + j] = (q0 & 0xFF) | ((q1 << 4) & 0xFF)
+        q0 = min(31, small_code(x[j] * idv + np.float32(16.5), safe)) & 0xFF
+        q1 = min(31, small_code(x[j + 16] * idv + np.float32(16.5), safe)) & 0xFF
+        qh = pack_q5(b, Q5_0_QS, Q5_0_QH, q0, q1, j, qh)
+    store_u32(b, Q5_0_QH, qh)
 
 
 @njit(cache=True, error_model="numpy")
@@ -112,16 +155,21 @@ def quant_q5_0(x, b):
     _, mx = first_signed_absmax(x)
     d = mx / np.float32(-16.0)
     idv = recip_or_zero(d)
-    safe = bounded(d, idv)
     fp16_store(b, Q5_0_D, d)
+    if bounded(d, idv):
+        codes_q5_0(x, b, idv, True)
+    else:
+        codes_q5_0(x, b, idv, False)
+
+
+@njit(inline="always", cache=True, error_model="numpy")
+def codes_q5_1(x, b, mn, idv, safe):
     qh = 0
     for j in range(16):
-        q0 = min(31, small_code(x[j] * idv + np.float32(16.5), safe)) & 0xFF
-        q1 = min(31, small_code(x[j + 16] * idv + np.float32(16.5), safe)) & 0xFF
-        b[Q5_0_QS + j] = (q0 & 0x0F) | ((q1 & 0x0F) << 4)
-        qh |= ((q0 & 0x10) >> 4) << j
-        qh |= ((q1 & 0x10) >> 4) << (j + 16)
-    store_u32(b, Q5_0_QH, qh)
+        q0 = c_trunc_int((x[j] - mn) * idv + np.float32(0.5), safe) & 0xFF
+        q1 = c_trunc_int((x[j + 16] - mn) * idv + np.float32(0.5), safe) & 0xFF
+        qh = pack_q5(b, Q5_1_QS, Q5_1_QH, q0, q1, j, qh)
+    store_u32(b, Q5_1_QH, qh)
 
 
 @njit(cache=True, error_model="numpy")
@@ -130,17 +178,23 @@ def quant_q5_1(x, b):
     mn, mx = min_max(x)
     d = (mx - mn) / np.float32(31.0)
     idv = recip_or_zero(d)
-    safe = bounded(d, idv)
     fp16_store(b, Q5_1_D, d)
     fp16_store(b, Q5_1_M, mn)
-    qh = 0
-    for j in range(16):
-        q0 = c_trunc_int((x[j] - mn) * idv + np.float32(0.5), safe) & 0xFF
-        q1 = c_trunc_int((x[j + 16] - mn) * idv + np.float32(0.5), safe) & 0xFF
-        b[Q5_1_QS + j] = (q0 & 0x0F) | ((q1 & 0x0F) << 4)
-        qh |= ((q0 & 0x10) >> 4) << j
-        qh |= ((q1 & 0x10) >> 4) << (j + 16)
-    store_u32(b, Q5_1_QH, qh)
+    if bounded(d, idv):
+        codes_q5_1(x, b, mn, idv, True)
+    else:
+        codes_q5_1(x, b, mn, idv, False)
+
+
+@njit(inline="always", cache=True, error_model="numpy")
+def codes_q8(x, b, o_qs, idv, safe):
+    """roundf(x*id) as int8 into b[o_qs:o_qs+32]; returns Σq (for Q8_1's s)."""
+    total = 0
+    for j in range(32):
+        q = to_i8(c_roundf_int(x[j] * idv, safe))
+        b[o_qs + j] = q & 0xFF
+        total += q
+    return total
 
 
 @njit(cache=True, error_model="numpy")
@@ -148,10 +202,11 @@ def quant_q8_0(x, b):
     """ggml `quantize_row_q8_0_ref`, one block: d = amax/127, q = roundf(x*id)."""
     d = abs_max(x) / np.float32(127.0)
     idv = recip_or_zero(d)
-    safe = bounded(d, idv)
     fp16_store(b, Q8_0_D, d)
-    for j in range(32):
-        b[Q8_0_QS + j] = c_roundf_int(x[j] * idv, safe) & 0xFF
+    if bounded(d, idv):
+        codes_q8(x, b, Q8_0_QS, idv, True)
+    else:
+        codes_q8(x, b, Q8_0_QS, idv, False)
 
 
 @njit(cache=True, error_model="numpy")
@@ -159,13 +214,11 @@ def quant_q8_1(x, b):
     """ggml `quantize_row_q8_1_ref`, one block: Q8_0's rule plus s = fp16((float)Σq * d)."""
     d = abs_max(x) / np.float32(127.0)
     idv = recip_or_zero(d)
-    safe = bounded(d, idv)
     fp16_store(b, Q8_1_D, d)
-    total = 0
-    for j in range(32):
-        q = to_i8(c_roundf_int(x[j] * idv, safe))
-        b[Q8_1_QS + j] = q & 0xFF
-        total += q
+    if bounded(d, idv):
+        total = codes_q8(x, b, Q8_1_QS, idv, True)
+    else:
+        total = codes_q8(x, b, Q8_1_QS, idv, False)
     fp16_store(b, Q8_1_S, np.float32(total) * d)
 
 

@@ -33,7 +33,7 @@ def best_of(fn, repeat: int) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mib", type=float, default=16)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--types", default=",".join(OURS))
     args = ap.parse_args(argv)
 

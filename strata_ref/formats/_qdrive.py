@@ -53,9 +53,17 @@ def register_block_quantizer(t, block_fn):
 
 @njit(nogil=True, cache=True)
 def _first_nonfinite(u):
-    for i in range(u.shape[0]):
-        if (u[i] & 0x7F800000) == 0x7F800000:
-            return i
+    # an OR-reduction per chunk (vectorisable), the position only when needed
+    n = u.shape[0]
+    for c in range(0, n, 4096):
+        e = min(n, c + 4096)
+        bad = False
+        for i in range(c, e):
+            bad |= (u[i] & 0x7F800000) == 0x7F800000
+        if bad:
+            for i in range(c, e):
+                if (u[i] & 0x7F800000) == 0x7F800000:
+                    return i
     return -1
 
 

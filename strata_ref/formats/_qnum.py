@@ -262,17 +262,17 @@ def abs_max_bits(x):
 def first_signed_absmax(x):
     """ggml's `if (amax < fabsf(v)) { amax = fabsf(v); max = v; }` from
     amax = max = 0.0f: (amax, max), max the first element of largest magnitude
-    (+0.0 when every element is ±0). For non-NaN input, found as the integer
-    max of the |x| bits and then its first position (two vectorisable reductions)."""
-    m = abs_max_bits(x)
+    (+0.0 when every element is ±0). For non-NaN input and blocks of at most
+    256 values: one integer max over keys |x[i]| bits << 8 | (255 - i), whose
+    maximum is the largest magnitude at its first position (vectorisable)."""
+    best = 0
+    for i in range(x.shape[0]):
+        k = (abs_bits(x[i]) << 8) | (255 - i)
+        best = best if best > k else k
+    m = best >> 8
     if m == 0:
         return np.float32(0.0), np.float32(0.0)
-    n = x.shape[0]
-    j = n
-    for i in range(n):              # first i with |x[i]| == amax, as a min-reduction
-        k = i if abs_bits(x[i]) == m else n
-        j = j if j < k else k
-    return bits_f32(m), x[j]
+    return bits_f32(m), x[255 - (best & 255)]
 
 
 @njit(inline="always", cache=True, error_model="numpy")

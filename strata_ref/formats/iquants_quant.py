@@ -260,7 +260,7 @@ def _iq4_xs_block(x, out, kv, o_d, o_sh, o_sl, o_qs):
 
 # ---------------------------------------------------------------- grid search (IQ3, IQ2_S)
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def _best_neighbour(u, gpos, nb_start, nb_count, nb, xval, waux, scale, L):
     """ggml `iq2_find_best_neighbour` / `iq3_find_best_neighbour`: among the
     neighbours of lattice point u, the row with the least weighted squared
@@ -285,7 +285,7 @@ def _best_neighbour(u, gpos, nb_start, nb_count, nb, xval, waux, scale, L):
     return gi
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def _lattice_index(xg, idv, bits, lmax, L):
     # levels nearest_int(0.5*(id*x - 1)) clamped to 0..lmax, and their index
     u = 0
@@ -297,7 +297,7 @@ def _lattice_index(xg, idv, bits, lmax, L):
     return u
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def _level_sums(xval, weight, L):
     sumqx = _ZERO
     sumq2 = _ZERO

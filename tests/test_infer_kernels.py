@@ -88,8 +88,11 @@ def _act_dequant(vdt, x):
     return (q.reshape(q.shape[0], -1, qk).astype(np.float64) * d[..., None]).reshape(q.shape)
 
 
+@pytest.mark.parametrize("parallel", [False, True])
 @pytest.mark.parametrize("t", sorted(VEC_DOT_TYPE, key=int))
-def test_matmul_matches_float64_dot_of_the_quantized_operands(t):
+def test_matmul_matches_float64_dot_of_the_quantized_operands(t, parallel, monkeypatch):
+    from strata_ref.infer import kernels
+    monkeypatch.setattr(kernels, "PARALLEL_MIN_MACS", 0 if parallel else 1 << 62)
     rng = np.random.default_rng(int(t))
     rows, cols, n = 24, 512, 3
     w = rng.standard_normal((rows, cols)).astype(np.float32) * np.float32(0.05)

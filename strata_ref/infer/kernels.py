@@ -99,6 +99,20 @@ def _mm(wq, ws, wm, xq, xs, xm, B, with_min, out):
             out[t, r] = _row_dot(wq[r], xq[t], ws[r], xs[t], wm[r], xm[t], B, with_min)
 
 
+@njit(fastmath=True, cache=True)
+def _mm_serial(wq, ws, wm, xq, xs, xm, B, with_min, out):
+    """`_mm` on the calling thread, for products too small to repay waking
+    the worker threads."""
+    for r in range(wq.shape[0]):
+        for t in range(xq.shape[0]):
+            out[t, r] = _row_dot(wq[r], xq[t], ws[r], xs[t], wm[r], xm[t], B, with_min)
+
+
+# Multiply-adds below which one thread is faster than waking the others
+# (a parallel region costs tens of microseconds with numba's workqueue).
+PARALLEL_MIN_MACS = 1 << 20
+
+
 def _q4_k_scales(s12: np.ndarray):
     """Q4_K's 12 scale bytes -> (sc, mn) uint8 (..., 8), ggml
     `get_scale_min_k4`: entries 0-3 are the low 6 bits of bytes 0-3 (scales)
@@ -274,7 +288,8 @@ class QMatrix:
         wq, ws, wm, B = self._packed
         xq, xs, xm = _activations(VEC_DOT_TYPE[self.type], x, B)
         out = np.empty((x.shape[0], self.rows), np.float32)
-        _mm(wq, ws, ws if wm is None else wm, xq.astype(np.float32), xs, xm, B, wm is not None, out)
+        mm = _mm if x.shape[0] * self.rows * self.cols >= PARALLEL_MIN_MACS else _mm_serial
+        mm(wq, ws, ws if wm is None else wm, xq.astype(np.float32), xs, xm, B, wm is not None, out)
         return out
 
     def row_f32(self, i: int) -> np.ndarray:

@@ -60,3 +60,15 @@ def test_errors_are_one_line(tmp_path, capsys):
     assert main(["info", str(bad)]) == 2
     assert "GGUFError" in capsys.readouterr().err
     assert main(["hash", "--out", "f64", str(bad)]) == 2
+
+
+def test_committed_model_golden_file_checks(smollm2):
+    """golden/models/SmolLM2-135M-Instruct.json (the numbers `strata-ref hash`
+    prints) still matches a fresh computation on the real file."""
+    from pathlib import Path
+
+    from strata_ref import golden
+    g = Path(__file__).resolve().parent.parent / "golden" / "models" / "SmolLM2-135M-Instruct.json"
+    rows, ok = golden.check_model_golden(smollm2, g)
+    assert ok, [r for r in rows if r["status"] != "pass"][:3]
+    assert len(rows) == 272

@@ -110,7 +110,7 @@ def _mm_serial(wq, ws, wm, xq, xs, xm, B, with_min, out):
 
 # Multiply-adds below which one thread is faster than waking the others
 # (a parallel region costs tens of microseconds with numba's workqueue).
-PARALLEL_MIN_MACS = 1 << 20
+PARALLEL_MIN_MACS = 1 << 18
 
 
 def _q4_k_scales(s12: np.ndarray):

@@ -1,21 +1,28 @@
 """Quantized mat-mul for the CPU inference path: weights stay quantized, the
 activations are quantized as ggml-cpu does (`act_quant`), and each weight row
-is dotted with each activation row in integers, in parallel over rows
-(numba `prange`).
+is dotted with each activation row as integers, rows in parallel (numba
+`prange`) when the product is large enough.
 
-The dot of one row follows ggml's `ggml_vec_dot_<w>_<a>` (ggml-cpu
-`quants.c`): per block, the exact integer sum of products `sumi`, scaled in
-float32 by the product of the two block scales; for Q4_1 / Q5_1 the min term
-`m_w * s_a` is accumulated beside it; for Q4_K the min term `dmin * d_a *
-sum(mins * bsums)` is subtracted per super-block. ggml's SIMD code sums the
-float terms in a different order (8 lanes), so results agree with llama.cpp
-to float32 rounding, not bitwise.
+Arithmetic: ggml's `ggml_vec_dot_<w>_<a>` (ggml-cpu `quants.c`) takes, per
+block, the exact integer sum of products `sumi` and scales it by the two
+block scales; Q4_1 / Q5_1 add `m_w * s_a` (s_a = fp16(d_a * sum q_a)); Q4_K
+subtracts `dmin * d_a * sum(mins * bsums)`. Here every type is written as
+one sum over sub-blocks of B values (32, or 16 for Q6_K):
 
-`QMatrix(t, raw, rows, cols)` repacks a tensor's blocks once into separate
-field arrays (the quantized values stay as they are: nibbles stay nibbles;
-the K-quants' 6-bit sub-block scales and their quants are unpacked to
-bytes). Types without an integer kernel here are dequantized once by the
-oracle (`strata_ref.dequant.dequant_f32`) and multiplied in float32.
+    out = sum_k ws[k] * xs[k] * dot_k  +  sum_k wm[k] * xm[k]
+
+with the weight's factors ws (d; Q4_K: d*scale, Q6_K: d*scale) and wm (m;
+Q4_K: -dmin*min) and the activation's xs (d_a, spread over the sub-blocks)
+and xm (Q8_1: s_a; Q8_K: d_a * the sum of its quants over the sub-block).
+That is ggml's formula regrouped; the integer dots are exact, the float
+terms are summed in another order than ggml's SIMD lanes, so results agree
+with llama.cpp to float32 rounding, not bitwise.
+
+Layout: `QMatrix(t, raw, rows, cols)` packs a tensor once, at first use:
+the integer quants widened to one int8 each (nibbles and Q5 high bits
+unpacked, offsets such as Q4_0's -8 applied), the factors as float32.
+Types without an integer kernel are dequantized once by the oracle
+(`strata_ref.dequant.dequant_f32`) and multiplied in float32.
 """
 from __future__ import annotations
 
@@ -25,6 +32,10 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from ..numerics import F16_TO_F32
+from ..types import GGMLType, block_format
+from . import act_quant
+
 # A decode step launches about four parallel regions per layer. OpenMP's
 # spinning barriers collapse when the CPU is oversubscribed (measured on a
 # loaded 2-core machine: 0.96 s per SmolLM2 token with "omp", 0.05 s with
@@ -33,10 +44,6 @@ from numba import njit, prange
 # has run yet in this process; it changes no result.
 if "NUMBA_THREADING_LAYER" not in os.environ:
     numba.config.THREADING_LAYER = "workqueue"
-
-from ..numerics import F16_TO_F32
-from ..types import GGMLType, block_format
-from . import act_quant
 
 __all__ = ["QMatrix", "INTEGER_KERNEL_TYPES", "VEC_DOT_TYPE"]
 

@@ -91,22 +91,23 @@ def _check(x, qk):
     return np.ascontiguousarray(x)
 
 
-def q8_0_fields(x):
+def q8_0_fields(x, qdtype=np.int8):
     """ggml-cpu AVX2 `quantize_row_q8_0` of each row of x (float32 (n, k),
-    k % 32 == 0): returns q int8 (n, k) and d float32 (n, k/32) holding the
-    fp16-rounded scales."""
+    k % 32 == 0): returns q (n, k) and d float32 (n, k/32) holding the
+    fp16-rounded scales. q is int8, or the same integers as `qdtype`
+    (float32 for the kernels)."""
     x = _check(x, 32)
-    q = np.empty(x.shape, np.int8)
+    q = np.empty(x.shape, qdtype)
     d = np.empty((x.shape[0], x.shape[1] // 32), np.float32)
     _q8_32(x, q, d, d, False)
     return q, d
 
 
-def q8_1_fields(x):
-    """ggml-cpu AVX2 `quantize_row_q8_1`: q int8 (n, k), d and s float32
-    (n, k/32), both fp16-rounded (s = fp16(d * sum q))."""
+def q8_1_fields(x, qdtype=np.int8):
+    """ggml-cpu AVX2 `quantize_row_q8_1`: q (n, k) as int8 (or `qdtype`),
+    d and s float32 (n, k/32), both fp16-rounded (s = fp16(d * sum q))."""
     x = _check(x, 32)
-    q = np.empty(x.shape, np.int8)
+    q = np.empty(x.shape, qdtype)
     d = np.empty((x.shape[0], x.shape[1] // 32), np.float32)
     s = np.empty_like(d)
     _q8_32(x, q, d, s, True)
@@ -140,16 +141,17 @@ def _q8_k(x, q, d, bsums):
             for j in range(16):
                 tot = 0
                 for jj in range(16):
-                    tot += q[t, base + j * 16 + jj]
+                    tot += int(q[t, base + j * 16 + jj])
                 bsums[t, i * 16 + j] = tot
             d[t, i] = np.float32(np.float32(1.0) / iscale)
 
 
-def q8_k_fields(x):
+def q8_k_fields(x, qdtype=np.int8):
     """ggml `quantize_row_q8_K_ref` of each row of x (float32 (n, k), k % 256
-    == 0): q int8 (n, k), d float32 (n, k/256), bsums int32 (n, k/16)."""
+    == 0): q (n, k) as int8 (or `qdtype`), d float32 (n, k/256), bsums int32
+    (n, k/16)."""
     x = _check(x, 256)
-    q = np.empty(x.shape, np.int8)
+    q = np.empty(x.shape, qdtype)
     d = np.empty((x.shape[0], x.shape[1] // 256), np.float32)
     bsums = np.empty((x.shape[0], x.shape[1] // 16), np.int32)
     _q8_k(x, q, d, bsums)

@@ -205,16 +205,18 @@ def _pack(t: GGMLType, raw3: np.ndarray):
 
 
 def _activations(vdt: GGMLType, x: np.ndarray, B: int):
-    """(xq int8 (n, cols), xs, xm float32 (n, cols / B)) of x quantized to
-    the activation type vdt, with the per-block factors spread to the weight's
+    """(xq (n, cols), xs, xm float32 (n, cols / B)) of x quantized to
+    the activation type vdt (xq: the int8 quants held as float32, the form the
+    kernel multiplies), with the per-block factors spread to the weight's
     sub-blocks of B values: xs the scale; xm the term the weight's min
     multiplies (Q8_1: s = d * sum q; Q8_K: d * the sum of q over the B values)."""
+    f32 = np.float32
     if vdt == GGMLType.Q8_0:
-        xq, xd = act_quant.q8_0_fields(x)
+        xq, xd = act_quant.q8_0_fields(x, f32)
         return xq, xd, xd
     if vdt == GGMLType.Q8_1:
-        return act_quant.q8_1_fields(x)
-    xq, xd, bsums = act_quant.q8_k_fields(x)
+        return act_quant.q8_1_fields(x, f32)
+    xq, xd, bsums = act_quant.q8_k_fields(x, f32)
     per = 256 // B
     xs = np.repeat(xd, per, axis=1)
     bs = bsums.reshape(x.shape[0], -1, B // 16).sum(axis=2).astype(np.float32)
@@ -296,7 +298,7 @@ class QMatrix:
         xq, xs, xm = _activations(VEC_DOT_TYPE[self.type], x, B)
         out = np.empty((x.shape[0], self.rows), np.float32)
         mm = _mm if x.shape[0] * self.rows * self.cols >= PARALLEL_MIN_MACS else _mm_serial
-        mm(wq, ws, ws if wm is None else wm, xq.astype(np.float32), xs, xm, B, wm is not None, out)
+        mm(wq, ws, ws if wm is None else wm, xq, xs, xm, B, wm is not None, out)
         return out
 
     def row_f32(self, i: int) -> np.ndarray:

@@ -46,6 +46,17 @@ def _quantizer(t: GGMLType):
     return get_quantizer(t)
 
 
+def _raise_nonfinite(tt: GGMLType, a: np.ndarray, a32: np.ndarray, flat: int):
+    where = np.unravel_index(flat, a32.shape)
+    v = a32.reshape(-1)[flat]
+    what = "NaN" if np.isnan(v) else "Inf"
+    extra = (" (float64 input outside the float32 range becomes Inf)"
+             if a.dtype == np.float64 and what == "Inf" and np.isfinite(a.reshape(-1)[flat])
+             else "")
+    raise ValueError(f"quantize({tt.name}): x[{', '.join(map(str, where))}] is {what}{extra}; "
+                     f"ggml's {tt.name} quantizer has no defined result for NaN/Inf input") from None
+
+
 def quantize(x, t) -> np.ndarray:
     """Quantize float values to ggml type `t` with ggml's reference quantizer.
 
@@ -108,7 +119,7 @@ def quantize(x, t) -> np.ndarray:
     if a.ndim not in (1, 2):
         raise ValueError(f"quantize({tt.name}): x must be 1-D or 2-D, got shape {a.shape}")
     fn = _quantizer(tt)
-    from .formats._qdrive import first_nonfinite
+    from .formats._qdrive import NonFiniteInput, first_nonfinite
     qk = fmt.block_values
     n = a.shape[-1]
     if n % qk:
@@ -116,17 +127,19 @@ def quantize(x, t) -> np.ndarray:
                          f"block size {qk} ({n // qk} whole blocks and {n % qk} values left)")
     with np.errstate(over="ignore"):
         a32 = np.ascontiguousarray(a, dtype=np.float32)
-    flat = first_nonfinite(a32) if fmt.quantized else -1
-    if flat >= 0:
-        where = np.unravel_index(flat, a32.shape)
-        v = a32.reshape(-1)[flat]
-        what = "NaN" if np.isnan(v) else "Inf"
-        extra = (" (float64 input outside the float32 range becomes Inf)"
-                 if a.dtype == np.float64 and what == "Inf" and np.isfinite(a.reshape(-1)[flat])
-                 else "")
-        raise ValueError(f"quantize({tt.name}): x[{', '.join(map(str, where))}] is {what}{extra}; "
-                         f"ggml's {tt.name} quantizer has no defined result for NaN/Inf input")
-    blocks = fn(a32.reshape(-1, qk))
+    if not fmt.quantized:
+        blocks = fn(a32.reshape(-1, qk))
+    elif getattr(fn, "checks_finite", False):
+        # the block loop checks each block as it reads it (no extra pass)
+        try:
+            blocks = fn(a32.reshape(-1, qk), check_finite=True)
+        except NonFiniteInput as e:
+            _raise_nonfinite(tt, a, a32, e.index)
+    else:
+        flat = first_nonfinite(a32)
+        if flat >= 0:
+            _raise_nonfinite(tt, a, a32, flat)
+        blocks = fn(a32.reshape(-1, qk))
     rows = a32.shape[0] if a32.ndim == 2 else None
     if rows is None:
         return blocks.reshape(-1)

@@ -16,23 +16,48 @@ from numba import njit
 _DRIVERS = {}
 
 
+class NonFiniteInput(ValueError):
+    """A block holds NaN or ±Inf; `index` is the flat index of the first one."""
+
+    def __init__(self, index: int):
+        super().__init__(f"NaN or Inf at flat index {index}")
+        self.index = index
+
+
 def _driver(block_fn):
+    # drive(x, out, check) -> -1, or the first block holding NaN/Inf when
+    # check is set (that block and the ones after it are left unwritten).
+    # The check reads the block just before block_fn does, from cache: an OR
+    # over (bits & 0x7F800000) + 0x00800000, whose bit 31 marks an all-ones
+    # exponent, in 32-bit integer lanes.
     drive = _DRIVERS.get(block_fn)
     if drive is None:
         @njit(nogil=True, error_model="numpy")
-        def drive(x, out):
+        def drive(x, out, check):
+            u = x.view(np.uint32)
             for i in range(x.shape[0]):
+                if check:
+                    acc = np.uint32(0)
+                    for j in range(u.shape[1]):
+                        acc |= (u[i, j] & np.uint32(0x7F800000)) + np.uint32(0x00800000)
+                    if acc >> np.uint32(31):
+                        return i
                 block_fn(x[i], out[i])
+            return -1
         _DRIVERS[block_fn] = drive
     return drive
 
 
-def run_blocks(block_fn, x: np.ndarray, block_bytes: int) -> np.ndarray:
-    """(n, QK) float32 -> (n, block_bytes) uint8 by `block_fn` per block."""
+def run_blocks(block_fn, x: np.ndarray, block_bytes: int, check_finite: bool = False) -> np.ndarray:
+    """(n, QK) float32 -> (n, block_bytes) uint8 by `block_fn` per block.
+    With `check_finite`, raises NonFiniteInput for a NaN or ±Inf in x."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     out = np.zeros((x.shape[0], block_bytes), np.uint8)
     if x.shape[0]:
-        _driver(block_fn)(x, out)
+        bad = _driver(block_fn)(x, out, check_finite)
+        if bad >= 0:
+            j = int(np.flatnonzero(~np.isfinite(x[bad]))[0])
+            raise NonFiniteInput(bad * x.shape[1] + j)
     return out
 
 
@@ -43,26 +68,32 @@ def register_block_quantizer(t, block_fn):
     from . import register_quantize
     fmt = block_format(t)
 
-    def quantize_blocks(x):
-        return run_blocks(block_fn, x, fmt.block_bytes)
+    def quantize_blocks(x, check_finite=False):
+        return run_blocks(block_fn, x, fmt.block_bytes, check_finite)
     quantize_blocks.__name__ = f"quantize_{fmt.name.lower()}"
     quantize_blocks.__doc__ = (f"{fmt.name}: float32 (n, {fmt.block_values}) -> uint8 "
-                               f"(n, {fmt.block_bytes}). {block_fn.__doc__}")
+                               f"(n, {fmt.block_bytes}); check_finite: raise NonFiniteInput "
+                               f"for NaN/Inf. {block_fn.__doc__}")
+    quantize_blocks.checks_finite = True
     return register_quantize(t)(quantize_blocks)
 
 
 @njit(nogil=True, cache=True)
 def _first_nonfinite(u):
-    # an OR-reduction per chunk (vectorisable), the position only when needed
+    # Per chunk an OR over (u & 0x7F800000) + 0x00800000, whose bit 31 is set
+    # exactly for an all-ones exponent (NaN, ±Inf): 32-bit integer lanes,
+    # vectorisable; the position is searched only in a chunk that has one.
     n = u.shape[0]
-    for c in range(0, n, 4096):
-        e = min(n, c + 4096)
-        bad = False
+    mask = np.uint32(0x7F800000)
+    one = np.uint32(0x00800000)
+    for c in range(0, n, 8192):
+        e = min(n, c + 8192)
+        acc = np.uint32(0)
         for i in range(c, e):
-            bad |= (u[i] & 0x7F800000) == 0x7F800000
-        if bad:
+            acc |= (u[i] & mask) + one
+        if acc >> np.uint32(31):
             for i in range(c, e):
-                if (u[i] & 0x7F800000) == 0x7F800000:
+                if (u[i] & mask) == mask:
                     return i
     return -1
 

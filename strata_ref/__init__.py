@@ -21,8 +21,11 @@ def __getattr__(name):
     import importlib
     if name == "GGUFError":
         return importlib.import_module(".gguf", __name__).GGUFError
-    if name == "quantize":
-        return importlib.import_module(".quantize", __name__).quantize
     if name in ("gguf", "native", "models", "golden", "routes", "infer"):
         return importlib.import_module("." + name, __name__)
     raise AttributeError(f"module 'strata_ref' has no attribute {name!r}")
+
+
+# The submodule strata_ref.quantize holds the function of the same name; bind
+# the function last so that importing the submodule elsewhere cannot replace it.
+from .quantize import quantize  # noqa: E402

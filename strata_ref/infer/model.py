@@ -371,6 +371,20 @@ class Model:
         n = len(tokens)
         if cache.n + n > cache.n_ctx:
             raise ValueError(f"context full: {cache.n} + {n} tokens exceed n_ctx = {cache.n_ctx}")
+        if n > self.CHUNK:
+            # Long inputs run in chunks so that the attention scores stay
+            # small; results agree with one pass to float32 rounding (the
+            # summation order of the kernels follows the batch shape).
+            parts = [self.forward(tokens[i:i + self.CHUNK], cache, all_logits)
+                     for i in range(0, n, self.CHUNK)]
+            return np.concatenate(parts) if all_logits else parts[-1]
+        return self._forward(tokens, cache, all_logits)
+
+    #: tokens per internal pass of `forward`
+    CHUNK = 256
+
+    def _forward(self, tokens, cache, all_logits):
+        n = len(tokens)
         hp = self.hp
         pos = np.arange(cache.n, cache.n + n)
         rope = {}

@@ -147,3 +147,13 @@ def test_row_f32_is_the_oracle_row():
     W = QMatrix(GGMLType.Q4_1, raw, 5, 64)
     full = dequant_f32(GGMLType.Q4_1, raw, 5, 64)
     assert np.array_equal(W.row_f32(3).view(np.uint32), full[3].view(np.uint32))
+
+
+def test_f16_weights_round_the_activations_to_f16():
+    # ggml multiplies F16 weights with the activations converted to F16
+    w = np.array([[1.0, 1.0]], np.float16)
+    W = QMatrix(GGMLType.F16, w.view(np.uint8).reshape(-1), 1, 2)
+    x = np.array([[1.0 + 2.0 ** -12, 0.0]], np.float32)      # rounds to 1.0 in fp16
+    assert W.matmul(x)[0, 0] == np.float32(1.0)
+    W32 = QMatrix(GGMLType.F32, np.array([[1.0, 1.0]], np.float32).view(np.uint8).reshape(-1), 1, 2)
+    assert W32.matmul(x)[0, 0] == x[0, 0]

@@ -32,7 +32,8 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from ..numerics import F16_TO_F32
+from ..numerics import (F16_TO_F32, bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits,
+                        f32_to_f16_bits)
 from ..types import GGMLType, block_format
 from . import act_quant
 
@@ -223,6 +224,17 @@ def _activations(vdt: GGMLType, x: np.ndarray, B: int):
     return xq, xs, xs * bs
 
 
+def _round_for_float_weights(t: GGMLType, x: np.ndarray) -> np.ndarray:
+    """ggml-cpu converts the float32 operand to the weight's `vec_dot_type`:
+    F16 for F16 weights (RNE), BF16 for BF16 weights (ggml's rule); F32 and
+    the dequantized fallback types keep float32."""
+    if t == GGMLType.F16:
+        return f16_bits_to_f32(f32_to_f16_bits(x)).reshape(x.shape)
+    if t == GGMLType.BF16:
+        return bf16_bits_to_f32(f32_to_bf16_bits(x)).reshape(x.shape)
+    return x
+
+
 class QMatrix:
     """A weight matrix of `rows` x `cols` (ggml: ne[1] x ne[0]) in type `t`.
 
@@ -293,7 +305,7 @@ class QMatrix:
             raise ValueError(f"{self.name}: activations must be (n, {self.cols}), got {x.shape}")
         self.prepare()
         if self._dense is not None:
-            return x @ self._dense.T
+            return _round_for_float_weights(self.type, x) @ self._dense.T
         wq, ws, wm, B = self._packed
         xq, xs, xm = _activations(VEC_DOT_TYPE[self.type], x, B)
         out = np.empty((x.shape[0], self.rows), np.float32)

@@ -46,7 +46,7 @@ from . import act_quant
 if "NUMBA_THREADING_LAYER" not in os.environ:
     numba.config.THREADING_LAYER = "workqueue"
 
-__all__ = ["QMatrix", "INTEGER_KERNEL_TYPES", "VEC_DOT_TYPE"]
+__all__ = ["QMatrix", "INTEGER_KERNEL_TYPES", "VEC_DOT_TYPE", "FALLBACK_VEC_DOT_TYPE"]
 
 #: The activation format ggml-cpu quantizes to for each weight type
 #: (`vec_dot_type` in ggml-cpu's type traits, spec/models.md §8).
@@ -56,6 +56,18 @@ VEC_DOT_TYPE = {
     GGMLType.Q4_K: GGMLType.Q8_K, GGMLType.Q6_K: GGMLType.Q8_K,
 }
 INTEGER_KERNEL_TYPES = frozenset(VEC_DOT_TYPE)
+
+#: Types without an integer kernel here, with the activation format ggml-cpu
+#: quantizes to for them (spec/models.md §8): the fallback multiplies the
+#: dequantized weights with the dequantized activation quants, which is
+#: ggml's product up to float32 rounding.
+FALLBACK_VEC_DOT_TYPE = {
+    **{t: GGMLType.Q8_K for t in (GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q5_K, GGMLType.IQ2_XXS,
+                                  GGMLType.IQ2_XS, GGMLType.IQ3_XXS, GGMLType.IQ1_S, GGMLType.IQ3_S,
+                                  GGMLType.IQ2_S, GGMLType.IQ4_XS, GGMLType.IQ1_M, GGMLType.TQ1_0,
+                                  GGMLType.TQ2_0)},
+    GGMLType.IQ4_NL: GGMLType.Q8_0, GGMLType.MXFP4: GGMLType.Q8_0,
+}
 
 
 def _field(raw3, t, name, dtype):
@@ -226,12 +238,21 @@ def _activations(vdt: GGMLType, x: np.ndarray, B: int):
 
 def _round_for_float_weights(t: GGMLType, x: np.ndarray) -> np.ndarray:
     """ggml-cpu converts the float32 operand to the weight's `vec_dot_type`:
-    F16 for F16 weights (RNE), BF16 for BF16 weights (ggml's rule); F32 and
-    the dequantized fallback types keep float32."""
+    F16 for F16 weights (RNE), BF16 for BF16 weights (ggml's rule), Q8_K or
+    Q8_0 for the quantized fallback types (FALLBACK_VEC_DOT_TYPE); F32 and
+    other types keep float32."""
     if t == GGMLType.F16:
         return f16_bits_to_f32(f32_to_f16_bits(x)).reshape(x.shape)
     if t == GGMLType.BF16:
         return bf16_bits_to_f32(f32_to_bf16_bits(x)).reshape(x.shape)
+    vdt = FALLBACK_VEC_DOT_TYPE.get(t)
+    if vdt is not None:
+        # q * d per block, the float32 product of ggml's dequantize_row_q8_*
+        qk = 256 if vdt == GGMLType.Q8_K else 32
+        if x.shape[1] % qk == 0:
+            q, d = (act_quant.q8_k_fields(x, np.float32)[:2] if qk == 256
+                    else act_quant.q8_0_fields(x, np.float32))
+            return (q.reshape(x.shape[0], -1, qk) * d[..., None]).reshape(x.shape)
     return x
 
 

@@ -81,6 +81,9 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
         ids = tok.encode(prompt, add_special=True, parse_special=False)
     sampler = Sampler(temperature, top_k, top_p, seed)
     m.prepare()
+    # one throwaway token loads the compiled kernels, so the speed line
+    # measures the model rather than numba's cache
+    m.forward(ids[:1] or [0], m.new_cache(8))
     dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def emit(t):

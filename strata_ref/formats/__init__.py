@@ -70,9 +70,15 @@ def _make_driver(block_fn):
                 i = k - r * nb
                 y = out[r, i]
                 block_fn(blocks[r, i], y)
+                # NaNs come only from non-finite scales: test the block with
+                # a branch-free reduction, rewrite it only when one is there.
+                bad = False
                 for j in range(qk):
-                    if y[j] != y[j]:
-                        y[j] = canon[0]
+                    bad |= y[j] != y[j]
+                if bad:
+                    for j in range(qk):
+                        if y[j] != y[j]:
+                            y[j] = canon[0]
     return drive
 
 

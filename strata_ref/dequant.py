@@ -41,13 +41,8 @@ def as_bytes(raw) -> np.ndarray:
     raise TypeError(f"expected bytes or a uint8 array, got {type(raw).__name__}")
 
 
-def _f32_of_plain_float(t: GGMLType, raw: np.ndarray) -> np.ndarray:
-    """F32/F16/BF16 elements -> float32 (ggml's widening), NaNs canonical."""
-    if t == GGMLType.F32:
-        return numerics.canonicalize_nan(raw.view("<f4").astype(np.float32))
-    if t == GGMLType.F16:
-        return numerics.canonicalize_nan(numerics.f16_bits_to_f32(raw.view("<u2")))
-    return numerics.canonicalize_nan(numerics.bf16_bits_to_f32(raw.view("<u2")))
+_PLAIN_FLOAT = {GGMLType.F32: ("f32", "<u4"), GGMLType.F16: ("f16", "<u2"),
+                GGMLType.BF16: ("bf16", "<u2")}
 
 
 def _check_int(name: str, v, lo: int) -> int:
@@ -135,7 +130,8 @@ def dequant(t, blocks, rows: int, cols: int, row0: int = 0, ld: int | None = Non
     direct = out_dtype == "f32"
     f32 = view if direct else np.empty((rows, cols), np.float32)
     if not fmt.quantized:
-        f32[...] = _f32_of_plain_float(tt, src).reshape(rows, cols)
+        kind, bits = _PLAIN_FLOAT[tt]
+        numerics.widen_to_f32(kind, src.view(bits).reshape(rows, cols), f32.view(np.uint32))
     else:
         nb = cols // qk
         b3 = src.reshape(rows, nb, bb)

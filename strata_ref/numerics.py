@@ -28,7 +28,7 @@ __all__ = [
     "F16_TO_F32", "bfloat16",
     "f16_bits_to_f32", "bf16_bits_to_f32", "f32_to_f16_bits", "f32_to_bf16_bits",
     "e8m0_half_to_f32", "ue4m3_to_f32", "canonicalize_nan", "round_half_away",
-    "fma_f32", "ulp_distance_f32",
+    "fma_f32", "ulp_distance_f32", "widen_to_f32",
     "f16_scalar_to_f32", "f32_bits_to_f16_bits", "f32_bits_to_bf16_bits",
 ]
 
@@ -142,6 +142,44 @@ def f32_to_bf16_bits(x) -> np.ndarray:
     dst = np.empty(src.size, np.uint16)
     _f32_to_bf16_loop(src, dst)
     return dst.reshape(a.shape)
+
+
+_F16_TO_F32_BITS = F16_TO_F32.view(np.uint32)
+
+
+@njit(parallel=True, cache=True)
+def _widen_loop(src, dst, bf16):
+    # src: (R, C) uint16 element bits; dst: (R, C) uint32 f32 bits, any strides.
+    for r in prange(src.shape[0]):
+        for c in range(src.shape[1]):
+            h = np.int64(src[r, c])
+            v = (h << 16) if bf16 else np.int64(_F16_TO_F32_BITS[h])
+            if (v & 0x7FFFFFFF) > 0x7F800000:
+                v = 0x7FFFFFFF
+            dst[r, c] = v
+
+
+@njit(parallel=True, cache=True)
+def _canon_f32_loop(src, dst):
+    for r in prange(src.shape[0]):
+        for c in range(src.shape[1]):
+            v = np.int64(src[r, c])
+            if (v & 0x7FFFFFFF) > 0x7F800000:
+                v = 0x7FFFFFFF
+            dst[r, c] = v
+
+
+def widen_to_f32(kind: str, src: np.ndarray, dst: np.ndarray) -> None:
+    """Widen 2-D element bits to float32 bits in place, NaNs canonical.
+
+    kind: "f32" (src uint32 f32 bits, copied), "f16" (ggml's fp16 -> f32) or
+    "bf16" (`bits << 16`). src: (R, C) uint16/uint32; dst: (R, C) uint32,
+    any strides (e.g. a view of a padded float32 output).
+    """
+    if kind == "f32":
+        _canon_f32_loop(src, dst)
+    else:
+        _widen_loop(src, dst, kind == "bf16")
 
 
 def f16_bits_to_f32(bits) -> np.ndarray:

@@ -101,3 +101,19 @@ def test_type_errors():
 def test_zero_rows():
     raw, _, _ = _q8_0_tensor(2, 64)
     assert dequant_f32("Q8_0", raw, 0, 64).shape == (0, 64)
+
+
+@pytest.mark.parametrize("t,bits", [("F16", "<u2"), ("BF16", "<u2"), ("F32", "<u4")])
+def test_plain_floats_row_slice_and_padding(t, bits):
+    r = np.random.default_rng(9)
+    raw = r.integers(0, 256, 5 * 8 * np.dtype(bits).itemsize, dtype=np.uint8)   # 5 rows x 8, raw bits
+    want = dequantize(raw, t)
+    out = np.full((3, 11), -5.0, np.float32)
+    dequant_f32(t, raw, 3, 8, row0=1, ld=11, out=out)
+    assert np.array_equal(out[:, :8].view(np.uint32), want.reshape(5, 8)[1:4].view(np.uint32))
+    assert np.all(out[:, 8:] == -5.0)
+    # the 1-D path itself: element by element from the numerics rules
+    src = raw.view(bits)
+    ref = (nm.f16_bits_to_f32(src) if t == "F16" else
+           nm.bf16_bits_to_f32(src) if t == "BF16" else src.view(np.float32))
+    assert np.array_equal(want.view(np.uint32), nm.canonicalize_nan(ref).view(np.uint32))

@@ -48,13 +48,38 @@ def _driver(block_fn):
     return drive
 
 
+_MIN_BLOCKS_PER_THREAD = 8192
+_POOL = None
+
+
+def _run_threads(drive, x, out, check_finite) -> int:
+    # The driver releases the GIL (nogil), so contiguous slices of blocks run
+    # in parallel threads; blocks are independent, so the bytes are the same.
+    import os
+    global _POOL
+    n = x.shape[0]
+    k = min(os.cpu_count() or 1, n // _MIN_BLOCKS_PER_THREAD)
+    if k < 2:
+        return drive(x, out, check_finite)
+    if _POOL is None:
+        import concurrent.futures
+        _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count())
+    cuts = np.linspace(0, n, k + 1).astype(np.int64)
+    parts = list(_POOL.map(lambda i: drive(x[cuts[i]:cuts[i + 1]], out[cuts[i]:cuts[i + 1]], check_finite),
+                           range(k)))
+    for i, bad in enumerate(parts):   # the first non-finite block in input order
+        if bad >= 0:
+            return int(cuts[i] + bad)
+    return -1
+
+
 def run_blocks(block_fn, x: np.ndarray, block_bytes: int, check_finite: bool = False) -> np.ndarray:
     """(n, QK) float32 -> (n, block_bytes) uint8 by `block_fn` per block.
     With `check_finite`, raises NonFiniteInput for a NaN or ±Inf in x."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     out = np.zeros((x.shape[0], block_bytes), np.uint8)
     if x.shape[0]:
-        bad = _driver(block_fn)(x, out, check_finite)
+        bad = _run_threads(_driver(block_fn), x, out, check_finite)
         if bad >= 0:
             j = int(np.flatnonzero(~np.isfinite(x[bad]))[0])
             raise NonFiniteInput(bad * x.shape[1] + j)

@@ -29,21 +29,25 @@ def cmd_hash(a) -> int:
     from .models import resolve
     from .types import parse_type
 
-    outs = _split_list(a.out) or list(HASH_DTYPES)
+    outs = list(dict.fromkeys(_split_list(a.out) or []))
     bad = [o for o in outs if o not in HASH_DTYPES]
-    if bad:
-        return _err(f"--out: unknown dtype(s) {', '.join(bad)}; choose from f32,f16,bf16")
+    if bad or not outs:
+        return _err(f"--out: unknown or no dtype ({a.out!r}); choose from f32,f16,bf16")
     types = None
     if a.types:
         types = {parse_type(t) for t in _split_list(a.types)}
     path = resolve(a.model)
     f = read(path)
     tensors = [t for t in f.tensors if types is None or t.type in types]
+    if types is not None and not tensors:
+        print(f"strata-ref: note: no tensor of type {', '.join(sorted(t.name for t in types))} "
+              f"in {path.name}", file=sys.stderr)
     chain = {d: FNV64_OFFSET for d in outs}
     total = sum(t.n_bytes for t in tensors)
     rows = []
+    # disable=None: tqdm draws only on a terminal, never into a log file
     with tqdm(total=total, unit="B", unit_scale=True, desc="hash", file=sys.stderr,
-              disable=a.no_progress) as bar:
+              disable=True if a.no_progress else None) as bar:
         for t in tensors:
             h = hash_tensor(t.type, t.data, t.rows, t.cols, outs, chain, bar.update)
             rows.append({"name": t.name, "type": t.type.name, "shape": list(t.shape),
@@ -74,10 +78,12 @@ def cmd_info(a) -> int:
     f = read(resolve(a.file))
     print(f"file: {f.path}\nGGUF version {f.version}, alignment {f.alignment}, "
           f"{len(f.metadata)} metadata keys, {len(f.tensors)} tensors")
+    def show(v):
+        return v.item() if hasattr(v, "item") and getattr(v, "ndim", 0) == 0 else v
     for k, v in f.metadata.items():
-        s = repr(v)
+        s = repr(show(v))
         if hasattr(v, "__len__") and not isinstance(v, str) and len(v) > 8:
-            s = f"[{len(v)} values] " + repr(list(v[:4]))[:-1] + ", ...]"
+            s = f"[{len(v)} values] " + repr([show(x) for x in v[:4]])[:-1] + ", ...]"
         print(f"  {k} = {s[:160]}")
     cnt, nbytes, nvals = Counter(), Counter(), Counter()
     for t in f.tensors:
@@ -95,6 +101,8 @@ def cmd_models(a) -> int:
     from .models import REGISTRY, cache_dir, cached_path, fetch
 
     if a.action == "list":
+        if a.name:
+            return _err("models list takes no NAME")
         print(f"cache: {cache_dir()}")
         for m in REGISTRY.values():
             hit = cached_path(m)
@@ -124,7 +132,7 @@ def cmd_generate(a) -> int:
     from .infer import run_generate
     model, prompt = (None, a.args[0]) if len(a.args) == 1 else (a.args[0], a.args[1])
     return run_generate(model, prompt, a.max_tokens, a.temperature, a.top_k, a.top_p,
-                        a.seed, a.chat)
+                        a.seed, a.chat, n_ctx=a.ctx)
 
 
 def cmd_parity(a) -> int:
@@ -187,13 +195,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_compare)
 
     ge = sub.add_parser("generate", help="CPU inference: generate text from a prompt")
-    ge.add_argument("args", nargs="+", metavar="[MODEL] PROMPT")
+    ge.add_argument("args", nargs="+", metavar="[MODEL] PROMPT",
+                    help="optional registry model or .gguf path, then the prompt (quoted)")
     ge.add_argument("--max-tokens", type=int, default=32)
     ge.add_argument("--temperature", type=float, default=0.0)
     ge.add_argument("--top-k", type=int, default=0)
     ge.add_argument("--top-p", type=float, default=1.0)
     ge.add_argument("--seed", type=int, default=0)
     ge.add_argument("--chat", action="store_true", help="apply the model's chat template")
+    ge.add_argument("--ctx", type=int, default=None,
+                    help="context length in tokens (default: the model's, at most 4096)")
     ge.set_defaults(func=cmd_generate)
 
     pa = sub.add_parser("parity", help="native kernels against the oracle (needs a GPU)")
@@ -211,7 +222,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # argparse stops filling a positional list at the first option, so
+    # `generate MODEL --chat PROMPT` leaves PROMPT over: take it back here.
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if args.cmd == "generate" and not any(e.startswith("-") for e in extra):
+            args.args += extra
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.cmd == "generate" and len(args.args) > 2:
         return _err("generate takes [MODEL] PROMPT (quote the prompt)")
     try:
@@ -223,7 +242,7 @@ def main(argv=None) -> int:
     except (ValueError, TypeError, RuntimeError, OSError, ImportError) as e:
         # Library errors (GGUFError, ModelError, UnsupportedTypeError...) name
         # what went wrong; show that line, not a traceback.
-        if os.environ.get("STRATA_REF_DEBUG"):
+        if os.environ.get("STRATA_REF_DEBUG", "0") not in ("", "0"):
             raise
         return _err(f"{type(e).__name__}: {e}")
 

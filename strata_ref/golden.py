@@ -840,6 +840,15 @@ def compare_dump(gguf_path, tensor_name: str, dump_path=None, dtype: str = "f32"
         raise ValueError(f"row0={row0} is outside the tensor's {t.rows} rows")
     bits_dt = _BITS[dtype]
     dump = None
+    if hash_hex is not None:
+        if dump_path is not None:
+            raise ValueError("give either a dump file or --hash, not both")
+        try:
+            want_hash = int(str(hash_hex).lower().removeprefix("0x"), 16)
+        except ValueError:
+            raise ValueError(f"--hash {hash_hex!r} is not a hexadecimal FNV-1a 64 value") from None
+        if not 0 <= want_hash < 1 << 64:
+            raise ValueError(f"--hash {hash_hex!r} is wider than 64 bits")
     if hash_hex is None:
         if dump_path is None:
             raise ValueError("give a dump file or a hash to compare against")
@@ -855,7 +864,7 @@ def compare_dump(gguf_path, tensor_name: str, dump_path=None, dtype: str = "f32"
                 rows = (n - cols) // ld + 1
             else:
                 raise ValueError(f"dump holds {n} {dtype} values: not rows*ld or (rows-1)*ld+cols "
-                                 f"for cols={cols}, ld={ld}")
+                                 f"for cols={cols}, ld={ld} (is --dtype right?)")
         need = (rows - 1) * ld + cols if rows else 0
         if n < need:
             raise ValueError(f"dump holds {n} values; rows={rows}, cols={cols}, ld={ld} need {need}")
@@ -870,8 +879,7 @@ def compare_dump(gguf_path, tensor_name: str, dump_path=None, dtype: str = "f32"
               "row0": row0, "rows": rows, "cols": cols, "ld": ld,
               "n_values": rows * cols, "fnv_oracle": _hex(fnv_ref)}
     if dump is None:
-        want = int(str(hash_hex).lower().removeprefix("0x"), 16)
-        report.update(equal=want == fnv_ref, fnv_dump=_hex(want), n_diff=None,
+        report.update(equal=want_hash == fnv_ref, fnv_dump=_hex(want_hash), n_diff=None,
                       first_diff=None, max_ulp=None, nan_vs_number=None, nan_encoding_diffs=None)
         return report
     got_raw = np.lib.stride_tricks.as_strided(dump, (rows, cols), (ld * bits_dt.itemsize, bits_dt.itemsize))
@@ -906,8 +914,17 @@ def compare_dump(gguf_path, tensor_name: str, dump_path=None, dtype: str = "f32"
 # command-line entry points
 
 def default_golden_dir() -> Path:
-    """The repository's golden/ directory (next to the package)."""
-    return Path(__file__).resolve().parent.parent / "golden"
+    """The repository's golden/ directory (next to the package).
+
+    Golden files live in the source checkout, which `pip install -e .` uses;
+    a non-editable install has none, and this raises ValueError saying so
+    (rather than reading or writing inside site-packages).
+    """
+    d = Path(__file__).resolve().parent.parent / "golden"
+    if not (d / "corpus.json").is_file() and not (d.parent / "pyproject.toml").is_file():
+        raise ValueError("no golden/ directory next to the package: golden files live in the "
+                         "source checkout (install it with `pip install -e .`) or pass --dir")
+    return d
 
 
 def _print_table(title: str, rows: list[dict], ok: bool, out=None) -> None:
@@ -944,7 +961,11 @@ def run_golden_make(out_dir=None) -> int:
     registry's default model (fetched if needed), D/models/<model>.json.
     Returns the exit status."""
     from .models import DEFAULT_MODEL
-    d = Path(out_dir) if out_dir else default_golden_dir()
+    try:
+        d = Path(out_dir) if out_dir else default_golden_dir()
+    except ValueError as e:
+        print(f"strata-ref: error: {e}", file=sys.stderr)
+        return 2
     doc = make_corpus(d / "corpus.json")
     print(f"wrote {d / 'corpus.json'}: {len(doc['cases'])} cases"
           + (f"; oracle lacks {', '.join(doc['missing_types'])}" if doc["missing_types"] else ""))
@@ -962,11 +983,11 @@ def run_golden_check(golden_dir=None) -> int:
     D/models/<name>.json whose model is in the cache (others are reported as
     skipped), print pass/fail tables; exit status 0 only if all pass."""
     from .models import ModelError, resolve
-    d = Path(golden_dir) if golden_dir else default_golden_dir()
     try:
+        d = Path(golden_dir) if golden_dir else default_golden_dir()
         rows, ok = check_corpus(d / "corpus.json")
     except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"strata-ref: error: {e}", file=sys.stderr)
         return 2
     _print_table(f"corpus ({d / 'corpus.json'})", rows, ok)
     for mf in sorted((d / "models").glob("*.json")):
@@ -989,12 +1010,12 @@ def run_compare(file, tensor, dump, dtype="f32", row0=0, rows=None, ld=None, has
     try:
         rep = compare_dump(file, tensor, dump, dtype, row0, rows, ld, hash_hex)
     except (ValueError, OSError, ModelError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"strata-ref: error: {e}", file=sys.stderr)
         return 2
     out = out or sys.stdout
     print(f"{rep['file']} {rep['tensor']} ({rep['type']}) rows [{rep['row0']}, "
           f"{rep['row0'] + rep['rows']}) x {rep['cols']} cols, {rep['dtype']}, ld {rep['ld']}", file=out)
-    print(f"  fnv oracle {rep['fnv_oracle']}  {'hash' if dump is None else 'dump'} {rep['fnv_dump']}",
+    print(f"  fnv oracle {rep['fnv_oracle']}  {'--hash' if hash_hex is not None else 'dump'} {rep['fnv_dump']}",
           file=out)
     if rep["n_diff"] is not None:
         print(f"  values {rep['n_values']}, differing {rep['n_diff']}, NaN vs number "

@@ -193,6 +193,8 @@ def resolve(name_or_path: str | os.PathLike | None = None, *, fetch_missing: boo
     p = Path(name_or_path).expanduser()
     if p.is_file():
         return p
+    if p.is_dir():
+        raise ModelError(f"{name_or_path} is a directory, not a .gguf file")
     try:
         info = lookup(str(name_or_path))
     except ModelError:

@@ -58,7 +58,7 @@ def generate(m, prompt_ids, max_tokens: int, sampler, n_ctx: int | None = None,
 
 def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 0.0,
                  top_k: int = 40, top_p: float = 0.95, seed: int = 0, chat: bool = False,
-                 out=None) -> int:
+                 out=None, n_ctx: int | None = None) -> int:
     """`strata-ref generate`: stream the continuation of `prompt` to stdout
     (`out`), then a line with the prompt and decode speeds in tok/s.
 
@@ -67,8 +67,14 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     Returns 0. Raises ModelLoadError / ModelError / ChatTemplateError /
     ValueError with a message naming the problem (prompt longer than the
     context, unknown chat template, unsupported architecture ...).
+    n_ctx: context length in tokens (default: the model's training context,
+    at most 4096; larger values cost KV-cache memory).
     """
     from .chat import format_chat
+    if int(max_tokens) < 0:
+        raise ValueError(f"--max-tokens must be >= 0, got {max_tokens}")
+    if n_ctx is not None and int(n_ctx) < 2:
+        raise ValueError(f"--ctx must be >= 2, got {n_ctx}")
     from .sampling import Sampler
     out = out or sys.stdout
     m = load(model)
@@ -79,6 +85,10 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
         ids = tok.encode(text, add_special=True, parse_special=True)
     else:
         ids = tok.encode(prompt, add_special=True, parse_special=False)
+    ctx = m.new_cache(n_ctx).n_ctx if n_ctx is not None else min(m.hp.n_ctx_train, 4096)
+    if len(ids) >= ctx:
+        raise ValueError(f"the prompt has {len(ids)} tokens; the context holds {ctx}"
+                         + ("" if n_ctx else f" (raise it with --ctx, up to {m.hp.n_ctx_train})"))
     sampler = Sampler(temperature, top_k, top_p, seed)
     m.prepare()
     # one throwaway token loads the compiled kernels, so the speed line
@@ -93,7 +103,7 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     if not chat:
         out.write(prompt)
         out.flush()
-    gen, tp, td, n_dec = generate(m, ids, max_tokens, sampler, on_token=emit)
+    gen, tp, td, n_dec = generate(m, ids, max_tokens, sampler, n_ctx=n_ctx, on_token=emit)
     out.write(dec.decode(b"", final=True))
     p_tps = len(ids) / tp if tp > 0 else float("inf")
     d_tps = n_dec / td if td > 0 and n_dec else 0.0

@@ -237,6 +237,10 @@ class _Cursor:
         self.path = path
 
     def error(self, problem: str, offset: int | None = None) -> GGUFError:
+        # A corrupt length can put kilobytes of junk in a key or tensor name:
+        # keep the message to one readable line.
+        if len(problem) > 240:
+            problem = problem[:200] + " ... " + problem[-35:]
         return GGUFError(problem, self.pos if offset is None else offset, self.path)
 
     @property

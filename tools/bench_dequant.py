@@ -22,25 +22,8 @@ import numpy as np
 
 import strata_ref as sr
 from strata_ref.formats import dequant_types
+from strata_ref.golden import sane_blocks
 from strata_ref.hashing import fnv1a64
-
-
-def valid_blocks(t, n, rng):
-    """Random blocks whose fp16 fields are finite (top exponent bit cleared)
-    and whose E8M0 bytes are below 0xFF: ggml's validity rule for scales."""
-    fmt = sr.block_format(t)
-    b = rng.integers(0, 256, (n, fmt.block_bytes), dtype=np.uint8)
-    for f in fmt.fields:
-        if f.kind == "f16":
-            b[:, f.offset + 1:f.offset + f.nbytes:2] &= 0xBB
-        elif f.kind == "e8m0":
-            b[:, f.offset] = np.minimum(b[:, f.offset], 0xFE)
-        elif f.kind == "f32":
-            b[:, f.offset + 3:f.offset + f.nbytes:4] &= 0xBF
-    if t == sr.GGMLType.IQ1_M:      # its fp16 d lives in the top nibbles of scales
-        o = fmt.offset("scales") + 7
-        b[:, o] &= 0xBF
-    return b
 
 
 def best(fn, reps):
@@ -71,7 +54,7 @@ def main():
         cols = 4096 if 4096 % fmt.block_values == 0 else fmt.block_values * 64
         row_bytes = cols // fmt.block_values * fmt.block_bytes
         rows = max(1, int(a.mib * 2 ** 20) // row_bytes)
-        raw = valid_blocks(t, rows * cols // fmt.block_values, rng).reshape(-1)
+        raw = sane_blocks(t, rows * cols // fmt.block_values, rng).reshape(-1)   # finite scales
         nval = rows * cols
         sr.dequant_f32(t, raw, rows, cols)                         # compile and warm up
         try:

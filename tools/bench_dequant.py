@@ -49,8 +49,11 @@ def main():
           f"{a.mib} MiB input per type, best of {a.reps}")
     print(f"{'type':<8} {'M values':>9} {'oracle Mv/s':>12} {'gguf-py Mv/s':>13} {'ratio':>6}")
     worst = None
-    # Start numba's thread pool and let the clock settle before the first row:
-    # the first measured type was otherwise sometimes several times slower.
+    # Start numba's thread pool before the first row. The first calls of a
+    # process can still be several times slower: each new output of tens of
+    # MB is a fresh mmap whose page faults dominate until glibc's dynamic mmap
+    # threshold rises (measured: Q4_0 150 -> 1100 M values/s after 3-5 calls),
+    # which is why every row is a best of several interleaved repetitions.
     warm = sane_blocks(sr.GGMLType.Q8_0, 1 << 17, rng).reshape(-1)
     t_end = time.perf_counter() + 1.0
     while time.perf_counter() < t_end:

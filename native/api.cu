@@ -5,6 +5,13 @@
 #include "strata_dequant.h"
 #include "strata_launch.h"
 
+namespace strata {
+// Wide kernels over several tensors of one type (dequant_wide.cu): their row
+// batches packed into as few launches as the limits allow. Arguments checked.
+cudaError_t launch_wide_many(int type, const strata_dequant_item *items, int count,
+                             int out_dtype, cudaStream_t stream);
+}  // namespace strata
+
 using namespace strata;
 
 static thread_local int g_last_cuda_error = 0;
@@ -32,26 +39,56 @@ int strata_block_bytes(int type) { return generic_type_info(type).bytes; }
 int strata_block_values(int type) { return generic_type_info(type).qk; }
 int strata_wide_blocks_align(int type) { return wide_blocks_align(type); }
 
+// The checks of one call whose type and kernel kind are known to exist:
+// null pointers, shape (the limits keep every index product far from
+// overflow), then for the wide kernel its guards (spec/kernels.md §4:
+// 16-byte stores at out + (r·ld + 8c)·size). STRATA_OK when it may launch.
+static int check_call(int type, const void *blocks, long long row0, long long rows,
+                      long long cols, long long ld, const void *out, int kernel) {
+    if (blocks == nullptr || out == nullptr) return STRATA_E_NULL;
+    const TypeInfo ti = generic_type_info(type);
+    if (rows <= 0 || cols <= 0 || row0 < 0 || ld < cols || cols % ti.qk != 0) return STRATA_E_SHAPE;
+    if (cols > (1LL << 30) || rows > (1LL << 40) || ld > (1LL << 40) || row0 > (1LL << 40))
+        return STRATA_E_SHAPE;
+    if (kernel == STRATA_KERNEL_GENERIC) return STRATA_OK;
+    if (cols % 8 != 0 || ld % 8 != 0 || !aligned(out, 16) || !aligned(blocks, wide_blocks_align(type)))
+        return STRATA_E_GUARD;
+    if (wide_needs_dense(type) && ld != cols) return STRATA_E_GUARD;
+    return STRATA_OK;
+}
+
 int strata_dequant(int type, const void *blocks, long long row0, long long rows, long long cols,
                    long long ld, int out_dtype, void *out, int kernel, void *stream) {
     if (out_dtype < STRATA_OUT_F32 || out_dtype > STRATA_OUT_BF16) return STRATA_E_ARG;
     if (kernel != STRATA_KERNEL_GENERIC && kernel != STRATA_KERNEL_WIDE) return STRATA_E_ARG;
     if (!strata_dequant_has_kernel(type, kernel, out_dtype)) return STRATA_E_TYPE;
-    if (blocks == nullptr || out == nullptr) return STRATA_E_NULL;
-    const TypeInfo ti = generic_type_info(type);
-    // Shape guards; the limits keep every index product far from overflow.
-    if (rows <= 0 || cols <= 0 || row0 < 0 || ld < cols || cols % ti.qk != 0) return STRATA_E_SHAPE;
-    if (cols > (1LL << 30) || rows > (1LL << 40) || ld > (1LL << 40) || row0 > (1LL << 40))
-        return STRATA_E_SHAPE;
+    const int st = check_call(type, blocks, row0, rows, cols, ld, out, kernel);
+    if (st != STRATA_OK) return st;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     const unsigned char *b = static_cast<const unsigned char *>(blocks);
     if (kernel == STRATA_KERNEL_GENERIC)
         return cuda_status(launch_generic(type, b, row0, rows, cols, ld, out_dtype, out, s));
-    // Wide guards (spec/kernels.md §4): 16-byte stores at out + (r·ld + 8c)·size.
-    if (cols % 8 != 0 || ld % 8 != 0 || !aligned(out, 16) || !aligned(blocks, wide_blocks_align(type)))
-        return STRATA_E_GUARD;
-    if (wide_needs_dense(type) && ld != cols) return STRATA_E_GUARD;
     return cuda_status(launch_wide(type, b, row0, rows, cols, ld, out_dtype, out, s));
+}
+
+int strata_dequant_many(int type, const strata_dequant_item *items, int count, int out_dtype,
+                        int *bad_item, void *stream) {
+    if (bad_item != nullptr) *bad_item = -1;
+    if (count < 1 || count > STRATA_DEQUANT_MANY_MAX) return STRATA_E_COUNT;
+    if (out_dtype < STRATA_OUT_F32 || out_dtype > STRATA_OUT_BF16) return STRATA_E_ARG;
+    if (!wide_has_kernel(type, out_dtype)) return STRATA_E_TYPE;
+    if (items == nullptr) return STRATA_E_NULL;
+    for (int i = 0; i < count; ++i) {
+        const strata_dequant_item &it = items[i];
+        const int st = check_call(type, it.blocks, it.row0, it.rows, it.cols, it.ld, it.out,
+                                  STRATA_KERNEL_WIDE);
+        if (st != STRATA_OK) {
+            if (bad_item != nullptr) *bad_item = i;
+            return st;
+        }
+    }
+    return cuda_status(launch_wide_many(type, items, count, out_dtype,
+                                        static_cast<cudaStream_t>(stream)));
 }
 
 int strata_f32_to_bf16(const void *in, void *out, long long n, void *stream) {

@@ -7,7 +7,9 @@
 // 16-byte aligned and ld % 8 == 0; the blocks pointer has the alignment of
 // wide_blocks_align(type); Q8_0 additionally needs ld == cols.
 #include <algorithm>
+#include <type_traits>
 
+#include "strata_dequant.h"
 #include "strata_wide.cuh"
 #include "strata_iq_tables.h"
 #include "strata_launch.h"
@@ -38,24 +40,22 @@ template <class W, int OUT> struct CptOf { static constexpr int value = OUT == O
 #endif
 constexpr int kThreads = STRATA_WIDE_THREADS;
 
-// Row-major kernel for any ld % 8 == 0: chunk c of a launch is chunk c % cpr
-// of row c / cpr (cpr = cols/8 chunks per row). A CUDA block covers
-// kThreads·kCpt consecutive chunks, thread t those at t + kThreads·k, so
-// every store instruction of a warp stays one contiguous 512-byte run.
-// `blocks` and `out` point at the launch's first row; the host sizes each
-// launch so that every byte offset into blocks and every element offset into
-// out fits 32 bits (cheap index arithmetic). Out-of-range chunks read the
-// last valid chunk and store nothing, so the loop has no early exit and the
-// loads of all kCpt chunks can be in flight together.
+// Row-major body for any ld % 8 == 0, one CUDA block `blk` of a launch:
+// chunk c of the launch is chunk c % cpr of row c / cpr (cpr = cols/8 chunks
+// per row). A CUDA block covers kThreads·kCpt consecutive chunks, thread t
+// those at t + kThreads·k, so every store instruction of a warp stays one
+// contiguous 512-byte run. `blocks` and `out` point at the launch's first
+// row; the host sizes each launch so that every byte offset into blocks and
+// every element offset into out fits 32 bits (cheap index arithmetic).
+// Out-of-range chunks read the last valid chunk and store nothing, so the
+// loop has no early exit and the loads of all kCpt chunks can be in flight
+// together. Both the single-tensor kernel and the many-tensor kernel below
+// run this same code.
 template <class W, int OUT>
-__global__ void __launch_bounds__(kThreads)
-dequant_wide_kernel(const uint8_t *__restrict__ blocks, unsigned total, FastDiv cpr,
-                    unsigned row_bytes, unsigned ld, void *__restrict__ out) {
-    __shared__ float kv[16];
-    if constexpr (W::KV) {
-        if (threadIdx.x < 16) kv[threadIdx.x] = (float)tab_kvalues_iq4nl[threadIdx.x];
-        __syncthreads();
-    }
+__device__ __forceinline__ void wide_rows_block(const uint8_t *__restrict__ blocks, unsigned total,
+                                                FastDiv cpr, unsigned row_bytes, unsigned ld,
+                                                void *__restrict__ out, unsigned blk,
+                                                const float *kv) {
     constexpr unsigned CPB = W::QK / 8;   // chunks per block
     constexpr int kCpt = CptOf<W, OUT>::value;
     float y[kCpt][8];
@@ -63,7 +63,7 @@ dequant_wide_kernel(const uint8_t *__restrict__ blocks, unsigned total, FastDiv 
     unsigned o[kCpt];
 #pragma unroll
     for (int k = 0; k < kCpt; ++k) {
-        const unsigned c0 = (blockIdx.x * kCpt + k) * kThreads + threadIdx.x;
+        const unsigned c0 = (blk * kCpt + k) * kThreads + threadIdx.x;
         const unsigned c = c0 < total ? c0 : total - 1;
         const unsigned r = fast_div(c, cpr), ci = c - r * cpr.d;
         const uint8_t *b = blocks + (r * row_bytes + (ci / CPB) * (unsigned)W::B);
@@ -72,34 +72,98 @@ dequant_wide_kernel(const uint8_t *__restrict__ blocks, unsigned total, FastDiv 
     }
 #pragma unroll
     for (int k = 0; k < kCpt; ++k) {
-        if ((blockIdx.x * kCpt + k) * kThreads + threadIdx.x >= total) continue;
+        if ((blk * kCpt + k) * kThreads + threadIdx.x >= total) continue;
         if (!finite[k]) canonicalize8(y[k]);
         store8_canonical<OUT, STRATA_WIDE_STREAM>(out, o[k], y[k]);
     }
 }
 
-// Q8_0 with ld == cols: the rows are one flat run of blocks and outputs, so
-// chunk c is block c/4, part c%4, and lands at out + 8c (no division).
+// Q8_0 with ld == cols, one CUDA block `blk`: the rows are one flat run of
+// blocks and outputs, so chunk c is block c/4, part c%4, and lands at
+// out + 8c (no division).
 template <int OUT>
-__global__ void __launch_bounds__(kThreads)
-dequant_wide_q8_0_kernel(const uint8_t *__restrict__ blocks, unsigned chunks,
-                         void *__restrict__ out) {
+__device__ __forceinline__ void wide_q8_0_block(const uint8_t *__restrict__ blocks,
+                                                unsigned chunks, void *__restrict__ out,
+                                                unsigned blk) {
     constexpr int kCpt = CptOf<WideQ8_0, OUT>::value;
     float y[kCpt][8];
     bool finite[kCpt];
 #pragma unroll
     for (int k = 0; k < kCpt; ++k) {
-        const unsigned c0 = (blockIdx.x * kCpt + k) * kThreads + threadIdx.x;
+        const unsigned c0 = (blk * kCpt + k) * kThreads + threadIdx.x;
         const unsigned c = c0 < chunks ? c0 : chunks - 1;
         finite[k] = WideQ8_0::chunk(blocks + (long long)(c >> 2) * WideQ8_0::B, c & 3, nullptr, y[k]);
     }
 #pragma unroll
     for (int k = 0; k < kCpt; ++k) {
-        const unsigned c = (blockIdx.x * kCpt + k) * kThreads + threadIdx.x;
+        const unsigned c = (blk * kCpt + k) * kThreads + threadIdx.x;
         if (c >= chunks) continue;
         if (!finite[k]) canonicalize8(y[k]);
         store8_canonical<OUT, STRATA_WIDE_STREAM>(out, 8LL * c, y[k]);
     }
+}
+
+// IQ4_XS's 16-entry kv table into shared memory (a no-op for other types).
+template <class W>
+__device__ __forceinline__ void load_kv(float *kv) {
+    if constexpr (W::KV) {
+        if (threadIdx.x < 16) kv[threadIdx.x] = (float)tab_kvalues_iq4nl[threadIdx.x];
+        __syncthreads();
+    }
+}
+
+template <class W>
+constexpr bool kDense = std::is_same<W, WideQ8_0>::value;   // the ld == cols kernel
+
+template <class W, int OUT>
+__global__ void __launch_bounds__(kThreads)
+dequant_wide_kernel(const uint8_t *__restrict__ blocks, unsigned total, FastDiv cpr,
+                    unsigned row_bytes, unsigned ld, void *__restrict__ out) {
+    __shared__ float kv[16];
+    load_kv<W>(kv);
+    wide_rows_block<W, OUT>(blocks, total, cpr, row_bytes, ld, out, blockIdx.x, kv);
+}
+
+template <int OUT>
+__global__ void __launch_bounds__(kThreads)
+dequant_wide_q8_0_kernel(const uint8_t *__restrict__ blocks, unsigned chunks,
+                         void *__restrict__ out) {
+    wide_q8_0_block<OUT>(blocks, chunks, out, blockIdx.x);
+}
+
+// One launch over several tensors (spans). A span is one row batch of one
+// tensor, with the arguments of a single-tensor launch, and owns the CUDA
+// blocks [first_block, next span's first_block) of the grid. The spans ride
+// in the kernel's parameters (about 0.8 KB; no device memory, no copy, so a
+// call can be captured into a CUDA graph); the dynamically indexed reads
+// below are constant-bank loads (ptxas reports no stack frame).
+struct WideSpan {
+    const uint8_t *blocks;   // the span's first row
+    void *out;               // its first output element
+    unsigned total;          // chunks of 8 values
+    unsigned row_bytes;
+    unsigned ld;             // cols when the span is one row (keeps offsets in 32 bits)
+    unsigned first_block;    // first CUDA block of the span in its launch
+    FastDiv cpr;             // chunks per row
+};
+constexpr int kMaxSpans = 16;
+struct WideSpans {
+    WideSpan s[kMaxSpans];
+    int count;
+};
+
+template <class W, int OUT>
+__global__ void __launch_bounds__(kThreads) dequant_wide_many_kernel(const WideSpans spans) {
+    __shared__ float kv[16];
+    load_kv<W>(kv);
+    int i = 0;   // uniform over the CUDA block: at most 15 compares
+    while (i + 1 < spans.count && blockIdx.x >= spans.s[i + 1].first_block) ++i;
+    const WideSpan &sp = spans.s[i];
+    const unsigned blk = blockIdx.x - sp.first_block;
+    if constexpr (kDense<W>)
+        wide_q8_0_block<OUT>(sp.blocks, sp.total, sp.out, blk);
+    else
+        wide_rows_block<W, OUT>(sp.blocks, sp.total, sp.cpr, sp.row_bytes, sp.ld, sp.out, blk, kv);
 }
 
 template <class W, int OUT>
@@ -129,58 +193,57 @@ int wide_blocks_align(int type) {
 
 bool wide_needs_dense(int type) { return type == T_Q8_0; }
 
-template <class W, int OUT>
-static cudaError_t launch_rows(const uint8_t *blocks, long long row0, long long rows,
-                               long long cols, long long ld, void *out, cudaStream_t stream) {
+// The spans of rows [row0, row0 + rows) of one tensor, in order, each handed
+// to f: row batches of at most kMaxThreadsPerLaunch chunks whose 32-bit
+// offsets cannot overflow (blocks: rows·row_bytes; outputs: (rows − 1)·ld +
+// cols). Q8_0's dense kernel uses 64-bit offsets and needs only the chunk bound.
+template <class W, int OUT, class F>
+static cudaError_t for_each_span(const uint8_t *blocks, long long row0, long long rows,
+                                 long long cols, long long ld, void *out, F &&f) {
     const long long cpr = cols / 8;
     const long long row_bytes = (cols / W::QK) * W::B;
-    // Rows per launch: at most 2^30 chunks, and 32-bit offsets into the
-    // launch's blocks ((rows)·row_bytes) and outputs ((rows − 1)·ld + cols).
-    const long long lim = 0xFFFFFFFFLL;
     long long batch = kMaxThreadsPerLaunch / cpr;
-    batch = std::min(batch, lim / row_bytes);
-    batch = std::min(batch, (lim - cols) / ld + 1);
+    if constexpr (!kDense<W>) {
+        const long long lim = 0xFFFFFFFFLL;
+        batch = std::min(batch, lim / row_bytes);
+        batch = std::min(batch, (lim - cols) / ld + 1);
+    }
     const int size = OUT == OUT_F32 ? 4 : 2;
     const FastDiv div = make_fast_div((uint32_t)cpr);
     for (long long r0 = 0; r0 < rows; r0 += batch) {
-        const long long n = rows - r0 < batch ? rows - r0 : batch;
-        dequant_wide_kernel<W, OUT><<<wide_grid<W, OUT>(n * cpr), kThreads, 0, stream>>>(
-            blocks + (row0 + r0) * row_bytes, (unsigned)(n * cpr), div, (unsigned)row_bytes,
-            (unsigned)(n > 1 ? ld : cols), static_cast<char *>(out) + r0 * ld * size);
-        const cudaError_t e = cudaGetLastError();
+        const long long n = std::min(rows - r0, batch);
+        WideSpan s{};
+        s.blocks = blocks + (row0 + r0) * row_bytes;
+        s.out = static_cast<char *>(out) + r0 * ld * size;
+        s.total = (unsigned)(n * cpr);
+        s.row_bytes = (unsigned)row_bytes;
+        s.ld = (unsigned)(n > 1 ? ld : cols);
+        s.cpr = div;
+        const cudaError_t e = f(s);
         if (e != cudaSuccess) return e;
     }
     return cudaSuccess;
 }
 
-template <int OUT>
-static cudaError_t launch_q8_0(const uint8_t *blocks, long long row0, long long rows,
-                               long long cols, void *out, cudaStream_t stream) {
-    const long long row_bytes = (cols / 32) * 34;
-    const long long cpr = cols / 8;
-    const long long batch = kMaxThreadsPerLaunch / cpr;
-    const int size = OUT == OUT_F32 ? 4 : 2;
-    for (long long r0 = 0; r0 < rows; r0 += batch) {
-        const long long n = rows - r0 < batch ? rows - r0 : batch;
-        const long long chunks = n * cpr;
-        dequant_wide_q8_0_kernel<OUT><<<wide_grid<WideQ8_0, OUT>(chunks), kThreads, 0, stream>>>(
-            blocks + (row0 + r0) * row_bytes, (unsigned)chunks,
-            static_cast<char *>(out) + r0 * cols * size);
-        const cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess) return e;
-    }
-    return cudaSuccess;
-}
-
-template <int OUT>
-static cudaError_t launch_wide_out(int type, const uint8_t *blocks, long long row0, long long rows,
-                                   long long cols, long long ld, void *out, cudaStream_t stream) {
-    switch (type) {
-    case T_Q8_0: return launch_q8_0<OUT>(blocks, row0, rows, cols, out, stream);
-    case T_Q4_K: return launch_rows<WideQ4_K, OUT>(blocks, row0, rows, cols, ld, out, stream);
-    case T_Q5_K: return launch_rows<WideQ5_K, OUT>(blocks, row0, rows, cols, ld, out, stream);
-    case T_Q6_K: return launch_rows<WideQ6_K, OUT>(blocks, row0, rows, cols, ld, out, stream);
-    case T_IQ4_XS: return launch_rows<WideIQ4_XS, OUT>(blocks, row0, rows, cols, ld, out, stream);
+// Calls f(W{}, std::integral_constant<int, OUT>{}) with the Wide struct of
+// `type` and the output dtype; cudaErrorInvalidValue for a pair without a
+// kernel. The single place that maps run-time codes to kernel templates.
+template <class F>
+static cudaError_t with_wide(int type, int out_dtype, F &&f) {
+    auto by_type = [&](auto out) -> cudaError_t {
+        switch (type) {
+        case T_Q8_0: return f(WideQ8_0{}, out);
+        case T_Q4_K: return f(WideQ4_K{}, out);
+        case T_Q5_K: return f(WideQ5_K{}, out);
+        case T_Q6_K: return f(WideQ6_K{}, out);
+        case T_IQ4_XS: return f(WideIQ4_XS{}, out);
+        default: return cudaErrorInvalidValue;
+        }
+    };
+    switch (out_dtype) {
+    case OUT_F32: return by_type(std::integral_constant<int, OUT_F32>{});
+    case OUT_F16: return by_type(std::integral_constant<int, OUT_F16>{});
+    case OUT_BF16: return by_type(std::integral_constant<int, OUT_BF16>{});
     default: return cudaErrorInvalidValue;
     }
 }
@@ -188,12 +251,57 @@ static cudaError_t launch_wide_out(int type, const uint8_t *blocks, long long ro
 cudaError_t launch_wide(int type, const unsigned char *blocks, long long row0, long long rows,
                         long long cols, long long ld, int out_dtype, void *out,
                         cudaStream_t stream) {
-    switch (out_dtype) {
-    case OUT_F32: return launch_wide_out<OUT_F32>(type, blocks, row0, rows, cols, ld, out, stream);
-    case OUT_F16: return launch_wide_out<OUT_F16>(type, blocks, row0, rows, cols, ld, out, stream);
-    case OUT_BF16: return launch_wide_out<OUT_BF16>(type, blocks, row0, rows, cols, ld, out, stream);
-    default: return cudaErrorInvalidValue;
-    }
+    return with_wide(type, out_dtype, [&](auto w, auto out_c) -> cudaError_t {
+        using W = decltype(w);
+        constexpr int OUT = decltype(out_c)::value;
+        return for_each_span<W, OUT>(blocks, row0, rows, cols, ld, out, [&](const WideSpan &s) {
+            const unsigned grid = wide_grid<W, OUT>(s.total);
+            if constexpr (kDense<W>)
+                dequant_wide_q8_0_kernel<OUT><<<grid, kThreads, 0, stream>>>(s.blocks, s.total, s.out);
+            else
+                dequant_wide_kernel<W, OUT><<<grid, kThreads, 0, stream>>>(
+                    s.blocks, s.total, s.cpr, s.row_bytes, s.ld, s.out);
+            return cudaGetLastError();
+        });
+    });
+}
+
+// The spans of all tensors, packed kMaxSpans per launch in order: one launch
+// unless a tensor is so large that its rows need several batches (more than
+// 2^30 chunks or 4 GiB of blocks) or the tensors bring more than kMaxSpans
+// spans in all.
+cudaError_t launch_wide_many(int type, const strata_dequant_item *items, int count,
+                             int out_dtype, cudaStream_t stream) {
+    return with_wide(type, out_dtype, [&](auto w, auto out_c) -> cudaError_t {
+        using W = decltype(w);
+        constexpr int OUT = decltype(out_c)::value;
+        WideSpans pack{};
+        unsigned grid = 0;
+        auto flush = [&]() -> cudaError_t {
+            if (pack.count == 0) return cudaSuccess;
+            dequant_wide_many_kernel<W, OUT><<<grid, kThreads, 0, stream>>>(pack);
+            pack.count = 0;
+            grid = 0;
+            return cudaGetLastError();
+        };
+        for (int i = 0; i < count; ++i) {
+            const strata_dequant_item &it = items[i];
+            const cudaError_t e = for_each_span<W, OUT>(
+                static_cast<const uint8_t *>(it.blocks), it.row0, it.rows, it.cols, it.ld, it.out,
+                [&](WideSpan s) -> cudaError_t {
+                    if (pack.count == kMaxSpans) {
+                        const cudaError_t f = flush();
+                        if (f != cudaSuccess) return f;
+                    }
+                    s.first_block = grid;
+                    grid += wide_grid<W, OUT>(s.total);   // <= 2^22 per span
+                    pack.s[pack.count++] = s;
+                    return cudaSuccess;
+                });
+            if (e != cudaSuccess) return e;
+        }
+        return flush();
+    });
 }
 
 }  // namespace strata

@@ -35,8 +35,23 @@ enum strata_status {
     STRATA_E_NULL = 3,       /* a null pointer */
     STRATA_E_GUARD = 4,      /* a wide kernel's guard failed: ld or pointer alignment */
     STRATA_E_ARG = 5,        /* unknown output dtype or kernel kind */
-    STRATA_E_CUDA = 6        /* a CUDA call failed; see strata_last_cuda_error */
+    STRATA_E_CUDA = 6,       /* a CUDA call failed; see strata_last_cuda_error */
+    STRATA_E_COUNT = 7       /* strata_dequant_many: count < 1 or > STRATA_DEQUANT_MANY_MAX */
 };
+
+enum strata_limits {
+    STRATA_DEQUANT_MANY_MAX = 16   /* tensors per strata_dequant_many call */
+};
+
+/* One tensor of a strata_dequant_many call: the arguments of strata_dequant. */
+typedef struct strata_dequant_item {
+    const void *blocks;   /* row 0 of the tensor (device memory) */
+    long long row0;
+    long long rows;
+    long long cols;
+    long long ld;         /* output row stride, elements */
+    void *out;            /* output row 0 (device memory) */
+} strata_dequant_item;
 
 int strata_abi_version(void);
 
@@ -58,6 +73,20 @@ int strata_wide_blocks_align(int type);
 int strata_dequant(int type, const void *blocks, long long row0, long long rows,
                    long long cols, long long ld, int out_dtype, void *out,
                    int kernel, void *stream);
+
+/* Dequantize `count` tensors of one type with the WIDE kernel in one launch
+ * (more only when a tensor needs several row batches, i.e. more than 2^30
+ * chunks of 8 values or 4 GiB of blocks): item i behaves exactly as
+ * strata_dequant(type, items[i].blocks, items[i].row0, items[i].rows,
+ * items[i].cols, items[i].ld, out_dtype, items[i].out, STRATA_KERNEL_WIDE,
+ * stream), bit for bit (the same device code). Every item is checked
+ * first, with the single call's shape rules and wide guards; if one fails,
+ * nothing is launched, the status says why and *bad_item (when bad_item is
+ * not null) names the item (-1 when the failure is not an item's). Outputs
+ * must not overlap. 1 <= count <= STRATA_DEQUANT_MANY_MAX, else
+ * STRATA_E_COUNT; a type or dtype without a wide kernel is STRATA_E_TYPE. */
+int strata_dequant_many(int type, const strata_dequant_item *items, int count,
+                        int out_dtype, int *bad_item, void *stream);
 
 /* Elementwise conversions of n float32 values (device memory):
  * bf16 by ggml's bit rule (NaN -> (u >> 16) | 0x40, else RNE on bit 16),
@@ -86,6 +115,6 @@ int strata_synchronize(void);
 }
 #endif
 
-#define STRATA_ABI_VERSION 1
+#define STRATA_ABI_VERSION 2   /* 2: strata_dequant_many */
 
 #endif /* STRATA_DEQUANT_H */

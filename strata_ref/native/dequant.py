@@ -3,7 +3,10 @@
 `dequant_device` works on device arrays that export
 `__cuda_array_interface__` (CuPy, numba device arrays, torch, or this
 module's `DeviceBuffer`), without copies: it reads their pointers and hands
-them to `strata_dequant` (native/strata_dequant.h). `dequant_host` is the
+them to `strata_dequant` (native/strata_dequant.h). `dequant_device_many`
+dequantizes up to 16 tensors of one type (a layer's projections) with one
+wide-kernel launch (`strata_dequant_many`), for small tensors whose single
+launches cost more latency than bandwidth. `dequant_host` is the
 convenience for NumPy data: it copies the rows in, runs the kernel, copies the
 result out, and falls back to the NumPy oracle (`strata_ref.dequant`) when no
 kernel can serve the call.
@@ -23,7 +26,8 @@ from ..types import GGMLType, UnsupportedTypeError, block_format, parse_type
 from . import dispatch
 from .loader import Native, NativeUnavailable, load
 
-__all__ = ["dequant_device", "dequant_host", "f32_to_bf16_device", "f32_to_f16_device",
+__all__ = ["dequant_device", "dequant_device_many", "DequantItem", "ManyRun", "MANY_MAX",
+           "split_by_type", "dequant_host", "f32_to_bf16_device", "f32_to_f16_device",
            "DeviceBuffer", "NativeError", "device_cc"]
 
 _OUT_CODE = {"f32": 0, "f16": 1, "bf16": 2}
@@ -32,7 +36,10 @@ _KERNEL_CODE = {"generic": 0, "wide": 1}
 _STATUS = {0: "ok", 1: "no kernel for this type and output dtype",
            2: "shape not served (rows/cols 0, cols % QK, ld < cols)", 3: "null pointer",
            4: "wide kernel guard failed (ld or pointer alignment)",
-           5: "bad output dtype or kernel kind", 6: "CUDA error"}
+           5: "bad output dtype or kernel kind", 6: "CUDA error",
+           7: "item count outside 1..STRATA_DEQUANT_MANY_MAX"}
+#: Tensors per `dequant_device_many` call (STRATA_DEQUANT_MANY_MAX, native/strata_dequant.h).
+MANY_MAX = 16
 
 
 class NativeError(RuntimeError):
@@ -81,8 +88,8 @@ def _cai(a, name: str) -> _Arr:
                 e for e, n in zip(expect, shape) if n > 1):
             raise ValueError(f"{name} must be C-contiguous (strides {strides})")
     ptr, readonly = cai["data"]
-    if readonly and name == "out":
-        raise ValueError("out is read-only")
+    if readonly and (name == "out" or name.endswith(".out")):
+        raise ValueError(f"{name} is read-only")
     return _Arr(int(ptr), size * item, typestr, size)
 
 
@@ -186,6 +193,212 @@ def dequant_device(t, blocks, rows: int, cols: int, out, *, row0: int = 0,
         return dispatch.Selection(None, f"{sel.kernel} kernel: {_STATUS[st]}", sel.warning)
     _check(nat, st, f"dequant {tt.name}")
     return sel
+
+
+@dataclass(frozen=True, eq=False)     # compared by identity: it holds device arrays
+class DequantItem:
+    """One tensor of a `dequant_device_many` call, with the arguments of
+    `dequant_device`: t (ggml type: GGMLType, id or name), blocks (device
+    uint8 array holding the tensor from row 0), rows, cols, out (device
+    array of the call's output dtype, at least (rows − 1)·ld + cols
+    elements), row0 (first tensor row, default 0), ld (output row stride in
+    elements, default cols)."""
+    t: object
+    blocks: object
+    rows: int
+    cols: int
+    out: object
+    row0: int = 0
+    ld: int | None = None
+
+
+@dataclass(frozen=True)
+class ManyRun:
+    """What `dequant_device_many` ran. selections: per item, the Selection
+    that served it (kernel None: nothing was launched for it, use the NumPy
+    path). grouped: indices of the items dequantized together by the one
+    wide launch. reason: why, in words."""
+    selections: tuple
+    grouped: tuple
+    reason: str
+
+    @property
+    def one_launch(self) -> bool:
+        """True when every item went through the one wide launch."""
+        return len(self.grouped) == len(self.selections)
+
+
+@dataclass(frozen=True)
+class _Checked:
+    b: _Arr
+    o: _Arr
+    rows: int
+    cols: int
+    row0: int
+    ld: int
+
+
+def _int_arg(name: str, v) -> int:
+    if isinstance(v, bool) or not hasattr(v, "__index__"):
+        raise TypeError(f"{name} must be an integer, got {v!r}")
+    return int(v)
+
+
+def _item_type(i: int, it) -> GGMLType:
+    if not isinstance(it, DequantItem):
+        raise TypeError(f"items[{i}] must be a DequantItem, got {type(it).__name__}")
+    try:
+        return block_format(parse_type(it.t)).type
+    except UnsupportedTypeError as e:
+        raise UnsupportedTypeError(f"items[{i}]: {e}") from None
+
+
+def _check_item(i: int, it: DequantItem, fmt, kind: str | None) -> tuple[_Checked, str]:
+    w = f"items[{i}]"
+    rows, cols, row0 = (_int_arg(f"{w}.{n}", getattr(it, n)) for n in ("rows", "cols", "row0"))
+    ld = cols if it.ld is None else _int_arg(f"{w}.ld", it.ld)
+    if rows <= 0 or cols <= 0 or row0 < 0:
+        raise ValueError(f"{w}: rows={rows} and cols={cols} must be positive, row0={row0} >= 0")
+    if ld < cols:
+        raise ValueError(f"{w}: ld={ld} < cols={cols}")
+    if cols % fmt.block_values:
+        raise ValueError(f"{w}: cols={cols} is not a multiple of {fmt.type.name}'s "
+                         f"QK={fmt.block_values}")
+    b = _cai(it.blocks, f"{w}.blocks")
+    if b.typestr[1:] not in ("u1", "i1"):
+        raise TypeError(f"{w}.blocks must be a uint8 device array, got {b.typestr}")
+    row_bytes = cols // fmt.block_values * fmt.block_bytes
+    if (row0 + rows) * row_bytes > b.nbytes:
+        raise ValueError(f"{w}.blocks holds {b.nbytes} bytes; rows [{row0}, {row0 + rows}) of "
+                         f"{row_bytes} bytes each need {(row0 + rows) * row_bytes}")
+    o = _cai(it.out, f"{w}.out")
+    try:
+        kind = _out_dtype(o, kind)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"{w}.out: {e}") from None
+    if o.size < (rows - 1) * ld + cols:
+        raise ValueError(f"{w}.out holds {o.size} values; rows={rows}, cols={cols}, ld={ld} "
+                         f"need {(rows - 1) * ld + cols}")
+    return _Checked(b, o, rows, cols, row0, ld), kind
+
+
+def _check_many(items, out_dtype: str | None):
+    """(type, output dtype, checked items) of a `dequant_device_many` call;
+    no GPU needed. Raises as documented there."""
+    if not isinstance(items, (list, tuple)):
+        raise TypeError(f"items must be a list or tuple of DequantItem, got {type(items).__name__}")
+    if not items:
+        raise ValueError(f"items is empty: give 1 to {MANY_MAX} tensors")
+    if len(items) > MANY_MAX:
+        raise ValueError(f"{len(items)} items; one call takes at most {MANY_MAX} "
+                         "(STRATA_DEQUANT_MANY_MAX): split the list (split_by_type)")
+    if out_dtype is not None and out_dtype not in _OUT_CODE:
+        raise ValueError(f"out_dtype must be one of {tuple(_OUT_CODE)}, got {out_dtype!r}")
+    types = [_item_type(i, it) for i, it in enumerate(items)]
+    for i, tt in enumerate(types):
+        if tt != types[0]:
+            raise ValueError(f"items hold mixed types: items[0] is {types[0].name}, items[{i}] "
+                             f"is {tt.name}; one call per type (split_by_type)")
+    fmt = block_format(types[0])
+    checked, kind = [], out_dtype
+    for i, it in enumerate(items):
+        c, kind = _check_item(i, it, fmt, kind)
+        checked.append(c)
+    return types[0], kind, checked
+
+
+def split_by_type(items) -> list[list[DequantItem]]:
+    """`items` grouped by ggml type, in order of first appearance, each group
+    cut into lists of at most MANY_MAX: the `dequant_device_many` calls for
+    a layer whose projections have mixed types. Raises TypeError /
+    UnsupportedTypeError for a non-DequantItem or an unknown type."""
+    groups: dict[GGMLType, list[DequantItem]] = {}
+    for i, it in enumerate(items):
+        groups.setdefault(_item_type(i, it), []).append(it)
+    return [g[j:j + MANY_MAX] for g in groups.values() for j in range(0, len(g), MANY_MAX)]
+
+
+def dequant_device_many(items, out_dtype: str | None = None, *, kernel: str = "auto",
+                        stream=None, device: int | None = None) -> ManyRun:
+    """Dequantize several tensors of one ggml type with one wide-kernel launch.
+
+    items: list or tuple of 1 … MANY_MAX (16) `DequantItem`s, all of one type;
+    each item behaves exactly as `dequant_device(item.t, item.blocks,
+    item.rows, item.cols, item.out, row0=item.row0, ld=item.ld)` (rows
+    [row0, row0 + rows) of its tensor, value c of output row r at
+    out[r·ld + c], columns [cols, ld) never written), bit for bit: the
+    launch (`strata_dequant_many`, native/strata_dequant.h) runs the
+    single-tensor wide kernel's device code for each tensor. out_dtype:
+    "f32", "f16", "bf16" or None (from the first item's out array, which
+    then fixes it for all). Outputs must not overlap. kernel:
+    * "auto": each item's kernel by `dispatch.select` (this device's compute
+      capability, os.environ: Q8_0 wide whenever its guard holds, the
+      K-quants and IQ4_XS wide on 6.1 or with STRATA_DEQUANT_WIDE=1); the
+      items that select the wide kernel share one launch, every other item
+      gets its own `dequant_device` launch (generic kernel, or none);
+    * "wide": all items in one wide launch, or, when the type has no wide
+      kernel or an item fails its wide guard (ld % 8, Q8_0's ld == cols,
+      pointer alignment), nothing is launched and every selection is None.
+    Asynchronous on `stream`. Returns the ManyRun.
+
+    Raises TypeError / ValueError before anything runs (no GPU needed) for:
+    items not a list/tuple of DequantItem, 0 or more than MANY_MAX items,
+    unknown type (UnsupportedTypeError), mixed types, rows/cols <= 0,
+    row0 < 0, ld < cols, cols not a multiple of QK, blocks not uint8 or too
+    short, out of the wrong dtype or too short, out dtypes that differ, a
+    bad kernel or out_dtype. NativeUnavailable without the library,
+    NativeError when CUDA fails.
+    """
+    if kernel not in ("auto", "wide"):
+        raise ValueError(f"kernel must be 'auto' or 'wide', got {kernel!r} (the one-launch path "
+                         "exists for the wide kernels)")
+    tt, kind, args = _check_many(items, out_dtype)
+    nat = load(device)
+    env = {dispatch.ENV_WIDE: "1"} if kernel == "wide" else os.environ
+    sels = [dispatch.select(nat.cc, tt, a.rows, a.cols, a.ld, a.b.ptr, a.o.ptr, kind, env)
+            for a in args]
+    if kernel == "auto":
+        sels = [dispatch.warn_once(s) for s in sels]
+    grouped = tuple(i for i, s in enumerate(sels) if s.kernel == "wide")
+    other = [i for i in range(len(args)) if i not in grouped]
+    if kernel == "wide" and other:
+        why = f"items[{other[0]}]: {sels[other[0]].reason}; nothing launched"
+        return ManyRun(tuple(dispatch.Selection(None, why) for _ in args), (), why)
+    if grouped:
+        _launch_many(nat, tt, kind, [args[i] for i in grouped], grouped, stream)
+    for i in other:
+        if sels[i].kernel is not None:
+            it, a = items[i], args[i]
+            ran = dequant_device(tt, it.blocks, a.rows, a.cols, it.out, row0=a.row0, ld=a.ld,
+                                 out_dtype=kind, stream=stream, kernel=sels[i].kernel,
+                                 device=device)
+            if ran.kernel is None:           # the library refused it: say why
+                sels[i] = ran
+    if not other:
+        why = f"one wide launch for {len(args)} {tt.name} tensors"
+    else:
+        why = (f"{len(grouped)} of {len(args)} {tt.name} tensors in one wide launch; "
+               f"items[{other[0]}]: {sels[other[0]].reason} (launched alone)")
+    return ManyRun(tuple(sels), grouped, why)
+
+
+def _launch_many(nat: Native, tt: GGMLType, kind: str, args: list, index: tuple,
+                 stream) -> None:
+    ffi = nat.ffi
+    arr = ffi.new("strata_dequant_item[]", len(args))
+    for k, a in enumerate(args):
+        arr[k].blocks = ffi.cast("void *", a.b.ptr)
+        arr[k].out = ffi.cast("void *", a.o.ptr)
+        arr[k].row0, arr[k].rows, arr[k].cols, arr[k].ld = a.row0, a.rows, a.cols, a.ld
+    bad = ffi.new("int *")
+    st = nat.lib.strata_dequant_many(int(tt), arr, len(args), _OUT_CODE[kind], bad,
+                                     ffi.cast("void *", _stream_handle(stream)))
+    if st not in (0, 6):
+        # The checks above mirror api.cu's, so a refusal here is a bug of one side.
+        where = f"items[{index[bad[0]]}]" if 0 <= bad[0] < len(index) else "the call"
+        raise NativeError(f"strata_dequant_many {tt.name} refused {where}: "
+                          f"{_STATUS.get(st, st)}")
+    _check(nat, st, f"dequant_many {tt.name}")
 
 
 def _convert(fn_name: str, src, dst, stream) -> None:

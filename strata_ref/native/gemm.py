@@ -15,6 +15,10 @@ oracle in `strata_ref.routes.gemm`.
   native dequant kernels into a scratch, in slices of floor(scratch/K) rows
   when W does not fit, one GEMM per slice.
 * `gemm_dense_device(...)` is one GEMM over weights already in f16.
+* `dequant_weights_f16(...)` dequantizes several weights (a layer's q, k,
+  v, o, gate, up, down) into one f16 scratch with one wide launch per ggml
+  type (`dequant.dequant_device_many`), for `gemm_dense_device` to use:
+  small projections pay one launch instead of seven.
 * `gemm_host(...)` copies NumPy data in and out (signature of the oracle's
   `gemm_sliced`).
 
@@ -37,7 +41,7 @@ from .dequant import _stream_handle
 
 __all__ = ["ENV_DENSE_F32", "RouteSelection", "select_route", "parse_dense_f32_env",
            "notice_once", "GemmRun", "gemm_device", "gemm_dense_device", "gemm_host",
-           "cublas_version"]
+           "cublas_version", "LayerWeights", "dequant_weights_f16"]
 
 ENV_DENSE_F32 = "STRATA_DENSE_F32"
 _ROUTE_CODE = {"f16": 0, "f32": 1}
@@ -311,6 +315,67 @@ def gemm_device(wtype, w_blocks, n: int, k: int, x, y, *, t: int | None = None,
     del keep
     _raise_status(g, st, f"gemm ({sel.route} route)")
     return GemmRun(sel.route, sel.reason, ksel.kernel, rows, -(-n // rows))
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    """What `dequant_weights_f16` produced: `views` (per weight, a device
+    float16 array of N·K values, row-major N x K, inside the scratch: the
+    `w_f16` of `gemm_dense_device`), `runs` (the ManyRun of each
+    `dequant_device_many` call, one per type and 16 weights) and `scratch`
+    (the buffer holding them; keep it alive while the views are used)."""
+    views: tuple
+    runs: tuple
+    scratch: object
+
+
+def dequant_weights_f16(weights, scratch=None, *, kernel: str = "auto", stream=None,
+                        device: int | None = None) -> LayerWeights:
+    """Dequantize several quantized weights to f16 into one scratch, one wide
+    launch per ggml type (`dequant.dequant_device_many`; up to 16 weights a
+    launch).
+
+    weights: sequence of (wtype, w_blocks, n, k): ggml type, device uint8
+    array holding W (N rows of K values) from row 0, N, K. scratch: device
+    2-byte array with room for every W, each placed at a multiple of 8
+    halves (16 bytes; the wide kernels' store alignment) in the given
+    order; None allocates one. kernel: "auto" or "wide", as in
+    `dequant_device_many`. Asynchronous on `stream`; an allocated scratch is
+    returned in the result and must outlive the launches.
+
+    Returns LayerWeights. Raises ValueError for a small scratch, bad shapes
+    or a weight no native kernel served (a forced "wide" kernel refused:
+    nothing of that type was launched), TypeError for wrong array kinds,
+    NativeUnavailable / NativeError as `dequant_device_many`.
+    """
+    from .dequant import DequantItem, DeviceBuffer, _View, dequant_device_many, split_by_type
+    weights = list(weights)
+    offsets, total = [], 0
+    for wtype, _, n, k in weights:
+        offsets.append(total)
+        total += -(-int(n) * int(k) // 8) * 8
+    if not offsets:
+        raise ValueError("weights is empty")
+    if scratch is None:
+        scratch = DeviceBuffer(total, np.float16, device)
+    sd = _cai(scratch, "scratch")
+    if sd.typestr[1:] not in ("f2", "u2", "i2"):
+        raise TypeError(f"scratch must hold 2-byte values, got {sd.typestr}")
+    if sd.size < total:
+        raise ValueError(f"scratch holds {sd.size} halves; the {len(offsets)} weights need {total}")
+    views = tuple(_View(scratch, sd.ptr + 2 * off, int(n) * int(k), np.dtype(np.float16))
+                  for off, (_, _, n, k) in zip(offsets, weights))
+    items = [DequantItem(wtype, blocks, int(n), int(k), v)
+             for (wtype, blocks, n, k), v in zip(weights, views)]
+    runs = []
+    for group in split_by_type(items):
+        run = dequant_device_many(group, "f16", kernel=kernel, stream=stream, device=device)
+        for it, sel in zip(group, run.selections):
+            if sel.kernel is None:
+                raise ValueError(f"weights[{items.index(it)}] ({parse_type(it.t).name}): no native "
+                                 f"dequant kernel served it: {sel.reason}")
+        runs.append(run)
+    return LayerWeights(views, tuple(runs), scratch)
 
 
 def gemm_host(route: str | None, x: np.ndarray, wtype, w_raw, n: int, k: int,

@@ -14,11 +14,19 @@ after warm-up, so that Python's per-call cost is not timed):
   and their TFLOP/s (2·T·N·K per call);
 * the dequant share of the prompt projection time, wide dequant / (wide
   dequant + FP16-route GEMM), per shape and summed over one layer's seven
-  projections (q, k, v, o, gate, up, down) of each model.
+  projections (q, k, v, o, gate, up, down) of each model;
+* per layer (types whose block size divides every K), the dequant of the
+  seven projections to f16 three ways: the sum of the single calls above
+  (seven launches), the seven single wide launches back to back in one
+  stream, and one launch for all seven (`native.gemm.dequant_weights_f16`,
+  i.e. `dequant_device_many`); both layouts are checked to give the same
+  bits. The layer table shows the dequant share with seven launches and with
+  one launch.
 
 Goal (issue 5): dequant share <= 10 % at T = 4096 with the wide kernels.
 Needs CuPy and the native libraries. Usage:
   python tools/bench_gemm.py [--T 1,512,4096,16384] [--types Q8_0,Q4_K] [--reps 3]
+                             [--skip-heads]
 """
 from __future__ import annotations
 
@@ -84,12 +92,52 @@ def _timer(cp, fn, reps: int, budget_s: float = 0.02) -> float:
 _timer.fallbacks = []
 
 
+def _layer_dequant(cp, shapes: dict, t, reps: int, rng) -> tuple[float, float]:
+    """GPU seconds to dequantize one layer's seven projections of type t to
+    f16 with the wide kernel: (seven single launches in one stream, one
+    launch for all). shapes: projection group -> (N, K), as LAYER counts.
+    Exits when the one launch did not run as one, or differs in a bit from
+    the single launches."""
+    from strata_ref.native import dequant_device
+    from strata_ref.native.gemm import dequant_weights_f16
+    from strata_ref.native.parity import make_blocks
+    from strata_ref.types import block_format
+
+    qk = block_format(t).block_values
+    weights = []
+    for proj, count in LAYER.items():
+        n, k = shapes[proj]
+        for _ in range(count):
+            raw = make_blocks(t, n * k // qk, "sane", rng).reshape(-1)
+            weights.append((t, cp.asarray(raw), n, k))
+    scratch = cp.zeros(sum(-(-n * k // 8) * 8 for _, _, n, k in weights), cp.float16)
+    res = dequant_weights_f16(weights, scratch, kernel="wide")
+    if len(res.runs) != 1 or not res.runs[0].one_launch:
+        raise SystemExit(f"{t.name} layer: not one launch ({[r.reason for r in res.runs]})")
+    one = cp.asnumpy(scratch).view(np.uint16)
+    scratch.fill(0)
+    for (wt, b, n, k), v in zip(weights, res.views):
+        if dequant_device(wt, b, n, k, v, kernel="wide").kernel != "wide":
+            raise SystemExit(f"{t.name} {n}x{k}: the single wide kernel did not run")
+    if not np.array_equal(cp.asnumpy(scratch).view(np.uint16), one):
+        raise SystemExit(f"{t.name} layer: one launch and single launches differ")
+
+    def seven(s):
+        for (wt, b, n, k), v in zip(weights, res.views):
+            dequant_device(wt, b, n, k, v, kernel="wide", stream=s)
+
+    t_seq = _timer(cp, seven, reps)
+    t_one = _timer(cp, lambda s: dequant_weights_f16(weights, scratch, kernel="wide", stream=s), reps)
+    return t_seq, t_one
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--T", default="1,512,4096,16384")
     ap.add_argument("--types", default="Q8_0,Q4_K")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--skip-heads", action="store_true", help="leave out the output heads")
     args = ap.parse_args(argv)
     import cupy as cp
 
@@ -110,7 +158,13 @@ def main(argv=None) -> int:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     xmax = max(ts)
     layer = {}                                  # (model, type, T) -> [dequant, gemm]
+    layer_shapes = {}                           # model -> {projection group: (N, K)}
     for label, n, k, head in model_shapes():
+        model, proj = label.rsplit(" ", 1)
+        if proj in LAYER:
+            layer_shapes.setdefault(model, {})[proj] = (n, k)
+        if head and args.skip_heads:
+            continue
         x = cp.asarray(f16_activations(xmax, k, rng))
         y = cp.empty((xmax, n), cp.float32)
         w16 = cp.empty(n * k, cp.float16)
@@ -152,13 +206,24 @@ def main(argv=None) -> int:
     if _timer.fallbacks:
         print(f"\nCUDA graph capture refused {len(_timer.fallbacks)} times (those rows are "
               f"host-bound): {_timer.fallbacks[0]}")
-    print("\nOne layer's seven projections (wide dequant + FP16 route), dequant share:")
-    print("| model | type | T | dequant µs | GEMM µs | dequant share |")
-    print("|---|---|---|---|---|---|")
+    layer_dq = {}                               # (model, type) -> (7 in one stream, one launch)
+    for model, shapes in layer_shapes.items():
+        for t in types:
+            if all(k % block_format(t).block_values == 0 for _, k in shapes.values()):
+                layer_dq[(model, t.name)] = _layer_dequant(cp, shapes, t, args.reps, rng)
+                cp.get_default_memory_pool().free_all_blocks()
+    print("\nOne layer's seven projections (q, k, v, o, gate, up, down; wide dequant to f16 + "
+          "FP16 route). Dequant µs: the sum of the single calls above (7 launches), the 7 "
+          "single launches back to back in one stream, and one launch for all 7 "
+          "(dequant_weights_f16 -> dequant_device_many):")
+    print("| model | type | T | dequant µs, 7 launches (sum) | 7 launches, one stream | "
+          "one launch | GEMM µs | dequant share, 7 launches | dequant share, one launch |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for (model, tname, T), (dq, gm, projs) in sorted(layer.items()):
-        if len(projs) == len(LAYER):
-            print(f"| {model} | {tname} | {T} | {dq * 1e6:.1f} | {gm * 1e6:.1f} | "
-                  f"{100 * dq / (dq + gm):.1f} % |")
+        if len(projs) == len(LAYER) and (model, tname) in layer_dq:
+            seq, one = layer_dq[(model, tname)]
+            print(f"| {model} | {tname} | {T} | {dq * 1e6:.1f} | {seq * 1e6:.1f} | {one * 1e6:.1f} | "
+                  f"{gm * 1e6:.1f} | {100 * dq / (dq + gm):.1f} % | {100 * one / (one + gm):.1f} % |")
     return 0
 
 

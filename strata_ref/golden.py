@@ -41,6 +41,7 @@ from typing import Callable
 
 import numpy as np
 
+from ._paths import data_dir
 from .hashing import FNV64_OFFSET, fnv1a64, hash_array, hash_tensor, HASH_DTYPES
 from .types import GGMLType, UnsupportedTypeError, block_format, parse_type
 
@@ -913,18 +914,18 @@ def compare_dump(gguf_path, tensor_name: str, dump_path=None, dtype: str = "f32"
 # --------------------------------------------------------------------------
 # command-line entry points
 
-def default_golden_dir() -> Path:
-    """The repository's golden/ directory (next to the package).
+def default_golden_dir(for_writing: bool = False) -> Path:
+    """The golden/ directory: the source checkout's, else the read-only copy
+    a wheel ships inside the package (`strata_ref._paths.data_dir`).
 
-    Golden files live in the source checkout, which `pip install -e .` uses;
-    a non-editable install has none, and this raises ValueError saying so
-    (rather than reading or writing inside site-packages).
+    for_writing: only the checkout's (never write inside site-packages).
+    Raises ValueError when there is none, saying to pass --dir.
     """
-    d = Path(__file__).resolve().parent.parent / "golden"
-    if not (d / "corpus.json").is_file() and not (d.parent / "pyproject.toml").is_file():
-        raise ValueError("no golden/ directory next to the package: golden files live in the "
-                         "source checkout (install it with `pip install -e .`) or pass --dir")
-    return d
+    try:
+        return data_dir("golden", checkout_only=for_writing)
+    except FileNotFoundError as e:
+        why = " (golden make writes into a source checkout, never into the installed package)"
+        raise ValueError(f"{e}; pass --dir{why if for_writing else ''}") from None
 
 
 def _print_table(title: str, rows: list[dict], ok: bool, out=None) -> None:
@@ -962,7 +963,7 @@ def run_golden_make(out_dir=None) -> int:
     Returns the exit status."""
     from .models import DEFAULT_MODEL
     try:
-        d = Path(out_dir) if out_dir else default_golden_dir()
+        d = Path(out_dir) if out_dir else default_golden_dir(for_writing=True)
     except ValueError as e:
         print(f"strata-ref: error: {e}", file=sys.stderr)
         return 2

@@ -1,7 +1,7 @@
 """Build libstrata_dequant with nvcc, cached by source hash and architecture.
 
 The CUDA sources live in the repository's `native/` directory (or, in an
-installed package, `strata_ref/native/src/`). The I-quant codebooks are not
+installed wheel, `strata_ref/_native_src/`). The I-quant codebooks are not
 copied by hand: `iq_tables_header()` writes them as C arrays from
 `strata_ref.formats.iq_tables` (and KVALUES_MXFP4 from `formats.fp4`) into the
 build directory, and the cache key covers that generated text too.
@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .._paths import data_dir
+
 __all__ = ["BuildError", "find_nvcc", "source_dir", "iq_tables_header", "nvcc_flags",
            "build", "cache_root", "LIB_NAME", "SOURCES"]
 
@@ -49,19 +51,23 @@ def source_dir() -> Path:
     """Directory holding the CUDA sources and strata_dequant.h.
 
     `STRATA_REF_NATIVE_SRC` overrides; otherwise the repository's native/
-    (next to the package) or a copy shipped inside the package (src/).
+    (next to the package) or the copy a wheel ships inside the package
+    (`strata_ref._paths.data_dir("native")`).
     Raises BuildError if none holds the sources.
     """
     cands = []
     if os.environ.get("STRATA_REF_NATIVE_SRC"):
         cands.append(Path(os.environ["STRATA_REF_NATIVE_SRC"]))
-    here = Path(__file__).resolve().parent
-    cands += [here.parent.parent / "native", here / "src"]
+    absent = ""
+    try:
+        cands.append(data_dir("native"))
+    except FileNotFoundError as e:
+        absent = f"; {e}"
     for c in cands:
         if all((c / f).is_file() for f in SOURCES + HEADERS):
             return c
     raise BuildError("CUDA sources not found (looked in: "
-                     + ", ".join(str(c) for c in cands) + ")")
+                     + ", ".join(str(c) for c in cands) + absent + ")")
 
 
 def find_nvcc() -> str | None:

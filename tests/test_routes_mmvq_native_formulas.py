@@ -75,8 +75,8 @@ def test_kernel_block_geometry_matches_types(host):
     assert host.smv_host_block_bytes(int(GGMLType.TQ2_0)) == 0
 
 
-def test_tools_without_gpu_report_status_2():
-    # On a machine without a CUDA driver the tools say why and return 2.
+def test_tools_without_gpu_report_status_2(capsys):
+    # On a machine without a CUDA driver the tools say why (on stderr) and return 2.
     from strata_ref.native.loader import NativeUnavailable, driver_compute_capability
     try:
         driver_compute_capability()
@@ -88,4 +88,6 @@ def test_tools_without_gpu_report_status_2():
     lines = []
     assert run_parity_mmvq(True, out=lines.append) == 2
     assert run_bench_experts(out=lines.append) == 2
-    assert all(ln.startswith("native mat-vec unavailable") for ln in lines)
+    err = capsys.readouterr().err.splitlines()
+    assert lines == [] and len(err) == 2
+    assert all(ln.startswith("native mat-vec unavailable") for ln in err)

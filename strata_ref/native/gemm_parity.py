@@ -339,10 +339,10 @@ def run_parity_gemm(quick: bool = True, full: bool = False, *, seed: int = 20261
             import cupy as cp
         run = _Runner(cp, out, _backend if _backend is not None else NativeBackend())
     except ImportError:
-        out("gemm_f32_parity: needs CuPy (cupy-cuda12x / cupy-cuda13x)")
+        print("gemm_f32_parity: needs CuPy (cupy-cuda12x / cupy-cuda13x)", file=sys.stderr)
         return 2
     except NativeUnavailable as e:
-        out(f"gemm_f32_parity: native path unavailable: {e}")
+        print(f"gemm_f32_parity: native path unavailable: {e}", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)

@@ -17,6 +17,7 @@ Each returns a process exit status: 0 all good, 1 a mismatch, 2 no GPU.
 """
 from __future__ import annotations
 
+import sys
 import time
 
 import numpy as np
@@ -45,7 +46,7 @@ def _load(out):
     try:
         return load_mmvq()
     except NativeUnavailable as e:
-        out(f"native mat-vec unavailable: {e}")
+        print(f"native mat-vec unavailable: {e}", file=sys.stderr)
         return None
 
 

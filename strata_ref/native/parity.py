@@ -283,7 +283,7 @@ def run_parity_dequant(quick: bool = False, *, seed: int = 20261130, types=None,
     try:
         run = _Runner(out)
     except NativeUnavailable as e:
-        out(f"parity dequant: native path unavailable: {e}")
+        print(f"parity dequant: native path unavailable: {e}", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)

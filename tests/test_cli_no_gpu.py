@@ -1,0 +1,46 @@
+"""`strata-ref parity …` and `strata-ref bench …` without a GPU: the reason goes
+to stderr, stdout stays empty, the exit status is 2."""
+import sys
+
+import pytest
+
+from strata_ref.cli import main
+from strata_ref.native import loader, mmvq_parity
+
+
+@pytest.fixture
+def no_native(monkeypatch):
+    def unavailable(device=None):
+        raise loader.NativeUnavailable("no CUDA driver (test)")
+    monkeypatch.setattr(loader, "load", unavailable)            # parity dequant
+    monkeypatch.setattr(mmvq_parity, "load_mmvq", unavailable)  # mmvq / experts
+    monkeypatch.setitem(sys.modules, "cupy", None)          # gemm: import fails
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["parity", "dequant", "--quick"], "parity dequant: native path unavailable: no CUDA driver (test)"),
+    (["parity", "mmvq", "--quick"], "native mat-vec unavailable: no CUDA driver (test)"),
+    (["parity", "experts", "--quick"], "native mat-vec unavailable: no CUDA driver (test)"),
+    (["bench", "mmvq"], "native mat-vec unavailable: no CUDA driver (test)"),
+    (["bench", "experts"], "native mat-vec unavailable: no CUDA driver (test)"),
+    (["parity", "gemm", "--quick"], "gemm_f32_parity: needs CuPy (cupy-cuda12x / cupy-cuda13x)"),
+])
+def test_unavailable_line_on_stderr_status_2(no_native, capsys, argv, line):
+    assert main(argv) == 2
+    cap = capsys.readouterr()
+    assert cap.out == ""
+    assert cap.err.splitlines() == [line]
+
+
+def test_gemm_parity_without_native_library(monkeypatch, capsys):
+    # CuPy present but the native library not: the other early exit.
+    from strata_ref.native import gemm_parity
+
+    class NoNative:
+        def __init__(self):
+            raise loader.NativeUnavailable("no CUDA driver (test)")
+    monkeypatch.setattr(gemm_parity, "NativeBackend", NoNative)
+    assert gemm_parity.run_parity_gemm(quick=True, _cp=object()) == 2
+    cap = capsys.readouterr()
+    assert cap.out == ""
+    assert cap.err.splitlines() == ["gemm_f32_parity: native path unavailable: no CUDA driver (test)"]

@@ -36,6 +36,7 @@ from ..numerics import (F16_TO_F32, bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf
                         f32_to_f16_bits)
 from ..types import GGMLType, block_format
 from . import act_quant
+from .ggml_fp import fma32, hsum8
 
 # A decode step launches about four parallel regions per layer. OpenMP's
 # spinning barriers collapse when the CPU is oversubscribed (measured on a
@@ -126,6 +127,170 @@ def _mm_serial(wq, ws, wm, xq, xs, xm, B, with_min, out):
     for r in range(wq.shape[0]):
         for t in range(xq.shape[0]):
             out[t, r] = _row_dot(wq[r], xq[t], ws[r], xs[t], wm[r], xm[t], B, with_min)
+
+
+@njit(inline="always", cache=True)
+def _rows_q8(wq, ws, wm, xq, xs, xm, with_min, out, r0, r1, p, lanes, acc):
+    # ggml-cpu's AVX2 `ggml_vec_dot_{q4_0,q5_0,q8_0}_q8_0` and llamafile's
+    # `tinyBLAS_Q0_AVX` (the same arithmetic), and with_min the AVX2
+    # `ggml_vec_dot_{q4_1,q5_1}_q8_1`: 8 float32 lanes; lane L takes the
+    # exact integer dot of values 4L..4L+3 of each block of 32 and
+    # accumulates it by FMA with the float32 product of the two block
+    # scales, block after block; then `hsum_float_8`. Q4_1 / Q5_1 also sum
+    # m * s per block in a scalar (contracted to an FMA by GCC) and add it
+    # last. The integer part is computed first for the whole row (products
+    # and lane sums are small integers, exact in float32, so their order is
+    # free and LLVM vectorizes it); the float part keeps ggml's order (no
+    # fastmath here).
+    K = wq.shape[1]
+    nb = K // 32
+    for r in range(r0, r1):
+        w = wq[r]
+        for t in range(xq.shape[0]):
+            x = xq[t]
+            for i in range(K):
+                p[i] = np.float32(w[i]) * x[i]
+            for g in range(K // 4):
+                lanes[g] = (p[4 * g] + p[4 * g + 1]) + (p[4 * g + 2] + p[4 * g + 3])
+            for L in range(8):
+                acc[L] = 0.0
+            summs = np.float32(0.0)
+            for bk in range(nb):
+                dd = np.float32(ws[r, bk] * xs[t, bk])
+                for L in range(8):
+                    acc[L] = fma32(dd, lanes[bk * 8 + L], acc[L])
+                if with_min:
+                    summs = fma32(wm[r, bk], xm[t, bk], summs)
+            out[t, r] = np.float32(hsum8(acc) + summs) if with_min else hsum8(acc)
+
+
+#: weight rows per task of the parallel kernels
+_ROWS_PER_TASK = 64
+
+
+@njit(parallel=True, cache=True)
+def _mm_q8(wq, ws, wm, xq, xs, xm, with_min, out):
+    """out[t, r] = ggml's dot of legacy-quant weight row r (int8 values wq,
+    block scales ws, Q4_1/Q5_1 mins wm) with Q8_0 / Q8_1 activation row t
+    (quants xq as float32, scales xs, Q8_1 sums xm), in ggml's float order
+    (`_rows_q8`); tasks of `_ROWS_PER_TASK` rows in parallel."""
+    R, K = wq.shape
+    for c in prange((R + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
+        _rows_q8(wq, ws, wm, xq, xs, xm, with_min, out, c * _ROWS_PER_TASK,
+                 min(R, (c + 1) * _ROWS_PER_TASK), np.empty(K, np.float32),
+                 np.empty(K // 4, np.float32), np.empty(8, np.float32))
+
+
+@njit(cache=True)
+def _mm_q8_serial(wq, ws, wm, xq, xs, xm, with_min, out):
+    K = wq.shape[1]
+    _rows_q8(wq, ws, wm, xq, xs, xm, with_min, out, 0, wq.shape[0], np.empty(K, np.float32),
+             np.empty(K // 4, np.float32), np.empty(8, np.float32))
+
+
+@njit(inline="always", cache=True)
+def _group4_sums(w, x, p, g4):
+    # g4[g] = exact integer dot of values 4g..4g+3 of w and x (float32 holds
+    # it exactly: |sum| < 2^16), for the whole row; vectorizable
+    for i in range(w.shape[0]):
+        p[i] = np.float32(w[i]) * x[i]
+    for g in range(w.shape[0] // 4):
+        g4[g] = (p[4 * g] + p[4 * g + 1]) + (p[4 * g + 2] + p[4 * g + 3])
+
+
+@njit(inline="always", cache=True)
+def _row_q4_k_8x8(g4, sc, mn, d, dmin, xd, xb, nb, gemm):
+    # ggml-cpu x86 `ggml_gemv_q4_K_8x8_q8_K` (gemm False) and
+    # `ggml_gemm_q4_K_8x8_q8_K` (gemm True; AVX-512 code) on Q4_K repacked
+    # by ggml's CPU_REPACK buffer, for one weight row (one output column
+    # there). Exact integers I = sum_j scale_j * dot_j and M = sum_j min_j *
+    # (sum of the 32 q8 of sub-block j), then acc = fma(float(I), d * d_a,
+    # acc) and accm = fma(float(M), dmin * d_a, accm): once per super-block
+    # in the gemv, once per pair of sub-blocks in the gemm; acc - accm.
+    acc = np.float32(0.0)
+    accm = np.float32(0.0)
+    step = 2 if gemm else 8
+    for b in range(nb):
+        ds = np.float32(d[b] * xd[b])
+        dm = np.float32(dmin[b] * xd[b])
+        for j0 in range(0, 8, step):
+            tot = 0.0
+            totm = 0.0
+            for j in range(j0, j0 + step):
+                dot = np.float32(0.0)
+                o = b * 64 + j * 8
+                for L in range(8):
+                    dot += g4[o + L]
+                tot += np.float64(sc[b, j]) * np.float64(dot)
+                totm += np.float64(mn[b, j]) * np.float64(xb[b * 8 + j])
+            acc = fma32(np.float32(tot), ds, acc)
+            accm = fma32(np.float32(totm), dm, accm)
+    return np.float32(acc - accm)
+
+
+@njit(inline="always", cache=True)
+def _row_q6_k(g4, sc, d, xd, xb, nb, acc, tiled):
+    # tiled False: ggml-cpu AVX2 `ggml_vec_dot_q6_K_q8_K`: 8 int32 lanes per
+    # super-block; lane L = sum over the 8 chunks c of 32 values of
+    # scale[2c + L // 4] times the dot of unsigned quants (0..63) 4L..4L+3
+    # of chunk c, minus 32 * (bsums[2L] scale[2L] + bsums[2L+1] scale[2L+1]);
+    # acc[L] = fma(d_a * d, float(lane), acc[L]); `hsum_float_8`.
+    # tiled True: ggml-cpu's tiled K-quant mat-mul (`tiled/tiled-kernel.cpp`,
+    # AVX512-VNNI microkernel, taken for 8 or more activation rows): per
+    # super-block the exact integer s = sum_s scale_s * (dot_s - 32 bsum_s),
+    # r = float(s) * d, then acc = fma(r, d_a, acc) (GCC contracts the
+    # kernel's add of a product).
+    if tiled:
+        out = np.float32(0.0)
+        for b in range(nb):
+            tot = 0.0
+            for s16 in range(16):
+                o = b * 64 + s16 * 4
+                dot = (g4[o] + g4[o + 1]) + (g4[o + 2] + g4[o + 3])
+                tot += np.float64(sc[b, s16]) * (np.float64(dot) - 32.0 * np.float64(xb[b * 16 + s16]))
+            out = fma32(np.float32(np.float32(tot) * d[b]), xd[b], out)
+        return out
+    for L in range(8):
+        acc[L] = 0.0
+    for b in range(nb):
+        dd = np.float32(xd[b] * d[b])
+        for L in range(8):
+            lane = 0.0
+            for c in range(8):
+                lane += np.float64(sc[b, 2 * c + L // 4]) * np.float64(g4[b * 64 + c * 8 + L])
+            lane -= 32.0 * (np.float64(xb[b * 16 + 2 * L]) * np.float64(sc[b, 2 * L])
+                            + np.float64(xb[b * 16 + 2 * L + 1]) * np.float64(sc[b, 2 * L + 1]))
+            acc[L] = fma32(dd, np.float32(lane), acc[L])
+    return hsum8(acc)
+
+
+@njit(inline="always", cache=True)
+def _rows_kquant(q6, wq, sc, mn, d, dmin, xq, xd, xb, out, r0, r1, p, g4, acc):
+    nb = d.shape[1]
+    n = xq.shape[0]
+    for r in range(r0, r1):
+        for t in range(n):
+            _group4_sums(wq[r], xq[t], p, g4)
+            if q6:
+                out[t, r] = _row_q6_k(g4, sc[r], d[r], xd[t], xb[t], nb, acc, n >= 8)
+            else:
+                out[t, r] = _row_q4_k_8x8(g4, sc[r], mn[r], d[r], dmin[r], xd[t], xb[t], nb,
+                                          t < n - n % 4)
+
+
+@njit(parallel=True, cache=True)
+def _mm_kquant(q6, wq, sc, mn, d, dmin, xq, xd, xb, out):
+    """Q6_K (q6) or repacked Q4_K weight rows times Q8_K activation rows in
+    ggml-cpu's float order (`_row_q6_k`, `_row_q4_k_8x8`). wq: unsigned
+    quants (rows, cols) int8; sc (and mn for Q4_K) the integer sub-block
+    scales as float32; d (dmin) float32 per super-block; xq the Q8_K quants
+    as float32, xd their scales, xb the bsums (Q6_K: per 16 values; Q4_K:
+    per 32)."""
+    R, K = wq.shape
+    for c in prange((R + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
+        _rows_kquant(q6, wq, sc, mn, d, dmin, xq, xd, xb, out, c * _ROWS_PER_TASK,
+                     min(R, (c + 1) * _ROWS_PER_TASK), np.empty(K, np.float32),
+                     np.empty(K // 4, np.float32), np.empty(8, np.float32))
 
 
 # Multiply-adds below which one thread is faster than waking the others
@@ -282,6 +447,9 @@ class QMatrix:
         self.raw = raw
         self._dense = None
         self._packed = None
+        #: rows of the smallest GGUF tensor this matrix is made of (`stack`):
+        #: ggml repacks a Q4_K tensor when its row count is a multiple of 8
+        self.repack_rows = self.rows
 
     @classmethod
     def stack(cls, mats: list["QMatrix"], name: str = "") -> "QMatrix":
@@ -292,7 +460,9 @@ class QMatrix:
         t, cols = mats[0].type, mats[0].cols
         if any(m.type != t or m.cols != cols for m in mats):
             raise ValueError("stacked matrices need one type and one row length")
-        return cls(t, np.concatenate([m.raw for m in mats]), sum(m.rows for m in mats), cols, name)
+        out = cls(t, np.concatenate([m.raw for m in mats]), sum(m.rows for m in mats), cols, name)
+        out.repack_rows = 8 if all(m.repack_rows % 8 == 0 for m in mats) else 1
+        return out
 
     @classmethod
     def dense(cls, w: np.ndarray, name: str = "") -> "QMatrix":
@@ -309,15 +479,41 @@ class QMatrix:
 
     def _prepare(self):
         t = self.type
-        if t in INTEGER_KERNEL_TYPES:
-            fmt = block_format(t)
-            raw3 = self.raw.reshape(self.rows, -1, fmt.block_bytes)
-            wq, ws, wm, B = _pack(t, raw3)
-            self._packed = (np.ascontiguousarray(wq), np.ascontiguousarray(ws, np.float32),
-                            None if wm is None else np.ascontiguousarray(wm, np.float32), B)
-        else:
+        if t not in INTEGER_KERNEL_TYPES:
             from ..dequant import dequant_f32
             self._dense = dequant_f32(t, self.raw, self.rows, self.cols)
+            return
+        raw3 = self.raw.reshape(self.rows, -1, block_format(t).block_bytes)
+        kind = self._kind()
+        c32 = np.ascontiguousarray
+        if kind == "q4_k_8x8":
+            sc, mn = _q4_k_scales(_field(raw3, t, "scales", None))
+            self._packed = (kind, c32(_q4_k_values(_field(raw3, t, "qs", None)).reshape(self.rows, -1)),
+                            c32(sc, np.float32), c32(mn, np.float32),
+                            c32(_f16(raw3, t, "d")), c32(_f16(raw3, t, "dmin")))
+        elif kind == "q6_k":
+            wq = _q6_k_values(_field(raw3, t, "ql", None), _field(raw3, t, "qh", None)) + np.int8(32)
+            sc = _field(raw3, t, "scales", None).view(np.int8).astype(np.float32)
+            self._packed = (kind, c32(wq.reshape(self.rows, -1)), c32(sc), c32(sc),
+                            c32(_f16(raw3, t, "d")), c32(_f16(raw3, t, "d")))
+        else:
+            wq, ws, wm, B = _pack(t, raw3)
+            self._packed = (kind, c32(wq), c32(ws, np.float32),
+                            None if wm is None else c32(wm, np.float32), B)
+
+    def _kind(self) -> str:
+        """Which ggml-cpu kernel the product follows: "q8" (legacy quants:
+        `vec_dot_*_q8_0` = tinyBLAS_Q0, `vec_dot_*_q8_1`), "q6_k",
+        "q4_k_8x8" (Q4_K repacked, when ggml's CPU_REPACK takes it: rows %
+        8 == 0 on an AVX2 CPU), else "generic" (ggml's formula, float terms
+        in another order: Q4_K with rows % 8 != 0)."""
+        if self.type in (GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_1, GGMLType.Q5_1):
+            return "q8"
+        if self.type == GGMLType.Q6_K:
+            return "q6_k"
+        if self.type == GGMLType.Q4_K and self.repack_rows % 8 == 0:
+            return "q4_k_8x8"
+        return "generic"
 
     def matmul(self, x: np.ndarray) -> np.ndarray:
         """float32 (n, cols) -> float32 (n, rows)."""
@@ -327,11 +523,29 @@ class QMatrix:
         self.prepare()
         if self._dense is not None:
             return _round_for_float_weights(self.type, x) @ self._dense.T
-        wq, ws, wm, B = self._packed
-        xq, xs, xm = _activations(VEC_DOT_TYPE[self.type], x, B)
+        kind = self._packed[0]
         out = np.empty((x.shape[0], self.rows), np.float32)
-        mm = _mm if x.shape[0] * self.rows * self.cols >= PARALLEL_MIN_MACS else _mm_serial
-        mm(wq, ws, ws if wm is None else wm, xq, xs, xm, B, wm is not None, out)
+        parallel = x.shape[0] * self.rows * self.cols >= PARALLEL_MIN_MACS
+        if kind == "q8":
+            _, wq, ws, wm, _ = self._packed
+            if wm is None:
+                xq, xs = act_quant.q8_0_fields(x, np.float32)
+                xm = xs
+            else:
+                xq, xs, xm = act_quant.q8_1_fields(x, np.float32)
+            (_mm_q8 if parallel else _mm_q8_serial)(wq, ws, ws if wm is None else wm, xq, xs, xm,
+                                                    wm is not None, out)
+        elif kind in ("q6_k", "q4_k_8x8"):
+            _, wq, sc, mn, d, dmin = self._packed
+            xq, xd, bsums = act_quant.q8_k_fields(x, np.float32)
+            if kind == "q4_k_8x8":
+                bsums = bsums.reshape(x.shape[0], -1, 2).sum(axis=2)
+            _mm_kquant(kind == "q6_k", wq, sc, mn, d, dmin, xq, xd, bsums.astype(np.int32), out)
+        else:
+            _, wq, ws, wm, B = self._packed
+            xq, xs, xm = _activations(VEC_DOT_TYPE[self.type], x, B)
+            mm = _mm if parallel else _mm_serial
+            mm(wq, ws, ws if wm is None else wm, xq, xs, xm, B, wm is not None, out)
         return out
 
     def row_f32(self, i: int) -> np.ndarray:

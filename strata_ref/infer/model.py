@@ -37,6 +37,7 @@ import numpy as np
 from numba import njit
 
 from ..types import GGMLType
+from . import ops
 from .kernels import QMatrix
 from .kv_cache import KVCache
 from .tokenizer import Tokenizer
@@ -174,44 +175,18 @@ def rms_norm(x: np.ndarray, w: np.ndarray | None, eps: float) -> np.ndarray:
 
 def rope_cos_sin(pos: np.ndarray, n_rot: int, base: float, freq_scale: float,
                  freq_factors: np.ndarray | None = None):
-    """cos and sin float32 (n, n_rot/2) as ggml `ggml_rope_cache_init`:
-    theta starts at the position and is multiplied by base^(-2/n_rot) in
-    float32 for each pair; freq_factors divide it (llama3 `rope_freqs`)."""
-    ts = np.float32(base) ** np.float32(-2.0 / n_rot)
-    theta = pos.astype(np.float32)
-    half = n_rot // 2
-    cos = np.empty((len(pos), half), np.float32)
-    sin = np.empty_like(cos)
-    for i in range(half):
-        th = theta if freq_factors is None else theta / np.float32(freq_factors[i])
-        th = (np.float32(freq_scale) * th).astype(np.float32)
-        cos[:, i] = np.cos(th.astype(np.float64)).astype(np.float32)
-        sin[:, i] = np.sin(th.astype(np.float64)).astype(np.float32)
-        theta = (theta * ts).astype(np.float32)
-    return cos, sin
+    """cos and sin float32 (n, n_rot/2) as ggml `ggml_rope_cache_init`
+    (`ops.rope_cache`): theta starts at the position and is multiplied by
+    powf(base, -2/n_rot) in float32 for each pair; freq_factors divide it
+    (llama3 `rope_freqs`); libm cosf / sinf."""
+    return ops.rope_cache(pos, n_rot, base, freq_scale, freq_factors)
 
 
 def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, n_rot: int, neox: bool) -> np.ndarray:
     """Rotate the first n_rot values of each head. x (n, heads, head_dim);
     cos, sin (n, n_rot/2). Normal style pairs (2i, 2i+1); NeoX pairs
-    (i, i + n_rot/2) (ggml `rope_f32` / `rope_f32_neox`)."""
-    y = x.copy()
-    c, s = cos[:, None, :], sin[:, None, :]
-    if neox:
-        h = n_rot // 2
-        x0, x1 = x[..., :h], x[..., h:n_rot]
-        y[..., :h] = x0 * c - x1 * s
-        y[..., h:n_rot] = x0 * s + x1 * c
-    else:
-        x0, x1 = x[..., 0:n_rot:2], x[..., 1:n_rot:2]
-        y[..., 0:n_rot:2] = x0 * c - x1 * s
-        y[..., 1:n_rot:2] = x0 * s + x1 * c
-    return y
-
-
-def silu(x):
-    """ggml `silu`: x / (1 + exp(-x)), float32."""
-    return (x / (np.float32(1.0) + np.exp(-x))).astype(np.float32)
+    (i, i + n_rot/2) (ggml `rotate_pairs`, with its FMAs: `ops.rope`)."""
+    return ops.rope(x, cos, sin, n_rot, neox)
 
 
 def gelu_tanh(x):
@@ -235,14 +210,6 @@ def geglu(g, u):
 
 def _f16(a):
     return a.astype(np.float16).astype(np.float32)
-
-
-def softmax_rows(s: np.ndarray) -> np.ndarray:
-    """ggml `soft_max`: exp(s - max) in float32, sum in double, times 1/sum."""
-    m = s.max(axis=-1, keepdims=True)
-    e = np.exp(s - m).astype(np.float32)
-    tot = e.astype(np.float64).sum(axis=-1, keepdims=True)
-    return (e * (1.0 / tot).astype(np.float32)).astype(np.float32)
 
 
 # ------------------------------------------------------------------ model
@@ -408,7 +375,7 @@ class Model:
                 g, u = gu[:, :hp.n_ff], gu[:, hp.n_ff:]
             else:
                 g, u = L.w_gate.matmul(x), L.w_up.matmul(x)
-            x = L.w_down.matmul(geglu(g, u) if hp.arch == "gemma3" else silu(g) * u)
+            x = L.w_down.matmul(geglu(g, u) if hp.arch == "gemma3" else ops.swiglu(g, u))
             if L.ffn_post_norm is not None:
                 x = rms_norm(x, L.ffn_post_norm, hp.eps)
             x = x + h
@@ -452,20 +419,15 @@ class Model:
         T = cache.n + n
         K, V = cache.keys(il, T), cache.values(il, T)     # float32 of F16 (Hkv, T, hd)
         G = hp.n_head // hp.n_head_kv
-        # ggml converts q to F16 for the F16 K cache (vec_dot_type of F16).
+        # ggml converts q to F16 for the F16 K cache (vec_dot_type of F16);
+        # query rows of a KV head are ordered (token, head in group).
         qg = _f16(q).reshape(n, hp.n_head_kv, G, hd).transpose(1, 0, 2, 3).reshape(hp.n_head_kv, n * G, hd)
-        # f16 x f16 products are exact in float32 and summed in float32, as
-        # ggml_vec_dot_f16's SIMD lanes do for head sizes >= 32.
-        s = np.matmul(qg, K.transpose(0, 2, 1)) * np.float32(hp.kq_scale)   # (Hkv, n*G, T)
-        if n > 1 or n_swa:      # a single new token sees every cached position
-            kpos = np.arange(T)
-            qpos = np.repeat(pos, G)
-            mask = kpos[None, :] > qpos[:, None]
-            if n_swa:
-                mask |= (qpos[:, None] - kpos[None, :]) >= n_swa
-            s = np.where(mask[None], np.float32(-np.inf), s).astype(np.float32)
-        p = _f16(softmax_rows(s))                     # probabilities to F16 for the F16 V
-        o = np.matmul(p, V)                           # (Hkv, n*G, hd)
+        batched = n >= 2          # llamafile's tinyBLAS takes F16 products of 2+ tokens
+        s = ops.f16_products(qg, K, batched)                        # (Hkv, n*G, T)
+        qpos = np.repeat(pos, G)
+        p = np.stack([ops.soft_max(s[h], hp.kq_scale, qpos, n_swa) for h in range(hp.n_head_kv)])
+        p = _f16(p)                                   # probabilities to F16 for the F16 V
+        o = ops.f16_products(p, V.transpose(0, 2, 1), batched)      # (Hkv, n*G, hd)
         o = o.reshape(hp.n_head_kv, n, G, hd).transpose(1, 0, 2, 3).reshape(n, hp.n_head * hd)
         return np.ascontiguousarray(o, dtype=np.float32)
 

@@ -1,0 +1,219 @@
+"""The float operations of attention and the FFN activation, in ggml-cpu's
+order of arithmetic (numba), so that they equal llama.cpp's bit for bit.
+
+Sources: ggml-cpu of the llama.cpp vendored by llama-cpp-python 0.3.36, built
+for x86-64 with AVX-512 (and AVX512-FP16) by GCC; `ggml_fp` has the
+primitives (FMA, lane reductions, ggml's exp).
+
+* F16 mat-muls (`f16_products`): K q and V p, whose F16 operands are exact
+  in float32 and whose products are exact too, so only the order of the
+  additions matters. With two or more tokens ggml hands them to llamafile's
+  `tinyBLAS<16, __m512, ...>` (`llamafile/sgemm.cpp`): 16 lanes, lane l
+  accumulates elements l, l + 16, l + 32, ... by FMA, then
+  `_mm512_reduce_add_ps`. With one token (`n < 2`, no sgemm) it is
+  `ggml_vec_dot_f16` (`vec.cpp`, the AVX512-FP16 mapping of
+  `simd-mappings.h`): four 16-lane accumulators over steps of 64 elements,
+  then sum[0] + sum[2], sum[1] + sum[3], their sum, and
+  `_mm512_reduce_add_ps`. Rows are zero-padded to a multiple of 64, which
+  changes neither order (llama.cpp itself pads the KV length to 256 with
+  masked, zero-weighted cells).
+* `soft_max` (`ggml_compute_forward_soft_max_f32`): x * scale, masked to
+  -inf, max, then per 16 values `ggml_v_expf(x - max)` and the lane sum
+  (`_mm512_reduce_add_ps`) added to a double; every value times
+  (float)(1 / sum).
+* `swiglu` (`ggml_vec_swiglu_f32`): `ggml_v_silu(g) * u`, 16 lanes at a
+  time (n % 16 == 0 here; a scalar tail would use libm's expf).
+* RoPE (`ggml_rope_cache_init`, `rotate_pairs` in `ops.cpp`): angles by
+  repeated float32 products, libm cosf / sinf, and the rotation as GCC
+  contracts it into FMAs (`rope`).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from .ggml_fp import expf_avx512, fma32, hsum16, silu_avx512
+
+__all__ = ["f16_products", "soft_max", "swiglu", "rope_cache", "rope"]
+
+_F32 = np.float32
+
+
+@njit(inline="always", cache=True)
+def _dot_tinyblas(a, b, acc):
+    # acc: 16 float32 lanes of scratch
+    for l in range(16):
+        acc[l] = 0.0
+    for s in range(0, a.shape[0], 16):
+        for l in range(16):
+            acc[l] = fma32(a[s + l], b[s + l], acc[l])
+    return hsum16(acc)
+
+
+@njit(inline="always", cache=True)
+def _dot_vec_f16(a, b, acc):
+    # acc: 64 float32 lanes (4 accumulators of 16)
+    for l in range(64):
+        acc[l] = 0.0
+    for s in range(0, a.shape[0], 64):
+        for l in range(64):
+            acc[l] = fma32(a[s + l], b[s + l], acc[l])
+    for l in range(16):
+        x0 = _F32(acc[l] + acc[32 + l])
+        x1 = _F32(acc[16 + l] + acc[48 + l])
+        acc[l] = _F32(x0 + x1)
+    return hsum16(acc)
+
+
+@njit(parallel=True, cache=True)
+def _products(a, b, batched, out):
+    # a (H, M, D), b (H, C, D) -> out (H, M, C)
+    H, M = a.shape[0], a.shape[1]
+    C = b.shape[1]
+    for hm in prange(H * M):
+        h, m = hm // M, hm % M
+        acc = np.empty(64, np.float32)
+        for c in range(C):
+            if batched:
+                out[h, m, c] = _dot_tinyblas(a[h, m], b[h, c], acc)
+            else:
+                out[h, m, c] = _dot_vec_f16(a[h, m], b[h, c], acc)
+
+
+def _pad_last(a, D):
+    """a float32 with its last axis zero-padded to D, contiguous."""
+    if a.shape[-1] == D:
+        return np.ascontiguousarray(a, np.float32)
+    out = np.zeros(a.shape[:-1] + (D,), np.float32)
+    out[..., :a.shape[-1]] = a
+    return out
+
+
+def f16_products(a: np.ndarray, b: np.ndarray, batched: bool) -> np.ndarray:
+    """out[h, m, c] = sum_d a[h, m, d] * b[h, c, d] as ggml-cpu's F16 mat-mul
+    sums it (module docstring): `batched` (two or more tokens in the call)
+    selects tinyBLAS's order, else `ggml_vec_dot_f16`'s.
+
+    a, b: float32 holding fp16 values, (H, M, Da) and (H, C, Db); the
+    shorter rows count as zero-padded. Returns float32 (H, M, C)."""
+    D = max(a.shape[2], b.shape[2])
+    D += -D % 64
+    a, b = _pad_last(a, D), _pad_last(b, D)
+    out = np.empty((a.shape[0], a.shape[1], b.shape[1]), np.float32)
+    _products(a, b, bool(batched), out)
+    return out
+
+
+@njit(cache=True)
+def _soft_max_rows(s, scale, qpos, n_swa, out):
+    # s (R, T) scores; qpos (R,) position of each row's query; key c masked
+    # when c > qpos or (n_swa and qpos - c >= n_swa)
+    R, T = s.shape
+    Tp = out.shape[1]
+    w = np.empty(Tp, np.float32)
+    for r in range(R):
+        mx = _F32(-np.inf)
+        for c in range(Tp):
+            v = _F32(-np.inf)
+            if c < T and c <= qpos[r] and not (n_swa > 0 and qpos[r] - c >= n_swa):
+                v = _F32(s[r, c] * scale)
+            w[c] = v
+            if v > mx:
+                mx = v
+        tot = 0.0
+        for c0 in range(0, Tp, 16):
+            for l in range(16):
+                w[c0 + l] = expf_avx512(_F32(w[c0 + l] - mx))
+            tot += np.float64(hsum16(w[c0:c0 + 16]))
+        inv = _F32(1.0 / tot)
+        for c in range(Tp):
+            out[r, c] = _F32(w[c] * inv)
+
+
+def soft_max(s: np.ndarray, scale: float, qpos: np.ndarray, n_swa: int = 0) -> np.ndarray:
+    """ggml `soft_max_ext(s, mask, scale)` with llama.cpp's causal (and
+    sliding-window) mask: s float32 (R, T) raw scores, qpos int (R,) the
+    position of each row's query (key c is visible when c <= qpos and, with
+    n_swa > 0, qpos - c < n_swa). Returns float32 (R, T') probabilities with
+    T' = T rounded up to a multiple of 64 (the extra columns are 0)."""
+    s = np.ascontiguousarray(s, np.float32)
+    Tp = s.shape[1] + (-s.shape[1] % 64)
+    out = np.empty((s.shape[0], Tp), np.float32)
+    _soft_max_rows(s, _F32(scale), np.ascontiguousarray(qpos, np.int64), int(n_swa), out)
+    return out
+
+
+@njit(parallel=True, cache=True)
+def _swiglu(g, u, out):
+    n = g.size
+    for i in prange(n):
+        out[i] = _F32(silu_avx512(g[i]) * u[i])
+
+
+def swiglu(g: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """ggml `swiglu`: silu(g) * u elementwise with ggml's AVX-512 SiLU.
+    g, u float32 of one shape (last dimension a multiple of 16)."""
+    g = np.ascontiguousarray(g, np.float32)
+    u = np.ascontiguousarray(u, np.float32)
+    out = np.empty_like(g)
+    _swiglu(g.reshape(-1), u.reshape(-1), out.reshape(-1))
+    return out
+
+
+@njit(cache=True)
+def _rope_cache(pos, n_rot, base, freq_scale, freq_factors, has_ff, cos, sin):
+    ts = _F32(_F32(base) ** _F32(_F32(-2.0) / _F32(n_rot)))
+    for p in range(pos.shape[0]):
+        theta = _F32(pos[p])
+        for i in range(n_rot // 2):
+            th = _F32(theta / freq_factors[i]) if has_ff else theta
+            th = _F32(_F32(freq_scale) * th)
+            cos[p, i] = math.cos(th)          # libm cosf / sinf, as ggml
+            sin[p, i] = math.sin(th)
+            theta = _F32(theta * ts)
+
+
+def rope_cache(pos: np.ndarray, n_rot: int, base: float, freq_scale: float,
+               freq_factors: np.ndarray | None = None):
+    """cos and sin float32 (n, n_rot/2) as ggml `ggml_rope_cache_init` (no
+    YaRN): theta_scale = powf(base, -2/n_rot); theta starts at the position
+    and is multiplied by theta_scale in float32 for each pair; freq_factors
+    divide it (llama3 `rope_freqs`), freq_scale multiplies it; then libm's
+    cosf and sinf (numba lowers float32 math.cos / math.sin to them)."""
+    pos = np.ascontiguousarray(pos, np.int64)
+    half = n_rot // 2
+    cos = np.empty((len(pos), half), np.float32)
+    sin = np.empty_like(cos)
+    ff = np.ones(half, np.float32) if freq_factors is None else np.ascontiguousarray(freq_factors, np.float32)
+    _rope_cache(pos, int(n_rot), _F32(base), _F32(freq_scale), ff, freq_factors is not None, cos, sin)
+    return cos, sin
+
+
+@njit(parallel=True, cache=True)
+def _rope(x, cos, sin, n_rot, neox, out):
+    n, H, D = x.shape
+    half = n_rot // 2
+    for th in prange(n * H):
+        t, h = th // H, th % H
+        for j in range(D):
+            out[t, h, j] = x[t, h, j]
+        for i in range(half):
+            i0, i1 = (i, i + half) if neox else (2 * i, 2 * i + 1)
+            c, s = cos[t, i], sin[t, i]
+            x0, x1 = x[t, h, i0], x[t, h, i1]
+            out[t, h, i0] = fma32(x0, c, -_F32(x1 * s))
+            out[t, h, i1] = fma32(x0, s, _F32(x1 * c))
+
+
+def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, n_rot: int, neox: bool) -> np.ndarray:
+    """Rotate the first n_rot values of each head, ggml `rotate_pairs` as GCC
+    compiles it (contracted): y0 = fma(x0, cos, -(x1 sin)), y1 = fma(x0,
+    sin, x1 cos). Normal style pairs (2i, 2i+1), NeoX (i, i + n_rot/2).
+    x float32 (n, heads, head_dim); cos, sin (n, n_rot/2)."""
+    x = np.ascontiguousarray(x, np.float32)
+    out = np.empty_like(x)
+    _rope(x, np.ascontiguousarray(cos, np.float32), np.ascontiguousarray(sin, np.float32),
+          int(n_rot), bool(neox), out)
+    return out

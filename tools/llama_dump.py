@@ -1,0 +1,135 @@
+"""Dump llama.cpp's intermediate tensors of one forward pass, to find where
+our CPU inference departs from ggml-cpu's arithmetic.
+
+Runs a model through llama-cpp-python 0.3.36 with the settings of
+`tools/llama_ref.py` (n_ctx 512, 2 threads, flash attention off, F16 KV
+cache) and a graph-evaluation callback (`cb_eval`) that copies every F32 node
+llama.cpp computes, in evaluation order, with its name (e.g. `attn_norm-0`,
+`Qcur-0`, `kq_soft_max-0`, `ffn_out-3`, `result_output`) and ggml op.
+
+  python tools/llama_dump.py MODEL.gguf OUT.npz [--tokens 1,2,3 | --prompt-ref]
+      [--split N]
+
+`--prompt-ref` takes the 37 ids (prompt + greedy continuation) stored in
+tests/data/llama_ref_<stem of MODEL>.npz. `--split N` evaluates the first N ids in
+one call and then the rest one id per call (the incremental pass); the
+default is one batched call. Keys of OUT: `<call>:<index>:<name>` with the
+tensor as float32 in ggml's ne order reversed (numpy shape (ne3, ne2, ne1,
+ne0)), `<...>:op` its ggml op number. The dumps are large: keep them out of
+git.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class GGMLTensor(ctypes.Structure):
+    """`struct ggml_tensor` of ggml/include/ggml.h (GGML_MAX_DIMS 4,
+    GGML_MAX_OP_PARAMS 64, GGML_MAX_SRC 10, GGML_MAX_NAME 64)."""
+    _fields_ = [("type", ctypes.c_int), ("buffer", ctypes.c_void_p),
+                ("ne", ctypes.c_int64 * 4), ("nb", ctypes.c_size_t * 4),
+                ("op", ctypes.c_int), ("op_params", ctypes.c_int32 * 16),
+                ("flags", ctypes.c_int32), ("src", ctypes.c_void_p * 10),
+                ("view_src", ctypes.c_void_p), ("view_offs", ctypes.c_size_t),
+                ("data", ctypes.c_void_p), ("name", ctypes.c_char * 64),
+                ("extra", ctypes.c_void_p), ("padding", ctypes.c_char * 8)]
+
+
+def _read(t: GGMLTensor) -> np.ndarray | None:
+    """The tensor's values as float32 (ne3, ne2, ne1, ne0), F32 and F16 only."""
+    if t.type not in (0, 1) or not t.data:
+        return None
+    esz = 4 if t.type == 0 else 2
+    ne, nb = list(t.ne), list(t.nb)
+    span = sum((n - 1) * b for n, b in zip(ne, nb)) + esz
+    buf = (ctypes.c_char * span).from_address(t.data)
+    raw = np.frombuffer(bytes(buf), np.uint8)
+    a = np.lib.stride_tricks.as_strided(raw.view(np.float32 if esz == 4 else np.float16),
+                                        shape=ne[::-1], strides=nb[::-1])
+    return np.array(a, np.float32)
+
+
+def dump(model: str, ids: list[int], split: int | None):
+    import llama_cpp
+    from llama_cpp import llama_cpp as C
+    path = Path(model)
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=512, n_batch=512, n_threads=2,
+                          n_threads_batch=2, seed=0, logits_all=True, verbose=False)
+    store: dict[str, np.ndarray] = {}
+    state = {"call": 0, "i": 0}
+
+    @C.ggml_backend_sched_eval_callback
+    def cb(tp, ask, _ud):
+        if ask:
+            return True
+        t = ctypes.cast(tp, ctypes.POINTER(GGMLTensor)).contents
+        a = _read(t)
+        if a is not None:
+            key = f"{state['call']}:{state['i']:04d}:{t.name.decode()}"
+            store[key] = a
+            store[key + ":op"] = np.int32(t.op)
+            state["i"] += 1
+        return True
+
+    params = llm.context_params
+    params.cb_eval = cb
+    params.cb_eval_user_data = None
+    params.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    ctx = C.llama_init_from_model(llm.model, params)
+    calls = [ids] if split is None else [ids[:split]] + [[t] for t in ids[split:]]
+    pos = 0
+    logits = []
+    for call in calls:
+        n = len(call)
+        batch = C.llama_batch_init(n, 0, 1)
+        for i, tok in enumerate(call):
+            batch.token[i] = tok
+            batch.pos[i] = pos + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = True
+        batch.n_tokens = n
+        state["i"] = 0
+        if C.llama_decode(ctx, batch) != 0:
+            raise RuntimeError("llama_decode failed")
+        nv = llm.n_vocab()
+        lp = C.llama_get_logits(ctx)
+        logits.append(np.ctypeslib.as_array(lp, shape=(n * nv,)).reshape(n, nv).copy())
+        C.llama_batch_free(batch)
+        pos += n
+        state["call"] += 1
+    C.llama_free(ctx)
+    store["logits"] = np.concatenate(logits).astype(np.float32)
+    store["ids"] = np.array(ids, np.int32)
+    return store
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model")
+    ap.add_argument("out")
+    ap.add_argument("--tokens")
+    ap.add_argument("--prompt-ref", action="store_true")
+    ap.add_argument("--split", type=int)
+    args = ap.parse_args(argv)
+    if args.prompt_ref:
+        ref = np.load(REPO / "tests" / "data" / f"llama_ref_{Path(args.model).stem}.npz")
+        ids = [int(t) for t in np.concatenate([ref["prompt_ids"], ref["greedy_ids"]])]
+    else:
+        ids = [int(t) for t in args.tokens.split(",")]
+    store = dump(args.model, ids, args.split)
+    np.savez(args.out, **store)
+    names = sorted({k.split(":")[2] for k in store if k.count(":") == 2 and k.startswith("0:")})
+    print(f"{args.out}: {len(store)} arrays; call 0 names: {', '.join(names[:40])} ...")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -42,9 +42,12 @@ int smv_experts(int mode, int t_gu, int t_down, const void *gate, const void *up
                 void *stream);
 
 /* Timing helpers for the bench: mean milliseconds per call over `iters`
- * calls after one warm-up, measured with CUDA events. */
-int smv_time_mmvq(int type, const void *w, long long rows, long long k, const void *q8,
-                  int ncols, float *y, int rows_per_warp, int iters, float *ms);
+ * calls after one warm-up, measured with CUDA events. smv_time_mmvq's call i
+ * reads the weight copy at w + (i % nbuf)·wstride bytes: with nbuf copies
+ * larger than the L2 together, every call reads its weights from DRAM. */
+int smv_time_mmvq(int type, const void *w, long long wstride, int nbuf, long long rows,
+                  long long k, const void *q8, int ncols, float *y, int rows_per_warp,
+                  int iters, float *ms);
 int smv_time_copy(void *dst, const void *src, long long nbytes, int iters, float *ms);
 int smv_time_experts(int mode, int t_gu, int t_down, const void *gate, const void *up,
                      const void *down, long long h, long long ff, const float *x, int n_tok,
@@ -64,6 +67,6 @@ int smv_synchronize(void);
 }
 #endif
 
-#define SMV_ABI_VERSION 1
+#define SMV_ABI_VERSION 2
 
 #endif /* STRATA_MMVQ_H */

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -80,8 +81,11 @@ def build_mmvq(arch: int, *, force: bool = False) -> Path:
         (work / _b.TABLES_HEADER).write_text(tables)
         out = work / "out"
         out.mkdir()
-        _b._run([nvcc, *_b.nvcc_flags(arch), "-I", str(work), "-I", str(src), "-shared",
-                 "-o", str(out / LIB_NAME), *(str(src / s) for s in SOURCES)], work)
+        # --split-compile: the many kernel instantiations optimize in parallel
+        # threads (same code as a serial build; not part of the cache key)
+        _b._run([nvcc, *_b.nvcc_flags(arch), "--split-compile=0", "-I", str(work), "-I",
+                 str(src), "-shared", "-o", str(out / LIB_NAME),
+                 *(str(src / s) for s in SOURCES)], work)
         if force and dest.exists():
             shutil.rmtree(dest, ignore_errors=True)
         try:
@@ -90,6 +94,12 @@ def build_mmvq(arch: int, *, force: bool = False) -> Path:
             if not lib.is_file():
                 raise _b.BuildError(f"cannot place the build at {dest}") from None
     return lib
+
+
+def _abi_version() -> int:
+    """SMV_ABI_VERSION of the header the cdef comes from."""
+    m = re.search(r"#define SMV_ABI_VERSION (\d+)", (_src() / "strata_mmvq.h").read_text())
+    return int(m.group(1))
 
 
 def _cdef() -> str:
@@ -168,6 +178,10 @@ def load_mmvq(device: int | None = None) -> MmvqNative:
             lib = ffi.dlopen(str(path))
         except OSError as e:
             raise NativeUnavailable(f"cannot load {path}: {e}") from None
+        want = _abi_version()
+        if lib.smv_abi_version() != want:
+            raise NativeUnavailable(f"{path}: ABI version {lib.smv_abi_version()}, this package "
+                                    f"needs {want} (rebuild it or unset STRATA_MMVQ_LIB)")
         nat = MmvqNative(ffi, lib, cc)
         nat.check(lib.smv_set_device(device), f"cudaSetDevice({device})")
         _LIB[device] = nat

@@ -5,13 +5,6 @@
 #include "strata_dequant.h"
 #include "strata_launch.h"
 
-namespace strata {
-// Wide kernels over several tensors of one type (dequant_wide.cu): their row
-// batches packed into as few launches as the limits allow. Arguments checked.
-cudaError_t launch_wide_many(int type, const strata_dequant_item *items, int count,
-                             int out_dtype, cudaStream_t stream);
-}  // namespace strata
-
 using namespace strata;
 
 static thread_local int g_last_cuda_error = 0;

@@ -5,6 +5,8 @@
 
 #include <cuda_runtime.h>
 
+struct strata_dequant_item;
+
 namespace strata {
 
 struct TypeInfo {
@@ -26,6 +28,11 @@ bool wide_needs_dense(int type);
 cudaError_t launch_wide(int type, const unsigned char *blocks, long long row0,
                         long long rows, long long cols, long long ld, int out_dtype,
                         void *out, cudaStream_t stream);
+
+// Wide kernels over several tensors of one type: their row batches packed
+// into as few launches as the limits allow. Arguments checked.
+cudaError_t launch_wide_many(int type, const strata_dequant_item *items, int count,
+                             int out_dtype, cudaStream_t stream);
 
 cudaError_t launch_f32_to_bf16(const float *in, unsigned short *out, long long n,
                                cudaStream_t stream);

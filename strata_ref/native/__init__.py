@@ -19,7 +19,8 @@ from .loader import NativeUnavailable
 
 __all__ = ["available", "unavailable_reason", "select", "Selection", "NativeUnavailable",
            "dequant_device", "dequant_host", "f32_to_bf16_device", "f32_to_f16_device",
-           "DeviceBuffer", "NativeError"]
+           "DeviceBuffer", "NativeError", "dequant_device_many", "DequantItem", "ManyRun",
+           "split_by_type"]
 
 
 def unavailable_reason() -> str | None:
@@ -43,7 +44,8 @@ def __getattr__(name):
     # The wrappers import numpy-side helpers lazily, keeping `import
     # strata_ref.native` cheap and GPU-free.
     if name in ("dequant_device", "dequant_host", "f32_to_bf16_device", "f32_to_f16_device",
-                "DeviceBuffer", "NativeError"):
+                "DeviceBuffer", "NativeError", "dequant_device_many", "DequantItem", "ManyRun",
+                "split_by_type"):
         from . import dequant
         return getattr(dequant, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,7 +8,8 @@ the llama.cpp vendored by llama-cpp-python 0.3.36 built for an x86-64 CPU
 with AVX-512 (GCC 12):
 
 * `fma32(a, b, c)`: a*b + c rounded once (LLVM `llvm.fma.f32`, the
-  `vfmadd` instructions of `_mm256_fmadd_ps`).
+  `vfmadd` instructions of `_mm256_fmadd_ps`; `lanes.fma8_into` does 8
+  lanes at once).
 * `hsum8(v)`: ggml's `hsum_float_8` (ggml-cpu `arch/x86/quants.c`) and
   tinyBLAS's `hsum(__m256)` (`llamafile/sgemm.cpp`): (v[4+i] + v[i]) for
   i < 4, then (s0 + s2) + (s1 + s3).
@@ -109,3 +110,4 @@ def expf_avx512(x):
 def silu_avx512(x):
     """ggml-cpu `ggml_v_silu`, AVX-512: x / (1 + expf(-x)), float32."""
     return _F32(x / _F32(_F32(1.0) + expf_avx512(_F32(_F32(0.0) - x))))
+

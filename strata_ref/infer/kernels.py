@@ -37,6 +37,7 @@ from ..numerics import (F16_TO_F32, bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf
 from ..types import GGMLType, block_format
 from . import act_quant
 from .ggml_fp import fma32, hsum8
+from .lanes import fma8_into, lanes_scaled_add, q8_lanes_fma
 
 # A decode step launches about four parallel regions per layer. OpenMP's
 # spinning barriers collapse when the CPU is oversubscribed (measured on a
@@ -130,35 +131,23 @@ def _mm_serial(wq, ws, wm, xq, xs, xm, B, with_min, out):
 
 
 @njit(inline="always", cache=True)
-def _rows_q8(wq, ws, wm, xq, xs, xm, with_min, out, r0, r1, p, lanes, acc):
+def _rows_q8(wq, ws, wm, xq, xs, xm, with_min, out, r0, r1, acc):
     # ggml-cpu's AVX2 `ggml_vec_dot_{q4_0,q5_0,q8_0}_q8_0` and llamafile's
     # `tinyBLAS_Q0_AVX` (the same arithmetic), and with_min the AVX2
     # `ggml_vec_dot_{q4_1,q5_1}_q8_1`: 8 float32 lanes; lane L takes the
     # exact integer dot of values 4L..4L+3 of each block of 32 and
     # accumulates it by FMA with the float32 product of the two block
-    # scales, block after block; then `hsum_float_8`. Q4_1 / Q5_1 also sum
-    # m * s per block in a scalar (contracted to an FMA by GCC) and add it
-    # last. The integer part is computed first for the whole row (products
-    # and lane sums are small integers, exact in float32, so their order is
-    # free and LLVM vectorizes it); the float part keeps ggml's order (no
-    # fastmath here).
-    K = wq.shape[1]
-    nb = K // 32
+    # scales, block after block (`lanes.q8_lanes_fma`); then
+    # `hsum_float_8`. Q4_1 / Q5_1 also sum m * s per block in a scalar
+    # (contracted to an FMA by GCC) and add it last. No fastmath: the order
+    # is the point.
     for r in range(r0, r1):
-        w = wq[r]
         for t in range(xq.shape[0]):
-            x = xq[t]
-            for i in range(K):
-                p[i] = np.float32(w[i]) * x[i]
-            for g in range(K // 4):
-                lanes[g] = (p[4 * g] + p[4 * g + 1]) + (p[4 * g + 2] + p[4 * g + 3])
             for L in range(8):
                 acc[L] = 0.0
             summs = np.float32(0.0)
-            for bk in range(nb):
-                dd = np.float32(ws[r, bk] * xs[t, bk])
-                for L in range(8):
-                    acc[L] = fma32(dd, lanes[bk * 8 + L], acc[L])
+            for bk in range(ws.shape[1]):
+                q8_lanes_fma(acc, wq[r], 32 * bk, xq[t], 32 * bk, np.float32(ws[r, bk] * xs[t, bk]))
                 if with_min:
                     summs = fma32(wm[r, bk], xm[t, bk], summs)
             out[t, r] = np.float32(hsum8(acc) + summs) if with_min else hsum8(acc)
@@ -170,36 +159,23 @@ _ROWS_PER_TASK = 64
 
 @njit(parallel=True, cache=True)
 def _mm_q8(wq, ws, wm, xq, xs, xm, with_min, out):
-    """out[t, r] = ggml's dot of legacy-quant weight row r (int8 values wq,
-    block scales ws, Q4_1/Q5_1 mins wm) with Q8_0 / Q8_1 activation row t
-    (quants xq as float32, scales xs, Q8_1 sums xm), in ggml's float order
-    (`_rows_q8`); tasks of `_ROWS_PER_TASK` rows in parallel."""
-    R, K = wq.shape
+    """out[t, r] = ggml's dot of legacy-quant weight row r (int8 values wq
+    (rows, cols), block scales ws, Q4_1/Q5_1 mins wm) with Q8_0 / Q8_1
+    activation row t (int8 quants xq, scales xs, Q8_1 sums xm), in ggml's
+    float order (`_rows_q8`); tasks of `_ROWS_PER_TASK` rows in parallel."""
+    R = wq.shape[0]
     for c in prange((R + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
         _rows_q8(wq, ws, wm, xq, xs, xm, with_min, out, c * _ROWS_PER_TASK,
-                 min(R, (c + 1) * _ROWS_PER_TASK), np.empty(K, np.float32),
-                 np.empty(K // 4, np.float32), np.empty(8, np.float32))
+                 min(R, (c + 1) * _ROWS_PER_TASK), np.empty(8, np.float32))
 
 
 @njit(cache=True)
 def _mm_q8_serial(wq, ws, wm, xq, xs, xm, with_min, out):
-    K = wq.shape[1]
-    _rows_q8(wq, ws, wm, xq, xs, xm, with_min, out, 0, wq.shape[0], np.empty(K, np.float32),
-             np.empty(K // 4, np.float32), np.empty(8, np.float32))
+    _rows_q8(wq, ws, wm, xq, xs, xm, with_min, out, 0, wq.shape[0], np.empty(8, np.float32))
 
 
 @njit(inline="always", cache=True)
-def _group4_sums(w, x, p, g4):
-    # g4[g] = exact integer dot of values 4g..4g+3 of w and x (float32 holds
-    # it exactly: |sum| < 2^16), for the whole row; vectorizable
-    for i in range(w.shape[0]):
-        p[i] = np.float32(w[i]) * x[i]
-    for g in range(w.shape[0] // 4):
-        g4[g] = (p[4 * g] + p[4 * g + 1]) + (p[4 * g + 2] + p[4 * g + 3])
-
-
-@njit(inline="always", cache=True)
-def _row_q4_k_8x8(g4, sc, mn, d, dmin, xd, xb, nb, gemm):
+def _row_q4_k_8x8(w, x, sc, mn, d, dmin, xd, xb, gemm, sumi):
     # ggml-cpu x86 `ggml_gemv_q4_K_8x8_q8_K` (gemm False) and
     # `ggml_gemm_q4_K_8x8_q8_K` (gemm True; AVX-512 code) on Q4_K repacked
     # by ggml's CPU_REPACK buffer, for one weight row (one output column
@@ -210,26 +186,27 @@ def _row_q4_k_8x8(g4, sc, mn, d, dmin, xd, xb, nb, gemm):
     acc = np.float32(0.0)
     accm = np.float32(0.0)
     step = 2 if gemm else 8
-    for b in range(nb):
+    for b in range(d.shape[0]):
         ds = np.float32(d[b] * xd[b])
         dm = np.float32(dmin[b] * xd[b])
         for j0 in range(0, 8, step):
-            tot = 0.0
-            totm = 0.0
+            for L in range(8):
+                sumi[L] = 0
+            totm = 0
             for j in range(j0, j0 + step):
-                dot = np.float32(0.0)
-                o = b * 64 + j * 8
-                for L in range(8):
-                    dot += g4[o + L]
-                tot += np.float64(sc[b, j]) * np.float64(dot)
-                totm += np.float64(mn[b, j]) * np.float64(xb[b * 8 + j])
+                o = b * 256 + j * 32
+                lanes_scaled_add(sumi, w, o, x, o, sc[b, j], sc[b, j])
+                totm += mn[b, j] * xb[b * 8 + j]
+            tot = 0
+            for L in range(8):
+                tot += sumi[L]
             acc = fma32(np.float32(tot), ds, acc)
             accm = fma32(np.float32(totm), dm, accm)
     return np.float32(acc - accm)
 
 
 @njit(inline="always", cache=True)
-def _row_q6_k(g4, sc, d, xd, xb, nb, acc, tiled):
+def _row_q6_k(w, x, sc, d, xd, xb, tiled, sumi, lf, acc):
     # tiled False: ggml-cpu AVX2 `ggml_vec_dot_q6_K_q8_K`: 8 int32 lanes per
     # super-block; lane L = sum over the 8 chunks c of 32 values of
     # scale[2c + L // 4] times the dot of unsigned quants (0..63) 4L..4L+3
@@ -237,60 +214,55 @@ def _row_q6_k(g4, sc, d, xd, xb, nb, acc, tiled):
     # acc[L] = fma(d_a * d, float(lane), acc[L]); `hsum_float_8`.
     # tiled True: ggml-cpu's tiled K-quant mat-mul (`tiled/tiled-kernel.cpp`,
     # AVX512-VNNI microkernel, taken for 8 or more activation rows): per
-    # super-block the exact integer s = sum_s scale_s * (dot_s - 32 bsum_s),
-    # r = float(s) * d, then acc = fma(r, d_a, acc) (GCC contracts the
-    # kernel's add of a product).
-    if tiled:
-        out = np.float32(0.0)
-        for b in range(nb):
-            tot = 0.0
-            for s16 in range(16):
-                o = b * 64 + s16 * 4
-                dot = (g4[o] + g4[o + 1]) + (g4[o + 2] + g4[o + 3])
-                tot += np.float64(sc[b, s16]) * (np.float64(dot) - 32.0 * np.float64(xb[b * 16 + s16]))
-            out = fma32(np.float32(np.float32(tot) * d[b]), xd[b], out)
-        return out
+    # super-block the exact integer s = sum_s scale_s * (dot_s - 32 bsum_s)
+    # (= the sum of the lanes above), r = float(s) * d, then
+    # out = fma(r, d_a, out) (GCC contracts the kernel's add of a product).
     for L in range(8):
         acc[L] = 0.0
-    for b in range(nb):
-        dd = np.float32(xd[b] * d[b])
+    out = np.float32(0.0)
+    for b in range(d.shape[0]):
         for L in range(8):
-            lane = 0.0
-            for c in range(8):
-                lane += np.float64(sc[b, 2 * c + L // 4]) * np.float64(g4[b * 64 + c * 8 + L])
-            lane -= 32.0 * (np.float64(xb[b * 16 + 2 * L]) * np.float64(sc[b, 2 * L])
-                            + np.float64(xb[b * 16 + 2 * L + 1]) * np.float64(sc[b, 2 * L + 1]))
-            acc[L] = fma32(dd, np.float32(lane), acc[L])
-    return hsum8(acc)
+            sumi[L] = 0
+        for c in range(8):
+            o = b * 256 + c * 32
+            lanes_scaled_add(sumi, w, o, x, o, sc[b, 2 * c], sc[b, 2 * c + 1])
+        tot = 0
+        for L in range(8):
+            sumi[L] -= 32 * (xb[b * 16 + 2 * L] * sc[b, 2 * L] + xb[b * 16 + 2 * L + 1] * sc[b, 2 * L + 1])
+            lf[L] = np.float32(sumi[L])
+            tot += sumi[L]
+        if tiled:
+            out = fma32(np.float32(np.float32(tot) * d[b]), xd[b], out)
+        else:
+            fma8_into(acc, lf, 0, np.float32(xd[b] * d[b]))
+    return out if tiled else hsum8(acc)
 
 
 @njit(inline="always", cache=True)
-def _rows_kquant(q6, wq, sc, mn, d, dmin, xq, xd, xb, out, r0, r1, p, g4, acc):
-    nb = d.shape[1]
+def _rows_kquant(q6, wq, sc, mn, d, dmin, xq, xd, xb, out, r0, r1, sumi, lf, acc):
     n = xq.shape[0]
     for r in range(r0, r1):
         for t in range(n):
-            _group4_sums(wq[r], xq[t], p, g4)
             if q6:
-                out[t, r] = _row_q6_k(g4, sc[r], d[r], xd[t], xb[t], nb, acc, n >= 8)
+                out[t, r] = _row_q6_k(wq[r], xq[t], sc[r], d[r], xd[t], xb[t], n >= 8, sumi, lf, acc)
             else:
-                out[t, r] = _row_q4_k_8x8(g4, sc[r], mn[r], d[r], dmin[r], xd[t], xb[t], nb,
-                                          t < n - n % 4)
+                out[t, r] = _row_q4_k_8x8(wq[r], xq[t], sc[r], mn[r], d[r], dmin[r], xd[t], xb[t],
+                                          t < n - n % 4, sumi)
 
 
 @njit(parallel=True, cache=True)
 def _mm_kquant(q6, wq, sc, mn, d, dmin, xq, xd, xb, out):
     """Q6_K (q6) or repacked Q4_K weight rows times Q8_K activation rows in
-    ggml-cpu's float order (`_row_q6_k`, `_row_q4_k_8x8`). wq: unsigned
-    quants (rows, cols) int8; sc (and mn for Q4_K) the integer sub-block
-    scales as float32; d (dmin) float32 per super-block; xq the Q8_K quants
-    as float32, xd their scales, xb the bsums (Q6_K: per 16 values; Q4_K:
-    per 32)."""
-    R, K = wq.shape
+    ggml-cpu's order (`_row_q6_k`, `_row_q4_k_8x8`). wq: unsigned quants
+    (rows, cols) int8; sc (and mn for Q4_K): the integer sub-block scales,
+    int32 (rows, super-blocks, 16 or 8); d (dmin) float32 per super-block;
+    xq the Q8_K quants int8, xd their scales, xb the bsums int32 (Q6_K: per
+    16 values; Q4_K: per 32)."""
+    R = wq.shape[0]
     for c in prange((R + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
         _rows_kquant(q6, wq, sc, mn, d, dmin, xq, xd, xb, out, c * _ROWS_PER_TASK,
-                     min(R, (c + 1) * _ROWS_PER_TASK), np.empty(K, np.float32),
-                     np.empty(K // 4, np.float32), np.empty(8, np.float32))
+                     min(R, (c + 1) * _ROWS_PER_TASK), np.empty(8, np.int32),
+                     np.empty(8, np.float32), np.empty(8, np.float32))
 
 
 # Multiply-adds below which one thread is faster than waking the others
@@ -489,11 +461,11 @@ class QMatrix:
         if kind == "q4_k_8x8":
             sc, mn = _q4_k_scales(_field(raw3, t, "scales", None))
             self._packed = (kind, c32(_q4_k_values(_field(raw3, t, "qs", None)).reshape(self.rows, -1)),
-                            c32(sc, np.float32), c32(mn, np.float32),
+                            c32(sc, np.int32), c32(mn, np.int32),
                             c32(_f16(raw3, t, "d")), c32(_f16(raw3, t, "dmin")))
         elif kind == "q6_k":
             wq = _q6_k_values(_field(raw3, t, "ql", None), _field(raw3, t, "qh", None)) + np.int8(32)
-            sc = _field(raw3, t, "scales", None).view(np.int8).astype(np.float32)
+            sc = _field(raw3, t, "scales", None).view(np.int8).astype(np.int32)
             self._packed = (kind, c32(wq.reshape(self.rows, -1)), c32(sc), c32(sc),
                             c32(_f16(raw3, t, "d")), c32(_f16(raw3, t, "d")))
         else:
@@ -529,15 +501,15 @@ class QMatrix:
         if kind == "q8":
             _, wq, ws, wm, _ = self._packed
             if wm is None:
-                xq, xs = act_quant.q8_0_fields(x, np.float32)
+                xq, xs = act_quant.q8_0_fields(x)
                 xm = xs
             else:
-                xq, xs, xm = act_quant.q8_1_fields(x, np.float32)
+                xq, xs, xm = act_quant.q8_1_fields(x)
             (_mm_q8 if parallel else _mm_q8_serial)(wq, ws, ws if wm is None else wm, xq, xs, xm,
                                                     wm is not None, out)
         elif kind in ("q6_k", "q4_k_8x8"):
             _, wq, sc, mn, d, dmin = self._packed
-            xq, xd, bsums = act_quant.q8_k_fields(x, np.float32)
+            xq, xd, bsums = act_quant.q8_k_fields(x)
             if kind == "q4_k_8x8":
                 bsums = bsums.reshape(x.shape[0], -1, 2).sum(axis=2)
             _mm_kquant(kind == "q6_k", wq, sc, mn, d, dmin, xq, xd, bsums.astype(np.int32), out)

@@ -1,0 +1,137 @@
+"""ggml-cpu's 8-lane integer dots of one block of 32 int8 values, as LLVM
+vector code inlined into numba kernels.
+
+ggml's x86 dot products (`arch/x86/quants.c`, AVX2) multiply 32 weight
+bytes with 32 activation bytes by `maddubs` + `madd(ones)` (or VNNI
+`dpbusd`), which leaves 8 int32 lanes: lane L is the exact sum of the
+products of values 4L..4L+3. Every float operation that follows works on
+these lanes, so reproducing ggml bit for bit needs the lanes, not only their
+total. The integer results are exact, so any instruction sequence that
+computes them exactly is equivalent: on a CPU with AVX2 we use ggml's own
+(`psign`, `pmaddubsw`, `pmaddwd`: one block in a few instructions), on
+other CPUs plain LLVM vector arithmetic (sign-extend, multiply, add the four
+interleaved parts).
+
+Contract, for every function: w and x are contiguous int8 arrays, the block
+starts at w[woff] and x[xoff] and is not bounds-checked; products must not
+overflow int16 in pairs (|w| <= 128, |x| <= 127: ggml's quants) .
+"""
+from __future__ import annotations
+
+import os
+
+import llvmlite.binding as llb
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+__all__ = ["HOST_AVX2", "q8_lanes_fma", "lanes_scaled_add", "fma8_into"]
+
+#: whether the lanes are computed with AVX2's maddubs/madd (else portable
+#: IR); STRATA_REF_PORTABLE_LANES=1 forces the portable code (for tests; set
+#: it before the first kernel compiles, with its own NUMBA_CACHE_DIR)
+HOST_AVX2 = (bool(llb.get_host_cpu_features().get("avx2", False))
+             and os.environ.get("STRATA_REF_PORTABLE_LANES", "") != "1")
+
+_I8, _I16, _I32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
+_V32I8 = ir.VectorType(_I8, 32)
+_V16I16 = ir.VectorType(_I16, 16)
+_V8I32 = ir.VectorType(_I32, 8)
+_V8F = ir.VectorType(ir.FloatType(), 8)
+
+
+def _fn(builder, name, ret, args):
+    m = builder.module
+    return m.globals.get(name) or ir.Function(m, ir.FunctionType(ret, args), name)
+
+
+def _ptr(context, builder, aryty, ary, off, vecty):
+    a = context.make_array(aryty)(context, builder, ary)
+    p = a.data if off is None else builder.gep(a.data, [off])
+    return builder.bitcast(p, vecty.as_pointer())
+
+
+def _lanes(builder, wv, xv):
+    """<8 x i32>: lane L = sum_{j<4} w[4L+j] * x[4L+j], exactly."""
+    if HOST_AVX2:
+        psign = _fn(builder, "llvm.x86.avx2.psign.b", _V32I8, [_V32I8, _V32I8])
+        maddubs = _fn(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16I16, [_V32I8, _V32I8])
+        maddwd = _fn(builder, "llvm.x86.avx2.pmadd.wd", _V8I32, [_V16I16, _V16I16])
+        ax = builder.call(psign, [wv, wv])          # |w|
+        sy = builder.call(psign, [xv, wv])          # x * sign(w)
+        p16 = builder.call(maddubs, [ax, sy])       # pairs, |sum| <= 2 * 128 * 127
+        return builder.call(maddwd, [p16, ir.Constant(_V16I16, [1] * 16)])
+    v32i32 = ir.VectorType(_I32, 32)
+    p = builder.mul(builder.sext(wv, v32i32), builder.sext(xv, v32i32))
+    undef = ir.Constant(v32i32, ir.Undefined)
+    parts = [builder.shuffle_vector(p, undef, ir.Constant(_V8I32, [4 * L + j for L in range(8)]))
+             for j in range(4)]
+    return builder.add(builder.add(parts[0], parts[1]), builder.add(parts[2], parts[3]))
+
+
+def _splat(builder, value, vecty, n=8):
+    v = builder.insert_element(ir.Constant(vecty, ir.Undefined), value, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(v, ir.Constant(vecty, ir.Undefined), ir.Constant(_V8I32, [0] * n))
+
+
+@intrinsic
+def q8_lanes_fma(typingctx, acc, w, woff, x, xoff, d):
+    """acc[0:8] = fma(d, float(lanes(w block, x block)), acc[0:8]): one
+    block step of ggml's `ggml_vec_dot_*_q8_0` / `_q8_1` (AVX2) and of
+    tinyBLAS_Q0. acc: float32 array of 8; d: float32."""
+    sig = types.void(acc, w, types.intp, x, types.intp, types.float32)
+
+    def codegen(context, builder, signature, args):
+        A, W, wo, X, xo, dd = args
+        ta, tw, _, tx, _, _ = signature.args
+        wv = builder.load(_ptr(context, builder, tw, W, wo, _V32I8), align=1)
+        xv = builder.load(_ptr(context, builder, tx, X, xo, _V32I8), align=1)
+        lf = builder.sitofp(_lanes(builder, wv, xv), _V8F)
+        pa = _ptr(context, builder, ta, A, None, _V8F)
+        fma = _fn(builder, "llvm.fma.v8f32", _V8F, [_V8F, _V8F, _V8F])
+        builder.store(builder.call(fma, [_splat(builder, dd, _V8F), lf, builder.load(pa, align=4)]),
+                      pa, align=4)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@intrinsic
+def lanes_scaled_add(typingctx, sumi, w, woff, x, xoff, s_lo, s_hi):
+    """sumi[0:4] += s_lo * lanes[0:4]; sumi[4:8] += s_hi * lanes[4:8]
+    (int32; lanes as in `q8_lanes_fma`): ggml's K-quant step
+    `madd(scales, maddubs(q, q8))` accumulated with `add_epi32`, where
+    the first 16 values of the block have one sub-block scale and the last
+    16 another (Q6_K), or both the same (Q4_K). sumi: int32 array of 8."""
+    sig = types.void(sumi, w, types.intp, x, types.intp, types.int32, types.int32)
+
+    def codegen(context, builder, signature, args):
+        S, W, wo, X, xo, lo, hi = args
+        ts, tw, _, tx, _, _, _ = signature.args
+        wv = builder.load(_ptr(context, builder, tw, W, wo, _V32I8), align=1)
+        xv = builder.load(_ptr(context, builder, tx, X, xo, _V32I8), align=1)
+        sc = ir.Constant(_V8I32, ir.Undefined)
+        for L in range(8):
+            sc = builder.insert_element(sc, lo if L < 4 else hi, ir.Constant(_I32, L))
+        ps = _ptr(context, builder, ts, S, None, _V8I32)
+        out = builder.add(builder.load(ps, align=4), builder.mul(_lanes(builder, wv, xv), sc))
+        builder.store(out, ps, align=4)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@intrinsic
+def fma8_into(typingctx, acc, lanes, off, d):
+    """acc[0:8] = fma(d, lanes[off:off+8], acc[0:8]) on float32 arrays, one
+    8-lane vector FMA (`llvm.fma.v8f32`; per lane exactly a float32 fma):
+    ggml's `_mm256_fmadd_ps(d, lanes, acc)`."""
+    sig = types.void(acc, lanes, types.intp, types.float32)
+
+    def codegen(context, builder, signature, args):
+        A, Lv, off, dd = args
+        pa = _ptr(context, builder, signature.args[0], A, None, _V8F)
+        pl = _ptr(context, builder, signature.args[1], Lv, off, _V8F)
+        fma = _fn(builder, "llvm.fma.v8f32", _V8F, [_V8F, _V8F, _V8F])
+        builder.store(builder.call(fma, [_splat(builder, dd, _V8F), builder.load(pl, align=4),
+                                         builder.load(pa, align=4)]), pa, align=4)
+        return context.get_dummy_value()
+    return sig, codegen

@@ -10,6 +10,10 @@ llama.cpp computes, in evaluation order, with its name (e.g. `attn_norm-0`,
   python tools/llama_dump.py MODEL.gguf OUT.npz [--tokens 1,2,3 | --prompt-ref]
       [--split N]
 
+  python tools/llama_dump.py MODEL.gguf OUT.npz --prompt-ref --split 5
+      --vectors 2,3 [--call 7]
+      (small test vectors instead of a dump: `vectors` below)
+
 `--prompt-ref` takes the 37 ids (prompt + greedy continuation) stored in
 tests/data/llama_ref_<stem of MODEL>.npz. `--split N` evaluates the first N ids in
 one call and then the rest one id per call (the incremental pass); the
@@ -111,6 +115,58 @@ def dump(model: str, ids: list[int], split: int | None):
     return store
 
 
+def _by_name(store: dict, call: int) -> dict:
+    """{name: [arrays in evaluation order]} of one call of a dump."""
+    out: dict = {}
+    for k in sorted(store):
+        parts = k.split(":")
+        if len(parts) == 3 and parts[0] == str(call):
+            out.setdefault(parts[2], []).append(store[k])
+    return out
+
+
+def vectors(model: str, ids: list[int], layers: list[int], split: int, call: int) -> dict:
+    """Small llama.cpp reference vectors for tests/test_infer_ggml_ops.py:
+    for each layer in `layers`, the inputs and outputs of its mat-muls, the
+    attention of KV head 0 (query heads 0 .. G-1), SwiGLU and RoPE, for rows
+    0 and n-1 of the batched pass over `ids` ("b_" keys, n = len(ids)) and
+    for the single-token call `call` of the incremental pass that evaluates
+    ids[:split] first ("d_" keys). Float32, except the F16 K/V cache cells
+    (float16)."""
+    out: dict = {"ids": np.array(ids, np.int32), "layers": np.array(layers, np.int32),
+                 "split": np.int32(split), "call": np.int32(call)}
+    for tag, st, c, rows in (("b", dump(model, ids, None), 0, [0, len(ids) - 1]),
+                             ("d", dump(model, ids, split), call, [0])):
+        g = _by_name(st, c)
+        pos = np.array(rows) if tag == "b" else np.array([split + call - 1])
+        out[f"{tag}_rows"] = np.array(rows, np.int32)
+        out[f"{tag}_pos"] = pos.astype(np.int32)
+        out[f"{tag}_n"] = np.int32(len(ids) if tag == "b" else 1)
+        for il in layers:
+            q = g[f"Qcur-{il}"]        # mul_mat, (+ bias), reshaped, roped
+            v = g[f"Vcur-{il}"]
+            T = int(pos.max()) + 1
+            nh = q[-1].shape[2]
+            nkv = g[f"cache_k_l{il} (view) (permuted)"][0].shape[1]
+            G = nh // nkv
+            sel = {
+                "attn_norm": g[f"attn_norm-{il}"][0][0, 0][rows],
+                "q_mm": q[0][0, 0][rows], "v_mm": v[0][0, 0][rows],
+                "q_biased": q[-2][0][rows], "q_rope": q[-1][0][rows],
+                "k_cache": g[f"cache_k_l{il} (view) (permuted)"][0][0, 0, :T].astype(np.float16),
+                "v_cache": g[f"cache_v_l{il} (view) (permuted)"][0][0, 0, :, :T].astype(np.float16),
+                "q_attn": g[f"Qcur-{il} (view) (permuted)"][0][0, :G][:, rows],
+                "kq": g[f"kq-{il}"][0][0, :G][:, rows], "kq_soft_max": g[f"kq_soft_max-{il}"][0][0, :G][:, rows],
+                "kqv": g[f"kqv-{il}"][0][0, :G][:, rows],
+                "ffn_norm": g[f"ffn_norm-{il}"][0][0, 0][rows],
+                "ffn_gate": g[f"ffn_gate-{il}"][0][0, 0][rows], "ffn_up": g[f"ffn_up-{il}"][0][0, 0][rows],
+                "ffn_swiglu": g[f"ffn_swiglu-{il}"][0][0, 0][rows], "ffn_out": g[f"ffn_out-{il}"][0][0, 0][rows],
+            }
+            for k, a in sel.items():
+                out[f"{tag}_{il}_{k}"] = a if a.dtype == np.float16 else a.astype(np.float32)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model")
@@ -118,12 +174,25 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens")
     ap.add_argument("--prompt-ref", action="store_true")
     ap.add_argument("--split", type=int)
+    ap.add_argument("--vectors", metavar="LAYERS",
+                    help="comma-separated layers: write test vectors (see `vectors`) instead of a dump; "
+                         "needs --split; the decode call is --call")
+    ap.add_argument("--call", type=int, default=7)
     args = ap.parse_args(argv)
     if args.prompt_ref:
         ref = np.load(REPO / "tests" / "data" / f"llama_ref_{Path(args.model).stem}.npz")
         ids = [int(t) for t in np.concatenate([ref["prompt_ids"], ref["greedy_ids"]])]
     else:
         ids = [int(t) for t in args.tokens.split(",")]
+    if args.vectors:
+        import llama_cpp
+        store = vectors(args.model, ids, [int(v) for v in args.vectors.split(",")], args.split, args.call)
+        argv_s = [Path(args.model).name if a == args.model else a for a in (argv or sys.argv[1:])]
+        store["command"] = np.array("python tools/llama_dump.py " + " ".join(argv_s))
+        store["llama_cpp_version"] = np.array(llama_cpp.__version__)
+        np.savez_compressed(args.out, **store)
+        print(f"{args.out}: {len(store)} arrays")
+        return 0
     store = dump(args.model, ids, args.split)
     np.savez(args.out, **store)
     names = sorted({k.split(":")[2] for k in store if k.count(":") == 2 and k.startswith("0:")})

@@ -1,0 +1,222 @@
+"""ggml-cpu's float arithmetic as reproduced by strata_ref.infer (ggml_fp,
+lanes, ops, the mat-mul kernels), checked bit for bit: by hand where the
+order of operations decides the result, and against llama.cpp's own
+intermediate tensors (tests/data/llama_ops_*.npz, made by
+tools/llama_dump.py --vectors from llama-cpp-python 0.3.36 built for an
+AVX-512 x86 CPU): for rows 0 and n-1 of a batched pass of 37 tokens (tinyBLAS,
+tiled and repacked-gemm code paths) and for one single-token decode call
+(vec_dot paths)."""
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from numba import njit
+
+from strata_ref.infer import ops
+from strata_ref.infer.ggml_fp import expf_avx512, fma32, hsum8, hsum16
+from strata_ref.numerics import fma_f32
+from infer_helpers import DATA, load_model
+
+F32 = np.float32
+
+
+def _bits(a):
+    return np.ascontiguousarray(a, np.float32).view(np.uint32)
+
+
+def _same(a, b):
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    assert a.shape == b.shape, (a.shape, b.shape)
+    bad = np.flatnonzero(_bits(a) != _bits(b))
+    assert bad.size == 0, f"{bad.size} of {a.size} values differ, first at {bad[0]}: " \
+                          f"{a.reshape(-1)[bad[0]]!r} vs {b.reshape(-1)[bad[0]]!r}"
+
+
+@njit(cache=True)
+def _fma_many(a, b, c, out):
+    for i in range(a.size):
+        out[i] = fma32(a[i], b[i], c[i])
+
+
+@njit(cache=True)
+def _hsums(v8, v16):
+    return hsum8(v8), hsum16(v16)
+
+
+@njit(cache=True)
+def _exp_many(x, out):
+    for i in range(x.size):
+        out[i] = expf_avx512(x[i])
+
+
+# ---------------------------------------------------------------- by hand
+def test_fma32_rounds_once():
+    a = F32(1 + 2.0 ** -12)
+    c = F32(-(1 + 2.0 ** -11))
+    out = np.empty(1, np.float32)
+    _fma_many(np.array([a]), np.array([a]), np.array([c]), out)
+    # a*a = 1 + 2^-11 + 2^-24 exactly; rounded first it ties to 1 + 2^-11
+    assert out[0] == F32(2.0 ** -24) and F32(a * a) + c == 0.0
+    rng = np.random.default_rng(7)
+    x = [rng.standard_normal(20000).astype(np.float32) * F32(s) for s in (1, 1e3, 1e-3)]
+    out = np.empty(20000, np.float32)
+    _fma_many(x[0], x[1], x[2], out)
+    _same(out, fma_f32(x[0], x[1], x[2]))          # numerics' independent float64 version
+
+
+def test_lane_reductions_follow_ggml_trees():
+    big = F32(2.0 ** 24)
+    # hsum_float_8: (v[4+i] + v[i]) then (s0 + s2) + (s1 + s3): the two 2^24
+    # cancel first, so the ones survive (a left-to-right sum gives 3)
+    v8 = np.array([big, 1, 1, 1, -big, 1, 1, 1], np.float32)
+    # _mm512_reduce_add_ps: v[8+i] + v[i], then 4, 2 and 1 lanes the same way
+    v16 = np.zeros(16, np.float32)
+    v16[0], v16[8], v16[1:8] = big, -big, 1
+    h8, h16 = _hsums(v8, v16)
+    assert h8 == F32(6.0) and h16 == F32(7.0)
+    seq = F32(0)
+    for v in v8:
+        seq = F32(seq + v)
+    assert seq != h8
+
+
+def test_expf_edges():
+    x = np.array([0.0, -np.inf, -104.0, 1.0, -1.0, 88.0], np.float32)
+    out = np.empty_like(x)
+    _exp_many(x, out)
+    assert out[0] == 1.0 and out[1] == 0.0 and out[2] == 0.0
+    # the polynomial is within 2 ulp of expf on ordinary arguments
+    assert np.all(np.abs(out[3:] / np.exp(x[3:].astype(np.float64)) - 1) < 2.5e-7)
+
+
+def test_rope_angles_use_libm_cosf():
+    import ctypes
+    import ctypes.util
+    libm = ctypes.CDLL(ctypes.util.find_library("m"))
+    libm.cosf.restype = libm.sinf.restype = ctypes.c_float
+    libm.cosf.argtypes = libm.sinf.argtypes = [ctypes.c_float]
+    libm.powf.restype = ctypes.c_float
+    libm.powf.argtypes = [ctypes.c_float, ctypes.c_float]
+    cos, sin = ops.rope_cache(np.array([3, 1000]), 64, 1e6, 1.0)
+    ts = F32(libm.powf(1e6, F32(-2.0) / F32(64)))
+    for r, p in enumerate((3, 1000)):
+        theta = F32(p)
+        for i in range(32):
+            assert cos[r, i] == F32(libm.cosf(theta)) and sin[r, i] == F32(libm.sinf(theta))
+            theta = F32(theta * ts)
+
+
+def test_soft_max_masks_and_pads():
+    s = np.array([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]], np.float32)
+    p = ops.soft_max(s, 1.0, np.array([0, 1]))
+    assert p.shape == (2, 64) and not p[:, 3:].any()
+    assert p[0, 0] == 1.0 and p[0, 1] == 0.0 and p[0, 2] == 0.0   # only key 0 visible
+    assert p[1, 2] == 0.0 and p[1, 0] < p[1, 1]
+
+
+# ------------------------------------------------- against llama.cpp's tensors
+CASES = {"qwen": ("Qwen2.5-Coder-0.5B-Instruct", "llama_ops_qwen.npz"),
+         "smollm2": ("SmolLM2-135M-Instruct", "llama_ops_smollm2.npz")}
+
+
+def _vectors(key):
+    path = DATA / CASES[key][1]
+    if not path.is_file():
+        pytest.skip(f"{path.name} not made (tools/llama_dump.py --vectors)")
+    return np.load(path)
+
+
+def _f16(a):
+    return np.asarray(a, np.float32).astype(np.float16).astype(np.float32)
+
+
+@pytest.mark.parametrize("key", list(CASES))
+@pytest.mark.parametrize("tag", ["b", "d"])
+def test_attention_ops_match_llama_cpp(key, tag):
+    v = _vectors(key)
+    m = load_model(CASES[key][0])
+    hp = m.hp
+    pos = v[f"{tag}_pos"].astype(np.int64)
+    batched = int(v[f"{tag}_n"]) >= 2
+    for il in v["layers"]:
+        g = lambda name: v[f"{tag}_{il}_{name}"]
+        cos, sin = ops.rope_cache(pos, hp.n_rot, hp.rope_base, hp.rope_freq_scale)
+        _same(ops.rope(g("q_biased"), cos, sin, hp.n_rot, hp.neox), g("q_rope"))
+        q = g("q_attn")                                   # (G, rows, hd), query heads of KV head 0
+        G, R, hd = q.shape
+        K = g("k_cache").astype(np.float32)              # (T, hd)
+        T = K.shape[0]
+        kq = ops.f16_products(_f16(q).reshape(1, G * R, hd), K[None], batched).reshape(G, R, T)
+        _same(kq, g("kq")[..., :T])
+        qpos = np.tile(pos, G)
+        p = ops.soft_max(g("kq").reshape(G * R, -1)[:, :T], hp.kq_scale, qpos).reshape(G, R, -1)
+        _same(p[..., :T], g("kq_soft_max")[..., :T])
+        assert not p[..., T:].any() and not g("kq_soft_max")[..., T:].any()
+        Vt = g("v_cache").astype(np.float32)             # (hd, T)
+        o = ops.f16_products(_f16(g("kq_soft_max")[..., :T]).reshape(1, G * R, T), Vt[None], batched)
+        _same(o.reshape(G, R, hd), g("kqv"))
+
+
+@pytest.mark.parametrize("key", list(CASES))
+@pytest.mark.parametrize("tag", ["b", "d"])
+def test_matmuls_and_swiglu_match_llama_cpp(key, tag):
+    v = _vectors(key)
+    m = load_model(CASES[key][0])
+    rows = v[f"{tag}_rows"]
+    n = int(v[f"{tag}_n"])
+
+    def batch(x):
+        # the stored rows at their places in a batch of n (the code path of
+        # a row depends on n and on its index); other rows repeat row 0
+        full = np.repeat(x[:1], n, axis=0)
+        full[rows] = x
+        return full
+
+    for il in v["layers"]:
+        g = lambda name: v[f"{tag}_{il}_{name}"]
+        L = m.layers[il]
+        _same(L.wq.matmul(batch(g("attn_norm")))[rows], g("q_mm"))
+        _same(L.wv.matmul(batch(g("attn_norm")))[rows], g("v_mm"))
+        _same(L.w_down.matmul(batch(g("ffn_swiglu")))[rows], g("ffn_out"))
+        _same(ops.swiglu(g("ffn_gate"), g("ffn_up")), g("ffn_swiglu"))
+
+
+_PORTABLE = r"""
+import sys, numpy as np
+from strata_ref import GGMLType
+from strata_ref.quantize import quantize
+from strata_ref.infer import lanes
+from strata_ref.infer.kernels import QMatrix
+rng = np.random.default_rng(5)
+out = {"avx2": np.array(lanes.HOST_AVX2)}
+for t in ("Q8_0", "Q5_0", "Q4_1", "Q6_K", "Q4_K"):
+    w = rng.standard_normal((16, 512)).astype(np.float32)
+    q = QMatrix(GGMLType[t], quantize(w, GGMLType[t]), 16, 512, t)
+    for n in (1, 9):
+        out[f"{t}_{n}"] = q.matmul(rng.standard_normal((n, 512)).astype(np.float32))
+np.savez(sys.argv[1], **out)
+"""
+
+
+@pytest.mark.slow
+def test_portable_lanes_give_the_avx2_bits(tmp_path):
+    # The integer lanes are exact either way; this runs the kernels once with
+    # ggml's AVX2 instructions and once with plain LLVM vector code.
+    res = {}
+    for mode in ("native", "portable"):
+        env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / mode))
+        if mode == "portable":
+            env["STRATA_REF_PORTABLE_LANES"] = "1"
+        out = tmp_path / f"{mode}.npz"
+        subprocess.run([sys.executable, "-c", _PORTABLE, str(out)], check=True, env=env,
+                       cwd=str(DATA.parent.parent))
+        res[mode] = np.load(out)
+    assert not bool(res["portable"]["avx2"])
+    for k in res["native"].files:
+        if k != "avx2":
+            _same(res["portable"][k], res["native"][k])

@@ -1,28 +1,41 @@
 """Quantized mat-mul for the CPU inference path: weights stay quantized, the
 activations are quantized as ggml-cpu does (`act_quant`), and each weight row
-is dotted with each activation row as integers, rows in parallel (numba
+is dotted with each activation row in ggml-cpu's own order of arithmetic, so
+that the results equal llama.cpp's bit for bit. Rows run in parallel (numba
 `prange`) when the product is large enough.
 
-Arithmetic: ggml's `ggml_vec_dot_<w>_<a>` (ggml-cpu `quants.c`) takes, per
-block, the exact integer sum of products `sumi` and scales it by the two
-block scales; Q4_1 / Q5_1 add `m_w * s_a` (s_a = fp16(d_a * sum q_a)); Q4_K
-subtracts `dmin * d_a * sum(mins * bsums)`. Here every type is written as
-one sum over sub-blocks of B values (32, or 16 for Q6_K):
+Which ggml-cpu code each type follows (llama.cpp vendored by
+llama-cpp-python 0.3.36, x86 build with AVX2 / AVX-512; checked bitwise
+against llama.cpp's tensors by tests/test_infer_ggml_ops.py):
 
-    out = sum_k ws[k] * xs[k] * dot_k  +  sum_k wm[k] * xm[k]
+* Q4_0, Q5_0, Q8_0 (Q8_0 activations): `ggml_vec_dot_*_q8_0` (AVX2) for one
+  token and llamafile's `tinyBLAS_Q0_AVX` for more, which do the same
+  arithmetic: 8 float32 lanes, lane L gets the exact integer dot of values
+  4L..4L+3 of each block times the float32 product of the block scales by
+  FMA, block after block, then `hsum_float_8`. (ggml repacks Q4_0 tensors
+  with rows % 8 == 0 to its 8x8 layout on AVX2 CPUs; that gemm is not
+  reproduced: Q4_0 results there may differ in the last bits.)
+* Q4_1, Q5_1 (Q8_1 activations): `ggml_vec_dot_*_q8_1` (AVX2), the same
+  lanes plus a scalar FMA sum of m * s added last.
+* Q6_K (Q8_K): `ggml_vec_dot_q6_K_q8_K` (AVX2) below 8 activation rows;
+  ggml's tiled K-quant mat-mul (`tiled/`, AVX512-VNNI) from 8 rows on.
+* Q4_K (Q8_K) with rows % 8 == 0: ggml's CPU_REPACK layout `q4_K_8x8`:
+  `ggml_gemm_q4_K_8x8_q8_K` for the activation rows in whole groups of 4,
+  `ggml_gemv_q4_K_8x8_q8_K` for the rest. Other Q4_K tensors ("generic"
+  below: ggml's formula regrouped, float terms in another order; agrees to
+  float32 rounding, not bitwise).
 
-with the weight's factors ws (d; Q4_K: d*scale, Q6_K: d*scale) and wm (m;
-Q4_K: -dmin*min) and the activation's xs (d_a, spread over the sub-blocks)
-and xm (Q8_1: s_a; Q8_K: d_a * the sum of its quants over the sub-block).
-That is ggml's formula regrouped; the integer dots are exact, the float
-terms are summed in another order than ggml's SIMD lanes, so results agree
-with llama.cpp to float32 rounding, not bitwise.
+The integer part of every dot is exact, so it is computed in whatever way is
+fastest (`lanes`: ggml's own maddubs/madd instructions on AVX2 CPUs, plain
+LLVM vector code elsewhere); the float part follows ggml's order with
+explicit FMAs (`ggml_fp`, `lanes.fma8_into`) and no fastmath.
 
 Layout: `QMatrix(t, raw, rows, cols)` packs a tensor once, at first use:
 the integer quants widened to one int8 each (nibbles and Q5 high bits
-unpacked, offsets such as Q4_0's -8 applied), the factors as float32.
-Types without an integer kernel are dequantized once by the oracle
-(`strata_ref.dequant.dequant_f32`) and multiplied in float32.
+unpacked; Q4_0's -8 and Q5_0's -16 applied, Q4_K / Q6_K kept unsigned as
+ggml multiplies them), the scales as float32, K-quant sub-block scales and
+mins as int32. Types without an integer kernel are dequantized once by the
+oracle (`strata_ref.dequant.dequant_f32`) and multiplied in float32.
 """
 from __future__ import annotations
 
@@ -37,7 +50,7 @@ from ..numerics import (F16_TO_F32, bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf
 from ..types import GGMLType, block_format
 from . import act_quant
 from .ggml_fp import fma32, hsum8
-from .lanes import fma8_into, lanes_scaled_add, q8_lanes_fma
+from .lanes import fma8_into, lanes_scaled_add, q4_lanes_fma, q8_lanes_fma
 
 # A decode step launches about four parallel regions per layer. OpenMP's
 # spinning barriers collapse when the CPU is oversubscribed (measured on a
@@ -85,7 +98,9 @@ def _f16(raw3, t, name):
     return F16_TO_F32[_field(raw3, t, name, None).view(np.uint16)[..., 0]]
 
 
-# ---------------------------------------------------------------- kernel
+# ------------------------------------------------ generic kernel
+# Only for the "generic" kind (Q4_K tensors ggml does not repack): ggml's
+# formula regrouped, the float terms in another order than ggml's.
 @njit(inline="always", fastmath=True, cache=True)
 def _row_dot(w, x, ws, xs, wm, xm, B, with_min):
     # one weight row with one activation row; see _mm
@@ -131,7 +146,7 @@ def _mm_serial(wq, ws, wm, xq, xs, xm, B, with_min, out):
 
 
 @njit(inline="always", cache=True)
-def _rows_q8(wq, ws, wm, xq, xs, xm, with_min, out, r0, r1, acc):
+def _rows_q8(wq, ws, wm, xq, xs, xm, with_min, nib, out, r0, r1, acc):
     # ggml-cpu's AVX2 `ggml_vec_dot_{q4_0,q5_0,q8_0}_q8_0` and llamafile's
     # `tinyBLAS_Q0_AVX` (the same arithmetic), and with_min the AVX2
     # `ggml_vec_dot_{q4_1,q5_1}_q8_1`: 8 float32 lanes; lane L takes the
@@ -140,14 +155,19 @@ def _rows_q8(wq, ws, wm, xq, xs, xm, with_min, out, r0, r1, acc):
     # scales, block after block (`lanes.q8_lanes_fma`); then
     # `hsum_float_8`. Q4_1 / Q5_1 also sum m * s per block in a scalar
     # (contracted to an FMA by GCC) and add it last. No fastmath: the order
-    # is the point.
+    # is the point. nib > 0: wq holds packed 4-bit quants (16 bytes per
+    # block) and nib - 1 is their offset (Q4_0: 8, Q4_1: 0).
     for r in range(r0, r1):
         for t in range(xq.shape[0]):
             for L in range(8):
                 acc[L] = 0.0
             summs = np.float32(0.0)
             for bk in range(ws.shape[1]):
-                q8_lanes_fma(acc, wq[r], 32 * bk, xq[t], 32 * bk, np.float32(ws[r, bk] * xs[t, bk]))
+                d = np.float32(ws[r, bk] * xs[t, bk])
+                if nib:
+                    q4_lanes_fma(acc, wq[r], 16 * bk, xq[t], 32 * bk, d, nib - 1)
+                else:
+                    q8_lanes_fma(acc, wq[r], 32 * bk, xq[t], 32 * bk, d)
                 if with_min:
                     summs = fma32(wm[r, bk], xm[t, bk], summs)
             out[t, r] = np.float32(hsum8(acc) + summs) if with_min else hsum8(acc)
@@ -158,20 +178,21 @@ _ROWS_PER_TASK = 64
 
 
 @njit(parallel=True, cache=True)
-def _mm_q8(wq, ws, wm, xq, xs, xm, with_min, out):
+def _mm_q8(wq, ws, wm, xq, xs, xm, with_min, nib, out):
     """out[t, r] = ggml's dot of legacy-quant weight row r (int8 values wq
-    (rows, cols), block scales ws, Q4_1/Q5_1 mins wm) with Q8_0 / Q8_1
-    activation row t (int8 quants xq, scales xs, Q8_1 sums xm), in ggml's
-    float order (`_rows_q8`); tasks of `_ROWS_PER_TASK` rows in parallel."""
+    (rows, cols), or packed nibbles (rows, cols / 2) when nib > 0; block
+    scales ws, Q4_1/Q5_1 mins wm) with Q8_0 / Q8_1 activation row t (int8
+    quants xq, scales xs, Q8_1 sums xm), in ggml's float order
+    (`_rows_q8`); tasks of `_ROWS_PER_TASK` rows in parallel."""
     R = wq.shape[0]
     for c in prange((R + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
-        _rows_q8(wq, ws, wm, xq, xs, xm, with_min, out, c * _ROWS_PER_TASK,
+        _rows_q8(wq, ws, wm, xq, xs, xm, with_min, nib, out, c * _ROWS_PER_TASK,
                  min(R, (c + 1) * _ROWS_PER_TASK), np.empty(8, np.float32))
 
 
 @njit(cache=True)
-def _mm_q8_serial(wq, ws, wm, xq, xs, xm, with_min, out):
-    _rows_q8(wq, ws, wm, xq, xs, xm, with_min, out, 0, wq.shape[0], np.empty(8, np.float32))
+def _mm_q8_serial(wq, ws, wm, xq, xs, xm, with_min, nib, out):
+    _rows_q8(wq, ws, wm, xq, xs, xm, with_min, nib, out, 0, wq.shape[0], np.empty(8, np.float32))
 
 
 @njit(inline="always", cache=True)
@@ -398,9 +419,10 @@ class QMatrix:
 
     raw: uint8 bytes of the tensor (rows * cols / QK blocks). `matmul(x)`
     takes float32 (n, cols) and returns float32 (n, rows) = x @ W.T, the way
-    ggml-cpu's `ggml_mul_mat` computes it (activation quantization included)
-    for types in INTEGER_KERNEL_TYPES; other types are dequantized once by
-    the oracle and use a float32 matmul. Packing happens at the first
+    ggml-cpu's `ggml_mul_mat` computes it (activation quantization and
+    float order included, module docstring) for types in
+    INTEGER_KERNEL_TYPES; other types are dequantized once by the oracle and
+    use a float32 matmul. Packing happens at the first
     `matmul` (a matrix used only for `row_f32`, such as an untied token
     embedding, is never packed).
     """
@@ -470,8 +492,13 @@ class QMatrix:
                             c32(_f16(raw3, t, "d")), c32(_f16(raw3, t, "d")))
         else:
             wq, ws, wm, B = _pack(t, raw3)
+            nib = 0
+            if t in (GGMLType.Q4_0, GGMLType.Q4_1):
+                # keep the nibbles packed: the kernel unpacks them (half the bytes)
+                wq = _field(raw3, t, "qs", None).reshape(self.rows, -1)
+                nib = 1 + (8 if t == GGMLType.Q4_0 else 0)
             self._packed = (kind, c32(wq), c32(ws, np.float32),
-                            None if wm is None else c32(wm, np.float32), B)
+                            None if wm is None else c32(wm, np.float32), nib if kind == "q8" else B)
 
     def _kind(self) -> str:
         """Which ggml-cpu kernel the product follows: "q8" (legacy quants:
@@ -499,14 +526,14 @@ class QMatrix:
         out = np.empty((x.shape[0], self.rows), np.float32)
         parallel = x.shape[0] * self.rows * self.cols >= PARALLEL_MIN_MACS
         if kind == "q8":
-            _, wq, ws, wm, _ = self._packed
+            _, wq, ws, wm, nib = self._packed
             if wm is None:
                 xq, xs = act_quant.q8_0_fields(x)
                 xm = xs
             else:
                 xq, xs, xm = act_quant.q8_1_fields(x)
             (_mm_q8 if parallel else _mm_q8_serial)(wq, ws, ws if wm is None else wm, xq, xs, xm,
-                                                    wm is not None, out)
+                                                    wm is not None, nib, out)
         elif kind in ("q6_k", "q4_k_8x8"):
             _, wq, sc, mn, d, dmin = self._packed
             xq, xd, bsums = act_quant.q8_k_fields(x)

@@ -25,7 +25,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-__all__ = ["HOST_AVX2", "q8_lanes_fma", "lanes_scaled_add", "fma8_into"]
+__all__ = ["HOST_AVX2", "q8_lanes_fma", "q4_lanes_fma", "lanes_scaled_add", "fma8_into"]
 
 #: whether the lanes are computed with AVX2's maddubs/madd (else portable
 #: IR); STRATA_REF_PORTABLE_LANES=1 forces the portable code (for tests; set
@@ -71,7 +71,8 @@ def _lanes(builder, wv, xv):
 
 def _splat(builder, value, vecty, n=8):
     v = builder.insert_element(ir.Constant(vecty, ir.Undefined), value, ir.Constant(_I32, 0))
-    return builder.shuffle_vector(v, ir.Constant(vecty, ir.Undefined), ir.Constant(_V8I32, [0] * n))
+    return builder.shuffle_vector(v, ir.Constant(vecty, ir.Undefined),
+                                  ir.Constant(ir.VectorType(_I32, n), [0] * n))
 
 
 @intrinsic
@@ -85,6 +86,38 @@ def q8_lanes_fma(typingctx, acc, w, woff, x, xoff, d):
         A, W, wo, X, xo, dd = args
         ta, tw, _, tx, _, _ = signature.args
         wv = builder.load(_ptr(context, builder, tw, W, wo, _V32I8), align=1)
+        xv = builder.load(_ptr(context, builder, tx, X, xo, _V32I8), align=1)
+        lf = builder.sitofp(_lanes(builder, wv, xv), _V8F)
+        pa = _ptr(context, builder, ta, A, None, _V8F)
+        fma = _fn(builder, "llvm.fma.v8f32", _V8F, [_V8F, _V8F, _V8F])
+        builder.store(builder.call(fma, [_splat(builder, dd, _V8F), lf, builder.load(pa, align=4)]),
+                      pa, align=4)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+def _nibbles(builder, context, tw, W, wo, offset):
+    """<32 x i8> of the 16 bytes at W[wo]: their low nibbles, then their
+    high nibbles (ggml's `bytes_from_nibbles_32`), minus `offset`."""
+    v16 = ir.VectorType(_I8, 16)
+    raw = builder.load(_ptr(context, builder, tw, W, wo, v16), align=1)
+    lo = builder.and_(raw, ir.Constant(v16, [15] * 16))
+    hi = builder.lshr(raw, ir.Constant(v16, [4] * 16))
+    v = builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_I32, 32), list(range(32))))
+    return builder.sub(v, _splat(builder, builder.trunc(offset, _I8), _V32I8, 32))
+
+
+@intrinsic
+def q4_lanes_fma(typingctx, acc, w, woff, x, xoff, d, offset):
+    """`q8_lanes_fma` for 4-bit weights kept packed: the block's 32 values
+    are the low then the high nibbles of the 16 bytes at w[woff], minus
+    `offset` (8 for Q4_0, 0 for Q4_1). Halves the bytes read per weight."""
+    sig = types.void(acc, w, types.intp, x, types.intp, types.float32, types.int32)
+
+    def codegen(context, builder, signature, args):
+        A, W, wo, X, xo, dd, off = args
+        ta, tw, _, tx, _, _, _ = signature.args
+        wv = _nibbles(builder, context, tw, W, wo, off)
         xv = builder.load(_ptr(context, builder, tx, X, xo, _V32I8), align=1)
         lf = builder.sitofp(_lanes(builder, wv, xv), _V8F)
         pa = _ptr(context, builder, ta, A, None, _V8F)

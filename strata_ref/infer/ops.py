@@ -26,13 +26,16 @@ primitives (FMA, lane reductions, ggml's exp).
 * RoPE (`ggml_rope_cache_init`, `rotate_pairs` in `ops.cpp`): angles by
   repeated float32 products, libm cosf / sinf, and the rotation as GCC
   contracts it into FMAs (`rope`).
+
+These run on the calling thread: they are small next to the mat-muls, and a
+parallel region per call costs more than it saves on a busy machine.
 """
 from __future__ import annotations
 
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from .ggml_fp import expf_avx512, fma32, hsum16, silu_avx512
 
@@ -67,12 +70,12 @@ def _dot_vec_f16(a, b, acc):
     return hsum16(acc)
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True)
 def _products(a, b, batched, out):
     # a (H, M, D), b (H, C, D) -> out (H, M, C)
     H, M = a.shape[0], a.shape[1]
     C = b.shape[1]
-    for hm in prange(H * M):
+    for hm in range(H * M):
         h, m = hm // M, hm % M
         acc = np.empty(64, np.float32)
         for c in range(C):
@@ -145,10 +148,10 @@ def soft_max(s: np.ndarray, scale: float, qpos: np.ndarray, n_swa: int = 0) -> n
     return out
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True)
 def _swiglu(g, u, out):
     n = g.size
-    for i in prange(n):
+    for i in range(n):
         out[i] = _F32(silu_avx512(g[i]) * u[i])
 
 
@@ -191,11 +194,11 @@ def rope_cache(pos: np.ndarray, n_rot: int, base: float, freq_scale: float,
     return cos, sin
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True)
 def _rope(x, cos, sin, n_rot, neox, out):
     n, H, D = x.shape
     half = n_rot // 2
-    for th in prange(n * H):
+    for th in range(n * H):
         t, h = th // H, th % H
         for j in range(D):
             out[t, h, j] = x[t, h, j]

@@ -194,7 +194,7 @@ from strata_ref.infer import lanes
 from strata_ref.infer.kernels import QMatrix
 rng = np.random.default_rng(5)
 out = {"avx2": np.array(lanes.HOST_AVX2)}
-for t in ("Q8_0", "Q5_0", "Q4_1", "Q6_K", "Q4_K"):
+for t in ("Q8_0", "Q5_0", "Q4_0", "Q4_1", "Q5_1", "Q6_K", "Q4_K"):
     w = rng.standard_normal((16, 512)).astype(np.float32)
     q = QMatrix(GGMLType[t], quantize(w, GGMLType[t]), 16, 512, t)
     for n in (1, 9):

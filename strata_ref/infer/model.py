@@ -21,12 +21,14 @@ One layer, in llama.cpp's operation order:
     x   = x + h
     logits = Wout(rms_norm(x) * output_norm)   # Wout = token_embd when tied
 
-What is emulated from ggml-cpu because it moves the logits measurably:
-activation quantization before every quantized mat-mul (`kernels`), the F16
-KV cache, and the F16 rounding of q and of the softmax probabilities that
-ggml's F16 mat-muls apply to their float32 operand (`vec_dot_type` of F16 is
-F16); RMSNorm's sum of squares in double (ggml `ggml_compute_forward_rms_norm_f32`);
-RoPE angles by repeated float32 multiplication (`ggml_rope_cache_init`).
+Every operation follows ggml-cpu's arithmetic, order of float operations
+included, so that the logits equal llama.cpp's bit for bit (x86 AVX-512
+build; docs/inference.md): activation quantization and the mat-muls
+(`kernels`, `lanes`), the F16 KV cache and the F16 rounding of q and of the
+softmax probabilities that ggml's F16 mat-muls apply to their float32
+operand, K q / V p in tinyBLAS or `vec_dot_f16` order, soft_max with ggml's
+expf, SwiGLU and RoPE (`ops`, `ggml_fp`); RMSNorm's sum of squares in double
+(ggml `ggml_compute_forward_rms_norm_f32`).
 """
 from __future__ import annotations
 

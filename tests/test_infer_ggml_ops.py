@@ -220,3 +220,21 @@ def test_portable_lanes_give_the_avx2_bits(tmp_path):
     for k in res["native"].files:
         if k != "avx2":
             _same(res["portable"][k], res["native"][k])
+
+
+def test_repacked_q4_0_matches_llama_cpp():
+    # A Q4_0 matrix of 512 rows, which ggml repacks to q4_0_8x8 on AVX2 CPUs
+    # (gemm for the 12-token pass, gemv for one token): layer 0's attn_q of
+    # a 2-layer random qwen3 (tests/infer_helpers.py tiny_model with n_embd
+    # 512, head_dim 64, n_ff 1024 and Q4_0 matrices), stored with its
+    # llama.cpp inputs and outputs (command in the file).
+    from strata_ref import GGMLType
+    from strata_ref.infer.kernels import QMatrix
+    path = DATA / "llama_matrix_q4_0.npz"
+    if not path.is_file():
+        pytest.skip("llama_matrix_q4_0.npz not made (tools/llama_dump.py --matrix)")
+    v = np.load(path)
+    assert GGMLType(int(v["w_type"])) == GGMLType.Q4_0
+    w = QMatrix(GGMLType.Q4_0, v["w_raw"], int(v["w_rows"]), int(v["w_cols"]), "attn_q")
+    for tag in ("b", "d"):
+        _same(w.matmul(v[f"{tag}_x"]), v[f"{tag}_y"])

@@ -13,6 +13,9 @@ llama.cpp computes, in evaluation order, with its name (e.g. `attn_norm-0`,
   python tools/llama_dump.py MODEL.gguf OUT.npz --prompt-ref --split 5
       --vectors 2,3 [--call 7]
       (small test vectors instead of a dump: `vectors` below)
+  python tools/llama_dump.py MODEL.gguf OUT.npz --tokens IDS --split 5
+      --matrix 0 [--call 3]
+      (one weight matrix with its inputs and outputs: `matrix_vectors`)
 
 `--prompt-ref` takes the 37 ids (prompt + greedy continuation) stored in
 tests/data/llama_ref_<stem of MODEL>.npz. `--split N` evaluates the first N ids in
@@ -167,6 +170,25 @@ def vectors(model: str, ids: list[int], layers: list[int], split: int, call: int
     return out
 
 
+def matrix_vectors(model: str, ids: list[int], split: int, call: int, layer: int) -> dict:
+    """Test vectors of one weight matrix, self-contained: the raw GGUF bytes
+    of `blk.<layer>.attn_q.weight` (read with strata_ref.gguf, so run this
+    with an interpreter that has both strata_ref and llama_cpp) and
+    llama.cpp's input (`attn_norm`) and output (the mul_mat node of `Qcur`)
+    rows of the batched pass over `ids` ("b_x", "b_y") and of the
+    single-token call `call` after a prompt of `split` ids ("d_x", "d_y")."""
+    sys.path.insert(0, str(REPO))
+    from strata_ref import gguf
+    t = {t.name: t for t in gguf.read(model).tensors}[f"blk.{layer}.attn_q.weight"]
+    out = {"w_raw": np.asarray(t.data, np.uint8).reshape(-1), "w_type": np.int32(t.type),
+           "w_rows": np.int32(t.rows), "w_cols": np.int32(t.cols), "ids": np.array(ids, np.int32)}
+    for tag, st, c in (("b", dump(model, ids, None), 0), ("d", dump(model, ids, split), call)):
+        g = _by_name(st, c)
+        out[f"{tag}_x"] = g[f"attn_norm-{layer}"][0][0, 0].astype(np.float32)
+        out[f"{tag}_y"] = g[f"Qcur-{layer}"][0][0, 0].astype(np.float32)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model")
@@ -178,15 +200,20 @@ def main(argv=None) -> int:
                     help="comma-separated layers: write test vectors (see `vectors`) instead of a dump; "
                          "needs --split; the decode call is --call")
     ap.add_argument("--call", type=int, default=7)
+    ap.add_argument("--matrix", type=int, metavar="LAYER",
+                    help="write `matrix_vectors` of this layer's attn_q instead of a dump (needs --split)")
     args = ap.parse_args(argv)
     if args.prompt_ref:
         ref = np.load(REPO / "tests" / "data" / f"llama_ref_{Path(args.model).stem}.npz")
         ids = [int(t) for t in np.concatenate([ref["prompt_ids"], ref["greedy_ids"]])]
     else:
         ids = [int(t) for t in args.tokens.split(",")]
-    if args.vectors:
+    if args.vectors or args.matrix is not None:
         import llama_cpp
-        store = vectors(args.model, ids, [int(v) for v in args.vectors.split(",")], args.split, args.call)
+        if args.matrix is not None:
+            store = matrix_vectors(args.model, ids, args.split, args.call, args.matrix)
+        else:
+            store = vectors(args.model, ids, [int(v) for v in args.vectors.split(",")], args.split, args.call)
         argv_s = [Path(args.model).name if a == args.model else a for a in (argv or sys.argv[1:])]
         store["command"] = np.array("python tools/llama_dump.py " + " ".join(argv_s))
         store["llama_cpp_version"] = np.array(llama_cpp.__version__)

@@ -12,9 +12,9 @@ against llama.cpp's tensors by tests/test_infer_ggml_ops.py):
   token and llamafile's `tinyBLAS_Q0_AVX` for more, which do the same
   arithmetic: 8 float32 lanes, lane L gets the exact integer dot of values
   4L..4L+3 of each block times the float32 product of the block scales by
-  FMA, block after block, then `hsum_float_8`. (ggml repacks Q4_0 tensors
-  with rows % 8 == 0 to its 8x8 layout on AVX2 CPUs; that gemm is not
-  reproduced: Q4_0 results there may differ in the last bits.)
+  FMA, block after block, then `hsum_float_8`. Q4_0 tensors with rows % 8
+  == 0, which ggml repacks to `q4_0_8x8` on AVX2 CPUs: its gemv / gemm, one
+  FMA of the whole block's dot per block.
 * Q4_1, Q5_1 (Q8_1 activations): `ggml_vec_dot_*_q8_1` (AVX2), the same
   lanes plus a scalar FMA sum of m * s added last.
 * Q6_K (Q8_K): `ggml_vec_dot_q6_K_q8_K` (AVX2) below 8 activation rows;
@@ -50,7 +50,7 @@ from ..numerics import (F16_TO_F32, bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf
 from ..types import GGMLType, block_format
 from . import act_quant
 from .ggml_fp import fma32, hsum8
-from .lanes import fma8_into, lanes_scaled_add, q4_lanes_fma, q8_lanes_fma
+from .lanes import fma8_into, lanes_scaled_add, q4_block_dot, q4_lanes_fma, q8_lanes_fma
 
 # A decode step launches about four parallel regions per layer. OpenMP's
 # spinning barriers collapse when the CPU is oversubscribed (measured on a
@@ -146,7 +146,7 @@ def _mm_serial(wq, ws, wm, xq, xs, xm, B, with_min, out):
 
 
 @njit(inline="always", cache=True)
-def _rows_q8(wq, ws, wm, xq, xs, xm, with_min, nib, out, r0, r1, acc):
+def _rows_q8(wq, ws, wm, xq, xs, xm, with_min, nib, repacked, out, r0, r1, acc):
     # ggml-cpu's AVX2 `ggml_vec_dot_{q4_0,q5_0,q8_0}_q8_0` and llamafile's
     # `tinyBLAS_Q0_AVX` (the same arithmetic), and with_min the AVX2
     # `ggml_vec_dot_{q4_1,q5_1}_q8_1`: 8 float32 lanes; lane L takes the
@@ -156,21 +156,30 @@ def _rows_q8(wq, ws, wm, xq, xs, xm, with_min, nib, out, r0, r1, acc):
     # `hsum_float_8`. Q4_1 / Q5_1 also sum m * s per block in a scalar
     # (contracted to an FMA by GCC) and add it last. No fastmath: the order
     # is the point. nib > 0: wq holds packed 4-bit quants (16 bytes per
-    # block) and nib - 1 is their offset (Q4_0: 8, Q4_1: 0).
+    # block) and nib - 1 is their offset (Q4_0: 8, Q4_1: 0). repacked: Q4_0
+    # in ggml's CPU_REPACK layout `q4_0_8x8` (`ggml_gemv_q4_0_8x8_q8_0` /
+    # `ggml_gemm_q4_0_8x8_q8_0`, x86): one accumulator per row, acc =
+    # fma(float(whole block dot), d_w * d_a, acc), no lanes.
     for r in range(r0, r1):
         for t in range(xq.shape[0]):
             for L in range(8):
                 acc[L] = 0.0
             summs = np.float32(0.0)
+            whole = np.float32(0.0)
             for bk in range(ws.shape[1]):
                 d = np.float32(ws[r, bk] * xs[t, bk])
-                if nib:
+                if repacked:
+                    whole = fma32(np.float32(q4_block_dot(wq[r], 16 * bk, xq[t], 32 * bk, nib - 1)), d, whole)
+                elif nib:
                     q4_lanes_fma(acc, wq[r], 16 * bk, xq[t], 32 * bk, d, nib - 1)
                 else:
                     q8_lanes_fma(acc, wq[r], 32 * bk, xq[t], 32 * bk, d)
                 if with_min:
                     summs = fma32(wm[r, bk], xm[t, bk], summs)
-            out[t, r] = np.float32(hsum8(acc) + summs) if with_min else hsum8(acc)
+            if repacked:
+                out[t, r] = whole
+            else:
+                out[t, r] = np.float32(hsum8(acc) + summs) if with_min else hsum8(acc)
 
 
 #: weight rows per task of the parallel kernels
@@ -178,7 +187,7 @@ _ROWS_PER_TASK = 64
 
 
 @njit(parallel=True, cache=True)
-def _mm_q8(wq, ws, wm, xq, xs, xm, with_min, nib, out):
+def _mm_q8(wq, ws, wm, xq, xs, xm, with_min, nib, repacked, out):
     """out[t, r] = ggml's dot of legacy-quant weight row r (int8 values wq
     (rows, cols), or packed nibbles (rows, cols / 2) when nib > 0; block
     scales ws, Q4_1/Q5_1 mins wm) with Q8_0 / Q8_1 activation row t (int8
@@ -186,13 +195,13 @@ def _mm_q8(wq, ws, wm, xq, xs, xm, with_min, nib, out):
     (`_rows_q8`); tasks of `_ROWS_PER_TASK` rows in parallel."""
     R = wq.shape[0]
     for c in prange((R + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
-        _rows_q8(wq, ws, wm, xq, xs, xm, with_min, nib, out, c * _ROWS_PER_TASK,
+        _rows_q8(wq, ws, wm, xq, xs, xm, with_min, nib, repacked, out, c * _ROWS_PER_TASK,
                  min(R, (c + 1) * _ROWS_PER_TASK), np.empty(8, np.float32))
 
 
 @njit(cache=True)
-def _mm_q8_serial(wq, ws, wm, xq, xs, xm, with_min, nib, out):
-    _rows_q8(wq, ws, wm, xq, xs, xm, with_min, nib, out, 0, wq.shape[0], np.empty(8, np.float32))
+def _mm_q8_serial(wq, ws, wm, xq, xs, xm, with_min, nib, repacked, out):
+    _rows_q8(wq, ws, wm, xq, xs, xm, with_min, nib, repacked, out, 0, wq.shape[0], np.empty(8, np.float32))
 
 
 @njit(inline="always", cache=True)
@@ -533,7 +542,9 @@ class QMatrix:
             else:
                 xq, xs, xm = act_quant.q8_1_fields(x)
             (_mm_q8 if parallel else _mm_q8_serial)(wq, ws, ws if wm is None else wm, xq, xs, xm,
-                                                    wm is not None, nib, out)
+                                                    wm is not None, nib,
+                                                    self.type == GGMLType.Q4_0 and self.repack_rows % 8 == 0,
+                                                    out)
         elif kind in ("q6_k", "q4_k_8x8"):
             _, wq, sc, mn, d, dmin = self._packed
             xq, xd, bsums = act_quant.q8_k_fields(x)

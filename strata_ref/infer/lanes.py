@@ -25,7 +25,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-__all__ = ["HOST_AVX2", "q8_lanes_fma", "q4_lanes_fma", "lanes_scaled_add", "fma8_into"]
+__all__ = ["HOST_AVX2", "q8_lanes_fma", "q4_lanes_fma", "q4_block_dot", "lanes_scaled_add", "fma8_into"]
 
 #: whether the lanes are computed with AVX2's maddubs/madd (else portable
 #: IR); STRATA_REF_PORTABLE_LANES=1 forces the portable code (for tests; set
@@ -125,6 +125,27 @@ def q4_lanes_fma(typingctx, acc, w, woff, x, xoff, d, offset):
         builder.store(builder.call(fma, [_splat(builder, dd, _V8F), lf, builder.load(pa, align=4)]),
                       pa, align=4)
         return context.get_dummy_value()
+    return sig, codegen
+
+
+@intrinsic
+def q4_block_dot(typingctx, w, woff, x, xoff, offset):
+    """The exact integer dot (int32) of one block of packed 4-bit weights
+    (as in `q4_lanes_fma`, minus `offset`) with 32 int8 activations: the
+    sum of the 8 lanes (ggml's repacked Q4_0 gemv / gemm use the whole
+    block's dot)."""
+    sig = types.int32(w, types.intp, x, types.intp, types.int32)
+
+    def codegen(context, builder, signature, args):
+        W, wo, X, xo, off = args
+        tw, _, tx, _, _ = signature.args
+        wv = _nibbles(builder, context, tw, W, wo, off)
+        xv = builder.load(_ptr(context, builder, tx, X, xo, _V32I8), align=1)
+        lanes = _lanes(builder, wv, xv)
+        tot = builder.extract_element(lanes, ir.Constant(_I32, 0))
+        for L in range(1, 8):
+            tot = builder.add(tot, builder.extract_element(lanes, ir.Constant(_I32, L)))
+        return tot
     return sig, codegen
 
 

@@ -257,7 +257,7 @@ def test_chunked_forward_equals_one_pass(monkeypatch):
     whole = m.forward(ids, m.new_cache(64), all_logits=True)
     monkeypatch.setattr(Model, "CHUNK", 5)
     chunked = m.forward(ids, m.new_cache(64), all_logits=True)
-    # Not bitwise: the kernel (one thread or several) and BLAS's summation
-    # order follow the batch shape. The same tokens win, logits agree closely.
-    assert np.array_equal(np.argmax(whole, 1), np.argmax(chunked, 1))
-    assert np.abs(whole - chunked).max() <= 0.05 * np.abs(whole).max(), np.abs(whole - chunked).max()
+    # SmolLM2's types (Q4_1, Q8_0) take the same ggml code path for every
+    # pass of two or more tokens, and each row's arithmetic is independent of
+    # the others: chunks of 5 and 7 tokens give the one-pass bits.
+    assert np.array_equal(whole.view(np.uint32), chunked.view(np.uint32))

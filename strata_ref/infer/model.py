@@ -341,16 +341,19 @@ class Model:
         if cache.n + n > cache.n_ctx:
             raise ValueError(f"context full: {cache.n} + {n} tokens exceed n_ctx = {cache.n_ctx}")
         if n > self.CHUNK:
-            # Long inputs run in chunks so that the attention scores stay
-            # small; results agree with one pass to float32 rounding (the
-            # summation order of the kernels follows the batch shape).
+            # Long inputs run in chunks, as llama.cpp splits a batch into
+            # ubatches of n_ubatch (512 by default) tokens. ggml's code path
+            # depends on the number of tokens in a pass (one token or more;
+            # 8 or more for the tiled K-quants; whole groups of 4 for the
+            # repacked gemm), so a chunk can differ from one pass in the
+            # last bits where those counts change.
             parts = [self.forward(tokens[i:i + self.CHUNK], cache, all_logits)
                      for i in range(0, n, self.CHUNK)]
             return np.concatenate(parts) if all_logits else parts[-1]
         return self._forward(tokens, cache, all_logits)
 
-    #: tokens per internal pass of `forward`
-    CHUNK = 256
+    #: tokens per internal pass of `forward` (llama.cpp's default n_ubatch)
+    CHUNK = 512
 
     def _forward(self, tokens, cache, all_logits):
         n = len(tokens)

@@ -160,3 +160,17 @@ def test_f16_weights_round_the_activations_to_f16():
     assert W.matmul(x)[0, 0] == np.float32(1.0)
     W32 = QMatrix(GGMLType.F32, np.array([[1.0, 1.0]], np.float32).view(np.uint8).reshape(-1), 1, 2)
     assert W32.matmul(x)[0, 0] == x[0, 0]
+
+
+def test_q8_k_tie_rule_of_the_4_row_quantizer():
+    # +amax and -amax in one super-block, the negative first:
+    # quantize_row_q8_K_ref takes the first (max = -5, iscale = 127/5 > 0),
+    # ggml_quantize_mat_q8_K_4x8 (repacked Q4_K rows) the positive one
+    # (iscale = -127/5): d = 1/iscale flips sign, so do the quants.
+    x = np.zeros((2, 256), np.float32)
+    x[:, 10], x[:, 200], x[:, 3] = -5.0, 5.0, 1.0
+    q, d, _ = act_quant.q8_k_fields(x, mat_rows=1)
+    iscale = np.float32(127.0) / np.float32(5.0)
+    assert d[1, 0] == np.float32(1.0) / iscale and d[0, 0] == np.float32(1.0) / -iscale
+    assert (q[1, 10], q[1, 200], q[1, 3]) == (-127, 127, 25)      # rne(25.4) = 25
+    assert (q[0, 10], q[0, 200], q[0, 3]) == (127, -127, -25)

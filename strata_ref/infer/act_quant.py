@@ -115,7 +115,7 @@ def q8_1_fields(x, qdtype=np.int8):
 
 
 @njit(cache=True)
-def _q8_k(x, q, d, bsums):
+def _q8_k(x, q, d, bsums, pos_rows):
     n, k = x.shape
     for t in range(n):
         for i in range(k // 256):
@@ -127,6 +127,11 @@ def _q8_k(x, q, d, bsums):
                 if a > amax:
                     amax = a
                     mx = x[t, base + j]
+            if t < pos_rows:
+                # ggml_quantize_mat_q8_K_4x8: +amax wins a tie with -amax
+                for j in range(256):
+                    if x[t, base + j] == amax:
+                        mx = amax
             if amax == 0:
                 d[t, i] = 0.0
                 for j in range(256):
@@ -146,15 +151,19 @@ def _q8_k(x, q, d, bsums):
             d[t, i] = np.float32(np.float32(1.0) / iscale)
 
 
-def q8_k_fields(x, qdtype=np.int8):
+def q8_k_fields(x, qdtype=np.int8, mat_rows: int = 0):
     """ggml `quantize_row_q8_K_ref` of each row of x (float32 (n, k), k % 256
     == 0): q (n, k) as int8 (or `qdtype`), d float32 (n, k/256), bsums int32
-    (n, k/16)."""
+    (n, k/16). The first `mat_rows` rows follow ggml-cpu's x86
+    `ggml_quantize_mat_q8_K_4x8` instead (the repacked Q4_K path quantizes
+    whole groups of 4 rows with it): the same except that when +amax and
+    -amax both occur in a super-block, +amax is the maximum (the reference
+    takes the first one)."""
     x = _check(x, 256)
     q = np.empty(x.shape, qdtype)
     d = np.empty((x.shape[0], x.shape[1] // 256), np.float32)
     bsums = np.empty((x.shape[0], x.shape[1] // 16), np.int32)
-    _q8_k(x, q, d, bsums)
+    _q8_k(x, q, d, bsums, int(mat_rows))
     return q, d, bsums
 
 

@@ -499,19 +499,22 @@ class QMatrix:
             sc = _field(raw3, t, "scales", None).view(np.int8).astype(np.int32)
             self._packed = (kind, c32(wq.reshape(self.rows, -1)), c32(sc), c32(sc),
                             c32(_f16(raw3, t, "d")), c32(_f16(raw3, t, "d")))
+        elif t in (GGMLType.Q4_0, GGMLType.Q4_1):
+            # the nibbles stay packed (the kernel unpacks them: half the bytes);
+            # the last field is the kernel's `nib` (1 + the quants' offset)
+            wm = _f16(raw3, t, "m") if t == GGMLType.Q4_1 else None
+            self._packed = (kind, c32(_field(raw3, t, "qs", None).reshape(self.rows, -1)),
+                            c32(_f16(raw3, t, "d")), None if wm is None else c32(wm),
+                            9 if t == GGMLType.Q4_0 else 1)
         else:
             wq, ws, wm, B = _pack(t, raw3)
-            nib = 0
-            if t in (GGMLType.Q4_0, GGMLType.Q4_1):
-                # keep the nibbles packed: the kernel unpacks them (half the bytes)
-                wq = _field(raw3, t, "qs", None).reshape(self.rows, -1)
-                nib = 1 + (8 if t == GGMLType.Q4_0 else 0)
             self._packed = (kind, c32(wq), c32(ws, np.float32),
-                            None if wm is None else c32(wm, np.float32), nib if kind == "q8" else B)
+                            None if wm is None else c32(wm, np.float32), 0 if kind == "q8" else B)
 
     def _kind(self) -> str:
         """Which ggml-cpu kernel the product follows: "q8" (legacy quants:
-        `vec_dot_*_q8_0` = tinyBLAS_Q0, `vec_dot_*_q8_1`), "q6_k",
+        `vec_dot_*_q8_0` = tinyBLAS_Q0, `vec_dot_*_q8_1`, and for Q4_0 with
+        rows % 8 == 0 the repacked `q4_0_8x8`), "q6_k",
         "q4_k_8x8" (Q4_K repacked, when ggml's CPU_REPACK takes it: rows %
         8 == 0 on an AVX2 CPU), else "generic" (ggml's formula, float terms
         in another order: Q4_K with rows % 8 != 0)."""
@@ -547,7 +550,8 @@ class QMatrix:
                                                     out)
         elif kind in ("q6_k", "q4_k_8x8"):
             _, wq, sc, mn, d, dmin = self._packed
-            xq, xd, bsums = act_quant.q8_k_fields(x)
+            n = x.shape[0]
+            xq, xd, bsums = act_quant.q8_k_fields(x, mat_rows=n - n % 4 if kind == "q4_k_8x8" else 0)
             if kind == "q4_k_8x8":
                 bsums = bsums.reshape(x.shape[0], -1, 2).sum(axis=2)
             _mm_kquant(kind == "q6_k", wq, sc, mn, d, dmin, xq, xd, bsums.astype(np.int32), out)

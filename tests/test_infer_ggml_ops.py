@@ -222,19 +222,30 @@ def test_portable_lanes_give_the_avx2_bits(tmp_path):
             _same(res["portable"][k], res["native"][k])
 
 
-def test_repacked_q4_0_matches_llama_cpp():
-    # A Q4_0 matrix of 512 rows, which ggml repacks to q4_0_8x8 on AVX2 CPUs
-    # (gemm for the 12-token pass, gemv for one token): layer 0's attn_q of
-    # a 2-layer random qwen3 (tests/infer_helpers.py tiny_model with n_embd
-    # 512, head_dim 64, n_ff 1024 and Q4_0 matrices), stored with its
-    # llama.cpp inputs and outputs (command in the file).
+MATRICES = {
+    # a Q4_0 matrix of 512 rows, which ggml repacks to q4_0_8x8 on AVX2 CPUs
+    # (gemm for the 12-token pass, gemv for one token): layer 0's attn_q
+    "llama_matrix_q4_0.npz": "Q4_0",
+    # a Q4_K matrix of 259 rows, which ggml does not repack (tiled kernel for
+    # the 12-token pass, vec_dot_q4_K_q8_K for one token): output.weight
+    "llama_matrix_q4_k.npz": "Q4_K",
+}
+
+
+@pytest.mark.parametrize("name", list(MATRICES))
+def test_one_matrix_matches_llama_cpp(name):
+    # Matrices of 2-layer random qwen3 models (tests/infer_helpers.py
+    # tiny_model with n_embd 512, head_dim 64, n_ff 1024 and Q4_0 or Q4_K
+    # matrices), stored with their llama.cpp inputs and outputs (command in
+    # the file).
     from strata_ref import GGMLType
     from strata_ref.infer.kernels import QMatrix
-    path = DATA / "llama_matrix_q4_0.npz"
+    path = DATA / name
     if not path.is_file():
-        pytest.skip("llama_matrix_q4_0.npz not made (tools/llama_dump.py --matrix)")
+        pytest.skip(f"{name} not made (tools/llama_dump.py --matrix)")
     v = np.load(path)
-    assert GGMLType(int(v["w_type"])) == GGMLType.Q4_0
-    w = QMatrix(GGMLType.Q4_0, v["w_raw"], int(v["w_rows"]), int(v["w_cols"]), "attn_q")
+    t = GGMLType(int(v["w_type"]))
+    assert t == GGMLType[MATRICES[name]]
+    w = QMatrix(t, v["w_raw"], int(v["w_rows"]), int(v["w_cols"]), name)
     for tag in ("b", "d"):
         _same(w.matmul(v[f"{tag}_x"]), v[f"{tag}_y"])

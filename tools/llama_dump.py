@@ -14,7 +14,7 @@ llama.cpp computes, in evaluation order, with its name (e.g. `attn_norm-0`,
       --vectors 2,3 [--call 7]
       (small test vectors instead of a dump: `vectors` below)
   python tools/llama_dump.py MODEL.gguf OUT.npz --tokens IDS --split 5
-      --matrix 0 [--call 3]
+      --matrix 0|output [--call 3]
       (one weight matrix with its inputs and outputs: `matrix_vectors`)
 
 `--prompt-ref` takes the 37 ids (prompt + greedy continuation) stored in
@@ -170,22 +170,29 @@ def vectors(model: str, ids: list[int], layers: list[int], split: int, call: int
     return out
 
 
-def matrix_vectors(model: str, ids: list[int], split: int, call: int, layer: int) -> dict:
+def matrix_vectors(model: str, ids: list[int], split: int, call: int, which: str) -> dict:
     """Test vectors of one weight matrix, self-contained: the raw GGUF bytes
-    of `blk.<layer>.attn_q.weight` (read with strata_ref.gguf, so run this
-    with an interpreter that has both strata_ref and llama_cpp) and
-    llama.cpp's input (`attn_norm`) and output (the mul_mat node of `Qcur`)
-    rows of the batched pass over `ids` ("b_x", "b_y") and of the
-    single-token call `call` after a prompt of `split` ids ("d_x", "d_y")."""
+    of `blk.<which>.attn_q.weight` (which = a layer number) or of
+    `output.weight` (which = "output"), read with strata_ref.gguf (so run
+    this with an interpreter that has both strata_ref and llama_cpp), and
+    llama.cpp's input (`attn_norm` / `result_norm`) and output (the mul_mat
+    node of `Qcur` / `result_output`) rows of the batched pass over `ids`
+    ("b_x", "b_y") and of the single-token call `call` after a prompt of
+    `split` ids ("d_x", "d_y")."""
     sys.path.insert(0, str(REPO))
     from strata_ref import gguf
-    t = {t.name: t for t in gguf.read(model).tensors}[f"blk.{layer}.attn_q.weight"]
+    if which == "output":
+        name, x_name, y_name = "output.weight", "result_norm", "result_output"
+    else:
+        name, x_name, y_name = f"blk.{which}.attn_q.weight", f"attn_norm-{which}", f"Qcur-{which}"
+    t = {t.name: t for t in gguf.read(model).tensors}[name]
     out = {"w_raw": np.asarray(t.data, np.uint8).reshape(-1), "w_type": np.int32(t.type),
-           "w_rows": np.int32(t.rows), "w_cols": np.int32(t.cols), "ids": np.array(ids, np.int32)}
+           "w_rows": np.int32(t.rows), "w_cols": np.int32(t.cols), "w_name": np.array(name),
+           "ids": np.array(ids, np.int32)}
     for tag, st, c in (("b", dump(model, ids, None), 0), ("d", dump(model, ids, split), call)):
         g = _by_name(st, c)
-        out[f"{tag}_x"] = g[f"attn_norm-{layer}"][0][0, 0].astype(np.float32)
-        out[f"{tag}_y"] = g[f"Qcur-{layer}"][0][0, 0].astype(np.float32)
+        out[f"{tag}_x"] = g[x_name][0][0, 0].astype(np.float32)
+        out[f"{tag}_y"] = g[y_name][0][0, 0].astype(np.float32)
     return out
 
 
@@ -200,8 +207,9 @@ def main(argv=None) -> int:
                     help="comma-separated layers: write test vectors (see `vectors`) instead of a dump; "
                          "needs --split; the decode call is --call")
     ap.add_argument("--call", type=int, default=7)
-    ap.add_argument("--matrix", type=int, metavar="LAYER",
-                    help="write `matrix_vectors` of this layer's attn_q instead of a dump (needs --split)")
+    ap.add_argument("--matrix", metavar="LAYER|output",
+                    help="write `matrix_vectors` of this layer's attn_q (or of output.weight) "
+                         "instead of a dump (needs --split)")
     args = ap.parse_args(argv)
     if args.prompt_ref:
         ref = np.load(REPO / "tests" / "data" / f"llama_ref_{Path(args.model).stem}.npz")

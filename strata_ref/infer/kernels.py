@@ -21,9 +21,8 @@ against llama.cpp's tensors by tests/test_infer_ggml_ops.py):
   ggml's tiled K-quant mat-mul (`tiled/`, AVX512-VNNI) from 8 rows on.
 * Q4_K (Q8_K) with rows % 8 == 0: ggml's CPU_REPACK layout `q4_K_8x8`:
   `ggml_gemm_q4_K_8x8_q8_K` for the activation rows in whole groups of 4,
-  `ggml_gemv_q4_K_8x8_q8_K` for the rest. Other Q4_K tensors ("generic"
-  below: ggml's formula regrouped, float terms in another order; agrees to
-  float32 rounding, not bitwise).
+  `ggml_gemv_q4_K_8x8_q8_K` for the rest. Other Q4_K tensors:
+  `ggml_vec_dot_q4_K_q8_K` (AVX2) below 8 rows, the tiled kernel from 8.
 
 The integer part of every dot is exact, so it is computed in whatever way is
 fastest (`lanes`: ggml's own maddubs/madd instructions on AVX2 CPUs, plain
@@ -96,53 +95,6 @@ def _field(raw3, t, name, dtype):
 def _f16(raw3, t, name):
     """A one-element fp16 field as float32 (rows, nb)."""
     return F16_TO_F32[_field(raw3, t, name, None).view(np.uint16)[..., 0]]
-
-
-# ------------------------------------------------ generic kernel
-# Only for the "generic" kind (Q4_K tensors ggml does not repack): ggml's
-# formula regrouped, the float terms in another order than ggml's.
-@njit(inline="always", fastmath=True, cache=True)
-def _row_dot(w, x, ws, xs, wm, xm, B, with_min):
-    # one weight row with one activation row; see _mm
-    acc = np.float32(0.0)
-    accm = np.float32(0.0)
-    for k in range(w.shape[0] // B):
-        s = np.float32(0.0)
-        for j in range(B):
-            s += np.float32(w[k * B + j]) * x[k * B + j]
-        acc += (ws[k] * xs[k]) * s
-        if with_min:
-            accm += wm[k] * xm[k]
-    return acc + accm
-
-
-@njit(parallel=True, fastmath=True, cache=True)
-def _mm(wq, ws, wm, xq, xs, xm, B, with_min, out):
-    """out[t, r] = sum_k ws[r,k] xs[t,k] dot_k + wm[r,k] xm[t,k], where dot_k
-    is the integer dot of sub-block k (B values) of weight row r and
-    activation row t.
-
-    wq is int8; xq holds the int8 activation quants as float32 (converted
-    once per call rather than once per weight row).
-    The sub-block dot is summed in float32: each product of two int8 values
-    is at most 127 * 128 in magnitude and B <= 32 of them sum to less than
-    2^24, so every partial sum is an integer float32 holds exactly, in any
-    order. That is what lets `fastmath` reassociate the loop into SIMD lanes
-    without changing the integer result; only the float accumulation over
-    sub-blocks is reordered (float32 rounding, as in ggml's 8-lane SIMD).
-    """
-    for r in prange(wq.shape[0]):
-        for t in range(xq.shape[0]):
-            out[t, r] = _row_dot(wq[r], xq[t], ws[r], xs[t], wm[r], xm[t], B, with_min)
-
-
-@njit(fastmath=True, cache=True)
-def _mm_serial(wq, ws, wm, xq, xs, xm, B, with_min, out):
-    """`_mm` on the calling thread, for products too small to repay waking
-    the worker threads."""
-    for r in range(wq.shape[0]):
-        for t in range(xq.shape[0]):
-            out[t, r] = _row_dot(wq[r], xq[t], ws[r], xs[t], wm[r], xm[t], B, with_min)
 
 
 @njit(inline="always", cache=True)
@@ -269,30 +221,82 @@ def _row_q6_k(w, x, sc, d, xd, xb, tiled, sumi, lf, acc):
 
 
 @njit(inline="always", cache=True)
-def _rows_kquant(q6, wq, sc, mn, d, dmin, xq, xd, xb, out, r0, r1, sumi, lf, acc):
+def _row_q4_k(w, x, sc, mn, d, dmin, xd, xb, tiled, sumi, lf, acc, accm):
+    # Q4_K that ggml does not repack (rows % 8 != 0). tiled False: AVX2
+    # `ggml_vec_dot_q4_K_q8_K`: lane L of a super-block = sum over its 8
+    # sub-blocks of scale * (dot of values 4L..4L+3), acc[L] = fma(d_a * d,
+    # float(lane), acc[L]); the mins in 4 lanes, lane i = min[2i] bsum[2i] +
+    # min[2i+1] bsum[2i+1] (bsums per 32), accm[i] = fma(-d_a * dmin,
+    # float(lane), accm[i]); result hsum_float_8(acc) + ((m0 + m2) + (m1 +
+    # m3)). tiled True (8+ rows): ggml's tiled kernel, per super-block the
+    # exact s1 = sum scale * dot and s2 = sum min * bsum, r = fma(-dmin,
+    # float(s2), float(s1) * d), out = fma(r, d_a, out).
+    for L in range(8):
+        acc[L] = 0.0
+    for i in range(4):
+        accm[i] = 0.0
+    out = np.float32(0.0)
+    for b in range(d.shape[0]):
+        for L in range(8):
+            sumi[L] = 0
+        for c in range(8):
+            o = b * 256 + c * 32
+            lanes_scaled_add(sumi, w, o, x, o, sc[b, c], sc[b, c])
+        if tiled:
+            s1 = 0
+            s2 = 0
+            for L in range(8):
+                s1 += sumi[L]
+                s2 += mn[b, L] * xb[b * 8 + L]
+            r = fma32(-dmin[b], np.float32(s2), np.float32(np.float32(s1) * d[b]))
+            out = fma32(r, xd[b], out)
+        else:
+            for L in range(8):
+                lf[L] = np.float32(sumi[L])
+            fma8_into(acc, lf, 0, np.float32(xd[b] * d[b]))
+            dm = np.float32(-xd[b] * dmin[b])
+            for i in range(4):
+                prod = mn[b, 2 * i] * xb[b * 8 + 2 * i] + mn[b, 2 * i + 1] * xb[b * 8 + 2 * i + 1]
+                accm[i] = fma32(dm, np.float32(prod), accm[i])
+    if tiled:
+        return out
+    m = np.float32(np.float32(accm[0] + accm[2]) + np.float32(accm[1] + accm[3]))
+    return np.float32(hsum8(acc) + m)
+
+
+@njit(inline="always", cache=True)
+def _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, out, r0, r1, sumi, lf, acc, accm):
     n = xq.shape[0]
     for r in range(r0, r1):
         for t in range(n):
-            if q6:
+            if mode == 0:
                 out[t, r] = _row_q6_k(wq[r], xq[t], sc[r], d[r], xd[t], xb[t], n >= 8, sumi, lf, acc)
-            else:
+            elif mode == 1:
                 out[t, r] = _row_q4_k_8x8(wq[r], xq[t], sc[r], mn[r], d[r], dmin[r], xd[t], xb[t],
                                           t < n - n % 4, sumi)
+            else:
+                out[t, r] = _row_q4_k(wq[r], xq[t], sc[r], mn[r], d[r], dmin[r], xd[t], xb[t],
+                                      n >= 8, sumi, lf, acc, accm)
+
+
+#: `_mm_kquant` modes
+_Q6_K, _Q4_K_8X8, _Q4_K = 0, 1, 2
 
 
 @njit(parallel=True, cache=True)
-def _mm_kquant(q6, wq, sc, mn, d, dmin, xq, xd, xb, out):
-    """Q6_K (q6) or repacked Q4_K weight rows times Q8_K activation rows in
-    ggml-cpu's order (`_row_q6_k`, `_row_q4_k_8x8`). wq: unsigned quants
-    (rows, cols) int8; sc (and mn for Q4_K): the integer sub-block scales,
-    int32 (rows, super-blocks, 16 or 8); d (dmin) float32 per super-block;
-    xq the Q8_K quants int8, xd their scales, xb the bsums int32 (Q6_K: per
-    16 values; Q4_K: per 32)."""
+def _mm_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, out):
+    """K-quant weight rows times Q8_K activation rows in ggml-cpu's order:
+    mode `_Q6_K` (`_row_q6_k`), `_Q4_K_8X8` (repacked Q4_K,
+    `_row_q4_k_8x8`) or `_Q4_K` (`_row_q4_k`). wq: unsigned quants (rows,
+    cols) int8; sc (and mn for Q4_K): the integer sub-block scales, int32
+    (rows, super-blocks, 16 or 8); d (dmin) float32 per super-block; xq the
+    Q8_K quants int8, xd their scales, xb the bsums int32 (Q6_K: per 16
+    values; Q4_K: per 32)."""
     R = wq.shape[0]
     for c in prange((R + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
-        _rows_kquant(q6, wq, sc, mn, d, dmin, xq, xd, xb, out, c * _ROWS_PER_TASK,
+        _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, out, c * _ROWS_PER_TASK,
                      min(R, (c + 1) * _ROWS_PER_TASK), np.empty(8, np.int32),
-                     np.empty(8, np.float32), np.empty(8, np.float32))
+                     np.empty(8, np.float32), np.empty(8, np.float32), np.empty(4, np.float32))
 
 
 # Multiply-adds below which one thread is faster than waking the others
@@ -355,52 +359,16 @@ def _high_bits(qh: np.ndarray) -> np.ndarray:
     return (bits << 4).astype(np.uint8)
 
 
-def _pack(t: GGMLType, raw3: np.ndarray):
-    """(wq int8 (rows, cols), ws, wm float32 (rows, cols / B) or None, B)
-    for weight type t: the integer quants widened to one byte each, and per
-    sub-block of B values the float32 scale and min factor of the weight."""
-    rows, nb, _ = raw3.shape
+def _pack_legacy(t: GGMLType, raw3: np.ndarray):
+    """(wq int8 (rows, cols), d, m float32 (rows, blocks) or None) for Q5_0,
+    Q5_1 and Q8_0: the quants widened to one byte each (Q5 high bits added,
+    Q5_0's -16 applied), the block scale and (Q5_1) min."""
+    rows = raw3.shape[0]
     if t == GGMLType.Q8_0:
-        return _field(raw3, t, "qs", None).view(np.int8).reshape(rows, -1), _f16(raw3, t, "d"), None, 32
-    if t in (GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1):
-        q = _nibbles(_field(raw3, t, "qs", None))
-        if t in (GGMLType.Q5_0, GGMLType.Q5_1):
-            q = q | _high_bits(_field(raw3, t, "qh", None).view(np.uint32)[..., 0])
-        offset = {GGMLType.Q4_0: 8, GGMLType.Q5_0: 16}.get(t, 0)
-        wq = (q.astype(np.int16) - offset).astype(np.int8).reshape(rows, -1)
-        wm = _f16(raw3, t, "m") if t in (GGMLType.Q4_1, GGMLType.Q5_1) else None
-        return wq, _f16(raw3, t, "d"), wm, 32
-    if t == GGMLType.Q4_K:
-        sc, mn = _q4_k_scales(_field(raw3, t, "scales", None))
-        d, dmin = _f16(raw3, t, "d")[..., None], _f16(raw3, t, "dmin")[..., None]
-        ws = (d * sc.astype(np.float32)).reshape(rows, -1)
-        wm = -(dmin * mn.astype(np.float32)).reshape(rows, -1)
-        return _q4_k_values(_field(raw3, t, "qs", None)).reshape(rows, -1), ws, wm, 32
-    if t == GGMLType.Q6_K:
-        sc = _field(raw3, t, "scales", None).view(np.int8).astype(np.float32)
-        ws = (_f16(raw3, t, "d")[..., None] * sc).reshape(rows, -1)
-        wq = _q6_k_values(_field(raw3, t, "ql", None), _field(raw3, t, "qh", None))
-        return wq.reshape(rows, -1), ws, None, 16
-    raise AssertionError(t)
-
-
-def _activations(vdt: GGMLType, x: np.ndarray, B: int):
-    """(xq (n, cols), xs, xm float32 (n, cols / B)) of x quantized to
-    the activation type vdt (xq: the int8 quants held as float32, the form the
-    kernel multiplies), with the per-block factors spread to the weight's
-    sub-blocks of B values: xs the scale; xm the term the weight's min
-    multiplies (Q8_1: s = d * sum q; Q8_K: d * the sum of q over the B values)."""
-    f32 = np.float32
-    if vdt == GGMLType.Q8_0:
-        xq, xd = act_quant.q8_0_fields(x, f32)
-        return xq, xd, xd
-    if vdt == GGMLType.Q8_1:
-        return act_quant.q8_1_fields(x, f32)
-    xq, xd, bsums = act_quant.q8_k_fields(x, f32)
-    per = 256 // B
-    xs = np.repeat(xd, per, axis=1)
-    bs = bsums.reshape(x.shape[0], -1, B // 16).sum(axis=2).astype(np.float32)
-    return xq, xs, xs * bs
+        return _field(raw3, t, "qs", None).view(np.int8).reshape(rows, -1), _f16(raw3, t, "d"), None
+    q = _nibbles(_field(raw3, t, "qs", None)) | _high_bits(_field(raw3, t, "qh", None).view(np.uint32)[..., 0])
+    wq = (q.astype(np.int16) - (16 if t == GGMLType.Q5_0 else 0)).astype(np.int8).reshape(rows, -1)
+    return wq, _f16(raw3, t, "d"), (_f16(raw3, t, "m") if t == GGMLType.Q5_1 else None)
 
 
 def _round_for_float_weights(t: GGMLType, x: np.ndarray) -> np.ndarray:
@@ -489,7 +457,7 @@ class QMatrix:
         raw3 = self.raw.reshape(self.rows, -1, block_format(t).block_bytes)
         kind = self._kind()
         c32 = np.ascontiguousarray
-        if kind == "q4_k_8x8":
+        if kind in ("q4_k_8x8", "q4_k"):
             sc, mn = _q4_k_scales(_field(raw3, t, "scales", None))
             self._packed = (kind, c32(_q4_k_values(_field(raw3, t, "qs", None)).reshape(self.rows, -1)),
                             c32(sc, np.int32), c32(mn, np.int32),
@@ -507,24 +475,20 @@ class QMatrix:
                             c32(_f16(raw3, t, "d")), None if wm is None else c32(wm),
                             9 if t == GGMLType.Q4_0 else 1)
         else:
-            wq, ws, wm, B = _pack(t, raw3)
-            self._packed = (kind, c32(wq), c32(ws, np.float32),
-                            None if wm is None else c32(wm, np.float32), 0 if kind == "q8" else B)
+            wq, ws, wm = _pack_legacy(t, raw3)
+            self._packed = (kind, c32(wq), c32(ws), None if wm is None else c32(wm), 0)
 
     def _kind(self) -> str:
         """Which ggml-cpu kernel the product follows: "q8" (legacy quants:
         `vec_dot_*_q8_0` = tinyBLAS_Q0, `vec_dot_*_q8_1`, and for Q4_0 with
         rows % 8 == 0 the repacked `q4_0_8x8`), "q6_k",
         "q4_k_8x8" (Q4_K repacked, when ggml's CPU_REPACK takes it: rows %
-        8 == 0 on an AVX2 CPU), else "generic" (ggml's formula, float terms
-        in another order: Q4_K with rows % 8 != 0)."""
+        8 == 0 on an AVX2 CPU), "q4_k" (other Q4_K tensors)."""
         if self.type in (GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_1, GGMLType.Q5_1):
             return "q8"
         if self.type == GGMLType.Q6_K:
             return "q6_k"
-        if self.type == GGMLType.Q4_K and self.repack_rows % 8 == 0:
-            return "q4_k_8x8"
-        return "generic"
+        return "q4_k_8x8" if self.repack_rows % 8 == 0 else "q4_k"     # Q4_K
 
     def matmul(self, x: np.ndarray) -> np.ndarray:
         """float32 (n, cols) -> float32 (n, rows)."""
@@ -548,18 +512,14 @@ class QMatrix:
                                                     wm is not None, nib,
                                                     self.type == GGMLType.Q4_0 and self.repack_rows % 8 == 0,
                                                     out)
-        elif kind in ("q6_k", "q4_k_8x8"):
+        else:
             _, wq, sc, mn, d, dmin = self._packed
             n = x.shape[0]
             xq, xd, bsums = act_quant.q8_k_fields(x, mat_rows=n - n % 4 if kind == "q4_k_8x8" else 0)
-            if kind == "q4_k_8x8":
+            if kind != "q6_k":
                 bsums = bsums.reshape(x.shape[0], -1, 2).sum(axis=2)
-            _mm_kquant(kind == "q6_k", wq, sc, mn, d, dmin, xq, xd, bsums.astype(np.int32), out)
-        else:
-            _, wq, ws, wm, B = self._packed
-            xq, xs, xm = _activations(VEC_DOT_TYPE[self.type], x, B)
-            mm = _mm if parallel else _mm_serial
-            mm(wq, ws, ws if wm is None else wm, xq, xs, xm, B, wm is not None, out)
+            mode = {"q6_k": _Q6_K, "q4_k_8x8": _Q4_K_8X8, "q4_k": _Q4_K}[kind]
+            _mm_kquant(mode, wq, sc, mn, d, dmin, xq, xd, bsums.astype(np.int32), out)
         return out
 
     def row_f32(self, i: int) -> np.ndarray:

@@ -229,15 +229,18 @@ MATRICES = {
     # a Q4_K matrix of 259 rows, which ggml does not repack (tiled kernel for
     # the 12-token pass, vec_dot_q4_K_q8_K for one token): output.weight
     "llama_matrix_q4_k.npz": "Q4_K",
+    # a Q5_K matrix of 512 rows (tiled kernel for 12 tokens,
+    # vec_dot_q5_K_q8_K for one): layer 1's attn_q
+    "llama_matrix_q5_k.npz": "Q5_K",
 }
 
 
 @pytest.mark.parametrize("name", list(MATRICES))
 def test_one_matrix_matches_llama_cpp(name):
     # Matrices of 2-layer random qwen3 models (tests/infer_helpers.py
-    # tiny_model with n_embd 512, head_dim 64, n_ff 1024 and Q4_0 or Q4_K
-    # matrices), stored with their llama.cpp inputs and outputs (command in
-    # the file).
+    # tiny_model with n_embd 512, head_dim 64, n_ff 1024 and Q4_0, Q4_K or
+    # Q5_K matrices), stored with their llama.cpp inputs and outputs
+    # (command in the file).
     from strata_ref import GGMLType
     from strata_ref.infer.kernels import QMatrix
     path = DATA / name

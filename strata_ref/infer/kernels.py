@@ -19,6 +19,8 @@ against llama.cpp's tensors by tests/test_infer_ggml_ops.py):
   lanes plus a scalar FMA sum of m * s added last.
 * Q6_K (Q8_K): `ggml_vec_dot_q6_K_q8_K` (AVX2) below 8 activation rows;
   ggml's tiled K-quant mat-mul (`tiled/`, AVX512-VNNI) from 8 rows on.
+* Q5_K (Q8_K): `ggml_vec_dot_q5_K_q8_K` (AVX2) below 8 activation rows,
+  the tiled kernel from 8 on.
 * Q4_K (Q8_K) with rows % 8 == 0: ggml's CPU_REPACK layout `q4_K_8x8`:
   `ggml_gemm_q4_K_8x8_q8_K` for the activation rows in whole groups of 4,
   `ggml_gemv_q4_K_8x8_q8_K` for the rest. Other Q4_K tensors:
@@ -67,7 +69,7 @@ __all__ = ["QMatrix", "INTEGER_KERNEL_TYPES", "VEC_DOT_TYPE", "FALLBACK_VEC_DOT_
 VEC_DOT_TYPE = {
     GGMLType.Q4_0: GGMLType.Q8_0, GGMLType.Q5_0: GGMLType.Q8_0, GGMLType.Q8_0: GGMLType.Q8_0,
     GGMLType.Q4_1: GGMLType.Q8_1, GGMLType.Q5_1: GGMLType.Q8_1,
-    GGMLType.Q4_K: GGMLType.Q8_K, GGMLType.Q6_K: GGMLType.Q8_K,
+    GGMLType.Q4_K: GGMLType.Q8_K, GGMLType.Q5_K: GGMLType.Q8_K, GGMLType.Q6_K: GGMLType.Q8_K,
 }
 INTEGER_KERNEL_TYPES = frozenset(VEC_DOT_TYPE)
 
@@ -76,7 +78,7 @@ INTEGER_KERNEL_TYPES = frozenset(VEC_DOT_TYPE)
 #: dequantized weights with the dequantized activation quants, which is
 #: ggml's product up to float32 rounding.
 FALLBACK_VEC_DOT_TYPE = {
-    **{t: GGMLType.Q8_K for t in (GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q5_K, GGMLType.IQ2_XXS,
+    **{t: GGMLType.Q8_K for t in (GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.IQ2_XXS,
                                   GGMLType.IQ2_XS, GGMLType.IQ3_XXS, GGMLType.IQ1_S, GGMLType.IQ3_S,
                                   GGMLType.IQ2_S, GGMLType.IQ4_XS, GGMLType.IQ1_M, GGMLType.TQ1_0,
                                   GGMLType.TQ2_0)},
@@ -221,15 +223,18 @@ def _row_q6_k(w, x, sc, d, xd, xb, tiled, sumi, lf, acc):
 
 
 @njit(inline="always", cache=True)
-def _row_q4_k(w, x, sc, mn, d, dmin, xd, xb, tiled, sumi, lf, acc, accm):
+def _row_q4_k(w, x, sc, mn, d, dmin, xd, xb, tiled, q5, sumi, lf, acc, accm):
     # Q4_K that ggml does not repack (rows % 8 != 0). tiled False: AVX2
     # `ggml_vec_dot_q4_K_q8_K`: lane L of a super-block = sum over its 8
     # sub-blocks of scale * (dot of values 4L..4L+3), acc[L] = fma(d_a * d,
     # float(lane), acc[L]); the mins in 4 lanes, lane i = min[2i] bsum[2i] +
     # min[2i+1] bsum[2i+1] (bsums per 32), accm[i] = fma(-d_a * dmin,
     # float(lane), accm[i]); result hsum_float_8(acc) + ((m0 + m2) + (m1 +
-    # m3)). tiled True (8+ rows): ggml's tiled kernel, per super-block the
-    # exact s1 = sum scale * dot and s2 = sum min * bsum, r = fma(-dmin,
+    # m3)). q5 (Q5_K, AVX2 `ggml_vec_dot_q5_K_q8_K`): the same lanes, but
+    # the mins as one exact integer per super-block in a scalar, summs =
+    # fma(-d_a * dmin, float(M), summs), added last. tiled True (8+ rows,
+    # Q4_K and Q5_K alike): ggml's tiled kernel, per super-block the exact
+    # s1 = sum scale * dot and s2 = sum min * bsum, r = fma(-dmin,
     # float(s2), float(s1) * d), out = fma(r, d_a, out).
     for L in range(8):
         acc[L] = 0.0
@@ -255,11 +260,19 @@ def _row_q4_k(w, x, sc, mn, d, dmin, xd, xb, tiled, sumi, lf, acc, accm):
                 lf[L] = np.float32(sumi[L])
             fma8_into(acc, lf, 0, np.float32(xd[b] * d[b]))
             dm = np.float32(-xd[b] * dmin[b])
-            for i in range(4):
-                prod = mn[b, 2 * i] * xb[b * 8 + 2 * i] + mn[b, 2 * i + 1] * xb[b * 8 + 2 * i + 1]
-                accm[i] = fma32(dm, np.float32(prod), accm[i])
+            if q5:
+                tot = 0
+                for j in range(8):
+                    tot += mn[b, j] * xb[b * 8 + j]
+                out = fma32(dm, np.float32(tot), out)          # summs
+            else:
+                for i in range(4):
+                    prod = mn[b, 2 * i] * xb[b * 8 + 2 * i] + mn[b, 2 * i + 1] * xb[b * 8 + 2 * i + 1]
+                    accm[i] = fma32(dm, np.float32(prod), accm[i])
     if tiled:
         return out
+    if q5:
+        return np.float32(hsum8(acc) + out)
     m = np.float32(np.float32(accm[0] + accm[2]) + np.float32(accm[1] + accm[3]))
     return np.float32(hsum8(acc) + m)
 
@@ -276,22 +289,22 @@ def _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, out, r0, r1, sumi, lf, a
                                           t < n - n % 4, sumi)
             else:
                 out[t, r] = _row_q4_k(wq[r], xq[t], sc[r], mn[r], d[r], dmin[r], xd[t], xb[t],
-                                      n >= 8, sumi, lf, acc, accm)
+                                      n >= 8, mode == 3, sumi, lf, acc, accm)
 
 
 #: `_mm_kquant` modes
-_Q6_K, _Q4_K_8X8, _Q4_K = 0, 1, 2
+_Q6_K, _Q4_K_8X8, _Q4_K, _Q5_K = 0, 1, 2, 3
 
 
 @njit(parallel=True, cache=True)
 def _mm_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, out):
     """K-quant weight rows times Q8_K activation rows in ggml-cpu's order:
     mode `_Q6_K` (`_row_q6_k`), `_Q4_K_8X8` (repacked Q4_K,
-    `_row_q4_k_8x8`) or `_Q4_K` (`_row_q4_k`). wq: unsigned quants (rows,
-    cols) int8; sc (and mn for Q4_K): the integer sub-block scales, int32
-    (rows, super-blocks, 16 or 8); d (dmin) float32 per super-block; xq the
-    Q8_K quants int8, xd their scales, xb the bsums int32 (Q6_K: per 16
-    values; Q4_K: per 32)."""
+    `_row_q4_k_8x8`), `_Q4_K` or `_Q5_K` (`_row_q4_k`). wq: unsigned quants
+    (rows, cols) int8; sc (and mn for Q4_K / Q5_K): the integer sub-block
+    scales, int32 (rows, super-blocks, 16 or 8); d (dmin) float32 per
+    super-block; xq the Q8_K quants int8, xd their scales, xb the bsums
+    int32 (Q6_K: per 16 values; Q4_K / Q5_K: per 32)."""
     R = wq.shape[0]
     for c in prange((R + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
         _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, out, c * _ROWS_PER_TASK,
@@ -327,6 +340,15 @@ def _q4_k_values(qs: np.ndarray) -> np.ndarray:
     v = qs.reshape(r, nb, 4, 1, 32)
     out = np.concatenate([v & 15, v >> 4], axis=3)
     return out.reshape(r, nb, 256).astype(np.int8)
+
+
+def _q5_k_high_bits(qh: np.ndarray) -> np.ndarray:
+    """Q5_K's qh (rows, nb, 32) -> uint8 (rows, nb, 256) of 0 or 16: value
+    64j + l (l < 32) takes bit 2j of qh[l], value 64j + 32 + l bit 2j + 1
+    (ggml `dequantize_row_q5_K`); OR it onto the `_q4_k_values` nibbles."""
+    r, nb, _ = qh.shape
+    bits = (qh[:, :, None, :] >> np.arange(8, dtype=np.uint8)[None, None, :, None]) & 1   # (r, nb, 8, 32)
+    return (bits << 4).astype(np.uint8).reshape(r, nb, 256)
 
 
 def _q6_k_values(ql: np.ndarray, qh: np.ndarray) -> np.ndarray:
@@ -457,10 +479,12 @@ class QMatrix:
         raw3 = self.raw.reshape(self.rows, -1, block_format(t).block_bytes)
         kind = self._kind()
         c32 = np.ascontiguousarray
-        if kind in ("q4_k_8x8", "q4_k"):
+        if kind in ("q4_k_8x8", "q4_k", "q5_k"):
             sc, mn = _q4_k_scales(_field(raw3, t, "scales", None))
-            self._packed = (kind, c32(_q4_k_values(_field(raw3, t, "qs", None)).reshape(self.rows, -1)),
-                            c32(sc, np.int32), c32(mn, np.int32),
+            wq = _q4_k_values(_field(raw3, t, "qs", None))
+            if kind == "q5_k":
+                wq = (wq | _q5_k_high_bits(_field(raw3, t, "qh", None))).astype(np.int8)
+            self._packed = (kind, c32(wq.reshape(self.rows, -1), np.int8), c32(sc, np.int32), c32(mn, np.int32),
                             c32(_f16(raw3, t, "d")), c32(_f16(raw3, t, "dmin")))
         elif kind == "q6_k":
             wq = _q6_k_values(_field(raw3, t, "ql", None), _field(raw3, t, "qh", None)) + np.int8(32)
@@ -471,7 +495,7 @@ class QMatrix:
             # the nibbles stay packed (the kernel unpacks them: half the bytes);
             # the last field is the kernel's `nib` (1 + the quants' offset)
             wm = _f16(raw3, t, "m") if t == GGMLType.Q4_1 else None
-            self._packed = (kind, c32(_field(raw3, t, "qs", None).reshape(self.rows, -1)),
+            self._packed = (kind, c32(_field(raw3, t, "qs", None).reshape(self.rows, -1).view(np.int8)),
                             c32(_f16(raw3, t, "d")), None if wm is None else c32(wm),
                             9 if t == GGMLType.Q4_0 else 1)
         else:
@@ -483,11 +507,13 @@ class QMatrix:
         `vec_dot_*_q8_0` = tinyBLAS_Q0, `vec_dot_*_q8_1`, and for Q4_0 with
         rows % 8 == 0 the repacked `q4_0_8x8`), "q6_k",
         "q4_k_8x8" (Q4_K repacked, when ggml's CPU_REPACK takes it: rows %
-        8 == 0 on an AVX2 CPU), "q4_k" (other Q4_K tensors)."""
+        8 == 0 on an AVX2 CPU), "q4_k" (other Q4_K tensors), "q5_k"."""
         if self.type in (GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_1, GGMLType.Q5_1):
             return "q8"
         if self.type == GGMLType.Q6_K:
             return "q6_k"
+        if self.type == GGMLType.Q5_K:
+            return "q5_k"
         return "q4_k_8x8" if self.repack_rows % 8 == 0 else "q4_k"     # Q4_K
 
     def matmul(self, x: np.ndarray) -> np.ndarray:
@@ -518,7 +544,7 @@ class QMatrix:
             xq, xd, bsums = act_quant.q8_k_fields(x, mat_rows=n - n % 4 if kind == "q4_k_8x8" else 0)
             if kind != "q6_k":
                 bsums = bsums.reshape(x.shape[0], -1, 2).sum(axis=2)
-            mode = {"q6_k": _Q6_K, "q4_k_8x8": _Q4_K_8X8, "q4_k": _Q4_K}[kind]
+            mode = {"q6_k": _Q6_K, "q4_k_8x8": _Q4_K_8X8, "q4_k": _Q4_K, "q5_k": _Q5_K}[kind]
             _mm_kquant(mode, wq, sc, mn, d, dmin, xq, xd, bsums.astype(np.int32), out)
         return out
 

@@ -12,8 +12,9 @@ computes them exactly is equivalent: on a CPU with AVX2 we use ggml's own
 other CPUs plain LLVM vector arithmetic (sign-extend, multiply, add the four
 interleaved parts).
 
-Contract, for every function: w and x are contiguous int8 arrays, the block
-starts at w[woff] and x[xoff] and is not bounds-checked; products must not
+Contract, for every function: w and x are contiguous 1-D int8 arrays
+(packed 4-bit weights too: their bytes viewed as int8), checked at typing;
+the block starts at w[woff] and x[xoff] and is not bounds-checked; products must not
 overflow int16 in pairs (|w| <= 128, |x| <= 127: ggml's quants) .
 """
 from __future__ import annotations
@@ -38,6 +39,14 @@ _V32I8 = ir.VectorType(_I8, 32)
 _V16I16 = ir.VectorType(_I16, 16)
 _V8I32 = ir.VectorType(_I32, 8)
 _V8F = ir.VectorType(ir.FloatType(), 8)
+
+
+def _check(**arrays):
+    """Typing guard: each argument must be a C-contiguous 1-D array of the
+    given dtype (the intrinsics read raw memory through its data pointer)."""
+    for name, (ty, dtype) in arrays.items():
+        if not (isinstance(ty, types.Array) and ty.ndim == 1 and ty.layout == "C" and ty.dtype == dtype):
+            raise TypeError(f"{name} must be a contiguous 1-D {dtype} array, got {ty}")
 
 
 def _fn(builder, name, ret, args):
@@ -80,6 +89,7 @@ def q8_lanes_fma(typingctx, acc, w, woff, x, xoff, d):
     """acc[0:8] = fma(d, float(lanes(w block, x block)), acc[0:8]): one
     block step of ggml's `ggml_vec_dot_*_q8_0` / `_q8_1` (AVX2) and of
     tinyBLAS_Q0. acc: float32 array of 8; d: float32."""
+    _check(acc=(acc, types.float32), w=(w, types.int8), x=(x, types.int8))
     sig = types.void(acc, w, types.intp, x, types.intp, types.float32)
 
     def codegen(context, builder, signature, args):
@@ -112,6 +122,7 @@ def q4_lanes_fma(typingctx, acc, w, woff, x, xoff, d, offset):
     """`q8_lanes_fma` for 4-bit weights kept packed: the block's 32 values
     are the low then the high nibbles of the 16 bytes at w[woff], minus
     `offset` (8 for Q4_0, 0 for Q4_1). Halves the bytes read per weight."""
+    _check(acc=(acc, types.float32), w=(w, types.int8), x=(x, types.int8))
     sig = types.void(acc, w, types.intp, x, types.intp, types.float32, types.int32)
 
     def codegen(context, builder, signature, args):
@@ -134,6 +145,7 @@ def q4_block_dot(typingctx, w, woff, x, xoff, offset):
     (as in `q4_lanes_fma`, minus `offset`) with 32 int8 activations: the
     sum of the 8 lanes (ggml's repacked Q4_0 gemv / gemm use the whole
     block's dot)."""
+    _check(w=(w, types.int8), x=(x, types.int8))
     sig = types.int32(w, types.intp, x, types.intp, types.int32)
 
     def codegen(context, builder, signature, args):
@@ -156,6 +168,7 @@ def lanes_scaled_add(typingctx, sumi, w, woff, x, xoff, s_lo, s_hi):
     `madd(scales, maddubs(q, q8))` accumulated with `add_epi32`, where
     the first 16 values of the block have one sub-block scale and the last
     16 another (Q6_K), or both the same (Q4_K). sumi: int32 array of 8."""
+    _check(sumi=(sumi, types.int32), w=(w, types.int8), x=(x, types.int8))
     sig = types.void(sumi, w, types.intp, x, types.intp, types.int32, types.int32)
 
     def codegen(context, builder, signature, args):
@@ -178,6 +191,7 @@ def fma8_into(typingctx, acc, lanes, off, d):
     """acc[0:8] = fma(d, lanes[off:off+8], acc[0:8]) on float32 arrays, one
     8-lane vector FMA (`llvm.fma.v8f32`; per lane exactly a float32 fma):
     ggml's `_mm256_fmadd_ps(d, lanes, acc)`."""
+    _check(acc=(acc, types.float32), lanes=(lanes, types.float32))
     sig = types.void(acc, lanes, types.intp, types.float32)
 
     def codegen(context, builder, signature, args):

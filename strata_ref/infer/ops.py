@@ -14,9 +14,9 @@ primitives (FMA, lane reductions, ggml's exp).
   `ggml_vec_dot_f16` (`vec.cpp`, the AVX512-FP16 mapping of
   `simd-mappings.h`): four 16-lane accumulators over steps of 64 elements,
   then sum[0] + sum[2], sum[1] + sum[3], their sum, and
-  `_mm512_reduce_add_ps`. Rows are zero-padded to a multiple of 64, which
-  changes neither order (llama.cpp itself pads the KV length to 256 with
-  masked, zero-weighted cells).
+  `_mm512_reduce_add_ps`, the rest of the row (n % 64) added in double.
+  V p runs over the KV length padded with zero-weighted cells (llama.cpp
+  pads it to 256; a multiple of 64 sums the same).
 * `soft_max` (`ggml_compute_forward_soft_max_f32`): x * scale, masked to
   -inf, max, then per 16 values `ggml_v_expf(x - max)` and the lane sum
   (`_mm512_reduce_add_ps`) added to a double; every value times
@@ -57,17 +57,23 @@ def _dot_tinyblas(a, b, acc):
 
 @njit(inline="always", cache=True)
 def _dot_vec_f16(a, b, acc):
-    # acc: 64 float32 lanes (4 accumulators of 16)
+    # acc: 64 float32 lanes (4 accumulators of 16); the n % 64 values past
+    # the vector loop are added in double, as ggml's scalar tail does
+    n = a.shape[0]
+    main = n - n % 64
     for l in range(64):
         acc[l] = 0.0
-    for s in range(0, a.shape[0], 64):
+    for s in range(0, main, 64):
         for l in range(64):
             acc[l] = fma32(a[s + l], b[s + l], acc[l])
     for l in range(16):
         x0 = _F32(acc[l] + acc[32 + l])
         x1 = _F32(acc[16 + l] + acc[48 + l])
         acc[l] = _F32(x0 + x1)
-    return hsum16(acc)
+    tot = np.float64(hsum16(acc))
+    for i in range(main, n):
+        tot += np.float64(_F32(a[i] * b[i]))
+    return _F32(tot)
 
 
 @njit(cache=True)
@@ -75,11 +81,12 @@ def _products(a, b, batched, out):
     # a (H, M, D), b (H, C, D) -> out (H, M, C)
     H, M = a.shape[0], a.shape[1]
     C = b.shape[1]
+    tiny = batched and a.shape[2] % 16 == 0
     for hm in range(H * M):
         h, m = hm // M, hm % M
         acc = np.empty(64, np.float32)
         for c in range(C):
-            if batched:
+            if tiny:
                 out[h, m, c] = _dot_tinyblas(a[h, m], b[h, c], acc)
             else:
                 out[h, m, c] = _dot_vec_f16(a[h, m], b[h, c], acc)
@@ -97,12 +104,16 @@ def _pad_last(a, D):
 def f16_products(a: np.ndarray, b: np.ndarray, batched: bool) -> np.ndarray:
     """out[h, m, c] = sum_d a[h, m, d] * b[h, c, d] as ggml-cpu's F16 mat-mul
     sums it (module docstring): `batched` (two or more tokens in the call)
-    selects tinyBLAS's order, else `ggml_vec_dot_f16`'s.
+    selects tinyBLAS's order when the length is a multiple of 16 (else
+    llamafile declines and ggml uses `ggml_vec_dot_f16`, as for one token).
 
     a, b: float32 holding fp16 values, (H, M, Da) and (H, C, Db); the
-    shorter rows count as zero-padded. Returns float32 (H, M, C)."""
+    shorter rows count as zero-padded to the longer. The length summed over
+    is llama.cpp's: head_dim for K q, and for V p the KV length, which
+    llama.cpp pads to a multiple of 256 with zero-weighted cells (callers
+    pass p padded to a multiple of 64, which sums the same). Returns float32
+    (H, M, C)."""
     D = max(a.shape[2], b.shape[2])
-    D += -D % 64
     a, b = _pad_last(a, D), _pad_last(b, D)
     out = np.empty((a.shape[0], a.shape[1], b.shape[1]), np.float32)
     _products(a, b, bool(batched), out)

@@ -254,3 +254,23 @@ def test_one_matrix_matches_llama_cpp(name):
     w = QMatrix(t, v["w_raw"], int(v["w_rows"]), int(v["w_cols"]), name)
     for tag in ("b", "d"):
         _same(w.matmul(v[f"{tag}_x"]), v[f"{tag}_y"])
+
+
+def test_swiglu_tail_uses_the_scalar_silu():
+    # ggml_vec_swiglu_f32 runs 16 values at a time through ggml_v_silu and
+    # the rest of a row through ggml_silu_f32 = x / (1 + expf(-x)) (libm)
+    import ctypes
+    import ctypes.util
+    libm = ctypes.CDLL(ctypes.util.find_library("m"))
+    libm.expf.restype = ctypes.c_float
+    libm.expf.argtypes = [ctypes.c_float]
+    rng = np.random.default_rng(11)
+    g = (rng.standard_normal((2, 35)) * 4).astype(np.float32)
+    u = rng.standard_normal((2, 35)).astype(np.float32)
+    y = ops.swiglu(g, u)
+    _same(y[:, :32], ops.swiglu(g[:, :32], u[:, :32]))      # the vector part of each row
+    for r in range(2):
+        for i in range(32, 35):
+            x = g[r, i]
+            want = F32(F32(x / F32(F32(1.0) + F32(libm.expf(-x)))) * u[r, i])
+            assert y[r, i] == want

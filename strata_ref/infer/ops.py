@@ -22,7 +22,7 @@ primitives (FMA, lane reductions, ggml's exp).
   (`_mm512_reduce_add_ps`) added to a double; every value times
   (float)(1 / sum).
 * `swiglu` (`ggml_vec_swiglu_f32`): `ggml_v_silu(g) * u`, 16 lanes at a
-  time (n % 16 == 0 here; a scalar tail would use libm's expf).
+  time, the n % 16 values left of a row with libm's expf.
 * RoPE (`ggml_rope_cache_init`, `rotate_pairs` in `ops.cpp`): angles by
   repeated float32 products, libm cosf / sinf, and the rotation as GCC
   contracts it into FMAs (`rope`).
@@ -161,18 +161,28 @@ def soft_max(s: np.ndarray, scale: float, qpos: np.ndarray, n_swa: int = 0) -> n
 
 @njit(cache=True)
 def _swiglu(g, u, out):
-    n = g.size
-    for i in range(n):
-        out[i] = _F32(silu_avx512(g[i]) * u[i])
+    # rows of n values: the first n - n % 16 through the AVX-512 SiLU, the
+    # tail through the scalar `ggml_silu_f32` (libm expf; numba lowers
+    # float32 math.exp to it)
+    R, n = g.shape
+    main = n - n % 16
+    for r in range(R):
+        for i in range(main):
+            out[r, i] = _F32(silu_avx512(g[r, i]) * u[r, i])
+        for i in range(main, n):
+            x = g[r, i]
+            out[r, i] = _F32(_F32(x / _F32(_F32(1.0) + math.exp(-x))) * u[r, i])
 
 
 def swiglu(g: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """ggml `swiglu`: silu(g) * u elementwise with ggml's AVX-512 SiLU.
-    g, u float32 of one shape (last dimension a multiple of 16)."""
+    """ggml `swiglu` (`ggml_vec_swiglu_f32` per row): silu(g) * u with
+    ggml's AVX-512 SiLU for each whole 16 values of a row, the scalar
+    `ggml_silu_f32` for the rest. g, u float32 of one shape (..., n)."""
     g = np.ascontiguousarray(g, np.float32)
     u = np.ascontiguousarray(u, np.float32)
     out = np.empty_like(g)
-    _swiglu(g.reshape(-1), u.reshape(-1), out.reshape(-1))
+    n = g.shape[-1]
+    _swiglu(g.reshape(-1, n), u.reshape(-1, n), out.reshape(-1, n))
     return out
 
 

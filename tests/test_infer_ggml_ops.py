@@ -274,3 +274,17 @@ def test_swiglu_tail_uses_the_scalar_silu():
             x = g[r, i]
             want = F32(F32(x / F32(F32(1.0) + F32(libm.expf(-x)))) * u[r, i])
             assert y[r, i] == want
+
+
+def test_softcap_is_scale_tanhf_scale():
+    # llama.cpp: ggml_scale(x, 1/c) (a float32 product), ggml_tanh (libm
+    # tanhf per value), ggml_scale(., c)
+    import ctypes
+    import ctypes.util
+    libm = ctypes.CDLL(ctypes.util.find_library("m"))
+    libm.tanhf.restype = ctypes.c_float
+    libm.tanhf.argtypes = [ctypes.c_float]
+    x = (np.random.default_rng(12).standard_normal(500) * 40).astype(np.float32)
+    inv = F32(1.0) / F32(30.0)
+    want = np.array([F32(F32(libm.tanhf(F32(v * inv))) * F32(30.0)) for v in x], np.float32)
+    _same(ops.softcap(x, 30.0), want)

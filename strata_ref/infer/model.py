@@ -390,8 +390,7 @@ class Model:
         x = rms_norm(x, self.output_norm, hp.eps)
         logits = self.output.matmul(x)
         if hp.final_softcap:
-            c = np.float32(hp.final_softcap)
-            logits = (np.tanh(logits / c) * c).astype(np.float32)
+            logits = ops.softcap(logits, hp.final_softcap)
         return logits if all_logits else logits[0]
 
     def _attention(self, L, il, x, pos, cache, cos_sin, n_swa):

@@ -39,7 +39,7 @@ from numba import njit
 
 from .ggml_fp import expf_avx512, fma32, hsum16, silu_avx512
 
-__all__ = ["f16_products", "soft_max", "swiglu", "rope_cache", "rope"]
+__all__ = ["f16_products", "soft_max", "swiglu", "softcap", "rope_cache", "rope"]
 
 _F32 = np.float32
 
@@ -183,6 +183,22 @@ def swiglu(g: np.ndarray, u: np.ndarray) -> np.ndarray:
     out = np.empty_like(g)
     n = g.shape[-1]
     _swiglu(g.reshape(-1, n), u.reshape(-1, n), out.reshape(-1, n))
+    return out
+
+
+@njit(cache=True)
+def _softcap(x, inv, c, out):
+    for i in range(x.size):
+        out[i] = _F32(math.tanh(_F32(x[i] * inv)) * c)
+
+
+def softcap(x: np.ndarray, c: float) -> np.ndarray:
+    """Final logit soft-capping as llama.cpp builds it (gemma2/3): ggml_scale
+    by the float32 1/c, `ggml_tanh` (libm `tanhf`; numba lowers float32
+    math.tanh to it), ggml_scale by c. x float32, any shape."""
+    x = np.ascontiguousarray(x, np.float32)
+    out = np.empty_like(x)
+    _softcap(x.reshape(-1), _F32(_F32(1.0) / _F32(c)), _F32(c), out.reshape(-1))
     return out
 
 

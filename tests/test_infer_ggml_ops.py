@@ -196,11 +196,14 @@ from strata_ref.infer import lanes
 from strata_ref.infer.kernels import QMatrix
 rng = np.random.default_rng(5)
 out = {"avx2": np.array(lanes.HOST_AVX2)}
-for t in ("Q8_0", "Q5_0", "Q4_0", "Q4_1", "Q5_1", "Q6_K", "Q4_K"):
+for t in ("Q8_0", "Q5_0", "Q4_0", "Q4_1", "Q5_1", "Q4_K", "Q5_K", "Q6_K"):
     w = rng.standard_normal((16, 512)).astype(np.float32)
     q = QMatrix(GGMLType[t], quantize(w, GGMLType[t]), 16, 512, t)
+    q2 = QMatrix(GGMLType[t], quantize(w[:9], GGMLType[t]), 9, 512, t)   # not repacked
     for n in (1, 9):
-        out[f"{t}_{n}"] = q.matmul(rng.standard_normal((n, 512)).astype(np.float32))
+        x = rng.standard_normal((n, 512)).astype(np.float32)
+        out[f"{t}_{n}"] = q.matmul(x)
+        out[f"{t}_{n}_9rows"] = q2.matmul(x)
 np.savez(sys.argv[1], **out)
 """
 

@@ -26,7 +26,8 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-__all__ = ["HOST_AVX2", "q8_lanes_fma", "q4_lanes_fma", "q4_block_dot", "lanes_scaled_add", "fma8_into"]
+__all__ = ["HOST_AVX2", "q8_lanes_fma", "q4_lanes_fma", "q4_block_dot", "lanes_scaled_add", "fma8_into",
+           "fma8_vv"]
 
 #: whether the lanes are computed with AVX2's maddubs/madd (else portable
 #: IR); STRATA_REF_PORTABLE_LANES=1 forces the portable code (for tests; set
@@ -200,6 +201,26 @@ def fma8_into(typingctx, acc, lanes, off, d):
         pl = _ptr(context, builder, signature.args[1], Lv, off, _V8F)
         fma = _fn(builder, "llvm.fma.v8f32", _V8F, [_V8F, _V8F, _V8F])
         builder.store(builder.call(fma, [_splat(builder, dd, _V8F), builder.load(pl, align=4),
+                                         builder.load(pa, align=4)]), pa, align=4)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@intrinsic
+def fma8_vv(typingctx, acc, accoff, a, aoff, b, boff):
+    """acc[accoff:+8] = fma(a[aoff:+8], b[boff:+8], acc[accoff:+8]) on
+    float32 arrays: 8 lanes of a float32 fma each (`llvm.fma.v8f32`), the
+    `_mm256_fmadd_ps` / half of a `_mm512_fmadd_ps` of ggml's F16 dots."""
+    _check(acc=(acc, types.float32), a=(a, types.float32), b=(b, types.float32))
+    sig = types.void(acc, types.intp, a, types.intp, b, types.intp)
+
+    def codegen(context, builder, signature, args):
+        A, ao, X, xo, Y, yo = args
+        pa = _ptr(context, builder, signature.args[0], A, ao, _V8F)
+        px = _ptr(context, builder, signature.args[2], X, xo, _V8F)
+        py = _ptr(context, builder, signature.args[4], Y, yo, _V8F)
+        fma = _fn(builder, "llvm.fma.v8f32", _V8F, [_V8F, _V8F, _V8F])
+        builder.store(builder.call(fma, [builder.load(px, align=4), builder.load(py, align=4),
                                          builder.load(pa, align=4)]), pa, align=4)
         return context.get_dummy_value()
     return sig, codegen

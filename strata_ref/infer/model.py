@@ -420,20 +420,8 @@ class Model:
         if hp.attn_scale != 1.0:
             q = (q * np.float32(hp.attn_scale)).astype(np.float32)
         cache.store(il, k, v)
-        T = cache.n + n
-        K, V = cache.keys(il, T), cache.values(il, T)     # float32 of F16 (Hkv, T, hd)
-        G = hp.n_head // hp.n_head_kv
-        # ggml converts q to F16 for the F16 K cache (vec_dot_type of F16);
-        # query rows of a KV head are ordered (token, head in group).
-        qg = _f16(q).reshape(n, hp.n_head_kv, G, hd).transpose(1, 0, 2, 3).reshape(hp.n_head_kv, n * G, hd)
-        batched = n >= 2          # llamafile's tinyBLAS takes F16 products of 2+ tokens
-        s = ops.f16_products(qg, K, batched)                        # (Hkv, n*G, T)
-        qpos = np.repeat(pos, G)
-        p = np.stack([ops.soft_max(s[h], hp.kq_scale, qpos, n_swa) for h in range(hp.n_head_kv)])
-        p = _f16(p)                                   # probabilities to F16 for the F16 V
-        o = ops.f16_products(p, V.transpose(0, 2, 1), batched)      # (Hkv, n*G, hd)
-        o = o.reshape(hp.n_head_kv, n, G, hd).transpose(1, 0, 2, 3).reshape(n, hp.n_head * hd)
-        return np.ascontiguousarray(o, dtype=np.float32)
+        return ops.attention(q, cache.k[il].view(np.uint16), cache.v[il].view(np.uint16),
+                             cache.n + n, pos, hp.kq_scale, n_swa)
 
 
 def load(path) -> Model:

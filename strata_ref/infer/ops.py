@@ -37,21 +37,23 @@ import math
 import numpy as np
 from numba import njit
 
+from .act_quant import round_to_f16
 from .ggml_fp import expf_avx512, fma32, hsum16, silu_avx512
+from .lanes import fma8_vv
 
-__all__ = ["f16_products", "soft_max", "swiglu", "softcap", "rope_cache", "rope"]
+__all__ = ["attention", "f16_products", "soft_max", "swiglu", "softcap", "rope_cache", "rope"]
 
 _F32 = np.float32
 
 
 @njit(inline="always", cache=True)
 def _dot_tinyblas(a, b, acc):
-    # acc: 16 float32 lanes of scratch
+    # acc: 16 float32 lanes of scratch; a, b contiguous, length % 16 == 0
     for l in range(16):
         acc[l] = 0.0
     for s in range(0, a.shape[0], 16):
-        for l in range(16):
-            acc[l] = fma32(a[s + l], b[s + l], acc[l])
+        fma8_vv(acc, 0, a, s, b, s)
+        fma8_vv(acc, 8, a, s + 8, b, s + 8)
     return hsum16(acc)
 
 
@@ -64,8 +66,8 @@ def _dot_vec_f16(a, b, acc):
     for l in range(64):
         acc[l] = 0.0
     for s in range(0, main, 64):
-        for l in range(64):
-            acc[l] = fma32(a[s + l], b[s + l], acc[l])
+        for k in range(0, 64, 8):
+            fma8_vv(acc, k, a, s + k, b, s + k)
     for l in range(16):
         x0 = _F32(acc[l] + acc[32 + l])
         x1 = _F32(acc[16 + l] + acc[48 + l])
@@ -120,30 +122,35 @@ def f16_products(a: np.ndarray, b: np.ndarray, batched: bool) -> np.ndarray:
     return out
 
 
+@njit(inline="always", cache=True)
+def _soft_max_row(srow, T, scale, qpos, n_swa, w, out):
+    # one row: srow (>= T) scores, w / out (Tp, a multiple of 16) scratch and
+    # result; key c masked when c >= T, c > qpos or (n_swa and qpos - c >= n_swa)
+    Tp = w.shape[0]
+    mx = _F32(-np.inf)
+    for c in range(Tp):
+        v = _F32(-np.inf)
+        if c < T and c <= qpos and not (n_swa > 0 and qpos - c >= n_swa):
+            v = _F32(srow[c] * scale)
+        w[c] = v
+        if v > mx:
+            mx = v
+    tot = 0.0
+    for c0 in range(0, Tp, 16):
+        for l in range(16):
+            w[c0 + l] = expf_avx512(_F32(w[c0 + l] - mx))
+        tot += np.float64(hsum16(w[c0:c0 + 16]))
+    inv = _F32(1.0 / tot)
+    for c in range(Tp):
+        out[c] = _F32(w[c] * inv)
+
+
 @njit(cache=True)
 def _soft_max_rows(s, scale, qpos, n_swa, out):
-    # s (R, T) scores; qpos (R,) position of each row's query; key c masked
-    # when c > qpos or (n_swa and qpos - c >= n_swa)
-    R, T = s.shape
-    Tp = out.shape[1]
-    w = np.empty(Tp, np.float32)
-    for r in range(R):
-        mx = _F32(-np.inf)
-        for c in range(Tp):
-            v = _F32(-np.inf)
-            if c < T and c <= qpos[r] and not (n_swa > 0 and qpos[r] - c >= n_swa):
-                v = _F32(s[r, c] * scale)
-            w[c] = v
-            if v > mx:
-                mx = v
-        tot = 0.0
-        for c0 in range(0, Tp, 16):
-            for l in range(16):
-                w[c0 + l] = expf_avx512(_F32(w[c0 + l] - mx))
-            tot += np.float64(hsum16(w[c0:c0 + 16]))
-        inv = _F32(1.0 / tot)
-        for c in range(Tp):
-            out[r, c] = _F32(w[c] * inv)
+    # s (R, T) scores; qpos (R,) position of each row's query
+    w = np.empty(out.shape[1], np.float32)
+    for r in range(s.shape[0]):
+        _soft_max_row(s[r], s.shape[1], scale, qpos[r], n_swa, w, out[r])
 
 
 def soft_max(s: np.ndarray, scale: float, qpos: np.ndarray, n_swa: int = 0) -> np.ndarray:
@@ -156,6 +163,63 @@ def soft_max(s: np.ndarray, scale: float, qpos: np.ndarray, n_swa: int = 0) -> n
     Tp = s.shape[1] + (-s.shape[1] % 64)
     out = np.empty((s.shape[0], Tp), np.float32)
     _soft_max_rows(s, _F32(scale), np.ascontiguousarray(qpos, np.int64), int(n_swa), out)
+    return out
+
+
+@njit(cache=True)
+def _attention(q, kbits, vbits, f16, T, pos, kq_scale, n_swa, batched, out):
+    # q (n, H, hd) float32; kbits / vbits (Hkv, >= T, hd) uint16 (the F16
+    # cache); f16: float32 value of every fp16 bit pattern; out (n, H * hd)
+    n, H, hd = q.shape
+    Hkv = kbits.shape[0]
+    G = H // Hkv
+    Tp = T + (-T % 64)
+    K = np.empty((T, hd), np.float32)
+    Vt = np.zeros((hd, Tp), np.float32)
+    qf = np.empty(hd, np.float32)
+    srow = np.empty(T, np.float32)
+    w = np.empty(Tp, np.float32)
+    p = np.empty(Tp, np.float32)
+    acc = np.empty(64, np.float32)
+    tiny_kq = batched and hd % 16 == 0
+    for h in range(Hkv):
+        for c in range(T):
+            for d in range(hd):
+                K[c, d] = f16[kbits[h, c, d]]
+                Vt[d, c] = f16[vbits[h, c, d]]
+        for t in range(n):
+            for g in range(G):
+                head = h * G + g
+                for d in range(hd):
+                    qf[d] = round_to_f16(q[t, head, d])
+                for c in range(T):
+                    srow[c] = _dot_tinyblas(qf, K[c], acc) if tiny_kq else _dot_vec_f16(qf, K[c], acc)
+                _soft_max_row(srow, T, kq_scale, pos[t], n_swa, w, p)
+                for c in range(Tp):
+                    p[c] = round_to_f16(p[c])
+                for d in range(hd):
+                    out[t, head * hd + d] = (_dot_tinyblas(p, Vt[d], acc) if batched
+                                             else _dot_vec_f16(p, Vt[d], acc))
+
+
+def attention(q: np.ndarray, kbits: np.ndarray, vbits: np.ndarray, T: int, pos: np.ndarray,
+              kq_scale: float, n_swa: int = 0) -> np.ndarray:
+    """softmax(K q * kq_scale + mask) V for every query head, as llama.cpp's
+    non-flash attention computes it, in one call: q rounded to F16, K q
+    (`f16_products` order), `soft_max` with the causal / sliding-window mask,
+    p rounded to F16, V p (`f16_products` order over the KV length padded to
+    a multiple of 64). Two or more tokens take the tinyBLAS order, one the
+    `ggml_vec_dot_f16` order, as in ggml.
+
+    q float32 (n, n_head, head_dim) for positions `pos` (int, n); kbits /
+    vbits: the layer's F16 cache as uint16 bits (n_head_kv, >= T, head_dim),
+    positions 0 .. T-1 valid; query head j uses KV head j // (n_head /
+    n_head_kv). Returns float32 (n, n_head * head_dim)."""
+    from ..numerics import F16_TO_F32
+    q = np.ascontiguousarray(q, np.float32)
+    out = np.empty((q.shape[0], q.shape[1] * q.shape[2]), np.float32)
+    _attention(q, kbits, vbits, F16_TO_F32, int(T), np.ascontiguousarray(pos, np.int64),
+               _F32(kq_scale), int(n_swa), q.shape[0] >= 2, out)
     return out
 
 

@@ -19,8 +19,8 @@ against llama.cpp's tensors by tests/test_infer_ggml_ops.py):
   lanes plus a scalar FMA sum of m * s added last.
 * Q6_K (Q8_K): `ggml_vec_dot_q6_K_q8_K` (AVX2) below 8 activation rows;
   ggml's tiled K-quant mat-mul (`tiled/`, AVX512-VNNI) from 8 rows on.
-* Q5_K (Q8_K): `ggml_vec_dot_q5_K_q8_K` (AVX2) below 8 activation rows,
-  the tiled kernel from 8 on.
+* Q5_K, Q3_K (Q8_K): `ggml_vec_dot_q5_K_q8_K` / `ggml_vec_dot_q3_K_q8_K`
+  (AVX2) below 8 activation rows, the tiled kernel from 8 on.
 * Q4_K (Q8_K) with rows % 8 == 0: ggml's CPU_REPACK layout `q4_K_8x8`:
   `ggml_gemm_q4_K_8x8_q8_K` for the activation rows in whole groups of 4,
   `ggml_gemv_q4_K_8x8_q8_K` for the rest. Other Q4_K tensors:
@@ -69,7 +69,8 @@ __all__ = ["QMatrix", "INTEGER_KERNEL_TYPES", "VEC_DOT_TYPE", "FALLBACK_VEC_DOT_
 VEC_DOT_TYPE = {
     GGMLType.Q4_0: GGMLType.Q8_0, GGMLType.Q5_0: GGMLType.Q8_0, GGMLType.Q8_0: GGMLType.Q8_0,
     GGMLType.Q4_1: GGMLType.Q8_1, GGMLType.Q5_1: GGMLType.Q8_1,
-    GGMLType.Q4_K: GGMLType.Q8_K, GGMLType.Q5_K: GGMLType.Q8_K, GGMLType.Q6_K: GGMLType.Q8_K,
+    GGMLType.Q3_K: GGMLType.Q8_K, GGMLType.Q4_K: GGMLType.Q8_K, GGMLType.Q5_K: GGMLType.Q8_K,
+    GGMLType.Q6_K: GGMLType.Q8_K,
 }
 INTEGER_KERNEL_TYPES = frozenset(VEC_DOT_TYPE)
 
@@ -78,7 +79,7 @@ INTEGER_KERNEL_TYPES = frozenset(VEC_DOT_TYPE)
 #: dequantized weights with the dequantized activation quants, which is
 #: ggml's product up to float32 rounding.
 FALLBACK_VEC_DOT_TYPE = {
-    **{t: GGMLType.Q8_K for t in (GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.IQ2_XXS,
+    **{t: GGMLType.Q8_K for t in (GGMLType.Q2_K, GGMLType.IQ2_XXS,
                                   GGMLType.IQ2_XS, GGMLType.IQ3_XXS, GGMLType.IQ1_S, GGMLType.IQ3_S,
                                   GGMLType.IQ2_S, GGMLType.IQ4_XS, GGMLType.IQ1_M, GGMLType.TQ1_0,
                                   GGMLType.TQ2_0)},
@@ -190,7 +191,7 @@ def _row_q4_k_8x8(w, x, sc, mn, d, dmin, xd, xb, gemm, sumi):
 
 
 @njit(inline="always", cache=True)
-def _row_q6_k(w, x, sc, d, xd, xb, tiled, sumi, lf, acc):
+def _row_q6_k(w, x, sc, d, xd, xb, tiled, bias, sumi, lf, acc):
     # tiled False: ggml-cpu AVX2 `ggml_vec_dot_q6_K_q8_K`: 8 int32 lanes per
     # super-block; lane L = sum over the 8 chunks c of 32 values of
     # scale[2c + L // 4] times the dot of unsigned quants (0..63) 4L..4L+3
@@ -201,6 +202,8 @@ def _row_q6_k(w, x, sc, d, xd, xb, tiled, sumi, lf, acc):
     # super-block the exact integer s = sum_s scale_s * (dot_s - 32 bsum_s)
     # (= the sum of the lanes above), r = float(s) * d, then
     # out = fma(r, d_a, out) (GCC contracts the kernel's add of a product).
+    # Q3_K (bias 0, w the signed quants -4..3, scales minus 32): the same
+    # lanes in AVX2 `ggml_vec_dot_q3_K_q8_K` and the same tiled kernel.
     for L in range(8):
         acc[L] = 0.0
     out = np.float32(0.0)
@@ -212,7 +215,8 @@ def _row_q6_k(w, x, sc, d, xd, xb, tiled, sumi, lf, acc):
             lanes_scaled_add(sumi, w, o, x, o, sc[b, 2 * c], sc[b, 2 * c + 1])
         tot = 0
         for L in range(8):
-            sumi[L] -= 32 * (xb[b * 16 + 2 * L] * sc[b, 2 * L] + xb[b * 16 + 2 * L + 1] * sc[b, 2 * L + 1])
+            if bias:
+                sumi[L] -= bias * (xb[b * 16 + 2 * L] * sc[b, 2 * L] + xb[b * 16 + 2 * L + 1] * sc[b, 2 * L + 1])
             lf[L] = np.float32(sumi[L])
             tot += sumi[L]
         if tiled:
@@ -282,8 +286,9 @@ def _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, out, r0, r1, sumi, lf, a
     n = xq.shape[0]
     for r in range(r0, r1):
         for t in range(n):
-            if mode == 0:
-                out[t, r] = _row_q6_k(wq[r], xq[t], sc[r], d[r], xd[t], xb[t], n >= 8, sumi, lf, acc)
+            if mode == 0 or mode == 4:
+                out[t, r] = _row_q6_k(wq[r], xq[t], sc[r], d[r], xd[t], xb[t], n >= 8,
+                                      32 if mode == 0 else 0, sumi, lf, acc)
             elif mode == 1:
                 out[t, r] = _row_q4_k_8x8(wq[r], xq[t], sc[r], mn[r], d[r], dmin[r], xd[t], xb[t],
                                           t < n - n % 4, sumi)
@@ -293,18 +298,18 @@ def _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, out, r0, r1, sumi, lf, a
 
 
 #: `_mm_kquant` modes
-_Q6_K, _Q4_K_8X8, _Q4_K, _Q5_K = 0, 1, 2, 3
+_Q6_K, _Q4_K_8X8, _Q4_K, _Q5_K, _Q3_K = 0, 1, 2, 3, 4
 
 
 @njit(parallel=True, cache=True)
 def _mm_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, out):
     """K-quant weight rows times Q8_K activation rows in ggml-cpu's order:
-    mode `_Q6_K` (`_row_q6_k`), `_Q4_K_8X8` (repacked Q4_K,
+    mode `_Q6_K` or `_Q3_K` (`_row_q6_k`), `_Q4_K_8X8` (repacked Q4_K,
     `_row_q4_k_8x8`), `_Q4_K` or `_Q5_K` (`_row_q4_k`). wq: unsigned quants
     (rows, cols) int8; sc (and mn for Q4_K / Q5_K): the integer sub-block
     scales, int32 (rows, super-blocks, 16 or 8); d (dmin) float32 per
     super-block; xq the Q8_K quants int8, xd their scales, xb the bsums
-    int32 (Q6_K: per 16 values; Q4_K / Q5_K: per 32)."""
+    int32 (Q6_K, Q3_K: per 16 values; Q4_K / Q5_K: per 32)."""
     R = wq.shape[0]
     for c in prange((R + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
         _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, out, c * _ROWS_PER_TASK,
@@ -340,6 +345,28 @@ def _q4_k_values(qs: np.ndarray) -> np.ndarray:
     v = qs.reshape(r, nb, 4, 1, 32)
     out = np.concatenate([v & 15, v >> 4], axis=3)
     return out.reshape(r, nb, 256).astype(np.int8)
+
+
+def _q3_k_values(hmask: np.ndarray, qs: np.ndarray, s12: np.ndarray):
+    """Q3_K fields -> (values int8 (rows, nb, 256) in -4..3, scales int32
+    (rows, nb, 16) in -32..31), ggml `dequantize_row_q3_K`: value 128h + 32k
+    + l (h < 2, k < 4, l < 32) = bits 2k..2k+1 of qs[32h + l], minus 4 when
+    bit 4h + k of hmask[l] is clear; scale j: low 4 bits from byte j % 8
+    (low nibble for j < 8, high nibble after), high 2 bits from byte 8 + j %
+    4 at bit 2 * (j // 4), minus 32."""
+    r, nb, _ = qs.shape
+    q = qs.reshape(r, nb, 2, 1, 32)
+    h = hmask.reshape(r, nb, 1, 1, 32)
+    k = np.arange(4, dtype=np.uint8).reshape(1, 1, 1, 4, 1)
+    half = np.arange(2, dtype=np.uint8).reshape(1, 1, 2, 1, 1)
+    low = (q >> (2 * k)) & 3
+    high = (h >> (4 * half + k)) & 1
+    values = (low.astype(np.int16) - 4 * (1 - high.astype(np.int16))).reshape(r, nb, 256)
+    s = s12.astype(np.int32)
+    j = np.arange(16)
+    lo = np.where(j < 8, s[..., j % 8] & 15, s[..., j % 8] >> 4)
+    hi = (s[..., 8 + j % 4] >> (2 * (j // 4))) & 3
+    return values.astype(np.int8), (lo | (hi << 4)) - 32
 
 
 def _q5_k_high_bits(qh: np.ndarray) -> np.ndarray:
@@ -486,6 +513,11 @@ class QMatrix:
                 wq = (wq | _q5_k_high_bits(_field(raw3, t, "qh", None))).astype(np.int8)
             self._packed = (kind, c32(wq.reshape(self.rows, -1), np.int8), c32(sc, np.int32), c32(mn, np.int32),
                             c32(_f16(raw3, t, "d")), c32(_f16(raw3, t, "dmin")))
+        elif kind == "q3_k":
+            wq, sc = _q3_k_values(_field(raw3, t, "hmask", None), _field(raw3, t, "qs", None),
+                                  _field(raw3, t, "scales", None))
+            self._packed = (kind, c32(wq.reshape(self.rows, -1), np.int8), c32(sc, np.int32),
+                            c32(sc, np.int32), c32(_f16(raw3, t, "d")), c32(_f16(raw3, t, "d")))
         elif kind == "q6_k":
             wq = _q6_k_values(_field(raw3, t, "ql", None), _field(raw3, t, "qh", None)) + np.int8(32)
             sc = _field(raw3, t, "scales", None).view(np.int8).astype(np.int32)
@@ -507,13 +539,15 @@ class QMatrix:
         `vec_dot_*_q8_0` = tinyBLAS_Q0, `vec_dot_*_q8_1`, and for Q4_0 with
         rows % 8 == 0 the repacked `q4_0_8x8`), "q6_k",
         "q4_k_8x8" (Q4_K repacked, when ggml's CPU_REPACK takes it: rows %
-        8 == 0 on an AVX2 CPU), "q4_k" (other Q4_K tensors), "q5_k"."""
+        8 == 0 on an AVX2 CPU), "q4_k" (other Q4_K tensors), "q5_k", "q3_k"."""
         if self.type in (GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_1, GGMLType.Q5_1):
             return "q8"
         if self.type == GGMLType.Q6_K:
             return "q6_k"
         if self.type == GGMLType.Q5_K:
             return "q5_k"
+        if self.type == GGMLType.Q3_K:
+            return "q3_k"
         return "q4_k_8x8" if self.repack_rows % 8 == 0 else "q4_k"     # Q4_K
 
     def matmul(self, x: np.ndarray) -> np.ndarray:
@@ -542,9 +576,9 @@ class QMatrix:
             _, wq, sc, mn, d, dmin = self._packed
             n = x.shape[0]
             xq, xd, bsums = act_quant.q8_k_fields(x, mat_rows=n - n % 4 if kind == "q4_k_8x8" else 0)
-            if kind != "q6_k":
+            if kind not in ("q6_k", "q3_k"):
                 bsums = bsums.reshape(x.shape[0], -1, 2).sum(axis=2)
-            mode = {"q6_k": _Q6_K, "q4_k_8x8": _Q4_K_8X8, "q4_k": _Q4_K, "q5_k": _Q5_K}[kind]
+            mode = {"q6_k": _Q6_K, "q4_k_8x8": _Q4_K_8X8, "q4_k": _Q4_K, "q5_k": _Q5_K, "q3_k": _Q3_K}[kind]
             _mm_kquant(mode, wq, sc, mn, d, dmin, xq, xd, bsums.astype(np.int32), out)
         return out
 

@@ -196,7 +196,7 @@ from strata_ref.infer import lanes
 from strata_ref.infer.kernels import QMatrix
 rng = np.random.default_rng(5)
 out = {"avx2": np.array(lanes.HOST_AVX2)}
-for t in ("Q8_0", "Q5_0", "Q4_0", "Q4_1", "Q5_1", "Q3_K", "Q4_K", "Q5_K", "Q6_K"):
+for t in ("Q8_0", "Q5_0", "Q4_0", "Q4_1", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"):
     w = rng.standard_normal((16, 512)).astype(np.float32)
     q = QMatrix(GGMLType[t], quantize(w, GGMLType[t]), 16, 512, t)
     q2 = QMatrix(GGMLType[t], quantize(w[:9], GGMLType[t]), 9, 512, t)   # not repacked
@@ -239,14 +239,19 @@ MATRICES = {
     "llama_matrix_q5_k.npz": "Q5_K",
     # a Q3_K matrix of 512 rows (tiled / vec_dot_q3_K_q8_K): layer 0's attn_q
     "llama_matrix_q3_k.npz": "Q3_K",
+    # Q2_K, which ggml repacks (q2_K_8x8) on AVX-512 CPUs when rows % 8 == 0:
+    # layer 0's attn_q (gemm / gemv) and the 259-row output.weight (tiled /
+    # vec_dot_q2_K_q8_K)
+    "llama_matrix_q2_k.npz": "Q2_K",
+    "llama_matrix_q2_k_output.npz": "Q2_K",
 }
 
 
 @pytest.mark.parametrize("name", list(MATRICES))
 def test_one_matrix_matches_llama_cpp(name):
     # Matrices of 2-layer random qwen3 models (tests/infer_helpers.py
-    # tiny_model with n_embd 512, head_dim 64, n_ff 1024 and Q4_0, Q4_K, Q5_K
-    # or Q3_K matrices), stored with their llama.cpp inputs and outputs
+    # tiny_model with n_embd 512, head_dim 64, n_ff 1024 and Q4_0, Q4_K, Q5_K,
+    # Q3_K or Q2_K matrices), stored with their llama.cpp inputs and outputs
     # (command in the file).
     from strata_ref import GGMLType
     from strata_ref.infer.kernels import QMatrix

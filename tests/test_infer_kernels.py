@@ -128,13 +128,13 @@ def test_matmul_matches_float64_dot_of_the_quantized_operands(t, parallel, monke
 def test_matmul_fallback_type_and_shape_errors():
     rng = np.random.default_rng(1)
     w = rng.standard_normal((4, 256)).astype(np.float32)
-    raw = quantize(w, GGMLType.Q2_K).reshape(-1)        # no integer kernel: oracle dequant + f32
-    W = QMatrix(GGMLType.Q2_K, raw, 4, 256, "w")
+    raw = quantize(w, GGMLType.IQ4_XS).reshape(-1)        # no integer kernel: oracle dequant + f32
+    W = QMatrix(GGMLType.IQ4_XS, raw, 4, 256, "w")
     x = rng.standard_normal((2, 256)).astype(np.float32)
-    # the activations go through Q8_K first, as ggml-cpu's vec_dot_type for Q2_K
+    # the activations go through Q8_K first, as ggml-cpu's vec_dot_type for IQ4_XS
     q, d, _ = act_quant.q8_k_fields(x)
     xq = q.astype(np.float32) * d                       # one 256-value block per row
-    assert np.array_equal(W.matmul(x), xq @ dequant_f32(GGMLType.Q2_K, raw, 4, 256).T)
+    assert np.array_equal(W.matmul(x), xq @ dequant_f32(GGMLType.IQ4_XS, raw, 4, 256).T)
     with pytest.raises(ValueError, match=r"\(n, 256\)"):
         W.matmul(np.zeros((2, 128), np.float32))
     with pytest.raises(ValueError, match="do not hold"):

@@ -21,6 +21,8 @@ against llama.cpp's tensors by tests/test_infer_ggml_ops.py):
   ggml's tiled K-quant mat-mul (`tiled/`, AVX512-VNNI) from 8 rows on.
 * Q5_K, Q3_K (Q8_K): `ggml_vec_dot_q5_K_q8_K` / `ggml_vec_dot_q3_K_q8_K`
   (AVX2) below 8 activation rows, the tiled kernel from 8 on.
+* Q2_K (Q8_K): with rows % 8 == 0 ggml's `q2_K_8x8` (repacked on AVX-512
+  CPUs) gemm / gemv, else `ggml_vec_dot_q2_K_q8_K` (AVX2) / the tiled kernel.
 * Q4_K (Q8_K) with rows % 8 == 0: ggml's CPU_REPACK layout `q4_K_8x8`:
   `ggml_gemm_q4_K_8x8_q8_K` for the activation rows in whole groups of 4,
   `ggml_gemv_q4_K_8x8_q8_K` for the rest. Other Q4_K tensors:
@@ -69,7 +71,8 @@ __all__ = ["QMatrix", "INTEGER_KERNEL_TYPES", "VEC_DOT_TYPE", "FALLBACK_VEC_DOT_
 VEC_DOT_TYPE = {
     GGMLType.Q4_0: GGMLType.Q8_0, GGMLType.Q5_0: GGMLType.Q8_0, GGMLType.Q8_0: GGMLType.Q8_0,
     GGMLType.Q4_1: GGMLType.Q8_1, GGMLType.Q5_1: GGMLType.Q8_1,
-    GGMLType.Q3_K: GGMLType.Q8_K, GGMLType.Q4_K: GGMLType.Q8_K, GGMLType.Q5_K: GGMLType.Q8_K,
+    GGMLType.Q2_K: GGMLType.Q8_K, GGMLType.Q3_K: GGMLType.Q8_K, GGMLType.Q4_K: GGMLType.Q8_K,
+    GGMLType.Q5_K: GGMLType.Q8_K,
     GGMLType.Q6_K: GGMLType.Q8_K,
 }
 INTEGER_KERNEL_TYPES = frozenset(VEC_DOT_TYPE)
@@ -79,7 +82,7 @@ INTEGER_KERNEL_TYPES = frozenset(VEC_DOT_TYPE)
 #: dequantized weights with the dequantized activation quants, which is
 #: ggml's product up to float32 rounding.
 FALLBACK_VEC_DOT_TYPE = {
-    **{t: GGMLType.Q8_K for t in (GGMLType.Q2_K, GGMLType.IQ2_XXS,
+    **{t: GGMLType.Q8_K for t in (GGMLType.IQ2_XXS,
                                   GGMLType.IQ2_XS, GGMLType.IQ3_XXS, GGMLType.IQ1_S, GGMLType.IQ3_S,
                                   GGMLType.IQ2_S, GGMLType.IQ4_XS, GGMLType.IQ1_M, GGMLType.TQ1_0,
                                   GGMLType.TQ2_0)},
@@ -282,6 +285,55 @@ def _row_q4_k(w, x, sc, mn, d, dmin, xd, xb, tiled, q5, sumi, lf, acc, accm):
 
 
 @njit(inline="always", cache=True)
+def _row_q2_k(w, x, sc, mn, d, dmin, xd, xb, path, sumi, lf, acc):
+    # Q2_K (unsigned quants 0..3, 16 sub-blocks of 16 with a 4-bit scale and
+    # min each), bsums xb per 16. path 0: AVX2 `ggml_vec_dot_q2_K_q8_K`: per
+    # super-block acc = fma(-d_a * dmin, float(min lanes), acc), lane L =
+    # min[2L] bsum[2L] + min[2L+1] bsum[2L+1], then acc = fma(d_a * d,
+    # float(lanes as Q6_K's), acc); hsum_float_8. path 1: the tiled kernel
+    # (as for Q4_K). paths 2 / 3: ggml's CPU_REPACK `q2_K_8x8` gemv / gemm
+    # (x86, AVX-512): exact I = sum scale * dot and M = sum min * bsum,
+    # acc = fma(float(I), d * d_a, acc), accm = fma(float(M), dmin * d_a,
+    # accm) per super-block (gemv) or per half of it (gemm); acc - accm.
+    for L in range(8):
+        acc[L] = 0.0
+    out = np.float32(0.0)
+    accm = np.float32(0.0)
+    for b in range(d.shape[0]):
+        if path == 0:
+            for L in range(8):
+                lf[L] = np.float32(mn[b, 2 * L] * xb[b * 16 + 2 * L] + mn[b, 2 * L + 1] * xb[b * 16 + 2 * L + 1])
+            fma8_into(acc, lf, 0, np.float32(-xd[b] * dmin[b]))
+        step = 4 if path == 3 else 8
+        for c0 in range(0, 8, step):
+            for L in range(8):
+                sumi[L] = 0
+            totm = 0
+            for c in range(c0, c0 + step):
+                o = b * 256 + c * 32
+                lanes_scaled_add(sumi, w, o, x, o, sc[b, 2 * c], sc[b, 2 * c + 1])
+                totm += mn[b, 2 * c] * xb[b * 16 + 2 * c] + mn[b, 2 * c + 1] * xb[b * 16 + 2 * c + 1]
+            tot = 0
+            for L in range(8):
+                tot += sumi[L]
+            if path == 0:
+                for L in range(8):
+                    lf[L] = np.float32(sumi[L])
+                fma8_into(acc, lf, 0, np.float32(xd[b] * d[b]))
+            elif path == 1:
+                r = fma32(-dmin[b], np.float32(totm), np.float32(np.float32(tot) * d[b]))
+                out = fma32(r, xd[b], out)
+            else:
+                out = fma32(np.float32(tot), np.float32(d[b] * xd[b]), out)
+                accm = fma32(np.float32(totm), np.float32(dmin[b] * xd[b]), accm)
+    if path == 0:
+        return hsum8(acc)
+    if path == 1:
+        return out
+    return np.float32(out - accm)
+
+
+@njit(inline="always", cache=True)
 def _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, out, r0, r1, sumi, lf, acc, accm):
     n = xq.shape[0]
     for r in range(r0, r1):
@@ -292,24 +344,31 @@ def _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, out, r0, r1, sumi, lf, a
             elif mode == 1:
                 out[t, r] = _row_q4_k_8x8(wq[r], xq[t], sc[r], mn[r], d[r], dmin[r], xd[t], xb[t],
                                           t < n - n % 4, sumi)
+            elif mode == 5 or mode == 6:
+                # Q2_K: repacked (6) gemm for whole groups of 4 rows, else gemv;
+                # not repacked (5): tiled from 8 rows, else vec_dot
+                path = (3 if t < n - n % 4 else 2) if mode == 6 else (1 if n >= 8 else 0)
+                out[t, r] = _row_q2_k(wq[r], xq[t], sc[r], mn[r], d[r], dmin[r], xd[t], xb[t],
+                                      path, sumi, lf, acc)
             else:
                 out[t, r] = _row_q4_k(wq[r], xq[t], sc[r], mn[r], d[r], dmin[r], xd[t], xb[t],
                                       n >= 8, mode == 3, sumi, lf, acc, accm)
 
 
 #: `_mm_kquant` modes
-_Q6_K, _Q4_K_8X8, _Q4_K, _Q5_K, _Q3_K = 0, 1, 2, 3, 4
+_Q6_K, _Q4_K_8X8, _Q4_K, _Q5_K, _Q3_K, _Q2_K, _Q2_K_8X8 = 0, 1, 2, 3, 4, 5, 6
 
 
 @njit(parallel=True, cache=True)
 def _mm_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, out):
     """K-quant weight rows times Q8_K activation rows in ggml-cpu's order:
-    mode `_Q6_K` or `_Q3_K` (`_row_q6_k`), `_Q4_K_8X8` (repacked Q4_K,
+    mode `_Q6_K` or `_Q3_K` (`_row_q6_k`), `_Q2_K` / `_Q2_K_8X8`
+    (`_row_q2_k`), `_Q4_K_8X8` (repacked Q4_K,
     `_row_q4_k_8x8`), `_Q4_K` or `_Q5_K` (`_row_q4_k`). wq: unsigned quants
     (rows, cols) int8; sc (and mn for Q4_K / Q5_K): the integer sub-block
     scales, int32 (rows, super-blocks, 16 or 8); d (dmin) float32 per
     super-block; xq the Q8_K quants int8, xd their scales, xb the bsums
-    int32 (Q6_K, Q3_K: per 16 values; Q4_K / Q5_K: per 32)."""
+    int32 (Q6_K, Q3_K, Q2_K: per 16 values; Q4_K / Q5_K: per 32)."""
     R = wq.shape[0]
     for c in prange((R + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
         _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, out, c * _ROWS_PER_TASK,
@@ -513,6 +572,14 @@ class QMatrix:
                 wq = (wq | _q5_k_high_bits(_field(raw3, t, "qh", None))).astype(np.int8)
             self._packed = (kind, c32(wq.reshape(self.rows, -1), np.int8), c32(sc, np.int32), c32(mn, np.int32),
                             c32(_f16(raw3, t, "d")), c32(_f16(raw3, t, "dmin")))
+        elif kind in ("q2_k", "q2_k_8x8"):
+            qs = _field(raw3, t, "qs", None)
+            r, nb, _ = qs.shape
+            shifts = (2 * np.arange(4, dtype=np.uint8)).reshape(1, 1, 1, 4, 1)
+            wq = ((qs.reshape(r, nb, 2, 1, 32) >> shifts) & 3).reshape(r, nb, 256)
+            s16 = _field(raw3, t, "scales", None).astype(np.int32)
+            self._packed = (kind, c32(wq.reshape(self.rows, -1), np.int8), c32(s16 & 15), c32(s16 >> 4),
+                            c32(_f16(raw3, t, "d")), c32(_f16(raw3, t, "dmin")))
         elif kind == "q3_k":
             wq, sc = _q3_k_values(_field(raw3, t, "hmask", None), _field(raw3, t, "qs", None),
                                   _field(raw3, t, "scales", None))
@@ -539,7 +606,8 @@ class QMatrix:
         `vec_dot_*_q8_0` = tinyBLAS_Q0, `vec_dot_*_q8_1`, and for Q4_0 with
         rows % 8 == 0 the repacked `q4_0_8x8`), "q6_k",
         "q4_k_8x8" (Q4_K repacked, when ggml's CPU_REPACK takes it: rows %
-        8 == 0 on an AVX2 CPU), "q4_k" (other Q4_K tensors), "q5_k", "q3_k"."""
+        8 == 0 on an AVX2 CPU), "q4_k" (other Q4_K tensors), "q5_k", "q3_k",
+        "q2_k_8x8" / "q2_k" (Q2_K repacked or not)."""
         if self.type in (GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_1, GGMLType.Q5_1):
             return "q8"
         if self.type == GGMLType.Q6_K:
@@ -548,6 +616,8 @@ class QMatrix:
             return "q5_k"
         if self.type == GGMLType.Q3_K:
             return "q3_k"
+        if self.type == GGMLType.Q2_K:      # ggml repacks it on AVX-512 CPUs
+            return "q2_k_8x8" if self.repack_rows % 8 == 0 else "q2_k"
         return "q4_k_8x8" if self.repack_rows % 8 == 0 else "q4_k"     # Q4_K
 
     def matmul(self, x: np.ndarray) -> np.ndarray:
@@ -575,10 +645,11 @@ class QMatrix:
         else:
             _, wq, sc, mn, d, dmin = self._packed
             n = x.shape[0]
-            xq, xd, bsums = act_quant.q8_k_fields(x, mat_rows=n - n % 4 if kind == "q4_k_8x8" else 0)
-            if kind not in ("q6_k", "q3_k"):
+            xq, xd, bsums = act_quant.q8_k_fields(x, mat_rows=n - n % 4 if kind.endswith("8x8") else 0)
+            if kind not in ("q6_k", "q3_k", "q2_k", "q2_k_8x8"):
                 bsums = bsums.reshape(x.shape[0], -1, 2).sum(axis=2)
-            mode = {"q6_k": _Q6_K, "q4_k_8x8": _Q4_K_8X8, "q4_k": _Q4_K, "q5_k": _Q5_K, "q3_k": _Q3_K}[kind]
+            mode = {"q6_k": _Q6_K, "q4_k_8x8": _Q4_K_8X8, "q4_k": _Q4_K, "q5_k": _Q5_K, "q3_k": _Q3_K,
+                    "q2_k": _Q2_K, "q2_k_8x8": _Q2_K_8X8}[kind]
             _mm_kquant(mode, wq, sc, mn, d, dmin, xq, xd, bsums.astype(np.int32), out)
         return out
 

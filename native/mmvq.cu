@@ -52,182 +52,111 @@ __global__ void k_quantize_q8_1(const float *__restrict__ x, uint8_t *__restrict
     q8_1_block(x[32 * b + lane], lane, q8 + Q8_1_BYTES * b);
 }
 
-// ---- tables for the 16-entry lookups ----------------------------------------
-template <int TYPE> __device__ __forceinline__ const int8_t *table_src() {
-    return TYPE == MXFP4 ? tab_kvalues_mxfp4 : tab_kvalues_iq4nl;
-}
-template <int TYPE> __device__ __forceinline__ void load_table(int8_t *s_tbl) {
-    if (threadIdx.x < 16) s_tbl[threadIdx.x] = table_src<TYPE>()[threadIdx.x];
-    __syncthreads();
+// ---- the 16-entry value table (IQ4_NL, IQ4_XS, MXFP4) in registers ------------
+template <int TYPE> __device__ __forceinline__ Tbl16 kernel_table() {
+    return tbl16(TYPE == MXFP4 ? tab_kvalues_mxfp4 : tab_kvalues_iq4nl);
 }
 
-// ---- weight staging: cp.async pipeline per warp --------------------------------
-// A warp reads its weight chunks (SUB consecutive blocks of a row, contiguous
-// bytes) into shared memory S chunks ahead with 16-byte cp.async copies
-// (sm_80+; plain 16-byte loads before), so many loads are in flight per warp,
-// then the unchanged thread dots read the staged bytes. A slot holds the chunk
-// from its 16-byte aligned start, so every field keeps its global alignment.
-// Staging moves bytes only: the summation order, hence every bit, is that of
-// routes/mmvq.py. Segments that would cross the matrix bounds [lo, hi) are
-// copied byte by byte (only the first and last chunk of a matrix).
-__device__ __forceinline__ void cp16(uint8_t *dst, const uint8_t *src) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
-#else
-    *(uint4 *)dst = __ldg((const uint4 *)src);
-#endif
-}
-__device__ __forceinline__ void cp_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-template <int N> __device__ __forceinline__ void cp_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+// L1 prefetch of one 32-byte sector (no register, no wait): the plain
+// kernel asks for the blocks two iterations ahead, so their loads hit L1.
+__device__ __forceinline__ void prefetch_l1(const uint8_t *p) {
+#ifdef __CUDA_ARCH__
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
 #endif
 }
 
-__device__ __forceinline__ void stage_copy(uint8_t *dst, const uint8_t *st, const uint8_t *en,
-                                           const uint8_t *lo, const uint8_t *hi, int lane) {
-    const uint8_t *a0 = (const uint8_t *)((uintptr_t)st & ~(uintptr_t)15);
-    const int nseg = (int)((en - a0 + 15) >> 4);
-    for (int j = lane; j < nseg; j += 32) {
-        const uint8_t *a = a0 + 16 * j;
-        if (a >= lo && a + 16 <= hi) {
-            cp16(dst + 16 * j, a);
-        } else {
-            for (int i = 0; i < 16; ++i)
-                if (a + i >= lo && a + i < hi) dst[16 * j + i] = a[i];
-        }
-    }
-}
-
-constexpr int cmin(int a, int b) { return a < b ? a : b; }
-constexpr int cmax(int a, int b) { return a > b ? a : b; }
-
-// Stage count S: about 2 KB of weights ahead per warp, at most 8 stages and
-// 5 KB of shared memory per warp (at least 2 stages).
-template <int TYPE, int R> struct Stage {
-    static constexpr int SUB = 32 / Dot<TYPE>::T;
-    static constexpr int CB = SUB * Dot<TYPE>::BYTES;       // bytes of one chunk of a row
-    static constexpr int SLOT = (CB + 15 + 15) / 16 * 16;   // + the alignment offset
-    static constexpr int S = cmax(2, cmin(cmin(2 + 2048 / (R * CB), 8), 5120 / (R * SLOT)));
-    static constexpr int BYTES = S * R * SLOT;              // shared memory per warp
-};
-
-// Warp loop over chunks m = mfirst + mstep·k (k = 0, 1, ...) of R rows, from
-// shared memory `sm` (Stage<TYPE, R>::BYTES, 16-byte aligned). Chunk k adds
-// its dot into acc[r][c][k % V] for columns c < ncols (<= NC; q8_1 column c at
-// q8 + c·colb). Rows are wr[r]; [lo, hi) bounds the matrix.
-template <int TYPE, int R, int NC, int V>
-__device__ __forceinline__ void staged_dots(const uint8_t *const wr[R], const uint8_t *lo,
-                                            const uint8_t *hi, int nb, const uint8_t *__restrict__ q8,
-                                            long long colb, int ncols, int mfirst, int mstep,
-                                            uint8_t *sm, float acc[R][NC][V], const int8_t *s_tbl) {
-    using D = Dot<TYPE>;
-    using G = Stage<TYPE, R>;
-    constexpr int T = D::T, SUB = G::SUB, QB = D::QK / 32, S = G::S;
-    const int lane = threadIdx.x % 32, t = lane % T;
-    const int nchunks = (nb + SUB - 1) / SUB;
-    const int nk = mfirst < nchunks ? (nchunks - mfirst + mstep - 1) / mstep : 0;
-    auto issue = [&](int k) {
-        const int m = mfirst + mstep * k, nblk = nb - SUB * m < SUB ? nb - SUB * m : SUB;
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            const uint8_t *st = wr[r] + (long long)SUB * m * D::BYTES;
-            stage_copy(sm + ((k % S) * R + r) * G::SLOT, st, st + nblk * D::BYTES, lo, hi, lane);
-        }
-    };
-#pragma unroll
-    for (int k = 0; k < S - 1; ++k) {
-        if (k < nk) issue(k);
-        cp_commit();
-    }
-    for (int k0 = 0; k0 < nk; k0 += V) {
-#pragma unroll
-        for (int v = 0; v < V; ++v) {
-            const int k = k0 + v;
-            if (k < nk) {
-                if (k + S - 1 < nk) issue(k + S - 1);
-                cp_commit();
-                cp_wait<S - 1>();
-                __syncwarp();
-                const int m = mfirst + mstep * k, kbx = SUB * m + lane / T;
-                if (kbx < nb) {
-                    const uint8_t *qb = q8 + (long long)kbx * QB * Q8_1_BYTES;
-#pragma unroll
-                    for (int r = 0; r < R; ++r) {
-                        const uintptr_t st = (uintptr_t)(wr[r] + (long long)SUB * m * D::BYTES);
-                        const uint8_t *blk = sm + ((k % S) * R + r) * G::SLOT + (st & 15) +
-                                             (lane / T) * D::BYTES;
-#pragma unroll
-                        for (int c = 0; c < NC; ++c)
-                            if (c < ncols)
-                                acc[r][c][v] = __fadd_rn(acc[r][c][v],
-                                                         D::dot(blk, qb + c * colb, t, s_tbl));
-                    }
-                }
-                __syncwarp();
-            }
-        }
-    }
-    cp_wait<0>();
-}
-
-// ---- plain kernel: one 128-thread block per row -------------------------------
-// Warp w takes chunks w, w+4, ... of the row: thread tid then visits blocks
-// tid/T + BPI·i, the canonical order.
-template <int TYPE>
+// ---- plain kernel: 128 threads per row, PR rows per block ----------------------
+// Thread tid visits blocks tid/T + BPI·i of each of the block's PR rows (the
+// canonical order per row; rows only share the q8_1 loads and their
+// integer sums). Loads go straight to registers; two iterations are unrolled,
+// and the blocks two iterations ahead are prefetched into L1.
+template <int TYPE, int PR, int NC>
 __global__ void __launch_bounds__(128) k_mmvq_plain(const uint8_t *__restrict__ w, long long rows,
                                                     int nb, const uint8_t *__restrict__ q8,
                                                     int ncols, float *__restrict__ y) {
     using D = Dot<TYPE>;
-    constexpr int QB = D::QK / 32;
-    __shared__ int8_t s_tbl[16];
-    __shared__ float s_part[3][MAXC][32];
-    __shared__ __align__(16) uint8_t s_stage[4][Stage<TYPE, 1>::BYTES];
-    load_table<TYPE>(s_tbl);
-    const long long row = blockIdx.x;
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    constexpr int T = D::T, BPI = 128 / T, QB = D::QK / 32;
+    __shared__ float s_part[3][PR][NC][32];
+    const Tbl16 tbl = kernel_table<TYPE>();
+    const long long row0 = (long long)blockIdx.x * PR;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, t = tid % T;
     const long long rbytes = (long long)nb * D::BYTES;
-    const uint8_t *wr[1] = {w + row * rbytes};
     const long long colb = (long long)nb * QB * Q8_1_BYTES;
-    float acc[1][MAXC][1];
+    const uint8_t *wr[PR];
 #pragma unroll
-    for (int c = 0; c < MAXC; ++c) acc[0][c][0] = 0.0f;
-    staged_dots<TYPE, 1, MAXC, 1>(wr, w, w + rows * rbytes, nb, q8, colb, ncols, warp, 4,
-                                  s_stage[warp], acc, s_tbl);
+    for (int r = 0; r < PR; ++r) wr[r] = w + (row0 + r < rows ? row0 + r : rows - 1) * rbytes;
+    float acc[PR][NC];
+#pragma unroll
+    for (int r = 0; r < PR; ++r)
+#pragma unroll
+        for (int c = 0; c < NC; ++c) acc[r][c] = 0.0f;
+#pragma unroll 2
+    for (int kbx = tid / T; kbx < nb; kbx += BPI) {
+        if (t * 32 < D::BYTES && kbx + 2 * BPI < nb) {
+#pragma unroll
+            for (int r = 0; r < PR; ++r) prefetch_l1(wr[r] + (long long)(kbx + 2 * BPI) * D::BYTES + 32 * t);
+        }
+        const uint8_t *qb = q8 + (long long)kbx * (QB * Q8_1_BYTES);
+#pragma unroll
+        for (int r = 0; r < PR; ++r) {
+            const uint8_t *blk = wr[r] + (long long)kbx * D::BYTES;
+#pragma unroll
+            for (int c = 0; c < NC; ++c)
+                if (c < ncols) acc[r][c] = __fadd_rn(acc[r][c], D::dot(blk, qb + c * colb, t, tbl));
+        }
+    }
     if (warp > 0) {
 #pragma unroll
-        for (int c = 0; c < MAXC; ++c)
-            if (c < ncols) s_part[warp - 1][c][lane] = acc[0][c][0];
+        for (int r = 0; r < PR; ++r)
+#pragma unroll
+            for (int c = 0; c < NC; ++c)
+                if (c < ncols) s_part[warp - 1][r][c][lane] = acc[r][c];
     }
     __syncthreads();
     if (warp == 0) {
 #pragma unroll
-        for (int c = 0; c < MAXC; ++c) {
-            if (c < ncols) {
-                float v = __fadd_rn(__fadd_rn(__fadd_rn(acc[0][c][0], s_part[0][c][lane]),
-                                              s_part[1][c][lane]), s_part[2][c][lane]);
-                v = warp_sum(v);
-                if (lane == 0) y[(long long)c * rows + row] = v;
+        for (int r = 0; r < PR; ++r) {
+#pragma unroll
+            for (int c = 0; c < NC; ++c) {
+                if (c < ncols) {
+                    float v = __fadd_rn(__fadd_rn(__fadd_rn(acc[r][c], s_part[0][r][c][lane]),
+                                                  s_part[1][r][c][lane]), s_part[2][r][c][lane]);
+                    v = warp_sum(v);
+                    if (lane == 0 && row0 + r < rows) y[(long long)c * rows + row0 + r] = v;
+                }
             }
         }
     }
 }
 
+// Rows per block of the 1-column plain kernel: 0 = automatic (plain_rows: 1;
+// on the H200 neither 2 nor 4 was faster across the bench shapes).
+int g_plain_rows = 0;
+
+int plain_rows() { return g_plain_rows ? g_plain_rows : 1; }
+
+template <int TYPE, int PR>
+void launch_plain(const void *w, long long rows, int nb, const void *q8, int ncols, float *y,
+                  cudaStream_t s) {
+    const unsigned grid = (unsigned)((rows + PR - 1) / PR);
+    if (ncols == 1)
+        k_mmvq_plain<TYPE, PR, 1><<<grid, 128, 0, s>>>((const uint8_t *)w, rows, nb,
+                                                       (const uint8_t *)q8, 1, y);
+    else
+        k_mmvq_plain<TYPE, 1, MAXC><<<(unsigned)rows, 128, 0, s>>>(
+            (const uint8_t *)w, rows, nb, (const uint8_t *)q8, ncols, y);
+}
+
 // ---- warp kernel: R consecutive rows per warp, virtual-warp accumulators ------
-// Rows beyond `rows` recompute the last row and are not stored. `sm` is the
-// warp's Stage<TYPE, R>::BYTES of shared memory.
+// Rows beyond `rows` recompute the last row and are not stored.
 template <int TYPE, int R, int NC>
 __device__ __forceinline__ void warp_rows(const uint8_t *__restrict__ w, long long rows, int nb,
                                           const uint8_t *__restrict__ q8, long long row0,
-                                          float out[R][NC], uint8_t *sm, const int8_t *s_tbl) {
+                                          float out[R][NC], const Tbl16 &tbl) {
     using D = Dot<TYPE>;
-    const long long rbytes = (long long)nb * D::BYTES;
-    const long long colb = (long long)nb * (D::QK / 32) * Q8_1_BYTES;
+    constexpr int T = D::T, SUB = 32 / T, QB = D::QK / 32;
+    const int lane = threadIdx.x % 32, t = lane % T;
+    const long long colb = (long long)nb * QB * Q8_1_BYTES;
     float acc[R][NC][4];
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -237,8 +166,27 @@ __device__ __forceinline__ void warp_rows(const uint8_t *__restrict__ w, long lo
             for (int v = 0; v < 4; ++v) acc[r][c][v] = 0.0f;
     const uint8_t *wr[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) wr[r] = w + (row0 + r < rows ? row0 + r : rows - 1) * rbytes;
-    staged_dots<TYPE, R, NC, 4>(wr, w, w + rows * rbytes, nb, q8, colb, NC, 0, 1, sm, acc, s_tbl);
+    for (int r = 0; r < R; ++r) {
+        const long long rr = row0 + r < rows ? row0 + r : rows - 1;
+        wr[r] = w + rr * (long long)nb * D::BYTES;
+    }
+    const int nchunks = (nb + SUB - 1) / SUB;
+    for (int m0 = 0; m0 < nchunks; m0 += 4) {
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+            const int kbx = SUB * (m0 + v) + lane / T;
+            if (kbx < nb) {
+                const uint8_t *qb = q8 + (long long)kbx * QB * Q8_1_BYTES;
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    const uint8_t *blk = wr[r] + (long long)kbx * D::BYTES;
+#pragma unroll
+                    for (int c = 0; c < NC; ++c)
+                        acc[r][c][v] = __fadd_rn(acc[r][c][v], D::dot(blk, qb + c * colb, t, tbl));
+                }
+            }
+        }
+    }
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -251,13 +199,11 @@ template <int TYPE, int R, int NC>
 __global__ void __launch_bounds__(128) k_mmvq_warp(const uint8_t *__restrict__ w, long long rows,
                                                    int nb, const uint8_t *__restrict__ q8,
                                                    float *__restrict__ y) {
-    __shared__ int8_t s_tbl[16];
-    __shared__ __align__(16) uint8_t s_stage[4][Stage<TYPE, R>::BYTES];
-    load_table<TYPE>(s_tbl);
+    const Tbl16 tbl = kernel_table<TYPE>();
     const long long row0 = ((long long)blockIdx.x * 4 + threadIdx.x / 32) * R;
     if (row0 >= rows) return;
     float out[R][NC];
-    warp_rows<TYPE, R, NC>(w, rows, nb, q8, row0, out, s_stage[threadIdx.x / 32], s_tbl);
+    warp_rows<TYPE, R, NC>(w, rows, nb, q8, row0, out, tbl);
     if (threadIdx.x % 32 == 0) {
 #pragma unroll
         for (int r = 0; r < R; ++r)
@@ -295,8 +241,11 @@ cudaError_t launch_type(const void *w, long long rows, long long k, const void *
     const int nb = (int)(k / Dot<TYPE>::QK);
     switch (rpw) {
         case 0:
-            k_mmvq_plain<TYPE><<<(unsigned)rows, 128, 0, s>>>((const uint8_t *)w, rows, nb,
-                                                             (const uint8_t *)q8, ncols, y);
+            // 1 column (decode): PR rows per block; 2..8 columns: one row per block
+            switch (ncols == 1 ? plain_rows() : 1) {
+                case 2: launch_plain<TYPE, 2>(w, rows, nb, q8, ncols, y, s); break;
+                default: launch_plain<TYPE, 1>(w, rows, nb, q8, ncols, y, s);
+            }
             return cudaGetLastError();
         case 1: return launch_warp<TYPE, 1>(w, rows, nb, q8, ncols, y, s);
         case 2: return launch_warp<TYPE, 2>(w, rows, nb, q8, ncols, y, s);
@@ -382,9 +331,7 @@ struct ExpArgs {
 // (token*k + slot). which: 0 gate, 1 up, 2 down.
 template <int TYPE>
 __global__ void __launch_bounds__(256) k_exp_rows(ExpArgs a, int which) {
-    __shared__ int8_t s_tbl[16];
-    __shared__ __align__(16) uint8_t s_stage[8][Stage<TYPE, 1>::BYTES];
-    load_table<TYPE>(s_tbl);
+    const Tbl16 tbl = kernel_table<TYPE>();
     const int entry = blockIdx.y, tok = entry / a.k;
     const int e = a.ids[entry];
     const long long rows = which == 2 ? a.h : a.ff;
@@ -398,7 +345,7 @@ __global__ void __launch_bounds__(256) k_exp_rows(ExpArgs a, int which) {
     const long long row = (long long)blockIdx.x * 8 + threadIdx.x / 32;
     if (row >= rows) return;
     float out[1][1];
-    warp_rows<TYPE, 1, 1>(w, rows, nb, q8, row, out, s_stage[threadIdx.x / 32], s_tbl);
+    warp_rows<TYPE, 1, 1>(w, rows, nb, q8, row, out, tbl);
     if (threadIdx.x % 32 == 0) y[row] = out[0][0];
 }
 
@@ -417,10 +364,8 @@ __global__ void k_swiglu_q8(ExpArgs a) {
 // SwiGLU and the q8_1 block of the 32 values.
 template <int TYPE>
 __global__ void __launch_bounds__(256) k_exp_gu_fused(ExpArgs a) {
-    __shared__ int8_t s_tbl[16];
     __shared__ float s_g[32], s_u[32];
-    __shared__ __align__(16) uint8_t s_stage[8][Stage<TYPE, 4>::BYTES];
-    load_table<TYPE>(s_tbl);
+    const Tbl16 tbl = kernel_table<TYPE>();
     const int entry = blockIdx.y, tok = entry / a.k;
     const int e = a.ids[entry];
     const int nb = (int)(a.h / Dot<TYPE>::QK);
@@ -429,8 +374,8 @@ __global__ void __launch_bounds__(256) k_exp_gu_fused(ExpArgs a) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const long long row0 = (long long)blockIdx.x * 32 + 4 * warp;
     float og[4][1], ou[4][1];
-    warp_rows<TYPE, 4, 1>(a.gate + e * mat, a.ff, nb, q8, row0, og, s_stage[warp], s_tbl);
-    warp_rows<TYPE, 4, 1>(a.up + e * mat, a.ff, nb, q8, row0, ou, s_stage[warp], s_tbl);
+    warp_rows<TYPE, 4, 1>(a.gate + e * mat, a.ff, nb, q8, row0, og, tbl);
+    warp_rows<TYPE, 4, 1>(a.up + e * mat, a.ff, nb, q8, row0, ou, tbl);
     if (lane == 0) {
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
@@ -549,6 +494,12 @@ extern "C" {
 int smv_abi_version(void) { return SMV_ABI_VERSION; }
 
 int smv_has_type(int type) { return qk_of(type) != 0; }
+
+int smv_set_plain_rows(int rows_per_block) {
+    if (!(rows_per_block == 0 || rows_per_block == 1 || rows_per_block == 2)) return 5;
+    g_plain_rows = rows_per_block;
+    return 0;
+}
 
 int smv_quantize_q8_1(const float *x, void *q8, long long n, void *stream) {
     if (!x || !q8) return 3;

@@ -1,6 +1,6 @@
 // Per-type thread dots of a weight block with its q8_1 blocks.
 //
-// Each `Dot<TYPE>::dot(blk, q8, t)` is the value thread t (0 <= t < T) of the
+// Each `Dot<TYPE>::dot(blk, q8, t, tbl)` is the value thread t (0 <= t < T) of the
 // T threads sharing weight block `blk` returns, with `q8` the first of the
 // block's QK/32 q8_1 blocks. Integer parts follow the vecdotq.cuh
 // expressions of ggml-org/llama.cpp (dp4a on packed ints; exact); the float
@@ -44,6 +44,12 @@ static inline int __vsubss4(int a, int b) {
         r |= (uint32_t)(uint8_t)d << (8 * k);
     }
     return (int)r;
+}
+static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    const uint64_t v = ((uint64_t)y << 32) | x;
+    unsigned r = 0;
+    for (int n = 0; n < 4; ++n) r |= (unsigned)((v >> (8 * ((s >> (4 * n)) & 7))) & 0xFF) << (8 * n);
+    return r;
 }
 // fp16 bits -> float (exact; NaN payloads kept, quieted)
 static inline float smv_half_bits_to_float(uint16_t h) {
@@ -95,12 +101,32 @@ __device__ __forceinline__ float q8s(const uint8_t *q8, int blk) { return h2f(q8
 
 __device__ __forceinline__ float i2f(int v) { return __int2float_rn(v); }
 
-// Four table bytes selected by the low nibbles of the bytes of `idx`.
-__device__ __forceinline__ int lut4(uint32_t idx, const int8_t *tbl) {
-    return (int)(((uint32_t)(uint8_t)tbl[idx & 15]) |
-                 ((uint32_t)(uint8_t)tbl[(idx >> 8) & 15] << 8) |
-                 ((uint32_t)(uint8_t)tbl[(idx >> 16) & 15] << 16) |
-                 ((uint32_t)(uint8_t)tbl[(idx >> 24) & 15] << 24));
+// A 16-entry int8 table (IQ4_NL / MXFP4 values) held in four registers.
+struct Tbl16 {
+    uint32_t w[4];
+};
+__device__ __forceinline__ Tbl16 tbl16(const int8_t *tbl) {
+    Tbl16 t;
+    for (int i = 0; i < 4; ++i)
+        t.w[i] = (uint32_t)(uint8_t)tbl[4 * i] | ((uint32_t)(uint8_t)tbl[4 * i + 1] << 8) |
+                 ((uint32_t)(uint8_t)tbl[4 * i + 2] << 16) | ((uint32_t)(uint8_t)tbl[4 * i + 3] << 24);
+    return t;
+}
+
+// Table values of the eight nibbles of q: lo = those of the low nibbles of
+// bytes 0..3, hi = those of the high nibbles (byte k of lo is tbl[(q >> 8k) & 15]).
+// Byte permutes: a selector nibble picks one of 8 bytes by its low 3 bits, so
+// entries 0-7 and 8-15 are looked up separately and bit 3 chooses.
+__device__ __forceinline__ void lut8(uint32_t q, const Tbl16 &t, int &lo, int &hi) {
+    uint32_t x[2];
+    for (int i = 0; i < 2; ++i) {
+        const uint32_t sel = q >> (16 * i);                         // nibbles L0 H0 L1 H1
+        const uint32_t a = __byte_perm(t.w[0], t.w[1], sel);        // entries 0..7
+        const uint32_t b = __byte_perm(t.w[2], t.w[3], sel);        // entries 8..15
+        x[i] = __byte_perm(a, b, 0x3210u | ((sel & 0x8888u) >> 1)); // bit 3 -> from b
+    }
+    lo = (int)__byte_perm(x[0], x[1], 0x6420u);
+    hi = (int)__byte_perm(x[0], x[1], 0x7531u);
 }
 
 template <int TYPE> struct Dot;
@@ -110,7 +136,7 @@ template <int TYPE> struct Dot;
 // Q4_0: d_w * (float(sumi)*d8 - 4*s8)
 template <> struct Dot<Q4_0> {
     static constexpr int QK = 32, BYTES = 18, T = 2;
-    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const int8_t *) {
+    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const Tbl16 &) {
         int sumi = 0;
         for (int i = 0; i < 2; ++i) {
             const int v = ld_b2(b + 2, 2 * t + i);
@@ -125,7 +151,7 @@ template <> struct Dot<Q4_0> {
 // Q4_1: float(sumi)*(d_w*d8) + (m_w*s8)*0.5
 template <> struct Dot<Q4_1> {
     static constexpr int QK = 32, BYTES = 20, T = 2;
-    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const int8_t *) {
+    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const Tbl16 &) {
         int sumi = 0;
         for (int i = 0; i < 2; ++i) {
             const int v = ld_b4(b + 4, 2 * t + i);
@@ -165,7 +191,7 @@ __device__ __forceinline__ int q5_sumi(const uint8_t *qs, uint32_t qh, const uin
 // Q5_0: d_w * (float(sumi)*d8 - 8*s8)
 template <> struct Dot<Q5_0> {
     static constexpr int QK = 32, BYTES = 22, T = 2;
-    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const int8_t *) {
+    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const Tbl16 &) {
         const uint32_t qh = (uint32_t)ld_b2(b + 2, 0);
         const int sumi = q5_sumi(b + 6, qh, q8, t, false);
         const float a = __fmul_rn(i2f(sumi), q8d(q8, 0));
@@ -176,7 +202,7 @@ template <> struct Dot<Q5_0> {
 // Q5_1: as Q4_1
 template <> struct Dot<Q5_1> {
     static constexpr int QK = 32, BYTES = 24, T = 2;
-    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const int8_t *) {
+    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const Tbl16 &) {
         const uint32_t qh = (uint32_t)ld_b4(b + 4, 0);
         const int sumi = q5_sumi(b + 8, qh, q8, t, true);
         const float dd = __fmul_rn(h2f(b), q8d(q8, 0));
@@ -188,7 +214,7 @@ template <> struct Dot<Q5_1> {
 // Q8_0: (d_w*d8) * float(sumi)
 template <> struct Dot<Q8_0> {
     static constexpr int QK = 32, BYTES = 34, T = 4;
-    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const int8_t *) {
+    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const Tbl16 &) {
         int sumi = 0;
         for (int i = 0; i < 2; ++i) sumi = __dp4a(ld_b2(b + 2, 2 * t + i), q8i(q8, 0, 2 * t + i), sumi);
         return __fmul_rn(__fmul_rn(h2f(b), q8d(q8, 0)), i2f(sumi));
@@ -197,19 +223,21 @@ template <> struct Dot<Q8_0> {
 
 // IQ4_NL / MXFP4: (d*d8) * float(sumi), values from a 16-entry table.
 __device__ __forceinline__ int nl_sumi(const uint8_t *qs, const uint8_t *q8, int t, bool b1,
-                                       const int8_t *tbl) {
+                                       const Tbl16 &tbl) {
     int sumi = 0;
     for (int l = 0; l < 2; ++l) {
         const uint32_t a = (uint32_t)(b1 ? ld_b1(qs, 2 * t + l) : ld_b2(qs, 2 * t + l));
-        sumi = __dp4a(lut4(a, tbl), q8i(q8, 0, 2 * t + l), sumi);
-        sumi = __dp4a(lut4(a >> 4, tbl), q8i(q8, 0, 2 * t + l + 4), sumi);
+        int lo, hi;
+        lut8(a, tbl, lo, hi);
+        sumi = __dp4a(lo, q8i(q8, 0, 2 * t + l), sumi);
+        sumi = __dp4a(hi, q8i(q8, 0, 2 * t + l + 4), sumi);
     }
     return sumi;
 }
 
 template <> struct Dot<IQ4_NL> {
     static constexpr int QK = 32, BYTES = 18, T = 2;
-    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const int8_t *tbl) {
+    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const Tbl16 &tbl) {
         const int sumi = nl_sumi(b + 2, q8, t, false, tbl);
         return __fmul_rn(__fmul_rn(h2f(b), q8d(q8, 0)), i2f(sumi));
     }
@@ -218,7 +246,7 @@ template <> struct Dot<IQ4_NL> {
 // MXFP4: d = the E8M0 half value 2^(e-128) (formats.md; e = 255 gives 2^127)
 template <> struct Dot<MXFP4> {
     static constexpr int QK = 32, BYTES = 17, T = 2;
-    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const int8_t *tbl) {
+    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const Tbl16 &tbl) {
         const uint32_t e = b[0];
         const float d = __uint_as_float(e >= 2 ? (e - 1) << 23 : 0x00200000u << e);
         const int sumi = nl_sumi(b + 1, q8, t, true, tbl);
@@ -232,7 +260,7 @@ template <> struct Dot<MXFP4> {
 // float((sc>>4)*sum(u_i)), sumf_m); d*sumf_d - dmin*sumf_m
 template <> struct Dot<Q2_K> {
     static constexpr int QK = 256, BYTES = 84, T = 16;
-    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const int8_t *) {
+    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const Tbl16 &) {
         const int bq8 = 4 * (t / 8);
         const int soff = 8 * (t / 8) + (t % 8) / 4;
         const int v = ld_b4(b + 16, t);
@@ -251,7 +279,7 @@ template <> struct Dot<Q2_K> {
 // Q3_K: sumf = fma(d8_i, float(dot_i*sc_i), sumf); d*sumf
 template <> struct Dot<Q3_K> {
     static constexpr int QK = 256, BYTES = 110, T = 16;
-    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const int8_t *) {
+    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const Tbl16 &) {
         const int bq8 = 4 * (t / 8);
         const int soff = 8 * (t / 8) + (t % 8) / 4;
         const uint8_t *scales = b + 96;
@@ -308,7 +336,7 @@ __device__ __forceinline__ float k45_combine(const uint8_t *b, const uint8_t *q8
 
 template <> struct Dot<Q4_K> {
     static constexpr int QK = 256, BYTES = 144, T = 16;
-    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const int8_t *) {
+    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const Tbl16 &) {
         const int *q4 = (const int *)(b + 16 + 32 * (t / 4) + 4 * (t % 4));
         const int a = q4[0], c = q4[4];
         const int v0[2] = {a & 0x0F0F0F0F, (a >> 4) & 0x0F0F0F0F};
@@ -319,7 +347,7 @@ template <> struct Dot<Q4_K> {
 
 template <> struct Dot<Q5_K> {
     static constexpr int QK = 256, BYTES = 176, T = 16;
-    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const int8_t *) {
+    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const Tbl16 &) {
         const int bq8 = 2 * (t / 4);
         const int *ql = (const int *)(b + 48 + 32 * (t / 4) + 4 * (t % 4));
         const int *qh = (const int *)(b + 16 + 4 * (t % 4));
@@ -337,7 +365,7 @@ template <> struct Dot<Q5_K> {
 // Q6_K: sumf = fma(d8_i, float(dot_i*sc_i), sumf); d*sumf
 template <> struct Dot<Q6_K> {
     static constexpr int QK = 256, BYTES = 210, T = 32;
-    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const int8_t *) {
+    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const Tbl16 &) {
         const int bq8 = 4 * (t / 16) + (t % 16) / 8;
         const int soff = 8 * (t / 16) + (t % 16) / 4;
         const int vh_shift = 2 * ((t % 16) / 8);
@@ -360,12 +388,14 @@ template <> struct Dot<Q6_K> {
 // IQ4_XS: sumi *= ls - 32; (d*d8) * float(sumi)
 template <> struct Dot<IQ4_XS> {
     static constexpr int QK = 256, BYTES = 136, T = 8;
-    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const int8_t *tbl) {
+    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const Tbl16 &tbl) {
         int sumi = 0;
         for (int j = 0; j < 4; ++j) {
             const uint32_t a = (uint32_t)ld_b4(b + 8, 4 * t + j);
-            sumi = __dp4a(lut4(a, tbl), q8i(q8, t, j), sumi);
-            sumi = __dp4a(lut4(a >> 4, tbl), q8i(q8, t, j + 4), sumi);
+            int lo, hi;
+            lut8(a, tbl, lo, hi);
+            sumi = __dp4a(lo, q8i(q8, t, j), sumi);
+            sumi = __dp4a(hi, q8i(q8, t, j + 4), sumi);
         }
         const int sh = ld_b2(b + 2, 0) & 0xffff;
         const int ls = ((b[4 + t / 2] >> (4 * (t & 1))) & 15) | (((sh >> (2 * t)) & 3) << 4);
@@ -391,7 +421,7 @@ __device__ __forceinline__ uint32_t u32_b2(const uint8_t *p) {
 // IQ2_XXS: sumi = sumi*ls/8, ls = 2*(aux32 >> 28) + 1; (d*d8) * float(sumi)
 template <> struct Dot<IQ2_XXS> {
     static constexpr int QK = 256, BYTES = 66, T = 8;
-    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const int8_t *) {
+    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const Tbl16 &) {
         const uint8_t *qs = b + 2 + 8 * t;
         const uint32_t aux = u32_b2(qs + 4);
         int sumi = 0;
@@ -415,7 +445,7 @@ __device__ __forceinline__ float iq2_two(const uint8_t *b, const uint8_t *q8, in
 
 template <> struct Dot<IQ2_XS> {
     static constexpr int QK = 256, BYTES = 74, T = 8;
-    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const int8_t *) {
+    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const Tbl16 &) {
         int s[2] = {0, 0};
         for (int k = 0; k < 4; ++k) {
             const uint32_t q = (uint32_t)b[2 + 8 * t + 2 * k] | ((uint32_t)b[3 + 8 * t + 2 * k] << 8);
@@ -430,7 +460,7 @@ template <> struct Dot<IQ2_XS> {
 
 template <> struct Dot<IQ2_S> {
     static constexpr int QK = 256, BYTES = 82, T = 8;
-    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const int8_t *) {
+    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const Tbl16 &) {
         const int qh = b[66 + t];
         int s[2] = {0, 0};
         for (int k = 0; k < 4; ++k) {
@@ -447,7 +477,7 @@ template <> struct Dot<IQ2_S> {
 // IQ3_XXS: sumi = (ls*sumi + sumi/2)/2, ls = aux32 >> 28
 template <> struct Dot<IQ3_XXS> {
     static constexpr int QK = 256, BYTES = 98, T = 8;
-    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const int8_t *) {
+    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const Tbl16 &) {
         const uint8_t *qs = b + 2 + 8 * t;
         const uint32_t aux = u32_b2(b + 66 + 4 * t);
         int sumi = 0;
@@ -465,7 +495,7 @@ template <> struct Dot<IQ3_XXS> {
 // IQ3_S: sumi *= 1 + 2*scale nibble
 template <> struct Dot<IQ3_S> {
     static constexpr int QK = 256, BYTES = 110, T = 8;
-    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const int8_t *) {
+    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const Tbl16 &) {
         const uint8_t *qs = b + 2 + 8 * t;
         const int qh = b[66 + t];
         int sumi = 0;
@@ -484,7 +514,7 @@ template <> struct Dot<IQ3_S> {
 // IQ1_S: d1q*(d8*float(sumi) + s8*delta), d1q = d*float(2*((qh >> 12) & 7) + 1)
 template <> struct Dot<IQ1_S> {
     static constexpr int QK = 256, BYTES = 50, T = 8;
-    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const int8_t *) {
+    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const Tbl16 &) {
         const int qh = b[34 + 2 * t] | (b[35 + 2 * t] << 8);
         int sumi = 0;
         for (int k = 0; k < 4; ++k) {
@@ -503,7 +533,7 @@ template <> struct Dot<IQ1_S> {
 // sumf_h = fma(delta_k, float(sum of the group's q8 values), sumf_h)
 template <> struct Dot<IQ1_M> {
     static constexpr int QK = 256, BYTES = 56, T = 8;
-    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const int8_t *) {
+    __device__ static float dot(const uint8_t *b, const uint8_t *q8, int t, const Tbl16 &) {
         int sumi[2] = {0, 0};
         float sumf[2] = {0.0f, 0.0f};
         for (int k = 0; k < 4; ++k) {

@@ -9,8 +9,9 @@ using namespace smv;
 
 extern "C" float smv_host_dot(int type, const uint8_t *blk, const uint8_t *q8, int t,
                               const int8_t *tbl) {
+    const Tbl16 tb = tbl16(tbl);
     switch (type) {
-#define SMV_CASE(TY) case TY: return Dot<TY>::dot(blk, q8, t, tbl);
+#define SMV_CASE(TY) case TY: return Dot<TY>::dot(blk, q8, t, tb);
         SMV_CASE(Q4_0) SMV_CASE(Q4_1) SMV_CASE(Q5_0) SMV_CASE(Q5_1) SMV_CASE(Q8_0)
         SMV_CASE(IQ4_NL) SMV_CASE(MXFP4) SMV_CASE(Q2_K) SMV_CASE(Q3_K) SMV_CASE(Q4_K)
         SMV_CASE(Q5_K) SMV_CASE(Q6_K) SMV_CASE(IQ4_XS) SMV_CASE(IQ2_XXS) SMV_CASE(IQ2_XS)

@@ -19,6 +19,11 @@ int smv_abi_version(void);
 
 /* 1 if the mat-vec kernels serve ggml type `type`, else 0. */
 int smv_has_type(int type);
+/* Rows per CUDA block of the 1-column plain kernel (rows_per_warp = 0):
+ * 1 or 2, or 0 for the automatic choice (1).
+ * A tuning knob for the bench; the output bits do not depend on it. Returns
+ * 5 for another value. Process-wide, not thread-safe. */
+int smv_set_plain_rows(int rows_per_block);
 
 /* q8_1 blocks (36 bytes per 32 values) of n float32 values; n % 32 == 0. */
 int smv_quantize_q8_1(const float *x, void *q8, long long n, void *stream);
@@ -67,6 +72,6 @@ int smv_synchronize(void);
 }
 #endif
 
-#define SMV_ABI_VERSION 2
+#define SMV_ABI_VERSION 3
 
 #endif /* STRATA_MMVQ_H */

@@ -120,24 +120,29 @@ def run_parity_mmvq(quick: bool = False, out=print) -> int:
         dw, dq = nat.put(w), nat.put(q8)
         dy = nat.alloc(8 * rows * 4)
         yp = nat.ffi.cast("float *", dy.ptr)
-        for ncols in range(1, 9):
-            for rpw in LEGAL_ROWS:
-                nat.check(nat.lib.smv_mmvq(int(t), dw.ptr, rows, k, dq.ptr, ncols, yp, rpw,
-                                           nat.ffi.NULL), f"mmvq {t.name}")
-                y = nat.get(dy, np.float32, ncols * rows).reshape(ncols, rows)
-                cases += 1
-                nonfinite += int(not np.isfinite(y).all())
-                if not np.array_equal(_bits(y), ref[:ncols]):
-                    fails += 1
-                    n = int(np.sum(_bits(y) != ref[:ncols]))
-                    out(f"DIFFERS {t.name} rows={rows} K={k} ncols={ncols} rows/warp={rpw}: "
-                        f"{n} values")
+        # arms: (columns, rows per warp, plain rows per block; 0 = automatic)
+        arms = [(ncols, rpw, 0) for ncols in range(1, 9) for rpw in LEGAL_ROWS]
+        arms += [(1, 0, pr) for pr in (1, 2)]
+        for ncols, rpw, pr in arms:
+            nat.check(nat.lib.smv_set_plain_rows(pr), "plain rows")
+            nat.check(nat.lib.smv_mmvq(int(t), dw.ptr, rows, k, dq.ptr, ncols, yp, rpw,
+                                       nat.ffi.NULL), f"mmvq {t.name}")
+            nat.lib.smv_set_plain_rows(0)
+            y = nat.get(dy, np.float32, ncols * rows).reshape(ncols, rows)
+            cases += 1
+            nonfinite += int(not np.isfinite(y).all())
+            if not np.array_equal(_bits(y), ref[:ncols]):
+                fails += 1
+                n = int(np.sum(_bits(y) != ref[:ncols]))
+                out(f"DIFFERS {t.name} rows={rows} K={k} ncols={ncols} rows/warp={rpw} "
+                    f"plain rows/block={pr or 'auto'}: {n} values")
     out(f"mmvq parity: {cases} mat-vec cases ({len(NATIVE_TYPES)} types, {len(jobs)} shapes), "
         f"{fails} differ, {nonfinite} with non-finite output; q8_1 {n_q8} blocks, {bad_q8} differ "
         f"({time.time() - t0:.0f} s)")
     ok = fails == 0 and bad_q8 == 0 and nonfinite == 0
     if ok:
-        out("mmvq parity: OK (every type, 1-8 columns, plain and rows 1/2/4, bitwise)")
+        out("mmvq parity: OK (every type, 1-8 columns, plain (1-column: 1/2 rows per block) "
+            "and rows per warp 1/2/4, bitwise)")
     return 0 if ok else 1
 
 
@@ -208,8 +213,10 @@ def _copy_bw(nat, nbytes=1 << 30, iters=20) -> float:
 COLD_BYTES = 256 << 20
 
 
-def _bench_cell(nat, rng, t, rows, k, ncols, iters):
-    """{rows per warp: ms per call}, weight bytes; weights L2-cold."""
+def _bench_cell(nat, rng, t, rows, k, ncols, iters, hot=False):
+    """{rows per warp: ms per call}, weight bytes. Weights L2-cold (calls
+    rotate over COLD_BYTES of copies), or with `hot` also {rows per warp: ms}
+    of calls that all read one copy (partly L2-resident) as a third value."""
     fmt = block_format(t)
     w = sane_blocks(t, rows * k // fmt.block_values, rng).reshape(rows, -1)
     nbuf = -(-COLD_BYTES // w.nbytes)
@@ -219,8 +226,33 @@ def _bench_cell(nat, rng, t, rows, k, ncols, iters):
                                           nat.ffi.from_buffer(w), w.nbytes), "copy in")
     q8 = quantize_q8_1(rng.standard_normal((ncols, k)).astype(np.float32))
     dq, dy = nat.put(q8), nat.alloc(ncols * rows * 4)
-    return {rpw: _time_mmvq(nat, t, dw, nbuf, rows, k, dq, ncols, dy, rpw, iters)
-            for rpw in LEGAL_ROWS}, w.nbytes
+    cold = _time_arms(nat, t, dw, nbuf, rows, k, dq, ncols, dy, iters)
+    if not hot:
+        return cold, w.nbytes
+    one = _DevView(dw.ptr, w.nbytes)
+    return cold, w.nbytes, _time_arms(nat, t, one, 1, rows, k, dq, ncols, dy, iters)
+
+
+def _time_arms(nat, t, dw, nbuf, rows, k, dq, ncols, dy, iters):
+    """{rows per warp: ms}; for one column also {"plain/PR": ms}, the plain
+    kernel with PR rows per block (key 0 is its automatic choice)."""
+    res = {rpw: _time_mmvq(nat, t, dw, nbuf, rows, k, dq, ncols, dy, rpw, iters)
+           for rpw in LEGAL_ROWS}
+    if ncols == 1:
+        try:
+            for pr in (1, 2):
+                nat.check(nat.lib.smv_set_plain_rows(pr), "plain rows")
+                res[f"plain/{pr}"] = _time_mmvq(nat, t, dw, nbuf, rows, k, dq, 1, dy, 0, iters)
+        finally:
+            nat.lib.smv_set_plain_rows(0)
+    return res
+
+
+class _DevView:
+    """The first `nbytes` of a device buffer (not owned)."""
+
+    def __init__(self, ptr, nbytes):
+        self.ptr, self.nbytes = ptr, nbytes
 
 
 #: one shape per row class for --emit-table (K = 2560, kernels.md §13)
@@ -237,14 +269,18 @@ def run_bench_mmvq(emit_table: bool = False, out=print) -> int:
     bw = _copy_bw(nat)
     out(f"device copy: {bw / 1e12:.2f} TB/s (bytes read + written); mat-vec weights L2-cold "
         f"(calls rotate over {COLD_BYTES >> 20} MiB of copies)")
-    out("type    rows x K        plain us  best us (rows/warp)  weights GB/s  % of copy")
+    out("type    rows x K       | cold: plain us  best us (rows/warp)  weights GB/s  % of copy "
+        "| one copy (L2-warm): plain us  best us")
     for t in (T.Q4_K, T.Q6_K, T.IQ4_XS):
         for rows, k in ((4096, 14336), (14336, 4096)):
-            times, nbytes = _bench_cell(nat, rng, t, rows, k, 1, 200)
+            times, nbytes, warm = _bench_cell(nat, rng, t, rows, k, 1, 200, hot=True)
             best = min(times, key=times.get)
+            wbest = min(warm, key=warm.get)
             gbs = nbytes / (times[best] * 1e-3)
-            out(f"{t.name:7s} {rows:5d} x {k:5d}  {times[0] * 1e3:8.1f}  {times[best] * 1e3:8.1f} ({best})"
-                f"       {gbs / 1e9:8.0f}     {100 * gbs / bw:5.1f}")
+            out(f"{t.name:7s} {rows:5d} x {k:5d} |       {times[0] * 1e3:8.1f}  {times[best] * 1e3:8.1f} "
+                f"({best})       {gbs / 1e9:8.0f}     {100 * gbs / bw:5.1f} |"
+                f"                {warm[0] * 1e3:8.1f}  {warm[wbest] * 1e3:6.1f} ({wbest})")
+            out("        every arm, cold us: " + ", ".join(f"{a}: {v * 1e3:.1f}" for a, v in times.items()))
     if emit_table:
         out("// emitted by strata-ref bench mmvq --emit-table (K = 2560, 200 reps per arm)")
         for t in IL_TYPES:
@@ -253,7 +289,7 @@ def run_bench_mmvq(emit_table: bool = False, out=print) -> int:
                 row = []
                 for rows in TABLE_ROWS:
                     times, _ = _bench_cell(nat, rng, t, rows, 2560, ncols, 200)
-                    best = min((r for r in LEGAL_ROWS if r), key=times.get)
+                    best = min((r for r in LEGAL_ROWS if r), key=times.get)   # ncols >= 2
                     row.append(best if times[best] <= 0.97 * times[0] else 0)
                 cells.append("(" + ", ".join(map(str, row)) + ")")
             out(f"    T.{t.name}: ({', '.join(cells)}),")

@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(128) k_mmvq_plain(const uint8_t *__restrict__ 
 }
 
 // Rows per block of the 1-column plain kernel: 0 = automatic (plain_rows: 1;
-// on the H200 neither 2 nor 4 was faster across the bench shapes).
+// on the H200, 2 was faster on some bench shapes and slower on others).
 int g_plain_rows = 0;
 
 int plain_rows() { return g_plain_rows ? g_plain_rows : 1; }

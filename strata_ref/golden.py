@@ -637,8 +637,13 @@ def _load(path) -> dict:
         raise ValueError(f"no golden file at {path}") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"{path} is not valid JSON: {e}") from None
-    if doc.get("format") != "strata-ref golden" or doc.get("format_version") != FORMAT_VERSION:
+    if (not isinstance(doc, dict) or doc.get("format") != "strata-ref golden"
+            or doc.get("format_version") != FORMAT_VERSION):
         raise ValueError(f"{path}: not a strata-ref golden file of format version {FORMAT_VERSION}")
+    for key in ("cases", "tensors"):
+        items = doc.get(key, [])
+        if not isinstance(items, list) or not all(isinstance(it, dict) for it in items):
+            raise ValueError(f"{path}: {key!r} must be a list of objects")
     return doc
 
 

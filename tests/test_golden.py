@@ -234,6 +234,14 @@ def test_bad_golden_file_is_a_clear_error(tmp_path):
     p.write_text(json.dumps({"format": "other"}))
     with pytest.raises(ValueError, match="format version"):
         golden.check_corpus(p)
+    p.write_text("[]")                      # valid JSON, not an object
+    with pytest.raises(ValueError, match="format version"):
+        golden.check_corpus(p)
+    head = {"format": "strata-ref golden", "format_version": golden.FORMAT_VERSION}
+    for key, bad in (("cases", {"a": 1}), ("cases", [1, 2]), ("tensors", [1, 2])):
+        p.write_text(json.dumps({**head, key: bad}))
+        with pytest.raises(ValueError, match=f"'{key}' must be a list of objects"):
+            golden.check_corpus(p)
 
 
 def test_run_golden_check_exit_status(tmp_path, capsys):

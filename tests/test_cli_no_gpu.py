@@ -44,3 +44,17 @@ def test_gemm_parity_without_native_library(monkeypatch, capsys):
     cap = capsys.readouterr()
     assert cap.out == ""
     assert cap.err.splitlines() == ["gemm_f32_parity: native path unavailable: no CUDA driver (test)"]
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "1.5"])
+@pytest.mark.parametrize("argv, prefix", [
+    (["parity", "dequant", "--quick"], "parity dequant: native path unavailable: "),
+    (["parity", "mmvq", "--quick"], "native mat-vec unavailable: "),
+])
+def test_bad_device_variable_is_named(monkeypatch, capsys, value, argv, prefix):
+    monkeypatch.setenv("STRATA_REF_DEVICE", value)
+    assert main(argv) == 2
+    cap = capsys.readouterr()
+    assert cap.out == ""
+    assert cap.err.splitlines() == [
+        f"{prefix}STRATA_REF_DEVICE={value!r} is not a CUDA device number (0, 1, ...)"]

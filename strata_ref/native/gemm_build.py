@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import build as _build
-from .loader import Native, NativeUnavailable, load
+from .loader import Native, NativeUnavailable, env_device, load
 
 __all__ = ["LIB_NAME", "SOURCE", "HEADER", "GemmNative", "cdef_text", "cuda_lib_dir",
            "compile_object", "build_gemm", "load_gemm"]
@@ -156,7 +156,7 @@ def load_gemm(device: int | None = None) -> GemmNative:
     (cuBLAS handle, 32 MiB workspace) lives until the process ends. Raises
     NativeUnavailable with the reason (no GPU, cffi, nvcc or cuBLAS)."""
     if device is None:
-        device = int(os.environ.get("STRATA_REF_DEVICE", "0"))
+        device = env_device()
     dq = load(device)
     with _LOCK:
         if device in _CACHE:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from . import build as _build
 
-__all__ = ["NativeUnavailable", "Native", "load", "cdef_text", "driver_compute_capability"]
+__all__ = ["NativeUnavailable", "Native", "load", "cdef_text", "driver_compute_capability", "env_device"]
 
 
 class NativeUnavailable(RuntimeError):
@@ -83,11 +83,24 @@ _LOCK = threading.Lock()
 _CACHE: dict[int, Native] = {}
 
 
+def env_device() -> int:
+    """The CUDA device number in $STRATA_REF_DEVICE (default 0). Raises
+    NativeUnavailable naming the variable when it is not a number >= 0."""
+    v = os.environ.get("STRATA_REF_DEVICE", "0")
+    try:
+        d = int(v)
+    except ValueError:
+        d = -1
+    if d < 0:
+        raise NativeUnavailable(f"STRATA_REF_DEVICE={v!r} is not a CUDA device number (0, 1, ...)")
+    return d
+
+
 def load(device: int | None = None) -> Native:
     """The loaded library for CUDA device `device` (default: $STRATA_REF_DEVICE
     or 0), building it on first use. Raises NativeUnavailable with the reason."""
     if device is None:
-        device = int(os.environ.get("STRATA_REF_DEVICE", "0"))
+        device = env_device()
     with _LOCK:
         if device in _CACHE:
             return _CACHE[device]

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..types import GGMLType, block_format
 from . import build as _b
-from .loader import NativeUnavailable, driver_compute_capability
+from .loader import NativeUnavailable, driver_compute_capability, env_device
 
 __all__ = ["MmvqNative", "load_mmvq", "build_mmvq", "NativeError", "quantize_q8_1_native",
            "mmvq_native", "experts_native", "NATIVE_TYPES", "SOURCES", "HEADERS"]
@@ -159,7 +159,7 @@ def load_mmvq(device: int | None = None) -> MmvqNative:
     """Build (once, cached) and load libstrata_mmvq for a CUDA device.
     Raises NativeUnavailable with the reason when that cannot be done."""
     if device is None:
-        device = int(os.environ.get("STRATA_REF_DEVICE", "0"))
+        device = env_device()
     with _LOCK:
         if device in _LIB:
             return _LIB[device]

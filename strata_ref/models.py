@@ -195,6 +195,8 @@ def resolve(name_or_path: str | os.PathLike | None = None, *, fetch_missing: boo
         return p
     if p.is_dir():
         raise ModelError(f"{name_or_path} is a directory, not a .gguf file")
+    if p.exists():
+        raise ModelError(f"{name_or_path} is not a regular file (a device or a pipe)")
     try:
         info = lookup(str(name_or_path))
     except ModelError:

@@ -1,5 +1,6 @@
 """Model registry: cache location, lookup, fetch with checksum, clear errors."""
 import hashlib
+import os
 import zipfile
 from pathlib import Path
 
@@ -36,6 +37,12 @@ def test_resolve_paths(tmp_path, cache):
         models.resolve(str(tmp_path / "missing.gguf"))
     with pytest.raises(models.ModelError, match="not in the cache"):
         models.resolve("smollm2", fetch_missing=False)
+    with pytest.raises(models.ModelError, match="is a directory"):
+        models.resolve(str(tmp_path))
+    fifo = tmp_path / "pipe.gguf"
+    os.mkfifo(fifo)                       # opening it for reading would block
+    with pytest.raises(models.ModelError, match="not a regular file"):
+        models.resolve(str(fifo))
 
 
 def _fake_registry(monkeypatch, payloads, sha):

@@ -836,8 +836,11 @@ def compare_dump(gguf_path, tensor_name: str, dump_path=None, dtype: str = "f32"
     try:
         t = f.tensor(tensor_name)
     except KeyError:
+        if not f.tensors:
+            raise ValueError(f"no tensor {tensor_name!r} in {path.name}: it has no tensors") from None
         names = ", ".join(x.name for x in f.tensors[:5])
-        raise ValueError(f"no tensor {tensor_name!r} in {path.name} (first tensors: {names}, …)") from None
+        more = ", …" if len(f.tensors) > 5 else ""
+        raise ValueError(f"no tensor {tensor_name!r} in {path.name} (tensors: {names}{more})") from None
     cols = t.cols
     ld = cols if ld is None else int(ld)
     if ld < cols:
@@ -853,12 +856,21 @@ def compare_dump(gguf_path, tensor_name: str, dump_path=None, dtype: str = "f32"
             want_hash = int(str(hash_hex).lower().removeprefix("0x"), 16)
         except ValueError:
             raise ValueError(f"--hash {hash_hex!r} is not a hexadecimal FNV-1a 64 value") from None
-        if not 0 <= want_hash < 1 << 64:
+        if want_hash < 0:
+            raise ValueError(f"--hash {hash_hex!r} is negative; give the unsigned hex value")
+        if want_hash >= 1 << 64:
             raise ValueError(f"--hash {hash_hex!r} is wider than 64 bits")
+        if ld != cols:
+            raise ValueError("--ld describes a dump's layout; it has no meaning with --hash")
     if hash_hex is None:
         if dump_path is None:
             raise ValueError("give a dump file or a hash to compare against")
-        raw = Path(dump_path).read_bytes()
+        try:
+            raw = Path(dump_path).read_bytes()
+        except OSError as e:
+            raise ValueError(f"cannot read the dump {dump_path}: {e.strerror or e}") from None
+        if not raw:
+            raise ValueError(f"the dump {dump_path} is empty")
         if len(raw) % bits_dt.itemsize:
             raise ValueError(f"dump has {len(raw)} bytes, not a whole number of {dtype} values")
         dump = np.frombuffer(raw, bits_dt)
@@ -876,7 +888,9 @@ def compare_dump(gguf_path, tensor_name: str, dump_path=None, dtype: str = "f32"
             raise ValueError(f"dump holds {n} values; rows={rows}, cols={cols}, ld={ld} need {need}")
     elif rows is None:
         rows = t.rows - row0
-    if rows < 1 or row0 + rows > t.rows:
+    if rows < 1:
+        raise ValueError(f"rows={rows}: at least one row is needed")
+    if row0 + rows > t.rows:
         raise ValueError(f"rows [{row0}, {row0 + rows}) are outside the tensor's {t.rows} rows")
     ref = dequant(t.type, t.data, rows, cols, row0=row0, out_dtype=dtype)
     ref_bits = _canon_bits(np.ascontiguousarray(ref).view(bits_dt).reshape(rows, cols), dtype)

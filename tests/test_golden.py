@@ -371,6 +371,18 @@ def test_compare_bad_input(model, tmp_path, capsys):
     assert golden.run_compare(model, "norm", None, "f32", 5, None, None, "00") == 2
     assert golden.run_compare(tmp_path / "missing.gguf", "norm", dump) == 2
     assert "no such file" in capsys.readouterr().err
+    # each bad input names itself
+    for args, kw, text in [
+            (("norm", tmp_path / "none.bin"), {}, "cannot read the dump"),
+            (("norm", tmp_path / "empty.bin"), {}, "is empty"),
+            (("norm", None, "f32"), {"hash_hex": "-5"}, "is negative"),
+            (("norm", None, "f32"), {"hash_hex": "1" * 17}, "wider than 64 bits"),
+            (("norm", None, "f32"), {"hash_hex": "00", "ld": 48}, "no meaning with --hash"),
+            (("blk.0.w", dump, "f32"), {"rows": 0}, "at least one row"),
+            (("blk.0.w", dump, "f32"), {"rows": -3}, "at least one row")]:
+        (tmp_path / "empty.bin").write_bytes(b"")
+        assert golden.run_compare(model, *args, **kw) == 2, text
+        assert text in capsys.readouterr().err
 
 
 @pytest.mark.slow

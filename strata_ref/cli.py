@@ -128,8 +128,36 @@ def cmd_compare(a) -> int:
     return run_compare(a.file, a.tensor, a.dump, a.dtype, a.row0, a.rows, a.ld, a.hash)
 
 
+def _check_generate_args(a) -> str | None:
+    """The first problem with generate's options or prompt, or None."""
+    import math
+    if not math.isfinite(a.temperature) or a.temperature < 0:
+        return f"--temperature must be a finite number >= 0 (0: greedy), got {a.temperature}"
+    if not 0.0 < a.top_p <= 1.0:
+        return f"--top-p must be in (0, 1], got {a.top_p}"
+    if a.top_k < 0:
+        return f"--top-k must be >= 0 (0: off), got {a.top_k}"
+    if a.seed < 0:
+        return f"--seed must be >= 0, got {a.seed}"
+    if a.max_tokens < 0:
+        return f"--max-tokens must be >= 0, got {a.max_tokens}"
+    if a.ctx is not None and a.ctx < 2:
+        return f"--ctx must be >= 2, got {a.ctx}"
+    try:
+        a.args[-1].encode("utf-8")
+    except UnicodeEncodeError as e:
+        # bytes the locale could not decode come as lone surrogates
+        raw = os.fsencode(a.args[-1][e.start:e.end])
+        return (f"the prompt is not valid UTF-8 text (byte {raw[:1].hex()} at character "
+                f"{e.start}); pass UTF-8")
+    return None
+
+
 def cmd_generate(a) -> int:
     from .infer import run_generate
+    bad = _check_generate_args(a)
+    if bad:
+        return _err(bad)
     model, prompt = (None, a.args[0]) if len(a.args) == 1 else (a.args[0], a.args[1])
     return run_generate(model, prompt, a.max_tokens, a.temperature, a.top_k, a.top_p,
                         a.seed, a.chat, n_ctx=a.ctx)
@@ -227,8 +255,11 @@ def main(argv=None) -> int:
     # `generate MODEL --chat PROMPT` leaves PROMPT over: take it back here.
     args, extra = parser.parse_known_args(argv)
     if extra:
-        if args.cmd == "generate" and not any(e.startswith("-") for e in extra):
-            args.args += extra
+        # after `--` everything is positional (`generate MODEL -- "-5 ..."`)
+        dashes = extra[0] == "--"
+        rest = extra[1:] if dashes else extra
+        if args.cmd == "generate" and (dashes or not any(e.startswith("-") for e in rest)):
+            args.args += rest
         else:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.cmd == "generate" and len(args.args) > 2:
@@ -239,9 +270,13 @@ def main(argv=None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-    except (ValueError, TypeError, RuntimeError, OSError, ImportError) as e:
+    except (ValueError, TypeError, RuntimeError, OSError, ImportError,
+            MemoryError, ArithmeticError) as e:
         # Library errors (GGUFError, ModelError, UnsupportedTypeError...) name
-        # what went wrong; show that line, not a traceback.
+        # what went wrong; show that line, not a traceback. MemoryError and
+        # ArithmeticError (ZeroDivisionError, OverflowError) are not expected:
+        # the type stays in the line so that a bug is still visible
+        # (STRATA_REF_DEBUG=1 gives the traceback).
         if os.environ.get("STRATA_REF_DEBUG", "0") not in ("", "0"):
             raise
         return _err(f"{type(e).__name__}: {e}")

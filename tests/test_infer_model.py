@@ -151,7 +151,7 @@ def test_run_generate_streams_text_and_speed_line():
     text = buf.getvalue()
     assert text.startswith(PROMPT + " Paris.\n\n")
     last = text.rstrip("\n").rsplit("\n", 1)[-1]
-    assert "prompt: 5 tokens" in last and "tok/s" in last and "decode: 3 tokens" in last
+    assert "prompt: 5 tokens" in last and "tok/s" in last and "decode: 4 tokens (3 passes)" in last
 
 
 def test_run_generate_chat_and_context_errors():

@@ -27,8 +27,12 @@ def generate(m, prompt_ids, max_tokens: int, sampler, n_ctx: int | None = None,
              on_token=None):
     """Run the prompt, then sample up to `max_tokens` tokens, stopping at an
     end-of-generation token. Returns (generated ids, prompt seconds, decode
-    seconds, number of single-token decode calls). `on_token(id)` is called for each generated token. Raises
-    ValueError when the prompt does not fit the context."""
+    seconds, number of single-token decode calls). `on_token(id)` is called
+    for each generated token. Raises ValueError when the prompt does not fit
+    the context, and `model.ModelOutputError` when the logits of the prompt
+    pass are non-finite or all equal, or those of a decode step non-finite
+    (a damaged model: `model.check_logits`)."""
+    from .model import check_logits
     cache = m.new_cache(n_ctx)
     n_prompt = len(prompt_ids)
     if n_prompt == 0:
@@ -40,6 +44,7 @@ def generate(m, prompt_ids, max_tokens: int, sampler, n_ctx: int | None = None,
     n_calls = 0
     t0 = time.perf_counter()
     logits = m.forward(prompt_ids, cache)
+    check_logits(logits, "the prompt pass")
     t1 = time.perf_counter()
     eog = m.tokenizer.eog_ids
     for i in range(max_tokens):
@@ -52,6 +57,7 @@ def generate(m, prompt_ids, max_tokens: int, sampler, n_ctx: int | None = None,
         if i + 1 < max_tokens:
             logits = m.forward([tok], cache)
             n_calls += 1
+            check_logits(logits, f"decode step {n_calls}", spread=False)
     t2 = time.perf_counter()
     return out, t1 - t0, t2 - t1, n_calls
 
@@ -64,7 +70,7 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
 
     model: registry name, alias or GGUF path (None: the default model).
     chat: format `prompt` as one user message with the model's chat template.
-    Returns 0. Raises ModelLoadError / ModelError / ChatTemplateError /
+    Returns 0. Raises ModelLoadError / ModelOutputError / ModelError / ChatTemplateError /
     ValueError with a message naming the problem (prompt longer than the
     context, unknown chat template, unsupported architecture ...).
     n_ctx: context length in tokens (default: the model's training context,
@@ -93,7 +99,7 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     m.prepare()
     # one throwaway token loads the compiled kernels, so the speed line
     # measures the model rather than numba's cache
-    m.forward(ids[:1] or [0], m.new_cache(8))
+    m.forward(ids[:1] or [0], m.new_cache(1))
     dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def emit(t):
@@ -106,8 +112,10 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     gen, tp, td, n_dec = generate(m, ids, max_tokens, sampler, n_ctx=n_ctx, on_token=emit)
     out.write(dec.decode(b"", final=True))
     p_tps = len(ids) / tp if tp > 0 else float("inf")
+    # the first generated token comes from the prompt pass: the speed is
+    # that of the n_dec single-token passes, the count all generated tokens
     d_tps = n_dec / td if td > 0 and n_dec else 0.0
-    out.write(f"\n[prompt: {len(ids)} tokens, {p_tps:.1f} tok/s | decode: {n_dec} tokens, "
-              f"{d_tps:.1f} tok/s]\n")
+    out.write(f"\n[prompt: {len(ids)} tokens, {p_tps:.1f} tok/s | decode: {len(gen)} tokens "
+              f"({n_dec} passes), {d_tps:.1f} tok/s]\n")
     out.flush()
     return 0

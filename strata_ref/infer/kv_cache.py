@@ -18,6 +18,11 @@ class KVCache:
     `values(il, T)` return float32 (n_head_kv, T, head_dim) views' copies.
     """
 
+    @staticmethod
+    def bytes_needed(n_layer: int, n_head_kv: int, head_dim: int, n_ctx: int) -> int:
+        """Bytes of K and V for these sizes (float16: 2 bytes a value)."""
+        return 2 * 2 * int(n_layer) * int(n_head_kv) * int(head_dim) * int(n_ctx)
+
     def __init__(self, n_layer: int, n_head_kv: int, head_dim: int, n_ctx: int):
         if n_ctx <= 0:
             raise ValueError(f"n_ctx must be positive, got {n_ctx}")

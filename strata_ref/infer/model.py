@@ -33,6 +33,7 @@ expf, SwiGLU and RoPE (`ops`, `ggml_fp`); RMSNorm's sum of squares in double
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,7 +45,8 @@ from .kernels import QMatrix
 from .kv_cache import KVCache
 from .tokenizer import Tokenizer
 
-__all__ = ["Model", "HParams", "ModelLoadError", "SUPPORTED_ARCHS", "load"]
+__all__ = ["Model", "HParams", "ModelLoadError", "ModelOutputError", "SUPPORTED_ARCHS",
+           "check_logits", "load"]
 
 SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
 # RoPE style by architecture (llama.cpp `llama_model_rope_type`): llama uses
@@ -54,7 +56,43 @@ _NEOX = {"llama": False, "qwen2": True, "qwen3": True, "gemma3": True}
 
 class ModelLoadError(ValueError):
     """A GGUF file this engine cannot run: unsupported architecture, missing
-    metadata key or tensor, or inconsistent shapes."""
+    metadata key or tensor, a hyperparameter of the wrong type or out of
+    range (the message names the key and its value), or inconsistent
+    shapes."""
+
+
+class ModelOutputError(ValueError):
+    """The forward pass gave logits that cannot be sampled (non-finite, or
+    all equal): a damaged model that loaded (`check_logits`)."""
+
+
+#: llama.cpp's `LLAMA_MAX_LAYERS` (src/llama-hparams.h): more layers than
+#: this is a damaged file, refused before anything per layer is built
+MAX_LAYERS = 512
+
+
+def _int_param(k: str, v, lo: int, hi: int | None = None) -> int:
+    """Metadata value `v` of key `k` as an int in [lo, hi]; a bool, float,
+    string or out-of-range value raises ModelLoadError naming key and value
+    (llama.cpp reads these keys as integers and refuses other types)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise ModelLoadError(f"`{k}` = {v!r} is not an integer")
+    v = int(v)
+    if v < lo or (hi is not None and v > hi):
+        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ModelLoadError(f"`{k}` = {v} is out of range (must be {rng})")
+    return v
+
+
+def _float_param(k: str, v, positive: bool = True) -> float:
+    """Metadata value `v` of key `k` as a finite float, > 0 when `positive`
+    else >= 0; anything else raises ModelLoadError naming key and value."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise ModelLoadError(f"`{k}` = {v!r} is not a number")
+    f = float(v)
+    if not math.isfinite(f) or f < 0.0 or (positive and f == 0.0):
+        raise ModelLoadError(f"`{k}` = {f!r} must be finite and {'> 0' if positive else '>= 0'}")
+    return f
 
 
 @dataclass(frozen=True)
@@ -102,20 +140,36 @@ class HParams:
                 raise ModelLoadError(f"GGUF metadata has no `{k}`")
             return default
 
-        n_layer = int(key("block_count", required=True))
-        n_embd = int(key("embedding_length", required=True))
-        n_ff = int(key("feed_forward_length", required=True))
-        n_head = int(key("attention.head_count", required=True))
-        n_head_kv = int(key("attention.head_count_kv", n_head))
-        head_dim = int(key("attention.key_length", n_embd // n_head))
-        if int(key("attention.value_length", head_dim)) != head_dim:
-            raise ModelLoadError(f"`{arch}.attention.value_length` differs from key_length: not supported")
+        def ikey(name, default=None, required=False, lo=1, hi=None):
+            return _int_param(f"{arch}.{name}", key(name, default, required), lo, hi)
+
+        def fkey(name, default=None, required=False, positive=True):
+            return _float_param(f"{arch}.{name}", key(name, default, required), positive)
+
+        n_layer = ikey("block_count", required=True, hi=MAX_LAYERS)
+        n_embd = ikey("embedding_length", required=True)
+        n_ff = ikey("feed_forward_length", required=True)
+        n_head = ikey("attention.head_count", required=True)
+        n_head_kv = ikey("attention.head_count_kv", n_head, hi=n_head)
         if n_head % n_head_kv:
-            raise ModelLoadError(f"head_count {n_head} is not a multiple of head_count_kv {n_head_kv}")
-        eps = float(key("attention.layer_norm_rms_epsilon", required=True))
-        base = float(key("rope.freq_base", 10000.0))
+            raise ModelLoadError(f"`{arch}.attention.head_count` = {n_head} is not a multiple of "
+                                 f"`{arch}.attention.head_count_kv` = {n_head_kv}")
+        if f"{arch}.attention.key_length" not in md and n_embd % n_head:
+            # llama.cpp's default head size is n_embd / n_head
+            raise ModelLoadError(f"`{arch}.embedding_length` = {n_embd} is not a multiple of "
+                                 f"`{arch}.attention.head_count` = {n_head} (and there is no "
+                                 f"`{arch}.attention.key_length`)")
+        head_dim = ikey("attention.key_length", n_embd // n_head)
+        if ikey("attention.value_length", head_dim) != head_dim:
+            raise ModelLoadError(f"`{arch}.attention.value_length` differs from key_length: not supported")
+        n_rot = ikey("rope.dimension_count", head_dim, lo=2, hi=head_dim)
+        if n_rot % 2:
+            raise ModelLoadError(f"`{arch}.rope.dimension_count` = {n_rot} is odd (RoPE rotates pairs)")
+        n_ctx_train = ikey("context_length", 2048)
+        eps = fkey("attention.layer_norm_rms_epsilon", required=True)
+        base = fkey("rope.freq_base", 10000.0)
         scaling = key("rope.scaling.type", "none")
-        factor = float(key("rope.scaling.factor", 0.0) or 0.0)
+        factor = fkey("rope.scaling.factor", 0.0, positive=False)
         if scaling not in ("none", "linear") and factor not in (0.0, 1.0):
             raise ModelLoadError(f"RoPE scaling `{arch}.rope.scaling.type` = {scaling!r} is not supported")
         freq_scale = 1.0 / factor if scaling == "linear" and factor > 0 else 1.0
@@ -124,16 +178,20 @@ class HParams:
         softcap = 0.0
         base_swa = base
         if arch == "gemma3":
-            n_swa = int(key("attention.sliding_window", 0) or 0)
+            if f"{arch}.attention.sliding_window" in md:
+                n_swa = ikey("attention.sliding_window")
             if n_swa > 0:
-                pattern = md.get(f"{arch}.attention.sliding_window_pattern", 6)
+                kp = f"{arch}.attention.sliding_window_pattern"
+                pattern = md.get(kp, 6)
                 if isinstance(pattern, (list, np.ndarray)):
+                    if len(pattern) != n_layer:
+                        raise ModelLoadError(f"`{kp}` has {len(pattern)} values for {n_layer} layers")
                     swa_layers = tuple(bool(b) for b in pattern)
                 else:
-                    p = int(pattern)  # llama.cpp set_swa_pattern: il % p < p - 1
+                    p = _int_param(kp, pattern, 0)  # llama.cpp set_swa_pattern: il % p < p - 1
                     swa_layers = tuple(p == 0 or il % p < p - 1 for il in range(n_layer))
-                base_swa = float(key("rope.freq_base_swa", base))
-            softcap = float(key("final_logit_softcapping", 0.0) or 0.0)
+                base_swa = fkey("rope.freq_base_swa", base)
+            softcap = fkey("final_logit_softcapping", 0.0, positive=False)
             # llama.cpp: 1/sqrt(n_embd/n_head) for the 27B (62 layers), else 1/sqrt(head_dim)
             attn_scale = (1.0 / math.sqrt(float(n_embd // n_head)) if n_layer == 62
                           else 1.0 / math.sqrt(float(head_dim)))
@@ -141,8 +199,7 @@ class HParams:
             embd_scale = float(np.sqrt(np.float32(n_embd)))
         return cls(arch=arch, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head,
                    n_head_kv=n_head_kv, head_dim=head_dim,
-                   n_rot=int(key("rope.dimension_count", head_dim)),
-                   n_ctx_train=int(key("context_length", 2048)), eps=eps, rope_base=base,
+                   n_rot=n_rot, n_ctx_train=n_ctx_train, eps=eps, rope_base=base,
                    rope_base_swa=base_swa, rope_freq_scale=freq_scale, neox=_NEOX[arch],
                    n_swa=n_swa, swa_layers=swa_layers, attn_scale=attn_scale,
                    kq_scale=kq_scale, embd_scale=embd_scale, final_softcap=softcap)
@@ -318,9 +375,24 @@ class Model:
 
     def new_cache(self, n_ctx: int | None = None) -> KVCache:
         """An empty F16 KV cache for n_ctx positions (default: the training
-        context, at most 4096)."""
+        context, at most 4096).
+
+        Raises ValueError, before allocating anything, when n_ctx is below 1
+        or above the model's training context (`<arch>.context_length`, the
+        limit of `strata-ref generate --ctx`: this engine has no context
+        extension), or when the cache would need more bytes than this
+        machine's physical memory (`KVCache.bytes_needed`)."""
         hp = self.hp
         n_ctx = min(hp.n_ctx_train, 4096) if n_ctx is None else int(n_ctx)
+        if not 1 <= n_ctx <= hp.n_ctx_train:
+            raise ValueError(f"context length (--ctx) {n_ctx} is outside 1 .. {hp.n_ctx_train}, "
+                             f"the model's training context (`{hp.arch}.context_length`)")
+        need = KVCache.bytes_needed(hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx)
+        have = _physical_memory()
+        if have and need > have:
+            raise ValueError(f"context length (--ctx) {n_ctx}: the KV cache would take "
+                             f"{need / 2**30:.1f} GiB, more than this machine's "
+                             f"{have / 2**30:.1f} GiB of memory")
         return KVCache(hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx)
 
     def embed(self, tokens) -> np.ndarray:
@@ -331,6 +403,13 @@ class Model:
         return x
 
     def forward(self, tokens, cache: KVCache, all_logits: bool = False) -> np.ndarray:
+        # A damaged model (NaN epsilon, wrong tensor type) overflows or makes
+        # NaN in numpy steps; the caller checks the logits (`check_logits`)
+        # and names the problem once, instead of a RuntimeWarning per step.
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            return self._forward_chunks(tokens, cache, all_logits)
+
+    def _forward_chunks(self, tokens, cache, all_logits):
         tokens = [int(t) for t in tokens]
         if not tokens:
             raise ValueError("forward needs at least one token")
@@ -347,7 +426,7 @@ class Model:
             # 8 or more for the tiled K-quants; whole groups of 4 for the
             # repacked gemm), so a chunk can differ from one pass in the
             # last bits where those counts change.
-            parts = [self.forward(tokens[i:i + self.CHUNK], cache, all_logits)
+            parts = [self._forward_chunks(tokens[i:i + self.CHUNK], cache, all_logits)
                      for i in range(0, n, self.CHUNK)]
             return np.concatenate(parts) if all_logits else parts[-1]
         return self._forward(tokens, cache, all_logits)
@@ -422,6 +501,32 @@ class Model:
         cache.store(il, k, v)
         return ops.attention(q, cache.k[il].view(np.uint16), cache.v[il].view(np.uint16),
                              cache.n + n, pos, hp.kq_scale, n_swa)
+
+
+def _physical_memory() -> int:
+    """Bytes of physical memory, 0 when the platform does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 0
+
+
+def check_logits(logits: np.ndarray, where: str, spread: bool = True) -> None:
+    """Raise ModelOutputError when `logits` (float32, (n_vocab,)) cannot be
+    sampled: any NaN or infinite value, or (`spread`) every value equal,
+    which a working model never gives and a damaged one (NaN or zero
+    weights, a tensor read as the wrong type) does. `where` names the pass
+    in the message ("the prompt pass", "decode step 3"). O(n_vocab)."""
+    bad = ~np.isfinite(logits)
+    if bad.any():
+        n_nan = int(np.isnan(logits).sum())
+        raise ModelOutputError(f"the logits of {where} have {int(bad.sum())} non-finite values "
+                               f"of {logits.size} ({n_nan} NaN): the model file is damaged "
+                               f"(NaN or huge weights or metadata, e.g. the RMS epsilon)")
+    if spread and logits.size > 1 and logits.min() == logits.max():
+        raise ModelOutputError(f"the logits of {where} are all equal ({float(logits[0])!r}): "
+                               f"the model file is damaged (zero weights, or a tensor stored "
+                               f"with the wrong type)")
 
 
 def load(path) -> Model:

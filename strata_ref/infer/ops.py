@@ -266,6 +266,13 @@ def softcap(x: np.ndarray, c: float) -> np.ndarray:
     return out
 
 
+def _check_n_rot(n_rot) -> int:
+    """n_rot / 2 for a valid n_rot (an even int >= 2), else ValueError."""
+    if isinstance(n_rot, bool) or not isinstance(n_rot, (int, np.integer)) or n_rot < 2 or n_rot % 2:
+        raise ValueError(f"RoPE: n_rot must be an even integer >= 2, got {n_rot!r}")
+    return int(n_rot) // 2
+
+
 @njit(cache=True)
 def _rope_cache(pos, n_rot, base, freq_scale, freq_factors, has_ff, cos, sin):
     ts = _F32(_F32(base) ** _F32(_F32(-2.0) / _F32(n_rot)))
@@ -285,9 +292,14 @@ def rope_cache(pos: np.ndarray, n_rot: int, base: float, freq_scale: float,
     YaRN): theta_scale = powf(base, -2/n_rot); theta starts at the position
     and is multiplied by theta_scale in float32 for each pair; freq_factors
     divide it (llama3 `rope_freqs`), freq_scale multiplies it; then libm's
-    cosf and sinf (numba lowers float32 math.cos / math.sin to them)."""
-    pos = np.ascontiguousarray(pos, np.int64)
-    half = n_rot // 2
+    cosf and sinf (numba lowers float32 math.cos / math.sin to them).
+    pos: int positions (n,). Raises ValueError for an odd or non-positive
+    n_rot, or freq_factors not of shape (n_rot/2,)."""
+    pos = np.ascontiguousarray(pos, np.int64).reshape(-1)
+    half = _check_n_rot(n_rot)
+    if freq_factors is not None and np.shape(freq_factors) != (half,):
+        raise ValueError(f"rope_cache: freq_factors has shape {np.shape(freq_factors)}, "
+                         f"expected ({half},) for n_rot = {n_rot}")
     cos = np.empty((len(pos), half), np.float32)
     sin = np.empty_like(cos)
     ff = np.ones(half, np.float32) if freq_factors is None else np.ascontiguousarray(freq_factors, np.float32)
@@ -315,8 +327,18 @@ def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, n_rot: int, neox: bool
     """Rotate the first n_rot values of each head, ggml `rotate_pairs` as GCC
     compiles it (contracted): y0 = fma(x0, cos, -(x1 sin)), y1 = fma(x0,
     sin, x1 cos). Normal style pairs (2i, 2i+1), NeoX (i, i + n_rot/2).
-    x float32 (n, heads, head_dim); cos, sin (n, n_rot/2)."""
+    x float32 (n, heads, head_dim); cos, sin (n, n_rot/2). Raises
+    ValueError for an odd n_rot, n_rot outside 2 .. head_dim, or cos / sin
+    of another shape (the kernel indexes by them unchecked)."""
     x = np.ascontiguousarray(x, np.float32)
+    half = _check_n_rot(n_rot)
+    if x.ndim != 3 or n_rot > x.shape[2]:
+        raise ValueError(f"rope: x must be (n, heads, head_dim) with head_dim >= n_rot = {n_rot}, "
+                         f"got shape {x.shape}")
+    want = (x.shape[0], half)
+    if np.shape(cos) != want or np.shape(sin) != want:
+        raise ValueError(f"rope: cos and sin must be {want} for x {x.shape} and n_rot = {n_rot}, "
+                         f"got {np.shape(cos)} and {np.shape(sin)}")
     out = np.empty_like(x)
     _rope(x, np.ascontiguousarray(cos, np.float32), np.ascontiguousarray(sin, np.float32),
           int(n_rot), bool(neox), out)

@@ -232,7 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     ge.add_argument("--seed", type=int, default=0)
     ge.add_argument("--chat", action="store_true", help="apply the model's chat template")
     ge.add_argument("--ctx", type=int, default=None,
-                    help="context length in tokens (default: the model's, at most 4096)")
+                    help="context length in tokens, at most the model's training context "
+                         "(default: that, at most 4096)")
     ge.set_defaults(func=cmd_generate)
 
     pa = sub.add_parser("parity", help="native kernels against the oracle (needs a GPU)")

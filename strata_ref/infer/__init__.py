@@ -70,11 +70,12 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
 
     model: registry name, alias or GGUF path (None: the default model).
     chat: format `prompt` as one user message with the model's chat template.
-    Returns 0. Raises ModelLoadError / ModelOutputError / ModelError / ChatTemplateError /
-    ValueError with a message naming the problem (prompt longer than the
-    context, unknown chat template, unsupported architecture ...).
+    Returns 0. Raises ModelLoadError / ModelOutputError / ModelError /
+    ChatTemplateError / ValueError with a message naming the problem (prompt
+    longer than the context, unknown chat template, unsupported architecture,
+    damaged model ...).
     n_ctx: context length in tokens (default: the model's training context,
-    at most 4096; larger values cost KV-cache memory).
+    at most 4096; at most the training context, `Model.new_cache`).
     """
     from .chat import format_chat
     if int(max_tokens) < 0:

@@ -7,15 +7,28 @@ Workload (spec/models.md §5): the prompt "The capital of France is" in one
 pass, then greedy decoding; "decode" times the single-token calls after the
 prompt pass (tokens - 1 of them). Wall clock, best of `--repeats`. When
 llama-cpp-python is importable it is measured in the same run with the same
-thread count (n_ctx 512, n_batch 512); otherwise the reference figures of
+thread count (n_ctx 512, n_batch 512), in a child process with the
+environment this script started with (llama.cpp uses the same libgomp, so
+the OpenMP settings strata-ref makes must not reach it); otherwise the
+reference figures of
 spec/models.md §5 are printed (a 2-core Zen 3 VM, idle). Timings on a
 machine shared with other work are noise: say so when reporting them.
+
+strata-ref is measured as the library and `strata-ref generate` run it:
+`strata_ref.infer.kernels` is imported before numba's thread count is set,
+so its threading setup (layer, OpenMP wait policy) is the one in effect,
+and the layer numba actually picked is printed. To compare another setup,
+set NUMBA_THREADING_LAYER (or OMP_WAIT_POLICY / GOMP_SPINCOUNT) in the
+environment. `--busy N` runs N busy-looping processes during the timings,
+to see the speed on a loaded machine (each takes a core from both engines).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 PROMPT = "The capital of France is"
 # spec/models.md §5: llama.cpp 0.3.36, 2 threads, best of 3 on an idle 2-core Zen 3 VM
+ENV_AT_START = dict(os.environ)
 SPEC_TPS = {"SmolLM2-135M-Instruct": (203.0, 111.0), "Qwen2.5-Coder-0.5B-Instruct": (71.0, 35.0)}
 
 
@@ -69,13 +83,27 @@ def bench_llama(path, n_tokens, repeats, threads):
     return len(ids) / best_p, (n_tokens - 1) / best_d
 
 
+def bench_llama_clean(path, n_tokens, repeats, threads):
+    """`bench_llama` in a child process with the environment at start."""
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import bench_infer as b; "
+            "print(json.dumps(b.bench_llama(sys.argv[2], *map(int, sys.argv[3:]))))")
+    r = subprocess.run([sys.executable, "-c", code, str(Path(__file__).resolve().parent), str(path),
+                        str(n_tokens), str(repeats), str(threads)],
+                       env=ENV_AT_START, capture_output=True, text=True, check=True)
+    return tuple(json.loads(r.stdout.strip().splitlines()[-1]))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="SmolLM2-135M-Instruct,Qwen2.5-Coder-0.5B-Instruct")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--busy", type=int, default=0, help="busy-looping processes to run meanwhile")
     args = ap.parse_args(argv)
+    # first the library's own threading setup, as `strata-ref generate` has it;
+    # touching numba's threads before it would fix numba's default layer
+    import strata_ref.infer.kernels  # noqa: F401
     import numba
     numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
     from strata_ref.models import resolve
@@ -85,18 +113,29 @@ def main(argv=None) -> int:
     except ImportError:
         llama_cpp = None
         peer = "llama.cpp (spec/models.md §5 reference figures, not measured here)"
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
-          f"threads {args.threads}; best of {args.repeats}; peer: {peer}")
-    print(f"{'model':30s} {'ours prompt':>12s} {'ours decode':>12s} {'llama prompt':>13s} "
-          f"{'llama decode':>13s} {'decode ratio':>13s}")
-    for name in args.models.split(","):
-        path = resolve(name)
-        op, od = bench_ours(path, args.tokens, args.repeats)
-        if llama_cpp is not None:
-            lp, ld = bench_llama(path, args.tokens, args.repeats, args.threads)
-        else:
-            lp, ld = SPEC_TPS.get(name, (float("nan"), float("nan")))
-        print(f"{name:30s} {op:10.1f}/s {od:10.1f}/s {lp:11.1f}/s {ld:11.1f}/s {od / ld:12.2f}x")
+          f"threads {args.threads}; best of {args.repeats}; load average {load:.2f}; "
+          f"busy processes {args.busy}; peer: {peer}")
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    try:
+        print(f"{'model':30s} {'ours prompt':>12s} {'ours decode':>12s} {'llama prompt':>13s} "
+              f"{'llama decode':>13s} {'decode ratio':>13s}")
+        for name in args.models.split(","):
+            path = resolve(name)
+            op, od = bench_ours(path, args.tokens, args.repeats)
+            if llama_cpp is not None:
+                lp, ld = bench_llama_clean(path, args.tokens, args.repeats, args.threads)
+            else:
+                lp, ld = SPEC_TPS.get(name, (float("nan"), float("nan")))
+            print(f"{name:30s} {op:10.1f}/s {od:10.1f}/s {lp:11.1f}/s {ld:11.1f}/s {od / ld:12.2f}x")
+    finally:
+        for b in busy:
+            b.kill()
+            b.wait()
+    wait = {k: os.environ[k] for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if k in os.environ}
+    print(f"strata-ref: numba threading layer {numba.threading_layer()!r}, "
+          f"{numba.get_num_threads()} threads; {wait or 'OpenMP wait policy unset'}")
     return 0
 
 

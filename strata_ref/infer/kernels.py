@@ -55,14 +55,47 @@ from . import act_quant
 from .ggml_fp import fma32, hsum8
 from .lanes import fma8_into, lanes_scaled_add, q4_block_dot, q4_lanes_fma, q8_lanes_fma
 
-# A decode step launches about four parallel regions per layer. OpenMP's
-# spinning barriers collapse when the CPU is oversubscribed (measured on a
-# loaded 2-core machine: 0.96 s per SmolLM2 token with "omp", 0.05 s with
-# "workqueue", 0.14 s single-threaded), so prefer numba's own workqueue unless
-# the user chose a layer. It only takes effect if no parallel numba function
-# has run yet in this process; it changes no result.
-if "NUMBA_THREADING_LAYER" not in os.environ:
-    numba.config.THREADING_LAYER = "workqueue"
+# A decode step launches about four parallel regions per layer, each tens of
+# microseconds long, so how idle threads wait decides the decode speed.
+# Measured on a 2-core VM (tools/bench_infer.py, SmolLM2-135M / Qwen2.5-0.5B
+# decode tok/s, idle | with one busy-looping process): OpenMP (GNU libgomp)
+# with its default spin of 300,000 rounds 83 / 27 | 23 / 8 (the spinning
+# waiters take the core from the thread that has work); numba's workqueue,
+# which always sleeps, 30-42 / 14-19 | 39 / 13; one thread 27 / - | 46 / 14;
+# OpenMP spinning 2,000 rounds before sleeping 72 / 23 | 36 / 13, close to
+# the spinning speed at idle and to workqueue's under load. So: the OpenMP
+# layer with GOMP_SPINCOUNT=2000, unless the user chose a layer (who still gets
+# that spin count), a wait policy or a spin count. libgomp reads the variable once, when it is loaded: if it
+# already is (another library brought it in), the spin cannot be set and the
+# never-spinning workqueue is used. It only takes effect if no parallel numba
+# function has run yet in this process; it changes no result (every row's
+# arithmetic is the same on any thread).
+_GOMP_SPINCOUNT = "2000"
+
+
+def _libgomp_loaded() -> bool:
+    try:
+        import ctypes
+        ctypes.CDLL("libgomp.so.1", mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+        return True
+    except (OSError, AttributeError):      # not loaded, or no RTLD_NOLOAD (not Linux/glibc)
+        return False
+
+
+def _choose_threading_layer() -> None:
+    user_wait = any(k in os.environ for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"))
+    gomp_fixed = _libgomp_loaded()
+    if not user_wait and not gomp_fixed:
+        os.environ["GOMP_SPINCOUNT"] = _GOMP_SPINCOUNT
+    if "NUMBA_THREADING_LAYER" in os.environ:
+        return
+    if not user_wait and gomp_fixed:
+        numba.config.THREADING_LAYER = "workqueue"
+    elif "NUMBA_THREADING_LAYER_PRIORITY" not in os.environ:   # numba's own order: tbb, omp, workqueue
+        numba.config.THREADING_LAYER_PRIORITY = ["omp", "tbb", "workqueue"]
+
+
+_choose_threading_layer()
 
 __all__ = ["QMatrix", "INTEGER_KERNEL_TYPES", "VEC_DOT_TYPE", "FALLBACK_VEC_DOT_TYPE"]
 

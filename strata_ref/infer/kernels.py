@@ -409,8 +409,15 @@ def _mm_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, out):
                      np.empty(8, np.float32), np.empty(8, np.float32), np.empty(4, np.float32))
 
 
+@njit(cache=True)
+def _mm_kquant_serial(mode, wq, sc, mn, d, dmin, xq, xd, xb, out):
+    _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, out, 0, wq.shape[0], np.empty(8, np.int32),
+                 np.empty(8, np.float32), np.empty(8, np.float32), np.empty(4, np.float32))
+
+
 # Multiply-adds below which one thread is faster than waking the others
-# (a parallel region costs tens of microseconds with numba's workqueue).
+# (checked on the handed models: raising it to 1 << 20 cuts SmolLM2 decode
+# from 70 to 62 tok/s on an idle 2-core VM, lowering it to 1 << 17 changes nothing).
 PARALLEL_MIN_MACS = 1 << 18
 
 
@@ -683,7 +690,8 @@ class QMatrix:
                 bsums = bsums.reshape(x.shape[0], -1, 2).sum(axis=2)
             mode = {"q6_k": _Q6_K, "q4_k_8x8": _Q4_K_8X8, "q4_k": _Q4_K, "q5_k": _Q5_K, "q3_k": _Q3_K,
                     "q2_k": _Q2_K, "q2_k_8x8": _Q2_K_8X8}[kind]
-            _mm_kquant(mode, wq, sc, mn, d, dmin, xq, xd, bsums.astype(np.int32), out)
+            (_mm_kquant if parallel else _mm_kquant_serial)(mode, wq, sc, mn, d, dmin, xq, xd,
+                                                            bsums.astype(np.int32), out)
         return out
 
     def row_f32(self, i: int) -> np.ndarray:

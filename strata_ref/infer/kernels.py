@@ -61,15 +61,16 @@ from .lanes import fma8_into, lanes_scaled_add, q4_block_dot, q4_lanes_fma, q8_l
 # decode tok/s, idle | with one busy-looping process): OpenMP (GNU libgomp)
 # with its default spin of 300,000 rounds 83 / 27 | 23 / 8 (the spinning
 # waiters take the core from the thread that has work); numba's workqueue,
-# which always sleeps, 30-42 / 14-19 | 39 / 13; one thread 27 / - | 46 / 14;
-# OpenMP spinning 2,000 rounds before sleeping 72 / 23 | 36 / 13, close to
-# the spinning speed at idle and to workqueue's under load. So: the OpenMP
-# layer with GOMP_SPINCOUNT=2000, unless the user chose a layer (who still gets
-# that spin count), a wait policy or a spin count. libgomp reads the variable once, when it is loaded: if it
-# already is (another library brought it in), the spin cannot be set and the
-# never-spinning workqueue is used. It only takes effect if no parallel numba
-# function has run yet in this process; it changes no result (every row's
-# arithmetic is the same on any thread).
+# which always sleeps, 30-43 / 14-19 | 39 / 13; one thread 50 / 14 | 46 / 14;
+# OpenMP spinning 2,000 rounds before sleeping 67-72 / 23 | 36 / 13, close to
+# the spinning speed at idle and to workqueue's under load
+# (docs/inference.md, "Threading layer"). So: the OpenMP layer with
+# GOMP_SPINCOUNT=2000, unless the user chose a layer (who still gets that
+# spin count), a wait policy or a spin count. libgomp reads the variable
+# once, when it is loaded: if it already is (another library brought it in),
+# the spin cannot be set and the never-spinning workqueue is used. It only
+# takes effect if no parallel numba function has run yet in this process; it
+# changes no result (every row's arithmetic is the same on any thread).
 _GOMP_SPINCOUNT = "2000"
 
 

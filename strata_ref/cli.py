@@ -29,7 +29,7 @@ def cmd_hash(a) -> int:
     from .models import resolve
     from .types import parse_type
 
-    outs = list(dict.fromkeys(_split_list(a.out) or []))
+    outs = list(dict.fromkeys(o.lower() for o in _split_list(a.out) or []))
     bad = [o for o in outs if o not in HASH_DTYPES]
     if bad or not outs:
         return _err(f"--out: unknown or no dtype ({a.out!r}); choose from f32,f16,bf16")

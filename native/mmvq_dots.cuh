@@ -75,6 +75,14 @@ enum : int {
 
 constexpr int Q8_1_BYTES = 36;
 
+// fp16 bits (the low 16 of `bits`) -> float, exact
+__device__ __forceinline__ float hb2f(uint32_t bits) {
+#ifdef __CUDACC__
+    return __half2float(__ushort_as_half((unsigned short)bits));
+#else
+    return smv_half_bits_to_float((uint16_t)bits);
+#endif
+}
 __device__ __forceinline__ float h2f(const uint8_t *p) {
 #ifdef __CUDACC__
     return __half2float(__ushort_as_half(*(const unsigned short *)p));
@@ -113,20 +121,38 @@ __device__ __forceinline__ Tbl16 tbl16(const int8_t *tbl) {
     return t;
 }
 
+// PTX `prmt.b32` (default mode): byte n of the result is byte s[4n+2:4n] of
+// the pair (x, y); with bit 4n+3 set it would be that byte's sign replicated.
+// Callers below only pass selectors whose bit 3 of every nibble is clear, so
+// it equals __byte_perm (which masks the selector with 0x7777 itself: one
+// instruction more per call) and the host emulation is exact.
+__device__ __forceinline__ uint32_t prmt(uint32_t x, uint32_t y, uint32_t s) {
+#ifdef __CUDA_ARCH__
+    uint32_t r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "r"(y), "r"(s));
+    return r;
+#else
+    return __byte_perm(x, y, s);
+#endif
+}
+
 // Table values of the eight nibbles of q: lo = those of the low nibbles of
 // bytes 0..3, hi = those of the high nibbles (byte k of lo is tbl[(q >> 8k) & 15]).
-// Byte permutes: a selector nibble picks one of 8 bytes by its low 3 bits, so
-// entries 0-7 and 8-15 are looked up separately and bit 3 chooses.
+// Byte permutes pick one of 8 bytes by 3 selector bits, so entries 0-7 and
+// 8-15 are looked up separately (selectors q & 0x7777...) and bit 3 of each
+// nibble chooses between them.
 __device__ __forceinline__ void lut8(uint32_t q, const Tbl16 &t, int &lo, int &hi) {
+    const uint32_t idx = q & 0x77777777u;                              // nibbles L0 H0 L1 H1 ..
+    const uint32_t pick = ((q >> 1) & 0x44444444u) | 0x32103210u;      // bit 3 -> from b
     uint32_t x[2];
     for (int i = 0; i < 2; ++i) {
-        const uint32_t sel = q >> (16 * i);                         // nibbles L0 H0 L1 H1
-        const uint32_t a = __byte_perm(t.w[0], t.w[1], sel);        // entries 0..7
-        const uint32_t b = __byte_perm(t.w[2], t.w[3], sel);        // entries 8..15
-        x[i] = __byte_perm(a, b, 0x3210u | ((sel & 0x8888u) >> 1)); // bit 3 -> from b
+        const uint32_t sel = idx >> (16 * i);
+        const uint32_t a = prmt(t.w[0], t.w[1], sel);                  // entries 0..7
+        const uint32_t b = prmt(t.w[2], t.w[3], sel);                  // entries 8..15
+        x[i] = prmt(a, b, pick >> (16 * i));
     }
-    lo = (int)__byte_perm(x[0], x[1], 0x6420u);
-    hi = (int)__byte_perm(x[0], x[1], 0x7531u);
+    lo = (int)prmt(x[0], x[1], 0x6420u);
+    hi = (int)prmt(x[0], x[1], 0x7531u);
 }
 
 template <int TYPE> struct Dot;

@@ -1,9 +1,11 @@
-// Host build of the per-type thread dots (mmvq_dots.cuh) for the CPU test
-// tests/test_routes_mmvq_native_formulas.py: `smv_host_dot` returns what
-// thread t computes for one weight block and its q8_1 blocks, so the CUDA
-// formulas are checked against routes/mmvq.py without a GPU.
+// Host build of the per-type thread dots (mmvq_dots.cuh) and lane-group dots
+// (mmvq_lanes.cuh) for the CPU test tests/test_routes_mmvq_native_formulas.py:
+// `smv_host_dot` returns what thread t computes for one weight block and its
+// q8_1 blocks, `smv_host_lane_dots` what lane j of the lanes kernel computes
+// for its four threads, so the CUDA formulas are checked against
+// routes/mmvq.py without a GPU.
 // Build: g++ -O1 -std=c++17 -ffp-contract=off -shared -fPIC.
-#include "mmvq_dots.cuh"
+#include "mmvq_lanes.cuh"
 
 using namespace smv;
 
@@ -57,3 +59,31 @@ extern "C" int smv_host_block_values(int type) {
         default: return 0;
     }
 }
+
+// Lane j's four dots (threads t = 4j + k) of one 256-value weight block at
+// `blk` with its 8 q8_1 blocks, staged as the kernel stages them. `mis` (the
+// block's address mod 4; the loads read it from the address) is unused.
+// Returns 0, or 1 for a type without a lanes kernel.
+template <int TYPE>
+static void lane_dots(const uint8_t *blk, const uint8_t *q8, int j, const Tbl16 &tb, float out[4]) {
+    using LN = Lanes<TYPE>;
+    W4 s_q[16], s_sum[8];
+    float s_d[8];
+    stage_q8<LN::SUMS, LN::PAIRS>(q8, 8, s_q, s_d, s_sum, 0, 1);
+    const Q8Stage qs{s_q, s_d, s_sum};
+    const typename LN::Lane ln = LN::lane(0, j);
+    LN::dots(LN::load(blk, ln, j), qs, ln, 0, out, tb);
+}
+
+extern "C" int smv_host_lane_dots(int type, const uint8_t *blk, int mis, const uint8_t *q8, int j,
+                                  const int8_t *tbl, float *out) {
+    const Tbl16 tb = tbl16(tbl);
+    switch (type) {
+        case Q4_K: lane_dots<Q4_K>(blk, q8, j, tb, out); return 0;
+        case Q6_K: lane_dots<Q6_K>(blk, q8, j, tb, out); return 0;
+        case IQ4_XS: lane_dots<IQ4_XS>(blk, q8, j, tb, out); return 0;
+        default: return 1;
+    }
+}
+
+extern "C" int smv_host_q8_chunk(int c) { return q8_chunk(c); }

@@ -19,11 +19,17 @@ int smv_abi_version(void);
 
 /* 1 if the mat-vec kernels serve ggml type `type`, else 0. */
 int smv_has_type(int type);
-/* Rows per CUDA block of the 1-column plain kernel (rows_per_warp = 0):
- * 1 or 2, or 0 for the automatic choice (1).
- * A tuning knob for the bench; the output bits do not depend on it. Returns
- * 5 for another value. Process-wide, not thread-safe. */
-int smv_set_plain_rows(int rows_per_block);
+/* The 1-column kernel of rows_per_warp 0: 0 automatic (the lanes kernel
+ * where it serves the call, else the plain kernel with 1 row per block),
+ * 1 or 2 rows per block of the plain kernel, 3 the lanes kernel (one warp
+ * per row, each lane playing 4 of the 128 canonical threads; it serves
+ * Q4_K, Q6_K and IQ4_XS with 16-byte aligned weights and K up to its
+ * shared-memory limit, and the plain kernel runs otherwise). A tuning knob
+ * for the bench and the parity tool; the output bits do not depend on it.
+ * Returns 5 for another value. Process-wide, not thread-safe. */
+int smv_set_plain_kernel(int kind);
+/* 1 if the lanes kernel serves type `type`, else 0. */
+int smv_has_lanes(int type);
 
 /* q8_1 blocks (36 bytes per 32 values) of n float32 values; n % 32 == 0. */
 int smv_quantize_q8_1(const float *x, void *q8, long long n, void *stream);
@@ -54,6 +60,11 @@ int smv_time_mmvq(int type, const void *w, long long wstride, int nbuf, long lon
                   long long k, const void *q8, int ncols, float *y, int rows_per_warp,
                   int iters, float *ms);
 int smv_time_copy(void *dst, const void *src, long long nbytes, int iters, float *ms);
+/* A read-only kernel over the first `nbytes` (multiple of 16 read; 16-byte
+ * aligned w and wstride) of each weight copy, rotating like smv_time_mmvq:
+ * the bench's peer for what reading the same bytes costs. */
+int smv_time_read(const void *w, long long wstride, int nbuf, long long nbytes, int iters,
+                  float *ms);
 int smv_time_experts(int mode, int t_gu, int t_down, const void *gate, const void *up,
                      const void *down, long long h, long long ff, const float *x, int n_tok,
                      const int *ids, const float *wts, int k, float *out, void *scratch,
@@ -72,6 +83,6 @@ int smv_synchronize(void);
 }
 #endif
 
-#define SMV_ABI_VERSION 3
+#define SMV_ABI_VERSION 4
 
 #endif /* STRATA_MMVQ_H */

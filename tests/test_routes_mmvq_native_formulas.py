@@ -36,6 +36,9 @@ def host(tmp_path_factory):
     lib.smv_host_dot.restype = ctypes.c_float
     lib.smv_host_dot.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
                                  ctypes.c_void_p]
+    lib.smv_host_lane_dots.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                                       ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+    lib.smv_host_q8_chunk.argtypes = [ctypes.c_int]
     return lib
 
 
@@ -91,3 +94,87 @@ def test_tools_without_gpu_report_status_2(capsys):
     err = capsys.readouterr().err.splitlines()
     assert lines == [] and len(err) == 2
     assert all(ln.startswith("native mat-vec unavailable") for ln in err)
+
+
+LANE_TYPES = [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.IQ4_XS]
+
+
+@pytest.mark.parametrize("t", LANE_TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("mis", [0, 2])
+def test_host_lane_dots_equal_oracle(host, t, mis):
+    """Lane j of the lanes kernel (native/mmvq_lanes.cuh) returns the dots of
+    canonical threads 4j..4j+3, bitwise; mis = 2 puts the block 2 bytes off a
+    word boundary (odd Q6_K super-blocks; the other types need 16-byte
+    alignment and are given it)."""
+    if mis and t != GGMLType.Q6_K:
+        pytest.skip("only Q6_K blocks are ever 2 bytes off a word boundary")
+    fmt = block_format(t)
+    rng = np.random.default_rng(100 + int(t) + mis)
+    nb = 6
+    w = sane_blocks(t, nb, rng)
+    x = rng.standard_normal(nb * 256).astype(np.float32)
+    x[:32] *= 1000
+    q8 = quantize_q8_1(x)
+    ref = M.thread_dots(t, w.reshape(1, nb, -1), q8.reshape(1, -1, 36))[0, 0]   # (nb, T)
+    n_lanes = M.GEOMETRY[t].T // 4
+    tbl = np.ascontiguousarray(iq_tables.KVALUES_IQ4NL, dtype=np.int8)
+    out = np.empty(4, np.float32)
+    buf = np.zeros(fmt.block_bytes + 32, np.uint8)
+    base = (-buf.ctypes.data) % 16 + mis            # 16-byte aligned + mis
+    got = np.empty_like(ref)
+    for b in range(nb):
+        buf[base:base + fmt.block_bytes] = w[b]
+        qb = np.ascontiguousarray(q8[8 * b:8 * b + 8])
+        for j in range(n_lanes):
+            assert host.smv_host_lane_dots(int(t), buf.ctypes.data + base, mis, qb.ctypes.data, j,
+                                           tbl.ctypes.data, out.ctypes.data) == 0
+            got[b, 4 * j:4 * j + 4] = out
+    assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), np.argwhere(got != ref)[:5]
+
+
+def test_host_lane_dots_refuse_other_types(host):
+    out = np.empty(4, np.float32)
+    z = np.zeros(512, np.uint8)
+    assert host.smv_host_lane_dots(int(GGMLType.Q5_K), z.ctypes.data, 0, z.ctypes.data, 0,
+                                   z.ctypes.data, out.ctypes.data) == 1
+
+
+def test_q8_chunk_swizzle_is_a_permutation_of_each_group_of_8(host):
+    """The staged ints' chunk swizzle moves chunks only within their aligned
+    group of 8, so it is a permutation of [0, 2·nq8) whenever nq8 is a
+    multiple of 4 (8 q8_1 blocks per 256-value super-block)."""
+    for n in (8, 16, 64, 2 * 448):
+        got = sorted(host.smv_host_q8_chunk(c) for c in range(n))
+        assert got == list(range(n))
+
+
+def _phase_banks(host, addrs):
+    # 16-byte chunk addresses of the 8 lanes of one 128-bit access phase ->
+    # their bank groups (chunk mod 8) after the swizzle
+    return sorted(host.smv_host_q8_chunk(c) % 8 for c in addrs)
+
+
+def test_q8_chunk_swizzle_is_conflict_free_for_the_lane_layouts(host):
+    """Each 128-bit shared load of the lanes kernel reads 8 lanes per phase;
+    with the swizzle their chunks fall in 8 distinct bank groups (a property
+    of the layouts in mmvq_lanes.cuh: Q4_K lanes (g, j) read blocks
+    8·kbx + 2j + i, kbx = g + 8·it; Q6_K lanes j read half j%2 of blocks
+    8·kbx + 4(j/4) + (j%4)/2 + 2i; IQ4_XS lanes (g, h) read block 8·kbx + 4h + k)."""
+    for it in range(3):
+        for a in range(4):                               # Q4_K: lanes 8a..8a+7
+            for i in range(2):
+                for half in range(2):
+                    c = [2 * (8 * (g + 8 * it) + 2 * j + i) + half
+                         for g in (2 * a, 2 * a + 1) for j in range(4)]
+                    assert _phase_banks(host, c) == list(range(8))
+        for g in range(4):                               # Q6_K: lanes 8g..8g+7
+            for i in range(2):
+                c = [2 * (8 * (g + 4 * it) + 4 * (j // 4) + (j % 4) // 2 + 2 * i) + j % 2
+                     for j in range(8)]
+                assert _phase_banks(host, c) == list(range(8))
+        for a in range(4):                               # IQ4_XS: lanes 8a..8a+7
+            for k in range(4):
+                for half in range(2):
+                    c = [2 * (8 * (g + 16 * it) + 4 * h + k) + half
+                         for g in range(4 * a, 4 * a + 4) for h in range(2)]
+                    assert _phase_banks(host, c) == list(range(8))

@@ -1,6 +1,6 @@
 """Native q8_1 mat-vec and MoE experts: build, load, host wrappers.
 
-libstrata_mmvq is built from native/mmvq.cu (+ mmvq_dots.cuh,
+libstrata_mmvq is built from native/mmvq.cu (+ mmvq_dots.cuh, mmvq_lanes.cuh,
 strata_mmvq.h) with the flags and generated IQ-table header of
 `strata_ref.native.build` (no fast math; IEEE division), cached by source
 hash under `build.cache_root()/native/mmvq-<hash>-sm<XY>/`, and loaded with
@@ -36,7 +36,7 @@ __all__ = ["MmvqNative", "load_mmvq", "build_mmvq", "NativeError", "quantize_q8_
 
 LIB_NAME = "libstrata_mmvq.so"
 SOURCES = ("mmvq.cu",)
-HEADERS = ("strata_mmvq.h", "mmvq_dots.cuh")
+HEADERS = ("strata_mmvq.h", "mmvq_dots.cuh", "mmvq_lanes.cuh")
 T = GGMLType
 #: types with native mat-vec kernels (native/mmvq_dots.cuh `Dot<TYPE>`)
 NATIVE_TYPES = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.IQ4_NL, T.MXFP4, T.Q2_K, T.Q3_K,

@@ -38,6 +38,10 @@ T = GGMLType
 SEED = 20261130
 
 
+#: smv_set_plain_kernel's kinds by name
+PLAIN_KERNELS = {0: "auto", 1: "plain/1", 2: "plain/2", 3: "lanes"}
+
+
 def _bits(a: np.ndarray) -> np.ndarray:
     return canonicalize_nan(np.asarray(a, np.float32)).view(np.uint32)
 
@@ -120,14 +124,17 @@ def run_parity_mmvq(quick: bool = False, out=print) -> int:
         dw, dq = nat.put(w), nat.put(q8)
         dy = nat.alloc(8 * rows * 4)
         yp = nat.ffi.cast("float *", dy.ptr)
-        # arms: (columns, rows per warp, plain rows per block; 0 = automatic)
+        # arms: (columns, rows per warp, 1-column kernel of rows per warp 0:
+        # 0 automatic, 1/2 plain with 1/2 rows per block, 3 lanes)
         arms = [(ncols, rpw, 0) for ncols in range(1, 9) for rpw in LEGAL_ROWS]
-        arms += [(1, 0, pr) for pr in (1, 2)]
-        for ncols, rpw, pr in arms:
-            nat.check(nat.lib.smv_set_plain_rows(pr), "plain rows")
+        arms += [(1, 0, pk) for pk in (1, 2)]
+        if nat.lib.smv_has_lanes(int(t)):
+            arms.append((1, 0, 3))
+        for ncols, rpw, pk in arms:
+            nat.check(nat.lib.smv_set_plain_kernel(pk), "plain kernel")
             nat.check(nat.lib.smv_mmvq(int(t), dw.ptr, rows, k, dq.ptr, ncols, yp, rpw,
                                        nat.ffi.NULL), f"mmvq {t.name}")
-            nat.lib.smv_set_plain_rows(0)
+            nat.lib.smv_set_plain_kernel(0)
             y = nat.get(dy, np.float32, ncols * rows).reshape(ncols, rows)
             cases += 1
             nonfinite += int(not np.isfinite(y).all())
@@ -135,14 +142,14 @@ def run_parity_mmvq(quick: bool = False, out=print) -> int:
                 fails += 1
                 n = int(np.sum(_bits(y) != ref[:ncols]))
                 out(f"DIFFERS {t.name} rows={rows} K={k} ncols={ncols} rows/warp={rpw} "
-                    f"plain rows/block={pr or 'auto'}: {n} values")
+                    f"1-column kernel={PLAIN_KERNELS[pk]}: {n} values")
     out(f"mmvq parity: {cases} mat-vec cases ({len(NATIVE_TYPES)} types, {len(jobs)} shapes), "
         f"{fails} differ, {nonfinite} with non-finite output; q8_1 {n_q8} blocks, {bad_q8} differ "
         f"({time.time() - t0:.0f} s)")
     ok = fails == 0 and bad_q8 == 0 and nonfinite == 0
     if ok:
-        out("mmvq parity: OK (every type, 1-8 columns, plain (1-column: 1/2 rows per block) "
-            "and rows per warp 1/2/4, bitwise)")
+        out("mmvq parity: OK (every type, 1-8 columns, plain (1-column: 1/2 rows per block, "
+            "and the lanes kernel of Q4_K/Q6_K/IQ4_XS) and rows per warp 1/2/4, bitwise)")
     return 0 if ok else 1
 
 
@@ -216,7 +223,8 @@ COLD_BYTES = 256 << 20
 def _bench_cell(nat, rng, t, rows, k, ncols, iters, hot=False):
     """{rows per warp: ms per call}, weight bytes. Weights L2-cold (calls
     rotate over COLD_BYTES of copies), or with `hot` also {rows per warp: ms}
-    of calls that all read one copy (partly L2-resident) as a third value."""
+    of calls that all read one copy (partly L2-resident) as a third value and
+    the ms of the read-only peer kernel over the same cold copies (fourth)."""
     fmt = block_format(t)
     w = sane_blocks(t, rows * k // fmt.block_values, rng).reshape(rows, -1)
     nbuf = -(-COLD_BYTES // w.nbytes)
@@ -229,22 +237,27 @@ def _bench_cell(nat, rng, t, rows, k, ncols, iters, hot=False):
     cold = _time_arms(nat, t, dw, nbuf, rows, k, dq, ncols, dy, iters)
     if not hot:
         return cold, w.nbytes
+    ms = nat.ffi.new("float *")
+    nat.check(nat.lib.smv_time_read(dw.ptr, w.nbytes, nbuf, w.nbytes // 16 * 16, iters, ms),
+              "time read")
     one = _DevView(dw.ptr, w.nbytes)
-    return cold, w.nbytes, _time_arms(nat, t, one, 1, rows, k, dq, ncols, dy, iters)
+    return cold, w.nbytes, _time_arms(nat, t, one, 1, rows, k, dq, ncols, dy, iters), float(ms[0])
 
 
 def _time_arms(nat, t, dw, nbuf, rows, k, dq, ncols, dy, iters):
-    """{rows per warp: ms}; for one column also {"plain/PR": ms}, the plain
-    kernel with PR rows per block (key 0 is its automatic choice)."""
+    """{rows per warp: ms}; for one column also the 1-column kernels of rows
+    per warp 0 by name ("plain/1", "plain/2", "lanes"; key 0 is the automatic
+    choice)."""
     res = {rpw: _time_mmvq(nat, t, dw, nbuf, rows, k, dq, ncols, dy, rpw, iters)
            for rpw in LEGAL_ROWS}
     if ncols == 1:
+        kinds = (1, 2, 3) if nat.lib.smv_has_lanes(int(t)) else (1, 2)
         try:
-            for pr in (1, 2):
-                nat.check(nat.lib.smv_set_plain_rows(pr), "plain rows")
-                res[f"plain/{pr}"] = _time_mmvq(nat, t, dw, nbuf, rows, k, dq, 1, dy, 0, iters)
+            for pk in kinds:
+                nat.check(nat.lib.smv_set_plain_kernel(pk), "plain kernel")
+                res[PLAIN_KERNELS[pk]] = _time_mmvq(nat, t, dw, nbuf, rows, k, dq, 1, dy, 0, iters)
         finally:
-            nat.lib.smv_set_plain_rows(0)
+            nat.lib.smv_set_plain_kernel(0)
     return res
 
 
@@ -254,6 +267,10 @@ class _DevView:
     def __init__(self, ptr, nbytes):
         self.ptr, self.nbytes = ptr, nbytes
 
+
+#: 1-column bench shapes (rows, K): a 7-8B model's FFN (4096 x 14336 and
+#: back) and a 70B model's (8192 x 28672 and back)
+BENCH_SHAPES = ((4096, 14336), (14336, 4096), (8192, 28672), (28672, 8192))
 
 #: one shape per row class for --emit-table (K = 2560, kernels.md §13)
 TABLE_ROWS = (1024, 2560, 6144, 10240, 12288)
@@ -269,17 +286,19 @@ def run_bench_mmvq(emit_table: bool = False, out=print) -> int:
     bw = _copy_bw(nat)
     out(f"device copy: {bw / 1e12:.2f} TB/s (bytes read + written); mat-vec weights L2-cold "
         f"(calls rotate over {COLD_BYTES >> 20} MiB of copies)")
-    out("type    rows x K       | cold: plain us  best us (rows/warp)  weights GB/s  % of copy "
-        "| one copy (L2-warm): plain us  best us")
+    out("'default' is what smv_mmvq runs for 1 column (rows_per_warp 0); 'read' is a read-only "
+        "kernel over the same cold bytes")
+    out("type    rows x K       | cold: default us  GB/s  % of copy | best us (arm)  % of copy "
+        "| read us  % of copy | one copy (L2-warm): default us")
     for t in (T.Q4_K, T.Q6_K, T.IQ4_XS):
-        for rows, k in ((4096, 14336), (14336, 4096)):
-            times, nbytes, warm = _bench_cell(nat, rng, t, rows, k, 1, 200, hot=True)
+        for rows, k in BENCH_SHAPES:
+            times, nbytes, warm, read_ms = _bench_cell(nat, rng, t, rows, k, 1, 200, hot=True)
             best = min(times, key=times.get)
-            wbest = min(warm, key=warm.get)
-            gbs = nbytes / (times[best] * 1e-3)
-            out(f"{t.name:7s} {rows:5d} x {k:5d} |       {times[0] * 1e3:8.1f}  {times[best] * 1e3:8.1f} "
-                f"({best})       {gbs / 1e9:8.0f}     {100 * gbs / bw:5.1f} |"
-                f"                {warm[0] * 1e3:8.1f}  {warm[wbest] * 1e3:6.1f} ({wbest})")
+            pct = lambda ms: 100 * nbytes / (ms * 1e-3) / bw   # noqa: E731
+            out(f"{t.name:7s} {rows:5d} x {k:5d} |    {times[0] * 1e3:8.1f}  "
+                f"{nbytes / (times[0] * 1e-3) / 1e9:5.0f}  {pct(times[0]):8.1f} | "
+                f"{times[best] * 1e3:6.1f} ({best})  {pct(times[best]):5.1f} | "
+                f"{read_ms * 1e3:6.1f}  {pct(read_ms):5.1f} | {warm[0] * 1e3:8.1f}")
             out("        every arm, cold us: " + ", ".join(f"{a}: {v * 1e3:.1f}" for a, v in times.items()))
     if emit_table:
         out("// emitted by strata-ref bench mmvq --emit-table (K = 2560, 200 reps per arm)")

@@ -41,5 +41,5 @@ def test_refusals_launch_nothing(nat):
     assert lib.smv_mmvq(int(GGMLType.Q4_K), w.ptr, 1, 256, q.ptr, 1, yp, 3, f.NULL) == 5
     assert lib.smv_mmvq(int(GGMLType.Q4_K), f.NULL, 1, 256, q.ptr, 1, yp, 0, f.NULL) == 3
     assert lib.smv_quantize_q8_1(yp, q.ptr, 33, f.NULL) == 2
-    assert lib.smv_set_plain_rows(4) == 5 and lib.smv_set_plain_rows(-1) == 5
-    assert lib.smv_set_plain_rows(0) == 0
+    assert lib.smv_set_plain_kernel(4) == 5 and lib.smv_set_plain_kernel(-1) == 5
+    assert lib.smv_set_plain_kernel(0) == 0

@@ -1,0 +1,297 @@
+// Lane-group dots: one lane plays four canonical threads of one weight block.
+//
+// The canonical order (strata_ref/routes/mmvq.py) is a statement about 128
+// threads: thread tid = T·g + t visits weight blocks g + BPI·i and adds the
+// float dot of its sub-position t. Which hardware thread evaluates a dot does
+// not enter the bits. Here lane p of a warp plays the threads tid = 4p + k,
+// k = 0..3: four consecutive sub-positions t = 4j + k of one block group
+// g = p / L (L = T/4 lanes per block, j = p % L). The four threads share
+// their block, so the lane loads its bytes once with wide loads, unpacks the
+// K-quant scales once, and evaluates the four dots with exactly the float
+// steps of Dot<TYPE>::dot (mmvq_dots.cuh). The warp then holds all 128
+// accumulators of its row and combines them in the canonical order.
+//
+// The q8_1 column is staged once per CUDA block in a repacked layout (Q8Stage):
+// the 8 quant ints of q8_1 block b as two int4 (16-byte aligned), d as float
+// (exact fp16 -> f32), and for Q4_K the four integer pair sums of the block
+// that thread k of a 4-thread group takes with dp4a(0x01010101, .) (exact
+// integers, a property of the activations alone).
+//
+// Without CUDA (mmvq_host_check.cpp) the same code runs on the host, so a
+// CPU test checks every lane dot against the oracle bit for bit.
+#pragma once
+
+#include "mmvq_dots.cuh"
+
+namespace smv {
+
+// Four 32-bit words loaded together.
+struct W4 {
+    uint32_t v[4];
+};
+
+#ifdef __CUDACC__
+__device__ __forceinline__ W4 ld16(const uint8_t *p) {   // 16-byte aligned
+    const uint4 u = *(const uint4 *)p;
+    return W4{{u.x, u.y, u.z, u.w}};
+}
+__device__ __forceinline__ W4 ld8x2(const uint8_t *p) {  // 8-byte aligned
+    const uint2 a = ((const uint2 *)p)[0], b = ((const uint2 *)p)[1];
+    return W4{{a.x, a.y, b.x, b.y}};
+}
+__device__ __forceinline__ uint32_t ld4(const uint8_t *p) { return *(const uint32_t *)p; }
+#else
+inline W4 ld16(const uint8_t *p) { W4 w; std::memcpy(w.v, p, 16); return w; }
+inline W4 ld8x2(const uint8_t *p) { return ld16(p); }
+inline uint32_t ld4(const uint8_t *p) { uint32_t v; std::memcpy(&v, p, 4); return v; }
+#endif
+
+// 16 bytes at p, where p is 2-byte aligned and `mis` = p & 3 (0 or 2): five
+// aligned words, realigned by byte permutes (selector 0x3210 or 0x5432).
+__device__ __forceinline__ W4 ld16_a2(const uint8_t *p, int mis) {
+    const uint8_t *a = p - mis;
+    const uint32_t sel = mis ? 0x5432u : 0x3210u;
+    uint32_t w[5];
+    for (int m = 0; m < 5; ++m) w[m] = ld4(a + 4 * m);
+    W4 r;
+    for (int m = 0; m < 4; ++m) r.v[m] = prmt(w[m], w[m + 1], sel);
+    return r;
+}
+
+// Shared-memory position of 16-byte chunk c of the staged ints (block b's
+// ints 0..3 are chunk 2b, ints 4..7 chunk 2b+1). The XOR swizzle spreads
+// the chunks that the 8 lanes of one 128-bit access phase read over all 8
+// bank groups, for the access patterns of all three lane layouts below.
+__device__ __forceinline__ int q8_chunk(int c) {
+    const int key = c >> 3;
+    return c ^ ((key ^ ((key & 1) << 2)) & 7);
+}
+
+// The staged q8_1 column (see above). Lane accessors take the lane's
+// iteration `it` (blocks g + BPI·it): a lane's chunks at iteration it are its
+// chunks at iteration 0 plus it·16·BPI (a multiple of 64, which the swizzle
+// leaves in place), so the swizzle is computed once per lane.
+struct Q8Stage {
+    const W4 *q;       // swizzled 16-byte chunks of the quant ints
+    const float *dv;   // d per block
+    const W4 *s4;      // Q4_K: pair sums of ints (k, k+4), k = 0..3, per block (swizzled)
+};
+
+template <int TYPE> struct Lanes;
+
+// Q4_K: L = 4 lanes per super-block; lane j has qs ints 8j..8j+7 (sub-blocks
+// 2j, 2j+1) and the 16-byte head (d, dmin, scales).
+template <> struct Lanes<Q4_K> {
+    static constexpr int L = 4, SUMS = 1, PAIRS = 0, BPI = 128 / Dot<Q4_K>::T;
+    struct Raw { W4 head, a, c; };
+    // per-lane constants: chunk / block offsets at iteration 0 and the scale masks
+    struct Lane {
+        int lo[2], hi[2], s[2], d, hs, sx;
+        uint32_t mx, mz;
+    };
+    __device__ static Lane lane(int g, int j) {
+        Lane l;
+        const int b0 = 8 * g + 2 * j;
+        for (int i = 0; i < 2; ++i) {
+            l.lo[i] = q8_chunk(2 * (b0 + i));
+            l.hi[i] = q8_chunk(2 * (b0 + i) + 1);
+            l.s[i] = q8_chunk(b0 + i);
+        }
+        l.d = b0;
+        // get_scale_min_k4 of pair j: j < 2 takes the low 6 bits of s[j], s[j+2];
+        // j >= 2 the nibbles of s[j+2] and the top 2 bits of s[j-2], s[j]
+        l.hs = 16 * (j & 1);
+        l.mx = j < 2 ? 0x3f3fu : 0xc0c0u;
+        l.sx = j < 2 ? 0 : 2;
+        l.mz = j < 2 ? 0u : 0x0f0fu;
+        return l;
+    }
+    __device__ static Raw load(const uint8_t *b, const Lane &, int j) {
+        return Raw{ld16(b), ld16(b + 16 + 32 * j), ld16(b + 32 + 32 * j)};
+    }
+    __device__ static void dots(const Raw &r, const Q8Stage &q, const Lane &l, int it, float out[4],
+                                const Tbl16 &) {
+        // u16 scale words s[0..5] are head words 1..3; x, y, z = s[j%2], s[2+j%2], s[4+j%2]
+        const uint32_t x = r.head.v[1] >> l.hs, y = r.head.v[2] >> l.hs, z = r.head.v[3] >> l.hs;
+        const uint32_t a0 = ((x & l.mx) >> l.sx) | (z & l.mz);
+        const uint32_t a1 = ((y & l.mx) >> l.sx) | ((z >> 4) & l.mz);
+        const int sc[2] = {(int)(a0 & 0xff), (int)((a0 >> 8) & 0xff)};
+        const int mn[2] = {(int)(a1 & 0xff), (int)((a1 >> 8) & 0xff)};
+        const float dw = hb2f(r.head.v[0]), dmin = hb2f(r.head.v[0] >> 16);
+        const int cq = 16 * BPI * it, cb = 8 * BPI * it;
+        W4 ulo[2], uhi[2], s4[2];
+        float d8[2];
+        for (int i = 0; i < 2; ++i) {
+            ulo[i] = q.q[l.lo[i] + cq];
+            uhi[i] = q.q[l.hi[i] + cq];
+            s4[i] = q.s4[l.s[i] + cb];
+            d8[i] = q.dv[l.d + i + cb];
+        }
+        for (int k = 0; k < 4; ++k) {
+            const int a = (int)r.a.v[k], c = (int)r.c.v[k];
+            const int v0[2] = {a & 0x0F0F0F0F, (a >> 4) & 0x0F0F0F0F};
+            const int v1[2] = {c & 0x0F0F0F0F, (c >> 4) & 0x0F0F0F0F};
+            float sd = 0.0f, smn = 0.0f;
+            for (int i = 0; i < 2; ++i) {
+                const int dot1 = __dp4a(v1[i], (int)uhi[i].v[k], __dp4a(v0[i], (int)ulo[i].v[k], 0));
+                const int dot2 = (int)s4[i].v[k];
+                sd = __fmaf_rn(d8[i], i2f(dot1 * sc[i]), sd);
+                smn = __fmaf_rn(d8[i], i2f(dot2 * mn[i]), smn);
+            }
+            out[k] = __fsub_rn(__fmul_rn(dw, sd), __fmul_rn(dmin, smn));
+        }
+    }
+};
+
+// Q6_K: L = 8; lane j has ql ints 4j..4j+3, qh ints 8(j/4)+4(j%2)+0..3 and
+// the two scales 8(j/4)+(j%4), +4. A super-block (210 bytes) starts 2 bytes
+// off a word boundary when its index is odd: the loads realign.
+template <> struct Lanes<Q6_K> {
+    static constexpr int L = 8, SUMS = 0, PAIRS = 0, BPI = 128 / Dot<Q6_K>::T;
+    struct Raw { W4 ql, qh; int s0, s1; uint32_t d; };
+    struct Lane { int u[2], d[2], vh_shift, soff, qh_off; };
+    __device__ static Lane lane(int g, int j) {
+        Lane l;
+        const int bq = 8 * g + 4 * (j / 4) + (j % 4) / 2;
+        for (int i = 0; i < 2; ++i) {
+            l.u[i] = q8_chunk(2 * (bq + 2 * i) + (j % 2));
+            l.d[i] = bq + 2 * i;
+        }
+        l.vh_shift = 2 * ((j % 4) / 2);
+        l.soff = 192 + 8 * (j / 4) + (j % 4);
+        l.qh_off = 128 + 32 * (j / 4) + 16 * (j % 2);
+        return l;
+    }
+    __device__ static Raw load(const uint8_t *b, const Lane &l, int j) {
+        const int mis = (int)((uintptr_t)b & 3);
+        Raw r;
+        r.ql = ld16_a2(b + 16 * j, mis);
+        r.qh = ld16_a2(b + l.qh_off, mis);
+        r.s0 = (int8_t)b[l.soff];
+        r.s1 = (int8_t)b[l.soff + 4];
+        r.d = *(const uint16_t *)(b + 208);
+        return r;
+    }
+    __device__ static void dots(const Raw &r, const Q8Stage &q, const Lane &l, int it, float out[4],
+                                const Tbl16 &) {
+        const int cq = 16 * BPI * it, cb = 8 * BPI * it;
+        const int sc[2] = {r.s0, r.s1};
+        W4 u[2];
+        float d8[2];
+        for (int i = 0; i < 2; ++i) {
+            u[i] = q.q[l.u[i] + cq];
+            d8[i] = q.dv[l.d[i] + cb];
+        }
+        const float d = hb2f(r.d);
+        for (int k = 0; k < 4; ++k) {
+            const int vl = (int)r.ql.v[k], vh = (int)r.qh.v[k] >> l.vh_shift;
+            float sf = 0.0f;
+            for (int i = 0; i < 2; ++i) {
+                const int vil = (vl >> (4 * i)) & 0x0F0F0F0F;
+                const int vih = ((vh >> (4 * i)) << 4) & 0x30303030;
+                // __vsubss4(x, 0x20202020) for bytes x in 0..63 (never saturates):
+                // byte x + 0x60 stays below 0x100, and ^ 0x80 then gives x - 32.
+                const int vi = (int)(((uint32_t)(vil | vih) + 0x60606060u) ^ 0x80808080u);
+                const int dq = __dp4a(vi, (int)u[i].v[k], 0);
+                sf = __fmaf_rn(d8[i], i2f(dq * sc[i]), sf);
+            }
+            out[k] = __fmul_rn(d, sf);
+        }
+    }
+};
+
+// Table values of the eight nibbles of q in nibble order: x[i] holds those of
+// the low and high nibbles of bytes 2i and 2i+1 (L H L H): lut8 without its
+// final regrouping, for q8 ints staged in the same interleaved order.
+__device__ __forceinline__ void lut8_pairs(uint32_t q, const Tbl16 &t, uint32_t x[2]) {
+    const uint32_t idx = q & 0x77777777u;
+    const uint32_t pick = ((q >> 1) & 0x44444444u) | 0x32103210u;
+    for (int i = 0; i < 2; ++i) {
+        const uint32_t sel = idx >> (16 * i);
+        x[i] = prmt(prmt(t.w[0], t.w[1], sel), prmt(t.w[2], t.w[3], sel), pick >> (16 * i));
+    }
+}
+
+// IQ4_XS: L = 2; lane h has qs ints 16h..16h+15 (sub-blocks 4h..4h+3) and
+// the 8-byte head (d, scales_h, scales_l). Its q8_1 ints are staged in pairs
+// (PAIRS): the bytes of ints m and m+4 interleaved, matching lut8_pairs, so
+// each qs word costs two dp4a and no regrouping (the integer sum is the same).
+template <> struct Lanes<IQ4_XS> {
+    static constexpr int L = 2, SUMS = 0, PAIRS = 1, BPI = 128 / Dot<IQ4_XS>::T;
+    struct Raw { uint32_t h0, h1; W4 qs[4]; };
+    struct Lane { int lo[4], hi[4], d, h; };
+    __device__ static Lane lane(int g, int h) {
+        Lane l;
+        for (int k = 0; k < 4; ++k) {
+            l.lo[k] = q8_chunk(2 * (8 * g + 4 * h + k));
+            l.hi[k] = q8_chunk(2 * (8 * g + 4 * h + k) + 1);
+        }
+        l.d = 8 * g + 4 * h;
+        l.h = h;
+        return l;
+    }
+    __device__ static Raw load(const uint8_t *b, const Lane &l, int h) {
+        Raw r;
+        r.h0 = ld4(b);
+        r.h1 = ld4(b + 4);
+        for (int m = 0; m < 4; ++m) r.qs[m] = ld8x2(b + 8 + 64 * h + 16 * m);
+        return r;
+    }
+    __device__ static void dots(const Raw &r, const Q8Stage &q, const Lane &l, int it, float out[4],
+                                const Tbl16 &tbl) {
+        const int cq = 16 * BPI * it, cb = 8 * BPI * it;
+        const float d = hb2f(r.h0);
+        const uint32_t sh = r.h0 >> (16 + 8 * l.h), sl = r.h1 >> (16 * l.h);
+        for (int k = 0; k < 4; ++k) {
+            // paired ints of q8_1 block 4h + k: words 2m, 2m+1 for qs word m
+            const W4 p01 = q.q[l.lo[k] + cq], p23 = q.q[l.hi[k] + cq];
+            int sumi = 0;
+            for (int m = 0; m < 4; ++m) {
+                uint32_t x[2];
+                lut8_pairs(r.qs[k].v[m], tbl, x);
+                const W4 &pp = m < 2 ? p01 : p23;
+                sumi = __dp4a((int)x[0], (int)pp.v[2 * (m % 2)], sumi);
+                sumi = __dp4a((int)x[1], (int)pp.v[2 * (m % 2) + 1], sumi);
+            }
+            // scale of sub-block t = 4h + k: nibble t of scales_l, bits 2t..2t+1 of scales_h
+            const int ls = (int)(((sl >> (4 * k)) & 15) | (((sh >> (2 * k)) & 3) << 4));
+            sumi *= ls - 32;
+            out[k] = __fmul_rn(__fmul_rn(d, q.dv[l.d + k + cb]), i2f(sumi));
+        }
+    }
+};
+
+// Stage one q8_1 column of nq8 blocks (36 bytes each, 4-byte aligned) into
+// Q8Stage's layout (s_q: 2·nq8 chunks, s_d: nq8 floats, s_sum: nq8 chunks
+// when SUMS). With PAIRS the quant ints u0..u7 are stored as the byte pairs
+// of (u_m, u_m+4), m = 0..3: word 2m = bytes 0, 1 of both, word 2m+1 = bytes
+// 2, 3. One thread per q8_1 block: its nine words load together.
+template <int SUMS, int PAIRS>
+__device__ __forceinline__ void stage_q8(const uint8_t *q8, int nq8, W4 *s_q, float *s_d,
+                                         W4 *s_sum, int i0, int step) {
+    for (int b = i0; b < nq8; b += step) {
+        uint32_t v[9];
+        for (int m = 0; m < 9; ++m) v[m] = ld4(q8 + 36 * b + 4 * m);
+        s_d[b] = hb2f(v[0]);
+        if (PAIRS) {
+            uint32_t p[8];
+            for (int m = 0; m < 4; ++m) {
+                p[2 * m] = prmt(v[1 + m], v[5 + m], 0x5140u);
+                p[2 * m + 1] = prmt(v[1 + m], v[5 + m], 0x7362u);
+            }
+            s_q[q8_chunk(2 * b)] = W4{{p[0], p[1], p[2], p[3]}};
+            s_q[q8_chunk(2 * b + 1)] = W4{{p[4], p[5], p[6], p[7]}};
+        } else {
+            s_q[q8_chunk(2 * b)] = W4{{v[1], v[2], v[3], v[4]}};
+            s_q[q8_chunk(2 * b + 1)] = W4{{v[5], v[6], v[7], v[8]}};
+        }
+        if (SUMS) {
+            W4 s;
+            for (int k = 0; k < 4; ++k)
+                s.v[k] = (uint32_t)__dp4a(0x01010101, (int)v[5 + k], __dp4a(0x01010101, (int)v[1 + k], 0));
+            s_sum[q8_chunk(b)] = s;
+        }
+    }
+}
+
+}  // namespace smv

@@ -145,11 +145,11 @@ __global__ void __launch_bounds__(128) k_mmvq_plain(const uint8_t *__restrict__ 
 template <int TYPE> constexpr bool has_lanes() { return TYPE == Q4_K || TYPE == Q6_K || TYPE == IQ4_XS; }
 
 constexpr int LANE_WARPS = 8;
-// Q6_K: at most 64 registers per thread, so 4 blocks (32 warps) fit an SM
-// and more weight loads are in flight (its kernel waits mostly on global
-// loads). Measured on the H200: the same cap slows Q4_K and IQ4_XS (their
-// loop then spills or loses its prefetch), so they are left uncapped.
-template <int TYPE> constexpr int lane_blocks_per_sm() { return TYPE == Q6_K ? 4 : 1; }
+// Blocks per SM the register budget must allow (__launch_bounds__): the
+// kernel waits mostly on global loads, and the best trade between resident
+// warps and registers (prefetch, unrolling) was measured on the H200 for
+// each type: Q6_K 4 blocks (64 registers), Q4_K and IQ4_XS 2 (up to 128).
+template <int TYPE> constexpr int lane_blocks_per_sm() { return TYPE == Q6_K ? 4 : 2; }
 
 struct LaneSmem {
     int q, d, sum, acc, total;

@@ -43,3 +43,45 @@ def test_refusals_launch_nothing(nat):
     assert lib.smv_quantize_q8_1(yp, q.ptr, 33, f.NULL) == 2
     assert lib.smv_set_plain_kernel(4) == 5 and lib.smv_set_plain_kernel(-1) == 5
     assert lib.smv_set_plain_kernel(0) == 0
+
+
+# The lanes kernel (1 column; Q4_K, Q6_K, IQ4_XS): shapes the parity suite
+# does not reach. Rows beyond one pass of the resident warps (each warp then
+# loops over rows and prefetches across the row boundary), K whose staged
+# q8_1 column needs more than 48 KB of shared memory (the opt-in limit), and
+# weights that are not 16-byte aligned (the plain kernel runs instead).
+LANE_CASES = [("Q4_K", 5003, 256, 0), ("Q6_K", 4999, 512, 0), ("IQ4_XS", 5001, 768, 0),
+              ("Q4_K", 37, 32768, 0), ("Q6_K", 19, 49152, 0), ("IQ4_XS", 23, 49152, 0),
+              ("Q4_K", 45, 2560, 4), ("Q6_K", 45, 2560, 2), ("IQ4_XS", 45, 2560, 8)]
+
+
+@pytest.mark.parametrize("name,rows,k,offset", LANE_CASES)
+def test_lanes_kernel_edges_bitwise(nat, name, rows, k, offset):
+    import numpy as np
+    from strata_ref.routes.mmvq import mmvq
+    from strata_ref.routes.mmvq_inputs import sane_blocks
+    from strata_ref.routes.q8_1 import quantize_q8_1
+    from strata_ref.types import GGMLType, block_format
+    t = GGMLType[name]
+    rng = np.random.default_rng(rows + k)
+    w = sane_blocks(t, rows * k // block_format(t).block_values, rng).reshape(rows, -1)
+    q8 = quantize_q8_1(rng.standard_normal((1, k)).astype(np.float32)).reshape(1, -1, 36)
+    ref = mmvq(t, w, q8)
+    buf = np.zeros(w.nbytes + 16, np.uint8)          # device buffers are 256-byte aligned
+    buf[offset:offset + w.nbytes] = w.ravel()
+    dw, dq, dy = nat.put(buf), nat.put(q8), nat.alloc(rows * 4)
+    f = nat.ffi
+    for kind in (0, 3):                               # automatic, and the lanes kernel asked for
+        nat.check(nat.lib.smv_set_plain_kernel(kind), "plain kernel")
+        try:
+            nat.check(nat.lib.smv_mmvq(int(t), f.cast("char *", dw.ptr) + offset, rows, k, dq.ptr,
+                                       1, f.cast("float *", dy.ptr), 0, f.NULL), "mmvq")
+        finally:
+            nat.lib.smv_set_plain_kernel(0)
+        got = nat.get(dy, np.float32, rows).reshape(1, rows)
+        assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), (name, kind)
+
+
+def test_lanes_types(nat):
+    from strata_ref.types import GGMLType as T
+    assert [t.name for t in T if nat.lib.smv_has_lanes(int(t))] == ["Q4_K", "Q6_K", "IQ4_XS"]

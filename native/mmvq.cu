@@ -54,10 +54,16 @@ __global__ void k_quantize_q8_1(const float *__restrict__ x, uint8_t *__restrict
 }
 
 // ---- the 16-entry value table (IQ4_NL, IQ4_XS, MXFP4) in registers ------------
-// The table bytes are read through a pointer the compiler cannot see
-// through, so it keeps the four words in registers instead of rebuilding
-// them as constants before every byte permute.
 template <int TYPE> __device__ __forceinline__ Tbl16 kernel_table() {
+    return tbl16(TYPE == MXFP4 ? tab_kvalues_mxfp4 : tab_kvalues_iq4nl);
+}
+
+// The same table read through a pointer the compiler cannot see through, so
+// that it keeps the four words in registers instead of rebuilding them as
+// constants before every byte permute: the lanes kernel's choice (measured
+// faster there on the H200; in the 4-rows-per-warp expert kernel the four
+// held registers cost more than they save, so it keeps kernel_table).
+template <int TYPE> __device__ __forceinline__ Tbl16 register_table() {
     const int8_t *src = (const int8_t *)(TYPE == MXFP4 ? tab_kvalues_mxfp4 : tab_kvalues_iq4nl);
 #ifdef __CUDA_ARCH__
     asm volatile("mov.b64 %0, %0;" : "+l"(src));
@@ -196,7 +202,7 @@ __global__ void __launch_bounds__(32 * LANE_WARPS, lane_blocks_per_sm<TYPE>()) k
     const Q8Stage qs{(const W4 *)(s_raw + lay.q), (const float *)(s_raw + lay.d),
                      (const W4 *)(s_raw + lay.sum)};
     float *s_acc = (float *)(s_raw + lay.acc) + 128 * (threadIdx.x / 32);
-    const Tbl16 tbl = kernel_table<TYPE>();
+    const Tbl16 tbl = register_table<TYPE>();
     for (; row < rows; row += rstep) {
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         const bool more_rows = row + rstep < rows;

@@ -46,11 +46,11 @@ TABLES = {"shared": SHARED, "sm_70": SM70, "sm_61": SM61}
 
 #: Emitted by `run_bench_mmvq(emit_table=True)` on one NVIDIA H200 (cc 9.0,
 #: 2026-11-30, K = 2560, 200 reps per arm, weights L2-cold, strata-ref's own
-#: kernels after the plain kernel's rewrite; log in docs/mmvq.md). Not selected
+#: kernels as of ABI 4; log in docs/mmvq.md). Not selected
 #: by `mmvq_dispatch` (cc >= 80 takes SHARED, as kernels.md §12 says); use it
 #: through STRATA_MMVQ_IL_ROWS or adopt it there.
 H200_MEASURED = {
-    T.IQ4_XS: ((0, 1, 4, 4, 4), (0, 1, 4, 4, 4), (1, 1, 4, 4, 4)),
+    T.IQ4_XS: ((1, 1, 2, 2, 4), (0, 1, 4, 4, 4), (1, 1, 4, 4, 4)),
     T.Q4_K:   ((0, 1, 2, 1, 1), (0, 1, 4, 2, 2), (0, 1, 4, 1, 1)),
     T.Q5_K:   ((0, 1, 2, 1, 1), (0, 1, 1, 1, 1), (0, 1, 4, 2, 2)),
     T.Q6_K:   ((0, 1, 2, 2, 2), (0, 1, 4, 1, 4), (1, 1, 2, 2, 2)),

@@ -177,25 +177,16 @@ __global__ void __launch_bounds__(32 * LANE_WARPS, lane_blocks_per_sm<TYPE>()) k
                                                                 float *__restrict__ y) {
     using D = Dot<TYPE>;
     using LN = Lanes<TYPE>;
-    constexpr int BPI = LN::BPI, QB = D::QK / 32;
+    constexpr int QB = D::QK / 32;
     extern __shared__ __align__(16) uint8_t s_raw[];
     const int nq8 = nb * QB;
     const LaneSmem lay = lane_smem(nq8, LN::SUMS);
     const int lane = threadIdx.x % 32, g = lane / LN::L, j = lane % LN::L;
     const typename LN::Lane ln = LN::lane(g, j);
-    const int n_it = (nb + BPI - 1) / BPI;                  // iterations of the busiest lane
-    const long long rstep = (long long)gridDim.x * LANE_WARPS;
-    const long long rbytes = (long long)nb * D::BYTES;
-    long long row = (long long)blockIdx.x * LANE_WARPS + threadIdx.x / 32;
-    // p walks the lane's blocks: + it_step within a row, + row_jump to the
-    // first block of the warp's next row. Every load reads a real block: a
-    // lane without a next block reloads its current one (an L1 hit), and a
-    // lane without a block in an iteration (g + BPI·it >= nb) keeps its sum.
-    const long long it_step = (long long)BPI * D::BYTES;
-    const long long row_jump = rstep * rbytes - (long long)(n_it - 1) * it_step;
-    const uint8_t *p = w + (row < rows ? row : 0) * rbytes + (long long)(g < nb ? g : nb - 1) * D::BYTES;
+    const long long row0 = (long long)blockIdx.x * LANE_WARPS + threadIdx.x / 32;
+    const LaneWalk<TYPE> wk{w, rows, (long long)gridDim.x * LANE_WARPS, (long long)nb * D::BYTES, nb, g};
     // the first weight loads go out before the q8_1 column is staged
-    typename LN::Raw cur = LN::load(p, ln, j), nxt;
+    const typename LN::Raw first = LN::load(wk.first(row0), ln, j);
     stage_q8<LN::SUMS, LN::PAIRS>(q8, nq8, (W4 *)(s_raw + lay.q), (float *)(s_raw + lay.d),
                                   (W4 *)(s_raw + lay.sum), threadIdx.x, 32 * LANE_WARPS);
     __syncthreads();
@@ -203,24 +194,7 @@ __global__ void __launch_bounds__(32 * LANE_WARPS, lane_blocks_per_sm<TYPE>()) k
                      (const W4 *)(s_raw + lay.sum)};
     float *s_acc = (float *)(s_raw + lay.acc) + 128 * (threadIdx.x / 32);
     const Tbl16 tbl = register_table<TYPE>();
-    for (; row < rows; row += rstep) {
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        const bool more_rows = row + rstep < rows;
-#pragma unroll 2
-        for (int it = 0; it < n_it; ++it) {
-            // the next item: this row's next block, or the next row's first
-            const bool last = it + 1 == n_it;
-            const bool has_next = last ? (more_rows && g < nb) : (g + BPI * (it + 1) < nb);
-            const uint8_t *pn = has_next ? p + (last ? row_jump : it_step) : p;
-            nxt = LN::load(pn, ln, j);
-            float o[4];
-            LN::dots(cur, qs, ln, it, o, tbl);
-            const bool mine = g + BPI * it < nb;
-#pragma unroll
-            for (int k = 0; k < 4; ++k) acc[k] = mine ? __fadd_rn(acc[k], o[k]) : acc[k];
-            cur = nxt;
-            p = pn;
-        }
+    lane_rows<TYPE>(wk, row0, j, ln, qs, tbl, first, [&](long long row, const float acc[4]) {
         // canonical combine: lane l adds threads l, 32+l, 64+l, 96+l, then the butterfly
         *(float4 *)(s_acc + 4 * lane) = make_float4(acc[0], acc[1], acc[2], acc[3]);
         __syncwarp();
@@ -229,7 +203,7 @@ __global__ void __launch_bounds__(32 * LANE_WARPS, lane_blocks_per_sm<TYPE>()) k
         __syncwarp();
         v = warp_sum(v);
         if (lane == 0) y[row] = v;
-    }
+    });
 }
 
 // Shared memory a block may use on the current device (the opt-in limit,

@@ -7,6 +7,8 @@
 // Build: g++ -O1 -std=c++17 -ffp-contract=off -shared -fPIC.
 #include "mmvq_lanes.cuh"
 
+#include <vector>
+
 using namespace smv;
 
 extern "C" float smv_host_dot(int type, const uint8_t *blk, const uint8_t *q8, int t,
@@ -87,3 +89,51 @@ extern "C" int smv_host_lane_dots(int type, const uint8_t *blk, int mis, const u
 }
 
 extern "C" int smv_host_q8_chunk(int c) { return q8_chunk(c); }
+
+// The lanes kernel's whole 1-column mat-vec on the host: `nwarps` warps (warp
+// v takes rows v, v + nwarps, ...), each lane walking its blocks with
+// lane_rows exactly as on the GPU, then the canonical combine of the 128
+// thread sums per row. y: rows floats. Returns 0, or 1 for a type without a
+// lanes kernel.
+template <int TYPE>
+static void lanes_matvec(const uint8_t *w, long long rows, int nb, const uint8_t *q8, int nwarps,
+                         const Tbl16 &tb, float *y) {
+    using LN = Lanes<TYPE>;
+    const int nq8 = nb * (Dot<TYPE>::QK / 32);
+    std::vector<W4> s_q(2 * nq8), s_sum(nq8);
+    std::vector<float> s_d(nq8), t(rows * 128);
+    stage_q8<LN::SUMS, LN::PAIRS>(q8, nq8, s_q.data(), s_d.data(), s_sum.data(), 0, 1);
+    const Q8Stage qs{s_q.data(), s_d.data(), s_sum.data()};
+    for (int v = 0; v < nwarps; ++v)
+        for (int p = 0; p < 32; ++p) {
+            const int g = p / LN::L, j = p % LN::L;
+            const LaneWalk<TYPE> wk{w, rows, nwarps, (long long)nb * Dot<TYPE>::BYTES, nb, g};
+            const typename LN::Lane ln = LN::lane(g, j);
+            lane_rows<TYPE>(wk, v, j, ln, qs, tb, LN::load(wk.first(v), ln, j),
+                            [&](long long row, const float acc[4]) {
+                                for (int k = 0; k < 4; ++k) t[row * 128 + 4 * p + k] = acc[k];
+                            });
+        }
+    for (long long r = 0; r < rows; ++r) {
+        const float *tr = &t[r * 128];
+        float v[32], u[32];
+        for (int l = 0; l < 32; ++l)
+            v[l] = __fadd_rn(__fadd_rn(__fadd_rn(tr[l], tr[32 + l]), tr[64 + l]), tr[96 + l]);
+        for (int h = 16; h >= 1; h >>= 1) {
+            for (int l = 0; l < 32; ++l) u[l] = __fadd_rn(v[l], v[l ^ h]);
+            for (int l = 0; l < 32; ++l) v[l] = u[l];
+        }
+        y[r] = v[0];
+    }
+}
+
+extern "C" int smv_host_lanes_matvec(int type, const uint8_t *w, long long rows, long long k,
+                                     const uint8_t *q8, int nwarps, const int8_t *tbl, float *y) {
+    const Tbl16 tb = tbl16(tbl);
+    switch (type) {
+        case Q4_K: lanes_matvec<Q4_K>(w, rows, (int)(k / 256), q8, nwarps, tb, y); return 0;
+        case Q6_K: lanes_matvec<Q6_K>(w, rows, (int)(k / 256), q8, nwarps, tb, y); return 0;
+        case IQ4_XS: lanes_matvec<IQ4_XS>(w, rows, (int)(k / 256), q8, nwarps, tb, y); return 0;
+        default: return 1;
+    }
+}

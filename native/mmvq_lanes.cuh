@@ -261,6 +261,59 @@ template <> struct Lanes<IQ4_XS> {
     }
 };
 
+// Where one lane's blocks are: weights w (rows x nb blocks), the warp's rows
+// row0, row0 + rstep, ... below `rows`, the lane's block group g.
+template <int TYPE> struct LaneWalk {
+    const uint8_t *w;
+    long long rows, rstep, rbytes;
+    int nb, g;
+    // the lane's first block of `row`, clamped to a real block (a row past
+    // the end, or g >= nb, give one that is loaded and not used)
+    __device__ const uint8_t *first(long long row) const {
+        return w + (row < rows ? row : rows - 1) * rbytes +
+               (long long)(g < nb ? g : nb - 1) * Dot<TYPE>::BYTES;
+    }
+};
+
+// One lane of the lanes kernel over its warp's rows: per row, its four
+// threads' sums over blocks g + BPI·it (it < n_it; none when >= nb), then
+// on_row(row, acc) (the kernel combines the warp's 128 sums there; every
+// lane calls it at the same time). `cur` is the lane's loaded first block.
+// The next block (this row's next one, or the next row's first) is loaded
+// before the current one is used; a lane without one reloads its current
+// block, so every load reads a real block.
+template <int TYPE, class OnRow>
+__device__ __forceinline__ void lane_rows(const LaneWalk<TYPE> &wk, long long row, int j,
+                                          const typename Lanes<TYPE>::Lane &ln, const Q8Stage &qs,
+                                          const Tbl16 &tbl, typename Lanes<TYPE>::Raw cur,
+                                          OnRow on_row) {
+    using LN = Lanes<TYPE>;
+    constexpr int BPI = LN::BPI;
+    const int g = wk.g, nb = wk.nb, n_it = (nb + BPI - 1) / BPI;
+    const long long it_step = (long long)BPI * Dot<TYPE>::BYTES;
+    const uint8_t *p = wk.first(row);
+    typename LN::Raw nxt;
+    for (; row < wk.rows; row += wk.rstep) {
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        const bool more_rows = row + wk.rstep < wk.rows;
+        const uint8_t *next_row = wk.first(row + wk.rstep);
+#pragma unroll 2
+        for (int it = 0; it < n_it; ++it) {
+            const bool last = it + 1 == n_it;
+            const uint8_t *pn = last ? (more_rows ? next_row : p)
+                                     : (g + BPI * (it + 1) < nb ? p + it_step : p);
+            nxt = LN::load(pn, ln, j);
+            float o[4];
+            LN::dots(cur, qs, ln, it, o, tbl);
+            const bool mine = g + BPI * it < nb;
+            for (int k = 0; k < 4; ++k) acc[k] = mine ? __fadd_rn(acc[k], o[k]) : acc[k];
+            cur = nxt;
+            p = pn;
+        }
+        on_row(row, acc);
+    }
+}
+
 // Stage one q8_1 column of nq8 blocks (36 bytes each, 4-byte aligned) into
 // Q8Stage's layout (s_q: 2·nq8 chunks, s_d: nq8 floats, s_sum: nq8 chunks
 // when SUMS). With PAIRS the quant ints u0..u7 are stored as the byte pairs

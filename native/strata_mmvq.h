@@ -36,9 +36,11 @@ int smv_quantize_q8_1(const float *x, void *q8, long long n, void *stream);
 
 /* y[c*rows + r] = row r of W (rows x K, type `type`) times q8_1 column c
  * (column c starts at q8 + c*(K/32)*36), c < ncols (1..8).
- * rows_per_warp 0: the plain kernel (one 128-thread block per row);
+ * rows_per_warp 0: for 1 column the kernel smv_set_plain_kernel names (by
+ * default the lanes kernel where it serves the call, else the plain kernel),
+ * for 2..8 columns the plain kernel (one 128-thread block per row);
  * 1, 2 or 4: the warp kernel (R consecutive rows per warp, 4 warps per
- * block, four virtual-warp accumulators). Both give the canonical order. */
+ * block, four virtual-warp accumulators). All give the canonical order. */
 int smv_mmvq(int type, const void *w, long long rows, long long k, const void *q8,
              int ncols, float *y, int rows_per_warp, void *stream);
 

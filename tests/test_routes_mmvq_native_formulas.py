@@ -39,6 +39,9 @@ def host(tmp_path_factory):
     lib.smv_host_lane_dots.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
                                        ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
     lib.smv_host_q8_chunk.argtypes = [ctypes.c_int]
+    lib.smv_host_lanes_matvec.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_longlong,
+                                          ctypes.c_longlong, ctypes.c_void_p, ctypes.c_int,
+                                          ctypes.c_void_p, ctypes.c_void_p]
     return lib
 
 
@@ -176,3 +179,35 @@ def test_q8_chunk_swizzle_is_conflict_free_for_the_lane_layouts(host):
                     c = [2 * (8 * (g + 16 * it) + 4 * h + k) + half
                          for g in range(4 * a, 4 * a + 4) for h in range(2)]
                     assert _phase_banks(host, c) == list(range(8))
+
+
+# (type, rows, K, warps): K not a multiple of BPI blocks (some lanes have one
+# iteration fewer, then move on to the next row), K below one iteration (lanes
+# idle), odd Q6_K row lengths (rows alternate between word-aligned and 2 bytes
+# off), and fewer warps than rows so that every warp walks several rows.
+LANE_MATVEC_CASES = [(GGMLType.Q4_K, 29, 2560, 5), (GGMLType.Q4_K, 13, 256, 3),
+                     (GGMLType.Q4_K, 11, 4608, 2), (GGMLType.Q6_K, 23, 2816, 4),
+                     (GGMLType.Q6_K, 17, 2560, 3), (GGMLType.IQ4_XS, 21, 14336, 4),
+                     (GGMLType.IQ4_XS, 9, 1024, 2)]
+
+
+@pytest.mark.parametrize("t,rows,k,warps", LANE_MATVEC_CASES,
+                         ids=lambda v: getattr(v, "name", str(v)))
+def test_host_lanes_matvec_equals_oracle(host, t, rows, k, warps):
+    """The lanes kernel's whole walk (native/mmvq_lanes.cuh lane_rows: the
+    per-lane block pointers across iterations and rows, the staged q8_1 column,
+    every lane's group and iteration offsets) and the canonical combine, run
+    on the host, give routes/mmvq.py's output bit for bit."""
+    fmt = block_format(t)
+    rng = np.random.default_rng(rows * k + warps)
+    w = sane_blocks(t, rows * k // fmt.block_values, rng).reshape(rows, -1)
+    q8 = quantize_q8_1(rng.standard_normal(k).astype(np.float32))
+    ref = M.mmvq(t, w, q8)[0]
+    buf = np.zeros(w.nbytes + 16, np.uint8)
+    base = (-buf.ctypes.data) % 16                   # the kernel's 16-byte aligned weights
+    buf[base:base + w.nbytes] = w.ravel()
+    tbl = np.ascontiguousarray(iq_tables.KVALUES_IQ4NL, dtype=np.int8)
+    got = np.empty(rows, np.float32)
+    assert host.smv_host_lanes_matvec(int(t), buf.ctypes.data + base, rows, k, q8.ctypes.data,
+                                      warps, tbl.ctypes.data, got.ctypes.data) == 0
+    assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), np.flatnonzero(got != ref)[:8]

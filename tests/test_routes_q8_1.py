@@ -1,5 +1,6 @@
 """q8_1 activation quantization (kernels.md §6): hand-computed blocks, .5
-boundaries, amax = 0, the butterfly sum order, and the fp16 sum overflow."""
+boundaries, amax = 0, the butterfly sum order, the fp16 sum overflow, and
+non-finite values."""
 import numpy as np
 import pytest
 
@@ -116,3 +117,28 @@ def test_q4_0_output_with_overflowed_sum_is_not_finite():
 def test_bad_input(bad):
     with pytest.raises((TypeError, ValueError)):
         quantize_q8_1(bad)
+
+
+def test_nan_value_is_skipped_by_amax_and_quantizes_to_zero():
+    # The CUDA kernel (like ggml's) reduces amax with fmaxf, which skips NaN:
+    # the block keeps the d of its other values (amax 127 -> d = 1), the NaN
+    # value's x/d is NaN and converts to q = 0, and the sum carries the NaN
+    # into s as fp16 0x7FFF (__float2half_rn's NaN).
+    x = np.zeros(32, np.float32)
+    x[0], x[1], x[7] = 127.0, -3.0, np.nan
+    b = _block(x)
+    d, s, qs = q8_1_fields(b)
+    assert d[0] == 1.0
+    assert list(qs[0, :2]) == [127, -3] and qs[0, 7] == 0
+    assert int(b[0, 2]) | (int(b[0, 3]) << 8) == 0x7FFF
+    # all NaN: fmaxf(NaN, NaN) = NaN, so d is NaN too and every q is 0
+    d, s, qs = q8_1_fields(_block(np.full(32, np.nan, np.float32)))
+    assert np.isnan(d[0]) and np.isnan(s[0]) and not qs.any()
+
+
+def test_infinite_value_gives_infinite_d_and_zero_quants():
+    # amax = Inf: d = Inf/127 = Inf, finite/Inf = 0 and Inf/Inf = NaN -> q = 0.
+    x = np.ones(32, np.float32)
+    x[4] = np.inf
+    d, s, qs = q8_1_fields(_block(x))
+    assert np.isinf(d[0]) and np.isinf(s[0]) and not qs.any()

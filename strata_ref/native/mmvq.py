@@ -202,7 +202,10 @@ def quantize_q8_1_native(x: np.ndarray, nat: MmvqNative | None = None) -> np.nda
 def mmvq_native(t, w: np.ndarray, q8: np.ndarray, *, rows_per_warp: int = 0,
                 nat: MmvqNative | None = None) -> np.ndarray:
     """GPU mat-vec: w uint8 (rows, row_bytes), q8 uint8 (ncols, K/32, 36)
-    -> float32 (ncols, rows). rows_per_warp 0 = plain kernel, 1/2/4 = warp kernel."""
+    -> float32 (ncols, rows). rows_per_warp 0: for 1 column the lanes kernel
+    (Q4_K, Q6_K, IQ4_XS with 16-byte aligned weights) or the plain kernel,
+    for 2..8 columns the plain kernel; 1/2/4: the warp kernel. The bits are
+    the same for every choice."""
     nat = nat or load_mmvq()
     t = GGMLType(t)
     q8 = np.asarray(q8, np.uint8)

@@ -58,7 +58,10 @@ def _shapes(t, quick: bool):
     """(rows, K) cases. Row counts straddle the table's class bounds and end
     in partial warp groups (rows % 4 != 0); K is odd where the type allows
     (224 = 7 blocks, 2880 = 90 blocks). Small K keeps the oracle's time down:
-    the row count only picks the table class and the last partial group."""
+    the row count only picks the table class and the last partial group.
+    5003 rows of the big K is more rows than one pass of the 1-column lanes
+    kernel's resident warps on an H200, so its warps walk several rows with a
+    block count (10) that is not a multiple of their iteration stride."""
     if block_format(t).block_values == 32:
         small, big = 224, 2880
     else:
@@ -66,17 +69,22 @@ def _shapes(t, quick: bool):
     if quick:
         return [(67, small), (259, big)]
     return [(2047, small), (2051, small), (4099, small), (8195, small // 2 if small > 256 else small),
-            (12289, 256 if small > 256 else small), (517, big)]
+            (12289, 256 if small > 256 else small), (517, big), (5003, big)]
 
 
 def _q8_parity(nat, rng, out) -> tuple[int, int]:
-    # random, .5-boundary, zero, tiny, huge (fp16 sum overflow) blocks
+    # random, .5-boundary, zero, tiny, huge (fp16 sum overflow) blocks, and
+    # non-finite ones: one NaN value, all NaN, one Inf, +Inf and -Inf
     x = rng.standard_normal(32 * 4096).astype(np.float32)
     x[:32 * 64] = (rng.integers(-127, 128, 32 * 64) + 0.5).astype(np.float32)
     x[32 * 64:32 * 65] = 0.0
     x[32 * 65:32 * 66] = 1e-30
     x[32 * 66:32 * 67] = 3000.0
     x[32 * 67:32 * 68] = rng.uniform(-1e5, 1e5, 32).astype(np.float32)
+    x[32 * 68 + 5] = np.nan
+    x[32 * 69:32 * 70] = np.nan
+    x[32 * 70 + 9] = np.inf
+    x[32 * 71 + 3], x[32 * 71 + 30] = np.inf, -np.inf
     ref = quantize_q8_1(x)
     got = quantize_q8_1_native(x, nat)
     bad = int(np.sum(np.any(ref != got, axis=1)))

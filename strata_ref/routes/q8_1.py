@@ -52,8 +52,11 @@ def quantize_q8_1(x: np.ndarray) -> np.ndarray:
     x: float32 array whose size is a multiple of 32 (columns are contiguous
     and quantize as one vector). Returns uint8 (n/32, 36). Raises TypeError
     for a non-float32 input, ValueError for a size not a multiple of 32.
-    Non-finite inputs follow IEEE (amax = Inf gives d = Inf and q = 0 or NaN
-    casts; such blocks are outside the contract and their q bytes are 0).
+    Non-finite inputs follow the CUDA kernel (and ggml's): amax is a
+    `fmaxf` reduction, which skips NaN, so a block with some NaN values gets
+    the d of its other values; a value whose x/d is not finite (NaN, or
+    Inf/Inf) has q = 0, as CUDA's float -> int conversion gives; the sum
+    carries NaN / Inf into s (fp16 NaN = 0x7FFF). amax = Inf gives d = Inf.
     """
     x = np.asarray(x)
     if x.dtype != np.float32:
@@ -61,7 +64,7 @@ def quantize_q8_1(x: np.ndarray) -> np.ndarray:
     if x.size % QK8_1:
         raise ValueError(f"{x.size} values is not a multiple of the q8_1 block size {QK8_1}")
     v = np.ascontiguousarray(x).reshape(-1, QK8_1)
-    amax = np.max(np.abs(v), axis=1)
+    amax = np.fmax.reduce(np.abs(v), axis=1)          # fmaxf: NaN lanes are skipped
     s = butterfly_sum(v)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         d = (amax / np.float32(127)).astype(np.float32)

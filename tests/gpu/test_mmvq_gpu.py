@@ -47,10 +47,13 @@ def test_refusals_launch_nothing(nat):
 
 # The lanes kernel (1 column; Q4_K, Q6_K, IQ4_XS): shapes the parity suite
 # does not reach. Rows beyond one pass of the resident warps (each warp then
-# loops over rows and prefetches across the row boundary), K whose staged
+# loops over rows and prefetches across the row boundary), also with a block
+# count that is not a multiple of the lanes' iteration stride (lanes with one
+# iteration fewer must still find the next row's first block), K whose staged
 # q8_1 column needs more than 48 KB of shared memory (the opt-in limit), and
 # weights that are not 16-byte aligned (the plain kernel runs instead).
 LANE_CASES = [("Q4_K", 5003, 256, 0), ("Q6_K", 4999, 512, 0), ("IQ4_XS", 5001, 768, 0),
+              ("Q4_K", 5003, 2560, 0), ("Q6_K", 8195, 2560, 0), ("IQ4_XS", 4096, 14336, 0),
               ("Q4_K", 37, 32768, 0), ("Q6_K", 19, 49152, 0), ("IQ4_XS", 23, 49152, 0),
               ("Q4_K", 45, 2560, 4), ("Q6_K", 45, 2560, 2), ("IQ4_XS", 45, 2560, 8)]
 

@@ -247,8 +247,11 @@ void launch_lanes(const void *w, long long rows, int nb, const void *q8, float *
         cudaGetDevice(&dev);
         if (dev != c_dev || smem != c_smem) {
             int sms = 1, per_sm = 1;
+            // allow the device's whole opt-in limit once, so that launches with a
+            // smaller size from other host threads never find it lowered
             if (smem > 48 * 1024)
-                cudaFuncSetAttribute(k_mmvq_lanes<TYPE>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+                cudaFuncSetAttribute(k_mmvq_lanes<TYPE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     lane_smem_limit());
             cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
             cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_mmvq_lanes<TYPE>,
                                                           32 * LANE_WARPS, smem);

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..numerics import fma_f32
-from ..types import GGMLType, block_format
+from ..types import GGMLType, block_format, parse_type
 from .mmvq_quants import unpack
 from .q8_1 import QK8_1, butterfly_sum, q8_1_fields, quantize_q8_1
 
@@ -375,7 +375,7 @@ def canonical_reduce(dots: np.ndarray) -> np.ndarray:
 
 
 def _check(t, w, q8):
-    t = GGMLType(t)
+    t = parse_type(t)
     if t not in GEOMETRY:
         raise ValueError(f"no q8_1 mat-vec for type {t.name}")
     fmt = block_format(t)
@@ -390,6 +390,8 @@ def _check(t, w, q8):
     if not 1 <= q8.shape[0] <= MAX_COLUMNS:
         raise ValueError(f"1..{MAX_COLUMNS} columns, got {q8.shape[0]}")
     k = q8.shape[1] * QK8_1
+    if k == 0:
+        raise ValueError("q8_1 blocks hold no values (K = 0)")
     if k % fmt.block_values:
         raise ValueError(f"K = {k} is not a multiple of {t.name}'s block of {fmt.block_values}")
     nb = k // fmt.block_values

@@ -40,9 +40,10 @@ def butterfly_sum(v: np.ndarray) -> np.ndarray:
     if v.shape[-1] != 32:
         raise ValueError(f"butterfly_sum needs 32 lanes, got {v.shape[-1]}")
     h = 16
-    while h >= 1:
-        v = v[..., :h] + v[..., h:2 * h]
-        h //= 2
+    with np.errstate(invalid="ignore", over="ignore"):   # IEEE: Inf + -Inf = NaN, overflow = Inf
+        while h >= 1:
+            v = v[..., :h] + v[..., h:2 * h]
+            h //= 2
     return v[..., 0]
 
 

@@ -65,7 +65,7 @@ extern "C" int smv_host_block_values(int type) {
 // Lane j's four dots (threads t = 4j + k) of one 256-value weight block at
 // `blk` with its 8 q8_1 blocks, staged as the kernel stages them. `mis` (the
 // block's address mod 4; the loads read it from the address) is unused.
-// Returns 0, or 1 for a type without a lanes kernel.
+// Returns 0, 1 for a type without a lanes kernel, or 2 if a load was not aligned.
 template <int TYPE>
 static void lane_dots(const uint8_t *blk, const uint8_t *q8, int j, const Tbl16 &tb, float out[4]) {
     using LN = Lanes<TYPE>;
@@ -80,12 +80,14 @@ static void lane_dots(const uint8_t *blk, const uint8_t *q8, int j, const Tbl16 
 extern "C" int smv_host_lane_dots(int type, const uint8_t *blk, int mis, const uint8_t *q8, int j,
                                   const int8_t *tbl, float *out) {
     const Tbl16 tb = tbl16(tbl);
+    host_reads() = HostReads{};
     switch (type) {
-        case Q4_K: lane_dots<Q4_K>(blk, q8, j, tb, out); return 0;
-        case Q6_K: lane_dots<Q6_K>(blk, q8, j, tb, out); return 0;
-        case IQ4_XS: lane_dots<IQ4_XS>(blk, q8, j, tb, out); return 0;
+        case Q4_K: lane_dots<Q4_K>(blk, q8, j, tb, out); break;
+        case Q6_K: lane_dots<Q6_K>(blk, q8, j, tb, out); break;
+        case IQ4_XS: lane_dots<IQ4_XS>(blk, q8, j, tb, out); break;
         default: return 1;
     }
+    return host_reads().misaligned ? 2 : 0;   // 2: a load not aligned as the GPU needs
 }
 
 extern "C" int smv_host_q8_chunk(int c) { return q8_chunk(c); }
@@ -93,15 +95,19 @@ extern "C" int smv_host_q8_chunk(int c) { return q8_chunk(c); }
 // The lanes kernel's whole 1-column mat-vec on the host: `nwarps` warps (warp
 // v takes rows v, v + nwarps, ...), each lane walking its blocks with
 // lane_rows exactly as on the GPU, then the canonical combine of the 128
-// thread sums per row. y: rows floats. Returns 0, or 1 for a type without a
-// lanes kernel.
+// thread sums per row. y: rows floats.
 template <int TYPE>
 static void lanes_matvec(const uint8_t *w, long long rows, int nb, const uint8_t *q8, int nwarps,
                          const Tbl16 &tb, float *y) {
     using LN = Lanes<TYPE>;
     const int nq8 = nb * (Dot<TYPE>::QK / 32);
-    std::vector<W4> s_q(2 * nq8), s_sum(nq8);
-    std::vector<float> s_d(nq8), t(rows * 128);
+    // The kernel's lanes without a block in an iteration still evaluate (and
+    // discard) dots whose q8_1 reads run up to 16·BPI chunks past the staged
+    // column, into shared memory that follows it; the host copies get that much
+    // zeroed room so that those reads stay defined here.
+    const int pad = 16 * LN::BPI + 16;
+    std::vector<W4> s_q(2 * nq8 + pad), s_sum(nq8 + pad);
+    std::vector<float> s_d(nq8 + pad), t(rows * 128);
     stage_q8<LN::SUMS, LN::PAIRS>(q8, nq8, s_q.data(), s_d.data(), s_sum.data(), 0, 1);
     const Q8Stage qs{s_q.data(), s_d.data(), s_sum.data()};
     for (int v = 0; v < nwarps; ++v)
@@ -127,13 +133,27 @@ static void lanes_matvec(const uint8_t *w, long long rows, int nb, const uint8_t
     }
 }
 
+// Returns 0; 1 for a type without a lanes kernel; 2 if a load was not
+// aligned as the GPU needs; 3 if a load read outside the weights and the
+// q8_1 column.
 extern "C" int smv_host_lanes_matvec(int type, const uint8_t *w, long long rows, long long k,
                                      const uint8_t *q8, int nwarps, const int8_t *tbl, float *y) {
     const Tbl16 tb = tbl16(tbl);
+    const int bytes = type == Q4_K ? Dot<Q4_K>::BYTES : type == Q6_K ? Dot<Q6_K>::BYTES
+                    : type == IQ4_XS ? Dot<IQ4_XS>::BYTES : 0;
+    if (!bytes) return 1;
+    HostReads &r = host_reads();
+    r = HostReads{};
+    r.lo[0] = w;
+    r.hi[0] = w + rows * (k / 256) * bytes;
+    r.lo[1] = q8;
+    r.hi[1] = q8 + k / 32 * Q8_1_BYTES;
     switch (type) {
-        case Q4_K: lanes_matvec<Q4_K>(w, rows, (int)(k / 256), q8, nwarps, tb, y); return 0;
-        case Q6_K: lanes_matvec<Q6_K>(w, rows, (int)(k / 256), q8, nwarps, tb, y); return 0;
-        case IQ4_XS: lanes_matvec<IQ4_XS>(w, rows, (int)(k / 256), q8, nwarps, tb, y); return 0;
-        default: return 1;
+        case Q4_K: lanes_matvec<Q4_K>(w, rows, (int)(k / 256), q8, nwarps, tb, y); break;
+        case Q6_K: lanes_matvec<Q6_K>(w, rows, (int)(k / 256), q8, nwarps, tb, y); break;
+        default: lanes_matvec<IQ4_XS>(w, rows, (int)(k / 256), q8, nwarps, tb, y);
     }
+    const int st = r.misaligned ? 2 : r.outside ? 3 : 0;
+    r = HostReads{};
+    return st;
 }

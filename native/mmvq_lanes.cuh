@@ -41,9 +41,27 @@ __device__ __forceinline__ W4 ld8x2(const uint8_t *p) {  // 8-byte aligned
 }
 __device__ __forceinline__ uint32_t ld4(const uint8_t *p) { return *(const uint32_t *)p; }
 #else
-inline W4 ld16(const uint8_t *p) { W4 w; std::memcpy(w.v, p, 16); return w; }
-inline W4 ld8x2(const uint8_t *p) { return ld16(p); }
-inline uint32_t ld4(const uint8_t *p) { uint32_t v; std::memcpy(&v, p, 4); return v; }
+// Host build (the CPU tests): every load checks its alignment (a GPU would
+// fault) and, while a test has set the two ranges of host_reads(), that it
+// reads inside one of them; failures are counted for the test to report.
+struct HostReads {
+    const uint8_t *lo[2] = {nullptr, nullptr}, *hi[2] = {nullptr, nullptr};
+    int misaligned = 0, outside = 0;
+};
+inline HostReads &host_reads() {
+    static HostReads r;
+    return r;
+}
+inline void host_read(const uint8_t *p, int n, int align) {
+    HostReads &r = host_reads();
+    if ((uintptr_t)p % align) ++r.misaligned;
+    bool in = !r.hi[0];
+    for (int i = 0; i < 2 && !in; ++i) in = r.hi[i] && p >= r.lo[i] && p + n <= r.hi[i];
+    if (!in) ++r.outside;
+}
+inline W4 ld16(const uint8_t *p) { host_read(p, 16, 16); W4 w; std::memcpy(w.v, p, 16); return w; }
+inline W4 ld8x2(const uint8_t *p) { host_read(p, 16, 8); W4 w; std::memcpy(w.v, p, 16); return w; }
+inline uint32_t ld4(const uint8_t *p) { host_read(p, 4, 4); uint32_t v; std::memcpy(&v, p, 4); return v; }
 #endif
 
 // 16 bytes at p, where p is 2-byte aligned and `mis` = p & 3 (0 or 2): five

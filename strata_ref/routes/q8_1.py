@@ -58,6 +58,9 @@ def quantize_q8_1(x: np.ndarray) -> np.ndarray:
     the d of its other values; a value whose x/d is not finite (NaN, or
     Inf/Inf) has q = 0, as CUDA's float -> int conversion gives; the sum
     carries NaN / Inf into s (fp16 NaN = 0x7FFF). amax = Inf gives d = Inf.
+    A subnormal amax (d rounds to 0 or loses bits) gives q clipped to
+    [-128, 127] and 0 for x/d = +-Inf; the CUDA kernel differs there (a
+    known issue, docs/mmvq.md).
     """
     x = np.asarray(x)
     if x.dtype != np.float32:

@@ -196,3 +196,18 @@ def test_bad_arguments():
         M.mmvq(T.Q4_K, w, np.zeros((9, 8, 36), np.uint8))        # 9 columns
     with pytest.raises(TypeError):
         M.mmvq_f32(T.Q4_K, w, np.zeros(256, np.float64))
+
+
+def test_bad_activation_shapes_name_the_shape():
+    w = np.zeros((4, 144), np.uint8)
+    with pytest.raises(ValueError, match=r"\(K,\) or \(ncols, K\).*\(1, 2, 256\)"):
+        M.mmvq_f32(T.Q4_K, w, np.zeros((1, 2, 256), np.float32))
+    with pytest.raises(ValueError, match=r"\(256, 1\).*multiple of 32"):
+        M.mmvq_f32(T.Q4_K, w, np.zeros((256, 1), np.float32))     # 256 columns of K = 1
+    with pytest.raises(ValueError, match="K = 0"):
+        M.mmvq(T.Q4_K, w, np.zeros((1, 0, 36), np.uint8))
+    rng = np.random.default_rng(5)
+    wq = sane_blocks(T.Q4_K, 4, rng).reshape(4, 144)
+    q8 = quantize_q8_1(rng.standard_normal(256).astype(np.float32))
+    by_name, by_type = M.mmvq("q4_k", wq, q8), M.mmvq(T.Q4_K, wq, q8)          # names accepted
+    assert np.array_equal(by_name.view(np.uint32), by_type.view(np.uint32))

@@ -421,10 +421,16 @@ def mmvq(t, w: np.ndarray, q8: np.ndarray, *, chunk_elems: int = 1 << 22) -> np.
 
 def mmvq_f32(t, w: np.ndarray, x: np.ndarray) -> np.ndarray:
     """`mmvq` with float32 activations x (ncols, K) or (K,), each column
-    quantized to q8_1 by the canonical rule. Returns float32 (ncols, rows)."""
+    quantized to q8_1 by the canonical rule. Returns float32 (ncols, rows).
+    Raises TypeError for non-float32 x, ValueError for x that is not 1-D or
+    2-D or whose K is not a multiple of 32 (and as `mmvq` does)."""
     x = np.asarray(x)
     if x.dtype != np.float32:
         raise TypeError(f"activations must be float32, got {x.dtype}")
+    if x.ndim not in (1, 2):
+        raise ValueError(f"activations must be (K,) or (ncols, K), got shape {x.shape}")
     x2 = x.reshape(1, -1) if x.ndim == 1 else x
+    if x2.shape[1] % QK8_1:
+        raise ValueError(f"activations (ncols, K) = {x2.shape}: K must be a multiple of {QK8_1}")
     q8 = quantize_q8_1(np.ascontiguousarray(x2)).reshape(x2.shape[0], -1, 36)
     return mmvq(t, w, q8)

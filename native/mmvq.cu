@@ -179,15 +179,15 @@ __global__ void __launch_bounds__(32 * LANE_WARPS, lane_blocks_per_sm<TYPE>()) k
     using LN = Lanes<TYPE>;
     constexpr int QB = D::QK / 32;
     extern __shared__ __align__(16) uint8_t s_raw[];
-    const int nq8 = nb * QB;
-    const LaneSmem lay = lane_smem(nq8, LN::SUMS);
+    const int nq8 = nb * QB, npad = lane_q8_blocks<TYPE>(nb);
+    const LaneSmem lay = lane_smem(npad, LN::SUMS);
     const int lane = threadIdx.x % 32, g = lane / LN::L, j = lane % LN::L;
     const typename LN::Lane ln = LN::lane(g, j);
     const long long row0 = (long long)blockIdx.x * LANE_WARPS + threadIdx.x / 32;
     const LaneWalk<TYPE> wk{w, rows, (long long)gridDim.x * LANE_WARPS, (long long)nb * D::BYTES, nb, g};
     // the first weight loads go out before the q8_1 column is staged
     const typename LN::Raw first = LN::load(wk.first(row0), ln, j);
-    stage_q8<LN::SUMS, LN::PAIRS>(q8, nq8, (W4 *)(s_raw + lay.q), (float *)(s_raw + lay.d),
+    stage_q8<LN::SUMS, LN::PAIRS>(q8, nq8, npad, (W4 *)(s_raw + lay.q), (float *)(s_raw + lay.d),
                                   (W4 *)(s_raw + lay.sum), threadIdx.x, 32 * LANE_WARPS);
     __syncthreads();
     const Q8Stage qs{(const W4 *)(s_raw + lay.q), (const float *)(s_raw + lay.d),
@@ -228,8 +228,10 @@ int lane_smem_limit() {
 template <int TYPE>
 bool lanes_fit(const void *w, int nb) {
     if constexpr (has_lanes<TYPE>()) {
-        if ((uintptr_t)w & 15) return false;
-        return lane_smem(nb * (Dot<TYPE>::QK / 32), Lanes<TYPE>::SUMS).total <= lane_smem_limit();
+        // lane_smem counts in int: 60 bytes per q8_1 block at most, so refuse
+        // columns whose size would not fit (K beyond about 10^9) before asking
+        if ((uintptr_t)w & 15 || (long long)nb * (Dot<TYPE>::QK / 32) > (1LL << 24)) return false;
+        return lane_smem(lane_q8_blocks<TYPE>(nb), Lanes<TYPE>::SUMS).total <= lane_smem_limit();
     }
     return false;
 }
@@ -239,7 +241,7 @@ void launch_lanes(const void *w, long long rows, int nb, const void *q8, float *
     if constexpr (has_lanes<TYPE>()) {
         // enough blocks to fill the device once (persistent warps loop over
         // rows), or fewer when the rows run out first
-        const int smem = lane_smem(nb * (Dot<TYPE>::QK / 32), Lanes<TYPE>::SUMS).total;
+        const int smem = lane_smem(lane_q8_blocks<TYPE>(nb), Lanes<TYPE>::SUMS).total;
         // resident blocks of the device for this shared-memory size (cached per
         // device and size: the occupancy query costs host time on every call)
         thread_local int c_dev = -1, c_smem = -1, c_fill = 1;

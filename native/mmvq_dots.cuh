@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstring>
 #define __device__
+#define __host__
 #define __forceinline__ inline
 static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __fadd_rn(float a, float b) { return a + b; }

@@ -71,7 +71,7 @@ static void lane_dots(const uint8_t *blk, const uint8_t *q8, int j, const Tbl16 
     using LN = Lanes<TYPE>;
     W4 s_q[16], s_sum[8];
     float s_d[8];
-    stage_q8<LN::SUMS, LN::PAIRS>(q8, 8, s_q, s_d, s_sum, 0, 1);
+    stage_q8<LN::SUMS, LN::PAIRS>(q8, 8, 8, s_q, s_d, s_sum, 0, 1);
     const Q8Stage qs{s_q, s_d, s_sum};
     const typename LN::Lane ln = LN::lane(0, j);
     LN::dots(LN::load(blk, ln, j), qs, ln, 0, out, tb);
@@ -100,15 +100,11 @@ template <int TYPE>
 static void lanes_matvec(const uint8_t *w, long long rows, int nb, const uint8_t *q8, int nwarps,
                          const Tbl16 &tb, float *y) {
     using LN = Lanes<TYPE>;
-    const int nq8 = nb * (Dot<TYPE>::QK / 32);
-    // The kernel's lanes without a block in an iteration still evaluate (and
-    // discard) dots whose q8_1 reads run up to 16·BPI chunks past the staged
-    // column, into shared memory that follows it; the host copies get that much
-    // zeroed room so that those reads stay defined here.
-    const int pad = 16 * LN::BPI + 16;
-    std::vector<W4> s_q(2 * nq8 + pad), s_sum(nq8 + pad);
-    std::vector<float> s_d(nq8 + pad), t(rows * 128);
-    stage_q8<LN::SUMS, LN::PAIRS>(q8, nq8, s_q.data(), s_d.data(), s_sum.data(), 0, 1);
+    // exactly the kernel's staged column (ASan sees any read past it)
+    const int nq8 = nb * (Dot<TYPE>::QK / 32), npad = lane_q8_blocks<TYPE>(nb);
+    std::vector<W4> s_q(2 * npad), s_sum(npad);
+    std::vector<float> s_d(npad), t(rows * 128);
+    stage_q8<LN::SUMS, LN::PAIRS>(q8, nq8, npad, s_q.data(), s_d.data(), s_sum.data(), 0, 1);
     const Q8Stage qs{s_q.data(), s_d.data(), s_sum.data()};
     for (int v = 0; v < nwarps; ++v)
         for (int p = 0; p < 32; ++p) {

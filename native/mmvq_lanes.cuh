@@ -321,6 +321,8 @@ __device__ __forceinline__ void lane_rows(const LaneWalk<TYPE> &wk, long long ro
             const uint8_t *pn = last ? (more_rows ? next_row : p)
                                      : (g + BPI * (it + 1) < nb ? p + it_step : p);
             nxt = LN::load(pn, ln, j);
+            // a lane without a block in this iteration (only the last can lack
+            // one) evaluates and discards dots on the staged zero padding
             float o[4];
             LN::dots(cur, qs, ln, it, o, tbl);
             const bool mine = g + BPI * it < nb;
@@ -332,17 +334,27 @@ __device__ __forceinline__ void lane_rows(const LaneWalk<TYPE> &wk, long long ro
     }
 }
 
+// q8_1 blocks staged for a column of nb weight blocks: whole iterations of
+// BPI weight blocks (a multiple of 8), so that the lanes without a block in
+// the last iteration read staged zeros, inside the column.
+template <int TYPE> __host__ __device__ constexpr int lane_q8_blocks(int nb) {
+    static_assert(Lanes<TYPE>::BPI * (Dot<TYPE>::QK / 32) % 8 == 0, "swizzle groups of 8 chunks");
+    return (nb + Lanes<TYPE>::BPI - 1) / Lanes<TYPE>::BPI * Lanes<TYPE>::BPI * (Dot<TYPE>::QK / 32);
+}
+
 // Stage one q8_1 column of nq8 blocks (36 bytes each, 4-byte aligned) into
-// Q8Stage's layout (s_q: 2·nq8 chunks, s_d: nq8 floats, s_sum: nq8 chunks
-// when SUMS). With PAIRS the quant ints u0..u7 are stored as the byte pairs
-// of (u_m, u_m+4), m = 0..3: word 2m = bytes 0, 1 of both, word 2m+1 = bytes
-// 2, 3. One thread per q8_1 block: its nine words load together.
+// Q8Stage's layout (s_q: 2·npad chunks, s_d: npad floats, s_sum: npad
+// chunks when SUMS), blocks nq8..npad-1 as zeros. With PAIRS the quant ints
+// u0..u7 are stored as the byte pairs of (u_m, u_m+4), m = 0..3: word 2m =
+// bytes 0, 1 of both, word 2m+1 = bytes 2, 3. One thread per q8_1 block:
+// its nine words load together.
 template <int SUMS, int PAIRS>
-__device__ __forceinline__ void stage_q8(const uint8_t *q8, int nq8, W4 *s_q, float *s_d,
-                                         W4 *s_sum, int i0, int step) {
-    for (int b = i0; b < nq8; b += step) {
-        uint32_t v[9];
-        for (int m = 0; m < 9; ++m) v[m] = ld4(q8 + 36 * b + 4 * m);
+__device__ __forceinline__ void stage_q8(const uint8_t *q8, int nq8, int npad, W4 *s_q,
+                                         float *s_d, W4 *s_sum, int i0, int step) {
+    for (int b = i0; b < npad; b += step) {
+        uint32_t v[9] = {};
+        if (b < nq8)
+            for (int m = 0; m < 9; ++m) v[m] = ld4(q8 + 36 * b + 4 * m);
         s_d[b] = hb2f(v[0]);
         if (PAIRS) {
             uint32_t p[8];

@@ -217,3 +217,50 @@ def test_host_lanes_matvec_equals_oracle(host, t, rows, k, warps):
                                     warps, tbl.ctypes.data, got.ctypes.data)
     assert st == 0, {2: "misaligned load", 3: "load outside the inputs"}.get(st, st)
     assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), np.flatnonzero(got != ref)[:8]
+
+
+_ASAN_DRIVER = r"""
+#include "mmvq_host_check.cpp"
+#include <cstdio>
+#include <cstdlib>
+int main() {
+    struct C { int t; long long rows, k; int warps; } cs[] = {CASES};
+    int8_t tbl[16] = {0};
+    int bad = 0;
+    for (auto &c : cs) {
+        const int bytes = c.t == Q4_K ? 144 : c.t == Q6_K ? 210 : 136;
+        const size_t wn = c.rows * (c.k / 256) * bytes, qn = c.k / 32 * 36;
+        uint8_t *w = (uint8_t *)aligned_alloc(16, (wn + 15) / 16 * 16);
+        uint8_t *q = (uint8_t *)aligned_alloc(16, (qn + 15) / 16 * 16);
+        for (size_t i = 0; i < wn; ++i) w[i] = (uint8_t)(i * 37);
+        for (size_t i = 0; i < qn; ++i) q[i] = (uint8_t)(i * 11);
+        float *y = (float *)malloc(c.rows * sizeof(float));
+        bad |= smv_host_lanes_matvec(c.t, w, c.rows, c.k, q, c.warps, tbl, y);
+        free(w); free(q); free(y);
+    }
+    return bad;
+}
+"""
+
+
+def test_lanes_walk_reads_stay_inside_under_asan(tmp_path):
+    """The host emulation of the lanes kernel, built with AddressSanitizer and
+    exact-size buffers (weights, q8_1 column, staged copies): no lane reads
+    outside them, idle lanes included. Skipped where g++ cannot build with
+    -fsanitize=address."""
+    cxx = shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no g++")
+    from strata_ref.native.build import TABLES_HEADER, iq_tables_header
+    (tmp_path / TABLES_HEADER).write_text(iq_tables_header())
+    cases = ", ".join(f"{{{int(t)}, {rows}, {k}, {warps}}}" for t, rows, k, warps in LANE_MATVEC_CASES)
+    (tmp_path / "drv.cpp").write_text(_ASAN_DRIVER.replace("CASES", cases))
+    exe = tmp_path / "drv"
+    build = subprocess.run([cxx, "-O1", "-std=c++17", "-ffp-contract=off", "-fsanitize=address",
+                            "-I", str(tmp_path), "-I", str(NATIVE), str(tmp_path / "drv.cpp"),
+                            "-o", str(exe)], capture_output=True, text=True)
+    if build.returncode:
+        pytest.skip(f"no AddressSanitizer build: {build.stderr.strip().splitlines()[-1:]}")
+    run = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert "AddressSanitizer" not in run.stderr, run.stderr[:2000]
+    assert run.returncode == 0

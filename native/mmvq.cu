@@ -675,15 +675,18 @@ int smv_experts(int mode, int t_gu, int t_down, const void *gate, const void *up
                        scratch, (cudaStream_t)stream);
 }
 
-static int time_loop(int iters, float *ms, int (*body)(void *), void *ctx) {
-    if (!ms || iters <= 0) return 5;
-    int st = body(ctx);
-    if (st) return st;
+// Timing mode of the smv_time_* helpers: 0 back-to-back calls on the legacy
+// stream, 1 the same calls captured once into a CUDA graph and replayed (how
+// decode engines such as llama.cpp launch a step: no host gap between kernels).
+static int g_time_graph = 0;
+
+static int time_stream(int iters, float *ms, int (*body)(void *, cudaStream_t), void *ctx) {
     cudaEvent_t a, b;
     cudaEventCreate(&a);
     cudaEventCreate(&b);
+    int st = 0;
     cudaEventRecord(a);
-    for (int i = 0; i < iters && !st; ++i) st = body(ctx);
+    for (int i = 0; i < iters && !st; ++i) st = body(ctx, 0);
     cudaEventRecord(b);
     cudaEventSynchronize(b);
     float t = 0.0f;
@@ -694,14 +697,59 @@ static int time_loop(int iters, float *ms, int (*body)(void *), void *ctx) {
     return st ? st : status_of(cudaGetLastError());
 }
 
+// The iters calls as one graph on a private stream: replayed once to warm
+// up, then timed over one replay.
+static int time_graph(int iters, float *ms, int (*body)(void *, cudaStream_t), void *ctx) {
+    cudaStream_t s = nullptr;
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t ge = nullptr;
+    int st = status_of(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    if (!st) st = status_of(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    if (!st) {
+        for (int i = 0; i < iters && !st; ++i) st = body(ctx, s);
+        const int end = status_of(cudaStreamEndCapture(s, &g));
+        st = st ? st : end;
+    }
+    if (!st) st = status_of(cudaGraphInstantiate(&ge, g, 0));
+    if (!st) st = status_of(cudaGraphLaunch(ge, s));
+    if (!st) st = status_of(cudaStreamSynchronize(s));
+    if (!st) {
+        cudaEvent_t a, b;
+        cudaEventCreate(&a);
+        cudaEventCreate(&b);
+        cudaEventRecord(a, s);
+        cudaGraphLaunch(ge, s);
+        cudaEventRecord(b, s);
+        cudaEventSynchronize(b);
+        float t = 0.0f;
+        cudaEventElapsedTime(&t, a, b);
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+        *ms = t / iters;
+        st = status_of(cudaGetLastError());
+    }
+    if (ge) cudaGraphExecDestroy(ge);
+    if (g) cudaGraphDestroy(g);
+    if (s) cudaStreamDestroy(s);
+    return st;
+}
+
+static int time_loop(int iters, float *ms, int (*body)(void *, cudaStream_t), void *ctx) {
+    if (!ms || iters <= 0) return 5;
+    const int st = body(ctx, 0);   // warm-up (and the kernels' one-time host setup)
+    if (st) return st;
+    cudaDeviceSynchronize();
+    return g_time_graph ? time_graph(iters, ms, body, ctx) : time_stream(iters, ms, body, ctx);
+}
+
 struct MmvqCall {
     int type; const uint8_t *w; long long wstride; int nbuf; long long rows, k; const void *q8;
     int ncols; float *y; int rpw; int i;
 };
-static int mmvq_body(void *c) {
+static int mmvq_body(void *c, cudaStream_t s) {
     MmvqCall *m = (MmvqCall *)c;
     const uint8_t *w = m->w + (m->i++ % m->nbuf) * m->wstride;
-    return smv_mmvq(m->type, w, m->rows, m->k, m->q8, m->ncols, m->y, m->rpw, 0);
+    return smv_mmvq(m->type, w, m->rows, m->k, m->q8, m->ncols, m->y, m->rpw, s);
 }
 int smv_time_mmvq(int type, const void *w, long long wstride, int nbuf, long long rows,
                   long long k, const void *q8, int ncols, float *y, int rows_per_warp,
@@ -734,10 +782,10 @@ __global__ void k_read(const uint4 *__restrict__ p, long long n16, unsigned *sin
 }
 
 struct ReadCall { const uint8_t *w; long long wstride; int nbuf; long long n; unsigned *sink; int grid; int i; };
-static int read_body(void *c) {
+static int read_body(void *c, cudaStream_t s) {
     ReadCall *m = (ReadCall *)c;
     const uint8_t *w = m->w + (m->i++ % m->nbuf) * m->wstride;
-    k_read<<<m->grid, 256>>>((const uint4 *)w, m->n / 16, m->sink);
+    k_read<<<m->grid, 256, 0, s>>>((const uint4 *)w, m->n / 16, m->sink);
     return status_of(cudaGetLastError());
 }
 int smv_time_read(const void *w, long long wstride, int nbuf, long long nbytes, int iters, float *ms) {
@@ -754,10 +802,16 @@ int smv_time_read(const void *w, long long wstride, int nbuf, long long nbytes, 
 }
 
 struct CopyCall { void *dst; const void *src; long long n; };
-static int copy_body(void *c) {
+static int copy_body(void *c, cudaStream_t s) {
     CopyCall *m = (CopyCall *)c;
-    return status_of(cudaMemcpyAsync(m->dst, m->src, (size_t)m->n, cudaMemcpyDeviceToDevice, 0));
+    return status_of(cudaMemcpyAsync(m->dst, m->src, (size_t)m->n, cudaMemcpyDeviceToDevice, s));
 }
+int smv_set_time_graph(int on) {
+    if (on != 0 && on != 1) return 5;
+    g_time_graph = on;
+    return 0;
+}
+
 int smv_time_copy(void *dst, const void *src, long long nbytes, int iters, float *ms) {
     if (!dst || !src) return 3;
     CopyCall c{dst, src, nbytes};
@@ -768,10 +822,10 @@ struct ExpCall {
     int mode, t_gu, t_down; const void *gate, *up, *down; long long h, ff; const float *x;
     int n_tok; const int *ids; const float *wts; int k; float *out; void *scratch;
 };
-static int exp_body(void *c) {
+static int exp_body(void *c, cudaStream_t s) {
     ExpCall *m = (ExpCall *)c;
     return smv_experts(m->mode, m->t_gu, m->t_down, m->gate, m->up, m->down, m->h, m->ff, m->x,
-                       m->n_tok, m->ids, m->wts, m->k, m->out, m->scratch, 0);
+                       m->n_tok, m->ids, m->wts, m->k, m->out, m->scratch, s);
 }
 int smv_time_experts(int mode, int t_gu, int t_down, const void *gate, const void *up,
                      const void *down, long long h, long long ff, const float *x, int n_tok,

@@ -57,7 +57,12 @@ int smv_experts(int mode, int t_gu, int t_down, const void *gate, const void *up
 /* Timing helpers for the bench: mean milliseconds per call over `iters`
  * calls after one warm-up, measured with CUDA events. smv_time_mmvq's call i
  * reads the weight copy at w + (i % nbuf)·wstride bytes: with nbuf copies
- * larger than the L2 together, every call reads its weights from DRAM. */
+ * larger than the L2 together, every call reads its weights from DRAM.
+ * smv_set_time_graph(0) (the default) times back-to-back launches on the
+ * legacy stream; 1 captures the iters calls into one CUDA graph on a private
+ * stream and times a replay, without host launch gaps (as decode engines run
+ * a step). Other values: status 5. */
+int smv_set_time_graph(int on);
 int smv_time_mmvq(int type, const void *w, long long wstride, int nbuf, long long rows,
                   long long k, const void *q8, int ncols, float *y, int rows_per_warp,
                   int iters, float *ms);
@@ -85,6 +90,6 @@ int smv_synchronize(void);
 }
 #endif
 
-#define SMV_ABI_VERSION 4
+#define SMV_ABI_VERSION 5
 
 #endif /* STRATA_MMVQ_H */

@@ -230,9 +230,11 @@ COLD_BYTES = 256 << 20
 
 def _bench_cell(nat, rng, t, rows, k, ncols, iters, hot=False):
     """{rows per warp: ms per call}, weight bytes. Weights L2-cold (calls
-    rotate over COLD_BYTES of copies), or with `hot` also {rows per warp: ms}
-    of calls that all read one copy (partly L2-resident) as a third value and
-    the ms of the read-only peer kernel over the same cold copies (fourth)."""
+    rotate over COLD_BYTES of copies). With `hot` also, in this order:
+    {rows per warp: ms} of calls that all read one copy (partly L2-resident);
+    the ms of the read-only peer kernel over the same cold copies; and the
+    default arm's and the peer's ms when the calls are replayed from a CUDA
+    graph (`_graph_ms`)."""
     fmt = block_format(t)
     w = sane_blocks(t, rows * k // fmt.block_values, rng).reshape(rows, -1)
     nbuf = -(-COLD_BYTES // w.nbytes)
@@ -245,11 +247,29 @@ def _bench_cell(nat, rng, t, rows, k, ncols, iters, hot=False):
     cold = _time_arms(nat, t, dw, nbuf, rows, k, dq, ncols, dy, iters)
     if not hot:
         return cold, w.nbytes
-    ms = nat.ffi.new("float *")
-    nat.check(nat.lib.smv_time_read(dw.ptr, w.nbytes, nbuf, w.nbytes // 16 * 16, iters, ms),
-              "time read")
+    read = lambda: _time_read(nat, dw, w.nbytes, nbuf, iters)   # noqa: E731
+    default = lambda: _time_mmvq(nat, t, dw, nbuf, rows, k, dq, ncols, dy, 0, iters)  # noqa: E731
     one = _DevView(dw.ptr, w.nbytes)
-    return cold, w.nbytes, _time_arms(nat, t, one, 1, rows, k, dq, ncols, dy, iters), float(ms[0])
+    return (cold, w.nbytes, _time_arms(nat, t, one, 1, rows, k, dq, ncols, dy, iters), read(),
+            _graph_ms(nat, default), _graph_ms(nat, read))
+
+
+def _time_read(nat, dw, nbytes, nbuf, iters):
+    """Mean ms per call of the read-only peer over the first nbytes (rounded
+    down to 16) of each of the nbuf copies in dw, rotating."""
+    ms = nat.ffi.new("float *")
+    nat.check(nat.lib.smv_time_read(dw.ptr, nbytes, nbuf, nbytes // 16 * 16, iters, ms),
+              "time read")
+    return float(ms[0])
+
+
+def _graph_ms(nat, timed):
+    """timed() with the timing helpers in CUDA-graph mode (smv_set_time_graph)."""
+    nat.check(nat.lib.smv_set_time_graph(1), "graph timing")
+    try:
+        return timed()
+    finally:
+        nat.lib.smv_set_time_graph(0)
 
 
 def _time_arms(nat, t, dw, nbuf, rows, k, dq, ncols, dy, iters):
@@ -295,18 +315,22 @@ def run_bench_mmvq(emit_table: bool = False, out=print) -> int:
     out(f"device copy: {bw / 1e12:.2f} TB/s (bytes read + written); mat-vec weights L2-cold "
         f"(calls rotate over {COLD_BYTES >> 20} MiB of copies)")
     out("'default' is what smv_mmvq runs for 1 column (rows_per_warp 0); 'read' is a read-only "
-        "kernel over the same cold bytes")
+        "kernel over the same cold bytes; 'graph' times the same cold calls replayed from one "
+        "CUDA graph (no host launch gaps, as decode engines run a step)")
     out("type    rows x K       | cold: default us  GB/s  % of copy | best us (arm)  % of copy "
-        "| read us  % of copy | one copy (L2-warm): default us")
+        "| read us  % of copy | graph: default us  % | read us  % | one copy (L2-warm): default us")
     for t in (T.Q4_K, T.Q6_K, T.IQ4_XS):
         for rows, k in BENCH_SHAPES:
-            times, nbytes, warm, read_ms = _bench_cell(nat, rng, t, rows, k, 1, 200, hot=True)
+            times, nbytes, warm, read_ms, g_ms, g_read = _bench_cell(nat, rng, t, rows, k, 1, 200,
+                                                                     hot=True)
             best = min(times, key=times.get)
             pct = lambda ms: 100 * nbytes / (ms * 1e-3) / bw   # noqa: E731
             out(f"{t.name:7s} {rows:5d} x {k:5d} |    {times[0] * 1e3:8.1f}  "
                 f"{nbytes / (times[0] * 1e-3) / 1e9:5.0f}  {pct(times[0]):8.1f} | "
                 f"{times[best] * 1e3:6.1f} ({best})  {pct(times[best]):5.1f} | "
-                f"{read_ms * 1e3:6.1f}  {pct(read_ms):5.1f} | {warm[0] * 1e3:8.1f}")
+                f"{read_ms * 1e3:6.1f}  {pct(read_ms):5.1f} | "
+                f"{g_ms * 1e3:11.1f}  {pct(g_ms):5.1f} | {g_read * 1e3:6.1f}  {pct(g_read):5.1f} | "
+                f"{warm[0] * 1e3:8.1f}")
             out("        every arm, cold us: " + ", ".join(f"{a}: {v * 1e3:.1f}" for a, v in times.items()))
     if emit_table:
         out("// emitted by strata-ref bench mmvq --emit-table (K = 2560, 200 reps per arm)")

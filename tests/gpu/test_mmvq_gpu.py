@@ -88,3 +88,34 @@ def test_lanes_kernel_edges_bitwise(nat, name, rows, k, offset):
 def test_lanes_types(nat):
     from strata_ref.types import GGMLType as T
     assert [t.name for t in T if nat.lib.smv_has_lanes(int(t))] == ["Q4_K", "Q6_K", "IQ4_XS"]
+
+
+@pytest.mark.parametrize("graph", [0, 1])
+def test_timed_calls_compute_the_oracle(nat, graph):
+    """The bench's timed calls, back to back and replayed from a CUDA graph,
+    run the real kernel: after timing, y holds the oracle's bits for the copy
+    the last call read (after the warm-up call on copy 0, calls 1..3 read
+    copies 1, 0, 1 of two different weight matrices)."""
+    import numpy as np
+    from strata_ref.routes.mmvq import mmvq
+    from strata_ref.routes.mmvq_inputs import sane_blocks
+    from strata_ref.routes.q8_1 import quantize_q8_1
+    from strata_ref.types import GGMLType as T
+    rng = np.random.default_rng(7)
+    rows, k = 300, 2560
+    w = [sane_blocks(T.Q4_K, rows * k // 256, rng).reshape(rows, -1) for _ in range(2)]
+    q8 = quantize_q8_1(rng.standard_normal((1, k)).astype(np.float32)).reshape(1, -1, 36)
+    dw, dq, dy = nat.put(np.concatenate(w)), nat.put(q8), nat.alloc(rows * 4)
+    f = nat.ffi
+    ms = f.new("float *")
+    assert nat.lib.smv_set_time_graph(2) == 5 and nat.lib.smv_set_time_graph(-1) == 5
+    nat.check(nat.lib.smv_set_time_graph(graph), "graph timing")
+    try:
+        nat.check(nat.lib.smv_time_mmvq(int(T.Q4_K), dw.ptr, w[0].nbytes, 2, rows, k, dq.ptr, 1,
+                                        f.cast("float *", dy.ptr), 0, 3, ms), "time")
+    finally:
+        nat.lib.smv_set_time_graph(0)
+    assert ms[0] > 0
+    got = nat.get(dy, np.float32, rows).reshape(1, rows)
+    ref = mmvq(T.Q4_K, w[1], q8)
+    assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))

@@ -142,3 +142,22 @@ def test_infinite_value_gives_infinite_d_and_zero_quants():
     x[4] = np.inf
     d, s, qs = q8_1_fields(_block(x))
     assert np.isinf(d[0]) and np.isinf(s[0]) and not qs.any()
+
+
+def test_subnormal_amax_wraps_like_the_cuda_int8_store():
+    # amax = 190·2^-149: d = amax/127 = 1.496·2^-149 rounds to 2^-149, so
+    # x/d = 190 and 64 exactly. nvcc stores roundf(x/d) into int8 through
+    # cvt.rzi.s32.f32 and the low byte: 190 -> 0xBE = -66 (measured on the
+    # H200, kernel and ggml's conversion alike).
+    tiny = np.float32(2.0 ** -149)
+    x = np.zeros(32, np.float32)
+    x[0], x[1] = 190 * tiny, 64 * tiny
+    d, s, qs = q8_1_fields(_block(x))
+    assert list(qs[0, :3]) == [-66, 64, 0]
+    assert d[0] == 0.0                       # fp16 of 2^-149 is 0: dots see d = 0
+    # amax = 2^-149: d = 2^-149/127 rounds to 0, x/0 = +-Inf saturates to
+    # 0x7FFFFFFF (low byte 0xFF = -1) or 0x80000000 (low byte 0), 0/0 = NaN -> 0
+    x = np.zeros(32, np.float32)
+    x[0], x[1] = tiny, -tiny
+    d, s, qs = q8_1_fields(_block(x))
+    assert list(qs[0, :3]) == [-1, 0, 0]

@@ -73,8 +73,9 @@ def _shapes(t, quick: bool):
 
 
 def _q8_parity(nat, rng, out) -> tuple[int, int]:
-    # random, .5-boundary, zero, tiny, huge (fp16 sum overflow) blocks, and
-    # non-finite ones: one NaN value, all NaN, one Inf, +Inf and -Inf
+    # random, .5-boundary, zero, tiny, huge (fp16 sum overflow) blocks,
+    # non-finite ones (one NaN value, all NaN, one Inf, +Inf and -Inf), and
+    # subnormal ones whose x/d leaves the int8 range or is +-Inf (d = 0)
     x = rng.standard_normal(32 * 4096).astype(np.float32)
     x[:32 * 64] = (rng.integers(-127, 128, 32 * 64) + 0.5).astype(np.float32)
     x[32 * 64:32 * 65] = 0.0
@@ -85,6 +86,11 @@ def _q8_parity(nat, rng, out) -> tuple[int, int]:
     x[32 * 69:32 * 70] = np.nan
     x[32 * 70 + 9] = np.inf
     x[32 * 71 + 3], x[32 * 71 + 30] = np.inf, -np.inf
+    tiny = np.float32(2.0 ** -149)
+    x[32 * 72:32 * 73] = rng.integers(-200, 201, 32) * tiny
+    x[32 * 72] = 190 * tiny
+    x[32 * 73:32 * 74] = rng.integers(-1, 2, 32) * tiny
+    x[32 * 73] = tiny
     ref = quantize_q8_1(x)
     got = quantize_q8_1_native(x, nat)
     bad = int(np.sum(np.any(ref != got, axis=1)))

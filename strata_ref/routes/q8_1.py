@@ -12,6 +12,10 @@ lane per value:
 * q = 0 when amax == 0, else roundf(x / d): the quotient is one float32
   division, the rounding is half away from zero and is done in float64
   (adding 0.5 in float32 could round 0.49999997 up to 1),
+* q is stored as int8 the way nvcc compiles ggml's `int8_t q = roundf(...)`
+  (and strata-ref's kernel): `cvt.rzi.s32.f32` (saturating to int32, NaN to
+  0), then the low byte. Only a subnormal amax can take q out of
+  [-127, 127]; there it wraps,
 * the 36-byte block: half2 ds (fp16 RNE of d, then of sum) at byte 0, then
   qs int8[32] at byte 4 (the layout of `block_format(Q8_1)`).
 
@@ -58,9 +62,9 @@ def quantize_q8_1(x: np.ndarray) -> np.ndarray:
     the d of its other values; a value whose x/d is not finite (NaN, or
     Inf/Inf) has q = 0, as CUDA's float -> int conversion gives; the sum
     carries NaN / Inf into s (fp16 NaN = 0x7FFF). amax = Inf gives d = Inf.
-    A subnormal amax (d rounds to 0 or loses bits) gives q clipped to
-    [-128, 127] and 0 for x/d = +-Inf; the CUDA kernel differs there (a
-    known issue, docs/mmvq.md).
+    A subnormal amax (d rounds to 0 or loses bits) can give |x/d| > 127.5:
+    q is then the low byte of the int32-saturated value, as on the GPU
+    (x/d = +Inf gives 0x7FFFFFFF, so q = -1; -Inf gives q = 0).
     """
     x = np.asarray(x)
     if x.dtype != np.float32:
@@ -74,14 +78,19 @@ def quantize_q8_1(x: np.ndarray) -> np.ndarray:
         d = (amax / np.float32(127)).astype(np.float32)
         r = (v / d[:, None]).astype(np.float32).astype(np.float64)
         q = np.sign(r) * np.floor(np.abs(r) + 0.5)
-    q = np.where((amax == 0)[:, None] | ~np.isfinite(q), 0, q)
-    q = np.clip(q, -128, 127).astype(np.int8)
+    q = np.where((amax == 0)[:, None] | np.isnan(q), 0, q)
+    q = _low_byte(np.clip(q, -2.0 ** 31, 2.0 ** 31 - 1).astype(np.int64))
     out = np.empty((v.shape[0], _FMT.block_bytes), np.uint8)
     ds = np.stack([f32_to_f16_bits(d), f32_to_f16_bits(s.astype(np.float32))], axis=1)
     out[:, _FMT.offset("d"):_FMT.offset("d") + 2] = ds[:, :1].astype("<u2").view(np.uint8)
     out[:, _FMT.offset("s"):_FMT.offset("s") + 2] = ds[:, 1:].astype("<u2").view(np.uint8)
     out[:, _FMT.offset("qs"):] = q.view(np.uint8)
     return out
+
+
+def _low_byte(q: np.ndarray) -> np.ndarray:
+    """int8 of the low byte (two's complement) of integer values."""
+    return (q & 0xFF).astype(np.uint8).view(np.int8)
 
 
 def q8_1_fields(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -169,6 +169,8 @@ def cmd_generate(a) -> int:
 
 
 def cmd_parity(a) -> int:
+    if a.full and a.what != "gemm":
+        return _err(f"--full applies to `parity gemm` only, not `parity {a.what}`")
     if a.what == "dequant":
         from .native.parity import run_parity_dequant
         return run_parity_dequant(quick=a.quick)
@@ -182,6 +184,8 @@ def cmd_parity(a) -> int:
 
 
 def cmd_bench(a) -> int:
+    if a.emit_table and a.what != "mmvq":
+        return _err(f"--emit-table applies to `bench mmvq` only, not `bench {a.what}`")
     from .native import mmvq_parity
     if a.what == "mmvq":
         return mmvq_parity.run_bench_mmvq(a.emit_table)

@@ -19,10 +19,10 @@ def no_native(monkeypatch):
 
 @pytest.mark.parametrize("argv, line", [
     (["parity", "dequant", "--quick"], "parity dequant: native path unavailable: no CUDA driver (test)"),
-    (["parity", "mmvq", "--quick"], "native mat-vec unavailable: no CUDA driver (test)"),
-    (["parity", "experts", "--quick"], "native mat-vec unavailable: no CUDA driver (test)"),
-    (["bench", "mmvq"], "native mat-vec unavailable: no CUDA driver (test)"),
-    (["bench", "experts"], "native mat-vec unavailable: no CUDA driver (test)"),
+    (["parity", "mmvq", "--quick"], "parity mmvq: native path unavailable: no CUDA driver (test)"),
+    (["parity", "experts", "--quick"], "parity experts: native path unavailable: no CUDA driver (test)"),
+    (["bench", "mmvq"], "bench mmvq: native path unavailable: no CUDA driver (test)"),
+    (["bench", "experts"], "bench experts: native path unavailable: no CUDA driver (test)"),
     (["parity", "gemm", "--quick"], "gemm_f32_parity: needs CuPy (cupy-cuda12x / cupy-cuda13x)"),
 ])
 def test_unavailable_line_on_stderr_status_2(no_native, capsys, argv, line):
@@ -49,7 +49,7 @@ def test_gemm_parity_without_native_library(monkeypatch, capsys):
 @pytest.mark.parametrize("value", ["abc", "-1", "1.5"])
 @pytest.mark.parametrize("argv, prefix", [
     (["parity", "dequant", "--quick"], "parity dequant: native path unavailable: "),
-    (["parity", "mmvq", "--quick"], "native mat-vec unavailable: "),
+    (["parity", "mmvq", "--quick"], "parity mmvq: native path unavailable: "),
 ])
 def test_bad_device_variable_is_named(monkeypatch, capsys, value, argv, prefix):
     monkeypatch.setenv("STRATA_REF_DEVICE", value)
@@ -58,3 +58,15 @@ def test_bad_device_variable_is_named(monkeypatch, capsys, value, argv, prefix):
     assert cap.out == ""
     assert cap.err.splitlines() == [
         f"{prefix}STRATA_REF_DEVICE={value!r} is not a CUDA device number (0, 1, ...)"]
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["parity", "mmvq", "--full"], "strata-ref: error: --full applies to `parity gemm` only, not `parity mmvq`"),
+    (["parity", "dequant", "--full"], "strata-ref: error: --full applies to `parity gemm` only, not `parity dequant`"),
+    (["bench", "experts", "--emit-table"],
+     "strata-ref: error: --emit-table applies to `bench mmvq` only, not `bench experts`"),
+])
+def test_flag_of_another_tool_is_refused(no_native, capsys, argv, line):
+    assert main(argv) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err.splitlines() == [line]

@@ -46,11 +46,13 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return canonicalize_nan(np.asarray(a, np.float32)).view(np.uint32)
 
 
-def _load(out):
+def _load(out, tool: str):
+    """The native mat-vec library, or None after one line on stderr naming
+    the tool (e.g. "parity mmvq") and why it is unavailable."""
     try:
         return load_mmvq()
     except NativeUnavailable as e:
-        print(f"native mat-vec unavailable: {e}", file=sys.stderr)
+        print(f"{tool}: native path unavailable: {e}", file=sys.stderr)
         return None
 
 
@@ -125,7 +127,7 @@ def _pool_map(fn, jobs):
 
 def run_parity_mmvq(quick: bool = False, out=print) -> int:
     """Bitwise parity of the native q8_1 quantizer and mat-vec kernels."""
-    nat = _load(out)
+    nat = _load(out, "parity mmvq")
     if nat is None:
         return 2
     rng = np.random.default_rng(SEED)
@@ -193,7 +195,7 @@ def _experts_oracle(args):
 
 def run_parity_experts(quick: bool = False, out=print) -> int:
     """Expert modes 0 and 8 against the oracle, bitwise."""
-    nat = _load(out)
+    nat = _load(out, "parity experts")
     if nat is None:
         return 2
     configs = EXPERT_CONFIGS[:2] if quick else EXPERT_CONFIGS
@@ -313,7 +315,7 @@ TABLE_ROWS = (1024, 2560, 6144, 10240, 12288)
 def run_bench_mmvq(emit_table: bool = False, out=print) -> int:
     """1-column mat-vec bandwidth against the device copy; optionally the
     rows-per-warp table cells."""
-    nat = _load(out)
+    nat = _load(out, "bench mmvq")
     if nat is None:
         return 2
     rng = np.random.default_rng(SEED + 2)
@@ -355,7 +357,7 @@ def run_bench_mmvq(emit_table: bool = False, out=print) -> int:
 
 def run_bench_experts(out=print) -> int:
     """Expert mode 0 against mode 8 on Strata's expert shape (H 2560, FF 640)."""
-    nat = _load(out)
+    nat = _load(out, "bench experts")
     if nat is None:
         return 2
     rng = np.random.default_rng(SEED + 3)

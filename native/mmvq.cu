@@ -228,8 +228,9 @@ int lane_smem_limit() {
 template <int TYPE>
 bool lanes_fit(const void *w, int nb) {
     if constexpr (has_lanes<TYPE>()) {
-        // lane_smem counts in int: 60 bytes per q8_1 block at most, so refuse
-        // columns whose size would not fit (K beyond about 10^9) before asking
+        // lane_smem counts in int (52 bytes per staged q8_1 block at most):
+        // refuse columns of more than 2^24 blocks (K beyond 2^29, about
+        // 5.4·10^8) before its sizes could overflow
         if ((uintptr_t)w & 15 || (long long)nb * (Dot<TYPE>::QK / 32) > (1LL << 24)) return false;
         return lane_smem(lane_q8_blocks<TYPE>(nb), Lanes<TYPE>::SUMS).total <= lane_smem_limit();
     }

@@ -61,7 +61,8 @@ int smv_experts(int mode, int t_gu, int t_down, const void *gate, const void *up
  * smv_set_time_graph(0) (the default) times back-to-back launches on the
  * legacy stream; 1 captures the iters calls into one CUDA graph on a private
  * stream and times a replay, without host launch gaps (as decode engines run
- * a step). Other values: status 5. */
+ * a step). The mode is one setting for the whole process (not per thread).
+ * Other values: status 5. */
 int smv_set_time_graph(int on);
 int smv_time_mmvq(int type, const void *w, long long wstride, int nbuf, long long rows,
                   long long k, const void *q8, int ncols, float *y, int rows_per_warp,

@@ -70,3 +70,31 @@ def test_flag_of_another_tool_is_refused(no_native, capsys, argv, line):
     assert main(argv) == 2
     cap = capsys.readouterr()
     assert cap.out == "" and cap.err.splitlines() == [line]
+
+
+def test_device_that_cannot_be_set_is_unavailable(monkeypatch, capsys, tmp_path):
+    # A library that loads but whose cudaSetDevice fails (a stub with the
+    # current ABI): the tools print their one "native path unavailable" line.
+    import re
+    import shutil
+    import subprocess
+    from strata_ref.native import mmvq
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    abi = re.search(r"#define SMV_ABI_VERSION (\d+)",
+                    (mmvq._src() / "strata_mmvq.h").read_text()).group(1)
+    (tmp_path / "stub.c").write_text(
+        f"int smv_abi_version(void) {{ return {abi}; }}\n"
+        "int smv_set_device(int d) { (void)d; return 6; }\n"
+        "int smv_last_cuda_error(void) { return 100; }\n")
+    lib = tmp_path / "libstub.so"
+    subprocess.run([cc, "-shared", "-fPIC", str(tmp_path / "stub.c"), "-o", str(lib)], check=True)
+    monkeypatch.setattr(mmvq, "driver_compute_capability", lambda device: (9, 0))
+    monkeypatch.setattr(mmvq, "_LIB", {})
+    monkeypatch.setenv("STRATA_MMVQ_LIB", str(lib))
+    assert main(["bench", "mmvq"]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == ""
+    assert cap.err.splitlines() == ["bench mmvq: native path unavailable: cudaSetDevice(0) failed: "
+                                    "CUDA error 100"]

@@ -30,7 +30,7 @@ def host_check(tmp_path_factory):
     (d / build.TABLES_HEADER).write_text(build.iq_tables_header())
     exe = d / "host_check"
     src = build.source_dir()
-    subprocess.run([CXX, "-O1", "-std=c++17", "-ffp-contract=off", "-Wno-unknown-pragmas",
+    subprocess.run([CXX, "-O1", "-std=c++20", "-ffp-contract=off", "-Wno-unknown-pragmas",
                     "-I", str(d), "-I", str(src), str(src / "host_check.cpp"), "-o", str(exe)],
                    check=True, capture_output=True)
     return exe

@@ -29,7 +29,7 @@ def host(tmp_path_factory):
     d = tmp_path_factory.mktemp("mmvq")
     (d / TABLES_HEADER).write_text(iq_tables_header())
     so = d / "host.so"
-    subprocess.run([cxx, "-O1", "-std=c++17", "-ffp-contract=off", "-shared", "-fPIC",
+    subprocess.run([cxx, "-O1", "-std=c++20", "-ffp-contract=off", "-shared", "-fPIC",
                     "-I", str(d), "-I", str(NATIVE), str(NATIVE / "mmvq_host_check.cpp"),
                     "-o", str(so)], check=True, capture_output=True)
     lib = ctypes.CDLL(str(so))
@@ -257,7 +257,7 @@ def test_lanes_walk_reads_stay_inside_under_asan(tmp_path):
     cases = ", ".join(f"{{{int(t)}, {rows}, {k}, {warps}}}" for t, rows, k, warps in LANE_MATVEC_CASES)
     (tmp_path / "drv.cpp").write_text(_ASAN_DRIVER.replace("CASES", cases))
     exe = tmp_path / "drv"
-    build = subprocess.run([cxx, "-O1", "-std=c++17", "-ffp-contract=off", "-fsanitize=address",
+    build = subprocess.run([cxx, "-O1", "-std=c++20", "-ffp-contract=off", "-fsanitize=address",
                             "-I", str(tmp_path), "-I", str(NATIVE), str(tmp_path / "drv.cpp"),
                             "-o", str(exe)], capture_output=True, text=True)
     if build.returncode:

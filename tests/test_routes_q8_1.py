@@ -161,3 +161,20 @@ def test_subnormal_amax_wraps_like_the_cuda_int8_store():
     x[0], x[1] = tiny, -tiny
     d, s, qs = q8_1_fields(_block(x))
     assert list(qs[0, :3]) == [-1, 0, 0]
+
+
+def test_signalling_nan_is_skipped_by_amax_like_a_quiet_one():
+    # fmaxf skips any NaN; a signalling NaN (0x7FA00000) must not hide the
+    # block's real amax (NumPy's fmax.reduce can, on SIMD builds).
+    for bits in (0x7FA00000, 0xFF800001, 0x7FC00000):
+        for lane in (20, 31, 0):
+            x = np.ones(32, np.float32)
+            x[10] = 100.0
+            x.view(np.uint32)[lane] = bits
+            d, s, qs = q8_1_fields(_block(x))
+            assert d[0] == np.float32(np.float16(np.float32(100.0) / np.float32(127.0)))
+            assert qs[0, 10] == 127 and qs[0, lane] == 0
+            assert qs[0, 1 if lane != 1 else 2] == 1     # 1/(100/127) = 1.27 -> 1
+    # all lanes signalling NaN: amax is NaN, as fmaxf(NaN, NaN) gives
+    d, s, qs = q8_1_fields(_block(np.full(32, np.uint32(0x7FA00000)).view(np.float32)))
+    assert np.isnan(d[0]) and not qs.any()

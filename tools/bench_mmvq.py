@@ -3,7 +3,9 @@
     python tools/bench_mmvq.py [--emit-table] [--experts]
 
 Prints 1-column mat-vec bandwidth as a share of the device copy bandwidth
-(Q4_K, Q6_K, IQ4_XS at 4096 x 14336 and 14336 x 4096), optionally the
+(Q4_K, Q6_K, IQ4_XS at 4096 x 14336, 14336 x 4096, 8192 x 28672 and
+28672 x 8192; back to back and replayed from a CUDA graph, next to a
+read-only kernel over the same bytes), optionally the
 rows-per-warp table cells (strata_ref/native/mmvq_tables.py format), and
 expert mode 0 against mode 8. Same code as `strata-ref bench mmvq|experts`.
 """

@@ -183,7 +183,10 @@ def load_mmvq(device: int | None = None) -> MmvqNative:
             raise NativeUnavailable(f"{path}: ABI version {lib.smv_abi_version()}, this package "
                                     f"needs {want} (rebuild it or unset STRATA_MMVQ_LIB)")
         nat = MmvqNative(ffi, lib, cc)
-        nat.check(lib.smv_set_device(device), f"cudaSetDevice({device})")
+        st = lib.smv_set_device(device)
+        if st:   # no usable device: the tools' "native path unavailable" case
+            raise NativeUnavailable(f"cudaSetDevice({device}) failed: CUDA error "
+                                    f"{lib.smv_last_cuda_error()}")
         _LIB[device] = nat
         return nat
 

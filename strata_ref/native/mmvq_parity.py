@@ -76,8 +76,9 @@ def _shapes(t, quick: bool):
 
 def _q8_parity(nat, rng, out) -> tuple[int, int]:
     # random, .5-boundary, zero, tiny, huge (fp16 sum overflow) blocks,
-    # non-finite ones (one NaN value, all NaN, one Inf, +Inf and -Inf), and
-    # subnormal ones whose x/d leaves the int8 range or is +-Inf (d = 0)
+    # non-finite ones (one NaN value, all NaN, one Inf, +Inf and -Inf, one
+    # signalling NaN), and subnormal ones whose x/d leaves the int8 range
+    # (exactly or after rounding) or is +-Inf (d = 0)
     x = rng.standard_normal(32 * 4096).astype(np.float32)
     x[:32 * 64] = (rng.integers(-127, 128, 32 * 64) + 0.5).astype(np.float32)
     x[32 * 64:32 * 65] = 0.0
@@ -93,6 +94,10 @@ def _q8_parity(nat, rng, out) -> tuple[int, int]:
     x[32 * 72] = 190 * tiny
     x[32 * 73:32 * 74] = rng.integers(-1, 2, 32) * tiny
     x[32 * 73] = tiny
+    x[32 * 74:32 * 75] = rng.integers(-1000, 1001, 32) * tiny   # d = 8·2^-149: x/d rounds
+    x[32 * 74] = 1000 * tiny
+    x[32 * 75:32 * 76] = rng.standard_normal(32)
+    x.view(np.uint32)[32 * 75 + 7] = 0x7FA00000                  # a signalling NaN
     ref = quantize_q8_1(x)
     got = quantize_q8_1_native(x, nat)
     bad = int(np.sum(np.any(ref != got, axis=1)))

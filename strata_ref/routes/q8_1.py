@@ -5,7 +5,8 @@ Strata's `quantize_q8_1_rows`, itself llama.cpp's `quantize_q8_1` of
 ggml-cuda/quantize.cu with exact divisions), per run of 32 values, one warp
 lane per value:
 
-* amax = max |x| (the warp `fmaxf` butterfly; max is exact in any order),
+* amax = max |x| (the warp `fmaxf` butterfly, which skips NaN lanes; max
+  is exact in any order),
 * sum = the XOR butterfly (offsets 16, 8, 4, 2, 1) of `+` over the original
   float32 values: v = v[:h] + v[h:] for h = 16, 8, 4, 2, 1,
 * d = amax / 127 (one IEEE float32 division),
@@ -58,7 +59,7 @@ def quantize_q8_1(x: np.ndarray) -> np.ndarray:
     and quantize as one vector). Returns uint8 (n/32, 36). Raises TypeError
     for a non-float32 input, ValueError for a size not a multiple of 32.
     Non-finite inputs follow the CUDA kernel (and ggml's): amax is a
-    `fmaxf` reduction, which skips NaN, so a block with some NaN values gets
+    `fmaxf` reduction, which skips NaN (quiet or signalling), so a block with some NaN values gets
     the d of its other values; a value whose x/d is not finite (NaN, or
     Inf/Inf) has q = 0, as CUDA's float -> int conversion gives; the sum
     carries NaN / Inf into s (fp16 NaN = 0x7FFF). amax = Inf gives d = Inf.
@@ -72,7 +73,7 @@ def quantize_q8_1(x: np.ndarray) -> np.ndarray:
     if x.size % QK8_1:
         raise ValueError(f"{x.size} values is not a multiple of the q8_1 block size {QK8_1}")
     v = np.ascontiguousarray(x).reshape(-1, QK8_1)
-    amax = np.fmax.reduce(np.abs(v), axis=1)          # fmaxf: NaN lanes are skipped
+    amax = _fmaxf_reduce(np.abs(v))
     s = butterfly_sum(v)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         d = (amax / np.float32(127)).astype(np.float32)
@@ -86,6 +87,15 @@ def quantize_q8_1(x: np.ndarray) -> np.ndarray:
     out[:, _FMT.offset("s"):_FMT.offset("s") + 2] = ds[:, 1:].astype("<u2").view(np.uint8)
     out[:, _FMT.offset("qs"):] = q.view(np.uint8)
     return out
+
+
+def _fmaxf_reduce(a: np.ndarray) -> np.ndarray:
+    """Max over the last axis as CUDA's fmaxf reduces it: NaN lanes (quiet
+    or signalling) are skipped, and only an all-NaN row gives NaN. (NumPy's
+    fmax.reduce may not skip a signalling NaN on SIMD builds.)"""
+    nan = np.isnan(a)
+    m = np.where(nan, np.float32(-np.inf), a).max(axis=-1)
+    return np.where(nan.all(axis=-1), np.float32(np.nan), m).astype(np.float32)
 
 
 def _low_byte(q: np.ndarray) -> np.ndarray:

@@ -238,7 +238,8 @@ bool lanes_fit(const void *w, int nb) {
 }
 
 template <int TYPE>
-void launch_lanes(const void *w, long long rows, int nb, const void *q8, float *y, cudaStream_t s) {
+cudaError_t launch_lanes(const void *w, long long rows, int nb, const void *q8, float *y,
+                         cudaStream_t s) {
     if constexpr (has_lanes<TYPE>()) {
         // enough blocks to fill the device once (persistent warps loop over
         // rows), or fewer when the rows run out first
@@ -247,27 +248,35 @@ void launch_lanes(const void *w, long long rows, int nb, const void *q8, float *
         // device and size: the occupancy query costs host time on every call)
         thread_local int c_dev = -1, c_smem = -1, c_fill = 1;
         int dev = 0;
-        cudaGetDevice(&dev);
-        if (dev != c_dev || smem != c_smem) {
-            int sms = 1, per_sm = 1;
-            // allow the device's whole opt-in limit once, so that launches with a
-            // smaller size from other host threads never find it lowered
+        cudaError_t e = cudaGetDevice(&dev);
+        if (e == cudaSuccess && (dev != c_dev || smem != c_smem)) {
+            int sms = 1, per_sm = 0;
+            // allow the device's whole opt-in limit, so that launches with a
+            // smaller size from other host threads never find it lowered (the
+            // runtime keeps it across a cudaDeviceReset: tests/gpu)
             if (smem > 48 * 1024)
-                cudaFuncSetAttribute(k_mmvq_lanes<TYPE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     lane_smem_limit());
-            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_mmvq_lanes<TYPE>,
-                                                          32 * LANE_WARPS, smem);
-            c_dev = dev;
-            c_smem = smem;
-            c_fill = sms * (per_sm > 0 ? per_sm : 1);
+                e = cudaFuncSetAttribute(k_mmvq_lanes<TYPE>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         lane_smem_limit());
+            if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+            if (e == cudaSuccess)
+                e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_mmvq_lanes<TYPE>,
+                                                                  32 * LANE_WARPS, smem);
+            if (e == cudaSuccess) {   // a failed set-up is not cached: the next call tries again
+                c_dev = dev;
+                c_smem = smem;
+                c_fill = sms * (per_sm > 0 ? per_sm : 1);
+            }
         }
+        if (e != cudaSuccess) return e;
         const long long need = (rows + LANE_WARPS - 1) / LANE_WARPS;
         const long long fill = c_fill;
         const long long grid = need < fill ? need : fill;
         k_mmvq_lanes<TYPE><<<(unsigned)grid, 32 * LANE_WARPS, smem, s>>>(
             (const uint8_t *)w, rows, nb, (const uint8_t *)q8, y);
+        return cudaGetLastError();
     }
+    return cudaErrorInvalidValue;   // lanes_fit is false for the other types
 }
 
 // The 1-column kernel of rows_per_warp 0 (smv_set_plain_kernel): 0 automatic
@@ -384,8 +393,8 @@ cudaError_t launch_type(const void *w, long long rows, long long k, const void *
             // 1 column (decode): the lanes kernel or the plain kernel with PR rows
             // per block; 2..8 columns: the plain kernel, one row per block
             if (ncols == 1 && (g_plain_kernel == 0 || g_plain_kernel == 3) && lanes_fit<TYPE>(w, nb))
-                launch_lanes<TYPE>(w, rows, nb, q8, y, s);
-            else if (ncols == 1 && g_plain_kernel == 2)
+                return launch_lanes<TYPE>(w, rows, nb, q8, y, s);
+            if (ncols == 1 && g_plain_kernel == 2)
                 launch_plain<TYPE, 2>(w, rows, nb, q8, ncols, y, s);
             else
                 launch_plain<TYPE, 1>(w, rows, nb, q8, ncols, y, s);
@@ -838,6 +847,7 @@ int smv_time_experts(int mode, int t_gu, int t_down, const void *gate, const voi
 
 int smv_last_cuda_error(void) { return g_last_err; }
 int smv_set_device(int device) { return status_of(cudaSetDevice(device)); }
+int smv_device_reset(void) { return status_of(cudaDeviceReset()); }
 int smv_malloc(void **ptr, long long nbytes) {
     if (!ptr) return 3;
     return status_of(cudaMalloc(ptr, (size_t)nbytes));

@@ -80,6 +80,10 @@ int smv_time_experts(int mode, int t_gu, int t_down, const void *gate, const voi
 
 int smv_last_cuda_error(void);
 int smv_set_device(int device);
+/* cudaDeviceReset of the current device: every device pointer of this
+ * process becomes invalid. The kernels set themselves up again on their next
+ * call. */
+int smv_device_reset(void);
 int smv_malloc(void **ptr, long long nbytes);
 int smv_free(void *ptr);
 int smv_memcpy_htod(void *dst, const void *src, long long nbytes);
@@ -91,6 +95,6 @@ int smv_synchronize(void);
 }
 #endif
 
-#define SMV_ABI_VERSION 5
+#define SMV_ABI_VERSION 6
 
 #endif /* STRATA_MMVQ_H */

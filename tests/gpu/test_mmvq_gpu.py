@@ -119,3 +119,42 @@ def test_timed_calls_compute_the_oracle(nat, graph):
     got = nat.get(dy, np.float32, rows).reshape(1, rows)
     ref = mmvq(T.Q4_K, w[1], q8)
     assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
+
+
+_AFTER_RESET = r'''
+import numpy as np
+from strata_ref.native.mmvq import load_mmvq
+from strata_ref.routes.mmvq import mmvq
+from strata_ref.routes.mmvq_inputs import sane_blocks
+from strata_ref.routes.q8_1 import quantize_q8_1
+from strata_ref.types import GGMLType as T
+nat = load_mmvq()
+f = nat.ffi
+rng = np.random.default_rng(5)
+rows, k = 37, 32768      # Q4_K: the lanes kernel with 56 KB of shared memory
+w = sane_blocks(T.Q4_K, rows * k // 256, rng).reshape(rows, -1)
+q8 = quantize_q8_1(rng.standard_normal((1, k)).astype(np.float32)).reshape(1, -1, 36)
+ref = mmvq(T.Q4_K, w, q8).view(np.uint32).ravel()
+for step in range(2):
+    dw, dq, dy = nat.put(w), nat.put(q8), nat.alloc(rows * 4)
+    st = nat.lib.smv_mmvq(int(T.Q4_K), dw.ptr, rows, k, dq.ptr, 1, f.cast("float *", dy.ptr), 0,
+                          f.NULL)
+    assert st == 0, (step, st, nat.lib.smv_last_cuda_error())
+    assert np.array_equal(nat.get(dy, np.float32, rows).view(np.uint32), ref), step
+    del dw, dq, dy
+    if step == 0:
+        assert nat.lib.smv_device_reset() == 0
+print("ok")
+'''
+
+
+def test_lanes_kernel_after_device_reset(nat):
+    """After a cudaDeviceReset the lanes kernel still runs with more than
+    48 KB of shared memory (its set-up is cached per host thread; the runtime
+    keeps the raised limit) and gives the oracle's bits. In a subprocess: the
+    reset invalidates every device pointer of the process."""
+    import subprocess
+    import sys
+    run = subprocess.run([sys.executable, "-c", _AFTER_RESET], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]

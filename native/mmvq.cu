@@ -14,6 +14,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include <atomic>
+
 #include "strata_mmvq.h"
 #include "mmvq_dots.cuh"
 #include "mmvq_lanes.cuh"
@@ -237,6 +239,9 @@ bool lanes_fit(const void *w, int nb) {
     return false;
 }
 
+// Bumped by smv_device_reset: per-thread launch set-ups made before are stale.
+std::atomic<int> g_reset_epoch{0};
+
 template <int TYPE>
 cudaError_t launch_lanes(const void *w, long long rows, int nb, const void *q8, float *y,
                          cudaStream_t s) {
@@ -246,14 +251,16 @@ cudaError_t launch_lanes(const void *w, long long rows, int nb, const void *q8, 
         const int smem = lane_smem(lane_q8_blocks<TYPE>(nb), Lanes<TYPE>::SUMS).total;
         // resident blocks of the device for this shared-memory size (cached per
         // device and size: the occupancy query costs host time on every call)
-        thread_local int c_dev = -1, c_smem = -1, c_fill = 1;
+        thread_local int c_dev = -1, c_smem = -1, c_fill = 1, c_epoch = -1;
+        const int epoch = g_reset_epoch.load(std::memory_order_relaxed);
         int dev = 0;
         cudaError_t e = cudaGetDevice(&dev);
-        if (e == cudaSuccess && (dev != c_dev || smem != c_smem)) {
+        if (e == cudaSuccess && (dev != c_dev || smem != c_smem || epoch != c_epoch)) {
             int sms = 1, per_sm = 0;
             // allow the device's whole opt-in limit, so that launches with a
-            // smaller size from other host threads never find it lowered (the
-            // runtime keeps it across a cudaDeviceReset: tests/gpu)
+            // smaller size from other host threads never find it lowered; set
+            // again after smv_device_reset (the H200's runtime kept it, but
+            // that is not documented)
             if (smem > 48 * 1024)
                 e = cudaFuncSetAttribute(k_mmvq_lanes<TYPE>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -265,6 +272,7 @@ cudaError_t launch_lanes(const void *w, long long rows, int nb, const void *q8, 
             if (e == cudaSuccess) {   // a failed set-up is not cached: the next call tries again
                 c_dev = dev;
                 c_smem = smem;
+                c_epoch = epoch;
                 c_fill = sms * (per_sm > 0 ? per_sm : 1);
             }
         }
@@ -427,6 +435,12 @@ cudaError_t dispatch(int type, const void *w, long long rows, long long k, const
         default: return cudaErrorInvalidValue;
     }
 }
+
+// The runtime's last error outlives the call that caused it (a failed
+// cudaMalloc, say, which that call already reported): the entry points that
+// launch clear it first, so their cudaGetLastError after launching speaks
+// only of their own launches. A sticky error (a broken context) stays.
+void clear_stale_error() { (void)cudaGetLastError(); }
 
 int status_of(cudaError_t e) {
     if (e == cudaSuccess) return 0;
@@ -658,6 +672,7 @@ int smv_has_lanes(int type) {
 }
 
 int smv_quantize_q8_1(const float *x, void *q8, long long n, void *stream) {
+    clear_stale_error();
     if (!x || !q8) return 3;
     if (n <= 0 || n % 32) return 2;
     const long long nblk = n / 32;
@@ -667,6 +682,7 @@ int smv_quantize_q8_1(const float *x, void *q8, long long n, void *stream) {
 
 int smv_mmvq(int type, const void *w, long long rows, long long k, const void *q8, int ncols,
              float *y, int rows_per_warp, void *stream) {
+    clear_stale_error();
     const int st = check_mmvq(type, w, rows, k, q8, ncols, y, rows_per_warp);
     if (st) return st;
     return status_of(dispatch(type, w, rows, k, q8, ncols, y, rows_per_warp, (cudaStream_t)stream));
@@ -681,6 +697,7 @@ long long smv_experts_scratch_bytes(long long h, long long ff, int n_tok, int k)
 int smv_experts(int mode, int t_gu, int t_down, const void *gate, const void *up, const void *down,
                 long long h, long long ff, const float *x, int n_tok, const int *ids,
                 const float *wts, int k, float *out, void *scratch, void *stream) {
+    clear_stale_error();
     return run_experts(mode, t_gu, t_down, gate, up, down, h, ff, x, n_tok, ids, wts, k, out,
                        scratch, (cudaStream_t)stream);
 }
@@ -745,6 +762,7 @@ static int time_graph(int iters, float *ms, int (*body)(void *, cudaStream_t), v
 }
 
 static int time_loop(int iters, float *ms, int (*body)(void *, cudaStream_t), void *ctx) {
+    clear_stale_error();
     if (!ms || iters <= 0) return 5;
     const int st = body(ctx, 0);   // warm-up (and the kernels' one-time host setup)
     if (st) return st;
@@ -847,7 +865,10 @@ int smv_time_experts(int mode, int t_gu, int t_down, const void *gate, const voi
 
 int smv_last_cuda_error(void) { return g_last_err; }
 int smv_set_device(int device) { return status_of(cudaSetDevice(device)); }
-int smv_device_reset(void) { return status_of(cudaDeviceReset()); }
+int smv_device_reset(void) {
+    g_reset_epoch.fetch_add(1, std::memory_order_relaxed);
+    return status_of(cudaDeviceReset());
+}
 int smv_malloc(void **ptr, long long nbytes) {
     if (!ptr) return 3;
     return status_of(cudaMalloc(ptr, (size_t)nbytes));

@@ -4,7 +4,10 @@
 // q8_1 blocks, `smv_host_lane_dots` what lane j of the lanes kernel computes
 // for its four threads, so the CUDA formulas are checked against
 // routes/mmvq.py without a GPU.
-// Build: g++ -O1 -std=c++17 -ffp-contract=off -shared -fPIC.
+// Build: g++ -O1 -std=c++20 -ffp-contract=off -shared -fPIC. C++20 defines
+// signed shifts as the two's-complement shifts that nvcc emits for the
+// device build (C++17, where a left shift of a negative value is formally
+// undefined), so the host runs what the GPU runs.
 #include "mmvq_lanes.cuh"
 
 #include <vector>

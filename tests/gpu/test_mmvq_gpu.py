@@ -149,10 +149,10 @@ print("ok")
 
 
 def test_lanes_kernel_after_device_reset(nat):
-    """After a cudaDeviceReset the lanes kernel still runs with more than
-    48 KB of shared memory (its set-up is cached per host thread; the runtime
-    keeps the raised limit) and gives the oracle's bits. In a subprocess: the
-    reset invalidates every device pointer of the process."""
+    """After smv_device_reset the lanes kernel still runs with more than
+    48 KB of shared memory (its cached set-up is redone) and gives the
+    oracle's bits. In a subprocess: the reset invalidates every device
+    pointer of the process."""
     import subprocess
     import sys
     run = subprocess.run([sys.executable, "-c", _AFTER_RESET], capture_output=True, text=True,

@@ -77,8 +77,9 @@ inline W2 ld8(const uint8_t *p) { host_read(p, 8, 8); W2 v; std::memcpy(&v, p, 8
 // down to 8 (starting at their word 0 or 1, as p & 4), then realigned by byte
 // permutes (selector 0x3210 or 0x5432). Three wide loads instead of five
 // 4-byte ones took Q6_K 2.3-3.9 % less time on the H200. The loads start up
-// to 6 bytes before p (the previous super-block's tail) and end at most 8
-// bytes after p + 16: inside the weights, whose start is 16-byte aligned.
+// to 6 bytes before p (for lane 0's ql, the previous super-block's tail) and
+// end at most 8 bytes after p + 16 (byte 200 of the super-block at most):
+// inside the weights, whose start is 16-byte aligned.
 __device__ __forceinline__ W4 ld16_a2(const uint8_t *p, int mis) {
     const uint8_t *a = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)7);
     const bool up = (uintptr_t)p & 4;

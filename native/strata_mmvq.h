@@ -80,8 +80,8 @@ int smv_time_experts(int mode, int t_gu, int t_down, const void *gate, const voi
 
 int smv_last_cuda_error(void);
 int smv_set_device(int device);
-/* cudaDeviceReset of the current device: every device pointer of this
- * process becomes invalid. The kernels' cached launch set-up (shared-memory
+/* cudaDeviceReset of the current device: every pointer into that device's
+ * memory becomes invalid. The kernels' cached launch set-up (shared-memory
  * limit, occupancy) is redone on their next call, in every host thread. */
 int smv_device_reset(void);
 int smv_malloc(void **ptr, long long nbytes);

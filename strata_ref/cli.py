@@ -25,14 +25,19 @@ def cmd_hash(a) -> int:
     from tqdm import tqdm
 
     from .gguf import read
-    from .hashing import FNV64_OFFSET, HASH_DTYPES, hash_tensor
+    from .hashing import HASH_DTYPES, hash_model
     from .models import resolve
+    from .tasks import cpu_count
     from .types import parse_type
 
     outs = list(dict.fromkeys(o.lower() for o in _split_list(a.out) or []))
     bad = [o for o in outs if o not in HASH_DTYPES]
     if bad or not outs:
         return _err(f"--out: unknown or no dtype ({a.out!r}); choose from f32,f16,bf16")
+    if a.jobs is not None and a.jobs < 1:
+        return _err(f"--jobs must be >= 1, got {a.jobs}")
+    if a.resume and not a.manifest:
+        return _err("--resume needs --manifest FILE (the manifest to resume from)")
     types = None
     if a.types:
         types = {parse_type(t) for t in _split_list(a.types)}
@@ -42,20 +47,26 @@ def cmd_hash(a) -> int:
     if types is not None and not tensors:
         print(f"strata-ref: note: no tensor of type {', '.join(sorted(t.name for t in types))} "
               f"in {path.name}", file=sys.stderr)
-    chain = {d: FNV64_OFFSET for d in outs}
     total = sum(t.n_bytes for t in tensors)
-    rows = []
     # disable=None: tqdm draws only on a terminal, never into a log file
     with tqdm(total=total, unit="B", unit_scale=True, desc="hash", file=sys.stderr,
               disable=True if a.no_progress else None) as bar:
-        for t in tensors:
-            h = hash_tensor(t.type, t.data, t.rows, t.cols, outs, chain, bar.update)
-            rows.append({"name": t.name, "type": t.type.name, "shape": list(t.shape),
-                         "hash": {d: f"{h[d]:016x}" for d in outs}})
-    chained = {d: f"{chain[d]:016x}" for d in outs}
+        res = hash_model(f, outs, types=types, jobs=a.jobs or cpu_count(),
+                         scheduler=a.scheduler, manifest=a.manifest, resume=a.resume,
+                         progress=bar.update)
+    if res.resumed:
+        print(f"strata-ref: note: {res.resumed} of {len(res.tensors)} tensors taken from "
+              f"{a.manifest}", file=sys.stderr)
+    rows = [{"name": t.name, "type": t.type.name, "shape": list(t.shape),
+             "hash": {d: f"{t.hashes[d]:016x}" for d in outs}} for t in res.tensors]
+    chained = {d: f"{res.chained[d]:016x}" for d in outs}
+    split = len(res.shards) > 1
     if a.json:
-        json.dump({"file": str(path), "tensors": rows, "chained": chained,
-                   "types": sorted({r["type"] for r in rows})}, sys.stdout, indent=1)
+        doc = {"file": str(res.shards[0]) if split else str(path), "tensors": rows,
+               "chained": chained, "types": sorted({r["type"] for r in rows})}
+        if split:
+            doc["shards"] = [str(p) for p in res.shards]
+        json.dump(doc, sys.stdout, indent=1)
         print()
         return 0
     w = max([len(r["name"]) for r in rows] + [4])
@@ -64,7 +75,11 @@ def cmd_hash(a) -> int:
         shape = "x".join(map(str, r["shape"]))
         print(f"{r['name']:<{w}}  {r['type']:<7} {shape:<16} "
               + " ".join(r["hash"][d] for d in outs))
-    print(f"chained ({len(rows)} tensors, file order): "
+    if split:
+        print(f"split set: {len(res.shards)} shards, {os.path.basename(res.shards[0])} ... "
+              f"{os.path.basename(res.shards[-1])}")
+    order = "shard order, then file order" if split else "file order"
+    print(f"chained ({len(rows)} tensors, {order}): "
           + "  ".join(f"{d}={chained[d]}" for d in outs))
     return 0
 
@@ -78,6 +93,11 @@ def cmd_info(a) -> int:
     f = read(resolve(a.file))
     print(f"file: {f.path}\nGGUF version {f.version}, alignment {f.alignment}, "
           f"{len(f.metadata)} metadata keys, {len(f.tensors)} tensors")
+    if len(f.shards) > 1:
+        print(f"split set of {len(f.shards)} shards (metadata from the first):")
+        for k, s in enumerate(f.shards):
+            print(f"  {k + 1:>5}  {os.path.basename(s.path)}  {len(s.tensors)} tensors, "
+                  f"{s.file_size / 1e6:.2f} MB")
     def show(v):
         return v.item() if hasattr(v, "item") and getattr(v, "ndim", 0) == 0 else v
     for k, v in f.metadata.items():
@@ -199,11 +219,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     h = sub.add_parser("hash", help="FNV-1a 64 of every tensor's dequantized output")
     h.add_argument("model", nargs="?", default=None,
-                   help="registry model name or .gguf path (default: SmolLM2-135M-Instruct)")
+                   help="registry model name, .gguf path (any shard of a split set) or a "
+                        "directory holding one model (default: SmolLM2-135M-Instruct)")
     h.add_argument("--out", default="f32,f16,bf16", help="output dtypes (default f32,f16,bf16)")
     h.add_argument("--types", default=None, help="only tensors of these ggml types, e.g. Q4_1,Q8_0")
     h.add_argument("--json", action="store_true", help="machine-readable output")
     h.add_argument("--no-progress", action="store_true", help="no progress bar")
+    h.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="tensors hashed in parallel by N worker processes (default: the "
+                        "core count; 1: in this process); with --scheduler local, N dask workers")
+    h.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="run the per-tensor tasks on dask.distributed: a scheduler address "
+                        "(workers must see the model under the same path) or 'local' for a "
+                        "LocalCluster (needs strata-ref[dask])")
+    h.add_argument("--manifest", default=None, metavar="FILE",
+                   help="write each tensor's hashes to FILE (JSON lines) as it completes")
+    h.add_argument("--resume", action="store_true",
+                   help="take the tensors --manifest FILE already holds from it, hash the rest")
     h.set_defaults(func=cmd_hash)
 
     i = sub.add_parser("info", help="metadata and a per-type tensor summary")

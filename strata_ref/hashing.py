@@ -113,11 +113,13 @@ HASH_DTYPES = ("f32", "f16", "bf16")
 CHUNK_VALUES = 1 << 22
 
 
-def _plan(t, n_elements: int, cols: int, chunk_values: int = CHUNK_VALUES):
+def _plan(t, n_elements: int, cols: int, chunk_values: int | None = None):
     """Yield (byte offset in the tensor, bytes, rows, cols) of each chunk in
-    row order: whole rows when a row fits `chunk_values`, else pieces of
-    whole blocks of one row. Plain I8..I64 / F64 tensors: runs of elements."""
+    row order: whole rows when a row fits `chunk_values` (default
+    CHUNK_VALUES), else pieces of whole blocks of one row. Plain I8..I64 /
+    F64 tensors: runs of elements."""
     from .types import PLAIN_TYPES, block_format
+    chunk_values = CHUNK_VALUES if chunk_values is None else chunk_values
     fmt = block_format(t)
     bv, bb = fmt.block_values, fmt.block_bytes
     if n_elements == 0:
@@ -201,6 +203,9 @@ def _hash_outputs(parts: Iterable[tuple[dict[str, np.ndarray], int]], out_dtypes
                 advance(d, b)
         if progress is not None:
             progress(n_in)
+        # drop this chunk's outputs before the next one is made: one chunk
+        # in memory at a time, not two
+        del part
     return states
 
 

@@ -178,8 +178,11 @@ def _run_pool(fn, items, jobs, weights, order, progress) -> Iterator[tuple[int, 
                 return
             track.add(i, k)
 
+    futures: dict = {}
+    stopped: list = []
     try:
-        futures = {ex.submit(_call, fn, i, items[i], threads): i for i in order}
+        for i in order:
+            futures[ex.submit(_call, fn, i, items[i], threads)] = i
         pending = set(futures)
         while pending:
             done, pending = cf.wait(pending, timeout=0.2, return_when=cf.FIRST_COMPLETED)
@@ -192,23 +195,30 @@ def _run_pool(fn, items, jobs, weights, order, progress) -> Iterator[tuple[int, 
         clean = True
     finally:
         if not clean:
-            _stop_pool(ex)
+            stopped = _stop_pool(ex, futures)
         ex.shutdown(wait=True, cancel_futures=True)
+        for p in stopped:
+            p.join()
         if q is not None:
             q.close()
             q.join_thread()
 
 
-def _stop_pool(ex) -> None:
-    """Terminate a pool's workers now (an error, Ctrl-C, or the caller
-    stopped iterating): their running items are not waited for."""
+def _stop_pool(ex, futures) -> list:
+    """Cancel what has not started and terminate a pool's workers now (an
+    error, Ctrl-C, or the caller stopped iterating): running items are not
+    waited for. Returns the worker processes, to be joined after the pool's
+    shutdown (joining them while the pool's own thread does races it)."""
+    for fut in futures:
+        fut.cancel()
     stop = getattr(ex, "terminate_workers", None)      # Python >= 3.14
     if stop is not None:
         stop()
-        return
-    ex.shutdown(wait=False, cancel_futures=True)
-    for p in list((getattr(ex, "_processes", None) or {}).values()):
+        return []
+    procs = list((getattr(ex, "_processes", None) or {}).values())
+    for p in procs:
         p.terminate()
+    return procs
 
 
 def _run_dask(fn, items, jobs, scheduler, weights, order, progress) -> Iterator[tuple[int, Any]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 
 from . import __version__
@@ -21,6 +22,14 @@ def _split_list(s: str | None) -> list[str] | None:
 
 
 # ---------------------------------------------------------------- hash / info
+class _Terminated(Exception):
+    """SIGTERM arrived during `hash`."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated()
+
+
 def cmd_hash(a) -> int:
     from tqdm import tqdm
 
@@ -48,12 +57,23 @@ def cmd_hash(a) -> int:
         print(f"strata-ref: note: no tensor of type {', '.join(sorted(t.name for t in types))} "
               f"in {path.name}", file=sys.stderr)
     total = sum(t.n_bytes for t in tensors)
-    # disable=None: tqdm draws only on a terminal, never into a log file
-    with tqdm(total=total, unit="B", unit_scale=True, desc="hash", file=sys.stderr,
-              disable=True if a.no_progress else None) as bar:
-        res = hash_model(f, outs, types=types, jobs=a.jobs or cpu_count(),
-                         scheduler=a.scheduler, manifest=a.manifest, resume=a.resume,
-                         progress=bar.update)
+    # SIGTERM (a CI cancel, `timeout`) unwinds like Ctrl-C, so that worker
+    # processes are stopped and the manifest is closed on the way out
+    import threading
+    main_thread = threading.current_thread() is threading.main_thread()
+    old_term = signal.signal(signal.SIGTERM, _raise_terminated) if main_thread else None
+    try:
+        # disable=None: tqdm draws only on a terminal, never into a log file
+        with tqdm(total=total, unit="B", unit_scale=True, desc="hash", file=sys.stderr,
+                  disable=True if a.no_progress else None) as bar:
+            res = hash_model(f, outs, types=types, jobs=a.jobs or cpu_count(),
+                             scheduler=a.scheduler, manifest=a.manifest, resume=a.resume,
+                             progress=bar.update)
+    except _Terminated:
+        return 128 + signal.SIGTERM
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, old_term)
     if res.resumed:
         print(f"strata-ref: note: {res.resumed} of {len(res.tensors)} tensors taken from "
               f"{a.manifest}", file=sys.stderr)
@@ -62,7 +82,7 @@ def cmd_hash(a) -> int:
     chained = {d: f"{res.chained[d]:016x}" for d in outs}
     split = len(res.shards) > 1
     if a.json:
-        doc = {"file": str(res.shards[0]) if split else str(path), "tensors": rows,
+        doc = {"file": str(res.shards[0]), "tensors": rows,
                "chained": chained, "types": sorted({r["type"] for r in rows})}
         if split:
             doc["shards"] = [str(p) for p in res.shards]

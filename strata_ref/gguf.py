@@ -1,4 +1,5 @@
-"""GGUF files: a strict reader, and a fixture writer over the official package.
+"""GGUF files: a strict reader, gguf-split sets opened as one model, and a
+fixture writer over the official package.
 
 `read(path)` parses a GGUF v2/v3 file itself and checks every field before
 it is used; the official `gguf` package (gguf-py 0.19.0) supplies the value
@@ -46,6 +47,14 @@ What is refused, beyond truncation anywhere:
 - tensor data that is misaligned, reaches past the end of the file, or
   overlaps another tensor's data. (ggml additionally requires the tensors
   to be packed in info order with padding only; gaps are accepted here.)
+
+Split sets (llama.cpp's `gguf-split`, gguf-py's `GGUFWriter(split_max_*)`):
+shards are named `NAME-00001-of-0000N.gguf` and carry `split.no` (0-based),
+`split.count` and `split.tensors.count`; only the first carries the
+architecture and the tokenizer. `read` of any shard (or of the directory
+holding one model) returns a `GGUFSplit` whose tensors are every shard's,
+in shard order and then file order; `read_split` lists what it checks.
+`read_file` reads one file as it is.
 
 String values are decoded as UTF-8 with `errors="surrogateescape"`, so
 any byte string is accepted and its bytes come back with

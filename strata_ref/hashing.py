@@ -471,24 +471,20 @@ def _read_manifest(path, lines, head, entries, out_dtypes) -> dict[int, dict[str
     for no, line in enumerate(lines[1:], start=2):
         rec = load(no, line)
         try:
-            name, hashes = rec["name"], rec["hash"]
-            i = index.get(name)
-            if i is None:
-                continue            # a tensor outside this run's --types
-            k, t = entries[i]
-            if (rec["type"], list(rec["shape"]), rec["shard"], rec["offset"]) != \
-                    (t.type.name, list(t.shape), k, int(t.offset)):
-                raise ValueError(f"{path}: line {no}: tensor {name!r} is {rec['type']} "
-                                 f"{rec['shape']} at shard {rec['shard']} offset {rec['offset']} "
-                                 f"there, {t.type.name} {list(t.shape)} at shard {k} offset "
-                                 f"{t.offset} in the model")
-            found.setdefault(i, {}).update({d: int(v, 16) for d, v in hashes.items()})
-        except (KeyError, TypeError, AttributeError) as e:
+            name, rtype, shape, shard, offset = (rec["name"], rec["type"], list(rec["shape"]),
+                                                 rec["shard"], rec["offset"])
+            values = {d: int(v, 16) for d, v in rec["hash"].items()}
+        except (KeyError, TypeError, AttributeError, ValueError) as e:
             raise ValueError(f"{path}: line {no} is not a tensor record ({e!r})") from None
-        except ValueError as e:
-            if str(e).startswith(f"{path}:"):
-                raise
-            raise ValueError(f"{path}: line {no}: a hash is not hexadecimal ({e})") from None
+        i = index.get(name)
+        if i is None:
+            continue                # a tensor outside this run's --types
+        k, t = entries[i]
+        if (rtype, shape, shard, offset) != (t.type.name, list(t.shape), k, int(t.offset)):
+            raise ValueError(f"{path}: line {no}: tensor {name!r} is {rtype} {shape} at shard "
+                             f"{shard} offset {offset} there, {t.type.name} {list(t.shape)} at "
+                             f"shard {k} offset {t.offset} in the model")
+        found.setdefault(i, {}).update(values)
     return {i: h for i, h in found.items() if all(d in h for d in out_dtypes)}
 
 

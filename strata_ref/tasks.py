@@ -73,13 +73,32 @@ def _call(fn: Callable, index: int, item: Any, threads: int | None) -> Any:
         _sink = None
 
 
-def _init_pool_worker(queue) -> None:
+def _init_pool_worker(queue, parent: int) -> None:
     global _queue
     import signal
     # Ctrl-C reaches every process of the terminal's group: the parent
     # decides what stops (it terminates the workers), not each worker alone.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent(parent)
     _queue = queue
+
+
+def _die_with_parent(parent: int) -> None:
+    """Linux: have the kernel send this worker SIGTERM when the process that
+    started it dies, even by SIGKILL (a pool worker would otherwise finish
+    its item, orphaned). Elsewhere a no-op."""
+    import sys
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)      # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:           # it died before the call above
+        os._exit(1)
 
 
 def run(fn: Callable[[Any], Any], items: Sequence[Any], *, jobs: int | None = None,
@@ -167,7 +186,7 @@ def _run_pool(fn, items, jobs, weights, order, progress) -> Iterator[tuple[int, 
     track = _Progress(weights, progress)
     threads = max(1, cpu_count() // jobs)
     ex = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx,
-                                initializer=_init_pool_worker, initargs=(q,))
+                                initializer=_init_pool_worker, initargs=(q, os.getpid()))
     clean = False
 
     def drain():

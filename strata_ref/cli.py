@@ -165,7 +165,7 @@ def cmd_generate(a) -> int:
         return _err(bad)
     model, prompt = (None, a.args[0]) if len(a.args) == 1 else (a.args[0], a.args[1])
     return run_generate(model, prompt, a.max_tokens, a.temperature, a.top_k, a.top_p,
-                        a.seed, a.chat, n_ctx=a.ctx)
+                        a.seed, a.chat, n_ctx=a.ctx, cpu=a.cpu)
 
 
 def cmd_parity(a) -> int:
@@ -243,6 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
     ge.add_argument("--ctx", type=int, default=None,
                     help="context length in tokens, at most the model's training context "
                          "(default: that, at most 4096)")
+    ge.add_argument("--cpu", default=None, metavar="PROFILE",
+                    help="the llama.cpp CPU build whose arithmetic to reproduce: scalar, avx2, "
+                         "avx512 or native (default: $STRATA_REF_CPU, else native: the profile "
+                         "of llama.cpp's native build on this CPU)")
     ge.set_defaults(func=cmd_generate)
 
     pa = sub.add_parser("parity", help="native kernels against the oracle (needs a GPU)")

@@ -103,7 +103,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     # first the library's own threading setup, as `strata-ref generate` has it;
     # touching numba's threads before it would fix numba's default layer
-    import strata_ref.infer.kernels  # noqa: F401
+    import strata_ref.cpu.matmul  # noqa: F401
     import numba
     numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
     from strata_ref.models import resolve

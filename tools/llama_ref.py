@@ -24,7 +24,15 @@ the running interpreter. Subcommands:
       ggml-cpu's own `from_float` for Q8_0, Q8_1 and Q8_K (the AVX2 build
       of the wheel), through ctypes on the wheel's libggml-cpu.so.
 
-The command line that made a file is stored in it (key "command").
+Every subcommand takes `--profile P` (a `strata_ref.cpu.profiles` name): it
+then runs against the peer built for that profile by `tools/peer_build.py`
+(the tool re-executes itself with that build first on PYTHONPATH), refuses
+to run on a CPU that cannot execute the build, and writes under
+tests/data/<profile>/. Without it, the llama_cpp importable here is used and
+the files go to tests/data/.
+
+The command line that made a file is stored in it (key "command"), with the
+build's `llama_print_system_info()` ("system_info") and the profile.
 """
 from __future__ import annotations
 
@@ -40,6 +48,45 @@ import numpy as np
 PROMPT = "The capital of France is"
 N_GEN = 32
 REPO = Path(__file__).resolve().parents[1]
+
+
+def _provenance() -> dict:
+    """What every stored file records about the peer that made it."""
+    import llama_cpp
+    return dict(llama_cpp_version=np.array(llama_cpp.__version__),
+                system_info=np.array(llama_cpp.llama_print_system_info().decode()),
+                profile=np.array(os.environ.get("STRATA_REF_PEER_PROFILE", "")),
+                command=np.array("python tools/llama_ref.py " + " ".join(map(shlex.quote, sys.argv[1:]))))
+
+
+def _data_dir() -> Path:
+    prof = os.environ.get("STRATA_REF_PEER_PROFILE", "")
+    d = REPO / "tests" / "data" / prof if prof else REPO / "tests" / "data"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _reexec_for_profile(profile: str) -> None:
+    """Run this command again under the peer built for `profile`."""
+    sys.path.insert(0, str(REPO))
+    from strata_ref.cpu.profiles import PROFILES, host_flags
+    sys.path.insert(0, str(REPO / "tools"))
+    from peer_build import peer_dir
+    if profile not in PROFILES:
+        raise SystemExit(f"unknown profile {profile!r} (known: {', '.join(PROFILES)})")
+    missing = sorted(set(PROFILES[profile].cpu_flags) - set(host_flags()))
+    if missing:
+        raise SystemExit(f"this CPU cannot execute the {profile} build (missing {' '.join(missing)})")
+    site = peer_dir(profile) / "site"
+    if not (site / "llama_cpp").is_dir():
+        raise SystemExit(f"no {profile} peer build: run python tools/peer_build.py {profile}")
+    env = dict(os.environ, STRATA_REF_PEER_PROFILE=profile,
+               PYTHONPATH=os.pathsep.join([str(site), str(REPO)] +
+                                          ([os.environ["PYTHONPATH"]] if "PYTHONPATH" in os.environ else [])))
+    argv = [a for a in sys.argv[1:]]
+    i = argv.index("--profile")
+    del argv[i:i + 2]
+    os.execve(sys.executable, [sys.executable, __file__, "--profile", profile] + argv, env)
 
 
 def _llama(path, logits_all=True):
@@ -81,15 +128,12 @@ def cmd_logits(args) -> None:
     batched = np.array(llm.scores[:len(ids) + N_GEN], np.float32)
     bi, bv, bl = _topk(batched, args.topk)
     ii, iv, il = _topk(incr, args.topk)
-    out = Path(args.out or REPO / "tests" / "data" / f"llama_ref_{Path(path).stem}.npz")
-    import llama_cpp
+    out = Path(args.out or _data_dir() / f"llama_ref_{Path(path).stem}.npz")
     np.savez_compressed(
         out, prompt=np.array(PROMPT), prompt_ids=np.array(ids, np.int32),
         greedy_ids=np.array(gen, np.int32), n_vocab=np.int64(n_vocab),
         batched_ids=bi, batched_logits=bv, batched_lse=bl,
-        incr_ids=ii, incr_logits=iv, incr_lse=il,
-        llama_cpp_version=np.array(llama_cpp.__version__),
-        command=np.array("python tools/llama_ref.py " + " ".join(map(shlex.quote, sys.argv[1:]))))
+        incr_ids=ii, incr_logits=iv, incr_lse=il, **_provenance())
     print(f"{out}: prompt {ids}, greedy {gen}")
     print(repr(llm.detokenize(gen).decode("utf-8", "replace")))
 
@@ -146,10 +190,8 @@ def cmd_actquant(args) -> None:
     res = {}
     for name, tid, bb, qk in (("q8_0", 8, 34, 32), ("q8_1", 9, 36, 32), ("q8_k", 15, 292, 256)):
         res[name] = np.stack([ggml_from_float(lib, tid, bb, qk, row) for row in x])
-    out = Path(args.out or REPO / "tests" / "data" / "ggml_act_quant.npz")
-    import llama_cpp
-    np.savez_compressed(out, x=x, **res, llama_cpp_version=np.array(llama_cpp.__version__),
-                        command=np.array("python tools/llama_ref.py " + " ".join(map(shlex.quote, sys.argv[1:]))))
+    out = Path(args.out or _data_dir() / "ggml_act_quant.npz")
+    np.savez_compressed(out, x=x, **res, **_provenance())
     print(out, {k: v.shape for k, v in res.items()})
 
 
@@ -170,16 +212,14 @@ def cmd_synthetic(args) -> None:
             res[f"{arch}_logits"] = np.array(llm.scores[:len(TINY_IDS)], np.float32)
             res[f"{arch}_sha256"] = np.array(hashlib.sha256(path.read_bytes()).hexdigest())
             del llm
-    out = Path(args.out or REPO / "tests" / "data" / "llama_ref_tiny.npz")
-    import llama_cpp
-    np.savez_compressed(out, ids=np.array(TINY_IDS, np.int32), **res,
-                        llama_cpp_version=np.array(llama_cpp.__version__),
-                        command=np.array("python tools/llama_ref.py " + " ".join(map(shlex.quote, sys.argv[1:]))))
+    out = Path(args.out or _data_dir() / "llama_ref_tiny.npz")
+    np.savez_compressed(out, ids=np.array(TINY_IDS, np.int32), **res, **_provenance())
     print(out, {k: v.shape for k, v in res.items()})
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", help="run against the peer built for this CPU profile")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("logits")
     p.add_argument("model")
@@ -189,6 +229,8 @@ def main(argv=None) -> int:
     p.add_argument("--out")
     p = sub.add_parser("synthetic")
     p.add_argument("--out")
+    if argv is None and "--profile" in sys.argv and "STRATA_REF_PEER_PROFILE" not in os.environ:
+        _reexec_for_profile(sys.argv[sys.argv.index("--profile") + 1])
     args = ap.parse_args(argv)
     {"logits": cmd_logits, "actquant": cmd_actquant, "synthetic": cmd_synthetic}[args.cmd](args)
     return 0

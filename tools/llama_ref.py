@@ -48,45 +48,17 @@ import numpy as np
 PROMPT = "The capital of France is"
 N_GEN = 32
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools"))
 
 
 def _provenance() -> dict:
-    """What every stored file records about the peer that made it."""
-    import llama_cpp
-    return dict(llama_cpp_version=np.array(llama_cpp.__version__),
-                system_info=np.array(llama_cpp.llama_print_system_info().decode()),
-                profile=np.array(os.environ.get("STRATA_REF_PEER_PROFILE", "")),
-                command=np.array("python tools/llama_ref.py " + " ".join(map(shlex.quote, sys.argv[1:]))))
+    from peer_env import provenance
+    return provenance("tools/llama_ref.py")
 
 
 def _data_dir() -> Path:
-    prof = os.environ.get("STRATA_REF_PEER_PROFILE", "")
-    d = REPO / "tests" / "data" / prof if prof else REPO / "tests" / "data"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
-def _reexec_for_profile(profile: str) -> None:
-    """Run this command again under the peer built for `profile`."""
-    sys.path.insert(0, str(REPO))
-    from strata_ref.cpu.profiles import PROFILES, host_flags
-    sys.path.insert(0, str(REPO / "tools"))
-    from peer_build import peer_dir
-    if profile not in PROFILES:
-        raise SystemExit(f"unknown profile {profile!r} (known: {', '.join(PROFILES)})")
-    missing = sorted(set(PROFILES[profile].cpu_flags) - set(host_flags()))
-    if missing:
-        raise SystemExit(f"this CPU cannot execute the {profile} build (missing {' '.join(missing)})")
-    site = peer_dir(profile) / "site"
-    if not (site / "llama_cpp").is_dir():
-        raise SystemExit(f"no {profile} peer build: run python tools/peer_build.py {profile}")
-    env = dict(os.environ, STRATA_REF_PEER_PROFILE=profile,
-               PYTHONPATH=os.pathsep.join([str(site), str(REPO)] +
-                                          ([os.environ["PYTHONPATH"]] if "PYTHONPATH" in os.environ else [])))
-    argv = [a for a in sys.argv[1:]]
-    i = argv.index("--profile")
-    del argv[i:i + 2]
-    os.execve(sys.executable, [sys.executable, __file__, "--profile", profile] + argv, env)
+    from peer_env import data_dir
+    return data_dir()
 
 
 def _llama(path, logits_all=True):
@@ -229,8 +201,9 @@ def main(argv=None) -> int:
     p.add_argument("--out")
     p = sub.add_parser("synthetic")
     p.add_argument("--out")
-    if argv is None and "--profile" in sys.argv and "STRATA_REF_PEER_PROFILE" not in os.environ:
-        _reexec_for_profile(sys.argv[sys.argv.index("--profile") + 1])
+    if argv is None:
+        from peer_env import ensure_profile
+        ensure_profile(__file__)
     args = ap.parse_args(argv)
     {"logits": cmd_logits, "actquant": cmd_actquant, "synthetic": cmd_synthetic}[args.cmd](args)
     return 0

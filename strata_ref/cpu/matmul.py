@@ -52,6 +52,7 @@ from ..numerics import (F16_TO_F32, bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf
                         f32_to_f16_bits)
 from ..types import GGMLType, block_format
 from . import act_quant
+from .families import family
 from .fp import fma32, hsum8
 from .lanes import (fma8_into, lanes8_scaled_add, lanes_scaled_add, q4_block_dot, q4_lanes_fma,
                     q8_block_dot, q8_lanes_fma)
@@ -681,6 +682,10 @@ class QMatrix:
 
     def _prepare(self):
         t = self.type
+        fam = family(t) if t not in INTEGER_KERNEL_TYPES else None
+        if fam is not None:
+            self._packed = ("family", fam, fam.pack(self))
+            return
         if t not in INTEGER_KERNEL_TYPES:
             from ..dequant import dequant_f32
             self._dense = dequant_f32(t, self.raw, self.rows, self.cols)
@@ -765,8 +770,10 @@ class QMatrix:
         if self._dense is not None:
             return _round_for_float_weights(self.type, x, ref) @ self._dense.T
         kind = self._packed[0]
-        out = np.empty((x.shape[0], self.rows), np.float32)
         parallel = x.shape[0] * self.rows * self.cols >= PARALLEL_MIN_MACS
+        if kind == "family":
+            return self._packed[1].matmul(self, self._packed[2], x, parallel)
+        out = np.empty((x.shape[0], self.rows), np.float32)
         if kind == "q8":
             _, wq, ws, wm, nib = self._packed
             if wm is None:

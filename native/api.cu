@@ -149,4 +149,70 @@ int strata_memset(void *ptr, int value, long long nbytes) {
 
 int strata_synchronize(void) { return cuda_status(cudaDeviceSynchronize()); }
 
+int strata_event_create(void **event) {
+    if (event == nullptr) return STRATA_E_NULL;
+    return cuda_status(cudaEventCreate(reinterpret_cast<cudaEvent_t *>(event)));
+}
+
+int strata_event_destroy(void *event) {
+    if (event == nullptr) return STRATA_E_NULL;
+    return cuda_status(cudaEventDestroy(static_cast<cudaEvent_t>(event)));
+}
+
+int strata_event_record(void *event, void *stream) {
+    if (event == nullptr) return STRATA_E_NULL;
+    return cuda_status(cudaEventRecord(static_cast<cudaEvent_t>(event),
+                                       static_cast<cudaStream_t>(stream)));
+}
+
+int strata_event_elapsed_ms(float *ms, void *start, void *stop) {
+    if (ms == nullptr || start == nullptr || stop == nullptr) return STRATA_E_NULL;
+    const int s = cuda_status(cudaEventSynchronize(static_cast<cudaEvent_t>(stop)));
+    if (s != STRATA_OK) return s;
+    return cuda_status(cudaEventElapsedTime(ms, static_cast<cudaEvent_t>(start),
+                                            static_cast<cudaEvent_t>(stop)));
+}
+
+int strata_memcpy_dtod_async(void *dst, const void *src, long long nbytes, void *stream) {
+    if (nbytes < 0) return STRATA_E_SHAPE;
+    if (nbytes == 0) return STRATA_OK;
+    if (dst == nullptr || src == nullptr) return STRATA_E_NULL;
+    return cuda_status(cudaMemcpyAsync(dst, src, (size_t)nbytes, cudaMemcpyDeviceToDevice,
+                                       static_cast<cudaStream_t>(stream)));
+}
+
+int strata_memset_async(void *ptr, int value, long long nbytes, void *stream) {
+    if (nbytes < 0) return STRATA_E_SHAPE;
+    if (nbytes == 0) return STRATA_OK;
+    if (ptr == nullptr) return STRATA_E_NULL;
+    return cuda_status(cudaMemsetAsync(ptr, value, (size_t)nbytes,
+                                       static_cast<cudaStream_t>(stream)));
+}
+
+int strata_mem_get_info(long long *free_bytes, long long *total_bytes) {
+    if (free_bytes == nullptr || total_bytes == nullptr) return STRATA_E_NULL;
+    size_t f = 0, t = 0;
+    const int s = cuda_status(cudaMemGetInfo(&f, &t));
+    *free_bytes = (long long)f;
+    *total_bytes = (long long)t;
+    return s;
+}
+
+int strata_device_name(int device, char *name, int len) {
+    if (name == nullptr) return STRATA_E_NULL;
+    if (len <= 0) return STRATA_E_SHAPE;
+    cudaDeviceProp p;
+    const int s = cuda_status(cudaGetDeviceProperties(&p, device));
+    if (s != STRATA_OK) return s;
+    int i = 0;
+    for (; i < len - 1 && p.name[i] != '\0'; ++i) name[i] = p.name[i];
+    name[i] = '\0';
+    return STRATA_OK;
+}
+
+int strata_l2_cache_bytes(int device, int *bytes) {
+    if (bytes == nullptr) return STRATA_E_NULL;
+    return cuda_status(cudaDeviceGetAttribute(bytes, cudaDevAttrL2CacheSize, device));
+}
+
 }  // extern "C"

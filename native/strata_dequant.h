@@ -109,12 +109,27 @@ int strata_memcpy_htod(void *dst, const void *src, long long nbytes);
 int strata_memcpy_dtoh(void *dst, const void *src, long long nbytes);
 int strata_memset(void *ptr, int value, long long nbytes);
 int strata_synchronize(void);
+
+/* Timing and stream-ordered copies for strata-ref's device hashing
+ * (strata_ref/native/hash_device.py): CUDA events with default flags (so
+ * they record time), an asynchronous device-to-device copy and memset, the
+ * free and total device memory, the device's name and L2 size. Each returns
+ * a strata_status. strata_event_elapsed_ms waits for `stop` first. */
+int strata_event_create(void **event);
+int strata_event_destroy(void *event);
+int strata_event_record(void *event, void *stream);
+int strata_event_elapsed_ms(float *ms, void *start, void *stop);
+int strata_memcpy_dtod_async(void *dst, const void *src, long long nbytes, void *stream);
+int strata_memset_async(void *ptr, int value, long long nbytes, void *stream);
+int strata_mem_get_info(long long *free_bytes, long long *total_bytes);
+int strata_device_name(int device, char *name, int len);
+int strata_l2_cache_bytes(int device, int *bytes);
 /* cdef-end */
 
 #ifdef __cplusplus
 }
 #endif
 
-#define STRATA_ABI_VERSION 2   /* 2: strata_dequant_many */
+#define STRATA_ABI_VERSION 3   /* 2: strata_dequant_many; 3: events, async copy, device info */
 
 #endif /* STRATA_DEQUANT_H */

@@ -30,6 +30,9 @@ _MS = {0: 0.003, 1: 0.001, "copy": 0.5}
 
 
 class TimingFFI(FakeFFI):
+    def new(self, decl, n=None):
+        return _Ptr([0] * (n or 1))
+
     def string(self, s):
         return s[0] if isinstance(s, _Ptr) else s
 
@@ -48,6 +51,17 @@ class TimingLib(FakeLib):
         if st == 0:
             self.pending.append(_MS[kernel])
         return st
+
+    def strata_dequant_timed(self, t, b, row0, rows, cols, ld, code, o, kernel, flush, nflush,
+                             reps, ms, stream):
+        if not 1 <= reps <= 64:
+            return 7
+        for i in range(reps):
+            st = super().strata_dequant(t, b, row0, rows, cols, ld, code, o, kernel, stream)
+            if st:
+                return st
+            ms[i] = _MS[kernel]
+        return 0
 
     def strata_event_create(self, p):
         p[0] = len(self.events) + 1
@@ -275,7 +289,8 @@ def test_no_gpu_is_one_line(model, capsys, monkeypatch):
 @pytest.mark.parametrize("kw, msg", [
     ({"kernel": "fast"}, "kernel must be one of auto, generic, wide"),
     ({"out_dtypes": ("f64",)}, "out dtypes must be among f32, f16, bf16"),
-    ({"reps": 0}, "reps must be >= 1"),
+    ({"reps": 0}, "reps must be in 1..64"),
+    ({"reps": 65}, "reps must be in 1..64"),
     ({"chunk_values": 0}, "chunk_values must be >= 1"),
 ])
 def test_bad_arguments(model, kw, msg):

@@ -33,13 +33,16 @@ the L2-flush scratch below), and host memory a few chunks per dtype, however
 large the model.
 
 Timing: each chunk's launch for each dtype is timed with CUDA events,
-`reps` times (median), each launch after the L2 cache has been overwritten
-(a memset of twice its size), so the figures are of reads from device memory
-like the copy they are set against. Where the type has both kernels the
-other one is timed on the same chunk too (its output is overwritten by the
-selected kernel's last launch before the copy back), which gives the
-wide/generic ratio in one run. The device-to-device copy bandwidth (up to
-1 GiB, read + written) is measured at the start of the same run.
+`reps` times (median), by one C call (`strata_dequant_timed`) that enqueues
+every event pair around its launch with no host work in between, each
+launch after a kernel that reads twice the L2 size (L2 evicted and left
+clean), so the figures are kernel times of reads from device memory, like
+the copy they are set against, whatever the Python side and the hashing
+threads are doing. Where the type has both kernels the other one is timed
+on the same chunk first (its output is then overwritten by the selected
+kernel's launches before the copy back), which gives the wide/generic ratio
+in one run. The device-to-device copy bandwidth (up to 1 GiB, read +
+written) is measured at the start of the same run.
 
 `compare=True` also runs the oracle on every chunk and compares the bits,
 recording per tensor and dtype the number of differing values and the first
@@ -59,12 +62,16 @@ from ..types import GGMLType
 from . import dispatch, loader
 
 __all__ = ["KERNELS", "CHUNK_VALUES", "Diff", "TensorRun", "DeviceHashRun",
-           "hash_tensors_device", "copy_bandwidth", "summary_lines", "compare_lines",
+           "MAX_REPS", "hash_tensors_device", "copy_bandwidth", "summary_lines", "compare_lines",
            "tensor_rows", "device_json"]
 
 KERNELS = ("auto", "generic", "wide")
 #: Values per chunk (whole rows): 128 MiB of f32 output.
 CHUNK_VALUES = 1 << 25
+#: Timed launches per chunk at most (STRATA_TIMED_MAX_REPS, native/strata_dequant.h).
+MAX_REPS = 64
+_OUT_CODE = {"f32": 0, "f16": 1, "bf16": 2}
+_KERNEL_CODE = {"generic": 0, "wide": 1}
 _OUT_SIZE = {"f32": 4, "f16": 2, "bf16": 2}
 _UINT = {"f32": np.uint32, "f16": np.uint16, "bf16": np.uint16}
 _BUF_DTYPE = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}
@@ -357,7 +364,7 @@ def hash_tensors_device(tensors, out_dtypes=("f32", "f16", "bf16"), *, kernel: s
     here; NativeError when a CUDA call fails or a kernel refuses a tensor.
     """
     from ..hashing import FNV64_OFFSET, hash_tensor
-    from .dequant import DeviceBuffer, NativeError, dequant_device
+    from .dequant import _STATUS, DeviceBuffer, NativeError
 
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
@@ -365,8 +372,8 @@ def hash_tensors_device(tensors, out_dtypes=("f32", "f16", "bf16"), *, kernel: s
     bad = [d for d in outs if d not in _OUT_SIZE]
     if bad or not outs:
         raise ValueError(f"out dtypes must be among f32, f16, bf16, got {list(outs)!r}")
-    if int(reps) < 1:
-        raise ValueError(f"reps must be >= 1, got {reps}")
+    if not 1 <= int(reps) <= MAX_REPS:
+        raise ValueError(f"reps must be in 1..{MAX_REPS}, got {reps}")
     if int(chunk_values) < 1:
         raise ValueError(f"chunk_values must be >= 1, got {chunk_values}")
     reps, chunk_values = int(reps), int(chunk_values)
@@ -387,13 +394,25 @@ def hash_tensors_device(tensors, out_dtypes=("f32", "f16", "bf16"), *, kernel: s
     copy_bps, copy_n = copy_bandwidth(nat)
     blocks = DeviceBuffer(max_in, np.uint8, dev_no)
     obuf = {d: DeviceBuffer(max_vals, _BUF_DTYPE[d], dev_no) for d in outs}
+    # zero-filled: the flush kernel's guarded store never fires (api.cu)
     scratch = DeviceBuffer(max(2 * _l2_bytes(nat, dev_no), 1 << 20), np.uint8, dev_no)
-    null = nat.ffi.cast("void *", 0)
-    sp = nat.ffi.cast("void *", scratch.ptr)
-    ev = _Events(nat)
+    scratch.fill_bytes(0)
+    ffi, lib = nat.ffi, nat.lib
+    null = ffi.cast("void *", 0)
+    sp = ffi.cast("void *", scratch.ptr)
+    bp = ffi.cast("void *", blocks.ptr)
+    op = {d: ffi.cast("void *", obuf[d].ptr) for d in outs}
+    ms = ffi.new("float[]", reps)
 
-    def flush_l2():
-        _check(nat, nat.lib.strata_memset_async(sp, 0, scratch.nbytes, null), "cudaMemsetAsync")
+    def timed(tt, name, n, cols, d, k) -> float:
+        """Median seconds of `reps` L2-cold launches of kernel k."""
+        st = lib.strata_dequant_timed(int(tt), bp, 0, n, cols, cols, _OUT_CODE[d], op[d],
+                                      _KERNEL_CODE[k], sp, scratch.nbytes, reps, ms, null)
+        if st in (1, 2, 4):
+            raise NativeError(f"{name}: the {k} kernel refused {tt.name} {n}x{cols} to {d} "
+                              f"({_STATUS[st]})")
+        _check(nat, st, f"dequant {tt.name} ({k}, timed)")
+        return statistics.median(float(ms[j]) for j in range(reps)) / 1e3
 
     results = [TensorRun(t.name, t.type, tuple(t.shape), "", "", int(t.n_bytes),
                          int(t.n_elements)) for t in tensors]
@@ -432,26 +451,11 @@ def hash_tensors_device(tensors, out_dtypes=("f32", "f16", "bf16"), *, kernel: s
                 blocks.upload(raw[r0 * row_bytes:(r0 + n) * row_bytes])
                 oracle = _oracle_chunk(tt, raw, r0, n, t.cols, outs) if compare else None
                 for d in outs:
-                    out = obuf[d]
-
-                    def launch(k, d=d, out=out):
-                        sel = dequant_device(tt, blocks, n, t.cols, out, out_dtype=d, kernel=k,
-                                             device=dev_no)
-                        if sel.kernel is None:
-                            raise NativeError(f"{t.name}: the {k} kernel refused {tt.name} "
-                                              f"{n}x{t.cols} ({sel.reason})")
-
-                    def timed(k):
-                        times = []
-                        for _ in range(reps):
-                            flush_l2()
-                            times.append(ev.time(lambda: launch(k)))
-                        return statistics.median(times)
-
                     if ch.peer:
-                        res.peer_time_s[d] += timed(ch.peer)
-                    res.time_s[d] += timed(ch.kernel)   # last: its output is the one copied
-                    host = out.download(_UINT[d], n * t.cols)
+                        res.peer_time_s[d] += timed(tt, t.name, n, t.cols, d, ch.peer)
+                    # last: its output is the one copied back
+                    res.time_s[d] += timed(tt, t.name, n, t.cols, d, ch.kernel)
+                    host = obuf[d].download(_UINT[d], n * t.cols)
                     if compare:
                         k_, df = _first_diff(host, oracle[d], r0 * t.cols, t.cols)
                         if df is not None:
@@ -468,7 +472,6 @@ def hash_tensors_device(tensors, out_dtypes=("f32", "f16", "bf16"), *, kernel: s
             h.q.put(None)
         for h in hashers.values():
             h.join()
-        ev.close()
     return DeviceHashRun(name, nat.cc, kernel, outs, reps, copy_bps, copy_n, results,
                          dict(chain), compare)
 

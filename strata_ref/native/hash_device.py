@@ -344,8 +344,9 @@ def hash_tensors_device(tensors, out_dtypes=("f32", "f16", "bf16"), *, kernel: s
     """Hash every tensor's dequantized output through the native kernels.
 
     tensors: a sequence of `strata_ref.gguf.GGUFTensor` (name, type, shape,
-    rows, cols, n_bytes, n_elements, data: the raw uint8 bytes), in the
-    order their chained hash is taken. out_dtypes: a sequence of "f32",
+    rows, cols, n_bytes, n_elements, data: the raw uint8 bytes; every
+    dimension >= 1, as `strata_ref.gguf.read` guarantees), in the order
+    their chained hash is taken. out_dtypes: a sequence of "f32",
     "f16", "bf16". kernel: "auto", "generic" or "wide" (module docstring).
     compare: also compute the oracle's output of every chunk and record
     the first differing value per tensor and dtype. reps: timed launches per

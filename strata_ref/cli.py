@@ -33,6 +33,8 @@ def cmd_hash(a) -> int:
     bad = [o for o in outs if o not in HASH_DTYPES]
     if bad or not outs:
         return _err(f"--out: unknown or no dtype ({a.out!r}); choose from f32,f16,bf16")
+    if a.device != "cuda" and (a.kernel or a.compare):
+        return _err("--kernel and --compare need --device cuda")
     types = None
     if a.types:
         types = {parse_type(t) for t in _split_list(a.types)}
@@ -42,6 +44,8 @@ def cmd_hash(a) -> int:
     if types is not None and not tensors:
         print(f"strata-ref: note: no tensor of type {', '.join(sorted(t.name for t in types))} "
               f"in {path.name}", file=sys.stderr)
+    if a.device == "cuda":
+        return _hash_device(a, path, tensors, outs)
     chain = {d: FNV64_OFFSET for d in outs}
     total = sum(t.n_bytes for t in tensors)
     rows = []
@@ -53,11 +57,20 @@ def cmd_hash(a) -> int:
             rows.append({"name": t.name, "type": t.type.name, "shape": list(t.shape),
                          "hash": {d: f"{h[d]:016x}" for d in outs}})
     chained = {d: f"{chain[d]:016x}" for d in outs}
-    if a.json:
+    _print_hashes(path, rows, chained, outs, a.json)
+    return 0
+
+
+def _print_hashes(path, rows: list, chained: dict, outs: list, as_json: bool,
+                  extra: dict | None = None) -> None:
+    """The output of `hash`: JSON (with `extra`'s keys added) or the table
+    and the chained line; the same for the oracle and the device."""
+    if as_json:
         json.dump({"file": str(path), "tensors": rows, "chained": chained,
-                   "types": sorted({r["type"] for r in rows})}, sys.stdout, indent=1)
+                   "types": sorted({r["type"] for r in rows}), **(extra or {})},
+                  sys.stdout, indent=1)
         print()
-        return 0
+        return
     w = max([len(r["name"]) for r in rows] + [4])
     print(f"{'name':<{w}}  {'type':<7} {'shape':<16} " + " ".join(f"{d:<16}" for d in outs))
     for r in rows:
@@ -66,7 +79,43 @@ def cmd_hash(a) -> int:
               + " ".join(r["hash"][d] for d in outs))
     print(f"chained ({len(rows)} tensors, file order): "
           + "  ".join(f"{d}={chained[d]}" for d in outs))
-    return 0
+
+
+def _hash_device(a, path, tensors, outs) -> int:
+    """`hash --device cuda`: the hashes through the native kernels
+    (strata_ref.native.hash_device), printed as the oracle's on stdout, the
+    device report (kernel times, GB/s) on stderr; with --compare the
+    per-tensor verdicts, exit 0 only if every output equals the oracle's."""
+    from tqdm import tqdm
+
+    from .native import unavailable_reason
+    from .native.hash_device import (compare_lines, device_json, hash_tensors_device,
+                                     summary_lines, tensor_rows)
+
+    why = unavailable_reason()
+    if why:
+        return _err(f"--device cuda: native path unavailable: {why}")
+    with tqdm(total=sum(t.n_bytes for t in tensors), unit="B", unit_scale=True,
+              desc="hash cuda", file=sys.stderr,
+              disable=True if a.no_progress else None) as bar:
+        run = hash_tensors_device(tensors, outs, kernel=a.kernel or "auto", compare=a.compare,
+                                  progress=bar.update)
+    rows = tensor_rows(run)
+    chained = {d: f"{run.chained[d]:016x}" for d in outs}
+    extra = {"device": device_json(run)}
+    if a.compare:
+        extra["equal"] = run.all_equal
+    if a.json:
+        _print_hashes(path, rows, chained, outs, True, extra)
+        return 0 if not a.compare or run.all_equal else 1
+    if a.compare:
+        print("\n".join(compare_lines(run)))
+        print(f"chained ({len(rows)} tensors, file order, device): "
+              + "  ".join(f"{d}={chained[d]}" for d in outs))
+    else:
+        _print_hashes(path, rows, chained, outs, False)
+    print("\n".join(summary_lines(run)), file=sys.stderr)
+    return 0 if not a.compare or run.all_equal else 1
 
 
 def cmd_info(a) -> int:
@@ -204,6 +253,16 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--types", default=None, help="only tensors of these ggml types, e.g. Q4_1,Q8_0")
     h.add_argument("--json", action="store_true", help="machine-readable output")
     h.add_argument("--no-progress", action="store_true", help="no progress bar")
+    h.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="cpu: the NumPy oracle (default); cuda: the native kernels, the same "
+                        "hashes printed, kernel times on stderr")
+    h.add_argument("--kernel", choices=["auto", "generic", "wide"], default=None,
+                   help="with --device cuda: auto (dispatch as the card and "
+                        "STRATA_DEQUANT_WIDE say, default), generic, or wide (generic for "
+                        "types without a wide kernel)")
+    h.add_argument("--compare", action="store_true",
+                   help="with --device cuda: also run the oracle and print per tensor equal / "
+                        "DIFFERENT with the first differing value; exit 0 only if all equal")
     h.set_defaults(func=cmd_hash)
 
     i = sub.add_parser("info", help="metadata and a per-type tensor summary")

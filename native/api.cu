@@ -17,6 +17,21 @@ static int cuda_status(cudaError_t e) {
 
 static bool aligned(const void *p, int a) { return a > 0 && ((uintptr_t)p % (uintptr_t)a) == 0; }
 
+// Reads n 16-byte words through L2 (ld.global.cg), evicting what L2 held and
+// leaving its lines clean, so that a timed kernel after it reads device
+// memory and pays no write-back of someone else's dirty lines. The store
+// exists only so that the loads cannot be removed; its condition is false
+// for the zero-filled buffers the Python side passes.
+__global__ void __launch_bounds__(256) l2_flush_read(const uint4 *p, long long n) {
+    unsigned acc = 0;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const uint4 v = __ldcg(p + i);
+        acc |= v.x | v.y | v.z | v.w;
+    }
+    if (acc == 0xFFFFFFFFu) reinterpret_cast<unsigned *>(const_cast<uint4 *>(p))[0] = 0u;
+}
+
 extern "C" {
 
 int strata_abi_version(void) { return STRATA_ABI_VERSION; }
@@ -62,6 +77,47 @@ int strata_dequant(int type, const void *blocks, long long row0, long long rows,
     if (kernel == STRATA_KERNEL_GENERIC)
         return cuda_status(launch_generic(type, b, row0, rows, cols, ld, out_dtype, out, s));
     return cuda_status(launch_wide(type, b, row0, rows, cols, ld, out_dtype, out, s));
+}
+
+int strata_dequant_timed(int type, const void *blocks, long long row0, long long rows,
+                         long long cols, long long ld, int out_dtype, void *out, int kernel,
+                         const void *flush, long long flush_bytes, int reps, float *ms,
+                         void *stream) {
+    if (out_dtype < STRATA_OUT_F32 || out_dtype > STRATA_OUT_BF16) return STRATA_E_ARG;
+    if (kernel != STRATA_KERNEL_GENERIC && kernel != STRATA_KERNEL_WIDE) return STRATA_E_ARG;
+    if (!strata_dequant_has_kernel(type, kernel, out_dtype)) return STRATA_E_TYPE;
+    int st = check_call(type, blocks, row0, rows, cols, ld, out, kernel);
+    if (st != STRATA_OK) return st;
+    if (ms == nullptr) return STRATA_E_NULL;
+    if (reps < 1 || reps > STRATA_TIMED_MAX_REPS) return STRATA_E_COUNT;
+    if (flush_bytes < 0 || (flush_bytes >= 16 && (flush == nullptr || !aligned(flush, 16))))
+        return STRATA_E_ARG;
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    cudaEvent_t ev[2 * STRATA_TIMED_MAX_REPS];
+    int made = 0;
+    for (; made < 2 * reps; ++made) {
+        st = cuda_status(cudaEventCreate(&ev[made]));
+        if (st != STRATA_OK) break;
+    }
+    const long long words = flush_bytes / 16;
+    const unsigned grid = words > 0 ? (unsigned)(words < 2048LL * 256 ? (words + 255) / 256 : 2048)
+                                    : 0u;
+    for (int i = 0; st == STRATA_OK && i < reps; ++i) {
+        if (words > 0) {
+            l2_flush_read<<<grid, 256, 0, s>>>(static_cast<const uint4 *>(flush), words);
+            st = cuda_status(cudaGetLastError());
+            if (st != STRATA_OK) break;
+        }
+        st = cuda_status(cudaEventRecord(ev[2 * i], s));
+        if (st == STRATA_OK)
+            st = strata_dequant(type, blocks, row0, rows, cols, ld, out_dtype, out, kernel, stream);
+        if (st == STRATA_OK) st = cuda_status(cudaEventRecord(ev[2 * i + 1], s));
+    }
+    if (st == STRATA_OK) st = cuda_status(cudaEventSynchronize(ev[2 * reps - 1]));
+    for (int i = 0; st == STRATA_OK && i < reps; ++i)
+        st = cuda_status(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+    for (int k = 0; k < made; ++k) cudaEventDestroy(ev[k]);
+    return st;
 }
 
 int strata_dequant_many(int type, const strata_dequant_item *items, int count, int out_dtype,
@@ -148,5 +204,71 @@ int strata_memset(void *ptr, int value, long long nbytes) {
 }
 
 int strata_synchronize(void) { return cuda_status(cudaDeviceSynchronize()); }
+
+int strata_event_create(void **event) {
+    if (event == nullptr) return STRATA_E_NULL;
+    return cuda_status(cudaEventCreate(reinterpret_cast<cudaEvent_t *>(event)));
+}
+
+int strata_event_destroy(void *event) {
+    if (event == nullptr) return STRATA_E_NULL;
+    return cuda_status(cudaEventDestroy(static_cast<cudaEvent_t>(event)));
+}
+
+int strata_event_record(void *event, void *stream) {
+    if (event == nullptr) return STRATA_E_NULL;
+    return cuda_status(cudaEventRecord(static_cast<cudaEvent_t>(event),
+                                       static_cast<cudaStream_t>(stream)));
+}
+
+int strata_event_elapsed_ms(float *ms, void *start, void *stop) {
+    if (ms == nullptr || start == nullptr || stop == nullptr) return STRATA_E_NULL;
+    const int s = cuda_status(cudaEventSynchronize(static_cast<cudaEvent_t>(stop)));
+    if (s != STRATA_OK) return s;
+    return cuda_status(cudaEventElapsedTime(ms, static_cast<cudaEvent_t>(start),
+                                            static_cast<cudaEvent_t>(stop)));
+}
+
+int strata_memcpy_dtod_async(void *dst, const void *src, long long nbytes, void *stream) {
+    if (nbytes < 0) return STRATA_E_SHAPE;
+    if (nbytes == 0) return STRATA_OK;
+    if (dst == nullptr || src == nullptr) return STRATA_E_NULL;
+    return cuda_status(cudaMemcpyAsync(dst, src, (size_t)nbytes, cudaMemcpyDeviceToDevice,
+                                       static_cast<cudaStream_t>(stream)));
+}
+
+int strata_memset_async(void *ptr, int value, long long nbytes, void *stream) {
+    if (nbytes < 0) return STRATA_E_SHAPE;
+    if (nbytes == 0) return STRATA_OK;
+    if (ptr == nullptr) return STRATA_E_NULL;
+    return cuda_status(cudaMemsetAsync(ptr, value, (size_t)nbytes,
+                                       static_cast<cudaStream_t>(stream)));
+}
+
+int strata_mem_get_info(long long *free_bytes, long long *total_bytes) {
+    if (free_bytes == nullptr || total_bytes == nullptr) return STRATA_E_NULL;
+    size_t f = 0, t = 0;
+    const int s = cuda_status(cudaMemGetInfo(&f, &t));
+    *free_bytes = (long long)f;
+    *total_bytes = (long long)t;
+    return s;
+}
+
+int strata_device_name(int device, char *name, int len) {
+    if (name == nullptr) return STRATA_E_NULL;
+    if (len <= 0) return STRATA_E_SHAPE;
+    cudaDeviceProp p;
+    const int s = cuda_status(cudaGetDeviceProperties(&p, device));
+    if (s != STRATA_OK) return s;
+    int i = 0;
+    for (; i < len - 1 && p.name[i] != '\0'; ++i) name[i] = p.name[i];
+    name[i] = '\0';
+    return STRATA_OK;
+}
+
+int strata_l2_cache_bytes(int device, int *bytes) {
+    if (bytes == nullptr) return STRATA_E_NULL;
+    return cuda_status(cudaDeviceGetAttribute(bytes, cudaDevAttrL2CacheSize, device));
+}
 
 }  // extern "C"

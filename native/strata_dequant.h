@@ -40,7 +40,8 @@ enum strata_status {
 };
 
 enum strata_limits {
-    STRATA_DEQUANT_MANY_MAX = 16   /* tensors per strata_dequant_many call */
+    STRATA_DEQUANT_MANY_MAX = 16,  /* tensors per strata_dequant_many call */
+    STRATA_TIMED_MAX_REPS = 64     /* launches per strata_dequant_timed call */
 };
 
 /* One tensor of a strata_dequant_many call: the arguments of strata_dequant. */
@@ -109,12 +110,42 @@ int strata_memcpy_htod(void *dst, const void *src, long long nbytes);
 int strata_memcpy_dtoh(void *dst, const void *src, long long nbytes);
 int strata_memset(void *ptr, int value, long long nbytes);
 int strata_synchronize(void);
+
+/* Timing and stream-ordered copies for strata-ref's device hashing
+ * (strata_ref/native/hash_device.py): CUDA events with default flags (so
+ * they record time), an asynchronous device-to-device copy and memset, the
+ * free and total device memory, the device's name and L2 size. Each returns
+ * a strata_status. strata_event_elapsed_ms waits for `stop` first. */
+int strata_event_create(void **event);
+int strata_event_destroy(void *event);
+int strata_event_record(void *event, void *stream);
+int strata_event_elapsed_ms(float *ms, void *start, void *stop);
+int strata_memcpy_dtod_async(void *dst, const void *src, long long nbytes, void *stream);
+int strata_memset_async(void *ptr, int value, long long nbytes, void *stream);
+int strata_mem_get_info(long long *free_bytes, long long *total_bytes);
+int strata_device_name(int device, char *name, int len);
+int strata_l2_cache_bytes(int device, int *bytes);
+
+/* Time `reps` (1..STRATA_TIMED_MAX_REPS) launches of strata_dequant with the
+ * same arguments, each bracketed by CUDA events on `stream` and, when
+ * flush_bytes >= 16, preceded by a kernel that reads `flush_bytes` of
+ * `flush` (16-byte aligned), which evicts the L2 cache and leaves it clean.
+ * Everything is enqueued by this one call, so no host work falls between an
+ * event and the launch it brackets; ms[i] receives launch i's milliseconds
+ * once the last event completes. The type, dtype, kernel and shape are
+ * checked first, with strata_dequant's statuses, before anything is
+ * launched; reps out of range is STRATA_E_COUNT, a bad flush buffer
+ * STRATA_E_ARG. */
+int strata_dequant_timed(int type, const void *blocks, long long row0, long long rows,
+                         long long cols, long long ld, int out_dtype, void *out, int kernel,
+                         const void *flush, long long flush_bytes, int reps, float *ms,
+                         void *stream);
 /* cdef-end */
 
 #ifdef __cplusplus
 }
 #endif
 
-#define STRATA_ABI_VERSION 2   /* 2: strata_dequant_many */
+#define STRATA_ABI_VERSION 3   /* 2: strata_dequant_many; 3: events, async copy, device info, strata_dequant_timed */
 
 #endif /* STRATA_DEQUANT_H */

@@ -43,6 +43,11 @@ def cmd_hash(a) -> int:
     bad = [o for o in outs if o not in HASH_DTYPES]
     if bad or not outs:
         return _err(f"--out: unknown or no dtype ({a.out!r}); choose from f32,f16,bf16")
+    if a.device != "cuda" and (a.kernel or a.compare):
+        return _err("--kernel and --compare need --device cuda")
+    if a.device == "cuda" and (a.jobs or a.scheduler or a.manifest):
+        return _err("--jobs, --scheduler and --manifest run the oracle's tasks; "
+                    "--device cuda hashes in this process")
     if a.jobs is not None and a.jobs < 1:
         return _err(f"--jobs must be >= 1, got {a.jobs}")
     if a.resume and not a.manifest:
@@ -56,6 +61,8 @@ def cmd_hash(a) -> int:
     if types is not None and not tensors:
         print(f"strata-ref: note: no tensor of type {', '.join(sorted(t.name for t in types))} "
               f"in {path.name}", file=sys.stderr)
+    if a.device == "cuda":
+        return _hash_device(a, f, tensors, outs)
     total = sum(t.n_bytes for t in tensors)
     # SIGTERM (a CI cancel, `timeout`) unwinds like Ctrl-C, so that worker
     # processes are stopped and the manifest is closed on the way out
@@ -80,15 +87,25 @@ def cmd_hash(a) -> int:
     rows = [{"name": t.name, "type": t.type.name, "shape": list(t.shape),
              "hash": {d: f"{t.hashes[d]:016x}" for d in outs}} for t in res.tensors]
     chained = {d: f"{res.chained[d]:016x}" for d in outs}
-    split = len(res.shards) > 1
-    if a.json:
-        doc = {"file": str(res.shards[0]), "tensors": rows,
-               "chained": chained, "types": sorted({r["type"] for r in rows})}
+    _print_hashes(f, rows, chained, outs, a.json)
+    return 0
+
+
+def _print_hashes(model, rows: list, chained: dict, outs: list, as_json: bool,
+                  extra: dict | None = None) -> None:
+    """The output of `hash`: JSON (with `extra`'s keys added) or the table,
+    for a split set a line naming its shards, and the chained line; the
+    same for the oracle and the device."""
+    shards = [str(s.path) for s in model.shards]
+    split = len(shards) > 1
+    if as_json:
+        doc = {"file": shards[0], "tensors": rows, "chained": chained,
+               "types": sorted({r["type"] for r in rows})}
         if split:
-            doc["shards"] = [str(p) for p in res.shards]
-        json.dump(doc, sys.stdout, indent=1)
+            doc["shards"] = shards
+        json.dump({**doc, **(extra or {})}, sys.stdout, indent=1)
         print()
-        return 0
+        return
     w = max([len(r["name"]) for r in rows] + [4])
     print(f"{'name':<{w}}  {'type':<7} {'shape':<16} " + " ".join(f"{d:<16}" for d in outs))
     for r in rows:
@@ -96,12 +113,51 @@ def cmd_hash(a) -> int:
         print(f"{r['name']:<{w}}  {r['type']:<7} {shape:<16} "
               + " ".join(r["hash"][d] for d in outs))
     if split:
-        print(f"split set: {len(res.shards)} shards, {os.path.basename(res.shards[0])} ... "
-              f"{os.path.basename(res.shards[-1])}")
-    order = "shard order, then file order" if split else "file order"
-    print(f"chained ({len(rows)} tensors, {order}): "
+        print(f"split set: {len(shards)} shards, {os.path.basename(shards[0])} ... "
+              f"{os.path.basename(shards[-1])}")
+    print(f"chained ({len(rows)} tensors, {_model_order(model)}): "
           + "  ".join(f"{d}={chained[d]}" for d in outs))
-    return 0
+
+
+def _model_order(model) -> str:
+    return "shard order, then file order" if len(model.shards) > 1 else "file order"
+
+
+def _hash_device(a, model, tensors, outs) -> int:
+    """`hash --device cuda`: the hashes through the native kernels
+    (strata_ref.native.hash_device), printed as the oracle's on stdout, the
+    device report (kernel times, GB/s) on stderr; with --compare the
+    per-tensor verdicts, exit 0 only if every output equals the oracle's."""
+    from tqdm import tqdm
+
+    from .native import unavailable_reason
+    from .native.hash_device import (compare_lines, device_json, hash_tensors_device,
+                                     summary_lines, tensor_rows)
+
+    why = unavailable_reason()
+    if why:
+        return _err(f"--device cuda: native path unavailable: {why}")
+    with tqdm(total=sum(t.n_bytes for t in tensors), unit="B", unit_scale=True,
+              desc="hash cuda", file=sys.stderr,
+              disable=True if a.no_progress else None) as bar:
+        run = hash_tensors_device(tensors, outs, kernel=a.kernel or "auto", compare=a.compare,
+                                  progress=bar.update)
+    rows = tensor_rows(run)
+    chained = {d: f"{run.chained[d]:016x}" for d in outs}
+    extra = {"device": device_json(run)}
+    if a.compare:
+        extra["equal"] = run.all_equal
+    if a.json:
+        _print_hashes(model, rows, chained, outs, True, extra)
+        return 0 if not a.compare or run.all_equal else 1
+    if a.compare:
+        print("\n".join(compare_lines(run)))
+        print(f"chained ({len(rows)} tensors, {_model_order(model)}, device): "
+              + "  ".join(f"{d}={chained[d]}" for d in outs))
+    else:
+        _print_hashes(model, rows, chained, outs, False)
+    print("\n".join(summary_lines(run)), file=sys.stderr)
+    return 0 if not a.compare or run.all_equal else 1
 
 
 def cmd_info(a) -> int:
@@ -205,7 +261,7 @@ def cmd_generate(a) -> int:
         return _err(bad)
     model, prompt = (None, a.args[0]) if len(a.args) == 1 else (a.args[0], a.args[1])
     return run_generate(model, prompt, a.max_tokens, a.temperature, a.top_k, a.top_p,
-                        a.seed, a.chat, n_ctx=a.ctx)
+                        a.seed, a.chat, n_ctx=a.ctx, cpu=a.cpu)
 
 
 def cmd_parity(a) -> int:
@@ -256,6 +312,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write each tensor's hashes to FILE (JSON lines) as it completes")
     h.add_argument("--resume", action="store_true",
                    help="take the tensors --manifest FILE already holds from it, hash the rest")
+    h.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="cpu: the NumPy oracle (default); cuda: the native kernels, the same "
+                        "hashes printed, kernel times on stderr")
+    h.add_argument("--kernel", choices=["auto", "generic", "wide"], default=None,
+                   help="with --device cuda: auto (dispatch as the card and "
+                        "STRATA_DEQUANT_WIDE say, default), generic, or wide (generic for "
+                        "types without a wide kernel)")
+    h.add_argument("--compare", action="store_true",
+                   help="with --device cuda: also run the oracle and print per tensor equal / "
+                        "DIFFERENT with the first differing value; exit 0 only if all equal")
     h.set_defaults(func=cmd_hash)
 
     i = sub.add_parser("info", help="metadata and a per-type tensor summary")
@@ -295,6 +361,10 @@ def build_parser() -> argparse.ArgumentParser:
     ge.add_argument("--ctx", type=int, default=None,
                     help="context length in tokens, at most the model's training context "
                          "(default: that, at most 4096)")
+    ge.add_argument("--cpu", default=None, metavar="PROFILE",
+                    help="the llama.cpp CPU build whose arithmetic to reproduce: scalar, avx2, "
+                         "avx512 or native (default: $STRATA_REF_CPU, else native: the profile "
+                         "of llama.cpp's native build on this CPU)")
     ge.set_defaults(func=cmd_generate)
 
     pa = sub.add_parser("parity", help="native kernels against the oracle (needs a GPU)")

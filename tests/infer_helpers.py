@@ -17,6 +17,13 @@ import pytest
 SDIST = "llama-cpp-python==0.3.36"
 SDIST_FILE = "llama_cpp_python-0.3.36.tar.gz"
 DATA = Path(__file__).parent / "data"
+#: the CPU profiles whose llama.cpp reference data lives in DATA/<profile>/
+PROFILES = ("scalar", "avx2", "avx512")
+
+
+def profile_files(name: str) -> list:
+    """pytest params (profile, path) of every stored DATA/<profile>/<name>."""
+    return [pytest.param(p, DATA / p / name, id=p) for p in PROFILES if (DATA / p / name).is_file()]
 
 
 @functools.lru_cache(maxsize=None)
@@ -30,9 +37,10 @@ def model_path(name: str) -> Path:
 
 
 @functools.lru_cache(maxsize=None)
-def load_model(name: str):
+def load_model(name: str, profile: str = "avx512"):
+    """A registry model loaded to run in CPU profile `profile`."""
     from strata_ref.infer.model import load
-    return load(model_path(name))
+    return load(model_path(name), profile=profile)
 
 
 def _find_sdist(cache: Path) -> Path | None:

@@ -16,7 +16,7 @@ import strata_ref.gguf as sgguf
 from strata_ref import cli
 from strata_ref.cli import main
 from strata_ref.gguf import GGUFValueType as V
-from strata_ref.infer import ops
+from strata_ref.cpu import PROFILES, ops
 from strata_ref.infer.model import HParams, ModelLoadError, ModelOutputError, check_logits, load
 
 from infer_helpers import model_path, tiny_model
@@ -121,16 +121,16 @@ def test_float_block_count_in_a_file_is_refused(tmp_path):
 def test_rope_refuses_shapes_it_cannot_index():
     x = np.zeros((2, 3, 8), np.float32)
     cos, sin = ops.rope_cache(np.arange(2), 8, 10000.0, 1.0)
-    assert ops.rope(x, cos, sin, 8, False).shape == x.shape
+    assert ops.rope(x, cos, sin, 8, False, PROFILES["avx2"]).shape == x.shape
     with pytest.raises(ValueError, match="head_dim >= n_rot = 10"):
         c, s = ops.rope_cache(np.arange(2), 10, 10000.0, 1.0)
-        ops.rope(x, c, s, 10, True)
+        ops.rope(x, c, s, 10, True, PROFILES["avx2"])
     with pytest.raises(ValueError, match="n_rot must be an even integer >= 2, got 7"):
-        ops.rope(x, cos, sin, 7, False)
+        ops.rope(x, cos, sin, 7, False, PROFILES["avx2"])
     with pytest.raises(ValueError, match=r"cos and sin must be \(2, 3\)"):
-        ops.rope(x, cos, sin, 6, False)
+        ops.rope(x, cos, sin, 6, False, PROFILES["avx2"])
     with pytest.raises(ValueError, match=r"cos and sin must be \(2, 4\)"):
-        ops.rope(x, cos[:1], sin[:1], 8, False)
+        ops.rope(x, cos[:1], sin[:1], 8, False, PROFILES["avx2"])
     with pytest.raises(ValueError, match="got 0"):
         ops.rope_cache(np.arange(2), 0, 10000.0, 1.0)
     with pytest.raises(ValueError, match=r"freq_factors has shape \(3,\), expected \(4,\)"):
@@ -298,9 +298,9 @@ def test_decode_count_is_the_generated_tokens(tiny, capsys, monkeypatch):
     import strata_ref.infer as infer
     real = infer.load
 
-    def load_no_eog(name):
+    def load_no_eog(name, cpu=None):
         # no end-of-generation token, so exactly --max-tokens tokens come out
-        m = real(name)
+        m = real(name, cpu=cpu)
         m.tokenizer = dataclasses.replace(m.tokenizer, eog_ids=frozenset())
         return m
     monkeypatch.setattr(infer, "load", load_no_eog)

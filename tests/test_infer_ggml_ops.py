@@ -1,9 +1,9 @@
-"""ggml-cpu's float arithmetic as reproduced by strata_ref.infer (ggml_fp,
-lanes, ops, the mat-mul kernels), checked bit for bit: by hand where the
-order of operations decides the result, and against llama.cpp's own
-intermediate tensors (tests/data/llama_ops_*.npz, made by
-tools/llama_dump.py --vectors from llama-cpp-python 0.3.36 built for an
-AVX-512 x86 CPU): for rows 0 and n-1 of a batched pass of 37 tokens (tinyBLAS,
+"""ggml-cpu's float arithmetic as reproduced by strata_ref.cpu (fp, lanes,
+ops, the mat-mul kernels), checked bit for bit: by hand where the order of
+operations decides the result, and against llama.cpp's own intermediate
+tensors (tests/data/<profile>/llama_ops_*.npz, made by
+tools/llama_dump.py --vectors from llama-cpp-python 0.3.36 built for that
+CPU profile): for rows 0 and n-1 of a batched pass of 37 tokens (tinyBLAS,
 tiled and repacked-gemm code paths) and for one single-token decode call
 (vec_dot paths)."""
 from __future__ import annotations
@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 from numba import njit
 
-from strata_ref.infer import ops
-from strata_ref.infer.ggml_fp import expf_avx512, fma32, hsum8, hsum16
+from strata_ref.cpu import PROFILES, ops
+from strata_ref.cpu.fp import expf_avx512, expf_v, fma32, hsum8, hsum16
 from strata_ref.numerics import fma_f32
-from infer_helpers import DATA, load_model
+from infer_helpers import DATA, load_model, profile_files
 
 F32 = np.float32
 
@@ -52,6 +52,12 @@ def _hsums(v8, v16):
 def _exp_many(x, out):
     for i in range(x.size):
         out[i] = expf_avx512(x[i])
+
+
+@njit(cache=True)
+def _exp_v_many(x, arch, out):
+    for i in range(x.size):
+        out[i] = expf_v(x[i], arch)
 
 
 # ---------------------------------------------------------------- by hand
@@ -94,6 +100,35 @@ def test_expf_edges():
     assert np.all(np.abs(out[3:] / np.exp(x[3:].astype(np.float64)) - 1) < 2.5e-7)
 
 
+@pytest.mark.parametrize("arch", [0, 1, 2])
+def test_expf_variants_edges(arch):
+    # every build's ggml_v_expf: exact at 0, flushes at the ends, within 2
+    # ulp of exp elsewhere, including the two-step scaling for |n| > 126
+    x = np.array([0.0, -np.inf, -104.0, -120.0, 1.0, -1.0, 88.0, 88.7, -87.5, -100.0,
+                  np.inf], np.float32)
+    out = np.empty_like(x)
+    _exp_v_many(x, arch, out)
+    assert out[0] == 1.0 and out[1] == 0.0 and out[2] == 0.0 and out[3] == 0.0
+    assert out[-1] == np.inf
+    ref = np.exp(x[4:-2].astype(np.float64))
+    assert np.all(np.abs(out[4:-2] / ref - 1) < 2.5e-7), out[4:-2] / ref - 1
+    # exp(-100) is subnormal: within a few of its ulps (2^-149)
+    assert abs(float(out[-2]) - np.exp(-100.0)) < 4 * 2.0 ** -149
+
+
+def test_expf_avx2_differs_from_avx512_somewhere():
+    # the builds' polynomials apply 2^n differently (exponent bits and an
+    # FMA against _mm512_scalef_ps), so some results differ in the last bit:
+    # one profile's expf cannot stand in for another's
+    x = np.linspace(-20, 20, 20001).astype(np.float32)
+    outs = []
+    for arch in (0, 1, 2):
+        o = np.empty_like(x)
+        _exp_v_many(x, arch, o)
+        outs.append(o.view(np.uint32))
+    assert (outs[1] != outs[2]).any() and (outs[0] != outs[1]).any()
+
+
 def test_rope_angles_use_libm_cosf():
     import ctypes
     import ctypes.util
@@ -113,7 +148,7 @@ def test_rope_angles_use_libm_cosf():
 
 def test_soft_max_masks_and_pads():
     s = np.array([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]], np.float32)
-    p = ops.soft_max(s, 1.0, np.array([0, 1]))
+    p = ops.soft_max(s, 1.0, np.array([0, 1]), PROFILES["avx2"])
     assert p.shape == (2, 64) and not p[:, 3:].any()
     assert p[0, 0] == 1.0 and p[0, 1] == 0.0 and p[0, 2] == 0.0   # only key 0 visible
     assert p[1, 2] == 0.0 and p[1, 0] < p[1, 1]
@@ -122,53 +157,51 @@ def test_soft_max_masks_and_pads():
 # ------------------------------------------------- against llama.cpp's tensors
 CASES = {"qwen": ("Qwen2.5-Coder-0.5B-Instruct", "llama_ops_qwen.npz"),
          "smollm2": ("SmolLM2-135M-Instruct", "llama_ops_smollm2.npz")}
-
-
-def _vectors(key):
-    path = DATA / CASES[key][1]
-    if not path.is_file():
-        pytest.skip(f"{path.name} not made (tools/llama_dump.py --vectors)")
-    return np.load(path)
+OPS = [pytest.param(key, *p.values, id=f"{key}-{p.values[0]}")
+       for key, (_, f) in CASES.items() for p in profile_files(f)]
 
 
 def _f16(a):
     return np.asarray(a, np.float32).astype(np.float16).astype(np.float32)
 
 
-@pytest.mark.parametrize("key", list(CASES))
+@pytest.mark.parametrize("key, profile, path", OPS)
 @pytest.mark.parametrize("tag", ["b", "d"])
-def test_attention_ops_match_llama_cpp(key, tag):
-    v = _vectors(key)
-    m = load_model(CASES[key][0])
+def test_attention_ops_match_llama_cpp(key, profile, path, tag):
+    v = np.load(path)
+    m = load_model(CASES[key][0], profile)
+    prof = PROFILES[profile]
     hp = m.hp
     pos = v[f"{tag}_pos"].astype(np.int64)
     batched = int(v[f"{tag}_n"]) >= 2
     for il in v["layers"]:
         g = lambda name: v[f"{tag}_{il}_{name}"]
         cos, sin = ops.rope_cache(pos, hp.n_rot, hp.rope_base, hp.rope_freq_scale)
-        _same(ops.rope(g("q_biased"), cos, sin, hp.n_rot, hp.neox), g("q_rope"))
+        _same(ops.rope(g("q_biased"), cos, sin, hp.n_rot, hp.neox, prof), g("q_rope"))
         q = g("q_attn")                                   # (G, rows, hd), query heads of KV head 0
         G, R, hd = q.shape
         K = g("k_cache").astype(np.float32)              # (T, hd)
         T = K.shape[0]
-        kq = ops.f16_products(_f16(q).reshape(1, G * R, hd), K[None], batched).reshape(G, R, T)
+        kq = ops.f16_products(_f16(q).reshape(1, G * R, hd), K[None], batched, prof,
+                              m_rows=256).reshape(G, R, T)
         _same(kq, g("kq")[..., :T])
         qpos = np.tile(pos, G)
-        p = ops.soft_max(g("kq").reshape(G * R, -1)[:, :T], hp.kq_scale, qpos).reshape(G, R, -1)
+        p = ops.soft_max(g("kq").reshape(G * R, -1)[:, :T], hp.kq_scale, qpos, prof).reshape(G, R, -1)
         _same(p[..., :T], g("kq_soft_max")[..., :T])
         assert not p[..., T:].any() and not g("kq_soft_max")[..., T:].any()
         Vt = g("v_cache").astype(np.float32)             # (hd, T)
         # V p over llama.cpp's padded KV length (256 cells, the unused ones
         # with probability 0)
-        o = ops.f16_products(_f16(g("kq_soft_max")).reshape(1, G * R, -1), Vt[None], batched)
+        o = ops.f16_products(_f16(g("kq_soft_max")).reshape(1, G * R, -1), Vt[None], batched, prof,
+                             m_rows=hd)
         _same(o.reshape(G, R, hd), g("kqv"))
 
 
-@pytest.mark.parametrize("key", list(CASES))
+@pytest.mark.parametrize("key, profile, path", OPS)
 @pytest.mark.parametrize("tag", ["b", "d"])
-def test_matmuls_and_swiglu_match_llama_cpp(key, tag):
-    v = _vectors(key)
-    m = load_model(CASES[key][0])
+def test_matmuls_and_swiglu_match_llama_cpp(key, profile, path, tag):
+    v = np.load(path)
+    m = load_model(CASES[key][0], profile)
     rows = v[f"{tag}_rows"]
     n = int(v[f"{tag}_n"])
 
@@ -185,25 +218,26 @@ def test_matmuls_and_swiglu_match_llama_cpp(key, tag):
         _same(L.wq.matmul(batch(g("attn_norm")))[rows], g("q_mm"))
         _same(L.wv.matmul(batch(g("attn_norm")))[rows], g("v_mm"))
         _same(L.w_down.matmul(batch(g("ffn_swiglu")))[rows], g("ffn_out"))
-        _same(ops.swiglu(g("ffn_gate"), g("ffn_up")), g("ffn_swiglu"))
+        _same(ops.swiglu(g("ffn_gate"), g("ffn_up"), PROFILES[profile]), g("ffn_swiglu"))
 
 
 _PORTABLE = r"""
 import sys, numpy as np
 from strata_ref import GGMLType
 from strata_ref.quantize import quantize
-from strata_ref.infer import lanes
-from strata_ref.infer.kernels import QMatrix
+from strata_ref.cpu import lanes
+from strata_ref.cpu.matmul import QMatrix
 rng = np.random.default_rng(5)
 out = {"avx2": np.array(lanes.HOST_AVX2)}
-for t in ("Q8_0", "Q5_0", "Q4_0", "Q4_1", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"):
+for prof in ("scalar", "avx2", "avx512"):
+  for t in ("Q8_0", "Q5_0", "Q4_0", "Q4_1", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"):
     w = rng.standard_normal((16, 512)).astype(np.float32)
-    q = QMatrix(GGMLType[t], quantize(w, GGMLType[t]), 16, 512, t)
-    q2 = QMatrix(GGMLType[t], quantize(w[:9], GGMLType[t]), 9, 512, t)   # not repacked
+    q = QMatrix(GGMLType[t], quantize(w, GGMLType[t]), 16, 512, t, prof)
+    q2 = QMatrix(GGMLType[t], quantize(w[:9], GGMLType[t]), 9, 512, t, prof)   # not repacked
     for n in (1, 9):
         x = rng.standard_normal((n, 512)).astype(np.float32)
-        out[f"{t}_{n}"] = q.matmul(x)
-        out[f"{t}_{n}_9rows"] = q2.matmul(x)
+        out[f"{prof}_{t}_{n}"] = q.matmul(x)
+        out[f"{prof}_{t}_{n}_9rows"] = q2.matmul(x)
 np.savez(sys.argv[1], **out)
 """
 
@@ -227,7 +261,7 @@ def test_portable_lanes_give_the_avx2_bits(tmp_path):
             _same(res["portable"][k], res["native"][k])
 
 
-MATRICES = {
+MATRIX_TYPES = {
     # a Q4_0 matrix of 512 rows, which ggml repacks to q4_0_8x8 on AVX2 CPUs
     # (gemm for the 12-token pass, gemv for one token): layer 0's attn_q
     "llama_matrix_q4_0.npz": "Q4_0",
@@ -247,40 +281,45 @@ MATRICES = {
 }
 
 
-@pytest.mark.parametrize("name", list(MATRICES))
-def test_one_matrix_matches_llama_cpp(name):
+MATRICES = [pytest.param(name, *p.values, id=f"{name[13:-4]}-{p.values[0]}")
+            for name in MATRIX_TYPES for p in profile_files(name)]
+
+
+@pytest.mark.parametrize("name, profile, path", MATRICES)
+def test_one_matrix_matches_llama_cpp(name, profile, path):
     # Matrices of 2-layer random qwen3 models (tests/infer_helpers.py
     # tiny_model with n_embd 512, head_dim 64, n_ff 1024 and Q4_0, Q4_K, Q5_K,
     # Q3_K or Q2_K matrices), stored with their llama.cpp inputs and outputs
     # (command in the file).
     from strata_ref import GGMLType
-    from strata_ref.infer.kernels import QMatrix
-    path = DATA / name
-    if not path.is_file():
-        pytest.skip(f"{name} not made (tools/llama_dump.py --matrix)")
+    from strata_ref.cpu.matmul import QMatrix
     v = np.load(path)
     t = GGMLType(int(v["w_type"]))
-    assert t == GGMLType[MATRICES[name]]
-    w = QMatrix(t, v["w_raw"], int(v["w_rows"]), int(v["w_cols"]), name)
+    assert t == GGMLType[MATRIX_TYPES[name]]
+    w = QMatrix(t, v["w_raw"], int(v["w_rows"]), int(v["w_cols"]), name, profile)
     for tag in ("b", "d"):
         _same(w.matmul(v[f"{tag}_x"]), v[f"{tag}_y"])
 
 
-def test_swiglu_tail_uses_the_scalar_silu():
-    # ggml_vec_swiglu_f32 runs 16 values at a time through ggml_v_silu and
-    # the rest of a row through ggml_silu_f32 = x / (1 + expf(-x)) (libm)
+@pytest.mark.parametrize("profile, width", [("avx512", 16), ("avx2", 8), ("scalar", 4)])
+def test_swiglu_tail_uses_the_scalar_silu(profile, width):
+    # ggml_vec_swiglu_f32 runs a vector of values at a time through
+    # ggml_v_silu and the rest of a row through ggml_silu_f32 = x / (1 +
+    # expf(-x)) (libm)
     import ctypes
     import ctypes.util
     libm = ctypes.CDLL(ctypes.util.find_library("m"))
     libm.expf.restype = ctypes.c_float
     libm.expf.argtypes = [ctypes.c_float]
     rng = np.random.default_rng(11)
-    g = (rng.standard_normal((2, 35)) * 4).astype(np.float32)
-    u = rng.standard_normal((2, 35)).astype(np.float32)
-    y = ops.swiglu(g, u)
-    _same(y[:, :32], ops.swiglu(g[:, :32], u[:, :32]))      # the vector part of each row
+    prof = PROFILES[profile]
+    n = 32 + width - 1
+    g = (rng.standard_normal((2, n)) * 4).astype(np.float32)
+    u = rng.standard_normal((2, n)).astype(np.float32)
+    y = ops.swiglu(g, u, prof)
+    _same(y[:, :32], ops.swiglu(g[:, :32], u[:, :32], prof))      # the vector part of each row
     for r in range(2):
-        for i in range(32, 35):
+        for i in range(32, n):
             x = g[r, i]
             want = F32(F32(x / F32(F32(1.0) + F32(libm.expf(-x)))) * u[r, i])
             assert y[r, i] == want

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from strata_ref import GGMLType, block_format, dequant_f32
-from strata_ref.infer import act_quant
-from strata_ref.infer.kernels import QMatrix, VEC_DOT_TYPE
+from strata_ref.cpu import act_quant
+from strata_ref.cpu.matmul import QMatrix, VEC_DOT_TYPE
 from strata_ref.quantize import quantize
-from infer_helpers import DATA
+from infer_helpers import profile_files
 
 
 def _f16_bits(v):
@@ -64,16 +64,19 @@ def test_zero_blocks_and_bad_input():
         act_quant.q8_k_fields(np.zeros(100, np.float32))
 
 
-def test_against_ggml_cpu_from_float():
-    f = DATA / "ggml_act_quant.npz"
-    if not f.is_file():
-        pytest.skip("tests/data/ggml_act_quant.npz not made (python tools/llama_ref.py actquant)")
-    ref = np.load(f)
-    for name, fn in (("q8_0", act_quant.quantize_q8_0_act), ("q8_1", act_quant.quantize_q8_1_act),
+@pytest.mark.parametrize("profile, path", profile_files("ggml_act_quant.npz"))
+def test_against_ggml_cpu_from_float(profile, path):
+    # each build's own from_float (tools/llama_ref.py --profile P actquant):
+    # the AVX code on avx2 / avx512, the reference quantizers on scalar
+    from strata_ref.cpu import PROFILES
+    ref = np.load(path)
+    r = PROFILES[profile].act_quant == "ref"
+    for name, fn in (("q8_0", lambda v: act_quant.quantize_q8_0_act(v, ref=r)),
+                     ("q8_1", lambda v: act_quant.quantize_q8_1_act(v, ref=r)),
                      ("q8_k", act_quant.quantize_q8_k_act)):
         for i, row in enumerate(ref["x"]):
             got = fn(row)
-            assert np.array_equal(got, ref[name][i]), f"{name} row {i} differs from ggml-cpu"
+            assert np.array_equal(got, ref[name][i]), f"{profile} {name} row {i} differs from ggml-cpu"
 
 
 # ---------------------------------------------------------------- mat-mul
@@ -91,8 +94,8 @@ def _act_dequant(vdt, x):
 @pytest.mark.parametrize("parallel", [False, True])
 @pytest.mark.parametrize("t", sorted(VEC_DOT_TYPE, key=int))
 def test_matmul_matches_float64_dot_of_the_quantized_operands(t, parallel, monkeypatch):
-    from strata_ref.infer import kernels
-    monkeypatch.setattr(kernels, "PARALLEL_MIN_MACS", 0 if parallel else 1 << 62)
+    from strata_ref.cpu import matmul
+    monkeypatch.setattr(matmul, "PARALLEL_MIN_MACS", 0 if parallel else 1 << 62)
     rng = np.random.default_rng(int(t))
     rows, cols, n = 24, 512, 3
     w = rng.standard_normal((rows, cols)).astype(np.float32) * np.float32(0.05)
@@ -100,7 +103,7 @@ def test_matmul_matches_float64_dot_of_the_quantized_operands(t, parallel, monke
     raw = quantize(w, t).reshape(-1)
     x = rng.standard_normal((n, cols)).astype(np.float32)
     x[1, :256] *= np.float32(1e-3)
-    W = QMatrix(t, raw, rows, cols, "w")
+    W = QMatrix(t, raw, rows, cols, "w", "avx2")
     got = W.matmul(x)
     wd = dequant_f32(t, raw, rows, cols).astype(np.float64)
     xd = _act_dequant(VEC_DOT_TYPE[t], x)
@@ -129,7 +132,7 @@ def test_matmul_fallback_type_and_shape_errors():
     rng = np.random.default_rng(1)
     w = rng.standard_normal((4, 256)).astype(np.float32)
     raw = quantize(w, GGMLType.IQ4_XS).reshape(-1)        # no integer kernel: oracle dequant + f32
-    W = QMatrix(GGMLType.IQ4_XS, raw, 4, 256, "w")
+    W = QMatrix(GGMLType.IQ4_XS, raw, 4, 256, "w", "avx2")
     x = rng.standard_normal((2, 256)).astype(np.float32)
     # the activations go through Q8_K first, as ggml-cpu's vec_dot_type for IQ4_XS
     q, d, _ = act_quant.q8_k_fields(x)

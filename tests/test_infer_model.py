@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from strata_ref.infer.model import HParams, ModelLoadError, apply_rope, rms_norm, rope_cos_sin
-from infer_helpers import DATA, load_model, model_path
+from infer_helpers import load_model, model_path
 
 PROMPT = "The capital of France is"
 SMOL = "SmolLM2-135M-Instruct"
@@ -28,7 +28,6 @@ SPEC = {
                text=" Paris. Paris is located in the northwestern part of France. The capital of "
                     "France is located in the northwestern part of France. Paris is located in the"),
 }
-REF_FILE = {SMOL: "llama_ref_SmolLM2-135M-Instruct.npz", QWEN: "llama_ref_Qwen2.5-Coder-0.5B-Instruct.npz"}
 
 
 def _greedy(m, ids, n):
@@ -42,94 +41,28 @@ def _greedy(m, ids, n):
     return out
 
 
-def _check_greedy(name):
-    m = load_model(name)
+def _check_greedy(name, profile):
+    m = load_model(name, profile)
     spec = SPEC[name]
     ids = m.tokenizer.encode(PROMPT)
     assert ids == spec["prompt"]            # no BOS: add_bos_token is false in both files
     gen = _greedy(m, ids, 32)
-    ref = DATA / REF_FILE[name]
-    if ref.is_file():
-        # llama.cpp's own 32 greedy tokens on the machine that made tests/data
-        # (an AVX-512 build, whose arithmetic strata_ref.infer reproduces)
-        assert gen == np.load(ref)["greedy_ids"].tolist()
-    if name == SMOL:
-        assert gen[:len(spec["first"])] == spec["first"]
-        assert m.tokenizer.decode(gen) == spec["text"]
-    else:
-        # spec §5 was made by an AVX2 build: its third token is a near-tie
-        # inside llama.cpp (" Paris" 12095 vs " The" 576, 0.05 apart) that the
-        # AVX-512 build decides the other way (docs/inference.md)
-        assert gen[:2] == spec["first"][:2] and gen[2] in (12095, 576)
+    assert gen[:len(spec["first"])] == spec["first"]
+    assert m.tokenizer.decode(gen) == spec["text"]
 
 
-def test_smollm2_greedy_continuation_is_llama_cpp():
-    _check_greedy(SMOL)
+def test_smollm2_greedy_continuation_is_spec():
+    # the same in every profile (tests/test_cpu_profiles.py checks each one
+    # against its llama.cpp build)
+    _check_greedy(SMOL, "avx2")
 
 
 @pytest.mark.slow
-def test_qwen_greedy_continuation_is_llama_cpp():
-    _check_greedy(QWEN)
-
-
-def our_logits(m, ids, kind: str) -> np.ndarray:
-    """float64 logits of every position: one batched pass, or the prompt
-    pass then one token per call (like with like, spec §6)."""
-    cache = m.new_cache(512)
-    if kind == "batched":
-        return m.forward(ids, cache, all_logits=True).astype(np.float64)
-    rows = [m.forward(ids[:5], cache, all_logits=True)]
-    rows += [m.forward([t], cache)[None] for t in ids[5:]]
-    return np.concatenate(rows).astype(np.float64)
-
-
-def agreement(m, ref, kind: str = "batched") -> dict:
-    """Top-1 agreement and KL(llama.cpp || ours) per row over prompt + greedy
-    ids. The reference keeps each row's top-k logits and full log-sum-exp:
-    KL is summed over those k ids plus one bucket holding the rest of both
-    distributions (a lower bound of the full KL by the log-sum inequality,
-    tight when the tail is small). `clear_top1` counts only rows whose
-    llama.cpp top-2 margin exceeds 0.1, twice llama.cpp's own mean
-    batched-vs-incremental logit difference on Qwen (spec §6)."""
-    ids = ref["prompt_ids"].tolist() + ref["greedy_ids"].tolist()
-    logits = our_logits(m, ids, kind)
-    lse = np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1)) + logits.max(1)
-    ref_ids, ref_lg, ref_lse = ref[f"{kind}_ids"], ref[f"{kind}_logits"], ref[f"{kind}_lse"]
-    hit = np.argmax(logits, 1) == ref_ids[:, 0]
-    clear = (ref_lg[:, 0] - ref_lg[:, 1]) > 0.1
-    kls = []
-    for r in range(len(ids)):
-        lp = ref_lg[r].astype(np.float64) - ref_lse[r]
-        lq = logits[r, ref_ids[r]] - lse[r]
-        p, q = np.exp(lp), np.exp(lq)
-        pt, qt = max(1.0 - p.sum(), 0.0), max(1.0 - q.sum(), 1e-300)
-        kls.append(float((p * (lp - lq)).sum() + (pt * np.log(pt / qt) if pt > 0 else 0.0)))
-    return dict(top1=float(hit.mean()), clear_top1=float(hit[clear].mean()), n_rows=len(ids),
-                n_clear=int(clear.sum()), kl_max=max(kls), kl_mean=float(np.mean(kls)))
-
-
-def _check_agreement(name, kind):
-    ref = DATA / REF_FILE[name]
-    if not ref.is_file():
-        pytest.skip(f"{ref.name} not made (python tools/llama_ref.py logits {name})")
-    ref = np.load(ref)
-    m = load_model(name)
-    a = agreement(m, ref, kind)
-    assert a["top1"] == 1.0 and a["kl_max"] <= 1e-12, a
-    # bit for bit: every stored logit (llama.cpp's top 128 ids of each row)
-    ids = ref["prompt_ids"].tolist() + ref["greedy_ids"].tolist()
-    ours = np.take_along_axis(our_logits(m, ids, kind).astype(np.float32), ref[f"{kind}_ids"], axis=1)
-    assert np.array_equal(ours.view(np.uint32), ref[f"{kind}_logits"].astype(np.float32).view(np.uint32))
-
-
-@pytest.mark.parametrize("kind", ["batched", "incr"])
-def test_smollm2_teacher_forced_agreement(kind):
-    _check_agreement(SMOL, kind)
-
-
-@pytest.mark.parametrize("kind", ["batched", "incr"])
-def test_qwen_teacher_forced_agreement(kind):
-    _check_agreement(QWEN, kind)
+def test_qwen_greedy_continuation_is_spec():
+    # spec §5 was made by an AVX2 build: its third token is a near-tie
+    # inside llama.cpp (" Paris" 12095 vs " The" 576, 0.05 apart) that the
+    # AVX-512 build decides the other way (docs/inference.md)
+    _check_greedy(QWEN, "avx2")
 
 
 def test_batched_equals_incremental_argmax():
@@ -224,30 +157,6 @@ def test_hparams_rope_style_and_gemma3_windows():
     assert [i for i, s in enumerate(hp.swa_layers) if not s] == [5, 11]
     assert hp.n_swa == 512 and hp.kq_scale == 1.0
     assert hp.attn_scale == pytest.approx(1 / 4.0) and hp.embd_scale == pytest.approx(8.0)
-
-
-@pytest.mark.parametrize("arch", ["qwen3", "gemma3"])
-def test_tiny_random_models_match_llama_cpp(arch, tmp_path):
-    # qwen3 (q/k norms, NeoX RoPE, separate output) and gemma3 (embedding
-    # scale, post norms, GELU, sliding-window layers with their own RoPE base,
-    # tied output) against llama.cpp's logits for the same file.
-    import hashlib
-    from infer_helpers import TINY_IDS, tiny_model
-    from strata_ref.infer.model import load
-    ref = DATA / "llama_ref_tiny.npz"
-    if not ref.is_file():
-        pytest.skip("llama_ref_tiny.npz not made (python tools/llama_ref.py synthetic)")
-    ref = np.load(ref)
-    path = tmp_path / f"tiny_{arch}.gguf"
-    tiny_model(arch, path, seed=0)
-    if hashlib.sha256(path.read_bytes()).hexdigest() != str(ref[f"{arch}_sha256"]):
-        pytest.skip("the tiny model's bytes changed (gguf writer or quantizer): remake the reference")
-    m = load(path)
-    got = m.forward(TINY_IDS, m.new_cache(64), all_logits=True)
-    want = ref[f"{arch}_logits"].astype(np.float32)
-    # bit for bit, every row (a wrong RoPE style, no sliding window or one
-    # RoPE base for every layer each give KL > 2 on these files)
-    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
 def test_chunked_forward_equals_one_pass(monkeypatch):

@@ -20,7 +20,7 @@ PROBE = """
 import json, os, sys
 {pre}
 import numba, numpy as np
-import strata_ref.infer.kernels
+import strata_ref.cpu.matmul
 @numba.njit(parallel=True)
 def f(a):
     for i in numba.prange(a.size):

@@ -402,3 +402,18 @@ def test_c_entry_refuses_before_any_cuda_call(tmp_path, monkeypatch):
     # the single call agrees
     assert lib.strata_dequant(int(T.Q8_0), items[6].blocks, 0, 2, 64, 72, 1, items[6].out, 1,
                               ffi.NULL) == 4
+    # strata_dequant_timed checks everything before it launches or times anything
+    ms = ffi.new("float[]", 64)
+    blk, out = ffi.cast("void *", 0x100000), ffi.cast("void *", 0x8000000)
+    flush = ffi.cast("void *", 0x9000000)
+
+    def timed(t=T.Q4_K, cols=256, ld=256, kernel=1, reps=3, fl=flush, nflush=1 << 20, msp=ms):
+        return lib.strata_dequant_timed(int(t), blk, 0, 2, cols, ld, 1, out, kernel, fl, nflush,
+                                        reps, msp, ffi.NULL)
+    assert timed(T.Q4_0) == 1                                          # no wide Q4_0
+    assert timed(kernel=2) == 5                                        # unknown kernel kind
+    assert timed(cols=300) == 2 and timed(ld=260) == 4
+    assert timed(msp=ffi.NULL) == 3
+    assert timed(reps=0) == 7 and timed(reps=65) == 7                  # STRATA_E_COUNT
+    assert timed(fl=ffi.cast("void *", 0x9000008)) == 5                # flush not 16-aligned
+    assert timed(fl=ffi.NULL) == 5 and timed(nflush=-1) == 5

@@ -17,6 +17,11 @@ llama.cpp computes, in evaluation order, with its name (e.g. `attn_norm-0`,
       --matrix 0|output [--call 3]
       (one weight matrix with its inputs and outputs: `matrix_vectors`)
 
+`--profile P` runs against the llama.cpp peer built for CPU profile P
+(tools/peer_build.py, tools/peer_env.py): OUT may then be a bare file name,
+written under tests/data/P/, and `--prompt-ref` reads that profile's
+reference ids.
+
 `--prompt-ref` takes the 37 ids (prompt + greedy continuation) stored in
 tests/data/llama_ref_<stem of MODEL>.npz. `--split N` evaluates the first N ids in
 one call and then the rest one id per call (the incremental pass); the
@@ -35,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools"))
 
 
 class GGMLTensor(ctypes.Structure):
@@ -210,9 +216,16 @@ def main(argv=None) -> int:
     ap.add_argument("--matrix", metavar="LAYER|output",
                     help="write `matrix_vectors` of this layer's attn_q (or of output.weight) "
                          "instead of a dump (needs --split)")
+    ap.add_argument("--profile", help="run against the peer built for this CPU profile")
+    if argv is None:
+        from peer_env import ensure_profile
+        ensure_profile(__file__)
     args = ap.parse_args(argv)
+    from peer_env import data_dir, provenance
+    if args.profile and Path(args.out).name == args.out:
+        args.out = str(data_dir() / args.out)
     if args.prompt_ref:
-        ref = np.load(REPO / "tests" / "data" / f"llama_ref_{Path(args.model).stem}.npz")
+        ref = np.load(data_dir() / f"llama_ref_{Path(args.model).stem}.npz")
         ids = [int(t) for t in np.concatenate([ref["prompt_ids"], ref["greedy_ids"]])]
     else:
         ids = [int(t) for t in args.tokens.split(",")]
@@ -222,9 +235,9 @@ def main(argv=None) -> int:
             store = matrix_vectors(args.model, ids, args.split, args.call, args.matrix)
         else:
             store = vectors(args.model, ids, [int(v) for v in args.vectors.split(",")], args.split, args.call)
+        store.update(provenance("tools/llama_dump.py"))
         argv_s = [Path(args.model).name if a == args.model else a for a in (argv or sys.argv[1:])]
         store["command"] = np.array("python tools/llama_dump.py " + " ".join(argv_s))
-        store["llama_cpp_version"] = np.array(llama_cpp.__version__)
         np.savez_compressed(args.out, **store)
         print(f"{args.out}: {len(store)} arrays")
         return 0

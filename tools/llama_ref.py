@@ -24,7 +24,15 @@ the running interpreter. Subcommands:
       ggml-cpu's own `from_float` for Q8_0, Q8_1 and Q8_K (the AVX2 build
       of the wheel), through ctypes on the wheel's libggml-cpu.so.
 
-The command line that made a file is stored in it (key "command").
+Every subcommand takes `--profile P` (a `strata_ref.cpu.profiles` name): it
+then runs against the peer built for that profile by `tools/peer_build.py`
+(the tool re-executes itself with that build first on PYTHONPATH), refuses
+to run on a CPU that cannot execute the build, and writes under
+tests/data/<profile>/. Without it, the llama_cpp importable here is used and
+the files go to tests/data/.
+
+The command line that made a file is stored in it (key "command"), with the
+build's `llama_print_system_info()` ("system_info") and the profile.
 """
 from __future__ import annotations
 
@@ -40,6 +48,17 @@ import numpy as np
 PROMPT = "The capital of France is"
 N_GEN = 32
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools"))
+
+
+def _provenance() -> dict:
+    from peer_env import provenance
+    return provenance("tools/llama_ref.py")
+
+
+def _data_dir() -> Path:
+    from peer_env import data_dir
+    return data_dir()
 
 
 def _llama(path, logits_all=True):
@@ -81,15 +100,12 @@ def cmd_logits(args) -> None:
     batched = np.array(llm.scores[:len(ids) + N_GEN], np.float32)
     bi, bv, bl = _topk(batched, args.topk)
     ii, iv, il = _topk(incr, args.topk)
-    out = Path(args.out or REPO / "tests" / "data" / f"llama_ref_{Path(path).stem}.npz")
-    import llama_cpp
+    out = Path(args.out or _data_dir() / f"llama_ref_{Path(path).stem}.npz")
     np.savez_compressed(
         out, prompt=np.array(PROMPT), prompt_ids=np.array(ids, np.int32),
         greedy_ids=np.array(gen, np.int32), n_vocab=np.int64(n_vocab),
         batched_ids=bi, batched_logits=bv, batched_lse=bl,
-        incr_ids=ii, incr_logits=iv, incr_lse=il,
-        llama_cpp_version=np.array(llama_cpp.__version__),
-        command=np.array("python tools/llama_ref.py " + " ".join(map(shlex.quote, sys.argv[1:]))))
+        incr_ids=ii, incr_logits=iv, incr_lse=il, **_provenance())
     print(f"{out}: prompt {ids}, greedy {gen}")
     print(repr(llm.detokenize(gen).decode("utf-8", "replace")))
 
@@ -146,10 +162,8 @@ def cmd_actquant(args) -> None:
     res = {}
     for name, tid, bb, qk in (("q8_0", 8, 34, 32), ("q8_1", 9, 36, 32), ("q8_k", 15, 292, 256)):
         res[name] = np.stack([ggml_from_float(lib, tid, bb, qk, row) for row in x])
-    out = Path(args.out or REPO / "tests" / "data" / "ggml_act_quant.npz")
-    import llama_cpp
-    np.savez_compressed(out, x=x, **res, llama_cpp_version=np.array(llama_cpp.__version__),
-                        command=np.array("python tools/llama_ref.py " + " ".join(map(shlex.quote, sys.argv[1:]))))
+    out = Path(args.out or _data_dir() / "ggml_act_quant.npz")
+    np.savez_compressed(out, x=x, **res, **_provenance())
     print(out, {k: v.shape for k, v in res.items()})
 
 
@@ -170,16 +184,14 @@ def cmd_synthetic(args) -> None:
             res[f"{arch}_logits"] = np.array(llm.scores[:len(TINY_IDS)], np.float32)
             res[f"{arch}_sha256"] = np.array(hashlib.sha256(path.read_bytes()).hexdigest())
             del llm
-    out = Path(args.out or REPO / "tests" / "data" / "llama_ref_tiny.npz")
-    import llama_cpp
-    np.savez_compressed(out, ids=np.array(TINY_IDS, np.int32), **res,
-                        llama_cpp_version=np.array(llama_cpp.__version__),
-                        command=np.array("python tools/llama_ref.py " + " ".join(map(shlex.quote, sys.argv[1:]))))
+    out = Path(args.out or _data_dir() / "llama_ref_tiny.npz")
+    np.savez_compressed(out, ids=np.array(TINY_IDS, np.int32), **res, **_provenance())
     print(out, {k: v.shape for k, v in res.items()})
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", help="run against the peer built for this CPU profile")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("logits")
     p.add_argument("model")
@@ -189,6 +201,9 @@ def main(argv=None) -> int:
     p.add_argument("--out")
     p = sub.add_parser("synthetic")
     p.add_argument("--out")
+    if argv is None:
+        from peer_env import ensure_profile
+        ensure_profile(__file__)
     args = ap.parse_args(argv)
     {"logits": cmd_logits, "actquant": cmd_actquant, "synthetic": cmd_synthetic}[args.cmd](args)
     return 0

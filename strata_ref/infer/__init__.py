@@ -1,26 +1,33 @@
-"""Fallback CPU inference: run a GGUF model (llama, qwen2, qwen3, gemma3) on
-the CPU the way llama.cpp does, with weights kept quantized.
+"""CPU inference: run a GGUF model (llama, qwen2, qwen3, gemma3) on the CPU
+the way a given llama.cpp CPU build does, with weights kept quantized.
 
-Modules: `model` (the forward pass), `kernels` (integer-dot mat-mul over
-quantized weights, numba), `act_quant` (ggml-cpu's Q8_0 / Q8_1 / Q8_K
-activation quantizers), `kv_cache`, `tokenizer`, `sampling`, `chat`.
+Modules: `model` (the forward pass), `kv_cache`, `tokenizer`, `sampling`,
+`chat`. The arithmetic is `strata_ref.cpu`'s, in the CPU profile chosen at
+load (`load(..., cpu=...)`, `$STRATA_REF_CPU`, else the native build's).
 See docs/inference.md for the agreement with llama.cpp and the speed.
 """
 from __future__ import annotations
 
 import codecs
+import os
 import sys
 import time
 
 __all__ = ["load", "generate", "run_generate"]
 
 
-def load(model=None):
+def load(model=None, cpu=None):
     """Load a model by registry name, alias or GGUF path (None: the default
-    model of `strata_ref.models`)."""
+    model of `strata_ref.models`) to run in the CPU profile `cpu` ("scalar",
+    "avx2", "avx512", "native" or a `strata_ref.cpu.Profile`; None:
+    `$STRATA_REF_CPU`, else "native"). Raises ValueError for an unknown
+    profile (before anything is read), ModelLoadError / GGUFError for a
+    model that cannot run."""
+    from .. import cpu as _cpu
     from ..models import resolve
     from .model import load as _load
-    return _load(resolve(model))
+    prof = _cpu.select(cpu)
+    return _load(resolve(model), profile=prof)
 
 
 def generate(m, prompt_ids, max_tokens: int, sampler, n_ctx: int | None = None,
@@ -64,7 +71,7 @@ def generate(m, prompt_ids, max_tokens: int, sampler, n_ctx: int | None = None,
 
 def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 0.0,
                  top_k: int = 40, top_p: float = 0.95, seed: int = 0, chat: bool = False,
-                 out=None, n_ctx: int | None = None) -> int:
+                 out=None, n_ctx: int | None = None, cpu=None, err=None) -> int:
     """`strata-ref generate`: stream the continuation of `prompt` to stdout
     (`out`), then a line with the prompt and decode speeds in tok/s.
 
@@ -76,6 +83,9 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     damaged model ...).
     n_ctx: context length in tokens (default: the model's training context,
     at most 4096; at most the training context, `Model.new_cache`).
+    cpu: the CPU profile (`load`), named in the speed line; when it is the
+    native one and llama.cpp's native build on this CPU would take code that
+    no profile reproduces, a note says so on `err` (default stderr).
     """
     from .chat import format_chat
     if int(max_tokens) < 0:
@@ -83,8 +93,17 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     if n_ctx is not None and int(n_ctx) < 2:
         raise ValueError(f"--ctx must be >= 2, got {n_ctx}")
     from .sampling import Sampler
+    from .. import cpu as _cpu
     out = out or sys.stdout
-    m = load(model)
+    err = err or sys.stderr
+    prof = _cpu.select(cpu)
+    m = load(model, cpu=prof)
+    name = cpu if cpu is not None else os.environ.get(_cpu.ENV) or "native"
+    native = isinstance(name, str) and name.strip().lower() == "native"
+    note = _cpu.native_note() if native else ""
+    if note:
+        err.write(f"strata-ref: note: {note}\n")
+        err.flush()
     tok = m.tokenizer
     if chat:
         text = format_chat(m.metadata.get("tokenizer.chat_template"),
@@ -117,6 +136,7 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     # that of the n_dec single-token passes, the count all generated tokens
     d_tps = n_dec / td if td > 0 and n_dec else 0.0
     out.write(f"\n[prompt: {len(ids)} tokens, {p_tps:.1f} tok/s | decode: {len(gen)} tokens "
-              f"({n_dec} passes), {d_tps:.1f} tok/s]\n")
+              f"({n_dec} passes), {d_tps:.1f} tok/s | cpu: {prof.name}"
+              f"{' (native)' if native else ''}]\n")
     out.flush()
     return 0

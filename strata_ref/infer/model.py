@@ -22,13 +22,15 @@ One layer, in llama.cpp's operation order:
     logits = Wout(rms_norm(x) * output_norm)   # Wout = token_embd when tied
 
 Every operation follows ggml-cpu's arithmetic, order of float operations
-included, so that the logits equal llama.cpp's bit for bit (x86 AVX-512
-build; docs/inference.md): activation quantization and the mat-muls
-(`kernels`, `lanes`), the F16 KV cache and the F16 rounding of q and of the
+included, in the CPU profile the model was loaded with (`strata_ref.cpu`:
+one per llama.cpp CPU build), so that the logits equal that build's bit for
+bit (docs/inference.md): activation quantization and the mat-muls
+(`cpu.matmul`), the F16 KV cache and the F16 rounding of q and of the
 softmax probabilities that ggml's F16 mat-muls apply to their float32
 operand, K q / V p in tinyBLAS or `vec_dot_f16` order, soft_max with ggml's
-expf, SwiGLU and RoPE (`ops`, `ggml_fp`); RMSNorm's sum of squares in double
-(ggml `ggml_compute_forward_rms_norm_f32`).
+expf, SwiGLU, GeGLU and RoPE (`cpu.ops`); RMSNorm's sum of squares in
+double (ggml `ggml_compute_forward_rms_norm_f32`). The graph below never
+asks which profile runs.
 """
 from __future__ import annotations
 
@@ -37,11 +39,11 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
+from .. import cpu
+from ..cpu import ops
+from ..cpu.matmul import QMatrix
 from ..types import GGMLType
-from . import ops
-from .kernels import QMatrix
 from .kv_cache import KVCache
 from .tokenizer import Tokenizer
 
@@ -110,6 +112,7 @@ class HParams:
     rope_base: float
     rope_base_swa: float
     rope_freq_scale: float
+    rope_freq_scale_swa: float
     neox: bool
     n_swa: int                 # 0: no sliding window
     swa_layers: tuple          # bool per layer
@@ -190,7 +193,9 @@ class HParams:
                 else:
                     p = _int_param(kp, pattern, 0)  # llama.cpp set_swa_pattern: il % p < p - 1
                     swa_layers = tuple(p == 0 or il % p < p - 1 for il in range(n_layer))
-                base_swa = fkey("rope.freq_base_swa", base)
+                # llama.cpp's default `rope_freq_base_train_swa` is 10000
+                # (llama-hparams.h), kept when the file has no key
+                base_swa = fkey("rope.freq_base_swa", 10000.0)
             softcap = fkey("final_logit_softcapping", 0.0, positive=False)
             # llama.cpp: 1/sqrt(n_embd/n_head) for the 27B (62 layers), else 1/sqrt(head_dim)
             attn_scale = (1.0 / math.sqrt(float(n_embd // n_head)) if n_layer == 62
@@ -200,36 +205,17 @@ class HParams:
         return cls(arch=arch, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head,
                    n_head_kv=n_head_kv, head_dim=head_dim,
                    n_rot=n_rot, n_ctx_train=n_ctx_train, eps=eps, rope_base=base,
-                   rope_base_swa=base_swa, rope_freq_scale=freq_scale, neox=_NEOX[arch],
+                   rope_base_swa=base_swa, rope_freq_scale=freq_scale,
+                   # sliding-window layers rotate with `rope_freq_scale_train_swa`,
+                   # 1 unless an architecture sets it (llama_model::get_rope_freq_scale)
+                   rope_freq_scale_swa=1.0, neox=_NEOX[arch],
                    n_swa=n_swa, swa_layers=swa_layers, attn_scale=attn_scale,
                    kq_scale=kq_scale, embd_scale=embd_scale, final_softcap=softcap)
 
 
 # ------------------------------------------------------------------ ops
-@njit(cache=True)
-def _rms_norm_rows(x, w, eps, out):
-    n = x.shape[1]
-    for r in range(x.shape[0]):
-        ss = 0.0                                   # double, sequential, as ggml
-        for i in range(n):
-            v = x[r, i]
-            ss += np.float64(np.float32(v * v))
-        mean = np.float32(ss / n)
-        scale = np.float32(1.0) / np.float32(np.sqrt(np.float32(mean + eps)))
-        for i in range(n):
-            out[r, i] = np.float32(x[r, i] * scale) * w[i]
-
-
-def rms_norm(x: np.ndarray, w: np.ndarray | None, eps: float) -> np.ndarray:
-    """ggml `rms_norm` then `mul`: float32 squares summed in double
-    (sequentially), mean and scale in float32: y = (x * (1 / sqrtf(mean +
-    eps))) * w. x float32 (..., n), w float32 (n,) or None."""
-    shape = x.shape
-    x2 = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, shape[-1])
-    w = np.ones(shape[-1], np.float32) if w is None else np.asarray(w, np.float32)
-    out = np.empty_like(x2)
-    _rms_norm_rows(x2, w, np.float32(eps), out)
-    return out.reshape(shape)
+#: ggml `rms_norm` then `mul`, the same in every build (`cpu.ops.rms_norm`)
+rms_norm = ops.rms_norm
 
 
 def rope_cos_sin(pos: np.ndarray, n_rot: int, base: float, freq_scale: float,
@@ -241,34 +227,14 @@ def rope_cos_sin(pos: np.ndarray, n_rot: int, base: float, freq_scale: float,
     return ops.rope_cache(pos, n_rot, base, freq_scale, freq_factors)
 
 
-def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, n_rot: int, neox: bool) -> np.ndarray:
+def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, n_rot: int, neox: bool,
+               profile=None) -> np.ndarray:
     """Rotate the first n_rot values of each head. x (n, heads, head_dim);
     cos, sin (n, n_rot/2). Normal style pairs (2i, 2i+1); NeoX pairs
-    (i, i + n_rot/2) (ggml `rotate_pairs`, with its FMAs: `ops.rope`)."""
-    return ops.rope(x, cos, sin, n_rot, neox)
-
-
-def gelu_tanh(x):
-    """GELU, tanh form (ggml `ggml_gelu_f32`):
-    0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))), float32."""
-    x = np.asarray(x, np.float32)
-    c = np.float32(math.sqrt(2.0 / math.pi))
-    inner = c * x * (np.float32(1.0) + np.float32(0.044715) * x * x)
-    return (np.float32(0.5) * x * (np.float32(1.0) + np.tanh(inner))).astype(np.float32)
-
-
-def geglu(g, u):
-    """ggml-cpu `ggml_vec_geglu_f32` (GGML_GELU_FP16 build): GELU through
-    ggml's fp16 table, i.e. fp16(gelu(fp16(g))), 0 for g <= -10 and g itself
-    for g >= 10; times u."""
-    g = np.asarray(g, np.float32)
-    t = _f16(gelu_tanh(_f16(g)))
-    act = np.where(g <= np.float32(-10.0), np.float32(0.0), np.where(g >= np.float32(10.0), g, t))
-    return (act * u).astype(np.float32)
-
-
-def _f16(a):
-    return a.astype(np.float16).astype(np.float32)
+    (i, i + n_rot/2) (ggml `rotate_pairs` as the profile's build compiles
+    it: `ops.rope`). profile: a `strata_ref.cpu` profile or name (None:
+    `cpu.select()`)."""
+    return ops.rope(x, cos, sin, n_rot, neox, cpu.select(profile))
 
 
 # ------------------------------------------------------------------ model
@@ -285,8 +251,10 @@ class Model:
     (len, n_vocab) for every token when `all_logits`.
     """
 
-    def __init__(self, gf, path=None):
+    def __init__(self, gf, path=None, profile=None):
         self.path = path
+        #: the CPU profile (`strata_ref.cpu.Profile`) whose arithmetic runs
+        self.cpu = cpu.select(profile)
         md = gf.metadata
         self.metadata = md
         self.hp = hp = HParams.from_metadata(md)
@@ -316,13 +284,13 @@ class Model:
                 return None
             if t.cols != cols or t.rows != rows:
                 raise ModelLoadError(f"tensor `{name}` is {t.rows} x {t.cols}, expected {rows} x {cols}")
-            return QMatrix(t.type, t.data, rows, cols, name)
+            return QMatrix(t.type, t.data, rows, cols, name, self.cpu)
 
         e, hd = hp.n_embd, hp.head_dim
         nq, nkv = hp.n_head * hd, hp.n_head_kv * hd
         emb = get("token_embd.weight")
         self.n_vocab = emb.rows
-        self.tok_embd = QMatrix(emb.type, emb.data, emb.rows, emb.cols, "token_embd.weight")
+        self.tok_embd = QMatrix(emb.type, emb.data, emb.rows, emb.cols, "token_embd.weight", self.cpu)
         if emb.cols != e:
             raise ModelLoadError(f"token_embd.weight rows have {emb.cols} values, n_embd is {e}")
         self.output_norm = vec("output_norm.weight", e)
@@ -439,15 +407,15 @@ class Model:
         hp = self.hp
         pos = np.arange(cache.n, cache.n + n)
         rope = {}
-        for base in {hp.rope_base, hp.rope_base_swa}:
-            rope[base] = rope_cos_sin(pos, hp.n_rot, base, hp.rope_freq_scale, self.rope_freqs)
+        for key in {(hp.rope_base, hp.rope_freq_scale), (hp.rope_base_swa, hp.rope_freq_scale_swa)}:
+            rope[key] = rope_cos_sin(pos, hp.n_rot, key[0], key[1], self.rope_freqs)
         x = self.embed(tokens)
         for il, L in enumerate(self.layers):
             swa = hp.swa_layers[il]
             h = x
             x = rms_norm(x, L.attn_norm, hp.eps)
-            a = self._attention(L, il, x, pos, cache, rope[hp.rope_base_swa if swa else hp.rope_base],
-                                hp.n_swa if swa else 0)
+            key = (hp.rope_base_swa, hp.rope_freq_scale_swa) if swa else (hp.rope_base, hp.rope_freq_scale)
+            a = self._attention(L, il, x, pos, cache, rope[key], hp.n_swa if swa else 0)
             x = L.wo.matmul(a)
             if L.attn_post_norm is not None:
                 x = rms_norm(x, L.attn_post_norm, hp.eps)
@@ -459,7 +427,8 @@ class Model:
                 g, u = gu[:, :hp.n_ff], gu[:, hp.n_ff:]
             else:
                 g, u = L.w_gate.matmul(x), L.w_up.matmul(x)
-            x = L.w_down.matmul(geglu(g, u) if hp.arch == "gemma3" else ops.swiglu(g, u))
+            x = L.w_down.matmul(ops.geglu(g, u, self.cpu) if hp.arch == "gemma3"
+                                else ops.swiglu(g, u, self.cpu))
             if L.ffn_post_norm is not None:
                 x = rms_norm(x, L.ffn_post_norm, hp.eps)
             x = x + h
@@ -494,13 +463,13 @@ class Model:
             q = rms_norm(q, L.q_norm, hp.eps)
             k = rms_norm(k, L.k_norm, hp.eps)
         cos, sin = cos_sin
-        q = apply_rope(q, cos, sin, hp.n_rot, hp.neox)
-        k = apply_rope(k, cos, sin, hp.n_rot, hp.neox)
+        q = ops.rope(q, cos, sin, hp.n_rot, hp.neox, self.cpu)
+        k = ops.rope(k, cos, sin, hp.n_rot, hp.neox, self.cpu)
         if hp.attn_scale != 1.0:
             q = (q * np.float32(hp.attn_scale)).astype(np.float32)
         cache.store(il, k, v)
         return ops.attention(q, cache.k[il].view(np.uint16), cache.v[il].view(np.uint16),
-                             cache.n + n, pos, hp.kq_scale, n_swa)
+                             cache.n + n, pos, hp.kq_scale, self.cpu, n_swa)
 
 
 def _physical_memory() -> int:
@@ -529,10 +498,13 @@ def check_logits(logits: np.ndarray, where: str, spread: bool = True) -> None:
                                f"with the wrong type)")
 
 
-def load(path) -> Model:
-    """Load a GGUF model file (via `strata_ref.gguf.read`). Raises
-    ModelLoadError for what the engine cannot run, GGUFError for a
-    malformed file."""
+def load(path, profile=None) -> Model:
+    """Load a GGUF model file (via `strata_ref.gguf.read`) to run in the CPU
+    profile `profile` (a name or `strata_ref.cpu.Profile`; None:
+    `strata_ref.cpu.select()`). Raises ModelLoadError for what the engine
+    cannot run, GGUFError for a malformed file, ValueError for an unknown
+    profile."""
     from .. import gguf
+    prof = cpu.select(profile)
     gf = gguf.read(path)
-    return Model(gf, path=str(path))
+    return Model(gf, path=str(path), profile=prof)

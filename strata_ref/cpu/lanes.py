@@ -26,8 +26,8 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-__all__ = ["HOST_AVX2", "q8_lanes_fma", "q4_lanes_fma", "q4_block_dot", "lanes_scaled_add", "fma8_into",
-           "fma8_vv"]
+__all__ = ["HOST_AVX2", "q8_lanes_fma", "q4_lanes_fma", "q4_block_dot", "q8_block_dot", "lanes_scaled_add",
+           "lanes8_scaled_add", "fma8_into", "fma8_vv"]
 
 #: whether the lanes are computed with AVX2's maddubs/madd (else portable
 #: IR); STRATA_REF_PORTABLE_LANES=1 forces the portable code (for tests; set
@@ -159,6 +159,59 @@ def q4_block_dot(typingctx, w, woff, x, xoff, offset):
         for L in range(1, 8):
             tot = builder.add(tot, builder.extract_element(lanes, ir.Constant(_I32, L)))
         return tot
+    return sig, codegen
+
+
+@intrinsic
+def q8_block_dot(typingctx, w, woff, x, xoff):
+    """The exact integer dot (int32) of the 32 int8 weights at w[woff] with
+    the 32 int8 activations at x[xoff] (ggml's generic `vec_dot`s sum a
+    block's products in one int)."""
+    _check(w=(w, types.int8), x=(x, types.int8))
+    sig = types.int32(w, types.intp, x, types.intp)
+
+    def codegen(context, builder, signature, args):
+        W, wo, X, xo = args
+        tw, _, tx, _ = signature.args
+        wv = builder.load(_ptr(context, builder, tw, W, wo, _V32I8), align=1)
+        xv = builder.load(_ptr(context, builder, tx, X, xo, _V32I8), align=1)
+        lanes = _lanes(builder, wv, xv)
+        tot = builder.extract_element(lanes, ir.Constant(_I32, 0))
+        for L in range(1, 8):
+            tot = builder.add(tot, builder.extract_element(lanes, ir.Constant(_I32, L)))
+        return tot
+    return sig, codegen
+
+
+@intrinsic
+def lanes8_scaled_add(typingctx, sumi, w, woff, x, xoff, s_lo, s_hi):
+    """sumi[l] += s_lo * (w[l] x[l] + w[8+l] x[8+l]) + s_hi * (w[16+l]
+    x[16+l] + w[24+l] x[24+l]) for l < 8 (int32; the 32 int8 values at
+    w[woff] and x[xoff]): the lanes of ggml's generic K-quant `vec_dot`s
+    (`quants.c`), where lane l of `aux32` sums the products at positions
+    l mod 8, each 16 values with their sub-block scale. sumi: int32 array of
+    8. Products and sums are exact (|w| <= 63, |x| <= 127)."""
+    _check(sumi=(sumi, types.int32), w=(w, types.int8), x=(x, types.int8))
+    sig = types.void(sumi, w, types.intp, x, types.intp, types.int32, types.int32)
+
+    def codegen(context, builder, signature, args):
+        S, W, wo, X, xo, lo, hi = args
+        ts, tw, _, tx, _, _, _ = signature.args
+        wv = builder.load(_ptr(context, builder, tw, W, wo, _V32I8), align=1)
+        xv = builder.load(_ptr(context, builder, tx, X, xo, _V32I8), align=1)
+        v32i32 = ir.VectorType(_I32, 32)
+        p = builder.mul(builder.sext(wv, v32i32), builder.sext(xv, v32i32))
+        undef = ir.Constant(v32i32, ir.Undefined)
+        part = [builder.shuffle_vector(p, undef, ir.Constant(_V8I32, [8 * j + L for L in range(8)]))
+                for j in range(4)]
+        first = builder.add(part[0], part[1])
+        second = builder.add(part[2], part[3])
+        ps = _ptr(context, builder, ts, S, None, _V8I32)
+        out = builder.add(builder.load(ps, align=4),
+                          builder.add(builder.mul(first, _splat(builder, lo, _V8I32)),
+                                      builder.mul(second, _splat(builder, hi, _V8I32))))
+        builder.store(out, ps, align=4)
+        return context.get_dummy_value()
     return sig, codegen
 
 

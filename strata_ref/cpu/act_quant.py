@@ -1,10 +1,12 @@
 """Activation quantization as ggml's CPU backend does it before a quantized
 mat-vec: Q8_0, Q8_1 and Q8_K (the `vec_dot_type` of the weight type).
 
-Which code we follow: llama-cpp-python 0.3.36 builds ggml-cpu with AVX2, so
-`quantize_row_q8_0` and `quantize_row_q8_1` are the AVX2 versions of
-ggml-cpu `arch/x86/quants.c`, which differ from the scalar
-`quantize_row_q8_0_ref` (ggml-quants.c) in two ways:
+Which code we follow (llama.cpp vendored by llama-cpp-python 0.3.36): the
+builds with AVX (the avx2 and avx512 profiles) take the AVX versions of
+`quantize_row_q8_0` and `quantize_row_q8_1` in ggml-cpu `arch/x86/quants.c`
+(`ref=False` here); the baseline x86-64 build (the scalar profile) calls
+`quantize_row_q8_0_ref` / `quantize_row_q8_1_ref` of ggml-quants.c
+(`ref=True`). The two differ in two ways:
 
 * the multiplier is `id = 127 / amax` (one division), where the reference
   uses `1 / (amax / 127)`;
@@ -12,10 +14,12 @@ ggml-cpu `arch/x86/quants.c`, which differ from the scalar
   reference uses `roundf` (half away from zero).
 
 Per 32 values: amax = max |x|, d = amax / 127 (float32), stored as fp16
-(RNE); id = 127 / amax (0 when amax is 0); q = rne(x * id) as int8. Q8_1
-also stores s = fp16(d * sum(q)) with the float32 d (not the fp16 one).
+(RNE); id = 127 / amax (0 when amax is 0), or for the reference 1 / d;
+q = rne(x * id), or roundf(x * id), as int8. Q8_1 also stores s = fp16(d *
+sum(q)) with the float32 d (not the fp16 one), in both.
 
-`quantize_row_q8_K` on x86 is the reference `quantize_row_q8_K_ref`: per 256
+`quantize_row_q8_K` on x86 is the reference `quantize_row_q8_K_ref` in every
+build: per 256
 values, max = the value of largest magnitude (the first on ties), iscale =
 -127 / max, q = min(127, nearest_int(iscale * x)) (round half to even, by
 the 1.5 * 2^23 trick), d = 1 / iscale (float32), and bsums = the sums of q
@@ -57,7 +61,7 @@ def round_to_f16(v):
 
 
 @njit(cache=True)
-def _q8_32(x, q, d, s, with_sum):
+def _q8_32(x, q, d, s, with_sum, ref):
     # x: (n, k) float32; q: (n, k) int8; d, s: (n, k/32) float32
     n, k = x.shape
     for t in range(n):
@@ -68,10 +72,17 @@ def _q8_32(x, q, d, s, with_sum):
                 if a > amax:
                     amax = a
             dd = np.float32(amax / np.float32(127.0))
-            idd = np.float32(np.float32(127.0) / amax) if amax != 0 else np.float32(0.0)
+            if ref:
+                idd = np.float32(np.float32(1.0) / dd) if dd != 0 else np.float32(0.0)
+            else:
+                idd = np.float32(np.float32(127.0) / amax) if amax != 0 else np.float32(0.0)
             tot = 0
             for j in range(32):
-                v = np.rint(np.float32(x[t, i * 32 + j] * idd))
+                xv = np.float32(x[t, i * 32 + j] * idd)
+                if ref:       # roundf: half away from zero (exact in double)
+                    v = math.copysign(math.floor(abs(np.float64(xv)) + 0.5), xv)
+                else:
+                    v = np.rint(xv)
                 iv = int(v)
                 q[t, i * 32 + j] = iv
                 tot += iv
@@ -91,26 +102,27 @@ def _check(x, qk):
     return np.ascontiguousarray(x)
 
 
-def q8_0_fields(x, qdtype=np.int8):
-    """ggml-cpu AVX2 `quantize_row_q8_0` of each row of x (float32 (n, k),
-    k % 32 == 0): returns q (n, k) and d float32 (n, k/32) holding the
-    fp16-rounded scales. q is int8, or the same integers as `qdtype`
-    (float32 for the kernels)."""
+def q8_0_fields(x, qdtype=np.int8, ref: bool = False):
+    """ggml-cpu's AVX `quantize_row_q8_0` (ref: `quantize_row_q8_0_ref`) of
+    each row of x (float32 (n, k), k % 32 == 0): returns q (n, k) and d
+    float32 (n, k/32) holding the fp16-rounded scales. q is int8, or the same
+    integers as `qdtype` (float32 for the kernels)."""
     x = _check(x, 32)
     q = np.empty(x.shape, qdtype)
     d = np.empty((x.shape[0], x.shape[1] // 32), np.float32)
-    _q8_32(x, q, d, d, False)
+    _q8_32(x, q, d, d, False, bool(ref))
     return q, d
 
 
-def q8_1_fields(x, qdtype=np.int8):
-    """ggml-cpu AVX2 `quantize_row_q8_1`: q (n, k) as int8 (or `qdtype`),
-    d and s float32 (n, k/32), both fp16-rounded (s = fp16(d * sum q))."""
+def q8_1_fields(x, qdtype=np.int8, ref: bool = False):
+    """ggml-cpu's AVX `quantize_row_q8_1` (ref: `quantize_row_q8_1_ref`):
+    q (n, k) as int8 (or `qdtype`), d and s float32 (n, k/32), both
+    fp16-rounded (s = fp16(d * sum q))."""
     x = _check(x, 32)
     q = np.empty(x.shape, qdtype)
     d = np.empty((x.shape[0], x.shape[1] // 32), np.float32)
     s = np.empty_like(d)
-    _q8_32(x, q, d, s, True)
+    _q8_32(x, q, d, s, True, bool(ref))
     return q, d, s
 
 
@@ -177,18 +189,20 @@ def _pack(t, parts):
     return out
 
 
-def quantize_q8_0_act(x) -> np.ndarray:
+def quantize_q8_0_act(x, ref: bool = False) -> np.ndarray:
     """Q8_0 blocks (uint8 (k/32, 34)) of a float32 vector x, by ggml-cpu's
-    AVX2 `quantize_row_q8_0` (module docstring). TypeError / ValueError for a
-    non-float32 input or a length not a multiple of 32."""
-    q, d = q8_0_fields(np.asarray(x).reshape(1, -1))
+    AVX `quantize_row_q8_0` (ref: the reference quantizer; module
+    docstring). TypeError / ValueError for a non-float32 input or a length
+    not a multiple of 32."""
+    q, d = q8_0_fields(np.asarray(x).reshape(1, -1), ref=ref)
     return _pack(GGMLType.Q8_0, {"d": f32_to_f16_bits(d.reshape(-1)),
                                  "qs": q.reshape(-1, 32)})
 
 
-def quantize_q8_1_act(x) -> np.ndarray:
-    """Q8_1 blocks (uint8 (k/32, 36)) by ggml-cpu's AVX2 `quantize_row_q8_1`."""
-    q, d, s = q8_1_fields(np.asarray(x).reshape(1, -1))
+def quantize_q8_1_act(x, ref: bool = False) -> np.ndarray:
+    """Q8_1 blocks (uint8 (k/32, 36)) by ggml-cpu's AVX `quantize_row_q8_1`
+    (ref: `quantize_row_q8_1_ref`)."""
+    q, d, s = q8_1_fields(np.asarray(x).reshape(1, -1), ref=ref)
     return _pack(GGMLType.Q8_1, {"d": f32_to_f16_bits(d.reshape(-1)),
                                  "s": f32_to_f16_bits(s.reshape(-1)),
                                  "qs": q.reshape(-1, 32)})

@@ -52,8 +52,10 @@ from ..numerics import (F16_TO_F32, bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf
                         f32_to_f16_bits)
 from ..types import GGMLType, block_format
 from . import act_quant
-from .ggml_fp import fma32, hsum8
-from .lanes import fma8_into, lanes_scaled_add, q4_block_dot, q4_lanes_fma, q8_lanes_fma
+from .families import family
+from .fp import fma32, hsum8
+from .lanes import (fma8_into, lanes8_scaled_add, lanes_scaled_add, q4_block_dot, q4_lanes_fma,
+                    q8_block_dot, q8_lanes_fma)
 
 # A decode step launches about four parallel regions per layer, each tens of
 # microseconds long, so how idle threads wait decides the decode speed.
@@ -138,7 +140,7 @@ def _f16(raw3, t, name):
 
 
 @njit(inline="always", cache=True)
-def _rows_q8(wq, ws, wm, xq, xs, xm, with_min, nib, repacked, out, r0, r1, acc):
+def _rows_q8(wq, ws, wm, xq, xs, xm, with_min, nib, repacked, gen, out, r0, r1, acc):
     # ggml-cpu's AVX2 `ggml_vec_dot_{q4_0,q5_0,q8_0}_q8_0` and llamafile's
     # `tinyBLAS_Q0_AVX` (the same arithmetic), and with_min the AVX2
     # `ggml_vec_dot_{q4_1,q5_1}_q8_1`: 8 float32 lanes; lane L takes the
@@ -152,6 +154,10 @@ def _rows_q8(wq, ws, wm, xq, xs, xm, with_min, nib, repacked, out, r0, r1, acc):
     # in ggml's CPU_REPACK layout `q4_0_8x8` (`ggml_gemv_q4_0_8x8_q8_0` /
     # `ggml_gemm_q4_0_8x8_q8_0`, x86): one accumulator per row, acc =
     # fma(float(whole block dot), d_w * d_a, acc), no lanes.
+    # gen: ggml's generic `ggml_vec_dot_*_generic` (quants.c, the baseline
+    # build, no FMA): one exact integer per block, then sumf += (sumi * d_w)
+    # * d_a (Q4_0), sumi * (d_w * d_a) (Q5_0, Q8_0), or (d_w * d_a) * sumi +
+    # m * s (Q4_1, Q5_1).
     for r in range(r0, r1):
         for t in range(xq.shape[0]):
             for L in range(8):
@@ -160,6 +166,18 @@ def _rows_q8(wq, ws, wm, xq, xs, xm, with_min, nib, repacked, out, r0, r1, acc):
             whole = np.float32(0.0)
             for bk in range(ws.shape[1]):
                 d = np.float32(ws[r, bk] * xs[t, bk])
+                if gen:
+                    if nib:
+                        si = np.float32(q4_block_dot(wq[r], 16 * bk, xq[t], 32 * bk, nib - 1))
+                    else:
+                        si = np.float32(q8_block_dot(wq[r], 32 * bk, xq[t], 32 * bk))
+                    if with_min:
+                        whole = np.float32(whole + np.float32(np.float32(d * si) + np.float32(wm[r, bk] * xm[t, bk])))
+                    elif nib == 9:
+                        whole = np.float32(whole + np.float32(np.float32(si * ws[r, bk]) * xs[t, bk]))
+                    else:
+                        whole = np.float32(whole + np.float32(si * d))
+                    continue
                 if repacked:
                     whole = fma32(np.float32(q4_block_dot(wq[r], 16 * bk, xq[t], 32 * bk, nib - 1)), d, whole)
                 elif nib:
@@ -168,7 +186,7 @@ def _rows_q8(wq, ws, wm, xq, xs, xm, with_min, nib, repacked, out, r0, r1, acc):
                     q8_lanes_fma(acc, wq[r], 32 * bk, xq[t], 32 * bk, d)
                 if with_min:
                     summs = fma32(wm[r, bk], xm[t, bk], summs)
-            if repacked:
+            if repacked or gen:
                 out[t, r] = whole
             else:
                 out[t, r] = np.float32(hsum8(acc) + summs) if with_min else hsum8(acc)
@@ -179,7 +197,7 @@ _ROWS_PER_TASK = 64
 
 
 @njit(parallel=True, cache=True)
-def _mm_q8(wq, ws, wm, xq, xs, xm, with_min, nib, repacked, out):
+def _mm_q8(wq, ws, wm, xq, xs, xm, with_min, nib, repacked, gen, out):
     """out[t, r] = ggml's dot of legacy-quant weight row r (int8 values wq
     (rows, cols), or packed nibbles (rows, cols / 2) when nib > 0; block
     scales ws, Q4_1/Q5_1 mins wm) with Q8_0 / Q8_1 activation row t (int8
@@ -187,13 +205,14 @@ def _mm_q8(wq, ws, wm, xq, xs, xm, with_min, nib, repacked, out):
     (`_rows_q8`); tasks of `_ROWS_PER_TASK` rows in parallel."""
     R = wq.shape[0]
     for c in prange((R + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
-        _rows_q8(wq, ws, wm, xq, xs, xm, with_min, nib, repacked, out, c * _ROWS_PER_TASK,
+        _rows_q8(wq, ws, wm, xq, xs, xm, with_min, nib, repacked, gen, out, c * _ROWS_PER_TASK,
                  min(R, (c + 1) * _ROWS_PER_TASK), np.empty(8, np.float32))
 
 
 @njit(cache=True)
-def _mm_q8_serial(wq, ws, wm, xq, xs, xm, with_min, nib, repacked, out):
-    _rows_q8(wq, ws, wm, xq, xs, xm, with_min, nib, repacked, out, 0, wq.shape[0], np.empty(8, np.float32))
+def _mm_q8_serial(wq, ws, wm, xq, xs, xm, with_min, nib, repacked, gen, out):
+    _rows_q8(wq, ws, wm, xq, xs, xm, with_min, nib, repacked, gen, out, 0, wq.shape[0],
+             np.empty(8, np.float32))
 
 
 @njit(inline="always", cache=True)
@@ -368,12 +387,70 @@ def _row_q2_k(w, x, sc, mn, d, dmin, xd, xb, path, sumi, lf, acc):
 
 
 @njit(inline="always", cache=True)
-def _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, out, r0, r1, sumi, lf, acc, accm):
+def _row_kq_generic(mode, w, x, sc, mn, d, dmin, xd, xb, sumi, sums):
+    # ggml's generic `ggml_vec_dot_q{2..6}_K_q8_K_generic` (quants.c; the
+    # baseline build, no FMA). Q3_K / Q4_K / Q5_K / Q6_K: per super-block 8
+    # int32 lanes (`lanes8_scaled_add`: lane l sums positions l mod 8 with
+    # their sub-block scale), sums[l] += (d_w * d_a) * lane[l]; Q4_K / Q5_K
+    # also sumf -= (dmin * d_a) * (sum of min * bsum); at the end sumf +=
+    # sums[0], ..., sums[7] in order. Q2_K: one exact isum (scale * dot) and
+    # summs (min * bsum) per super-block, sumf += (d_a d_w) isum - (d_a
+    # dmin) summs. w holds the signed values (Q6_K: q - 32).
+    for L in range(8):
+        sums[L] = 0.0
+    sumf = np.float32(0.0)
+    for b in range(d.shape[0]):
+        if mode == _Q2_K or mode == _Q2_K_8X8:
+            isum = 0
+            summs = 0
+            for c in range(8):
+                o = b * 256 + c * 32
+                for L in range(8):
+                    sumi[L] = 0
+                lanes8_scaled_add(sumi, w, o, x, o, sc[b, 2 * c], sc[b, 2 * c + 1])
+                for L in range(8):
+                    isum += sumi[L]
+            for j in range(16):
+                summs += xb[b * 16 + j] * mn[b, j]
+            dall = np.float32(xd[b] * d[b])
+            dm = np.float32(xd[b] * dmin[b])
+            sumf = np.float32(sumf + np.float32(np.float32(dall * np.float32(isum)) -
+                                                np.float32(dm * np.float32(summs))))
+            continue
+        for L in range(8):
+            sumi[L] = 0
+        for c in range(8):
+            o = b * 256 + c * 32
+            if mode == _Q6_K or mode == _Q3_K:
+                lanes8_scaled_add(sumi, w, o, x, o, sc[b, 2 * c], sc[b, 2 * c + 1])
+            else:
+                lanes8_scaled_add(sumi, w, o, x, o, sc[b, c], sc[b, c])
+        dd = np.float32(d[b] * xd[b])
+        for L in range(8):
+            sums[L] = np.float32(sums[L] + np.float32(dd * np.float32(sumi[L])))
+        if mode != _Q6_K and mode != _Q3_K:
+            tot = 0
+            for j in range(8):
+                tot += mn[b, j] * xb[b * 8 + j]
+            sumf = np.float32(sumf - np.float32(np.float32(dmin[b] * xd[b]) * np.float32(tot)))
+    if mode == _Q2_K or mode == _Q2_K_8X8:
+        return sumf
+    for L in range(8):
+        sumf = np.float32(sumf + sums[L])
+    return sumf
+
+
+@njit(inline="always", cache=True)
+def _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, out, r0, r1, sumi, lf, acc, accm):
     n = xq.shape[0]
+    tiled = tiled_ok and n >= 8
     for r in range(r0, r1):
         for t in range(n):
-            if mode == 0 or mode == 4:
-                out[t, r] = _row_q6_k(wq[r], xq[t], sc[r], d[r], xd[t], xb[t], n >= 8,
+            if gen:
+                out[t, r] = _row_kq_generic(mode, wq[r], xq[t], sc[r], mn[r], d[r], dmin[r], xd[t], xb[t],
+                                            sumi, lf)
+            elif mode == 0 or mode == 4:
+                out[t, r] = _row_q6_k(wq[r], xq[t], sc[r], d[r], xd[t], xb[t], tiled,
                                       32 if mode == 0 else 0, sumi, lf, acc)
             elif mode == 1:
                 out[t, r] = _row_q4_k_8x8(wq[r], xq[t], sc[r], mn[r], d[r], dmin[r], xd[t], xb[t],
@@ -381,12 +458,12 @@ def _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, out, r0, r1, sumi, lf, a
             elif mode == 5 or mode == 6:
                 # Q2_K: repacked (6) gemm for whole groups of 4 rows, else gemv;
                 # not repacked (5): tiled from 8 rows, else vec_dot
-                path = (3 if t < n - n % 4 else 2) if mode == 6 else (1 if n >= 8 else 0)
+                path = (3 if t < n - n % 4 else 2) if mode == 6 else (1 if tiled else 0)
                 out[t, r] = _row_q2_k(wq[r], xq[t], sc[r], mn[r], d[r], dmin[r], xd[t], xb[t],
                                       path, sumi, lf, acc)
             else:
                 out[t, r] = _row_q4_k(wq[r], xq[t], sc[r], mn[r], d[r], dmin[r], xd[t], xb[t],
-                                      n >= 8, mode == 3, sumi, lf, acc, accm)
+                                      tiled, mode == 3, sumi, lf, acc, accm)
 
 
 #: `_mm_kquant` modes
@@ -394,7 +471,7 @@ _Q6_K, _Q4_K_8X8, _Q4_K, _Q5_K, _Q3_K, _Q2_K, _Q2_K_8X8 = 0, 1, 2, 3, 4, 5, 6
 
 
 @njit(parallel=True, cache=True)
-def _mm_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, out):
+def _mm_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, out):
     """K-quant weight rows times Q8_K activation rows in ggml-cpu's order:
     mode `_Q6_K` or `_Q3_K` (`_row_q6_k`), `_Q2_K` / `_Q2_K_8X8`
     (`_row_q2_k`), `_Q4_K_8X8` (repacked Q4_K,
@@ -402,17 +479,20 @@ def _mm_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, out):
     (rows, cols) int8; sc (and mn for Q4_K / Q5_K): the integer sub-block
     scales, int32 (rows, super-blocks, 16 or 8); d (dmin) float32 per
     super-block; xq the Q8_K quants int8, xd their scales, xb the bsums
-    int32 (Q6_K, Q3_K, Q2_K: per 16 values; Q4_K / Q5_K: per 32)."""
+    int32 (Q6_K, Q3_K, Q2_K: per 16 values; Q4_K / Q5_K: per 32).
+    tiled_ok: the build has ggml's tiled mat-mul (taken from 8 rows on);
+    gen: the generic C dots (`_row_kq_generic`)."""
     R = wq.shape[0]
     for c in prange((R + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
-        _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, out, c * _ROWS_PER_TASK,
+        _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, out, c * _ROWS_PER_TASK,
                      min(R, (c + 1) * _ROWS_PER_TASK), np.empty(8, np.int32),
                      np.empty(8, np.float32), np.empty(8, np.float32), np.empty(4, np.float32))
 
 
 @njit(cache=True)
-def _mm_kquant_serial(mode, wq, sc, mn, d, dmin, xq, xd, xb, out):
-    _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, out, 0, wq.shape[0], np.empty(8, np.int32),
+def _mm_kquant_serial(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, out):
+    _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, out, 0, wq.shape[0],
+                 np.empty(8, np.int32),
                  np.empty(8, np.float32), np.empty(8, np.float32), np.empty(4, np.float32))
 
 
@@ -520,7 +600,7 @@ def _pack_legacy(t: GGMLType, raw3: np.ndarray):
     return wq, _f16(raw3, t, "d"), (_f16(raw3, t, "m") if t == GGMLType.Q5_1 else None)
 
 
-def _round_for_float_weights(t: GGMLType, x: np.ndarray) -> np.ndarray:
+def _round_for_float_weights(t: GGMLType, x: np.ndarray, ref: bool = False) -> np.ndarray:
     """ggml-cpu converts the float32 operand to the weight's `vec_dot_type`:
     F16 for F16 weights (RNE), BF16 for BF16 weights (ggml's rule), Q8_K or
     Q8_0 for the quantized fallback types (FALLBACK_VEC_DOT_TYPE); F32 and
@@ -535,7 +615,7 @@ def _round_for_float_weights(t: GGMLType, x: np.ndarray) -> np.ndarray:
         qk = 256 if vdt == GGMLType.Q8_K else 32
         if x.shape[1] % qk == 0:
             q, d = (act_quant.q8_k_fields(x, np.float32)[:2] if qk == 256
-                    else act_quant.q8_0_fields(x, np.float32))
+                    else act_quant.q8_0_fields(x, np.float32, ref=ref))
             return (q.reshape(x.shape[0], -1, qk) * d[..., None]).reshape(x.shape)
     return x
 
@@ -553,7 +633,9 @@ class QMatrix:
     embedding, is never packed).
     """
 
-    def __init__(self, t, raw, rows: int, cols: int, name: str = ""):
+    def __init__(self, t, raw, rows: int, cols: int, name: str = "", profile=None):
+        from . import select
+        self.profile = select(profile)
         self.type = GGMLType(t)
         self.rows, self.cols, self.name = int(rows), int(cols), name
         fmt = block_format(self.type)
@@ -580,15 +662,16 @@ class QMatrix:
         t, cols = mats[0].type, mats[0].cols
         if any(m.type != t or m.cols != cols for m in mats):
             raise ValueError("stacked matrices need one type and one row length")
-        out = cls(t, np.concatenate([m.raw for m in mats]), sum(m.rows for m in mats), cols, name)
+        out = cls(t, np.concatenate([m.raw for m in mats]), sum(m.rows for m in mats), cols, name,
+                  mats[0].profile)
         out.repack_rows = 8 if all(m.repack_rows % 8 == 0 for m in mats) else 1
         return out
 
     @classmethod
-    def dense(cls, w: np.ndarray, name: str = "") -> "QMatrix":
+    def dense(cls, w: np.ndarray, name: str = "", profile=None) -> "QMatrix":
         """A float32 matrix (rows, cols), multiplied in float32."""
         w = np.ascontiguousarray(w, dtype=np.float32)
-        self = cls(GGMLType.F32, w.view(np.uint8), w.shape[0], w.shape[1], name)
+        self = cls(GGMLType.F32, w.view(np.uint8), w.shape[0], w.shape[1], name, profile)
         self._dense = w
         return self
 
@@ -599,6 +682,10 @@ class QMatrix:
 
     def _prepare(self):
         t = self.type
+        fam = family(t) if t not in INTEGER_KERNEL_TYPES else None
+        if fam is not None:
+            self._packed = ("family", fam, fam.pack(self))
+            return
         if t not in INTEGER_KERNEL_TYPES:
             from ..dequant import dequant_f32
             self._dense = dequant_f32(t, self.raw, self.rows, self.cols)
@@ -627,7 +714,11 @@ class QMatrix:
             self._packed = (kind, c32(wq.reshape(self.rows, -1), np.int8), c32(sc, np.int32),
                             c32(sc, np.int32), c32(_f16(raw3, t, "d")), c32(_f16(raw3, t, "d")))
         elif kind == "q6_k":
-            wq = _q6_k_values(_field(raw3, t, "ql", None), _field(raw3, t, "qh", None)) + np.int8(32)
+            # the AVX2 code multiplies the unsigned quants (the -32 goes
+            # through the bsums), the generic code the signed values
+            wq = _q6_k_values(_field(raw3, t, "ql", None), _field(raw3, t, "qh", None))
+            if self.profile.vec_dot != "generic":
+                wq = wq + np.int8(32)
             sc = _field(raw3, t, "scales", None).view(np.int8).astype(np.int32)
             self._packed = (kind, c32(wq.reshape(self.rows, -1)), c32(sc), c32(sc),
                             c32(_f16(raw3, t, "d")), c32(_f16(raw3, t, "d")))
@@ -642,13 +733,19 @@ class QMatrix:
             wq, ws, wm = _pack_legacy(t, raw3)
             self._packed = (kind, c32(wq), c32(ws), None if wm is None else c32(wm), 0)
 
+    def _repacked(self) -> bool:
+        """Whether ggml's CPU_REPACK buffer rearranges this tensor on the
+        profile's build (its type is repacked there and rows % 8 == 0)."""
+        return self.type.name in self.profile.repack and self.repack_rows % 8 == 0
+
     def _kind(self) -> str:
         """Which ggml-cpu kernel the product follows: "q8" (legacy quants:
         `vec_dot_*_q8_0` = tinyBLAS_Q0, `vec_dot_*_q8_1`, and for Q4_0 with
         rows % 8 == 0 the repacked `q4_0_8x8`), "q6_k",
         "q4_k_8x8" (Q4_K repacked, when ggml's CPU_REPACK takes it: rows %
-        8 == 0 on an AVX2 CPU), "q4_k" (other Q4_K tensors), "q5_k", "q3_k",
-        "q2_k_8x8" / "q2_k" (Q2_K repacked or not)."""
+        8 == 0 on a build with AVX2), "q4_k" (other Q4_K tensors), "q5_k",
+        "q3_k", "q2_k_8x8" / "q2_k" (Q2_K repacked, AVX-512 builds, or
+        not)."""
         if self.type in (GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_1, GGMLType.Q5_1):
             return "q8"
         if self.type == GGMLType.Q6_K:
@@ -657,9 +754,9 @@ class QMatrix:
             return "q5_k"
         if self.type == GGMLType.Q3_K:
             return "q3_k"
-        if self.type == GGMLType.Q2_K:      # ggml repacks it on AVX-512 CPUs
-            return "q2_k_8x8" if self.repack_rows % 8 == 0 else "q2_k"
-        return "q4_k_8x8" if self.repack_rows % 8 == 0 else "q4_k"     # Q4_K
+        if self.type == GGMLType.Q2_K:
+            return "q2_k_8x8" if self._repacked() else "q2_k"
+        return "q4_k_8x8" if self._repacked() else "q4_k"     # Q4_K
 
     def matmul(self, x: np.ndarray) -> np.ndarray:
         """float32 (n, cols) -> float32 (n, rows)."""
@@ -667,22 +764,27 @@ class QMatrix:
         if x.ndim != 2 or x.shape[1] != self.cols:
             raise ValueError(f"{self.name}: activations must be (n, {self.cols}), got {x.shape}")
         self.prepare()
+        prof = self.profile
+        ref = prof.act_quant == "ref"
+        gen = prof.vec_dot == "generic"
         if self._dense is not None:
-            return _round_for_float_weights(self.type, x) @ self._dense.T
+            return _round_for_float_weights(self.type, x, ref) @ self._dense.T
         kind = self._packed[0]
-        out = np.empty((x.shape[0], self.rows), np.float32)
         parallel = x.shape[0] * self.rows * self.cols >= PARALLEL_MIN_MACS
+        if kind == "family":
+            return self._packed[1].matmul(self, self._packed[2], x, parallel)
+        out = np.empty((x.shape[0], self.rows), np.float32)
         if kind == "q8":
             _, wq, ws, wm, nib = self._packed
             if wm is None:
-                xq, xs = act_quant.q8_0_fields(x)
+                xq, xs = act_quant.q8_0_fields(x, ref=ref)
                 xm = xs
             else:
-                xq, xs, xm = act_quant.q8_1_fields(x)
+                xq, xs, xm = act_quant.q8_1_fields(x, ref=ref)
             (_mm_q8 if parallel else _mm_q8_serial)(wq, ws, ws if wm is None else wm, xq, xs, xm,
                                                     wm is not None, nib,
-                                                    self.type == GGMLType.Q4_0 and self.repack_rows % 8 == 0,
-                                                    out)
+                                                    self.type == GGMLType.Q4_0 and self._repacked(),
+                                                    gen, out)
         else:
             _, wq, sc, mn, d, dmin = self._packed
             n = x.shape[0]
@@ -692,7 +794,7 @@ class QMatrix:
             mode = {"q6_k": _Q6_K, "q4_k_8x8": _Q4_K_8X8, "q4_k": _Q4_K, "q5_k": _Q5_K, "q3_k": _Q3_K,
                     "q2_k": _Q2_K, "q2_k_8x8": _Q2_K_8X8}[kind]
             (_mm_kquant if parallel else _mm_kquant_serial)(mode, wq, sc, mn, d, dmin, xq, xd,
-                                                            bsums.astype(np.int32), out)
+                                                            bsums.astype(np.int32), prof.tiled, gen, out)
         return out
 
     def row_f32(self, i: int) -> np.ndarray:

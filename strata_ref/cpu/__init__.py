@@ -1,0 +1,87 @@
+"""ggml-cpu's arithmetic, one profile per llama.cpp CPU build.
+
+A *profile* (`profiles`) is what one llama.cpp CPU build computes: which
+SIMD width its vector loops have, where GCC fused a multiply-add, which
+code path it takes for each weight type and batch size. Every module here
+takes the profile as data and emulates that build in numba, so any profile
+runs on any CPU; the model graphs (`strata_ref.infer`) never ask which one
+runs.
+
+`select(name)` is the one place that chooses: a profile name, or None for
+`$STRATA_REF_CPU`, else "native", the profile that llama.cpp's native build
+would use on this CPU (`native`).
+
+Modules: `profiles` (the declarations), `fp` (float primitives: FMA, lane
+reductions, ggml's expf), `lanes` (8-lane integer dots), `act_quant`
+(Q8_0 / Q8_1 / Q8_K activations), `matmul` (weight-type dots and ggml's
+mat-mul paths), `ops` (attention, soft_max, SwiGLU, RoPE, norms).
+"""
+from __future__ import annotations
+
+import os
+
+from .profiles import PROFILES, Profile, host_flags
+
+__all__ = ["select", "native", "native_note", "Profile", "PROFILES", "ENV"]
+
+#: the environment variable naming the default profile
+ENV = "STRATA_REF_CPU"
+
+
+def native(flags=None) -> Profile:
+    """The profile of llama.cpp's native build (`-DGGML_NATIVE=ON`,
+    `-march=native`) on a CPU with these /proc/cpuinfo flags (default: this
+    CPU's): the widest profile whose flags the CPU has all of (avx512, then
+    avx2), else scalar. `native_note` says where a native build would still
+    differ."""
+    flags = host_flags() if flags is None else frozenset(flags)
+    for name in ("avx512", "avx2"):
+        if PROFILES[name].runs_on(flags):
+            return PROFILES[name]
+    return PROFILES["scalar"]
+
+
+def native_note(flags=None) -> str:
+    """'' when `native(flags)` is what a native llama.cpp build computes on
+    that CPU, else one line saying why it may not be: AMX (a native build
+    multiplies Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K and IQ4_XS weights in
+    ggml's AMX buffer, `ggml-cpu/amx/`), AVX-512 without the rest of the
+    avx512 profile's set, AVX without AVX2: code paths no profile
+    reproduces."""
+    flags = host_flags() if flags is None else frozenset(flags)
+    p = native(flags)
+    if p.name == "avx512" and {"amx_int8", "amx_tile"} <= flags:
+        return ("this CPU has AMX: a native llama.cpp build (-DGGML_NATIVE=ON) multiplies "
+                "Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K/IQ4_XS weights with AMX, which no profile "
+                "reproduces; using avx512, the build with the explicit AVX-512 flags "
+                "(tools/peer_build.py avx512)")
+    if p.name == "avx2" and "avx512f" in flags:
+        missing = sorted(set(PROFILES["avx512"].cpu_flags) - flags)
+        return (f"this CPU has AVX-512 but not {' '.join(missing)}: a native llama.cpp build "
+                f"would take AVX-512 code that no profile reproduces; using avx2")
+    if p.name == "scalar" and "avx" in flags:
+        return ("this CPU has AVX but not the avx2 profile's set: a native llama.cpp build "
+                "would take AVX code that no profile reproduces; using scalar")
+    return ""
+
+
+def select(name=None) -> Profile:
+    """The profile called `name` ("scalar", "avx2", "avx512" or "native"; a
+    Profile passes through). None: `$STRATA_REF_CPU`, else "native".
+    Raises ValueError naming the value (and the variable, when it came from
+    the environment) for any other name."""
+    if isinstance(name, Profile):
+        return name
+    source = "--cpu"
+    if name is None:
+        name = os.environ.get(ENV)
+        source = f"${ENV}"
+        if name is None or name == "":
+            name = "native"
+    key = str(name).strip().lower()
+    if key == "native":
+        return native()
+    if key not in PROFILES:
+        raise ValueError(f"{source} = {name!r} is not a CPU profile "
+                         f"(known: {', '.join(PROFILES)}, native)")
+    return PROFILES[key]

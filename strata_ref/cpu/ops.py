@@ -1,0 +1,486 @@
+"""The float operations of attention, the FFN activations, RoPE and the
+norms, in ggml-cpu's order of arithmetic for each CPU profile (numba), so
+that they equal llama.cpp's bit for bit.
+
+Sources: ggml-cpu of the llama.cpp vendored by llama-cpp-python 0.3.36 (GCC
+12); `fp` has the primitives (FMA, lane reductions, ggml's expf per build).
+Every function takes the profile (`profiles.Profile`), whose `arch` selects:
+
+* F16 mat-muls (`f16_products`): K q and V p, whose F16 operands are exact
+  in float32 and whose products are exact too, so only the order of the
+  additions matters. With two or more tokens ggml hands them to llamafile's
+  `tinyBLAS` (`llamafile/sgemm.cpp`) when the build has it (16 lanes on
+  AVX-512, 8 on AVX2; lane l accumulates elements l, l + lanes, ... by FMA,
+  then `_mm512_reduce_add_ps` / `hsum`), the length is a multiple of the
+  lanes and the output rows a multiple of 4. Otherwise it is
+  `ggml_vec_dot_f16` (`vec.cpp`): on AVX-512 four 16-lane accumulators over
+  steps of 64, on AVX2 four 8-lane ones over steps of 32, reduced pairwise
+  and then across lanes (`GGML_F32x16_REDUCE` / `GGML_F32x8_REDUCE`), the
+  rest of the row added in double; on the baseline build every product
+  added in double. V p runs over the KV length padded with zero-weighted
+  cells (llama.cpp pads it to 256; a multiple of 64 sums the same).
+* `soft_max` (`ggml_compute_forward_soft_max_f32`): x * scale, masked to
+  -inf, max, then per 16 (AVX-512), 8 (AVX2) or 4 (SSE2) values
+  `ggml_v_expf(x - max)` and the lane sum added to a double; every value
+  times (float)(1 / sum).
+* `swiglu` (`ggml_vec_swiglu_f32`): `ggml_v_silu(g) * u` a vector of lanes
+  at a time, the values left of a row with libm's expf.
+* RoPE (`ggml_rope_cache_init`, `rotate_pairs` in `ops.cpp`): angles by
+  repeated float32 products, libm cosf / sinf, and the rotation as GCC
+  compiles it: contracted into FMAs where the build has FMA.
+* RMSNorm (`ggml_compute_forward_rms_norm_f32`): the same in every build.
+* GeGLU (`ggml_vec_geglu_f32`, GGML_GELU_FP16): ggml's fp16 GELU table,
+  computed as ggml_cpu_init does (`ggml_gelu_f32`, contracted on FMA builds).
+
+These run on the calling thread: they are small next to the mat-muls, and a
+parallel region per call costs more than it saves on a busy machine.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from .act_quant import round_to_f16
+from .fp import expf_v, fma32, hsum4, hsum8, hsum16, silu_v
+from .lanes import fma8_vv
+
+__all__ = ["attention", "f16_products", "soft_max", "swiglu", "softcap", "rope_cache", "rope",
+           "rms_norm", "geglu", "gelu_table"]
+
+_F32 = np.float32
+
+
+@njit(inline="always", cache=True)
+def _dot_tinyblas(a, b, acc, lanes):
+    # llamafile tinyBLAS: `lanes` (16 or 8) float32 accumulators over the
+    # length (a multiple of lanes), one FMA per element, then the lane sum
+    # (hsum16: _mm512_reduce_add_ps; hsum8: tinyBLAS's hsum(__m256))
+    for l in range(lanes):
+        acc[l] = 0.0
+    for s in range(0, a.shape[0], lanes):
+        for k in range(0, lanes, 8):
+            fma8_vv(acc, k, a, s + k, b, s + k)
+    return hsum16(acc) if lanes == 16 else hsum8(acc)
+
+
+@njit(inline="always", cache=True)
+def _reduce_f32x8(acc):
+    # GGML_F32x8_REDUCE of four 8-lane accumulators acc[0:32]: x0 + x2,
+    # x1 + x3, their sum, then (lo + hi) and two hadds
+    for l in range(8):
+        acc[l] = _F32(_F32(acc[l] + acc[16 + l]) + _F32(acc[8 + l] + acc[24 + l]))
+    t0 = _F32(acc[0] + acc[4])
+    t1 = _F32(acc[1] + acc[5])
+    t2 = _F32(acc[2] + acc[6])
+    t3 = _F32(acc[3] + acc[7])
+    return _F32(_F32(t0 + t1) + _F32(t2 + t3))
+
+
+@njit(inline="always", cache=True)
+def _dot_vec_f16(a, b, acc, arch):
+    # ggml_vec_dot_f16 of the build `arch`. AVX-512: acc 64 lanes (4
+    # accumulators of 16) over steps of 64; AVX2: 32 lanes (4 of 8) over
+    # steps of 32; either way the values past the vector loop are added in
+    # double, as ggml's scalar tail does. Baseline: every product in double.
+    n = a.shape[0]
+    if arch == 0:
+        tot = 0.0
+        for i in range(n):
+            tot += np.float64(_F32(a[i] * b[i]))
+        return _F32(tot)
+    step = 64 if arch == 2 else 32
+    main = n - n % step
+    for l in range(step):
+        acc[l] = 0.0
+    for s in range(0, main, step):
+        for k in range(0, step, 8):
+            fma8_vv(acc, k, a, s + k, b, s + k)
+    if arch == 2:
+        for l in range(16):
+            x0 = _F32(acc[l] + acc[32 + l])
+            x1 = _F32(acc[16 + l] + acc[48 + l])
+            acc[l] = _F32(x0 + x1)
+        tot = np.float64(hsum16(acc))
+    else:
+        tot = np.float64(_reduce_f32x8(acc))
+    for i in range(main, n):
+        tot += np.float64(_F32(a[i] * b[i]))
+    return _F32(tot)
+
+
+@njit(inline="always", cache=True)
+def _dot_f16(a, b, acc, arch, tiny):
+    # tiny: llamafile takes this product (tinyBLAS lanes 16 or 8 by arch)
+    if tiny:
+        return _dot_tinyblas(a, b, acc, 16 if arch == 2 else 8)
+    return _dot_vec_f16(a, b, acc, arch)
+
+
+@njit(inline="always", cache=True)
+def _tinyblas_takes(arch, batched, k, m):
+    # llamafile_sgemm's F16 case: the build has it (AVX2 or AVX-512), two
+    # or more tokens, k % lanes == 0, m % 4 == 0 (tinyBLAS::matmul)
+    if arch == 0 or not batched:
+        return False
+    return k % (16 if arch == 2 else 8) == 0 and m % 4 == 0
+
+
+@njit(cache=True)
+def _products(a, b, batched, arch, m_rows, out):
+    # a (H, M, D), b (H, C, D) -> out (H, M, C); m_rows: ggml's m (rows of
+    # the weight-side operand) for the tinyBLAS test
+    H, M = a.shape[0], a.shape[1]
+    C = b.shape[1]
+    tiny = _tinyblas_takes(arch, batched, a.shape[2], m_rows)
+    for hm in range(H * M):
+        h, m = hm // M, hm % M
+        acc = np.empty(64, np.float32)
+        for c in range(C):
+            out[h, m, c] = _dot_f16(a[h, m], b[h, c], acc, arch, tiny)
+
+
+def _pad_last(a, D):
+    """a float32 with its last axis zero-padded to D, contiguous."""
+    if a.shape[-1] == D:
+        return np.ascontiguousarray(a, np.float32)
+    out = np.zeros(a.shape[:-1] + (D,), np.float32)
+    out[..., :a.shape[-1]] = a
+    return out
+
+
+def f16_products(a: np.ndarray, b: np.ndarray, batched: bool, profile, m_rows: int = 4) -> np.ndarray:
+    """out[h, m, c] = sum_d a[h, m, d] * b[h, c, d] as ggml-cpu's F16 mat-mul
+    of `profile` sums it (module docstring): `batched` (two or more tokens
+    in the call) selects tinyBLAS's order where the build has it, the length
+    is a multiple of its lanes and `m_rows` (ggml's m, the rows of the
+    weight-side operand: the KV length for K q, head_dim for V p) a multiple
+    of 4; else `ggml_vec_dot_f16`, as for one token.
+
+    a, b: float32 holding fp16 values, (H, M, Da) and (H, C, Db); the
+    shorter rows count as zero-padded to the longer. The length summed over
+    is llama.cpp's: head_dim for K q, and for V p the KV length, which
+    llama.cpp pads to a multiple of 256 with zero-weighted cells (callers
+    pass p padded to a multiple of 64, which sums the same). Returns float32
+    (H, M, C)."""
+    D = max(a.shape[2], b.shape[2])
+    a, b = _pad_last(a, D), _pad_last(b, D)
+    out = np.empty((a.shape[0], a.shape[1], b.shape[1]), np.float32)
+    _products(a, b, bool(batched), int(profile.arch), int(m_rows), out)
+    return out
+
+
+@njit(inline="always", cache=True)
+def _soft_max_row(srow, T, scale, qpos, n_swa, w, out, arch):
+    # one row: srow (>= T) scores, w / out (Tp, a multiple of 64) scratch and
+    # result; key c masked when c >= T, c > qpos or (n_swa and qpos - c >= n_swa).
+    # ggml_vec_soft_max_f32: a vector of 16 / 8 / 4 lanes (arch) at a time,
+    # its lane sum added to the double sum (Tp is a multiple of every width,
+    # so no scalar tail)
+    Tp = w.shape[0]
+    mx = _F32(-np.inf)
+    for c in range(Tp):
+        v = _F32(-np.inf)
+        if c < T and c <= qpos and not (n_swa > 0 and qpos - c >= n_swa):
+            v = _F32(srow[c] * scale)
+        w[c] = v
+        if v > mx:
+            mx = v
+    tot = 0.0
+    width = 16 if arch == 2 else (8 if arch == 1 else 4)
+    for c0 in range(0, Tp, width):
+        for l in range(width):
+            w[c0 + l] = expf_v(_F32(w[c0 + l] - mx), arch)
+        if arch == 2:
+            tot += np.float64(hsum16(w[c0:c0 + 16]))
+        elif arch == 1:
+            tot += np.float64(hsum8(w[c0:c0 + 8]))
+        else:
+            tot += np.float64(hsum4(w, c0))
+    inv = _F32(1.0 / tot)
+    for c in range(Tp):
+        out[c] = _F32(w[c] * inv)
+
+
+@njit(cache=True)
+def _soft_max_rows(s, scale, qpos, n_swa, arch, out):
+    # s (R, T) scores; qpos (R,) position of each row's query
+    w = np.empty(out.shape[1], np.float32)
+    for r in range(s.shape[0]):
+        _soft_max_row(s[r], s.shape[1], scale, qpos[r], n_swa, w, out[r], arch)
+
+
+def soft_max(s: np.ndarray, scale: float, qpos: np.ndarray, profile, n_swa: int = 0) -> np.ndarray:
+    """ggml `soft_max_ext(s, mask, scale)` with llama.cpp's causal (and
+    sliding-window) mask, in `profile`'s order: s float32 (R, T) raw scores,
+    qpos int (R,) the position of each row's query (key c is visible when c
+    <= qpos and, with n_swa > 0, qpos - c < n_swa). Returns float32 (R, T')
+    probabilities with T' = T rounded up to a multiple of 64 (the extra
+    columns are 0)."""
+    s = np.ascontiguousarray(s, np.float32)
+    Tp = s.shape[1] + (-s.shape[1] % 64)
+    out = np.empty((s.shape[0], Tp), np.float32)
+    _soft_max_rows(s, _F32(scale), np.ascontiguousarray(qpos, np.int64), int(n_swa),
+                   int(profile.arch), out)
+    return out
+
+
+@njit(cache=True)
+def _attention(q, kbits, vbits, f16, T, pos, kq_scale, n_swa, batched, arch, out):
+    # q (n, H, hd) float32; kbits / vbits (Hkv, >= T, hd) uint16 (the F16
+    # cache); f16: float32 value of every fp16 bit pattern; out (n, H * hd)
+    n, H, hd = q.shape
+    Hkv = kbits.shape[0]
+    G = H // Hkv
+    Tp = T + (-T % 64)
+    K = np.empty((T, hd), np.float32)
+    Vt = np.zeros((hd, Tp), np.float32)
+    qf = np.empty(hd, np.float32)
+    srow = np.empty(T, np.float32)
+    w = np.empty(Tp, np.float32)
+    p = np.empty(Tp, np.float32)
+    acc = np.empty(64, np.float32)
+    # K q: ggml's m is the KV length (a multiple of 256 in llama.cpp); V p:
+    # m is head_dim, k the padded KV length
+    tiny_kq = _tinyblas_takes(arch, batched, hd, 256)
+    tiny_vp = _tinyblas_takes(arch, batched, Tp, hd)
+    for h in range(Hkv):
+        for c in range(T):
+            for d in range(hd):
+                K[c, d] = f16[kbits[h, c, d]]
+                Vt[d, c] = f16[vbits[h, c, d]]
+        for t in range(n):
+            for g in range(G):
+                head = h * G + g
+                for d in range(hd):
+                    qf[d] = round_to_f16(q[t, head, d])
+                for c in range(T):
+                    srow[c] = _dot_f16(qf, K[c], acc, arch, tiny_kq)
+                _soft_max_row(srow, T, kq_scale, pos[t], n_swa, w, p, arch)
+                for c in range(Tp):
+                    p[c] = round_to_f16(p[c])
+                for d in range(hd):
+                    out[t, head * hd + d] = _dot_f16(p, Vt[d], acc, arch, tiny_vp)
+
+
+def attention(q: np.ndarray, kbits: np.ndarray, vbits: np.ndarray, T: int, pos: np.ndarray,
+              kq_scale: float, profile, n_swa: int = 0) -> np.ndarray:
+    """softmax(K q * kq_scale + mask) V for every query head, as llama.cpp's
+    non-flash attention computes it on `profile`, in one call: q rounded to
+    F16, K q (`f16_products` order), `soft_max` with the causal /
+    sliding-window mask, p rounded to F16, V p (`f16_products` order over the
+    KV length padded to a multiple of 64). Two or more tokens take the
+    tinyBLAS order where the build has it, one the `ggml_vec_dot_f16` order,
+    as in ggml.
+
+    q float32 (n, n_head, head_dim) for positions `pos` (int, n); kbits /
+    vbits: the layer's F16 cache as uint16 bits (n_head_kv, >= T, head_dim),
+    positions 0 .. T-1 valid; query head j uses KV head j // (n_head /
+    n_head_kv). Returns float32 (n, n_head * head_dim)."""
+    from ..numerics import F16_TO_F32
+    q = np.ascontiguousarray(q, np.float32)
+    out = np.empty((q.shape[0], q.shape[1] * q.shape[2]), np.float32)
+    _attention(q, kbits, vbits, F16_TO_F32, int(T), np.ascontiguousarray(pos, np.int64),
+               _F32(kq_scale), int(n_swa), q.shape[0] >= 2, int(profile.arch), out)
+    return out
+
+
+@njit(cache=True)
+def _swiglu(g, u, arch, out):
+    # rows of n values: the first n - n % lanes (16 AVX-512, 8 AVX2, 4
+    # SSE2) through the vector SiLU, the tail through the scalar
+    # `ggml_silu_f32` (libm expf; numba lowers float32 math.exp to it)
+    R, n = g.shape
+    width = 16 if arch == 2 else (8 if arch == 1 else 4)
+    main = n - n % width
+    for r in range(R):
+        for i in range(main):
+            out[r, i] = _F32(silu_v(g[r, i], arch) * u[r, i])
+        for i in range(main, n):
+            x = g[r, i]
+            out[r, i] = _F32(_F32(x / _F32(_F32(1.0) + math.exp(-x))) * u[r, i])
+
+
+def swiglu(g: np.ndarray, u: np.ndarray, profile) -> np.ndarray:
+    """ggml `swiglu` (`ggml_vec_swiglu_f32` per row) of `profile`: silu(g)
+    * u with ggml's vector SiLU for each whole vector of a row, the scalar
+    `ggml_silu_f32` for the rest. g, u float32 of one shape (..., n)."""
+    g = np.ascontiguousarray(g, np.float32)
+    u = np.ascontiguousarray(u, np.float32)
+    out = np.empty_like(g)
+    n = g.shape[-1]
+    _swiglu(g.reshape(-1, n), u.reshape(-1, n), int(profile.arch), out.reshape(-1, n))
+    return out
+
+
+@njit(cache=True)
+def _softcap(x, inv, c, out):
+    for i in range(x.size):
+        out[i] = _F32(math.tanh(_F32(x[i] * inv)) * c)
+
+
+def softcap(x: np.ndarray, c: float) -> np.ndarray:
+    """Final logit soft-capping as llama.cpp builds it (gemma2/3): ggml_scale
+    by the float32 1/c, `ggml_tanh` (libm `tanhf`; numba lowers float32
+    math.tanh to it), ggml_scale by c. x float32, any shape."""
+    x = np.ascontiguousarray(x, np.float32)
+    out = np.empty_like(x)
+    _softcap(x.reshape(-1), _F32(_F32(1.0) / _F32(c)), _F32(c), out.reshape(-1))
+    return out
+
+
+def _check_n_rot(n_rot) -> int:
+    """n_rot / 2 for a valid n_rot (an even int >= 2), else ValueError."""
+    if isinstance(n_rot, bool) or not isinstance(n_rot, (int, np.integer)) or n_rot < 2 or n_rot % 2:
+        raise ValueError(f"RoPE: n_rot must be an even integer >= 2, got {n_rot!r}")
+    return int(n_rot) // 2
+
+
+@njit(cache=True)
+def _rope_cache(pos, n_rot, base, freq_scale, freq_factors, has_ff, cos, sin):
+    ts = _F32(_F32(base) ** _F32(_F32(-2.0) / _F32(n_rot)))
+    for p in range(pos.shape[0]):
+        theta = _F32(pos[p])
+        for i in range(n_rot // 2):
+            th = _F32(theta / freq_factors[i]) if has_ff else theta
+            th = _F32(_F32(freq_scale) * th)
+            cos[p, i] = math.cos(th)          # libm cosf / sinf, as ggml
+            sin[p, i] = math.sin(th)
+            theta = _F32(theta * ts)
+
+
+def rope_cache(pos: np.ndarray, n_rot: int, base: float, freq_scale: float,
+               freq_factors: np.ndarray | None = None):
+    """cos and sin float32 (n, n_rot/2) as ggml `ggml_rope_cache_init` (no
+    YaRN): theta_scale = powf(base, -2/n_rot); theta starts at the position
+    and is multiplied by theta_scale in float32 for each pair; freq_factors
+    divide it (llama3 `rope_freqs`), freq_scale multiplies it; then libm's
+    cosf and sinf (numba lowers float32 math.cos / math.sin to them).
+    pos: int positions (n,). Raises ValueError for an odd or non-positive
+    n_rot, or freq_factors not of shape (n_rot/2,)."""
+    pos = np.ascontiguousarray(pos, np.int64).reshape(-1)
+    half = _check_n_rot(n_rot)
+    if freq_factors is not None and np.shape(freq_factors) != (half,):
+        raise ValueError(f"rope_cache: freq_factors has shape {np.shape(freq_factors)}, "
+                         f"expected ({half},) for n_rot = {n_rot}")
+    cos = np.empty((len(pos), half), np.float32)
+    sin = np.empty_like(cos)
+    ff = np.ones(half, np.float32) if freq_factors is None else np.ascontiguousarray(freq_factors, np.float32)
+    _rope_cache(pos, int(n_rot), _F32(base), _F32(freq_scale), ff, freq_factors is not None, cos, sin)
+    return cos, sin
+
+
+@njit(cache=True)
+def _rope(x, cos, sin, n_rot, neox, fused, out):
+    n, H, D = x.shape
+    half = n_rot // 2
+    for th in range(n * H):
+        t, h = th // H, th % H
+        for j in range(D):
+            out[t, h, j] = x[t, h, j]
+        for i in range(half):
+            i0, i1 = (i, i + half) if neox else (2 * i, 2 * i + 1)
+            c, s = cos[t, i], sin[t, i]
+            x0, x1 = x[t, h, i0], x[t, h, i1]
+            if fused:
+                out[t, h, i0] = fma32(x0, c, -_F32(x1 * s))
+                out[t, h, i1] = fma32(x0, s, _F32(x1 * c))
+            else:
+                out[t, h, i0] = _F32(_F32(x0 * c) - _F32(x1 * s))
+                out[t, h, i1] = _F32(_F32(x0 * s) + _F32(x1 * c))
+
+
+def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, n_rot: int, neox: bool,
+         profile) -> np.ndarray:
+    """Rotate the first n_rot values of each head, ggml `rotate_pairs` as GCC
+    compiles it for `profile`: on FMA builds contracted, y0 = fma(x0, cos,
+    -(x1 sin)), y1 = fma(x0, sin, x1 cos); else y0 = x0 cos - x1 sin, y1 =
+    x0 sin + x1 cos. Normal style pairs (2i, 2i+1), NeoX (i, i + n_rot/2).
+    x float32 (n, heads, head_dim); cos, sin (n, n_rot/2). Raises
+    ValueError for an odd n_rot, n_rot outside 2 .. head_dim, or cos / sin
+    of another shape (the kernel indexes by them unchecked)."""
+    x = np.ascontiguousarray(x, np.float32)
+    half = _check_n_rot(n_rot)
+    if x.ndim != 3 or n_rot > x.shape[2]:
+        raise ValueError(f"rope: x must be (n, heads, head_dim) with head_dim >= n_rot = {n_rot}, "
+                         f"got shape {x.shape}")
+    want = (x.shape[0], half)
+    if np.shape(cos) != want or np.shape(sin) != want:
+        raise ValueError(f"rope: cos and sin must be {want} for x {x.shape} and n_rot = {n_rot}, "
+                         f"got {np.shape(cos)} and {np.shape(sin)}")
+    out = np.empty_like(x)
+    _rope(x, np.ascontiguousarray(cos, np.float32), np.ascontiguousarray(sin, np.float32),
+          int(n_rot), bool(neox), bool(profile.fma), out)
+    return out
+
+
+@njit(cache=True)
+def _rms_norm_rows(x, w, eps, out):
+    n = x.shape[1]
+    for r in range(x.shape[0]):
+        ss = 0.0                                   # double, sequential, as ggml
+        for i in range(n):
+            v = x[r, i]
+            ss += np.float64(np.float32(v * v))
+        mean = np.float32(ss / n)
+        scale = np.float32(1.0) / np.float32(np.sqrt(np.float32(mean + eps)))
+        for i in range(n):
+            out[r, i] = np.float32(x[r, i] * scale) * w[i]
+
+
+def rms_norm(x: np.ndarray, w: np.ndarray | None, eps: float) -> np.ndarray:
+    """ggml `rms_norm` then `mul` (the same in every build): float32 squares
+    summed in double (sequentially), mean and scale in float32: y = (x * (1
+    / sqrtf(mean + eps))) * w. x float32 (..., n), w float32 (n,) or None."""
+    shape = x.shape
+    x2 = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, shape[-1])
+    w = np.ones(shape[-1], np.float32) if w is None else np.asarray(w, np.float32)
+    out = np.empty_like(x2)
+    _rms_norm_rows(x2, w, np.float32(eps), out)
+    return out.reshape(shape)
+
+
+_SQRT_2_OVER_PI = _F32(0.79788456080286535587989211986876)
+_GELU_COEF_A = _F32(0.044715)
+
+
+@njit(cache=True)
+def _gelu_table(f16, fused, out):
+    # ggml_cpu_init: table[i] = fp16(ggml_gelu_f32(fp16 i)), ggml_gelu_f32 =
+    # 0.5f*x*(1.0f + tanhf(SQRT_2_OVER_PI*x*(1.0f + GELU_COEF_A*x*x))); GCC
+    # contracts the inner 1.0f + (a*x)*x on FMA builds (libm tanhf: numba
+    # lowers float32 math.tanh to it)
+    for i in range(65536):
+        x = f16[i]
+        ax = _F32(_GELU_COEF_A * x)
+        inner = fma32(ax, x, _F32(1.0)) if fused else _F32(_F32(1.0) + _F32(ax * x))
+        t = math.tanh(_F32(_F32(_SQRT_2_OVER_PI * x) * inner))
+        out[i] = round_to_f16(_F32(_F32(_F32(0.5) * x) * _F32(_F32(1.0) + t)))
+
+
+_GELU_TABLES = {}
+
+
+def gelu_table(profile) -> np.ndarray:
+    """ggml's GELU table of `profile` as float32 (65536,): the value for
+    each fp16 bit pattern (cached per FMA flag)."""
+    fused = bool(profile.fma)
+    if fused not in _GELU_TABLES:
+        from ..numerics import F16_TO_F32
+        out = np.empty(65536, np.float32)
+        _gelu_table(F16_TO_F32, fused, out)
+        _GELU_TABLES[fused] = out
+    return _GELU_TABLES[fused]
+
+
+def geglu(g: np.ndarray, u: np.ndarray, profile) -> np.ndarray:
+    """ggml-cpu `ggml_vec_geglu_f32` (GGML_GELU_FP16 build): 0 for g <=
+    -10, g itself for g >= 10, else the table value of fp16(g); times u.
+    g, u float32 of one shape."""
+    from ..numerics import f32_to_f16_bits
+    g = np.asarray(g, np.float32)
+    tab = gelu_table(profile)
+    t = tab[f32_to_f16_bits(g).reshape(g.shape)]
+    act = np.where(g <= np.float32(-10.0), np.float32(0.0), np.where(g >= np.float32(10.0), g, t))
+    return (act * np.asarray(u, np.float32)).astype(np.float32)

@@ -39,7 +39,9 @@ def _child(model: str, jobs: int, out: str) -> int:
         rc = main(["hash", model, "--no-progress", "--jobs", str(jobs), "--out", out])
     wall = time.perf_counter() - t0
     chained = [line for line in buf.getvalue().splitlines() if line.startswith("chained")]
-    print(json.dumps({"rc": rc, "wall": wall, "chained": chained[-1] if chained else "",
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+    print(json.dumps({"rc": rc, "wall": wall, "cpu": cpu, "chained": chained[-1] if chained else "",
                       "rss_main_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                       "rss_worker_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))
     return rc
@@ -93,17 +95,20 @@ def main(argv=None) -> int:
             chained = r["chained"]
             gbs = data / r["wall"] / 1e9
             peer = peer or gbs
-            rows.append((out, j, load, r["wall"], gbs, gbs / peer, r["rss_main_kb"] / 1024,
-                         r["rss_worker_kb"] / 1024))
-            print(f"  --out {out} --jobs {j}: {r['wall']:.1f} s, load before {load:.2f}", flush=True)
+            after = os.getloadavg()[0]
+            rows.append((out, j, f"{load:.2f} / {after:.2f}", r["wall"], r["cpu"], gbs, gbs / peer,
+                         r["rss_main_kb"] / 1024, r["rss_worker_kb"] / 1024))
+            print(f"  --out {out} --jobs {j}: {r['wall']:.1f} s ({r['cpu']:.0f} CPU s), "
+                  f"load average before / after {load:.2f} / {after:.2f}", flush=True)
         print(f"  {chained}")
-    print(f"\n| --out | --jobs | load avg before | wall s | GB/s of input | vs --jobs {jobs[0]} "
-          f"| peak RSS main MB | peak RSS largest worker MB | peak RSS / model size |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for out, j, load, wall, gbs, ratio, main_mb, worker_mb in rows:
+    print(f"\n| --out | --jobs | load avg before / after | wall s | CPU s | GB/s of input "
+          f"| vs --jobs {jobs[0]} | peak RSS main MiB | peak RSS largest worker MiB "
+          f"| peak RSS / model size |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for out, j, load, wall, cpu, gbs, ratio, main_mb, worker_mb in rows:
         peak = max(main_mb, worker_mb) * 2 ** 20
-        print(f"| {out} | {j} | {load:.2f} | {wall:.1f} | {gbs:.3f} | {ratio:.2f}× | {main_mb:.0f} "
-              f"| {worker_mb:.0f} | {peak / size * 100:.2f} % |")
+        print(f"| {out} | {j} | {load} | {wall:.1f} | {cpu:.0f} | {gbs:.3f} | {ratio:.2f}× "
+              f"| {main_mb:.0f} | {worker_mb:.0f} | {peak / size * 100:.2f} % |")
     return 0
 
 

@@ -37,7 +37,12 @@ _CHATML_DEFAULT_SYSTEM = re.compile(r"<\|im_start\|>system(?:\n|\\n)([^{}'\"<\\]
 
 
 def template_family(template: str | None) -> str:
-    """'chatml', 'gemma' or 'llama3'; ChatTemplateError otherwise."""
+    """'chatml', 'gemma' or 'llama3'; ChatTemplateError otherwise (also for
+    a template that is not a string)."""
+    if template is not None and not isinstance(template, str):
+        from .tokenizer import _what
+        raise ChatTemplateError(f"`tokenizer.chat_template` must be a STRING, the file has "
+                                f"{_what(template)}; run without --chat")
     if not template:
         raise ChatTemplateError("the model has no `tokenizer.chat_template`; "
                                 "run without --chat and give the raw prompt")

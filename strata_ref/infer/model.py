@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from ..types import GGMLType
+from ..types import PLAIN_TYPES, GGMLType, block_format
 from . import ops
 from .kernels import QMatrix
 from .kv_cache import KVCache
@@ -299,13 +299,26 @@ class Model:
                 raise ModelLoadError(f"{hp.arch}: missing tensor `{name}`")
             return t
 
+        def checked(name, t, ne):
+            # llama.cpp `create_tensor`: the ggml shape is exactly `ne`, the
+            # dimensions beyond it 1 (a (64, 32, 2) tensor is not 64 x 64)
+            have = tuple(t.shape) + (1,) * (4 - len(t.shape))
+            want = tuple(ne) + (1,) * (4 - len(ne))
+            if have != want:
+                raise ModelLoadError(f"tensor `{name}` has ggml shape {list(t.shape)}, expected "
+                                     f"{list(ne)}")
+            if t.type in PLAIN_TYPES:
+                raise ModelLoadError(f"tensor `{name}` is of type {t.type.name}, a plain "
+                                     f"{block_format(t.type).field('v').kind} array; model "
+                                     f"weights are float or quantized types")
+            return t
+
         def vec(name, n, required=True):
             t = get(name, required)
             if t is None:
                 return None
-            if t.type != GGMLType.F32 or t.n_elements != n:
-                if t.n_elements != n:
-                    raise ModelLoadError(f"tensor `{name}` has {t.n_elements} values, expected {n}")
+            checked(name, t, (n,))
+            if t.type != GGMLType.F32:
                 from ..dequant import dequant_f32
                 return dequant_f32(t.type, t.data, 1, n)[0]
             return np.array(t.data.view(np.float32))
@@ -314,22 +327,33 @@ class Model:
             t = get(name, required)
             if t is None:
                 return None
-            if t.cols != cols or t.rows != rows:
-                raise ModelLoadError(f"tensor `{name}` is {t.rows} x {t.cols}, expected {rows} x {cols}")
+            checked(name, t, (cols, rows))
             return QMatrix(t.type, t.data, rows, cols, name)
 
         e, hd = hp.n_embd, hp.head_dim
         nq, nkv = hp.n_head * hd, hp.n_head_kv * hd
-        emb = get("token_embd.weight")
-        self.n_vocab = emb.rows
-        self.tok_embd = QMatrix(emb.type, emb.data, emb.rows, emb.cols, "token_embd.weight")
-        if emb.cols != e:
-            raise ModelLoadError(f"token_embd.weight rows have {emb.cols} values, n_embd is {e}")
+        # the vocabulary is the tokenizer's (llama.cpp: n_vocab = the number
+        # of tokens); the embedding and the output have exactly that many rows
+        self.n_vocab = nv = self.tokenizer.n_vocab
+        for name in ("token_embd.weight", "output.weight"):
+            t = get(name, required=name == "token_embd.weight")
+            if t is not None and len(t.shape) == 2 and t.cols == e and t.rows != nv:
+                raise ModelLoadError(f"tensor `{name}` has {t.rows} rows, but the vocabulary "
+                                     f"(`tokenizer.ggml.tokens`) has {nv} tokens")
+        self.tok_embd = mat("token_embd.weight", nv, e)
         self.output_norm = vec("output_norm.weight", e)
-        out = mat("output.weight", self.n_vocab, e, required=False)
+        out = mat("output.weight", nv, e, required=False)
         self.output = out if out is not None else self.tok_embd
         ff = get("rope_freqs.weight", required=False)
         self.rope_freqs = vec("rope_freqs.weight", hp.n_rot // 2) if ff is not None else None
+        if self.rope_freqs is not None:
+            # ggml divides each pair's angle by its factor
+            bad = np.flatnonzero(~(np.isfinite(self.rope_freqs) & (self.rope_freqs > 0)))
+            if bad.size:
+                i = int(bad[0])
+                raise ModelLoadError(f"tensor `rope_freqs.weight` value [{i}] = "
+                                     f"{float(self.rope_freqs[i])!r}: RoPE frequency factors "
+                                     f"must be finite and > 0")
         qk_norm = hp.arch in ("qwen3", "gemma3")
         post_norms = hp.arch == "gemma3"
         if f"blk.0.attn_qkv.weight" in tensors:

@@ -92,6 +92,12 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
         ids = tok.encode(text, add_special=True, parse_special=True)
     else:
         ids = tok.encode(prompt, add_special=True, parse_special=False)
+    if not ids and not prompt:
+        raise ValueError("the prompt is empty (and the model adds no BOS token): give some text")
+    if not ids:
+        # the tokenizer drops characters and bytes its vocabulary lacks
+        raise ValueError(f"the prompt gives no tokens: the vocabulary (`tokenizer.ggml.tokens`, "
+                         f"{tok.n_vocab} tokens) has none of its characters or bytes")
     ctx = m.new_cache(n_ctx).n_ctx if n_ctx is not None else min(m.hp.n_ctx_train, 4096)
     if len(ids) >= ctx:
         raise ValueError(f"the prompt has {len(ids)} tokens; the context holds {ctx}"

@@ -360,7 +360,8 @@ class Tokenizer:
         fragments = self._partition(text, parse_special) if text else []
         if add_special and self.add_bos:
             if self.bos_id is None:
-                raise TokenizerError("add_bos_token is set but the file has no bos_token_id")
+                raise TokenizerError("`tokenizer.ggml.add_bos_token` is true but the file has "
+                                     "no `tokenizer.ggml.bos_token_id`")
             out.append(self.bos_id)
         prev_special = True
         for frag in fragments:

@@ -323,7 +323,42 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _keep_interrupts() -> None:
+    """Make every Ctrl-C stop the command.
+
+    A KeyboardInterrupt raised while Python code runs as a callback of C
+    code (llvmlite calls one whenever numba compiles or caches a function)
+    cannot leave the callback: CPython reports it as "Exception ignored ..."
+    and drops it, so the first Ctrl-C of a job would be lost. The hook below
+    takes such an interrupt silently and a watcher thread raises it again in
+    the main thread a moment later (the hook itself only sets an event: an
+    interrupt raised inside the hook would be lost as well). Other
+    unraisable errors go to the previous hook."""
+    import _thread
+    import threading
+    import time
+    lost = threading.Event()
+    previous = sys.unraisablehook
+
+    def hook(u):
+        if isinstance(u.exc_value, KeyboardInterrupt):
+            lost.set()
+        else:
+            previous(u)
+
+    def watch():
+        while True:
+            lost.wait()
+            time.sleep(0.02)      # let the C code return from its callback
+            lost.clear()
+            _thread.interrupt_main()
+
+    threading.Thread(target=watch, name="strata-ref-interrupts", daemon=True).start()
+    sys.unraisablehook = hook
+
+
 def main(argv=None) -> int:
+    _keep_interrupts()
     parser = build_parser()
     # argparse stops filling a positional list at the first option, so
     # `generate MODEL --chat PROMPT` leaves PROMPT over: take it back here.

@@ -648,7 +648,7 @@ def _load(path) -> dict:
     return doc
 
 
-def check_corpus(path, types=None) -> tuple[list[dict], bool]:
+def check_corpus(path, types=None, progress=None) -> tuple[list[dict], bool]:
     """Recompute every case of the corpus file at `path` and compare.
 
     Returns (rows, ok): one row per case {"name", "type", "status" ("pass",
@@ -656,8 +656,9 @@ def check_corpus(path, types=None) -> tuple[list[dict], bool]:
     case passes and the generator version and seed match. A case whose
     generated input no longer hashes as stored fails with detail "input
     changed" (the generator, not the oracle, moved). `types` checks only
-    those types (stored cases of other types are then ignored). Raises
-    ValueError for a missing or malformed file."""
+    those types (stored cases of other types are then ignored).
+    `progress(case)` is called after each case. Raises ValueError for a
+    missing or malformed file."""
     doc = _load(path)
     rows, ok = [], True
     if doc.get("generator_version") != CORPUS_VERSION or doc.get("seed") != CORPUS_SEED:
@@ -693,6 +694,8 @@ def check_corpus(path, types=None) -> tuple[list[dict], bool]:
                     row.update(status="FAIL", detail=row["detail"] or "hash differs: " + ",".join(bad))
         ok &= row["status"] == "pass"
         rows.append(row)
+        if progress:
+            progress(c)
     for name, it in stored.items():
         ok = False
         rows.append({"name": name, "type": it.get("type", "?"), "status": "gone", "values": 0,
@@ -1041,24 +1044,60 @@ def _default_model_path(fetch: bool) -> Path | None:
         return None
 
 
+def _writable_dir(d: Path) -> str | None:
+    """Create `d` and d/models; the problem (one line) when that fails or
+    they cannot be written, else None. Checked before any long work."""
+    import tempfile
+    for sub in (d, d / "models"):
+        try:
+            sub.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=sub):
+                pass
+        except OSError as e:
+            why = e.strerror or str(e)
+            if isinstance(e, (FileExistsError, NotADirectoryError)):
+                why = "a file, not a directory, is in the way"
+            return f"cannot write golden files into {sub}: {why}"
+    return None
+
+
+def _corpus_bar(desc: str, n_cases: int):
+    from ._progress import progress_bar
+    return progress_bar(n_cases, desc, "case")
+
+
+def _model_bar(desc: str, gguf_path):
+    from ._progress import progress_bar
+    from .gguf import read
+    total = sum(t.n_bytes for t in read(gguf_path).tensors)
+    return progress_bar(total, desc, "B", unit_scale=True)
+
+
 def run_golden_make(out_dir=None) -> int:
     """`strata-ref golden make [--dir D]`: write D/corpus.json and, for the
     registry's default model (fetched if needed), D/models/<model>.json.
-    Returns the exit status."""
+    The directory is created and checked for writing first. A progress bar
+    on stderr (on a terminal). Returns the exit status."""
     from .models import DEFAULT_MODEL
     try:
         d = Path(out_dir) if out_dir else default_golden_dir(for_writing=True)
     except ValueError as e:
         print(f"strata-ref: error: {e}", file=sys.stderr)
         return 2
-    doc = make_corpus(d / "corpus.json")
+    problem = _writable_dir(d)
+    if problem:
+        print(f"strata-ref: error: {printable(problem, backslash=False)}", file=sys.stderr)
+        return 2
+    with _corpus_bar("golden corpus", len(corpus_cases())) as bar:
+        doc = make_corpus(d / "corpus.json", progress=lambda c: bar.update(1))
     print(f"wrote {d / 'corpus.json'}: {len(doc['cases'])} cases"
           + (f"; oracle lacks {', '.join(doc['missing_types'])}" if doc["missing_types"] else ""))
     p = _default_model_path(fetch=True)
     if p is None:
         print(f"default model {DEFAULT_MODEL} unavailable: no model golden file written")
         return 1
-    mdoc = make_model_golden(p, d / "models" / f"{DEFAULT_MODEL}.json")
+    with _model_bar(f"golden {DEFAULT_MODEL}", p) as bar:
+        mdoc = make_model_golden(p, d / "models" / f"{DEFAULT_MODEL}.json", progress=bar.update)
     print(f"wrote {d / 'models' / (DEFAULT_MODEL + '.json')}: {mdoc['n_tensors']} tensors")
     return 0
 
@@ -1066,11 +1105,13 @@ def run_golden_make(out_dir=None) -> int:
 def run_golden_check(golden_dir=None) -> int:
     """`strata-ref golden check [--dir D]`: recompute D/corpus.json and every
     D/models/<name>.json whose model is in the cache (others are reported as
-    skipped), print pass/fail tables; exit status 0 only if all pass."""
+    skipped), print pass/fail tables; exit status 0 only if all pass. A
+    progress bar on stderr (on a terminal)."""
     from .models import ModelError, resolve
     try:
         d = Path(golden_dir) if golden_dir else default_golden_dir()
-        rows, ok = check_corpus(d / "corpus.json")
+        with _corpus_bar("check corpus", len(corpus_cases())) as bar:
+            rows, ok = check_corpus(d / "corpus.json", progress=lambda c: bar.update(1))
     except ValueError as e:
         print(f"strata-ref: error: {e}", file=sys.stderr)
         return 2
@@ -1081,7 +1122,8 @@ def run_golden_check(golden_dir=None) -> int:
         except ModelError as e:
             print(f"model {mf.stem}: skipped ({e})")
             continue
-        mrows, mok = check_model_golden(p, mf)
+        with _model_bar(f"check {mf.stem}", p) as bar:
+            mrows, mok = check_model_golden(p, mf, progress=bar.update)
         _print_table(f"model {mf.stem}", mrows, mok)
         ok &= mok
     return 0 if ok else 1

@@ -483,3 +483,33 @@ def test_compare_plain_and_empty_tensors_are_named(tmp_path, capsys):
         "strata-ref: error: tensor 'ids' is I32, a plain array of i32 values, not a float format: "
         "there is no f32/f16/bf16 output to compare",
         "strata-ref: error: tensor 'none' is empty (shape [16, 0]): there is nothing to compare"]
+
+
+# ------------------------------------------------------------------ golden make / check: before and during (issue 16)
+
+@pytest.mark.parametrize("where", ["proc", "file", "file/sub"])
+def test_golden_make_checks_its_directory_first(tmp_path, capsys, monkeypatch, where):
+    # it used to compute the corpus for three minutes, then fail to write
+    import time
+    if where == "proc":
+        if not os.path.isdir("/proc/self"):
+            pytest.skip("no /proc")
+        d, why = Path("/proc/strata-ref-nope"), "No such file or directory"
+    else:
+        (tmp_path / "file").write_text("x")
+        d, why = tmp_path / where, "a file, not a directory, is in the way"
+    monkeypatch.setattr(golden, "make_corpus", lambda *a, **k: pytest.fail("computed first"))
+    t0 = time.monotonic()
+    assert golden.run_golden_make(d) == 2
+    assert time.monotonic() - t0 < 5
+    assert capsys.readouterr().err.splitlines() == [
+        f"strata-ref: error: cannot write golden files into {d}: {why}"]
+
+
+def test_check_corpus_reports_progress_per_case(tmp_path):
+    p = tmp_path / "corpus.json"
+    golden.make_corpus(p, types=[T.Q8_0])
+    seen = []
+    rows, ok = golden.check_corpus(p, types=[T.Q8_0], progress=seen.append)
+    assert ok and len(seen) == len(rows) == len(golden.corpus_cases([T.Q8_0]))
+    assert [c.name for c in seen] == [r["name"] for r in rows]

@@ -24,11 +24,14 @@ def load(model=None):
 
 
 def generate(m, prompt_ids, max_tokens: int, sampler, n_ctx: int | None = None,
-             on_token=None):
+             on_token=None, progress=None):
     """Run the prompt, then sample up to `max_tokens` tokens, stopping at an
     end-of-generation token. Returns (generated ids, prompt seconds, decode
     seconds, number of single-token decode calls). `on_token(id)` is called
-    for each generated token. Raises ValueError when the prompt does not fit
+    for each generated token; `progress(n)` after each pass over n prompt
+    tokens (the prompt runs in the model's chunks of `m.CHUNK` tokens, as
+    one `forward` call splits it, so the result is the same). Raises
+    ValueError when the prompt does not fit
     the context, and `model.ModelOutputError` when the logits of the prompt
     pass are non-finite or all equal, or those of a decode step non-finite
     (a damaged model: `model.check_logits`)."""
@@ -43,7 +46,11 @@ def generate(m, prompt_ids, max_tokens: int, sampler, n_ctx: int | None = None,
     out = []
     n_calls = 0
     t0 = time.perf_counter()
-    logits = m.forward(prompt_ids, cache)
+    step = getattr(m, "CHUNK", None) or n_prompt
+    for i in range(0, n_prompt, step):
+        logits = m.forward(prompt_ids[i:i + step], cache)
+        if progress is not None:
+            progress(min(step, n_prompt - i))
     check_logits(logits, "the prompt pass")
     t1 = time.perf_counter()
     eog = m.tokenizer.eog_ids
@@ -77,6 +84,7 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     n_ctx: context length in tokens (default: the model's training context,
     at most 4096; at most the training context, `Model.new_cache`).
     """
+    from .._progress import progress_bar
     from .chat import format_chat
     if int(max_tokens) < 0:
         raise ValueError(f"--max-tokens must be >= 0, got {max_tokens}")
@@ -108,15 +116,35 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     # measures the model rather than numba's cache
     m.forward(ids[:1] or [0], m.new_cache(1))
     dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    # the prompt is echoed once its pass is over, so that the bar (on the
+    # same terminal) never overwrites it
+    echoed = [chat]
+
+    def echo_prompt():
+        if not echoed[0]:
+            out.write(prompt)
+            out.flush()
+            echoed[0] = True
 
     def emit(t):
+        echo_prompt()
         out.write(dec.decode(tok.piece_bytes(t)))
         out.flush()
 
-    if not chat:
-        out.write(prompt)
-        out.flush()
-    gen, tp, td, n_dec = generate(m, ids, max_tokens, sampler, n_ctx=n_ctx, on_token=emit)
+    # a bar for a prompt pass longer than a second, gone when it is over
+    bar = progress_bar(len(ids), "prompt", "tok", delay=1.0, leave=False)
+
+    def prompt_done(n):
+        bar.update(n)
+        if bar.n >= len(ids):
+            bar.close()
+
+    try:
+        gen, tp, td, n_dec = generate(m, ids, max_tokens, sampler, n_ctx=n_ctx, on_token=emit,
+                                      progress=prompt_done)
+    finally:
+        bar.close()
+    echo_prompt()
     out.write(dec.decode(b"", final=True))
     p_tps = len(ids) / tp if tp > 0 else float("inf")
     # the first generated token comes from the prompt pass: the speed is

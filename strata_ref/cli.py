@@ -393,6 +393,12 @@ def main(argv=None) -> int:
         if os.environ.get("STRATA_REF_DEBUG", "0") not in ("", "0"):
             raise
         return _err(f"{type(e).__name__}: {e}")
+    except Exception as e:
+        # Nothing else is expected: a bug. Still one line, saying so.
+        if os.environ.get("STRATA_REF_DEBUG", "0") not in ("", "0"):
+            raise
+        return _err(f"internal error {type(e).__name__}: {e} (a bug in strata-ref; "
+                    f"STRATA_REF_DEBUG=1 shows the traceback)")
 
 
 if __name__ == "__main__":

@@ -58,7 +58,11 @@ def _out_view(out, kind: str, rows: int, cols: int, ld: int) -> tuple[np.ndarray
     """(whole out array, strided (rows, cols) view of the values to write)."""
     dt = OUT_DTYPES[kind]
     if out is None:
-        full = np.zeros((rows, ld), dt) if ld > cols else np.empty((rows, ld), dt)
+        try:
+            full = np.zeros((rows, ld), dt) if ld > cols else np.empty((rows, ld), dt)
+        except (ValueError, MemoryError) as e:      # an absurd ld
+            raise ValueError(f"an output of rows={rows} x ld={ld} {kind} values cannot be "
+                             f"allocated ({e})") from None
         return full, full[:, :cols]
     if not isinstance(out, np.ndarray) or out.dtype != dt:
         got = out.dtype if isinstance(out, np.ndarray) else type(out).__name__

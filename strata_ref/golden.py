@@ -630,12 +630,29 @@ def make_corpus(path, progress=None, types=None) -> dict:
     return json.loads(Path(path).read_text())
 
 
+#: A golden file is a few hundred kB; a larger "golden file" is not one.
+MAX_GOLDEN_BYTES = 64 << 20
+
+
 def _load(path) -> dict:
+    import os
+    import stat
     path = Path(path)
     try:
-        doc = json.loads(path.read_text())
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            # a FIFO would block the read, a device never end
+            raise ValueError(f"{path} is not a regular file")
+        if st.st_size > MAX_GOLDEN_BYTES:
+            raise ValueError(f"{path} has {st.st_size} bytes, more than a golden file "
+                             f"holds ({MAX_GOLDEN_BYTES})")
+        doc = json.loads(path.read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise ValueError(f"no golden file at {path}") from None
+    except OSError as e:
+        raise ValueError(f"cannot read the golden file {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"{path} is not valid JSON: {e}") from None
     if (not isinstance(doc, dict) or doc.get("format") != "strata-ref golden"
@@ -645,6 +662,9 @@ def _load(path) -> dict:
         items = doc.get(key, [])
         if not isinstance(items, list) or not all(isinstance(it, dict) for it in items):
             raise ValueError(f"{path}: {key!r} must be a list of objects")
+        for i, it in enumerate(items):
+            if not isinstance(it.get("name"), str):
+                raise ValueError(f"{path}: {key}[{i}] has no \"name\" string")
     return doc
 
 
@@ -741,7 +761,7 @@ def check_model_golden(gguf_path, golden_path, progress=None) -> tuple[list[dict
         return [{"name": gguf_path.name, "type": "-", "status": "FAIL", "values": 0,
                  "detail": f"sha256 {sha[:16]}… is not the golden file's {str(doc.get('sha256'))[:16]}…"}], False
     f = read(gguf_path)
-    stored = {it["name"]: it for it in doc["tensors"]}
+    stored = {it["name"]: it for it in doc.get("tensors", [])}
     chain = {k: FNV64_OFFSET for k in OUT_KINDS}
     rows, ok = [], True
     for t in f.tensors:

@@ -48,14 +48,25 @@ def _as_u8(data) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(-1)
 
 
+def _state(h) -> np.uint64:
+    """A hash state: an int in [0, 2**64). TypeError for another type (a
+    float would be truncated), ValueError outside the range."""
+    if isinstance(h, (bool, np.bool_)) or not isinstance(h, (int, np.integer)):
+        raise TypeError(f"an FNV-1a 64 state is an int in [0, 2**64), got {h!r}")
+    if not 0 <= int(h) < 1 << 64:
+        raise ValueError(f"an FNV-1a 64 state is an int in [0, 2**64), got {int(h)}")
+    return np.uint64(int(h))
+
+
 def fnv1a64(data, h: int = FNV64_OFFSET) -> int:
-    """FNV-1a 64 of bytes (or a uint8 array), continuing from state `h`."""
-    return int(_fnv(_as_u8(data), np.uint64(h)))
+    """FNV-1a 64 of bytes (or a uint8 array), continuing from state `h` (an
+    int in [0, 2**64); TypeError / ValueError otherwise)."""
+    return int(_fnv(_as_u8(data), _state(h)))
 
 
 def fnv1a64_pair(data, h1: int = FNV64_OFFSET, h2: int = FNV64_OFFSET) -> tuple[int, int]:
     """Two FNV-1a 64 states advanced over the same bytes in one pass."""
-    a, b = _fnv_pair(_as_u8(data), np.uint64(h1), np.uint64(h2))
+    a, b = _fnv_pair(_as_u8(data), _state(h1), _state(h2))
     return int(a), int(b)
 
 

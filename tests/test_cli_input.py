@@ -145,3 +145,19 @@ def test_help_texts(capsys):
                  "--rows N rows the dump holds (default: every row from R to the end)",
                  "--ld L values from one dump row to the next", "--hash HEX"]:
         assert text in cmp_, text
+
+
+def test_unexpected_error_is_one_line_and_called_a_bug(monkeypatch, capsys):
+    from strata_ref import cli
+
+    def boom(a):
+        raise KeyError("tensors")
+    monkeypatch.setattr(cli, "cmd_info", boom)
+    monkeypatch.delenv("STRATA_REF_DEBUG", raising=False)
+    assert main(["info", "x.gguf"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "strata-ref: error: internal error KeyError: 'tensors' (a bug in strata-ref; "
+        "STRATA_REF_DEBUG=1 shows the traceback)"]
+    monkeypatch.setenv("STRATA_REF_DEBUG", "1")
+    with pytest.raises(KeyError):
+        main(["info", "x.gguf"])

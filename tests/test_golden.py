@@ -513,3 +513,35 @@ def test_check_corpus_reports_progress_per_case(tmp_path):
     rows, ok = golden.check_corpus(p, types=[T.Q8_0], progress=seen.append)
     assert ok and len(seen) == len(rows) == len(golden.corpus_cases([T.Q8_0]))
     assert [c.name for c in seen] == [r["name"] for r in rows]
+
+
+def test_golden_files_that_are_no_golden_files(tmp_path, capsys):
+    import threading
+    head = {"format": "strata-ref golden", "format_version": golden.FORMAT_VERSION}
+    p = tmp_path / "g.json"
+    p.write_text(json.dumps({**head, "cases": [{"type": "F32"}]}))
+    with pytest.raises(ValueError, match=r"cases\[0\] has no \"name\" string"):
+        golden.check_corpus(p)
+    p.write_bytes(b"\xff\xfe{}")
+    with pytest.raises(ValueError, match=r"is not UTF-8 text"):
+        golden.check_corpus(p)
+    # a FIFO in place of corpus.json blocked `golden check` forever
+    d = tmp_path / "fifo"
+    d.mkdir()
+    os.mkfifo(d / "corpus.json")
+    done = []
+    th = threading.Thread(target=lambda: done.append(golden.run_golden_check(d)), daemon=True)
+    th.start()
+    th.join(20)
+    assert done == [2]
+    assert capsys.readouterr().err.splitlines() == [
+        f"strata-ref: error: {d / 'corpus.json'} is not a regular file"]
+
+
+def test_model_golden_file_without_tensors_fails_not_crashes(model, tmp_path):
+    from strata_ref.models import sha256_file
+    g = tmp_path / "m.json"
+    g.write_text(json.dumps({"format": "strata-ref golden", "format_version": golden.FORMAT_VERSION,
+                             "sha256": sha256_file(model)}))
+    rows, ok = golden.check_model_golden(model, g)
+    assert not ok and {r["status"] for r in rows} == {"new"} and len(rows) == 4

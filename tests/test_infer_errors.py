@@ -481,3 +481,25 @@ def test_tiny_temperature_is_greedy():
         assert Sampler(1e-320, seed=1)(z) == greedy(z)
     z = np.array([1.0, 3.0, 3.0, 0.0], np.float32)   # a tie: one of the two maxima
     assert {Sampler(1e-320, seed=s)(z) for s in range(40)} == {1, 2}
+
+
+@pytest.mark.parametrize("md, msg", [
+    ({"general.architecture": np.array([1, 2], np.int32)}, "`general.architecture` = array([1, 2], dtype=int32) is not a string"),
+    (dict(**{"rope.scaling.type": 3}), "`llama.rope.scaling.type` = 3 is not a string"),
+    (dict(block_count=["x" * 50] * 10_000), "`llama.block_count` = ['xxxxxxxx"),
+])
+def test_hparams_mistyped_strings_and_long_values(md, msg):
+    base = _md()
+    if "general.architecture" in md:
+        base.update(md)
+    else:
+        base.update({f"llama.{k}": v for k, v in md.items()})
+    with pytest.raises(ModelLoadError) as e:
+        HParams.from_metadata(base)
+    assert msg in str(e.value) and len(str(e.value)) < 160
+
+
+def test_hparams_window_pattern_of_strings_is_refused():
+    with pytest.raises(ModelLoadError, match=r"sliding_window_pattern` must be an array of BOOL or integers"):
+        HParams.from_metadata(_md("gemma3", **{"attention.sliding_window": 4,
+                                               "attention.sliding_window_pattern": ["false", "true"]}))

@@ -91,3 +91,19 @@ def test_bad_numba_threads_gives_a_clear_import_error(value):
     assert r.stdout.splitlines() == [
         f"IE NUMBA_NUM_THREADS={value!r} is not a number of threads: give a whole number >= 1, "
         "or unset it for one thread per CPU", "False"]
+
+
+@pytest.mark.parametrize("h, err", [(-1, ValueError), (2**64, ValueError), (1.5, TypeError),
+                                    (True, TypeError), ("0", TypeError)])
+def test_fnv_state_must_be_a_64_bit_int(h, err):
+    with pytest.raises(err, match=r"an FNV-1a 64 state is an int in \[0, 2\*\*64\)"):
+        sr.fnv1a64(b"abc", h)
+    with pytest.raises(err):
+        sr.hash_array(np.zeros(2), h)
+    assert sr.fnv1a64(b"", 2**64 - 1) == 2**64 - 1 and sr.fnv1a64(b"", np.uint64(7)) == 7
+
+
+def test_dequant_absurd_ld_names_it():
+    with pytest.raises(ValueError, match=r"an output of rows=1 x ld=4611686018427387904 f32 values "
+                                         r"cannot be allocated"):
+        sr.dequant_f32("Q4_0", bytes(18), 1, 32, ld=2**62)

@@ -71,12 +71,19 @@ class ModelOutputError(ValueError):
 MAX_LAYERS = 512
 
 
+def _shown(v) -> str:
+    """repr of a metadata value for a message, at most about 80 characters
+    (an array of 10^5 strings is not quoted whole)."""
+    r = repr(v)
+    return r if len(r) <= 80 else r[:60] + " ... " + r[-15:]
+
+
 def _int_param(k: str, v, lo: int, hi: int | None = None) -> int:
     """Metadata value `v` of key `k` as an int in [lo, hi]; a bool, float,
     string or out-of-range value raises ModelLoadError naming key and value
     (llama.cpp reads these keys as integers and refuses other types)."""
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-        raise ModelLoadError(f"`{k}` = {v!r} is not an integer")
+        raise ModelLoadError(f"`{k}` = {_shown(v)} is not an integer")
     v = int(v)
     if v < lo or (hi is not None and v > hi):
         rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
@@ -88,7 +95,7 @@ def _float_param(k: str, v, positive: bool = True) -> float:
     """Metadata value `v` of key `k` as a finite float, > 0 when `positive`
     else >= 0; anything else raises ModelLoadError naming key and value."""
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
-        raise ModelLoadError(f"`{k}` = {v!r} is not a number")
+        raise ModelLoadError(f"`{k}` = {_shown(v)} is not a number")
     f = float(v)
     if not math.isfinite(f) or f < 0.0 or (positive and f == 0.0):
         raise ModelLoadError(f"`{k}` = {f!r} must be finite and {'> 0' if positive else '>= 0'}")
@@ -123,6 +130,8 @@ class HParams:
         arch = md.get("general.architecture")
         if arch is None:
             raise ModelLoadError("GGUF metadata has no `general.architecture`")
+        if not isinstance(arch, str):
+            raise ModelLoadError(f"`general.architecture` = {_shown(arch)} is not a string")
         if arch not in SUPPORTED_ARCHS:
             raise ModelLoadError(f"unsupported architecture {arch!r} "
                                  f"(supported: {', '.join(SUPPORTED_ARCHS)})")
@@ -169,6 +178,8 @@ class HParams:
         eps = fkey("attention.layer_norm_rms_epsilon", required=True)
         base = fkey("rope.freq_base", 10000.0)
         scaling = key("rope.scaling.type", "none")
+        if not isinstance(scaling, str):
+            raise ModelLoadError(f"`{arch}.rope.scaling.type` = {_shown(scaling)} is not a string")
         factor = fkey("rope.scaling.factor", 0.0, positive=False)
         if scaling not in ("none", "linear") and factor not in (0.0, 1.0):
             raise ModelLoadError(f"RoPE scaling `{arch}.rope.scaling.type` = {scaling!r} is not supported")
@@ -184,6 +195,10 @@ class HParams:
                 kp = f"{arch}.attention.sliding_window_pattern"
                 pattern = md.get(kp, 6)
                 if isinstance(pattern, (list, np.ndarray)):
+                    if not (pattern.dtype.kind in "bui" if isinstance(pattern, np.ndarray) else
+                            all(isinstance(b, (bool, int, np.integer, np.bool_)) for b in pattern)):
+                        raise ModelLoadError(f"`{kp}` must be an array of BOOL or integers, "
+                                             f"got {_shown(pattern)}")
                     if len(pattern) != n_layer:
                         raise ModelLoadError(f"`{kp}` has {len(pattern)} values for {n_layer} layers")
                     swa_layers = tuple(bool(b) for b in pattern)

@@ -131,8 +131,11 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
         out.write(dec.decode(tok.piece_bytes(t)))
         out.flush()
 
-    # a bar for a prompt pass longer than a second, gone when it is over
-    bar = progress_bar(len(ids), "prompt", "tok", delay=1.0, leave=False)
+    # a bar for a prompt pass longer than a second, gone when it is over;
+    # at once for a prompt of several chunks (the bar moves once a chunk)
+    long_prompt = len(ids) > getattr(m, "CHUNK", len(ids))
+    bar = progress_bar(len(ids), "prompt", "tok", delay=0.0 if long_prompt else 1.0,
+                       leave=False)
 
     def prompt_done(n):
         bar.update(n)

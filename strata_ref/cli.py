@@ -323,20 +323,35 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _keep_interrupts() -> None:
-    """Make every Ctrl-C stop the command.
+#: Seconds the main thread has, after Ctrl-C, to stop the job cleanly.
+INTERRUPT_GRACE_S = 1.0
 
-    A KeyboardInterrupt raised while Python code runs as a callback of C
-    code (llvmlite calls one whenever numba compiles or caches a function)
-    cannot leave the callback: CPython reports it as "Exception ignored ..."
-    and drops it, so the first Ctrl-C of a job would be lost. The hook below
-    takes such an interrupt silently and a watcher thread raises it again in
-    the main thread a moment later (the hook itself only sets an event: an
-    interrupt raised inside the hook would be lost as well). Other
-    unraisable errors go to the previous hook."""
+
+def _keep_interrupts() -> None:
+    """Make every Ctrl-C stop the command, at once.
+
+    Two ways an interrupt could be late or lost. A KeyboardInterrupt raised
+    while Python code runs as a callback of C code (llvmlite calls one
+    whenever numba compiles or caches a function) cannot leave the
+    callback: CPython reports it as "Exception ignored ..." and drops it.
+    The hook below takes such an interrupt silently and a watcher thread
+    raises it again in the main thread a moment later (the hook only sets
+    an event: an interrupt raised inside the hook would be lost as well).
+    And Python runs its SIGINT handler only between bytecodes, so a long
+    call into C (an LLVM compile) delays it: the signal also wakes a second
+    thread (`signal.set_wakeup_fd`), which ends the process with status 130
+    if it is still running INTERRUPT_GRACE_S seconds later. (That thread
+    needs the GIL: a compiled kernel that holds it still delays the exit
+    until it returns; strata-ref's kernels run in short calls.) Other unraisable errors go to the previous hook. Does
+    nothing when SIGINT was ignored when the process started (a background
+    job of a shell without job control)."""
     import _thread
+    import signal
     import threading
     import time
+    if (signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+            or threading.current_thread() is not threading.main_thread()):
+        return
     lost = threading.Event()
     previous = sys.unraisablehook
 
@@ -346,19 +361,40 @@ def _keep_interrupts() -> None:
         else:
             previous(u)
 
-    def watch():
+    def reraise():
         while True:
             lost.wait()
             time.sleep(0.02)      # let the C code return from its callback
             lost.clear()
             _thread.interrupt_main()
 
-    threading.Thread(target=watch, name="strata-ref-interrupts", daemon=True).start()
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+
+    def deadline():
+        while signal.SIGINT not in os.read(r, 64):
+            pass
+        time.sleep(INTERRUPT_GRACE_S)
+        # raw writes only: the main thread may hold the locks of the Python
+        # streams (a bar being drawn); a line end after a half-drawn bar
+        try:
+            os.write(2, b"\n")
+        finally:
+            os._exit(130)
+
+    for target, name in ((reraise, "reraise"), (deadline, "deadline")):
+        threading.Thread(target=target, name=f"strata-ref-interrupt-{name}", daemon=True).start()
     sys.unraisablehook = hook
 
 
 def main(argv=None) -> int:
-    _keep_interrupts()
+    """The `strata-ref` command: returns the exit status. With argv None
+    (the console script, `python -m strata_ref.cli`) the process is the
+    command, and Ctrl-C handling is set up for it (`_keep_interrupts`);
+    a caller passing argv keeps its own."""
+    if argv is None:
+        _keep_interrupts()
     parser = build_parser()
     # argparse stops filling a positional list at the first option, so
     # `generate MODEL --chat PROMPT` leaves PROMPT over: take it back here.
@@ -380,6 +416,9 @@ def main(argv=None) -> int:
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
+        # a second Ctrl-C must not interrupt the way out
+        import signal
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         return 130
     except BrokenPipeError:
         return 0

@@ -120,8 +120,10 @@ def cmd_info(a) -> int:
         s = repr(show(v))
         if hasattr(v, "__len__") and not isinstance(v, str) and len(v) > 8:
             s = f"[{len(v)} values] " + repr([show(x) for x in v[:4]])[:-1] + ", ...]"
-        # repr() escapes the value; the key is escaped here
-        print(f"  {printable(k)} = {printable(s[:160], backslash=False)}")
+        # repr() escapes the value; the key is escaped here (and cut: a
+        # damaged file can have a key of megabytes)
+        key = printable(k if len(k) <= 200 else k[:150] + "…" + k[-20:])
+        print(f"  {key} = {printable(s[:160], backslash=False)}")
     cnt, nbytes, nvals = Counter(), Counter(), Counter()
     for t in f.tensors:
         cnt[t.type.name] += 1

@@ -49,6 +49,14 @@ def test_info_escapes_keys_and_values(forged, capsys):
     assert "  plain = 7" in out.splitlines()
 
 
+def test_info_cuts_a_huge_key(tmp_path, capsys):
+    p = tmp_path / "k.gguf"
+    write_gguf(p, {"k" * 100_000: (V.UINT8, 1)}, [])
+    assert main(["info", str(p)]) == 0
+    line = [l for l in capsys.readouterr().out.splitlines() if l.startswith("  k")][0]
+    assert line == "  " + "k" * 150 + "…" + "k" * 20 + " = 1"
+
+
 def test_error_lines_stay_one_line(tmp_path, capsys):
     p = tmp_path / "e.gguf"
     write_gguf(p, {}, [("w", T.F32, (4,), np.zeros(4, np.float32))])

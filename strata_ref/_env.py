@@ -32,6 +32,31 @@ def numba_env_problem(environ=None) -> str | None:
     return None
 
 
+def numba_config_problem() -> str | None:
+    """The first NUMBA_* variable numba cannot parse, as one line, or None.
+
+    numba reads its variables when it is first imported and, for a value it
+    cannot parse, prints a RuntimeWarning with a traceback and goes on with
+    its default. This imports numba (only when some NUMBA_* variable is set,
+    and after `numba_env_problem` found nothing) with those warnings caught,
+    and names the variable instead. Call it before anything imports numba:
+    numba warns only once per process."""
+    import re
+    import sys
+    import warnings
+    if "numba" in sys.modules or not any(k.startswith("NUMBA_") for k in os.environ):
+        return None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import numba  # noqa: F401
+    for w in caught:
+        m = re.match(r"Environment variable '(\w+)' is defined but its associated value "
+                     r"'(.*)' could not be parsed", str(w.message))
+        if m:
+            return f"{m.group(1)}={m.group(2)!r} is not a value numba can read; fix or unset it"
+    return None
+
+
 def check_numba_env() -> None:
     """Raise ImportError (naming the variable and its value) when
     NUMBA_NUM_THREADS would make numba fail or be ignored."""

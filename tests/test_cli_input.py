@@ -125,6 +125,18 @@ def test_bad_numba_threads_is_one_line_exit_2(tmp_path, value):
         "whole number >= 1, or unset it for one thread per CPU"]
 
 
+def test_numba_variable_numba_cannot_parse_is_one_line(tmp_path):
+    # numba prints a RuntimeWarning with a traceback for it, and goes on
+    p = tmp_path / "w.gguf"
+    write_gguf(p, {}, [("w", T.F32, (4,), np.zeros(4, np.float32))])
+    env = {**os.environ, "NUMBA_DISABLE_JIT": "abc"}
+    r = subprocess.run([sys.executable, "-m", "strata_ref.cli", "hash", str(p)], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr.splitlines() == [
+        "strata-ref: error: NUMBA_DISABLE_JIT='abc' is not a value numba can read; fix or unset it"]
+
+
 def _help(*argv) -> None:
     with pytest.raises(SystemExit) as e:
         build_parser().parse_args([*argv, "--help"])

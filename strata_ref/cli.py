@@ -65,8 +65,8 @@ def cmd_hash(a) -> int:
     if bad or not outs:
         return _err(f"--out: unknown or no dtype ({a.out!r}); choose from f32,f16,bf16")
     types = None
-    if a.types:
-        types = {parse_type(t) for t in _split_list(a.types)}
+    if a.types is not None:
+        types = {parse_type(t) for t in _split_list(a.types) or []}
         if not types:
             return _err(f"--types {a.types!r} names no type")
     path = resolve(a.model)
@@ -162,6 +162,9 @@ def cmd_models(a) -> int:
 # ---------------------------------------------------------------- delegated
 def cmd_golden(a) -> int:
     from . import golden
+    if a.dir is not None and not a.dir.strip():
+        # an unset shell variable: never fall back to the repository's files
+        return _err("--dir is empty; give a directory (or leave --dir out for the repository's golden/)")
     if a.action == "make":
         return golden.run_golden_make(a.dir)
     return golden.run_golden_check(a.dir)

@@ -79,6 +79,17 @@ def test_hash_types_take_ids_and_names(forged, tmp_path, capsys):
         "strata-ref: error: UnsupportedTypeError: unknown ggml type id 99 (ggml ids are 0..42)"]
     assert main(["hash", str(p), "--types", ","]) == 2
     assert capsys.readouterr().err.splitlines() == ["strata-ref: error: --types ',' names no type"]
+    assert main(["hash", str(p), "--types", ""]) == 2
+    assert capsys.readouterr().err.splitlines() == ["strata-ref: error: --types '' names no type"]
+
+
+@pytest.mark.parametrize("action", ["make", "check"])
+def test_golden_empty_dir_is_refused(action, capsys):
+    # `--dir "$D"` with D unset must not mean the repository's golden/
+    assert main(["golden", action, "--dir", ""]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "strata-ref: error: --dir is empty; give a directory (or leave --dir out for the "
+        "repository's golden/)"]
 
 
 @pytest.mark.parametrize("name", ["", "  "])

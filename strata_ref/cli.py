@@ -250,16 +250,18 @@ def build_parser() -> argparse.ArgumentParser:
     h.set_defaults(func=cmd_hash)
 
     i = sub.add_parser("info", help="metadata and a per-type tensor summary")
-    i.add_argument("file")
+    i.add_argument("file", metavar="MODEL", help="a .gguf file, or a registry model name")
     i.set_defaults(func=cmd_info)
 
     m = sub.add_parser("models", help="the registry of real GGUF models")
-    m.add_argument("action", choices=["list", "fetch"])
-    m.add_argument("name", nargs="?")
+    m.add_argument("action", choices=["list", "fetch"],
+                   help="list: the registry and what is cached; fetch: download one model")
+    m.add_argument("name", nargs="?", metavar="NAME", help="fetch: the model name or alias")
     m.set_defaults(func=cmd_models)
 
     g = sub.add_parser("golden", help="golden hash files: make or check")
-    g.add_argument("action", choices=["make", "check"])
+    g.add_argument("action", choices=["make", "check"],
+                   help="make: write the golden files; check: recompute and compare them")
     g.add_argument("--dir", default=None, help="golden directory (default: the repository's golden/)")
     g.set_defaults(func=cmd_golden)
 
@@ -315,13 +317,14 @@ def build_parser() -> argparse.ArgumentParser:
     ge.set_defaults(func=cmd_generate)
 
     pa = sub.add_parser("parity", help="native kernels against the oracle (needs a GPU)")
-    pa.add_argument("what", choices=["dequant", "gemm", "mmvq", "experts"])
+    pa.add_argument("what", choices=["dequant", "gemm", "mmvq", "experts"],
+                    help="which native kernels")
     pa.add_argument("--quick", action="store_true", help="a small run")
     pa.add_argument("--full", action="store_true", help="gemm: >= 5,000 consecutive chunk sizes")
     pa.set_defaults(func=cmd_parity)
 
     b = sub.add_parser("bench", help="benchmarks (needs a GPU)")
-    b.add_argument("what", choices=["mmvq", "experts"])
+    b.add_argument("what", choices=["mmvq", "experts"], help="which native kernels")
     b.add_argument("--emit-table", action="store_true",
                    help="mmvq: print the rows-per-warp table in the source's format")
     b.set_defaults(func=cmd_bench)

@@ -26,8 +26,9 @@ def __getattr__(name):
     # Lazy: importing strata_ref stays cheap, and optional parts load on use.
     import importlib
     if name in _LAZY:
-        from ._env import check_numba_env
-        check_numba_env()
+        if _LAZY[name] != "gguf":           # the reader needs no numba
+            from ._env import check_numba_env
+            check_numba_env()
         value = getattr(importlib.import_module("." + _LAZY[name], __name__), name)
         globals()[name] = value
         return value

@@ -400,7 +400,7 @@ def test_real_model_flipped_bit_is_found(tmp_path):
     bits[12345 % bits.size] ^= 1 << 30
     dump = tmp_path / "real.bin"
     dump.write_bytes(bits.tobytes())
-    rep = golden.compare_dump(p, t.name, dump, "f32")
+    rep = golden.compare_dump(p, t.name, dump, "f32", rows=8)
     assert rep["n_diff"] == 1 and rep["first_diff"]["index"] == 12345 % bits.size
 
 

@@ -1,4 +1,10 @@
-"""`strata-ref` command line: each subcommand is a thin shell over the library."""
+"""`strata-ref` command line: each subcommand is a thin shell over the library.
+
+Every error is one line on stderr and exit status 2 (argparse's usage errors
+add the usage above it); names and values taken from a file are escaped
+before they are printed (`_text.printable`). Long jobs draw a tqdm bar on
+stderr when it is a terminal; Ctrl-C stops any command with status 130.
+"""
 from __future__ import annotations
 
 import argparse
@@ -7,10 +13,36 @@ import os
 import sys
 
 from . import __version__
+from ._text import printable
+
+DESCRIPTION = """\
+The bitwise reference for GGML/GGUF quantized weights: hash every tensor's
+dequantized output (FNV-1a 64), compare another engine's output dump with
+the oracle bit for bit, check the golden files, and run GGUF models
+(llama, qwen2, qwen3, gemma3) on the CPU as llama.cpp does."""
+
+EPILOG = """\
+A MODEL is a registry name (see `strata-ref models list`) or a path to a
+.gguf file. Models are cached in $STRATA_REF_CACHE, else
+$XDG_CACHE_HOME/strata-ref, else ~/.cache/strata-ref. Errors are one line
+(exit 2); STRATA_REF_DEBUG=1 shows the traceback. Ctrl-C exits with 130."""
+
+
+class _Help(argparse.HelpFormatter):
+    """Shows an option's default after its help, unless there is no default
+    (None, a flag) or the help already says it."""
+
+    def _get_help_string(self, action):
+        h = action.help or ""
+        if (not action.option_strings or action.default is None or action.default is False
+                or action.default == argparse.SUPPRESS or "default" in h):
+            return h
+        return h + " (default: %(default)s)"
 
 
 def _err(msg: str) -> int:
-    print(f"strata-ref: error: {msg}", file=sys.stderr)
+    # one line, whatever the message holds (a name taken from a file)
+    print(f"strata-ref: error: {printable(msg, backslash=False)}", file=sys.stderr)
     return 2
 
 
@@ -22,8 +54,7 @@ def _split_list(s: str | None) -> list[str] | None:
 
 # ---------------------------------------------------------------- hash / info
 def cmd_hash(a) -> int:
-    from tqdm import tqdm
-
+    from ._progress import progress_bar
     from .gguf import read
     from .hashing import FNV64_OFFSET, HASH_DTYPES, hash_tensor
     from .models import resolve
@@ -36,8 +67,10 @@ def cmd_hash(a) -> int:
     if a.device != "cuda" and (a.kernel or a.compare):
         return _err("--kernel and --compare need --device cuda")
     types = None
-    if a.types:
-        types = {parse_type(t) for t in _split_list(a.types)}
+    if a.types is not None:
+        types = {parse_type(t) for t in _split_list(a.types) or []}
+        if not types:
+            return _err(f"--types {a.types!r} names no type")
     path = resolve(a.model)
     f = read(path)
     tensors = [t for t in f.tensors if types is None or t.type in types]
@@ -50,8 +83,8 @@ def cmd_hash(a) -> int:
     total = sum(t.n_bytes for t in tensors)
     rows = []
     # disable=None: tqdm draws only on a terminal, never into a log file
-    with tqdm(total=total, unit="B", unit_scale=True, desc="hash", file=sys.stderr,
-              disable=True if a.no_progress else None) as bar:
+    with progress_bar(total, "hash", "B", enabled=not (a.no_progress or a.json),
+                      unit_scale=True) as bar:
         for t in tensors:
             h = hash_tensor(t.type, t.data, t.rows, t.cols, outs, chain, bar.update)
             rows.append({"name": t.name, "type": t.type.name, "shape": list(t.shape),
@@ -71,11 +104,14 @@ def _print_hashes(path, rows: list, chained: dict, outs: list, as_json: bool,
                   sys.stdout, indent=1)
         print()
         return
-    w = max([len(r["name"]) for r in rows] + [4])
+    # names come from the file: escaped, so that none can add a row or
+    # reach the terminal as a control sequence (the JSON above escapes its own)
+    names = [printable(r["name"]) for r in rows]
+    w = max([len(n) for n in names] + [4])
     print(f"{'name':<{w}}  {'type':<7} {'shape':<16} " + " ".join(f"{d:<16}" for d in outs))
-    for r in rows:
+    for name, r in zip(names, rows):
         shape = "x".join(map(str, r["shape"]))
-        print(f"{r['name']:<{w}}  {r['type']:<7} {shape:<16} "
+        print(f"{name:<{w}}  {r['type']:<7} {shape:<16} "
               + " ".join(r["hash"][d] for d in outs))
     print(f"chained ({len(rows)} tensors, file order): "
           + "  ".join(f"{d}={chained[d]}" for d in outs))
@@ -125,7 +161,7 @@ def cmd_info(a) -> int:
     from .models import resolve
 
     f = read(resolve(a.file))
-    print(f"file: {f.path}\nGGUF version {f.version}, alignment {f.alignment}, "
+    print(f"file: {printable(f.path)}\nGGUF version {f.version}, alignment {f.alignment}, "
           f"{len(f.metadata)} metadata keys, {len(f.tensors)} tensors")
     def show(v):
         return v.item() if hasattr(v, "item") and getattr(v, "ndim", 0) == 0 else v
@@ -133,7 +169,10 @@ def cmd_info(a) -> int:
         s = repr(show(v))
         if hasattr(v, "__len__") and not isinstance(v, str) and len(v) > 8:
             s = f"[{len(v)} values] " + repr([show(x) for x in v[:4]])[:-1] + ", ...]"
-        print(f"  {k} = {s[:160]}")
+        # repr() escapes the value; the key is escaped here (and cut: a
+        # damaged file can have a key of megabytes)
+        key = printable(k if len(k) <= 200 else k[:150] + "…" + k[-20:])
+        print(f"  {key} = {printable(s[:160], backslash=False)}")
     cnt, nbytes, nvals = Counter(), Counter(), Counter()
     for t in f.tensors:
         cnt[t.type.name] += 1
@@ -172,6 +211,9 @@ def cmd_models(a) -> int:
 # ---------------------------------------------------------------- delegated
 def cmd_golden(a) -> int:
     from . import golden
+    if a.dir is not None and not a.dir.strip():
+        # an unset shell variable: never fall back to the repository's files
+        return _err("--dir is empty; give a directory (or leave --dir out for the repository's golden/)")
     if a.action == "make":
         return golden.run_golden_make(a.dir)
     return golden.run_golden_check(a.dir)
@@ -242,7 +284,8 @@ def cmd_bench(a) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="strata-ref", description=__doc__)
+    p = argparse.ArgumentParser(prog="strata-ref", description=DESCRIPTION, epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"strata-ref {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
 
@@ -266,40 +309,68 @@ def build_parser() -> argparse.ArgumentParser:
     h.set_defaults(func=cmd_hash)
 
     i = sub.add_parser("info", help="metadata and a per-type tensor summary")
-    i.add_argument("file")
+    i.add_argument("file", metavar="MODEL", help="a .gguf file, or a registry model name")
     i.set_defaults(func=cmd_info)
 
     m = sub.add_parser("models", help="the registry of real GGUF models")
-    m.add_argument("action", choices=["list", "fetch"])
-    m.add_argument("name", nargs="?")
+    m.add_argument("action", choices=["list", "fetch"],
+                   help="list: the registry and what is cached; fetch: download one model")
+    m.add_argument("name", nargs="?", metavar="NAME", help="fetch: the model name or alias")
     m.set_defaults(func=cmd_models)
 
     g = sub.add_parser("golden", help="golden hash files: make or check")
-    g.add_argument("action", choices=["make", "check"])
+    g.add_argument("action", choices=["make", "check"],
+                   help="make: write the golden files; check: recompute and compare them")
     g.add_argument("--dir", default=None, help="golden directory (default: the repository's golden/)")
     g.set_defaults(func=cmd_golden)
 
-    c = sub.add_parser("compare", help="compare another engine's raw output dump with the oracle")
-    c.add_argument("file")
-    c.add_argument("tensor")
-    c.add_argument("dump", nargs="?", default=None)
-    c.add_argument("--dtype", choices=["f32", "f16", "bf16"], default="f32")
-    c.add_argument("--row0", type=int, default=0)
-    c.add_argument("--rows", type=int, default=None)
-    c.add_argument("--ld", type=int, default=None)
-    c.add_argument("--hash", default=None, help="compare against this FNV-1a 64 (hex) instead of a dump")
+    c = sub.add_parser(
+        "compare", help="compare another engine's raw output dump with the oracle",
+        description="Compare rows [ROW0, ROW0 + ROWS) of one tensor, dequantized by "
+                    "another engine, with the oracle's output, bit for bit (any NaN "
+                    "equals any NaN). Exit 0 when equal, 1 when different, 2 on bad input.",
+        formatter_class=_Help)
+    c.add_argument("file", metavar="MODEL", help="GGUF file, or a cached registry model")
+    c.add_argument("tensor", metavar="TENSOR", help="tensor name, as `strata-ref hash` lists it")
+    c.add_argument("dump", metavar="DUMP", nargs="?", default=None,
+                   help="raw little-endian file of --dtype values, row r at value r*LD; it "
+                        "must hold exactly ROWS rows: ROWS*LD or (ROWS-1)*LD+cols values")
+    c.add_argument("--dtype", choices=["f32", "f16", "bf16"], default="f32",
+                   help="value type of the dump")
+    c.add_argument("--row0", type=int, default=0, metavar="R",
+                   help="first tensor row the dump holds")
+    c.add_argument("--rows", type=int, default=None, metavar="N",
+                   help="rows the dump holds (default: every row from R to the end)")
+    c.add_argument("--ld", type=int, default=None, metavar="L",
+                   help="values from one dump row to the next (default: the tensor's row length)")
+    c.add_argument("--hash", default=None, metavar="HEX",
+                   help="compare against this FNV-1a 64 (hex) of the rows instead of a dump")
     c.set_defaults(func=cmd_compare)
 
-    ge = sub.add_parser("generate", help="CPU inference: generate text from a prompt")
+    ge = sub.add_parser(
+        "generate", help="CPU inference: generate text from a prompt",
+        usage="%(prog)s [-h] [--max-tokens N] [--temperature T] [--top-k K]\n"
+              + " " * 27 + "[--top-p P] [--seed S] [--chat] [--ctx N] [MODEL] PROMPT",
+        description="Run a GGUF model on the CPU as llama.cpp does and stream the "
+                    "continuation of PROMPT, then the prompt and decode speeds.",
+        formatter_class=_Help)
     ge.add_argument("args", nargs="+", metavar="[MODEL] PROMPT",
-                    help="optional registry model or .gguf path, then the prompt (quoted)")
-    ge.add_argument("--max-tokens", type=int, default=32)
-    ge.add_argument("--temperature", type=float, default=0.0)
-    ge.add_argument("--top-k", type=int, default=0)
-    ge.add_argument("--top-p", type=float, default=1.0)
-    ge.add_argument("--seed", type=int, default=0)
-    ge.add_argument("--chat", action="store_true", help="apply the model's chat template")
-    ge.add_argument("--ctx", type=int, default=None,
+                    help="optional registry model or .gguf path (default: "
+                         "SmolLM2-135M-Instruct), then the prompt (quoted)")
+    ge.add_argument("--max-tokens", type=int, default=32, metavar="N",
+                    help="tokens to generate at most (0: only run the prompt)")
+    ge.add_argument("--temperature", type=float, default=0.0, metavar="T",
+                    help="sampling temperature; 0 is greedy (the most likely token)")
+    ge.add_argument("--top-k", type=int, default=0, metavar="K",
+                    help="sample among the K most likely tokens (0: all)")
+    ge.add_argument("--top-p", type=float, default=1.0, metavar="P",
+                    help="sample among the most likely tokens whose probabilities add "
+                         "up to P, in (0, 1] (1: all)")
+    ge.add_argument("--seed", type=int, default=0, metavar="S",
+                    help="seed of the sampler's random numbers (>= 0)")
+    ge.add_argument("--chat", action="store_true",
+                    help="format the prompt as one user message with the model's chat template")
+    ge.add_argument("--ctx", type=int, default=None, metavar="N",
                     help="context length in tokens, at most the model's training context "
                          "(default: that, at most 4096)")
     ge.add_argument("--cpu", default=None, metavar="PROFILE",
@@ -309,20 +380,92 @@ def build_parser() -> argparse.ArgumentParser:
     ge.set_defaults(func=cmd_generate)
 
     pa = sub.add_parser("parity", help="native kernels against the oracle (needs a GPU)")
-    pa.add_argument("what", choices=["dequant", "gemm", "mmvq", "experts"])
+    pa.add_argument("what", choices=["dequant", "gemm", "mmvq", "experts"],
+                    help="which native kernels")
     pa.add_argument("--quick", action="store_true", help="a small run")
     pa.add_argument("--full", action="store_true", help="gemm: >= 5,000 consecutive chunk sizes")
     pa.set_defaults(func=cmd_parity)
 
     b = sub.add_parser("bench", help="benchmarks (needs a GPU)")
-    b.add_argument("what", choices=["mmvq", "experts"])
+    b.add_argument("what", choices=["mmvq", "experts"], help="which native kernels")
     b.add_argument("--emit-table", action="store_true",
                    help="mmvq: print the rows-per-warp table in the source's format")
     b.set_defaults(func=cmd_bench)
     return p
 
 
+#: Seconds the main thread has, after Ctrl-C, to stop the job cleanly.
+INTERRUPT_GRACE_S = 1.0
+
+
+def _keep_interrupts() -> None:
+    """Make every Ctrl-C stop the command, at once.
+
+    Two ways an interrupt could be late or lost. A KeyboardInterrupt raised
+    while Python code runs as a callback of C code (llvmlite calls one
+    whenever numba compiles or caches a function) cannot leave the
+    callback: CPython reports it as "Exception ignored ..." and drops it.
+    The hook below takes such an interrupt silently and a watcher thread
+    raises it again in the main thread a moment later (the hook only sets
+    an event: an interrupt raised inside the hook would be lost as well).
+    And Python runs its SIGINT handler only between bytecodes, so a long
+    call into C (an LLVM compile) delays it: the signal also wakes a second
+    thread (`signal.set_wakeup_fd`), which ends the process with status 130
+    if it is still running INTERRUPT_GRACE_S seconds later. (That thread
+    needs the GIL: a compiled kernel that holds it still delays the exit
+    until it returns; strata-ref's kernels run in short calls.) Other unraisable errors go to the previous hook. Does
+    nothing when SIGINT was ignored when the process started (a background
+    job of a shell without job control)."""
+    import _thread
+    import signal
+    import threading
+    import time
+    if (signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+            or threading.current_thread() is not threading.main_thread()):
+        return
+    lost = threading.Event()
+    previous = sys.unraisablehook
+
+    def hook(u):
+        if isinstance(u.exc_value, KeyboardInterrupt):
+            lost.set()
+        else:
+            previous(u)
+
+    def reraise():
+        while True:
+            lost.wait()
+            time.sleep(0.02)      # let the C code return from its callback
+            lost.clear()
+            _thread.interrupt_main()
+
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+
+    def deadline():
+        while signal.SIGINT not in os.read(r, 64):
+            pass
+        time.sleep(INTERRUPT_GRACE_S)
+        # raw writes only: the main thread may hold the locks of the Python
+        # streams (a bar being drawn); a line end after a half-drawn bar
+        try:
+            os.write(2, b"\n")
+        finally:
+            os._exit(130)
+
+    for target, name in ((reraise, "reraise"), (deadline, "deadline")):
+        threading.Thread(target=target, name=f"strata-ref-interrupt-{name}", daemon=True).start()
+    sys.unraisablehook = hook
+
+
 def main(argv=None) -> int:
+    """The `strata-ref` command: returns the exit status. With argv None
+    (the console script, `python -m strata_ref.cli`) the process is the
+    command, and Ctrl-C handling is set up for it (`_keep_interrupts`);
+    a caller passing argv keeps its own."""
+    if argv is None:
+        _keep_interrupts()
     parser = build_parser()
     # argparse stops filling a positional list at the first option, so
     # `generate MODEL --chat PROMPT` leaves PROMPT over: take it back here.
@@ -337,9 +480,16 @@ def main(argv=None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.cmd == "generate" and len(args.args) > 2:
         return _err("generate takes [MODEL] PROMPT (quote the prompt)")
+    from ._env import numba_config_problem, numba_env_problem
+    bad_env = numba_env_problem() or numba_config_problem()  # before anything imports numba
+    if bad_env:
+        return _err(bad_env)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
+        # a second Ctrl-C must not interrupt the way out
+        import signal
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         return 130
     except BrokenPipeError:
         return 0
@@ -353,6 +503,12 @@ def main(argv=None) -> int:
         if os.environ.get("STRATA_REF_DEBUG", "0") not in ("", "0"):
             raise
         return _err(f"{type(e).__name__}: {e}")
+    except Exception as e:
+        # Nothing else is expected: a bug. Still one line, saying so.
+        if os.environ.get("STRATA_REF_DEBUG", "0") not in ("", "0"):
+            raise
+        return _err(f"internal error {type(e).__name__}: {e} (a bug in strata-ref; "
+                    f"STRATA_REF_DEBUG=1 shows the traceback)")
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ import numpy as np
 from .. import cpu
 from ..cpu import ops
 from ..cpu.matmul import QMatrix
-from ..types import GGMLType
+from ..types import PLAIN_TYPES, GGMLType, block_format
 from .kv_cache import KVCache
 from .tokenizer import Tokenizer
 
@@ -73,12 +73,19 @@ class ModelOutputError(ValueError):
 MAX_LAYERS = 512
 
 
+def _shown(v) -> str:
+    """repr of a metadata value for a message, at most about 80 characters
+    (an array of 10^5 strings is not quoted whole)."""
+    r = repr(v)
+    return r if len(r) <= 80 else r[:60] + " ... " + r[-15:]
+
+
 def _int_param(k: str, v, lo: int, hi: int | None = None) -> int:
     """Metadata value `v` of key `k` as an int in [lo, hi]; a bool, float,
     string or out-of-range value raises ModelLoadError naming key and value
     (llama.cpp reads these keys as integers and refuses other types)."""
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-        raise ModelLoadError(f"`{k}` = {v!r} is not an integer")
+        raise ModelLoadError(f"`{k}` = {_shown(v)} is not an integer")
     v = int(v)
     if v < lo or (hi is not None and v > hi):
         rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
@@ -90,7 +97,7 @@ def _float_param(k: str, v, positive: bool = True) -> float:
     """Metadata value `v` of key `k` as a finite float, > 0 when `positive`
     else >= 0; anything else raises ModelLoadError naming key and value."""
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
-        raise ModelLoadError(f"`{k}` = {v!r} is not a number")
+        raise ModelLoadError(f"`{k}` = {_shown(v)} is not a number")
     f = float(v)
     if not math.isfinite(f) or f < 0.0 or (positive and f == 0.0):
         raise ModelLoadError(f"`{k}` = {f!r} must be finite and {'> 0' if positive else '>= 0'}")
@@ -126,6 +133,8 @@ class HParams:
         arch = md.get("general.architecture")
         if arch is None:
             raise ModelLoadError("GGUF metadata has no `general.architecture`")
+        if not isinstance(arch, str):
+            raise ModelLoadError(f"`general.architecture` = {_shown(arch)} is not a string")
         if arch not in SUPPORTED_ARCHS:
             raise ModelLoadError(f"unsupported architecture {arch!r} "
                                  f"(supported: {', '.join(SUPPORTED_ARCHS)})")
@@ -172,6 +181,8 @@ class HParams:
         eps = fkey("attention.layer_norm_rms_epsilon", required=True)
         base = fkey("rope.freq_base", 10000.0)
         scaling = key("rope.scaling.type", "none")
+        if not isinstance(scaling, str):
+            raise ModelLoadError(f"`{arch}.rope.scaling.type` = {_shown(scaling)} is not a string")
         factor = fkey("rope.scaling.factor", 0.0, positive=False)
         if scaling not in ("none", "linear") and factor not in (0.0, 1.0):
             raise ModelLoadError(f"RoPE scaling `{arch}.rope.scaling.type` = {scaling!r} is not supported")
@@ -187,6 +198,10 @@ class HParams:
                 kp = f"{arch}.attention.sliding_window_pattern"
                 pattern = md.get(kp, 6)
                 if isinstance(pattern, (list, np.ndarray)):
+                    if not (pattern.dtype.kind in "bui" if isinstance(pattern, np.ndarray) else
+                            all(isinstance(b, (bool, int, np.integer, np.bool_)) for b in pattern)):
+                        raise ModelLoadError(f"`{kp}` must be an array of BOOL or integers, "
+                                             f"got {_shown(pattern)}")
                     if len(pattern) != n_layer:
                         raise ModelLoadError(f"`{kp}` has {len(pattern)} values for {n_layer} layers")
                     swa_layers = tuple(bool(b) for b in pattern)
@@ -267,13 +282,26 @@ class Model:
                 raise ModelLoadError(f"{hp.arch}: missing tensor `{name}`")
             return t
 
+        def checked(name, t, ne):
+            # llama.cpp `create_tensor`: the ggml shape is exactly `ne`, the
+            # dimensions beyond it 1 (a (64, 32, 2) tensor is not 64 x 64)
+            have = tuple(t.shape) + (1,) * (4 - len(t.shape))
+            want = tuple(ne) + (1,) * (4 - len(ne))
+            if have != want:
+                raise ModelLoadError(f"tensor `{name}` has ggml shape {list(t.shape)}, expected "
+                                     f"{list(ne)}")
+            if t.type in PLAIN_TYPES:
+                raise ModelLoadError(f"tensor `{name}` is of type {t.type.name}, a plain "
+                                     f"{block_format(t.type).field('v').kind} array; model "
+                                     f"weights are float or quantized types")
+            return t
+
         def vec(name, n, required=True):
             t = get(name, required)
             if t is None:
                 return None
-            if t.type != GGMLType.F32 or t.n_elements != n:
-                if t.n_elements != n:
-                    raise ModelLoadError(f"tensor `{name}` has {t.n_elements} values, expected {n}")
+            checked(name, t, (n,))
+            if t.type != GGMLType.F32:
                 from ..dequant import dequant_f32
                 return dequant_f32(t.type, t.data, 1, n)[0]
             return np.array(t.data.view(np.float32))
@@ -282,22 +310,33 @@ class Model:
             t = get(name, required)
             if t is None:
                 return None
-            if t.cols != cols or t.rows != rows:
-                raise ModelLoadError(f"tensor `{name}` is {t.rows} x {t.cols}, expected {rows} x {cols}")
+            checked(name, t, (cols, rows))
             return QMatrix(t.type, t.data, rows, cols, name, self.cpu)
 
         e, hd = hp.n_embd, hp.head_dim
         nq, nkv = hp.n_head * hd, hp.n_head_kv * hd
-        emb = get("token_embd.weight")
-        self.n_vocab = emb.rows
-        self.tok_embd = QMatrix(emb.type, emb.data, emb.rows, emb.cols, "token_embd.weight", self.cpu)
-        if emb.cols != e:
-            raise ModelLoadError(f"token_embd.weight rows have {emb.cols} values, n_embd is {e}")
+        # the vocabulary is the tokenizer's (llama.cpp: n_vocab = the number
+        # of tokens); the embedding and the output have exactly that many rows
+        self.n_vocab = nv = self.tokenizer.n_vocab
+        for name in ("token_embd.weight", "output.weight"):
+            t = get(name, required=name == "token_embd.weight")
+            if t is not None and len(t.shape) == 2 and t.cols == e and t.rows != nv:
+                raise ModelLoadError(f"tensor `{name}` has {t.rows} rows, but the vocabulary "
+                                     f"(`tokenizer.ggml.tokens`) has {nv} tokens")
+        self.tok_embd = mat("token_embd.weight", nv, e)
         self.output_norm = vec("output_norm.weight", e)
-        out = mat("output.weight", self.n_vocab, e, required=False)
+        out = mat("output.weight", nv, e, required=False)
         self.output = out if out is not None else self.tok_embd
         ff = get("rope_freqs.weight", required=False)
         self.rope_freqs = vec("rope_freqs.weight", hp.n_rot // 2) if ff is not None else None
+        if self.rope_freqs is not None:
+            # ggml divides each pair's angle by its factor
+            bad = np.flatnonzero(~(np.isfinite(self.rope_freqs) & (self.rope_freqs > 0)))
+            if bad.size:
+                i = int(bad[0])
+                raise ModelLoadError(f"tensor `rope_freqs.weight` value [{i}] = "
+                                     f"{float(self.rope_freqs[i])!r}: RoPE frequency factors "
+                                     f"must be finite and > 0")
         qk_norm = hp.arch in ("qwen3", "gemma3")
         post_norms = hp.arch == "gemma3"
         if f"blk.0.attn_qkv.weight" in tensors:

@@ -92,7 +92,8 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     at most 4096; at most the training context, `Model.new_cache`).
     cpu: the CPU profile (`load`), named in the speed line; when it is the
     native one and llama.cpp's native build on this CPU would take code that
-    no profile reproduces, a note says so on `err` (default stderr).
+    no profile reproduces, the line says so (`strata_ref.cpu.native_note`).
+    `err`: unused (kept for callers that pass it).
     """
     from .._progress import progress_bar
     from .chat import format_chat
@@ -103,15 +104,11 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     from .sampling import Sampler
     from .. import cpu as _cpu
     out = out or sys.stdout
-    err = err or sys.stderr
     prof = _cpu.select(cpu)
     m = load(model, cpu=prof)
     name = cpu if cpu is not None else os.environ.get(_cpu.ENV) or "native"
     native = isinstance(name, str) and name.strip().lower() == "native"
     note = _cpu.native_note() if native else ""
-    if note:
-        err.write(f"strata-ref: note: {note}\n")
-        err.flush()
     tok = m.tokenizer
     if chat:
         text = format_chat(m.metadata.get("tokenizer.chat_template"),
@@ -174,6 +171,6 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     d_tps = n_dec / td if td > 0 and n_dec else 0.0
     out.write(f"\n[prompt: {len(ids)} tokens, {p_tps:.1f} tok/s | decode: {len(gen)} tokens "
               f"({n_dec} passes), {d_tps:.1f} tok/s | cpu: {prof.name}"
-              f"{' (native)' if native else ''}]\n")
+              f"{' (native' + ('; note: ' + note if note else '') + ')' if native else ''}]\n")
     out.flush()
     return 0

@@ -43,13 +43,16 @@ Layout (`IQuantFamily.pack`, once per matrix): the signed weight values
 widened to int8 (grid magnitude times sign for IQ2 / IQ3, `kvalues_iq4nl`
 for IQ4_XS, the grid's -1 / 0 / +1 for IQ1; no float copy of the weights),
 the sub-block scales as int32 per 16 values (2 * s + 1, or ls - 32 for
-IQ4_XS), fp16 d as float32 per super-block, and for IQ1 the delta sign
-(+1 / -1) per 8 values as int8.
+IQ4_XS), fp16 d as float32 per super-block, and for IQ1 the product of
+scale and delta sign (+-1..15) per 4 values as int8, so that the delta
+terms are one small integer dot with the activations' sums of 4.
 """
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
 
 from ..numerics import F16_TO_F32
 from ..formats.iq_tables import (IQ1S_GRID_BYTES, IQ2S_GRID_BYTES, IQ2XS_GRID_BYTES,
@@ -60,7 +63,7 @@ from ..types import block_format
 from . import act_quant
 from .families import Family, mm_path, register
 from .fp import fma32, hsum8
-from .lanes import fma8_into, lanes_scaled_add, q8_block_dot
+from .lanes import _check, _ptr, fma8_into, lanes_scaled_add, q8_block_dot
 
 __all__ = ["IQuantFamily", "IQ_TYPES", "pack_iquant"]
 
@@ -225,8 +228,9 @@ def pack_iquant(t, raw, rows: int, cols: int):
     """Decode `rows` x `cols` weights of I-quant type t (raw: uint8 bytes of
     whole blocks) into the kernel layout: (wq int8 (rows, cols) signed
     values, sc int32 (rows, cols/256, 16) scale per 16 values, d float32
-    (rows, cols/256) fp16 d, dl int8 (rows, cols/8) IQ1 delta signs or
-    None). ValueError for a type outside `IQ_TYPES` or a size mismatch."""
+    (rows, cols/256) fp16 d, dq4 int8 (rows, cols/4) IQ1 scale times delta
+    sign per 4 values, or None). ValueError for a type outside `IQ_TYPES`
+    or a size mismatch."""
     t = T(t)
     if t not in _PACKERS:
         raise ValueError(f"{t.name} is not a 256-value I-quant")
@@ -237,11 +241,39 @@ def pack_iquant(t, raw, rows: int, cols: int):
     raw3 = raw.reshape(rows, cols // 256, fmt.block_bytes)
     wq, sc, d, dl = _PACKERS[t](raw3, t)
     c = np.ascontiguousarray
-    return (c(wq.reshape(rows, cols), np.int8), c(sc, np.int32), c(d, np.float32),
-            None if dl is None else c(dl.reshape(rows, cols // 8), np.int8))
+    dq4 = None
+    if dl is not None:
+        # per 4 values: the scale of their 16 times the delta sign of their 8
+        dq4 = np.repeat(sc, 4, axis=2) * np.repeat(dl.reshape(rows, -1, 32), 2, axis=2)
+        dq4 = c(dq4.reshape(rows, cols // 4), np.int8)
+    return c(wq.reshape(rows, cols), np.int8), c(sc, np.int32), c(d, np.float32), dq4
 
 
 # ---------------------------------------------------------------- kernels
+
+_V8I8 = ir.VectorType(ir.IntType(8), 8)
+_V8I32 = ir.VectorType(ir.IntType(32), 8)
+
+
+@intrinsic
+def _madd8(typingctx, acc, a, aoff, b, boff):
+    """acc[0:8] += a[aoff:aoff+8] * b[boff:boff+8] (int32 lanes; a int8
+    sign-extended, b int32; contiguous 1-D arrays, not bounds-checked):
+    the IQ1 delta lanes, kept in int32 (numba would widen the products to
+    int64, which AVX2 cannot multiply in vectors)."""
+    _check(acc=(acc, types.int32), a=(a, types.int8), b=(b, types.int32))
+    sig = types.void(acc, a, types.intp, b, types.intp)
+
+    def codegen(context, builder, signature, args):
+        A, X, xo, Y, yo = args
+        ta, tx, _, ty, _ = signature.args
+        pa = _ptr(context, builder, ta, A, None, _V8I32)
+        xv = builder.sext(builder.load(_ptr(context, builder, tx, X, xo, _V8I8), align=1), _V8I32)
+        yv = builder.load(_ptr(context, builder, ty, Y, yo, _V8I32), align=4)
+        builder.store(builder.add(builder.load(pa, align=4), builder.mul(xv, yv)), pa, align=4)
+        return context.get_dummy_value()
+    return sig, codegen
+
 
 @njit(inline="always", cache=True)
 def _grid_lanes(w, x, sc, b, sumi):
@@ -256,17 +288,27 @@ def _grid_lanes(w, x, sc, b, sumi):
 
 
 @njit(inline="always", cache=True)
-def _delta_total(sc, dl, xs4, b):
-    # IQ1: the exact sum over the super-block of scale * delta sign * q8
-    # (groups of 8 values share a delta sign, 16 values a scale)
+def _delta_lanes(dq4, xs4, b, sumd):
+    # IQ1: sumd[L] = sum over the chunks c of super-block b of scale * delta
+    # sign * (the sum of activations 4L..4L+3 of chunk c), exact: ggml's
+    # AVX2 IQ1_M delta lanes; their total is the delta sum of every path
+    for L in range(8):
+        sumd[L] = 0
+    for c in range(8):
+        _madd8(sumd, dq4, b * 64 + 8 * c, xs4, b * 64 + 8 * c)
+
+
+@njit(inline="always", cache=True)
+def _delta_total(dq4, xs4, b, sumd):
+    _delta_lanes(dq4, xs4, b, sumd)
     tot = 0
-    for g in range(32):
-        tot += sc[b, g // 2] * dl[b * 32 + g] * (xs4[b * 64 + 2 * g] + xs4[b * 64 + 2 * g + 1])
+    for L in range(8):
+        tot += sumd[L]
     return tot
 
 
 @njit(inline="always", cache=True)
-def _dot_avx2(mode, post, w, x, sc, d, dl, xd, xs4, sumi, sumd, lf, acc, acc2):
+def _dot_avx2(mode, post, w, x, sc, d, dq4, xd, xs4, sumi, sumd, lf, acc, acc2):
     # ggml_vec_dot_<type>_q8_K, `__AVX2__` branch (module docstring)
     for L in range(8):
         acc[L] = 0.0
@@ -279,16 +321,9 @@ def _dot_avx2(mode, post, w, x, sc, d, dl, xd, xs4, sumi, sumd, lf, acc, acc2):
             lf[L] = np.float32(sumi[L])
         fma8_into(acc, lf, 0, db)
         if mode == _IQ1S:
-            accum1 = fma32(db, np.float32(_delta_total(sc, dl, xs4, b)), accum1)
+            accum1 = fma32(db, np.float32(_delta_total(dq4, xs4, b, sumd)), accum1)
         elif mode == _IQ1M:
-            # lane L of chunk c: values 4L..4L+3 share group L // 2's delta
-            # and sub-block L // 4's scale
-            for L in range(8):
-                sumd[L] = 0
-            for c in range(8):
-                for L in range(8):
-                    sumd[L] += (sc[b, 2 * c + L // 4] * dl[b * 32 + 4 * c + L // 2]
-                                * xs4[b * 64 + 8 * c + L])
+            _delta_lanes(dq4, xs4, b, sumd)
             for L in range(8):
                 lf[L] = np.float32(sumd[L])
             fma8_into(acc2, lf, 0, db)
@@ -301,7 +336,7 @@ def _dot_avx2(mode, post, w, x, sc, d, dl, xd, xs4, sumi, sumd, lf, acc, acc2):
 
 
 @njit(inline="always", cache=True)
-def _dot_generic(mode, post, w, x, sc, d, dl, xd, xs4, sumi):
+def _dot_generic(mode, post, w, x, sc, d, dq4, xd, xs4, sumi, sumd):
     # ggml_vec_dot_<type>_q8_K_generic (quants.c), no FMA
     sumf = np.float32(0.0)
     for b in range(d.shape[0]):
@@ -319,13 +354,13 @@ def _dot_generic(mode, post, w, x, sc, d, dl, xd, xs4, sumi):
         if mode == _GRID:
             sumf = np.float32(sumf + np.float32(db * np.float32(tot)))
         else:
-            dsum = np.float32(_IQ1_DELTA * np.float32(_delta_total(sc, dl, xs4, b)))
+            dsum = np.float32(_IQ1_DELTA * np.float32(_delta_total(dq4, xs4, b, sumd)))
             sumf = np.float32(sumf + np.float32(db * np.float32(np.float32(tot) + dsum)))
     return np.float32(post * sumf)
 
 
 @njit(inline="always", cache=True)
-def _dot_tiled(mode, tfac, w, x, sc, d, dl, xd, xs4, sumi):
+def _dot_tiled(mode, tfac, w, x, sc, d, dq4, xd, xs4, sumi, sumd):
     # ggml's tiled mat-mul (tiled.cpp / tiled-kernel.cpp, module docstring)
     out = np.float32(0.0)
     for b in range(d.shape[0]):
@@ -334,14 +369,14 @@ def _dot_tiled(mode, tfac, w, x, sc, d, dl, xd, xs4, sumi):
         for L in range(8):
             s += sumi[L]
         if mode == _IQ1S or mode == _IQ1M:
-            s = 8 * s + _delta_total(sc, dl, xs4, b)     # codes 8 * grid + delta
+            s = 8 * s + _delta_total(dq4, xs4, b, sumd)     # codes 8 * grid + delta
         dt = np.float32(d[b] * tfac)
         out = fma32(np.float32(np.float32(s) * dt), xd[b], out)
     return out
 
 
 @njit(cache=True)
-def _rows_iq(mode, path, post, tfac, wq, sc, d, dl, xq, xd, xs4, out, r0, r1):
+def _rows_iq(mode, path, post, tfac, wq, sc, d, dq4, xq, xd, xs4, out, r0, r1):
     """out[t, r] for weight rows r0 <= r < r1 and every activation row t
     (module docstring for the arguments and paths)."""
     sumi = np.empty(8, np.int32)
@@ -352,25 +387,25 @@ def _rows_iq(mode, path, post, tfac, wq, sc, d, dl, xq, xd, xs4, out, r0, r1):
     iq1 = mode == _IQ1S or mode == _IQ1M
     for r in range(r0, r1):
         w = wq[r]
-        dlr = dl[r] if iq1 else dl[0]
+        dq4r = dq4[r] if iq1 else dq4[0]
         for t in range(xq.shape[0]):
             if path == _GEN:
-                v = _dot_generic(mode, post, w, xq[t], sc[r], d[r], dlr, xd[t], xs4[t], sumi)
+                v = _dot_generic(mode, post, w, xq[t], sc[r], d[r], dq4r, xd[t], xs4[t], sumi, sumd)
             elif path == _TILED:
-                v = _dot_tiled(mode, tfac, w, xq[t], sc[r], d[r], dlr, xd[t], xs4[t], sumi)
+                v = _dot_tiled(mode, tfac, w, xq[t], sc[r], d[r], dq4r, xd[t], xs4[t], sumi, sumd)
             else:
-                v = _dot_avx2(mode, post, w, xq[t], sc[r], d[r], dlr, xd[t], xs4[t], sumi, sumd,
+                v = _dot_avx2(mode, post, w, xq[t], sc[r], d[r], dq4r, xd[t], xs4[t], sumi, sumd,
                               lf, acc, acc2)
             out[t, r] = v
 
 
 @njit(parallel=True, cache=True)
-def _mm_iq(mode, path, post, tfac, wq, sc, d, dl, xq, xd, xs4, out):
+def _mm_iq(mode, path, post, tfac, wq, sc, d, dq4, xq, xd, xs4, out):
     """`_rows_iq` over all weight rows, tasks of `_ROWS_PER_TASK` rows in
     parallel (each row's arithmetic is the same on any thread)."""
     R = wq.shape[0]
     for c in prange((R + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
-        _rows_iq(mode, path, post, tfac, wq, sc, d, dl, xq, xd, xs4, out, c * _ROWS_PER_TASK,
+        _rows_iq(mode, path, post, tfac, wq, sc, d, dq4, xq, xd, xs4, out, c * _ROWS_PER_TASK,
                  min(R, (c + 1) * _ROWS_PER_TASK))
 
 
@@ -390,7 +425,7 @@ class IQuantFamily(Family):
     def matmul(self, qm, packed, x, parallel: bool):
         """float32 (n, cols) activations -> float32 (n, rows), through the
         path `families.mm_path` picks for the profile and n."""
-        wq, sc, d, dl = packed
+        wq, sc, d, dq4 = packed
         prof = qm.profile
         n = x.shape[0]
         route = mm_path(prof, qm.type, n, qm._repacked(), qm.rows, qm.cols)
@@ -402,12 +437,12 @@ class IQuantFamily(Family):
             raise ValueError(f"{qm.name}: ggml has no {route} path for {qm.type.name}")
         mode, post, tfac = _TYPE_CONST[qm.type]
         xq, xd, _ = act_quant.q8_k_fields(x)
-        if dl is None:
-            dl, xs4 = _NO_DELTA, np.zeros((n, 1), np.int32)
+        if dq4 is None:
+            dq4, xs4 = _NO_DELTA, np.zeros((n, 1), np.int32)
         else:
             xs4 = np.ascontiguousarray(xq.reshape(n, -1, 4).sum(axis=2, dtype=np.int32))
         out = np.empty((n, qm.rows), np.float32)
-        args = (mode, path, np.float32(post), np.float32(tfac), wq, sc, d, dl, xq, xd, xs4, out)
+        args = (mode, path, np.float32(post), np.float32(tfac), wq, sc, d, dq4, xq, xd, xs4, out)
         if parallel:
             _mm_iq(*args)
         else:

@@ -55,9 +55,8 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from ..numerics import F16_TO_F32
-from ..formats.iq_tables import (IQ1S_GRID_BYTES, IQ2S_GRID_BYTES, IQ2XS_GRID_BYTES,
-                                 IQ2XXS_GRID_BYTES, IQ3S_GRID_BYTES, IQ3XXS_GRID_BYTES,
-                                 KSIGNS_IQ2XS, KVALUES_IQ4NL)
+from ..formats.iq_tables import (IQ1S_GRID_BYTES, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID,
+                                 IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS, KVALUES_IQ4NL)
 from ..types import GGMLType as T
 from ..types import block_format
 from . import act_quant
@@ -105,14 +104,32 @@ def _fp16(bits):
     return F16_TO_F32[np.asarray(bits, np.uint16)]
 
 
-def _sign_bits(signs):
-    """uint8 sign bytes (...) -> bool (..., 8): bit j set = value j negated
-    (ggml's `kmask_iq2xs[j]` test)."""
-    return ((signs[..., None] >> np.arange(8, dtype=np.uint8)) & 1).astype(bool)
+# byte j of _SIGN_MASK[s] is 0xFF where bit j of the sign byte s is set
+# (ggml's `kmask_iq2xs[j]` test: value j negated)
+_SIGN_MASK = np.array([sum(0xFF << (8 * j) for j in range(8) if s >> j & 1) for s in range(256)],
+                      np.uint64)
+_BYTE_ONES = np.uint64(0x0101010101010101)
+# `_signed` needs grid magnitudes of at least 1 (spec/formats.md §7: the
+# IQ2 grids' bytes are 8, 25, 43, IQ3_XXS's 4..62, IQ3_S's 1..15)
+if not all(np.all(g.astype(g.dtype.newbyteorder("<")).view(np.uint8) != 0)
+           for g in (IQ2XXS_GRID, IQ2XS_GRID, IQ2S_GRID, IQ3XXS_GRID, IQ3S_GRID)):
+    raise RuntimeError("an IQ2 / IQ3 grid holds a zero magnitude")
 
 
-def _signed(mag, neg):
-    return np.where(neg, -mag.astype(np.int16), mag.astype(np.int16)).astype(np.int8)
+def _signed(rows8, signs):
+    """Grid rows of 8 magnitudes as integers (uint64, byte j = value j) and
+    their sign bytes -> int8 (..., 8). Each marked byte m becomes -m by
+    (m ^ 0xFF) + 1 on the whole word: the IQ2 / IQ3 grids hold no zero
+    magnitude, so no byte carries into the next."""
+    m = _SIGN_MASK[signs]
+    v = (rows8 ^ m) + (m & _BYTE_ONES)
+    return np.ascontiguousarray(v.astype("<u8")).view(np.int8).reshape(v.shape + (8,))
+
+
+def _rows_of_two(grid4, i1, i2):
+    """IQ3 rows of 8: the 4 values of grid4[i1] (uint32 entries), then
+    grid4[i2]'s, as one uint64."""
+    return grid4[i1].astype(np.uint64) | (grid4[i2].astype(np.uint64) << np.uint64(32))
 
 
 def _per32_to_16(s):
@@ -125,17 +142,15 @@ def _pack_iq2_xxs(raw3, t):
     # and the 4-bit scale in its top nibble (ggml `dequantize_row_iq2_xxs`)
     q = _field(raw3, t, "qs").view(np.uint8).reshape(*raw3.shape[:2], 8, 8)
     a1 = np.ascontiguousarray(q[..., 4:]).view("<u4")[..., 0].astype(np.uint32)
-    mag = IQ2XXS_GRID_BYTES[q[..., :4]]                                   # (r, nb, 8, 4, 8)
     signs = KSIGNS_IQ2XS[(a1[..., None] >> (7 * np.arange(4, dtype=np.uint32))) & 127]
-    wq = _signed(mag, _sign_bits(signs))
+    wq = _signed(IQ2XXS_GRID[q[..., :4]], signs)                          # (r, nb, 8, 4, 8)
     return wq, _per32_to_16(2 * (a1 >> 28) + 1), _fp16(_field(raw3, t, "d")[..., 0]), None
 
 
 def _pack_iq2_xs(raw3, t):
     # u16 per 8 values: 9-bit grid index, 7-bit sign index; scale nibbles per 16
     q = _field(raw3, t, "qs").astype(np.int64)                            # (r, nb, 32)
-    mag = IQ2XS_GRID_BYTES[q & 511]
-    wq = _signed(mag, _sign_bits(KSIGNS_IQ2XS[q >> 9]))
+    wq = _signed(IQ2XS_GRID[q & 511], KSIGNS_IQ2XS[q >> 9])
     s = _field(raw3, t, "scales").astype(np.int32)                        # (r, nb, 8)
     sc = np.stack([2 * (s & 15) + 1, 2 * (s >> 4) + 1], axis=3).reshape(*s.shape[:2], 16)
     return wq, sc, _fp16(_field(raw3, t, "d")[..., 0]), None
@@ -147,7 +162,7 @@ def _pack_iq2_s(raw3, t):
     qs = _field(raw3, t, "qs").astype(np.int64).reshape(*raw3.shape[:2], 8, 4)
     qh = _field(raw3, t, "qh").astype(np.int64)
     idx = qs | (((qh[..., None] >> (2 * np.arange(4))) & 3) << 8)
-    wq = _signed(IQ2S_GRID_BYTES[idx], _sign_bits(_field(raw3, t, "signs").reshape(idx.shape)))
+    wq = _signed(IQ2S_GRID[idx], _field(raw3, t, "signs").reshape(idx.shape))
     s = _field(raw3, t, "scales").astype(np.int32)
     sc = np.stack([2 * (s & 15) + 1, 2 * (s >> 4) + 1], axis=3).reshape(*s.shape[:2], 16)
     return wq, sc, _fp16(_field(raw3, t, "d")[..., 0]), None
@@ -159,9 +174,8 @@ def _pack_iq3_xxs(raw3, t):
     # the scale nibble on top
     qs = _field(raw3, t, "qs").astype(np.int64).reshape(*raw3.shape[:2], 8, 4, 2)
     a = _field(raw3, t, "scales_and_signs").astype(np.uint32)             # (r, nb, 8)
-    mag = IQ3XXS_GRID_BYTES[qs].reshape(*qs.shape[:4], 8)
     signs = KSIGNS_IQ2XS[(a[..., None] >> (7 * np.arange(4, dtype=np.uint32))) & 127]
-    wq = _signed(mag, _sign_bits(signs))
+    wq = _signed(_rows_of_two(IQ3XXS_GRID, qs[..., 0], qs[..., 1]), signs)
     return wq, _per32_to_16(2 * (a >> 28) + 1), _fp16(_field(raw3, t, "d")[..., 0]), None
 
 
@@ -171,8 +185,8 @@ def _pack_iq3_s(raw3, t):
     qs = _field(raw3, t, "qs").astype(np.int64).reshape(*raw3.shape[:2], 8, 8)
     qh = _field(raw3, t, "qh").astype(np.int64)
     idx = qs | (((qh[..., None] >> np.arange(8)) & 1) << 8)
-    mag = IQ3S_GRID_BYTES[idx].reshape(*raw3.shape[:2], 8, 4, 8)
-    wq = _signed(mag, _sign_bits(_field(raw3, t, "signs").reshape(*raw3.shape[:2], 8, 4)))
+    rows8 = _rows_of_two(IQ3S_GRID, idx[..., 0::2], idx[..., 1::2])      # (r, nb, 8, 4)
+    wq = _signed(rows8, _field(raw3, t, "signs").reshape(*raw3.shape[:2], 8, 4))
     s = _field(raw3, t, "scales").astype(np.int32)                        # (r, nb, 4)
     per32 = np.stack([s & 15, s >> 4], axis=3).reshape(*s.shape[:2], 8)
     return wq, _per32_to_16(2 * per32 + 1), _fp16(_field(raw3, t, "d")[..., 0]), None

@@ -49,7 +49,9 @@ VARIANTS = {
     "smollm2-tq2_0": ("SmolLM2-135M-Instruct", "TQ2_0"),
     "smollm2-mxfp4": ("SmolLM2-135M-Instruct", "Q8_0", {_BLOCKS: "MXFP4"}),
     "smollm2-nvfp4": ("SmolLM2-135M-Instruct", "Q8_0", {_BLOCKS: "NVFP4"}),
-    "smollm2-q1_0": ("SmolLM2-135M-Instruct", "Q8_0", {_BLOCKS: "Q1_0"}),
+    # Q1_0's 128-value blocks fit only ffn_down's 1536-wide rows, and
+    # llama.cpp has no fallback type for it
+    "smollm2-q1_0": ("SmolLM2-135M-Instruct", "Q8_0", {r"blk\..*\.ffn_down\.weight": "Q1_0"}),
     "smollm2-q2_0": ("SmolLM2-135M-Instruct", "Q8_0", {_BLOCKS: "Q2_0"}),
     "smollm2-f16": ("SmolLM2-135M-Instruct", "F16"),
     "smollm2-bf16": ("SmolLM2-135M-Instruct", "BF16"),

@@ -97,7 +97,7 @@ def test_empty_model_name(name, capsys):
     assert main(["hash", name]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "strata-ref: error: ModelError: the model name is empty: give a registry name "
-        "(SmolLM2-135M-Instruct, Qwen2.5-Coder-0.5B-Instruct) or a path to a .gguf file"]
+        "(SmolLM2-135M-Instruct, Qwen2.5-Coder-0.5B-Instruct, gemma-3-270m) or a path to a .gguf file"]
 
 
 def test_cache_variable_pointing_at_a_file_is_named(tmp_path, monkeypatch, capsys):

@@ -259,6 +259,39 @@ def cmd_generate(a) -> int:
                         a.seed, a.chat, n_ctx=a.ctx, cpu=a.cpu)
 
 
+def cmd_kl(a) -> int:
+    from ._progress import progress_bar
+    from .infer.sampling import Sampler
+    from .quality import kl, prompts, report, variants
+    if a.max_tokens < 1:
+        return _err(f"--max-tokens must be >= 1, got {a.max_tokens}")
+    if a.limit is not None and a.limit < 1:
+        return _err(f"--limit must be >= 1, got {a.limit}")
+    plist = prompts.load_prompts(a.prompts) if a.prompts else list(prompts.DEFAULT_PROMPTS)
+    if a.limit:
+        plist = plist[:a.limit]
+    sampler = Sampler(a.temperature, a.top_k, a.top_p, a.seed)
+    ref = variants.load_variant(a.ref, a.cpu)
+    test = variants.load_variant(a.test, a.cpu)
+    with progress_bar(len(plist), "kl", "prompt", enabled=not a.json) as bar:
+        results, st, fl = kl.run_kl(ref, test, plist, a.max_tokens, sampler, a.chat, bar.update)
+    meta = {"ref": a.ref, "test": a.test, "cpu": ref.cpu.name, "prompts_file": a.prompts,
+            "max_tokens": a.max_tokens, "temperature": a.temperature, "seed": a.seed, "chat": a.chat}
+    if a.plot:
+        from .quality import charts
+        charts.kl_distribution(a.plot, results, f"{a.test} vs {a.ref}")
+    if a.json:
+        json.dump(report.kl_json(meta, results, st, fl), sys.stdout)
+        print()
+        return 0
+    mode = "greedy" if a.temperature <= 0 else f"temperature {a.temperature}, seed {a.seed}"
+    header = (f"KL(REF || TEST)  REF={printable(a.ref)}  TEST={printable(a.test)}  cpu {ref.cpu.name}, "
+              f"{len(plist)} prompts, {st.get('n', 0)} generated positions, {mode}"
+              + (", chat" if a.chat else ""))
+    print(report.kl_text(header, results, st, fl))
+    return 0
+
+
 def cmd_parity(a) -> int:
     if a.full and a.what != "gemm":
         return _err(f"--full applies to `parity gemm` only, not `parity {a.what}`")
@@ -350,7 +383,8 @@ def build_parser() -> argparse.ArgumentParser:
     ge = sub.add_parser(
         "generate", help="CPU inference: generate text from a prompt",
         usage="%(prog)s [-h] [--max-tokens N] [--temperature T] [--top-k K]\n"
-              + " " * 27 + "[--top-p P] [--seed S] [--chat] [--ctx N] [MODEL] PROMPT",
+              + " " * 27 + "[--top-p P] [--seed S] [--chat] [--ctx N] [--cpu PROFILE]\n"
+              + " " * 27 + "[MODEL] PROMPT",
         description="Run a GGUF model on the CPU as llama.cpp does and stream the "
                     "continuation of PROMPT, then the prompt and decode speeds.",
         formatter_class=_Help)
@@ -378,6 +412,38 @@ def build_parser() -> argparse.ArgumentParser:
                          "avx512 or native (default: $STRATA_REF_CPU, else native: the profile "
                          "of llama.cpp's native build on this CPU)")
     ge.set_defaults(func=cmd_generate)
+
+    kq = sub.add_parser(
+        "kl", help="KL divergence of TEST from REF at the positions REF generates",
+        description="REF generates from each prompt; TEST is teacher-forced on REF's tokens; "
+                    "KL(REF || TEST) over the whole vocabulary at the generated positions, with "
+                    "the noise floor (REF's incremental pass against its own batched pass). "
+                    "A model is a registry name or .gguf path, optionally with a variant: "
+                    "@float (dequantized weights, float activations), @TYPE (every matrix "
+                    "requantized to a ggml type, e.g. @Q4_K), @a8token (float weights, "
+                    "per-token int8 activations).",
+        formatter_class=_Help)
+    kq.add_argument("ref", metavar="REF", help="the reference model[@variant]")
+    kq.add_argument("test", metavar="TEST", help="the model[@variant] measured against REF")
+    kq.add_argument("--prompts", default=None, metavar="FILE",
+                    help="prompts, one per line or JSON lines with \"prompt\" (default: the "
+                         "built-in set of strata_ref.quality.prompts)")
+    kq.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N prompts")
+    kq.add_argument("--max-tokens", type=int, default=32, metavar="N",
+                    help="tokens REF generates per prompt")
+    kq.add_argument("--temperature", type=float, default=0.0, metavar="T",
+                    help="REF's sampling temperature; 0 is greedy")
+    kq.add_argument("--top-k", type=int, default=0, metavar="K", help="REF samples among the K most likely (0: all)")
+    kq.add_argument("--top-p", type=float, default=1.0, metavar="P", help="REF's top-p, in (0, 1]")
+    kq.add_argument("--seed", type=int, default=0, metavar="S", help="REF's sampling seed")
+    kq.add_argument("--chat", action="store_true",
+                    help="each prompt is a user message in the model's chat template")
+    kq.add_argument("--cpu", default=None, metavar="PROFILE",
+                    help="CPU profile of both models (default: $STRATA_REF_CPU, else native)")
+    kq.add_argument("--json", action="store_true", help="machine-readable output, every position's KL")
+    kq.add_argument("--plot", default=None, metavar="DIR",
+                    help="write the KL distribution chart (PNG, needs matplotlib) into DIR")
+    kq.set_defaults(func=cmd_kl)
 
     pa = sub.add_parser("parity", help="native kernels against the oracle (needs a GPU)")
     pa.add_argument("what", choices=["dequant", "gemm", "mmvq", "experts"],

@@ -464,17 +464,24 @@ def _dot_double(a, b):
 
 @njit(inline="always", cache=True)
 def _dot_vec_f32(a, b, acc, arch):
-    # ggml_vec_dot_f32 with GGML_SIMD: as `ops._dot_vec_f16` but the rest
-    # of the row goes into the float sum by FMA (`sumf += x[i]*y[i]`,
-    # contracted), not into a double
+    # ggml_vec_dot_f32 with GGML_SIMD: as `ops._dot_vec_f16`, but the rest
+    # of the row (`sumf += x[i]*y[i]` into the float sum) as GCC 12
+    # compiled it (disassembly of both builds' libggml-cpu): its vectorizer
+    # computes the products of whole vectors of 16 / 8 (AVX-512) or 8 / 4
+    # (AVX2) rounded and adds them one by one in order; the last
+    # elements, fewer than 8 (AVX-512) or 4 (AVX2), are contracted FMAs.
     n = a.shape[0]
     step = 64 if arch == 2 else 32
     main = n - n % step
     if main == n:
         return _dot_vec_f16(a, b, acc, arch)
     s = _dot_vec_f16(a[:main], b[:main], acc, arch)
+    fused = n - (n - main) % (8 if arch == 2 else 4)
     for i in range(main, n):
-        s = fma32(a[i], b[i], s)
+        if i < fused:
+            s = _F32(s + _F32(a[i] * b[i]))
+        else:
+            s = fma32(a[i], b[i], s)
     return s
 
 

@@ -277,7 +277,7 @@ def _row_small(kind, path, fma, w, ws, x, xs, xb, sumi, acc):
     return s
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def _rows_small(kind, path, fma, wq, ws, xq, xs, xb, out, r0, r1):
     sumi = np.empty(8, np.int32)
     acc = np.empty(16, np.float32)
@@ -302,11 +302,6 @@ def _mm_small(kind, path, fma, wq, ws, xq, xs, xb, out):
     for c in prange((R + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
         _rows_small(kind, path, fma, wq, ws, xq, xs, xb, out, c * _ROWS_PER_TASK,
                     min(R, (c + 1) * _ROWS_PER_TASK))
-
-
-@njit(cache=True)
-def _mm_small_serial(kind, path, fma, wq, ws, xq, xs, xb, out):
-    _rows_small(kind, path, fma, wq, ws, xq, xs, xb, out, 0, wq.shape[0])
 
 
 # ------------------------------------------------------------------ packing
@@ -425,8 +420,11 @@ class SmallFamily(Family):
             xq, xs = act_quant.q8_0_fields(x, ref=prof.act_quant == "ref")
             xb = np.zeros((n, 1), np.int32)
         out = np.empty((n, qm.rows), np.float32)
-        (_mm_small if parallel else _mm_small_serial)(kind, path, bool(prof.fma), wq, ws, xq, xs,
-                                                      np.ascontiguousarray(xb, np.int32), out)
+        args = (kind, path, bool(prof.fma), wq, ws, xq, xs, np.ascontiguousarray(xb, np.int32), out)
+        if parallel:
+            _mm_small(*args)
+        else:
+            _rows_small(*args, 0, qm.rows)
         return out
 
 
@@ -442,7 +440,7 @@ def _daz(v):
     return v
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def _dpbf16(acc, off, a, b, i):
     # one `vdpbf16ps` step on the 16 lanes acc[off:off+16] with the 32 bf16
     # values a[i:i+32], b[i:i+32] (as float32): odd pair first, then even,
@@ -453,7 +451,7 @@ def _dpbf16(acc, off, a, b, i):
         acc[off + j] = _daz(fma32(_daz(a[e]), _daz(b[e]), _daz(s)))
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def _dot_double(a, b):
     # ggml's scalar loops: each float product added to a double
     tot = 0.0
@@ -462,7 +460,13 @@ def _dot_double(a, b):
     return _F32(tot)
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
+def _vec_dot_f16(a, b, acc, arch):
+    # one compiled copy of `ops._dot_vec_f16` (ggml_vec_dot_f16)
+    return _dot_vec_f16(a, b, acc, arch)
+
+
+@njit(cache=True)
 def _dot_vec_f32(a, b, acc, arch):
     # ggml_vec_dot_f32 with GGML_SIMD: as `ops._dot_vec_f16`, but the rest
     # of the row (`sumf += x[i]*y[i]` into the float sum) as GCC 12
@@ -473,9 +477,7 @@ def _dot_vec_f32(a, b, acc, arch):
     n = a.shape[0]
     step = 64 if arch == 2 else 32
     main = n - n % step
-    if main == n:
-        return _dot_vec_f16(a, b, acc, arch)
-    s = _dot_vec_f16(a[:main], b[:main], acc, arch)
+    s = _vec_dot_f16(a[:main], b[:main], acc, arch)
     fused = n - (n - main) % (8 if arch == 2 else 4)
     for i in range(main, n):
         if i < fused:
@@ -485,7 +487,7 @@ def _dot_vec_f32(a, b, acc, arch):
     return s
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def _dot_bf16(a, b, acc, arch, hw):
     # ggml_vec_dot_bf16 (vec.cpp) of the build; the tail in double
     n = a.shape[0]
@@ -518,27 +520,33 @@ def _dot_bf16(a, b, acc, arch, hw):
     return _F32(tot)
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
+def _dot_tiny(a, b, acc, arch, dpbf16):
+    # llamafile tinyBLAS: `ops._dot_tinyblas` (16 / 8 FMA lanes), or with
+    # dpbf16 tinyBLAS<32, __m512, __m512bh>: 16 lanes of vdpbf16ps
+    if dpbf16:
+        for L in range(16):
+            acc[L] = 0.0
+        for i in range(0, a.shape[0], 32):
+            _dpbf16(acc, 0, a, b, i)
+        return hsum16(acc)
+    return _dot_tinyblas(a, b, acc, 16 if arch == 2 else 8)
+
+
+@njit(cache=True)
 def _dot_float(kind, tiny, arch, hw, a, b, acc):
     if tiny:
-        if kind == _KBF16 and hw:
-            # tinyBLAS<32, __m512, __m512bh>: 16 lanes of vdpbf16ps
-            for L in range(16):
-                acc[L] = 0.0
-            for i in range(0, a.shape[0], 32):
-                _dpbf16(acc, 0, a, b, i)
-            return hsum16(acc)
-        return _dot_tinyblas(a, b, acc, 16 if arch == 2 else 8)
+        return _dot_tiny(a, b, acc, arch, kind == _KBF16 and hw)
     if kind == _KBF16:
         return _dot_bf16(a, b, acc, arch, hw)
     if arch == 0:
         return _dot_double(a, b)
     if kind == _KF32:
         return _dot_vec_f32(a, b, acc, arch)
-    return _dot_vec_f16(a, b, acc, arch)
+    return _vec_dot_f16(a, b, acc, arch)
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def _rows_float(kind, tiny, arch, hw, w32, w16, x, out, r0, r1):
     acc = np.empty(64, np.float32)
     wf = np.empty(x.shape[1], np.float32)
@@ -569,11 +577,6 @@ def _mm_float(kind, tiny, arch, hw, w32, w16, x, out):
     for c in prange((R + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
         _rows_float(kind, tiny, arch, hw, w32, w16, x, out, c * _ROWS_PER_TASK,
                     min(R, (c + 1) * _ROWS_PER_TASK))
-
-
-@njit(cache=True)
-def _mm_float_serial(kind, tiny, arch, hw, w32, w16, x, out):
-    _rows_float(kind, tiny, arch, hw, w32, w16, x, out, 0, out.shape[1])
 
 
 FLOAT_TYPES = frozenset({T.F32, T.F16, T.BF16})
@@ -610,8 +613,11 @@ class FloatFamily(Family):
         tiny = mm_path(prof, qm.type, x.shape[0], False, qm.rows, qm.cols) == "tinyblas"
         xr = np.ascontiguousarray(round_activations(qm.type, x), np.float32)
         out = np.empty((x.shape[0], qm.rows), np.float32)
-        (_mm_float if parallel else _mm_float_serial)(kind, tiny, int(prof.arch),
-                                                      prof.bf16 == "avx512bf16", w32, w16, xr, out)
+        args = (kind, tiny, int(prof.arch), prof.bf16 == "avx512bf16", w32, w16, xr, out)
+        if parallel:
+            _mm_float(*args)
+        else:
+            _rows_float(*args, 0, qm.rows)
         return out
 
 

@@ -89,7 +89,7 @@ from ..types import GGMLType as T, block_format
 from . import act_quant
 from .families import Family, mm_path, register
 from .fp import bits_f32, fma32, hsum8, hsum16
-from .lanes import _V8F, _V32I8, _check, _fn, _lanes, _ptr, fma8_into, lanes_scaled_add
+from .lanes import _V8F, _V8I32, _V32I8, _check, _fn, _lanes, _ptr, fma8_into, fma8_vv, lanes_scaled_add
 from .ops import _dot_tinyblas, _dot_vec_f16
 
 __all__ = ["SMALL_TYPES", "FLOAT_TYPES", "SmallFamily", "FloatFamily"]
@@ -126,6 +126,55 @@ def _lanes_fma2(typingctx, acc, accoff, w, woff, x, xoff, d_lo, d_hi):
     return sig, codegen
 
 
+def _hsum_i32x8(builder, v, width):
+    # sum of each group of `width` (8 or 4) int32 lanes of v, in registers
+    # (three / two shuffle-adds); lane 0 holds lanes 0..width-1, lane 4
+    # (width 4) lanes 4..7
+    u = ir.Constant(_V8I32, ir.Undefined)
+    if width == 8:
+        v = builder.add(v, builder.shuffle_vector(v, u, ir.Constant(_V8I32, [4, 5, 6, 7] * 2)))
+    v = builder.add(v, builder.shuffle_vector(v, u, ir.Constant(_V8I32, [2, 3, 2, 3, 6, 7, 6, 7])))
+    return builder.add(v, builder.shuffle_vector(v, u, ir.Constant(_V8I32, [1, 1, 1, 1, 5, 5, 5, 5])))
+
+
+def _block_lanes(context, builder, signature, args):
+    W, wo, X, xo = args
+    tw, _, tx, _ = signature.args
+    wv = builder.load(_ptr(context, builder, tw, W, wo, _V32I8), align=1)
+    xv = builder.load(_ptr(context, builder, tx, X, xo, _V32I8), align=1)
+    return _lanes(builder, wv, xv)
+
+
+@intrinsic
+def _bdot(typingctx, w, woff, x, xoff):
+    """The exact int32 dot of the 32 int8 values at w[woff] and x[xoff]
+    (the lanes summed in registers: a sum through memory costs a
+    store-forwarding stall per block)."""
+    _check(w=(w, types.int8), x=(x, types.int8))
+    sig = types.int32(w, types.intp, x, types.intp)
+
+    def codegen(context, builder, signature, args):
+        v = _hsum_i32x8(builder, _block_lanes(context, builder, signature, args), 8)
+        return builder.extract_element(v, ir.Constant(ir.IntType(32), 0))
+    return sig, codegen
+
+
+@intrinsic
+def _bdot_halves(typingctx, w, woff, x, xoff):
+    """(dot of the first 16, dot of the last 16) of the 32 int8 values at
+    w[woff] and x[xoff], exact int32 (NVFP4's sub-blocks)."""
+    _check(w=(w, types.int8), x=(x, types.int8))
+    ret = types.UniTuple(types.int32, 2)
+    sig = ret(w, types.intp, x, types.intp)
+
+    def codegen(context, builder, signature, args):
+        v = _hsum_i32x8(builder, _block_lanes(context, builder, signature, args), 4)
+        i32 = ir.IntType(32)
+        return context.make_tuple(builder, ret, [builder.extract_element(v, ir.Constant(i32, 0)),
+                                                 builder.extract_element(v, ir.Constant(i32, 4))])
+    return sig, codegen
+
+
 @intrinsic
 def _half_to_f32(typingctx, h):
     """The float32 value of fp16 bits h (uint16), exact (LLVM `fpext`:
@@ -142,19 +191,6 @@ def _half_to_f32(typingctx, h):
 _B32, _NV, _Q1, _Q2, _TQ = 0, 1, 2, 3, 4
 #: paths of the block kernels
 _AVX2, _GENERIC, _TINYBLAS, _REPACK = 0, 1, 2, 3
-
-
-@njit(inline="always", cache=True)
-def _dot32(w, o, x, sumi):
-    # exact int dot of the 32 int8 values at w[o] and x[o]; leaves the 8
-    # lanes in sumi
-    for L in range(8):
-        sumi[L] = 0
-    lanes_scaled_add(sumi, w, o, x, o, 1, 1)
-    s = 0
-    for L in range(8):
-        s += sumi[L]
-    return s
 
 
 @njit(inline="always", cache=True)
@@ -187,7 +223,7 @@ def _row_small(kind, path, fma, w, ws, x, xs, xb, sumi, acc):
             s = hsum8(acc)
             if ib < nb:
                 d = _F32(xs[ib] * ws[ib])
-                s = _madd(d, _F32(_dot32(w, 32 * ib, x, sumi)), s, fma)
+                s = _madd(d, _F32(_bdot(w, 32 * ib, x, 32 * ib)), s, fma)
             return s
         if path == _TINYBLAS:
             for L in range(8):
@@ -199,7 +235,7 @@ def _row_small(kind, path, fma, w, ws, x, xs, xb, sumi, acc):
         s = _F32(0.0)
         for ib in range(nb):
             d = _F32(xs[ib] * ws[ib])
-            si = _F32(_dot32(w, 32 * ib, x, sumi))
+            si = _F32(_bdot(w, 32 * ib, x, 32 * ib))
             if path == _REPACK:
                 s = fma32(si, d, s)
             else:
@@ -220,10 +256,9 @@ def _row_small(kind, path, fma, w, ws, x, xs, xb, sumi, acc):
         s = _F32(0.0)
         for b in range(nb):
             for h in range(2):
-                _dot32(w, 64 * b + 32 * h, x, sumi)
+                o = 64 * b + 32 * h
+                lo, hi = _bdot_halves(w, o, x, o)
                 dy = xs[2 * b + h]
-                lo = sumi[0] + sumi[1] + sumi[2] + sumi[3]
-                hi = sumi[4] + sumi[5] + sumi[6] + sumi[7]
                 s = _madd(_F32(dy * ws[4 * b + 2 * h]), _F32(lo), s, fma)
                 s = _madd(_F32(dy * ws[4 * b + 2 * h + 1]), _F32(hi), s, fma)
         return s
@@ -247,7 +282,7 @@ def _row_small(kind, path, fma, w, ws, x, xs, xb, sumi, acc):
             si = _F32(0.0)
             for k in range(sub):
                 o = 32 * (sub * b + k)
-                si = _madd(xs[sub * b + k], _F32(_dot32(w, o, x, sumi)), si, fma)
+                si = _madd(xs[sub * b + k], _F32(_bdot(w, o, x, o)), si, fma)
             s = _madd(ws[b], si, s, fma)
         return s
     # _TQ: TQ1_0 / TQ2_0, super-blocks of 256, unsigned codes, Q8_K
@@ -270,7 +305,8 @@ def _row_small(kind, path, fma, w, ws, x, xs, xb, sumi, acc):
     for b in range(nb):
         tot = 0
         for c in range(8):
-            tot += _dot32(w, 256 * b + 32 * c, x, sumi)
+            o = 256 * b + 32 * c
+            tot += _bdot(w, o, x, o)
         for j in range(16):
             tot -= xb[16 * b + j]
         s = _madd(_F32(tot), _F32(ws[b] * xs[b]), s, fma)
@@ -432,23 +468,46 @@ class SmallFamily(Family):
 _KF32, _KF16, _KBF16 = 0, 1, 2
 
 
-@njit(inline="always", cache=True)
-def _daz(v):
-    # vdpbf16ps reads denormals as zero (of the same sign) and flushes them
-    if v != 0 and abs(v) < _FLT_MIN:
-        return _F32(-0.0) if v < 0 else _F32(0.0)
-    return v
+def _daz16(builder, v):
+    # denormal lanes of <16 x float> v -> zero of the same sign
+    v16 = ir.VectorType(ir.FloatType(), 16)
+    fabs = _fn(builder, "llvm.fabs.v16f32", v16, [v16])
+    csign = _fn(builder, "llvm.copysign.v16f32", v16, [v16, v16])
+    tiny = builder.fcmp_ordered("<", builder.call(fabs, [v]), ir.Constant(v16, [float(_FLT_MIN)] * 16))
+    return builder.select(tiny, builder.call(csign, [ir.Constant(v16, [0.0] * 16), v]), v)
 
 
-@njit(cache=True)
-def _dpbf16(acc, off, a, b, i):
-    # one `vdpbf16ps` step on the 16 lanes acc[off:off+16] with the 32 bf16
-    # values a[i:i+32], b[i:i+32] (as float32): odd pair first, then even,
-    # each one rounding (fma of an exact product), DAZ / FTZ
-    for j in range(16):
-        e = i + 2 * j
-        s = fma32(_daz(a[e + 1]), _daz(b[e + 1]), _daz(acc[off + j]))
-        acc[off + j] = _daz(fma32(_daz(a[e]), _daz(b[e]), _daz(s)))
+@intrinsic
+def _dpbf16(typingctx, acc, off, a, b, i):
+    """One `vdpbf16ps` step: lane j of acc[off:off+16] += a[i+2j+1] *
+    b[i+2j+1], then += a[i+2j] * b[i+2j] (a, b: float32 arrays holding
+    bf16 values), each add one rounding (an FMA of the exact product); the
+    inputs' denormals (accumulator included) read as zero, denormal results
+    flushed to zero (module docstring)."""
+    _check(acc=(acc, types.float32), a=(a, types.float32), b=(b, types.float32))
+    sig = types.void(acc, types.intp, a, b, types.intp)
+
+    def codegen(context, builder, signature, args):
+        A, ao, X, Y, io = args
+        ta, _, tx, ty, _ = signature.args
+        v16 = ir.VectorType(ir.FloatType(), 16)
+        v32 = ir.VectorType(ir.FloatType(), 32)
+        xv = builder.load(_ptr(context, builder, tx, X, io, v32), align=4)
+        yv = builder.load(_ptr(context, builder, ty, Y, io, v32), align=4)
+        idx = ir.IntType(32)
+        odd = ir.Constant(ir.VectorType(idx, 16), [2 * j + 1 for j in range(16)])
+        even = ir.Constant(ir.VectorType(idx, 16), [2 * j for j in range(16)])
+        u = ir.Constant(v32, ir.Undefined)
+        pa = _ptr(context, builder, ta, A, ao, v16)
+        fma = _fn(builder, "llvm.fma.v16f32", v16, [v16, v16, v16])
+        s = _daz16(builder, builder.load(pa, align=4))
+        for sel in (odd, even):
+            p = _daz16(builder, builder.shuffle_vector(xv, u, sel))
+            q = _daz16(builder, builder.shuffle_vector(yv, u, sel))
+            s = _daz16(builder, builder.call(fma, [p, q, s]))
+        builder.store(s, pa, align=4)
+        return context.get_dummy_value()
+    return sig, codegen
 
 
 @njit(cache=True)
@@ -509,8 +568,7 @@ def _dot_bf16(a, b, acc, arch, hw):
             acc[L] = 0.0
         while i + 32 <= n:
             for k in range(4):
-                for L in range(8):
-                    acc[8 * k + L] = fma32(a[i + 8 * k + L], b[i + 8 * k + L], acc[8 * k + L])
+                fma8_vv(acc, 8 * k, a, i + 8 * k, b, i + 8 * k)
             i += 32
         for L in range(8):
             acc[L] = _F32(_F32(acc[L] + acc[16 + L]) + _F32(acc[8 + L] + acc[24 + L]))

@@ -314,3 +314,30 @@ def test_bf16_avx2_vec_dot_reduction():
     assert (_bits(want) != _bits(other)).any()
     assert np.array_equal(_bits(_mm(T.BF16, raw16.view(np.uint8).reshape(-1), rows, cols, x, "avx2")[0]),
                           _bits(want))
+
+
+def test_vdpbf16ps_is_the_instruction():
+    # tests/data/avx512/vdpbf16ps.npz: `_mm512_dpbf16_ps` run on an
+    # AVX512-BF16 CPU (tools/vdpbf16ps_vectors.py), including sums that land
+    # within an ulp of +-FLT_MIN, where the instruction rounds as if the
+    # exponent were unbounded and then flushes, and raw random bits
+    from numba import njit
+
+    from strata_ref.cpu.dots_small import _dpbf16
+
+    @njit
+    def run(acc, a, b):
+        for i in range(0, acc.shape[0], 16):
+            _dpbf16(acc, i, a, b, 2 * i)
+
+    from infer_helpers import DATA
+    v = np.load(DATA / "avx512" / "vdpbf16ps.npz")
+    acc = v["acc"].copy()
+    a = (v["a"].astype(np.uint32) << 16).view(f32).reshape(-1)
+    b = (v["b"].astype(np.uint32) << 16).view(f32).reshape(-1)
+    run(acc, np.ascontiguousarray(a), np.ascontiguousarray(b))
+    want = v["out"]
+    same = (_bits(acc) == _bits(want)) | (np.isnan(acc) & np.isnan(want))
+    assert same.all(), np.flatnonzero(~same)[:10]
+    near = np.abs(v["acc"]) < 2.0 ** -125
+    assert (want[near] == 0).sum() > 50 and (want[near] != 0).sum() > 50

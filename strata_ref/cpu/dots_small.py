@@ -66,11 +66,12 @@ F16 by RNE, BF16 by ggml's rule; F32 as is):
   sum; BF16 on the AVX512-BF16 build `tinyBLAS<32, __m512, __m512bh>`, 16
   lanes of `vdpbf16ps`.
 
-`vdpbf16ps` (Intel SDM, and checked on an AVX512-BF16 CPU): lane j of the
-accumulator gets the odd pair's product first, then the even pair's, each
-added with one rounding to nearest even; input denormals (the bf16 values
-and the accumulator) count as zero and denormal results are flushed to
-zero (`_dpbf16`).
+`vdpbf16ps` (Intel SDM, and checked on the instruction of an AVX512-BF16
+CPU, tools/vdpbf16ps_vectors.py): lane j of the accumulator gets the odd
+pair's product first, then the even pair's, each added with one rounding
+to nearest even; denormal inputs (the bf16 values and the accumulator)
+count as zero, and a sum is rounded to 24 bits as if the exponent were
+unbounded and flushed to zero when that is below FLT_MIN (`_dpbf16`).
 
 Weights stay as stored: the block types' codes widened to one int8 each
 (values in natural order), their scales as float32; F16 / BF16 weights as
@@ -478,14 +479,13 @@ def _daz16(builder, v):
 
 
 @intrinsic
-def _dpbf16(typingctx, acc, off, a, b, i):
-    """One `vdpbf16ps` step: lane j of acc[off:off+16] += a[i+2j+1] *
-    b[i+2j+1], then += a[i+2j] * b[i+2j] (a, b: float32 arrays holding
-    bf16 values), each add one rounding (an FMA of the exact product); the
-    inputs' denormals (accumulator included) read as zero, denormal results
-    flushed to zero (module docstring)."""
+def _dpbf16_fast(typingctx, acc, off, a, b, i):
+    """One `vdpbf16ps` step on 16 lanes (`_dpbf16`) as vector FMAs, for
+    when no intermediate result is +-FLT_MIN: stores the new lanes and
+    returns False; else stores nothing and returns True (that result may
+    have to be flushed, which `_dpbf16_exact` decides)."""
     _check(acc=(acc, types.float32), a=(a, types.float32), b=(b, types.float32))
-    sig = types.void(acc, types.intp, a, b, types.intp)
+    sig = types.boolean(acc, types.intp, a, b, types.intp)
 
     def codegen(context, builder, signature, args):
         A, ao, X, Y, io = args
@@ -495,19 +495,84 @@ def _dpbf16(typingctx, acc, off, a, b, i):
         xv = builder.load(_ptr(context, builder, tx, X, io, v32), align=4)
         yv = builder.load(_ptr(context, builder, ty, Y, io, v32), align=4)
         idx = ir.IntType(32)
-        odd = ir.Constant(ir.VectorType(idx, 16), [2 * j + 1 for j in range(16)])
-        even = ir.Constant(ir.VectorType(idx, 16), [2 * j for j in range(16)])
         u = ir.Constant(v32, ir.Undefined)
         pa = _ptr(context, builder, ta, A, ao, v16)
         fma = _fn(builder, "llvm.fma.v16f32", v16, [v16, v16, v16])
+        fabs = _fn(builder, "llvm.fabs.v16f32", v16, [v16])
+        fmin = ir.Constant(v16, [float(_FLT_MIN)] * 16)
         s = _daz16(builder, builder.load(pa, align=4))
-        for sel in (odd, even):
+        edge = None
+        for first in (1, 0):                    # the odd pair, then the even pair
+            sel = ir.Constant(ir.VectorType(idx, 16), [2 * j + first for j in range(16)])
             p = _daz16(builder, builder.shuffle_vector(xv, u, sel))
             q = _daz16(builder, builder.shuffle_vector(yv, u, sel))
-            s = _daz16(builder, builder.call(fma, [p, q, s]))
-        builder.store(s, pa, align=4)
-        return context.get_dummy_value()
+            s = builder.call(fma, [p, q, s])
+            hit = builder.fcmp_ordered("==", builder.call(fabs, [s]), fmin)
+            edge = hit if edge is None else builder.or_(edge, hit)
+            s = _daz16(builder, s)
+        i1x16 = ir.VectorType(ir.IntType(1), 16)
+        any_edge = builder.call(_fn(builder, "llvm.vector.reduce.or.v16i1", ir.IntType(1), [i1x16]), [edge])
+        with builder.if_then(builder.not_(any_edge)):
+            builder.store(s, pa, align=4)
+        return any_edge
     return sig, codegen
+
+
+@njit(inline="always", cache=True)
+def _daz(v):
+    # a denormal read as zero of its sign
+    if abs(v) < _FLT_MIN:
+        return _F32(v * _F32(0.0))
+    return v
+
+
+_TINY_TIE = np.float64(_FLT_MIN) - 2.0 ** -151   # half an ulp (unbounded exponent) below FLT_MIN
+
+
+@njit(inline="always", cache=True)
+def _ftz_fma(x, y, c):
+    # x * y + c rounded to 24 bits as if the exponent were unbounded, and
+    # zero (of the result's sign) when that is below FLT_MIN: vdpbf16ps's
+    # rounding and flush (checked on the instruction near FLT_MIN). fma32
+    # rounds onto the denormal grid instead, which differs only when it
+    # lands on +-FLT_MIN: then the exact sum (TwoSum in double; the product
+    # of two bf16 is exact) is compared with the tie point.
+    r = fma32(x, y, c)
+    ar = abs(r)
+    if ar < _FLT_MIN:
+        return _F32(r * _F32(0.0))
+    if ar == _FLT_MIN:
+        p = np.float64(x) * np.float64(y)
+        cc = np.float64(c)
+        s = p + cc
+        bb = s - p
+        err = (p - (s - bb)) + (cc - bb)
+        if r < 0:
+            s, err = -s, -err
+        d = s - _TINY_TIE                        # exact: s and the tie are within 2x
+        if d < 0 or (d == 0 and err < 0):
+            return _F32(r * _F32(0.0))
+    return r
+
+
+@njit(cache=True)
+def _dpbf16_exact(acc, off, a, b, i):
+    # `_dpbf16` lane by lane, with the exact flush rule
+    for j in range(16):
+        e = i + 2 * j
+        s = _ftz_fma(_daz(a[e + 1]), _daz(b[e + 1]), _daz(acc[off + j]))
+        acc[off + j] = _ftz_fma(_daz(a[e]), _daz(b[e]), s)
+
+
+@njit(inline="always", cache=True)
+def _dpbf16(acc, off, a, b, i):
+    # One `vdpbf16ps` step: lane j of acc[off:off+16] += a[i+2j+1] *
+    # b[i+2j+1], then += a[i+2j] * b[i+2j] (a, b: float32 arrays holding
+    # bf16 values), each add rounded once (an FMA of the exact product);
+    # denormal inputs, the accumulator included, read as zero and results
+    # below FLT_MIN after rounding flushed to zero (module docstring)
+    if _dpbf16_fast(acc, off, a, b, i):
+        _dpbf16_exact(acc, off, a, b, i)
 
 
 @njit(cache=True)

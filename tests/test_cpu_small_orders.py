@@ -341,3 +341,24 @@ def test_vdpbf16ps_is_the_instruction():
     assert same.all(), np.flatnonzero(~same)[:10]
     near = np.abs(v["acc"]) < 2.0 ** -125
     assert (want[near] == 0).sum() > 50 and (want[near] != 0).sum() > 50
+
+
+def test_both_f16_widenings_are_the_table():
+    # the F16 weight rows are widened in the kernel: by LLVM's fpext where
+    # it is an instruction, else by integer code; both must give ggml's
+    # fp16 -> f32 value of every bit pattern (NaNs quieted, as vcvtph2ps)
+    from numba import njit
+
+    from strata_ref.cpu.dots_small import _HOST_F16C, _fpext_half, _half_to_f32
+    from strata_ref.numerics import F16_TO_F32
+
+    @njit
+    def widen(h, out, fpext):
+        for i in range(h.shape[0]):
+            out[i] = _fpext_half(h[i]) if fpext else _half_to_f32(h[i])
+
+    h = np.arange(65536, dtype=np.uint32).astype(np.uint16)
+    for fpext in ([False, True] if _HOST_F16C else [False]):
+        out = np.empty(65536, f32)
+        widen(h, out, fpext)
+        assert np.array_equal(_bits(out), _bits(F16_TO_F32)), fpext

@@ -80,6 +80,9 @@ parts are exact and computed in any exact way (`lanes`).
 """
 from __future__ import annotations
 
+import platform
+
+import llvmlite.binding as llb
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
@@ -89,7 +92,7 @@ from ..numerics import F16_TO_F32, bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf1
 from ..types import GGMLType as T, block_format
 from . import act_quant
 from .families import Family, mm_path, register
-from .fp import bits_f32, fma32, hsum8, hsum16
+from .fp import bits_f32, f32_bits, fma32, hsum8, hsum16
 from .lanes import _V8F, _V8I32, _V32I8, _check, _fn, _lanes, _ptr, fma8_into, fma8_vv, lanes_scaled_add
 from .ops import _dot_tinyblas, _dot_vec_f16
 
@@ -176,15 +179,24 @@ def _bdot_halves(typingctx, w, woff, x, xoff):
     return sig, codegen
 
 
-@intrinsic
-def _half_to_f32(typingctx, h):
-    """The float32 value of fp16 bits h (uint16), exact (LLVM `fpext`:
-    F16C's vcvtph2ps where the host has it, as ggml's F16 loads)."""
-    sig = types.float32(types.uint16)
+_F16_SCALE = _F32(2.0 ** 112)
 
-    def codegen(context, builder, signature, args):
-        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
-    return sig, codegen
+
+@njit(inline="always", cache=True)
+def _half_to_f32(h):
+    # The float32 value of fp16 bits h, exact, as F16C's vcvtph2ps (ggml's
+    # F16 loads): the 15 magnitude bits moved to float32's place are the
+    # value times 2^-112 (normals and denormals alike), so one exact
+    # multiply by 2^112 rescales them; Inf / NaN (exponent 31) are rebuilt,
+    # a NaN quieted. For x86 CPUs without F16C (`_widen_f16`).
+    u = np.uint32(h)
+    mag = u & np.uint32(0x7FFF)
+    fin = np.uint32(f32_bits(_F32(bits_f32(np.int32(mag << np.uint32(13))) * _F16_SCALE)))
+    inf = (np.uint32(0x7F800000) | ((mag & np.uint32(0x3FF)) << np.uint32(13))
+           | (np.uint32(mag > np.uint32(0x7C00)) << np.uint32(22)))
+    big = np.uint32(0) - np.uint32(mag >= np.uint32(0x7C00))        # all ones for Inf / NaN
+    b = (inf & big) | (fin & ~big) | ((u & np.uint32(0x8000)) << np.uint32(16))
+    return bits_f32(np.int32(b))
 
 
 # ------------------------------------------------------------- block types
@@ -669,6 +681,43 @@ def _dot_float(kind, tiny, arch, hw, a, b, acc):
     return _vec_dot_f16(a, b, acc, arch)
 
 
+@intrinsic
+def _fpext_half(typingctx, h):
+    """The float32 value of fp16 bits h (uint16), exact: LLVM's `fpext`,
+    F16C's vcvtph2ps on x86 (only used where the host has it: elsewhere
+    on x86 LLVM would call a runtime helper)."""
+    sig = types.float32(types.uint16)
+
+    def codegen(context, builder, signature, args):
+        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+    return sig, codegen
+
+
+#: whether `_fpext_half` compiles to an instruction here (x86 with F16C, or
+#: another architecture, where LLVM converts halves natively)
+_HOST_F16C = bool(llb.get_host_cpu_features().get("f16c", False)) or \
+    platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686", "x86")
+
+
+@njit(cache=True)
+def _widen_f16(src, dst):
+    # one row of fp16 bits -> float32; the fpext loop vectorizes (about 15
+    # times faster than `_half_to_f32`'s, which LLVM keeps scalar)
+    if _HOST_F16C:
+        for i in range(dst.shape[0]):
+            dst[i] = _fpext_half(src[i])
+    else:
+        for i in range(dst.shape[0]):
+            dst[i] = _half_to_f32(src[i])
+
+
+@njit(cache=True)
+def _widen_bf16(src, dst):
+    # one row of bf16 bits -> float32 (exact: the bits shifted into place)
+    for i in range(dst.shape[0]):
+        dst[i] = bits_f32(np.int32(np.uint32(src[i]) << np.uint32(16)))
+
+
 @njit(cache=True)
 def _rows_float(kind, tiny, arch, hw, w32, w16, x, out, r0, r1):
     acc = np.empty(64, np.float32)
@@ -677,12 +726,10 @@ def _rows_float(kind, tiny, arch, hw, w32, w16, x, out, r0, r1):
         if kind == _KF32:
             a = w32[r]
         else:
-            for i in range(wf.shape[0]):
-                h = w16[r, i]
-                if kind == _KF16:
-                    wf[i] = _half_to_f32(h)
-                else:
-                    wf[i] = bits_f32(np.int32(np.uint32(h) << np.uint32(16)))
+            if kind == _KF16:
+                _widen_f16(w16[r], wf)
+            else:
+                _widen_bf16(w16[r], wf)
             a = wf
         for t in range(x.shape[0]):
             out[t, r] = _dot_float(kind, tiny, arch, hw, a, x[t], acc)

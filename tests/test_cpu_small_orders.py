@@ -362,3 +362,30 @@ def test_both_f16_widenings_are_the_table():
         out = np.empty(65536, f32)
         widen(h, out, fpext)
         assert np.array_equal(_bits(out), _bits(F16_TO_F32)), fpext
+
+
+@pytest.mark.parametrize("t, parts", [(T.IQ4_NL, (16, 12, 8)), (T.MXFP4, (8, 4)), (T.F16, (8, 6, 4)),
+                                      (T.BF16, (6, 8))], ids=lambda v: getattr(v, "name", str(v)))
+def test_stacked_parts_keep_their_own_paths(t, parts):
+    # ggml picks a path per GGUF tensor: in a stack of q|k|v the parts with
+    # rows % 8 == 0 stay repacked (IQ4_NL, MXFP4) and those with rows % 4
+    # == 0 take tinyBLAS (float types) even when a neighbour does not
+    rng = np.random.default_rng(7)
+    cols = 128
+    mats = []
+    for rows in parts:
+        if t in (T.F16, T.BF16):
+            w = (rng.standard_normal((rows, cols)) * 2.0 ** rng.uniform(-4, 4, (rows, cols))).astype(f32)
+            bits = _bf16(w) if t == T.BF16 else w.astype(np.float16).view(np.uint16)
+            raw = bits.view(np.uint8).reshape(-1)
+        else:
+            raw = _wide_blocks(t, rows, cols, rng)
+        mats.append(QMatrix(t, raw, rows, cols, "", "avx2"))
+    x = _wide_acts(5, cols, rng)
+    stacked = QMatrix.stack(mats)
+    want = np.concatenate([m.matmul(x) for m in mats], axis=1)
+    assert np.array_equal(_bits(stacked.matmul(x)), _bits(want))
+    # and it matters: one path for the whole stack gives other bits
+    one = QMatrix(t, stacked.raw, stacked.rows, cols, "", "avx2")
+    one.repack_rows = stacked.repack_rows
+    assert (_bits(one.matmul(x)) != _bits(want)).any()

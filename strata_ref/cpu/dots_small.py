@@ -91,7 +91,7 @@ from numba.extending import intrinsic
 from ..numerics import F16_TO_F32, bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits
 from ..types import GGMLType as T, block_format
 from . import act_quant
-from .families import Family, mm_path, register
+from .families import Family, register, segments
 from .fp import bits_f32, f32_bits, fma32, hsum8, hsum16
 from .lanes import _V8F, _V8I32, _V32I8, _check, _fn, _lanes, _ptr, fma8_into, fma8_vv, lanes_scaled_add
 from .ops import _dot_tinyblas, _dot_vec_f16
@@ -340,17 +340,16 @@ _ROWS_PER_TASK = 64
 
 
 @njit(parallel=True, cache=True)
-def _mm_small(kind, path, fma, wq, ws, xq, xs, xb, out):
+def _mm_small(kind, path, fma, wq, ws, xq, xs, xb, out, r0, r1):
     """out[t, r] = ggml's dot of block-type weight row r (int8 values wq
     (rows, cols), float32 scales ws (rows, groups)) with activation row t
     (int8 xq (n, cols), float32 scales xs, int32 Q8_K bsums xb (n, cols /
-    16) or a dummy), for `kind` and `path` (module docstring); fma: the
-    build contracts C's a * b + c. Tasks of `_ROWS_PER_TASK` rows run in
-    parallel."""
-    R = wq.shape[0]
-    for c in prange((R + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
-        _rows_small(kind, path, fma, wq, ws, xq, xs, xb, out, c * _ROWS_PER_TASK,
-                    min(R, (c + 1) * _ROWS_PER_TASK))
+    16) or a dummy), for r0 <= r < r1, `kind` and `path` (module
+    docstring); fma: the build contracts C's a * b + c. Tasks of
+    `_ROWS_PER_TASK` rows run in parallel."""
+    for c in prange((r1 - r0 + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
+        a = r0 + c * _ROWS_PER_TASK
+        _rows_small(kind, path, fma, wq, ws, xq, xs, xb, out, a, min(r1, a + _ROWS_PER_TASK))
 
 
 # ------------------------------------------------------------------ packing
@@ -454,26 +453,24 @@ class SmallFamily(Family):
         kind, wq, ws = packed
         prof = qm.profile
         n = x.shape[0]
-        route = mm_path(prof, qm.type, n, qm._repacked(), qm.rows, qm.cols)
-        if route == "repack":
-            path = _REPACK
-        elif route == "tinyblas":
-            path = _TINYBLAS
-        elif prof.vec_dot == "avx2" and qm.type in _AVX2_VEC_DOT:
-            path = _AVX2
-        else:
-            path = _GENERIC
         if kind == _TQ:
             xq, xs, xb = act_quant.q8_k_fields(x)
         else:
             xq, xs = act_quant.q8_0_fields(x, ref=prof.act_quant == "ref")
             xb = np.zeros((n, 1), np.int32)
+        xb = np.ascontiguousarray(xb, np.int32)
         out = np.empty((n, qm.rows), np.float32)
-        args = (kind, path, bool(prof.fma), wq, ws, xq, xs, np.ascontiguousarray(xb, np.int32), out)
-        if parallel:
-            _mm_small(*args)
-        else:
-            _rows_small(*args, 0, qm.rows)
+        for r0, r1, route in segments(qm, n):
+            if route == "repack":
+                path = _REPACK
+            elif route == "tinyblas":
+                path = _TINYBLAS
+            elif prof.vec_dot == "avx2" and qm.type in _AVX2_VEC_DOT:
+                path = _AVX2
+            else:
+                path = _GENERIC
+            (_mm_small if parallel else _rows_small)(kind, path, bool(prof.fma), wq, ws, xq, xs, xb, out,
+                                                     r0, r1)
         return out
 
 
@@ -736,17 +733,17 @@ def _rows_float(kind, tiny, arch, hw, w32, w16, x, out, r0, r1):
 
 
 @njit(parallel=True, cache=True)
-def _mm_float(kind, tiny, arch, hw, w32, w16, x, out):
+def _mm_float(kind, tiny, arch, hw, w32, w16, x, out, r0, r1):
     """out[t, r] = ggml's dot of float weight row r (F32: w32 (rows, cols);
     F16 / BF16: their bits w16 (rows, cols) uint16; the other a dummy) with
     activation row t of x (float32 (n, cols), already rounded to the
     weight's vec_dot_type): tinyBLAS's order when `tiny`, else the build's
     `ggml_vec_dot_*` (arch: `profiles.ARCH_*`; hw: AVX512-BF16's
-    vdpbf16ps). Tasks of `_ROWS_PER_TASK` rows run in parallel."""
-    R = out.shape[1]
-    for c in prange((R + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
-        _rows_float(kind, tiny, arch, hw, w32, w16, x, out, c * _ROWS_PER_TASK,
-                    min(R, (c + 1) * _ROWS_PER_TASK))
+    vdpbf16ps), for r0 <= r < r1. Tasks of `_ROWS_PER_TASK` rows run in
+    parallel."""
+    for c in prange((r1 - r0 + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
+        a = r0 + c * _ROWS_PER_TASK
+        _rows_float(kind, tiny, arch, hw, w32, w16, x, out, a, min(r1, a + _ROWS_PER_TASK))
 
 
 FLOAT_TYPES = frozenset({T.F32, T.F16, T.BF16})
@@ -780,14 +777,11 @@ class FloatFamily(Family):
     def matmul(self, qm, packed, x, parallel):
         kind, w32, w16 = packed
         prof = qm.profile
-        tiny = mm_path(prof, qm.type, x.shape[0], False, qm.rows, qm.cols) == "tinyblas"
         xr = np.ascontiguousarray(round_activations(qm.type, x), np.float32)
         out = np.empty((x.shape[0], qm.rows), np.float32)
-        args = (kind, tiny, int(prof.arch), prof.bf16 == "avx512bf16", w32, w16, xr, out)
-        if parallel:
-            _mm_float(*args)
-        else:
-            _rows_float(*args, 0, qm.rows)
+        for r0, r1, route in segments(qm, x.shape[0]):
+            (_mm_float if parallel else _rows_float)(kind, route == "tinyblas", int(prof.arch),
+                                                     prof.bf16 == "avx512bf16", w32, w16, xr, out, r0, r1)
         return out
 
 

@@ -6,10 +6,12 @@ Source: llama.cpp vendored by llama-cpp-python 0.3.36, `ggml/src/ggml-cpu/`
 (GCC 12, `-std=gnu11`: `a * b + c` in C code and in GCC's vector
 intrinsics, whose `_mm256_mul_ps` / `_mm256_add_ps` are plain vector
 arithmetic, is contracted into an FMA on builds with FMA; the baseline
-build has none). Which code each path follows (`families.mm_path` picks the
-path):
+build has none). Which code each path follows (`families.segments` picks
+the path per GGUF tensor, by `families.mm_path`):
 
-Block types, "vec_dot" (one weight row times one activation row):
+Block types, "vec_dot" (one weight row times one activation row; every
+activation row of MXFP4, NVFP4, Q1_0, Q2_0, TQ1_0, TQ2_0 that is not
+repacked, and IQ4_NL's single row):
 
 * IQ4_NL, MXFP4 (`ggml_vec_dot_iq4_nl_q8_0`, `ggml_vec_dot_mxfp4_q8_0`,
   `arch/x86/quants.c`, `__AVX2__`): blocks taken in pairs, the even block
@@ -25,9 +27,9 @@ Block types, "vec_dot" (one weight row times one activation row):
   float(lanes_0), then b = fma(d_aK, float(lanes_K), b) for its other three
   Q8_0 blocks, then acc = fma(d_w, b, acc); `hsum_float_8`.
 * TQ1_0, TQ2_0 (`ggml_vec_dot_tq1_0_q8_K`, `ggml_vec_dot_tq2_0_q8_K`, AVX2):
-  the unsigned codes (0..2) times the q8, lane L of a super-block summing
-  positions 4L..4L+3 of each 32 minus the Q8_K bsums 2L and 2L+1 (the -1
-  offset), then acc = fma(float(lane), d_a * d_w, acc) (mul + add
+  the unsigned codes (0..2; TQ2_0's 3 too) times the q8, lane L of a
+  super-block summing positions 4L..4L+3 of each 32 minus the Q8_K bsums
+  2L and 2L+1 (the -1 offset), then acc = fma(float(lane), d_a * d_w, acc) (mul + add
   intrinsics, contracted); `hsum_float_8`.
 * the generic C code (`quants.c` `ggml_vec_dot_*_generic`; the baseline
   build, and Q2_0 on every x86 build, `arch-fallback.h`): one exact integer
@@ -41,7 +43,8 @@ Block types, other paths:
   llamafile's `tinyBLAS_Q0_AVX` (`llamafile/sgemm.cpp`), one 8-lane
   accumulator per output, fma(d_w * d_a, float(lanes), acc) block after
   block, `hsum`: Q4_0's arithmetic, not IQ4_NL's two-accumulator vec_dot.
-* "repack" (IQ4_NL, MXFP4 with rows % 8 == 0 on AVX2 builds): ggml's
+* "repack" (IQ4_NL, MXFP4 with rows % 8 == 0 on the AVX2 and AVX-512
+  builds): ggml's
   CPU_REPACK `iq4_nl_8x8` / `mxfp4_8x8` gemv and gemm
   (`arch/x86/repack.cpp`, `gemv_q4_b32_8x8_q8_0_lut_avx` and
   `gemm_q4_b32_8x8_q8_0_lut_avx`, AVX2 and AVX-512 variants alike): one
@@ -55,8 +58,8 @@ F16 by RNE, BF16 by ggml's rule; F32 as is):
 * "vec_dot": `ggml_vec_dot_f32` / `_f16` / `_bf16` (`vec.cpp`) with the
   `simd-mappings.h` macros of the build. F32 and F16: four accumulators of
   16 lanes (AVX-512) or 8 (AVX2) over steps of 64 / 32, reduced pairwise
-  and across lanes; the rest of the row added by float FMAs (F32) or in
-  double (F16). BF16: AVX512-BF16 two `vdpbf16ps` accumulators over steps
+  and across lanes; the rest of the row added to the float sum as GCC 12
+  vectorized that loop (F32: `_dot_vec_f32`) or in double (F16). BF16: AVX512-BF16 two `vdpbf16ps` accumulators over steps
   of 64, each lane sum added to a double; AVX2 four 8-lane FMA
   accumulators, (c1 + c3) + (c2 + c4), `hsum`, added to a double. Baseline
   build: every float product added in double.
@@ -93,6 +96,8 @@ from ..types import GGMLType as T, block_format
 from . import act_quant
 from .families import Family, register, segments
 from .fp import bits_f32, f32_bits, fma32, hsum8, hsum16
+# lanes' IR helpers (`_lanes`: the exact 8 int32 lanes of a block) build the
+# intrinsics below; ops' F16 dots are the verified orders of K q / V p
 from .lanes import _V8F, _V8I32, _V32I8, _check, _fn, _lanes, _ptr, fma8_into, fma8_vv, lanes_scaled_add
 from .ops import _dot_tinyblas, _dot_vec_f16
 
@@ -151,9 +156,9 @@ def _block_lanes(context, builder, signature, args):
 
 @intrinsic
 def _bdot(typingctx, w, woff, x, xoff):
-    """The exact int32 dot of the 32 int8 values at w[woff] and x[xoff]
-    (the lanes summed in registers: a sum through memory costs a
-    store-forwarding stall per block)."""
+    """The exact int32 dot of the 32 int8 values at w[woff] and x[xoff],
+    the lanes summed in registers (summed through an array they made the
+    generic and repacked paths 5 to 10 times slower, measured)."""
     _check(w=(w, types.int8), x=(x, types.int8))
     sig = types.int32(w, types.intp, x, types.intp)
 

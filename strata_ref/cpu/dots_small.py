@@ -29,8 +29,8 @@ repacked, and IQ4_NL's single row):
 * TQ1_0, TQ2_0 (`ggml_vec_dot_tq1_0_q8_K`, `ggml_vec_dot_tq2_0_q8_K`, AVX2):
   the unsigned codes (0..2; TQ2_0's 3 too) times the q8, lane L of a
   super-block summing positions 4L..4L+3 of each 32 minus the Q8_K bsums
-  2L and 2L+1 (the -1 offset), then acc = fma(float(lane), d_a * d_w, acc) (mul + add
-  intrinsics, contracted); `hsum_float_8`.
+  2L and 2L+1 (the -1 offset), then acc = fma(float(lane), d_a * d_w,
+  acc) (mul + add intrinsics, contracted); `hsum_float_8`.
 * the generic C code (`quants.c` `ggml_vec_dot_*_generic`; the baseline
   build, and Q2_0 on every x86 build, `arch-fallback.h`): one exact integer
   per block (Q1_0 / Q2_0: per Q8_0 block, summed in a float with the Q8_0
@@ -59,10 +59,11 @@ F16 by RNE, BF16 by ggml's rule; F32 as is):
   `simd-mappings.h` macros of the build. F32 and F16: four accumulators of
   16 lanes (AVX-512) or 8 (AVX2) over steps of 64 / 32, reduced pairwise
   and across lanes; the rest of the row added to the float sum as GCC 12
-  vectorized that loop (F32: `_dot_vec_f32`) or in double (F16). BF16: AVX512-BF16 two `vdpbf16ps` accumulators over steps
-  of 64, each lane sum added to a double; AVX2 four 8-lane FMA
-  accumulators, (c1 + c3) + (c2 + c4), `hsum`, added to a double. Baseline
-  build: every float product added in double.
+  vectorized that loop (F32: `_dot_vec_f32`) or in double (F16). BF16:
+  AVX512-BF16 two `vdpbf16ps` accumulators over steps of 64, each lane sum
+  added to a double; AVX2 four 8-lane FMA accumulators, (c1 + c3) + (c2 +
+  c4), `hsum`, added to a double. Baseline build: every float product
+  added in double.
 * "tinyblas" (k a multiple of the lanes, rows a multiple of 4): llamafile's
   `tinyBLAS<KN, ...>`, one accumulator of 16 (AVX-512) or 8 (AVX2) lanes
   per output, lane l taking elements l, l + KN, ... by FMA, then the lane

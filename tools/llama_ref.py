@@ -19,6 +19,13 @@ the running interpreter. Subcommands:
       logits of one batched pass over `TINY_IDS`, every row, float32, with
       the sha256 of each GGUF so a test can tell it rebuilt the same file.
 
+  typed [--out tests/data/llama_ref_typed.npz]
+      Small random qwen3 models whose matrices are all IQ4_NL, resp. MXFP4
+      (tests/typed_models.py `typed_model`, seed 0; rows % 8 == 0, so the
+      AVX2 builds repack them): the logits of every row of one batched
+      pass over `IDS` and of an incremental one (`N_PROMPT` tokens, then
+      one per call), float32, with the sha256 of each GGUF.
+
   actquant [--out tests/data/ggml_act_quant.npz]
       Seeded activation vectors (and hand-made edge cases) quantized by
       ggml-cpu's own `from_float` for Q8_0, Q8_1 and Q8_K (the AVX2 build
@@ -189,6 +196,34 @@ def cmd_synthetic(args) -> None:
     print(out, {k: v.shape for k, v in res.items()})
 
 
+def cmd_typed(args) -> None:
+    import hashlib
+    import tempfile
+    sys.path.insert(0, str(REPO / "tests"))
+    sys.path.insert(0, str(REPO))
+    from typed_models import IDS, N_PROMPT, TYPED, typed_model
+    res = {}
+    with tempfile.TemporaryDirectory() as d:
+        for t in TYPED:
+            path = Path(d) / f"typed_{t}.gguf"
+            typed_model(t, path, seed=0)
+            llm = _llama(path)
+            llm.reset()
+            llm.eval(IDS)
+            res[f"{t}_batched"] = np.array(llm.scores[:len(IDS)], np.float32)
+            llm.reset()
+            llm.eval(IDS[:N_PROMPT])
+            for tok in IDS[N_PROMPT:]:
+                llm.eval([tok])
+            res[f"{t}_incr"] = np.array(llm.scores[:len(IDS)], np.float32)
+            res[f"{t}_sha256"] = np.array(hashlib.sha256(path.read_bytes()).hexdigest())
+            del llm
+    out = Path(args.out or _data_dir() / "llama_ref_typed.npz")
+    np.savez_compressed(out, ids=np.array(IDS, np.int32), n_prompt=np.int64(N_PROMPT), **res,
+                        **_provenance())
+    print(out, {k: v.shape for k, v in res.items()})
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", help="run against the peer built for this CPU profile")
@@ -201,11 +236,14 @@ def main(argv=None) -> int:
     p.add_argument("--out")
     p = sub.add_parser("synthetic")
     p.add_argument("--out")
+    p = sub.add_parser("typed")
+    p.add_argument("--out")
     if argv is None:
         from peer_env import ensure_profile
         ensure_profile(__file__)
     args = ap.parse_args(argv)
-    {"logits": cmd_logits, "actquant": cmd_actquant, "synthetic": cmd_synthetic}[args.cmd](args)
+    {"logits": cmd_logits, "actquant": cmd_actquant, "synthetic": cmd_synthetic,
+     "typed": cmd_typed}[args.cmd](args)
     return 0
 
 

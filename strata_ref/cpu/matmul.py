@@ -652,6 +652,9 @@ class QMatrix:
         #: rows of the smallest GGUF tensor this matrix is made of (`stack`):
         #: ggml repacks a Q4_K tensor when its row count is a multiple of 8
         self.repack_rows = self.rows
+        #: the row counts of the GGUF tensors stacked into this matrix, in
+        #: order (ggml chooses a path per tensor: `families.segments`)
+        self.part_rows = (self.rows,)
 
     @classmethod
     def stack(cls, mats: list["QMatrix"], name: str = "") -> "QMatrix":
@@ -665,6 +668,7 @@ class QMatrix:
         out = cls(t, np.concatenate([m.raw for m in mats]), sum(m.rows for m in mats), cols, name,
                   mats[0].profile)
         out.repack_rows = 8 if all(m.repack_rows % 8 == 0 for m in mats) else 1
+        out.part_rows = tuple(r for m in mats for r in m.part_rows)
         return out
 
     @classmethod

@@ -39,7 +39,9 @@ _BLOCKS = r"blk\..*\.(attn_(q|k|v|output)|ffn_(gate|up|down))\.weight"
 VARIANTS = {
     "smollm2-q4_0": ("SmolLM2-135M-Instruct", "Q4_0"),
     "smollm2-q5_1": ("SmolLM2-135M-Instruct", "Q5_1"),
-    "smollm2-q2_k": ("SmolLM2-135M-Instruct", "Q2_K"),
+    # the Q2_K file type gives ffn_down Q3_K (and the 576-wide rows Q4_0):
+    # Q2_K itself by an override of ffn_down
+    "smollm2-q2_k": ("SmolLM2-135M-Instruct", "Q2_K", {r"blk\..*\.ffn_down\.weight": "Q2_K"}),
     "smollm2-q3_k_m": ("SmolLM2-135M-Instruct", "Q3_K_M"),
     "smollm2-q5_k_m": ("SmolLM2-135M-Instruct", "Q5_K_M"),
     "smollm2-iq4_nl": ("SmolLM2-135M-Instruct", "IQ4_NL"),

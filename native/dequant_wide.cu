@@ -153,6 +153,18 @@ constexpr int kPpt = STRATA_WIDE_PPT;   // pairs per thread
 template <class W, int OUT>
 constexpr bool kPairs = STRATA_WIDE_PAIRS != 0 && W::QK == 256 && OUT != OUT_F32;
 
+// IQ4_XS's kv table for the pair kernel: lane l holds kv[l % 16] and a
+// lookup is a shuffle from that lane (every lane of the warp runs pair()).
+// Unlike the shared table of the single-chunk kernels it needs no
+// __syncthreads at the start of each CUDA block, which Nsight Compute
+// showed as 5 cycles of barrier stall per issued instruction.
+struct KvShfl {
+    float v;
+    __device__ __forceinline__ float operator()(uint32_t i) const {
+        return __shfl_sync(0xffffffffu, v, (int)i);
+    }
+};
+
 template <class W, int OUT>
 __device__ __forceinline__ void wide_pairs_block(const uint8_t *__restrict__ blocks, unsigned total,
                                                  FastDiv cpr, unsigned row_bytes, unsigned ld,
@@ -160,6 +172,7 @@ __device__ __forceinline__ void wide_pairs_block(const uint8_t *__restrict__ blo
                                                  const float *kv) {
     static_assert(OUT != OUT_F32, "f32 outputs take single chunks");
     const unsigned npairs = total / 2, ppr = cpr.d / 2;
+    const KvShfl kvs{W::KV ? (float)tab_kvalues_iq4nl[threadIdx.x & 15] : 0.0f};
     float y[kPpt][2][8];
     bool finite[kPpt];
     unsigned o[kPpt];
@@ -169,7 +182,7 @@ __device__ __forceinline__ void wide_pairs_block(const uint8_t *__restrict__ blo
         const unsigned P = P0 < npairs ? P0 : npairs - 1;
         const unsigned r = fast_div(2 * P, cpr);   // = P / ppr, with the launch's divisor
         const unsigned pi = P - r * ppr, sb = pi >> 4, pl = pi & 15;
-        finite[k] = W::pair(blocks + (r * row_bytes + sb * (unsigned)W::B), (int)pl, kv, y[k][0], y[k][1]);
+        finite[k] = W::pair(blocks + (r * row_bytes + sb * (unsigned)W::B), (int)pl, kvs, y[k][0], y[k][1]);
         o[k] = r * ld + 8 * (sb * (W::QK / 8) + (unsigned)W::lo((int)pl));
     }
 #pragma unroll
@@ -225,10 +238,11 @@ __device__ __forceinline__ void wide_q8_0_block(const uint8_t *__restrict__ bloc
     }
 }
 
-// IQ4_XS's 16-entry kv table into shared memory (a no-op for other types).
-template <class W>
+// IQ4_XS's 16-entry kv table into shared memory, for the single-chunk
+// kernels (a no-op for other types and for the pair kernel, KvShfl).
+template <class W, int OUT>
 __device__ __forceinline__ void load_kv(float *kv) {
-    if constexpr (W::KV) {
+    if constexpr (W::KV && !kPairs<W, OUT>) {
         if (threadIdx.x < 16) kv[threadIdx.x] = (float)tab_kvalues_iq4nl[threadIdx.x];
         __syncthreads();
     }
@@ -242,7 +256,7 @@ __global__ void __launch_bounds__(kThreads)
 dequant_wide_kernel(const uint8_t *__restrict__ blocks, unsigned total, FastDiv cpr,
                     unsigned row_bytes, unsigned ld, void *__restrict__ out) {
     __shared__ float kv[16];
-    load_kv<W>(kv);
+    load_kv<W, OUT>(kv);
     wide_body<W, OUT>(blocks, total, cpr, row_bytes, ld, out, blockIdx.x, kv);
 }
 
@@ -277,7 +291,7 @@ struct WideSpans {
 template <class W, int OUT>
 __global__ void __launch_bounds__(kThreads) dequant_wide_many_kernel(const WideSpans spans) {
     __shared__ float kv[16];
-    load_kv<W>(kv);
+    load_kv<W, OUT>(kv);
     int i = 0;   // uniform over the CUDA block: at most 15 compares
     while (i + 1 < spans.count && blockIdx.x >= spans.s[i + 1].first_block) ++i;
     const WideSpan &sp = spans.s[i];

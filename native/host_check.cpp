@@ -65,7 +65,7 @@ static void run_pairs(const std::vector<uint8_t> &in, std::vector<uint32_t> &out
     for (size_t i = 0; i < n; ++i)
         for (int P = 0; P < W::QK / 16; ++P) {
             float y0[8], y1[8];
-            const bool finite = W::pair(in.data() + i * W::B, P, kv, y0, y1);
+            const bool finite = W::pair(in.data() + i * W::B, P, KvArray{kv}, y0, y1);
             for (int j = 0; j < 8; ++j) {
                 if (finite && (y0[j] != y0[j] || y1[j] != y1[j])) y0[j] = as_f32(0x7FC0DEADu);
                 out[i * W::QK + 8 * W::lo(P) + j] = out_f32_bits(y0[j]);

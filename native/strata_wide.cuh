@@ -14,7 +14,9 @@
 //   share their bytes: pair index P (0..15) gives chunks lo(P) and
 //   lo(P) + D, which read the same quant bytes (low and high nibbles) and
 //   for IQ4_XS the same scale, so a thread loads and unpacks them once for
-//   16 values. Each value is the same expression as in chunk().
+//   16 values. Each value is the same expression as in chunk(). IQ4_XS's
+//   kv values come from a lookup kv(i) (KvArray here and in host_check;
+//   the kernel passes a warp shuffle, dequant_wide.cu).
 // Plain C++ as well, for host_check.cpp.
 #pragma once
 
@@ -25,6 +27,12 @@ namespace strata {
 __device__ __forceinline__ bool finite_f32(float v) {
     return (as_u32(v) & 0x7F800000u) != 0x7F800000u;
 }
+
+// kv(i) of a 16-entry float table held in an array.
+struct KvArray {
+    const float *kv;
+    __device__ __forceinline__ float operator()(uint32_t i) const { return kv[i]; }
+};
 
 // Q8_0 (34 bytes, 4 chunks): d at byte 0, the chunk's 8 quants as four u16
 // loads at 2 + 8c (legal: blocks are 2-byte aligned). y = (float)q * d.
@@ -92,7 +100,8 @@ struct WideQ4_K {
     // 8 qs bytes)
     static constexpr int D = 4;
     static __device__ __forceinline__ int lo(int P) { return 8 * (P >> 2) + (P & 3); }
-    static __device__ __forceinline__ bool pair(const uint8_t *b, int P, const float *, float *y0,
+    template <class KV>
+    static __device__ __forceinline__ bool pair(const uint8_t *b, int P, const KV &, float *y0,
                                                 float *y1) {
         const int gp = P >> 2, p = P & 3;
         uint32_t sc, m;
@@ -143,7 +152,8 @@ struct WideQ5_K {
     // pairs as Q4_K's; the two groups take bits 2gp and 2gp + 1 of the same qh bytes
     static constexpr int D = 4;
     static __device__ __forceinline__ int lo(int P) { return 8 * (P >> 2) + (P & 3); }
-    static __device__ __forceinline__ bool pair(const uint8_t *b, int P, const float *, float *y0,
+    template <class KV>
+    static __device__ __forceinline__ bool pair(const uint8_t *b, int P, const KV &, float *y0,
                                                 float *y1) {
         const int gp = P >> 2, p = P & 3;
         uint32_t sc, m;
@@ -200,7 +210,8 @@ struct WideQ6_K {
     // same ql bytes, qh bits 2t + 4 of the same qh bytes)
     static constexpr int D = 8;
     static __device__ __forceinline__ int lo(int P) { return 16 * (P >> 3) + 4 * ((P >> 2) & 1) + (P & 3); }
-    static __device__ __forceinline__ bool pair(const uint8_t *b, int P, const float *, float *y0,
+    template <class KV>
+    static __device__ __forceinline__ bool pair(const uint8_t *b, int P, const KV &, float *y0,
                                                 float *y1) {
         const int h = P >> 3, t = (P >> 2) & 1, p = P & 3;
         const float d = f16_to_f32(reinterpret_cast<const uint16_t *>(b)[104]);
@@ -251,7 +262,8 @@ struct WideIQ4_XS {
     // (high nibbles of the same 8 qs bytes), one scale
     static constexpr int D = 2;
     static __device__ __forceinline__ int lo(int P) { return 4 * (P >> 1) + (P & 1); }
-    static __device__ __forceinline__ bool pair(const uint8_t *b, int P, const float *kv, float *y0,
+    template <class KV>
+    static __device__ __forceinline__ bool pair(const uint8_t *b, int P, const KV &kv, float *y0,
                                                 float *y1) {
         const int ib = P >> 1, p = P & 1;
         const uint32_t h = *reinterpret_cast<const uint32_t *>(b);
@@ -262,10 +274,10 @@ struct WideIQ4_XS {
         const uint32_t z0 = (q.x >> 4) & 0x0F0F0F0Fu, z1 = (q.y >> 4) & 0x0F0F0F0Fu;
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            y0[k] = mul(dl, kv[perm(x0, 0, 0x4440u | (uint32_t)k)]);
-            y0[4 + k] = mul(dl, kv[perm(x1, 0, 0x4440u | (uint32_t)k)]);
-            y1[k] = mul(dl, kv[perm(z0, 0, 0x4440u | (uint32_t)k)]);
-            y1[4 + k] = mul(dl, kv[perm(z1, 0, 0x4440u | (uint32_t)k)]);
+            y0[k] = mul(dl, kv(perm(x0, 0, 0x4440u | (uint32_t)k)));
+            y0[4 + k] = mul(dl, kv(perm(x1, 0, 0x4440u | (uint32_t)k)));
+            y1[k] = mul(dl, kv(perm(z0, 0, 0x4440u | (uint32_t)k)));
+            y1[4 + k] = mul(dl, kv(perm(z1, 0, 0x4440u | (uint32_t)k)));
         }
         return finite_f32(dl);
     }

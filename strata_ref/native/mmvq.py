@@ -198,7 +198,9 @@ _LIB: dict[int, MmvqNative] = {}
 
 
 def load_mmvq(device: int | None = None) -> MmvqNative:
-    """Build (once, cached) and load libstrata_mmvq for a CUDA device.
+    """Build (once, cached) and load libstrata_mmvq for a CUDA device
+    (default: $STRATA_REF_DEVICE or 0). The handle may be used from any host
+    thread: every call through `.lib` runs on `device` (`OnDevice`).
     Raises NativeUnavailable with the reason when that cannot be done."""
     if device is None:
         device = env_device()

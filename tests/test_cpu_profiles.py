@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 from infer_helpers import DATA, PROFILES, TINY_IDS, load_model, profile_files, tiny_model
+from model_variants import VARIANTS
 from strata_ref.cpu import PROFILES as CPU_PROFILES
 
 MODELS = {"SmolLM2-135M-Instruct": "SmolLM2-135M-Instruct", "Qwen2.5-Coder-0.5B-Instruct":
@@ -103,8 +104,10 @@ def test_variant_logits_are_llama_cpp_bits(name, profile, path, kind):
     assert bad.size == 0, (f"{name} {profile} {kind}: rows {bad.tolist()} differ "
                            f"(max |diff| {np.abs(got - want).max():.3g})")
     if kind == "incr":
-        # the greedy continuation: llama.cpp's argmax of every incremental row
-        assert np.argmax(ours, axis=1)[len(ref["prompt_ids"]) - 1:-1].tolist() == ref["greedy_ids"].tolist()[:len(ids) - len(ref["prompt_ids"])]
+        # our greedy continuation is llama.cpp's: the argmax of each
+        # incremental row from the last prompt position on is the next token
+        p = len(ref["prompt_ids"])
+        assert np.argmax(ours[p - 1:-1], axis=1).tolist() == ref["greedy_ids"].tolist()
 
 
 def test_every_profile_has_reference_data():
@@ -114,7 +117,11 @@ def test_every_profile_has_reference_data():
         assert p in CPU_PROFILES
         for stem in MODELS:
             assert (DATA / p / f"llama_ref_{stem}.npz").is_file(), (p, stem)
-        assert (DATA / p / "llama_ref_tiny.npz").is_file(), p
+        for name in VARIANTS:
+            assert (DATA / p / f"llama_ref_{name}.npz").is_file(), (p, name)
+        for f in ("llama_ref_tiny.npz", "ggml_mm.npz", "ggml_act_quant.npz", "llama_ref_typed.npz",
+                  "llama_ref_tiny_iq.npz", "llama_ops_qwen.npz", "llama_ops_smollm2.npz"):
+            assert (DATA / p / f).is_file(), (p, f)
 
 
 @pytest.mark.parametrize("name, profile, path, kind", _cases())

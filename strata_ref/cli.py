@@ -292,6 +292,36 @@ def cmd_kl(a) -> int:
     return 0
 
 
+def cmd_layers(a) -> int:
+    from ._progress import progress_bar
+    from .quality import layers, prompts, report, variants
+    if "@" in a.model and variants.parse_spec(a.model)[1] is not None:
+        return _err(f"layers: give the model without a variant suffix ({a.model!r}); "
+                    f"the study compares it with its own @float baseline")
+    if a.max_tokens < 1:
+        return _err(f"--max-tokens must be >= 1, got {a.max_tokens}")
+    if a.jobs is not None and a.jobs < 1:
+        return _err(f"--jobs must be >= 1, got {a.jobs}")
+    from .types import parse_type
+    target = parse_type(a.type)
+    plist = prompts.load_prompts(a.prompts) if a.prompts else list(prompts.DEFAULT_PROMPTS)
+    if a.limit:
+        plist = plist[:a.limit]
+    with progress_bar(None, "layers", "task", enabled=not a.json) as bar:
+        study = layers.run_layers(a.model, target, plist, a.max_tokens, a.cpu,
+                                  jobs=a.jobs or 1, scheduler=a.scheduler, progress=bar.update)
+    if a.plot:
+        from .quality import charts
+        charts.layer_kl(a.plot, study)
+        charts.crest(a.plot, study)
+    if a.json:
+        json.dump(study, sys.stdout)
+        print()
+        return 0
+    print(report.layers_text(study))
+    return 0
+
+
 def cmd_parity(a) -> int:
     if a.full and a.what != "gemm":
         return _err(f"--full applies to `parity gemm` only, not `parity {a.what}`")
@@ -444,6 +474,28 @@ def build_parser() -> argparse.ArgumentParser:
     kq.add_argument("--plot", default=None, metavar="DIR",
                     help="write the KL distribution chart (PNG, needs matplotlib) into DIR")
     kq.set_defaults(func=cmd_kl)
+
+    ly = sub.add_parser(
+        "layers", help="per-layer study of a quantization: crest factors, errors, sensitivity",
+        description="Against MODEL@float on a calibration set: the crest factor of every "
+                    "layer's attention and FFN input, each linear's weight and output errors "
+                    "when requantized to TYPE (weights, ggml's activation blocks, per-token "
+                    "int8), and the KL when only one layer is requantized (weight part and "
+                    "activation part), beside the whole model's (docs/quality.md).",
+        formatter_class=_Help)
+    ly.add_argument("model", metavar="MODEL", help="registry model or .gguf path")
+    ly.add_argument("--type", default="Q4_K", metavar="TYPE", help="the ggml type to requantize to")
+    ly.add_argument("--prompts", default=None, metavar="FILE", help="calibration prompts (default: the built-in set)")
+    ly.add_argument("--limit", type=int, default=16, metavar="N", help="use the first N prompts")
+    ly.add_argument("--max-tokens", type=int, default=24, metavar="N", help="tokens generated per prompt")
+    ly.add_argument("--cpu", default=None, metavar="PROFILE", help="CPU profile (default: $STRATA_REF_CPU, else native)")
+    ly.add_argument("--jobs", type=int, default=None, metavar="N",
+                    help="worker processes for the per-layer tasks (default 1: in this process)")
+    ly.add_argument("--scheduler", default=None, metavar="ADDR",
+                    help="run the tasks on dask.distributed: 'local' or a scheduler address")
+    ly.add_argument("--json", action="store_true", help="machine-readable output")
+    ly.add_argument("--plot", default=None, metavar="DIR", help="write layer_kl.png and crest.png into DIR")
+    ly.set_defaults(func=cmd_layers)
 
     pa = sub.add_parser("parity", help="native kernels against the oracle (needs a GPU)")
     pa.add_argument("what", choices=["dequant", "gemm", "mmvq", "experts"],

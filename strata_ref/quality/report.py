@@ -2,7 +2,7 @@
 `strata-ref layers`). Printed prompts and names are escaped."""
 from __future__ import annotations
 
-__all__ = ["kl_text", "kl_json", "stats_line", "STAT_HEADER"]
+__all__ = ["kl_text", "kl_json", "stats_line", "STAT_HEADER", "layers_text"]
 
 STAT_HEADER = (f"{'':14s} {'KL mean':>10s} {'(se)':>9s} {'median':>9s} {'p90':>9s} {'p99':>9s} "
                f"{'p99.9':>9s} {'max':>9s} {'top-1':>7s} {'dp mean':>9s} {'dp p1':>9s}")
@@ -53,3 +53,31 @@ def kl_json(meta: dict, results, test: dict, floor: dict) -> dict:
                     "kl": r.test["kl"].tolist(), "dp": r.test["dp"].tolist(),
                     "top1": r.test["top1"].tolist(), "floor_kl": r.floor["kl"].tolist()})
     return {**meta, "test": test, "floor": floor, "prompts": per}
+
+
+def layers_text(study: dict) -> str:
+    """The `strata-ref layers` report: per layer the crest factors and the
+    single-layer KLs, then per linear its type and errors, then the sums
+    beside the whole model."""
+    out = [f"layers of {_esc(study['model'], 60)} requantized to {study['type']} against its "
+           f"@float baseline (cpu {study['cpu']}, {study['prompts']} prompts, "
+           f"{study['positions']} generated positions; noise floor KL {study['floor']:.3g})",
+           f"{'layer':>5s} {'attn crest':>10s} {'ch (share, ratio)':>22s} {'ffn crest':>10s} "
+           f"{'ch (share, ratio)':>22s} {'KL weight':>10s} {'KL act':>10s} {'KL full':>10s}"]
+    for L in study["layers"]:
+        a, f = L["attn_input"], L["ffn_input"]
+        out.append(f"{L['layer']:5d} {a['crest_median']:10.3g} "
+                   f"{a['channel']:6d} ({100 * a['channel_share']:4.0f}%, {a['channel_ratio']:6.3g}) "
+                   f"{f['crest_median']:10.3g} "
+                   f"{f['channel']:6d} ({100 * f['channel_share']:4.0f}%, {f['channel_ratio']:6.3g}) "
+                   f"{L['kl_weight']:10.3g} {L['kl_act']:10.3g} {L['kl_full']:10.3g}")
+    s, w = study["sum"], study["whole"]
+    out.append(f"{'sum':>5s} {'':>66s} {s['kl_weight']:10.3g} {s['kl_act']:10.3g} {s['kl_full']:10.3g}")
+    out.append(f"{'whole':>5s} {'':>66s} {w['kl_weight']:10.3g} {w['kl_act']:10.3g} {w['kl_full']:10.3g}")
+    out += ["", f"{'layer':>5s} {'linear':>7s} {'type':>7s} {'w err':>9s} {'out w':>9s} {'out blk':>9s} "
+                f"{'out a8':>9s} {'out w+blk':>9s}"]
+    for L in study["layers"]:
+        for name, e in L["linears"].items():
+            out.append(f"{L['layer']:5d} {name:>7s} {e['type']:>7s} {e['w_err']:9.3g} {e['out_w']:9.3g} "
+                       f"{e['out_blocks']:9.3g} {e['out_a8']:9.3g} {e['out_wb']:9.3g}")
+    return "\n".join(out)

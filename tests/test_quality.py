@@ -79,8 +79,17 @@ def test_float_and_a8token_products(tiny):
     rng = np.random.default_rng(3)
     x = rng.standard_normal((3, fm.cols)).astype(np.float32)
     w = fm._weights()
-    want = (x.astype(np.float64) @ w.astype(np.float64).T).astype(np.float32)
-    assert np.array_equal(fm.matmul(x).view(np.uint32), want.view(np.uint32))
+    # the documented order: 8 partial float64 sums (positions j mod 8), paired, tail last
+    p = x.astype(np.float64)[:, None, :] * w.astype(np.float64)[None, :, :]
+    k8 = fm.cols - fm.cols % 8
+    s = p[..., :k8].reshape(3, fm.rows, -1, 8)
+    acc = np.zeros((3, fm.rows, 8))
+    for j in range(s.shape[2]):
+        acc += s[:, :, j, :]
+    tot = ((acc[..., 0] + acc[..., 4]) + (acc[..., 2] + acc[..., 6])) + ((acc[..., 1] + acc[..., 5]) + (acc[..., 3] + acc[..., 7]))
+    for j in range(k8, fm.cols):
+        tot = tot + p[..., j]
+    assert np.array_equal(fm.matmul(x).view(np.uint32), tot.astype(np.float32).view(np.uint32))
     a8 = variants.A8TokenMatrix(fm._qm)
     # per token: d = amax / 127, q = rint(x / d); a row whose values are k * d exactly
     xr = np.zeros((1, fm.cols), np.float32)

@@ -12,8 +12,10 @@ A variant is named by a suffix on the model argument:
 
 Every other operation (norms, RoPE, attention, the FFN activation) is the
 profile's own. The float products (`@float`, `@a8token`) are summed in
-float64 over float32 operands and rounded once to float32 (`_float_mm`), so
-they do not depend on a BLAS library's order. `load_variant(spec, profile)`
+float64 over float32 operands, in a fixed order (`_float_mm`: 8 partial sums
+of the products at positions j mod 8, then ((s0+s4)+(s2+s6))+((s1+s5)+(s3+s7)),
+the rest added last) and rounded once to float32, so they do not depend on
+a BLAS library's order and run at vector speed. `load_variant(spec, profile)`
 returns a `strata_ref.infer` model with its matrices replaced; the model
 graph does not change.
 """
@@ -88,14 +90,22 @@ def fallback_type(t: GGMLType, ncols: int) -> GGMLType:
 
 @njit(parallel=True, cache=True)
 def _float_mm(x, w, out):
-    # out[t, r] = float32(sum_k float64(x[t, k]) * float64(w[r, k])), rows in parallel
+    # out[t, r] = float32(sum_k float64(x[t, k]) * float64(w[r, k])) in the
+    # order of the module docstring (8 partial sums), rows in parallel
     n, k = x.shape
+    k8 = k - k % 8
     for r in prange(w.shape[0]):
+        acc = np.empty(8, np.float64)
         for t in range(n):
-            acc = 0.0
-            for j in range(k):
-                acc += np.float64(x[t, j]) * np.float64(w[r, j])
-            out[t, r] = np.float32(acc)
+            for l in range(8):
+                acc[l] = 0.0
+            for j in range(0, k8, 8):
+                for l in range(8):
+                    acc[l] += np.float64(x[t, j + l]) * np.float64(w[r, j + l])
+            tot = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
+            for j in range(k8, k):
+                tot += np.float64(x[t, j]) * np.float64(w[r, j])
+            out[t, r] = np.float32(tot)
 
 
 class FloatMatrix:

@@ -158,3 +158,18 @@ def test_crest_factor_of_a_planted_massive_channel():
     assert s["channel_ratio"] == pytest.approx(100.0, rel=1e-12)
     flat = crest_stats(np.ones((3, d), np.float32))
     assert flat["crest_median"] == pytest.approx(1.0)
+
+
+def test_charts_are_written(tiny, tmp_path):
+    pytest.importorskip("matplotlib")
+    from strata_ref.quality import charts
+    ref = variants.load_variant(tiny + "@float", "avx2")
+    test = variants.load_variant(tiny + "@Q4_0", "avx2")
+    res, _, _ = kl.run_kl(ref, test, ["Hi"], max_tokens=3)
+    p = charts.kl_distribution(tmp_path, res, "tiny")
+    assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    study = {"model": "tiny", "type": "Q4_0", "cpu": "avx2",
+             "layers": [{"kl_weight": 0.1, "kl_act": -0.01, "kl_full": 0.09,
+                         "attn_input": {"crest_median": 3.0}, "ffn_input": {"crest_median": 9.0}}] * 3}
+    for fn in (charts.layer_kl, charts.crest):
+        assert fn(tmp_path, study).stat().st_size > 1000

@@ -146,3 +146,97 @@ def tiny_model(arch: str, path, seed: int = 0) -> None:
         if arch == "gemma3":
             ts += [(p + "post_attention_norm.weight",) + norm(E), (p + "post_ffw_norm.weight",) + norm(E)]
     write_gguf(path, md, ts)
+
+
+# ------------------------------------------------------ tiny MoE / hybrid models
+#: the tiny MoE models' prompt (`TINY_IDS`) and the greedy tokens llama.cpp
+#: adds to it in tools/llama_ref.py `moe`
+MOE_N_GREEDY = 20
+#: architecture -> per-layer tensor types of `tiny_moe_model`: (attention
+#: q|k|v|o, expert gate / up, expert down) for each layer; the router is F32
+#: (or `MOE_ROUTER`) as llama.cpp's quantizer leaves it
+MOE_LAYERS = {
+    # Q4_K gate/up (repacked q4_K_8x8 on AVX2 builds: the gemv per routed row),
+    # Q6_K down (the tiled kernel for experts with 8+ rows, else vec_dot),
+    # Q8_0 / Q4_0 (repacked), Q5_K / Q4_K, Q2_K (repacked on AVX-512) / Q3_K
+    "qwen3moe": [("Q8_0", "Q4_K", "Q6_K"), ("Q4_K", "Q8_0", "Q4_0"), ("Q6_K", "Q5_K", "Q4_K"),
+                 ("Q5_0", "Q2_K", "Q3_K")],
+}
+MOE_ROUTER = {"qwen3moe": "Q8_0"}
+
+
+def _moe_tokens():
+    from strata_ref.infer.tokenizer import _BYTE_TO_CHAR
+    tokens = [_BYTE_TO_CHAR[b] for b in range(256)] + ["ĠĠ", "<|bos|>", "<|eos|>"]
+    return tokens
+
+
+def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
+    """Write a small seeded random GGUF of architecture `arch` (qwen3moe) to
+    `path`: n_embd 256, 4 heads of 64 over 2 KV heads, 8 experts with 2 used
+    (expert FFN 256), the 259-token byte-level vocabulary of `tiny_model`,
+    weights of std 0.02 like a trained model's, norms about 1, one layer per
+    entry of `MOE_LAYERS[arch]` with its tensor types (2-D and 3-D quantized
+    tensors in several types). Layer 1's router has two equal rows (experts
+    2 and 5): their probabilities tie on every token, so the selection
+    exercises ggml's tie order. The same (arch, seed) always gives the same
+    bytes (the sha256 is stored with the llama.cpp logits)."""
+    import numpy as np
+    from strata_ref import GGMLType
+    from strata_ref.gguf import GGUFValueType as V, write_gguf
+    from strata_ref.quantize import quantize
+
+    if arch not in MOE_LAYERS:
+        raise ValueError(f"no tiny MoE model for {arch!r}")
+    rng = np.random.default_rng(seed)
+    layers = MOE_LAYERS[arch]
+    L, E, H, KV, D = len(layers), 256, 4, 2, 64
+    NX, NU, F = 8, 2, 256
+    tokens = _moe_tokens()
+    nv = len(tokens)
+    md = {"general.architecture": arch,
+          f"{arch}.block_count": (V.UINT32, L), f"{arch}.context_length": (V.UINT32, 4096),
+          f"{arch}.embedding_length": (V.UINT32, E), f"{arch}.feed_forward_length": (V.UINT32, 4 * F),
+          f"{arch}.expert_feed_forward_length": (V.UINT32, F),
+          f"{arch}.expert_count": (V.UINT32, NX), f"{arch}.expert_used_count": (V.UINT32, NU),
+          f"{arch}.attention.head_count": (V.UINT32, H), f"{arch}.attention.head_count_kv": (V.UINT32, KV),
+          f"{arch}.attention.key_length": (V.UINT32, D), f"{arch}.attention.value_length": (V.UINT32, D),
+          f"{arch}.attention.layer_norm_rms_epsilon": (V.FLOAT32, 1e-6),
+          f"{arch}.rope.freq_base": (V.FLOAT32, 1e6),
+          "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",
+          "tokenizer.ggml.tokens": (V.ARRAY, tokens, V.STRING),
+          "tokenizer.ggml.token_type": (V.ARRAY, [1] * 257 + [3, 3], V.INT32),
+          "tokenizer.ggml.merges": (V.ARRAY, ["Ġ Ġ"], V.STRING),
+          "tokenizer.ggml.bos_token_id": (V.UINT32, 257), "tokenizer.ggml.eos_token_id": (V.UINT32, 258),
+          "tokenizer.ggml.add_bos_token": False}
+
+    def q(t, *shape, scale=0.02):
+        # shape in NumPy order (experts, rows, cols); ggml's is reversed
+        w = (rng.standard_normal(shape) * scale).astype(np.float32)
+        t = GGMLType[t]
+        data = w.reshape(-1) if t == GGMLType.F32 else quantize(w.reshape(-1, shape[-1]), t).reshape(-1)
+        return (t, tuple(reversed(shape)), data)
+
+    def norm(n):
+        return (GGMLType.F32, (n,), (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
+
+    ts = [("token_embd.weight",) + q("Q8_0", nv, E), ("output_norm.weight",) + norm(E),
+          ("output.weight",) + q("Q6_K", nv, E)]
+    router = MOE_ROUTER.get(arch, "F32")
+    for i, (ta, tgu, td) in enumerate(layers):
+        p = f"blk.{i}."
+        r = (rng.standard_normal((NX, E)) * 0.02).astype(np.float32)
+        if i == 1:
+            r[5] = r[2]
+        rt = GGMLType[router]
+        rdata = r.reshape(-1) if rt == GGMLType.F32 else quantize(r, rt).reshape(-1)
+        ts += [(p + "attn_norm.weight",) + norm(E), (p + "attn_q.weight",) + q(ta, H * D, E),
+               (p + "attn_k.weight",) + q(ta, KV * D, E), (p + "attn_v.weight",) + q(ta, KV * D, E),
+               (p + "attn_output.weight",) + q(ta, E, H * D),
+               (p + "attn_q_norm.weight",) + norm(D), (p + "attn_k_norm.weight",) + norm(D),
+               (p + "ffn_norm.weight",) + norm(E),
+               (p + "ffn_gate_inp.weight", rt, (E, NX), rdata),
+               (p + "ffn_gate_exps.weight",) + q(tgu, NX, F, E),
+               (p + "ffn_up_exps.weight",) + q(tgu, NX, F, E),
+               (p + "ffn_down_exps.weight",) + q(td, NX, E, F)]
+    write_gguf(path, md, ts)

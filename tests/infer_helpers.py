@@ -152,35 +152,47 @@ def tiny_model(arch: str, path, seed: int = 0) -> None:
 #: the tiny MoE models' prompt (`TINY_IDS`) and the greedy tokens llama.cpp
 #: adds to it in tools/llama_ref.py `moe`
 MOE_N_GREEDY = 20
-#: architecture -> per-layer tensor types of `tiny_moe_model`: (attention
-#: q|k|v|o, expert gate / up, expert down) for each layer; the router is F32
-#: (or `MOE_ROUTER`) as llama.cpp's quantizer leaves it
+#: architecture -> per-layer tensor types of `tiny_moe_model`: (attention or
+#: linear-attention matrices, expert gate / up, expert down) for each layer
 MOE_LAYERS = {
     # Q4_K gate/up (repacked q4_K_8x8 on AVX2 builds: the gemv per routed row),
     # Q6_K down (the tiled kernel for experts with 8+ rows, else vec_dot),
     # Q8_0 / Q4_0 (repacked), Q5_K / Q4_K, Q2_K (repacked on AVX-512) / Q3_K
     "qwen3moe": [("Q8_0", "Q4_K", "Q6_K"), ("Q4_K", "Q8_0", "Q4_0"), ("Q6_K", "Q5_K", "Q4_K"),
                  ("Q5_0", "Q2_K", "Q3_K")],
+    # layers 0-2 Gated DeltaNet, 3 gated full attention; expert FFN 128 wide
+    # (down rows of 128 values: 32-value block types)
+    "qwen3next": [("Q8_0", "Q4_K", "Q8_0"), ("Q4_K", "Q6_K", "Q4_0"), ("Q6_K", "Q8_0", "Q5_0"),
+                  ("Q5_K", "Q5_K", "Q4_1")],
 }
-MOE_ROUTER = {"qwen3moe": "Q8_0"}
+#: the router's type per architecture (llama.cpp's quantizer leaves routers
+#: F32; Q8_0 where F32 mat-muls are not reproduced yet)
+MOE_ROUTER = {"qwen3moe": "Q8_0", "qwen3next": "Q8_0"}
 
 
 def _moe_tokens():
     from strata_ref.infer.tokenizer import _BYTE_TO_CHAR
-    tokens = [_BYTE_TO_CHAR[b] for b in range(256)] + ["ĠĠ", "<|bos|>", "<|eos|>"]
-    return tokens
+    return [_BYTE_TO_CHAR[b] for b in range(256)] + ["ĠĠ", "<|bos|>", "<|eos|>"]
 
 
 def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
-    """Write a small seeded random GGUF of architecture `arch` (qwen3moe) to
-    `path`: n_embd 256, 4 heads of 64 over 2 KV heads, 8 experts with 2 used
-    (expert FFN 256), the 259-token byte-level vocabulary of `tiny_model`,
-    weights of std 0.02 like a trained model's, norms about 1, one layer per
-    entry of `MOE_LAYERS[arch]` with its tensor types (2-D and 3-D quantized
-    tensors in several types). Layer 1's router has two equal rows (experts
-    2 and 5): their probabilities tie on every token, so the selection
-    exercises ggml's tie order. The same (arch, seed) always gives the same
-    bytes (the sha256 is stored with the llama.cpp logits)."""
+    """Write a small seeded random GGUF of architecture `arch` (qwen3moe,
+    qwen3next) to `path`: n_embd 256, 4 heads of 64 over 2 KV heads, the
+    259-token byte-level vocabulary of `tiny_model`, weights of std 0.02
+    like a trained model's, norms about 1, one layer per entry of
+    `MOE_LAYERS[arch]` with its tensor types (2-D and 3-D quantized tensors
+    in several types).
+
+    qwen3moe: 8 experts with 2 used, expert FFN 256. qwen3next: layers
+    0-2 Gated DeltaNet (2 key heads, 4 value heads of 64, convolution 4),
+    layer 3 gated attention with RoPE over 32 of the 64 values, 20 experts
+    with 4 used (more than 16: ggml's argsort partitions before its
+    insertion sort), expert FFN 128, a shared expert of 256.
+
+    Layer 1's router has equal rows (experts 2 and 5; qwen3next also 11 and
+    17): their probabilities tie on every token, so the selection exercises
+    ggml's tie order. The same (arch, seed) always gives the same bytes
+    (the sha256 is stored with the llama.cpp logits)."""
     import numpy as np
     from strata_ref import GGMLType
     from strata_ref.gguf import GGUFValueType as V, write_gguf
@@ -190,8 +202,9 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
         raise ValueError(f"no tiny MoE model for {arch!r}")
     rng = np.random.default_rng(seed)
     layers = MOE_LAYERS[arch]
+    nxt = arch == "qwen3next"
     L, E, H, KV, D = len(layers), 256, 4, 2, 64
-    NX, NU, F = 8, 2, 256
+    NX, NU, F = (20, 4, 128) if nxt else (8, 2, 256)
     tokens = _moe_tokens()
     nv = len(tokens)
     md = {"general.architecture": arch,
@@ -209,34 +222,66 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
           "tokenizer.ggml.merges": (V.ARRAY, ["Ġ Ġ"], V.STRING),
           "tokenizer.ggml.bos_token_id": (V.UINT32, 257), "tokenizer.ggml.eos_token_id": (V.UINT32, 258),
           "tokenizer.ggml.add_bos_token": False}
+    S, NK, NV, DC = 64, 2, 4, 4                  # qwen3next's Gated DeltaNet sizes
+    if nxt:
+        md.update({f"{arch}.rope.dimension_count": (V.UINT32, 32),
+                   f"{arch}.expert_shared_feed_forward_length": (V.UINT32, 256),
+                   f"{arch}.ssm.conv_kernel": (V.UINT32, DC), f"{arch}.ssm.state_size": (V.UINT32, S),
+                   f"{arch}.ssm.group_count": (V.UINT32, NK), f"{arch}.ssm.time_step_rank": (V.UINT32, NV),
+                   f"{arch}.ssm.inner_size": (V.UINT32, S * NV),
+                   f"{arch}.full_attention_interval": (V.UINT32, 4)})
 
     def q(t, *shape, scale=0.02):
         # shape in NumPy order (experts, rows, cols); ggml's is reversed
         w = (rng.standard_normal(shape) * scale).astype(np.float32)
+        return raw(t, w)
+
+    def raw(t, w):
         t = GGMLType[t]
-        data = w.reshape(-1) if t == GGMLType.F32 else quantize(w.reshape(-1, shape[-1]), t).reshape(-1)
-        return (t, tuple(reversed(shape)), data)
+        data = w.reshape(-1) if t == GGMLType.F32 else quantize(w.reshape(-1, w.shape[-1]), t).reshape(-1)
+        return (t, tuple(reversed(w.shape)), data)
 
     def norm(n):
         return (GGMLType.F32, (n,), (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
+
+    def f32(w):
+        return (GGMLType.F32, tuple(reversed(w.shape)), np.ascontiguousarray(w, np.float32).reshape(-1))
 
     ts = [("token_embd.weight",) + q("Q8_0", nv, E), ("output_norm.weight",) + norm(E),
           ("output.weight",) + q("Q6_K", nv, E)]
     router = MOE_ROUTER.get(arch, "F32")
     for i, (ta, tgu, td) in enumerate(layers):
         p = f"blk.{i}."
+        ts.append((p + "attn_norm.weight",) + norm(E))
+        if nxt and i % 4 != 3:
+            kd, vd = S * NK, S * NV
+            ts += [(p + "attn_qkv.weight",) + q(ta, 2 * kd + vd, E),
+                   (p + "attn_gate.weight",) + q(ta, vd, E),
+                   (p + "ssm_ba.weight",) + q("Q8_0", 2 * NV, E, scale=0.05),
+                   (p + "ssm_conv1d.weight",) + f32(rng.standard_normal((2 * kd + vd, DC)) * 0.3),
+                   (p + "ssm_dt.bias",) + f32(rng.uniform(-4.0, -1.0, NV)),
+                   (p + "ssm_a",) + f32(-rng.uniform(1.0, 16.0, NV)),
+                   (p + "ssm_norm.weight",) + norm(S),
+                   (p + "ssm_out.weight",) + q(ta, E, vd)]
+        else:
+            qrows = 2 * H * D if nxt else H * D
+            ts += [(p + "attn_q.weight",) + q(ta, qrows, E),
+                   (p + "attn_k.weight",) + q(ta, KV * D, E), (p + "attn_v.weight",) + q(ta, KV * D, E),
+                   (p + "attn_output.weight",) + q(ta, E, H * D),
+                   (p + "attn_q_norm.weight",) + norm(D), (p + "attn_k_norm.weight",) + norm(D)]
         r = (rng.standard_normal((NX, E)) * 0.02).astype(np.float32)
         if i == 1:
             r[5] = r[2]
-        rt = GGMLType[router]
-        rdata = r.reshape(-1) if rt == GGMLType.F32 else quantize(r, rt).reshape(-1)
-        ts += [(p + "attn_norm.weight",) + norm(E), (p + "attn_q.weight",) + q(ta, H * D, E),
-               (p + "attn_k.weight",) + q(ta, KV * D, E), (p + "attn_v.weight",) + q(ta, KV * D, E),
-               (p + "attn_output.weight",) + q(ta, E, H * D),
-               (p + "attn_q_norm.weight",) + norm(D), (p + "attn_k_norm.weight",) + norm(D),
-               (p + "ffn_norm.weight",) + norm(E),
-               (p + "ffn_gate_inp.weight", rt, (E, NX), rdata),
+            if nxt:
+                r[17] = r[11]
+        ts += [(p + ("post_attention_norm.weight" if nxt else "ffn_norm.weight"),) + norm(E),
+               (p + "ffn_gate_inp.weight",) + raw(router, r),
                (p + "ffn_gate_exps.weight",) + q(tgu, NX, F, E),
                (p + "ffn_up_exps.weight",) + q(tgu, NX, F, E),
                (p + "ffn_down_exps.weight",) + q(td, NX, E, F)]
+        if nxt:
+            ts += [(p + "ffn_gate_shexp.weight",) + q(ta, 256, E), (p + "ffn_up_shexp.weight",) + q(ta, 256, E),
+                   (p + "ffn_down_shexp.weight",) + q(ta, E, 256),
+                   (p + "ffn_gate_inp_shexp.weight",) + raw(router, (rng.standard_normal(E) * 0.02)
+                                                            .astype(np.float32))]
     write_gguf(path, md, ts)

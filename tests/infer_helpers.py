@@ -157,8 +157,9 @@ MOE_N_GREEDY = 20
 MOE_LAYERS = {
     # Q4_K gate/up (repacked q4_K_8x8 on AVX2 builds: the gemv per routed row),
     # Q6_K down (the tiled kernel for experts with 8+ rows, else vec_dot),
-    # Q8_0 / Q4_0 (repacked), Q5_K / Q4_K, Q2_K (repacked on AVX-512) / Q3_K
-    "qwen3moe": [("Q8_0", "Q4_K", "Q6_K"), ("Q4_K", "Q8_0", "Q4_0"), ("Q6_K", "Q5_K", "Q4_K"),
+    # Q8_0 / Q4_0 (repacked), IQ3_S (tiled from 8 rows) / Q4_K (repacked),
+    # Q2_K (repacked on AVX-512) / Q3_K
+    "qwen3moe": [("Q8_0", "Q4_K", "Q6_K"), ("Q4_K", "Q8_0", "Q4_0"), ("Q6_K", "IQ3_S", "Q4_K"),
                  ("Q5_0", "Q2_K", "Q3_K")],
     # layers 0-2 Gated DeltaNet, 3 gated full attention; expert FFN 128 wide
     # (down rows of 128 values: 32-value block types)

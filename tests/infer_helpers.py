@@ -165,10 +165,13 @@ MOE_LAYERS = {
     # (down rows of 128 values: 32-value block types)
     "qwen3next": [("Q8_0", "Q4_K", "Q8_0"), ("Q4_K", "Q6_K", "Q4_0"), ("Q6_K", "Q8_0", "Q5_0"),
                   ("Q5_K", "Q5_K", "Q4_1")],
+    # even layers sliding-window (8), odd ones full; YaRN RoPE
+    "gpt-oss": [("Q8_0", "Q8_0", "Q4_0"), ("Q4_K", "Q4_0", "Q8_0"), ("Q6_K", "Q4_K", "Q6_K"),
+                ("Q8_0", "Q8_0", "Q8_0")],
 }
 #: the router's type per architecture (llama.cpp's quantizer leaves routers
 #: F32; Q8_0 where F32 mat-muls are not reproduced yet)
-MOE_ROUTER = {"qwen3moe": "Q8_0", "qwen3next": "Q8_0"}
+MOE_ROUTER = {"qwen3moe": "Q8_0", "qwen3next": "Q8_0", "gpt-oss": "Q8_0"}
 
 
 def _moe_tokens():
@@ -184,7 +187,10 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
     `MOE_LAYERS[arch]` with its tensor types (2-D and 3-D quantized tensors
     in several types).
 
-    qwen3moe: 8 experts with 2 used, expert FFN 256. qwen3next: layers
+    qwen3moe: 8 experts with 2 used, expert FFN 256. gpt-oss: the same
+    sizes, q / k / v / output biases, attention sinks, sliding window 8 on
+    even layers, YaRN RoPE (factor 32 over 4096 positions), router and
+    expert biases. qwen3next: layers
     0-2 Gated DeltaNet (2 key heads, 4 value heads of 64, convolution 4),
     layer 3 gated attention with RoPE over 32 of the 64 values, 20 experts
     with 4 used (more than 16: ggml's argsort partitions before its
@@ -204,6 +210,7 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
     rng = np.random.default_rng(seed)
     layers = MOE_LAYERS[arch]
     nxt = arch == "qwen3next"
+    gpt = arch == "gpt-oss"
     L, E, H, KV, D = len(layers), 256, 4, 2, 64
     NX, NU, F = (20, 4, 128) if nxt else (8, 2, 256)
     tokens = _moe_tokens()
@@ -224,6 +231,13 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
           "tokenizer.ggml.bos_token_id": (V.UINT32, 257), "tokenizer.ggml.eos_token_id": (V.UINT32, 258),
           "tokenizer.ggml.add_bos_token": False}
     S, NK, NV, DC = 64, 2, 4, 4                  # qwen3next's Gated DeltaNet sizes
+    if gpt:
+        md.update({f"{arch}.context_length": (V.UINT32, 131072),
+                   f"{arch}.rope.freq_base": (V.FLOAT32, 150000.0),
+                   f"{arch}.rope.scaling.type": "yarn", f"{arch}.rope.scaling.factor": (V.FLOAT32, 32.0),
+                   f"{arch}.rope.scaling.original_context_length": (V.UINT32, 4096),
+                   f"{arch}.attention.sliding_window": (V.UINT32, 8),
+                   f"{arch}.attention.layer_norm_rms_epsilon": (V.FLOAT32, 1e-5)})
     if nxt:
         md.update({f"{arch}.rope.dimension_count": (V.UINT32, 32),
                    f"{arch}.expert_shared_feed_forward_length": (V.UINT32, 256),
@@ -268,18 +282,30 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
             qrows = 2 * H * D if nxt else H * D
             ts += [(p + "attn_q.weight",) + q(ta, qrows, E),
                    (p + "attn_k.weight",) + q(ta, KV * D, E), (p + "attn_v.weight",) + q(ta, KV * D, E),
-                   (p + "attn_output.weight",) + q(ta, E, H * D),
-                   (p + "attn_q_norm.weight",) + norm(D), (p + "attn_k_norm.weight",) + norm(D)]
+                   (p + "attn_output.weight",) + q(ta, E, H * D)]
+            if gpt:
+                ts += [(p + "attn_q.bias",) + f32(rng.standard_normal(H * D) * 0.02),
+                       (p + "attn_k.bias",) + f32(rng.standard_normal(KV * D) * 0.02),
+                       (p + "attn_v.bias",) + f32(rng.standard_normal(KV * D) * 0.02),
+                       (p + "attn_output.bias",) + f32(rng.standard_normal(E) * 0.02),
+                       (p + "attn_sinks.weight",) + f32(rng.standard_normal(H) + 0.5)]
+            else:
+                ts += [(p + "attn_q_norm.weight",) + norm(D), (p + "attn_k_norm.weight",) + norm(D)]
         r = (rng.standard_normal((NX, E)) * 0.02).astype(np.float32)
         if i == 1:
             r[5] = r[2]
             if nxt:
                 r[17] = r[11]
-        ts += [(p + ("post_attention_norm.weight" if nxt else "ffn_norm.weight"),) + norm(E),
+        ts += [(p + ("ffn_norm.weight" if arch == "qwen3moe" else "post_attention_norm.weight"),) + norm(E),
                (p + "ffn_gate_inp.weight",) + raw(router, r),
                (p + "ffn_gate_exps.weight",) + q(tgu, NX, F, E),
                (p + "ffn_up_exps.weight",) + q(tgu, NX, F, E),
                (p + "ffn_down_exps.weight",) + q(td, NX, E, F)]
+        if gpt:
+            ts += [(p + "ffn_gate_inp.bias",) + f32(rng.standard_normal(NX) * 0.02),
+                   (p + "ffn_gate_exps.bias",) + f32(rng.standard_normal((NX, F)) * 0.02),
+                   (p + "ffn_up_exps.bias",) + f32(rng.standard_normal((NX, F)) * 0.02),
+                   (p + "ffn_down_exps.bias",) + f32(rng.standard_normal((NX, E)) * 0.02)]
         if nxt:
             ts += [(p + "ffn_gate_shexp.weight",) + q(ta, 256, E), (p + "ffn_up_shexp.weight",) + q(ta, 256, E),
                    (p + "ffn_down_shexp.weight",) + q(ta, E, 256),

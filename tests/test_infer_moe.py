@@ -135,3 +135,94 @@ def test_mul_mat_id_routes_rows_to_their_experts():
         em.mul_mat_id(x, ids + 2)
     with pytest.raises(ValueError, match="activations must be"):
         em.mul_mat_id(x[:, :, :32], ids)
+
+
+# ---------------------------------------------------------------- info / hash
+def test_info_names_the_experts(tiny_files, capsys):
+    from strata_ref.cli import main
+    assert main(["info", str(tiny_files["qwen3next"])]) == 0
+    out = capsys.readouterr().out
+    assert ("experts: 20, 4 used per token; expert FFN 128; shared expert FFN 256; "
+            "12 3-D expert tensors") in out.splitlines()
+    assert main(["info", str(tiny_files["qwen3moe"])]) == 0
+    assert "experts: 8, 2 used per token; expert FFN 256; 12 3-D expert tensors" in capsys.readouterr().out
+
+
+def test_hash_of_3d_expert_tensors_is_in_ggml_element_order(tiny_files, capsys):
+    # `strata-ref hash` dequantizes a 3-D tensor {ne0, ne1, ne2} as ne1 * ne2
+    # rows of ne0, expert after expert: the element order of ggml (and of
+    # gguf-py, an independent dequantizer), and of the per-expert matrices
+    # the MoE block multiplies
+    import json
+    import gguf
+    from strata_ref import dequant_f32
+    from strata_ref.cli import main
+    from strata_ref.hashing import hash_array
+    from strata_ref.infer.model import load
+    f = tiny_files["qwen3moe"]
+    assert main(["hash", str(f), "--json", "--no-progress", "--out", "f32"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["tensors"]}
+    reader = {t.name: t for t in gguf.GGUFReader(f).tensors}
+    m = load(f, profile="avx2")
+    seen = set()
+    for il, L in enumerate(m.layers):
+        for part in ("gate", "up", "down"):
+            name = f"blk.{il}.ffn_{part}_exps.weight"
+            t = reader[name]
+            assert len(t.shape) == 3
+            ref = gguf.quants.dequantize(np.asarray(t.data).reshape(-1).view(np.uint8), t.tensor_type)
+            ref = np.ascontiguousarray(ref, np.float32).reshape([int(n) for n in t.shape[::-1]])
+            assert rows[name]["hash"]["f32"] == f"{hash_array(ref):016x}", name
+            em = getattr(L.moe, part)
+            ours = np.stack([dequant_f32(q.type, q.raw, q.rows, q.cols) for q in em.experts])
+            assert np.array_equal(_bits(ours), _bits(ref)), name
+            seen.add(rows[name]["type"])
+    assert {"Q4_K", "Q8_0", "IQ3_S", "Q2_K", "Q6_K", "Q4_0"} <= seen
+
+
+# ---------------------------------------------------------------- the GPU route link
+def test_check_experts_gives_the_layers_cpu_bits_and_the_route(tiny_files):
+    from strata_ref.infer.moe import check_experts
+    from strata_ref.routes import experts as route_experts
+    m = _model(tiny_files["qwen3moe"], "avx2")
+    c = check_experts(m, 1, prompt="Hello world")
+    assert c.x.shape == (11, 256) and c.ids.shape == (11, 2) and c.profile == "avx2"
+    # the CPU side is what the layer's MoE block computes in the forward pass
+    assert np.array_equal(_bits(c.cpu), _bits(m.layers[1].moe(c.x)))
+    assert np.array_equal(c.ids, m.layers[1].moe.last_ids)
+    # the route side is the mode-8 oracle on the same experts and weights
+    moe = m.layers[1].moe
+    rows = lambda em, e: np.asarray(em.experts[e].raw).reshape(em.rows, -1)
+    want = route_experts.moe_ffn(c.x[:2], c.ids[:2], c.weights[:2],
+                                 [rows(moe.gate, e) for e in range(8)],
+                                 [rows(moe.up, e) for e in range(8)],
+                                 [rows(moe.down, e) for e in range(8)], moe.gate.type, moe.down.type)
+    assert np.array_equal(_bits(c.route[:2]), _bits(want))
+    # they agree to the activation quantizations' error, not bitwise
+    assert np.abs(c.cpu - c.route).max() < 0.05 * np.abs(c.cpu).max()
+
+
+def test_experts_command(tiny_files, tmp_path, capsys):
+    import json
+    from strata_ref.cli import main
+    f = str(tiny_files["qwen3next"])
+    out = tmp_path / "x.npz"
+    assert main(["experts", f, "--layer", "3", "--prompt", "Hi there", "--cpu", "scalar",
+                 "--json", "--out", str(out)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["arch"], doc["layer"], doc["tokens"], doc["experts_used"]) == ("qwen3next", 3, 8, 4)
+    z = np.load(out)
+    np.save(tmp_path / "x.npy", z["x"])
+    assert main(["experts", f, "--layer", "3", "--activations", str(tmp_path / "x.npy"),
+                 "--cpu", "scalar", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["fnv1a64"] == doc["fnv1a64"]
+    assert main(["experts", str(tiny_files["gpt-oss"]), "--layer", "0", "--prompt", "Hi"]) == 2
+    assert "not the SwiGLU of the mode-8 expert route" in capsys.readouterr().err
+    assert main(["experts", f, "--layer", "4", "--prompt", "Hi"]) == 2
+    assert "layer 4 is outside 0 .. 3" in capsys.readouterr().err
+    assert main(["experts", f, "--layer", "0"]) == 2
+    assert "--prompt TEXT or --activations" in capsys.readouterr().err
+    np.save(tmp_path / "bad.npy", np.zeros((2, 256)))
+    assert main(["experts", f, "--layer", "0", "--activations", str(tmp_path / "bad.npy")]) == 2
+    assert "needs a float32 .npy array" in capsys.readouterr().err

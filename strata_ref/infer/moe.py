@@ -32,7 +32,8 @@ from ..cpu import ops
 from .layers import Attention, GatedFFN, sigmoid
 from .model import (ArchKeys, Model, ModelLoadError, architecture, common_params, rms_norm)
 
-__all__ = ["MoEHParams", "MoEFFN", "Qwen3MoEModel", "GptOssModel", "MODELS", "expert_params"]
+__all__ = ["MoEHParams", "MoEFFN", "Qwen3MoEModel", "GptOssModel", "MODELS", "expert_params",
+           "ExpertCheck", "check_experts"]
 
 
 def expert_params(k: ArchKeys, n_ff: int, ff_key_required: bool = False) -> dict:
@@ -133,8 +134,9 @@ class MoEFFN:
     expert), loaded from the tensors of one layer.
 
     `__call__(x)`: x float32 (n, n_embd) (the normed FFN input); returns
-    float32 (n, n_embd). `last_ids` / `last_weights` keep the routing of the
-    last call (int32 / float32 (n, n_expert_used)), for tools.
+    float32 (n, n_embd). `last_x`, `last_ids` / `last_weights` keep the input
+    and the routing of the last call (int32 / float32 (n, n_expert_used)),
+    for tools (`check_experts`).
     """
 
     def __init__(self, w, prefix: str, hp, profile, *, act: str = "silu", biases: bool = False,
@@ -161,7 +163,7 @@ class MoEFFN:
         if shared:
             self.shared = GatedFFN(w, prefix, "_shexp", e, n_ff_shexp, profile)
             self.shared_gate = w.mat(prefix + "ffn_gate_inp_shexp.weight", 1, e)
-        self.last_ids = self.last_weights = None
+        self.last_x = self.last_ids = self.last_weights = None
 
     def matrices(self) -> list:
         mats = [self.router] + ([self.gate_up] if self.gate_up is not None else [self.gate, self.up])
@@ -202,7 +204,7 @@ class MoEFFN:
 
     def __call__(self, x):
         ids, weights = self.route(x)
-        self.last_ids, self.last_weights = ids, weights
+        self.last_x, self.last_ids, self.last_weights = x, ids, weights
         out = self.experts(x, ids, weights)
         if self.shared is not None:
             s = self.shared(x)
@@ -316,3 +318,93 @@ class GptOssModel(Model):
 
 
 MODELS = {"qwen3moe": Qwen3MoEModel, "gpt-oss": GptOssModel}
+
+
+# ------------------------------------------------------------------ GPU route link
+@dataclass
+class ExpertCheck:
+    """The routed-expert FFN of one layer computed two ways (`check_experts`).
+
+    x: float32 (n, n_embd), the FFN input (after the layer's FFN norm);
+    ids int32 / weights float32 (n, k): llama.cpp's routing of x (ggml-cpu's
+    order); cpu float32 (n, n_embd): the routed experts' weighted sum as
+    llama.cpp's CPU build computes it (`profile`); route float32 (n, n_embd):
+    the same experts and weights through `routes.experts.moe_ffn`, the
+    mode-8 expert oracle that the CUDA expert kernels reproduce bit for bit.
+    (The shared expert of qwen3next is not part of either.)"""
+    arch: str
+    layer: int
+    profile: str
+    x: np.ndarray
+    ids: np.ndarray
+    weights: np.ndarray
+    cpu: np.ndarray
+    route: np.ndarray
+
+
+def _expert_rows(em, e: int) -> np.ndarray:
+    """Expert e's bytes of an ExpertMatrix as uint8 (rows, row bytes)."""
+    q = em.experts[e]
+    return np.asarray(q.raw).reshape(q.rows, -1)
+
+
+def check_experts(model, layer: int, x: np.ndarray | None = None, prompt: str | None = None,
+                  profile=None) -> ExpertCheck:
+    """The routed experts of `layer` of `model` (a loaded Model, a registry
+    name or a GGUF path) for activations x (float32 (n, n_embd), the FFN
+    input), or for the FFN input llama.cpp's graph has at that layer when
+    it runs `prompt` (tokenized as `strata-ref generate` does), computed
+    the llama.cpp-CPU way and through the mode-8 route (`ExpertCheck`).
+
+    Raises ValueError for a layer out of range, x of the wrong shape, both
+    or neither of x / prompt, and ModelLoadError for an architecture whose
+    expert FFN is not the route's SwiGLU (gpt-oss: clamped SwiGLU, biases),
+    or expert types the route has no kernel for (`routes.mmvq`)."""
+    from ..routes import experts as route_experts
+    from ..routes.mmvq import SUPPORTED_TYPES
+    from . import load
+    m = model if isinstance(model, Model) else load(model, cpu=profile)
+    hp = m.hp
+    if not hasattr(hp, "n_expert"):
+        raise ModelLoadError(f"{hp.arch}: not a mixture-of-experts model")
+    if not 0 <= int(layer) < hp.n_layer:
+        raise ValueError(f"layer {layer} is outside 0 .. {hp.n_layer - 1}")
+    moe = m.layers[int(layer)].moe
+    if moe.act != "silu" or moe.b_up is not None:
+        raise ModelLoadError(f"{hp.arch}: its expert FFN (clamped SwiGLU with biases) is not the "
+                             f"SwiGLU of the mode-8 expert route")
+    if (x is None) == (prompt is None):
+        raise ValueError("check_experts takes activations x or a prompt, not both or neither")
+    if prompt is not None:
+        ids = m.tokenizer.encode(prompt, add_special=True, parse_special=False)
+        if not ids:
+            raise ValueError("the prompt has no tokens")
+        moe.last_x = None
+        m.forward(ids, m.new_cache(len(ids)), all_logits=False)
+        x = moe.last_x
+    x = np.ascontiguousarray(x, np.float32)
+    if x.ndim != 2 or x.shape[1] != hp.n_embd or x.shape[0] == 0:
+        raise ValueError(f"activations must be float32 (n, {hp.n_embd}), got {x.shape}")
+    if moe.gate_up is not None and moe.gate is None:
+        gate = [_expert_rows(moe.gate_up, e)[:moe.n_ff] for e in range(hp.n_expert)]
+        up = [_expert_rows(moe.gate_up, e)[moe.n_ff:] for e in range(hp.n_expert)]
+        t_gu = moe.gate_up.type
+    else:
+        gate = [_expert_rows(moe.gate, e) for e in range(hp.n_expert)]
+        up = [_expert_rows(moe.up, e) for e in range(hp.n_expert)]
+        if moe.gate.type != moe.up.type:
+            raise ModelLoadError(f"{hp.arch} layer {layer}: gate ({moe.gate.type.name}) and up "
+                                 f"({moe.up.type.name}) experts of different types: the route "
+                                 f"takes one type for both")
+        t_gu = moe.gate.type
+    down = [_expert_rows(moe.down, e) for e in range(hp.n_expert)]
+    for t in (t_gu, moe.down.type):
+        if t not in SUPPORTED_TYPES:
+            raise ModelLoadError(f"{hp.arch} layer {layer}: expert type {t.name} has no mode-8 "
+                                 f"route (routes.mmvq types: "
+                                 f"{', '.join(s.name for s in SUPPORTED_TYPES)})")
+    with np.errstate(over="ignore", invalid="ignore"):
+        ids, weights = moe.route(x)
+        cpu_out = moe.experts(x, ids, weights)
+        route_out = route_experts.moe_ffn(x, ids, weights, gate, up, down, t_gu, moe.down.type)
+    return ExpertCheck(hp.arch, int(layer), m.cpu.name, x, ids, weights, cpu_out, route_out)

@@ -165,13 +165,16 @@ MOE_LAYERS = {
     # (down rows of 128 values: 32-value block types)
     "qwen3next": [("Q8_0", "Q4_K", "Q8_0"), ("Q4_K", "Q6_K", "Q4_0"), ("Q6_K", "Q8_0", "Q5_0"),
                   ("Q5_K", "Q5_K", "Q4_1")],
+    # qwen3next's layout, two value heads per key head broadcast the other way
+    "qwen35moe": [("Q6_K", "Q8_0", "Q4_0"), ("Q8_0", "Q4_K", "Q5_0"), ("Q4_K", "Q5_K", "Q8_0"),
+                  ("Q8_0", "Q6_K", "Q4_0")],
     # even layers sliding-window (8), odd ones full; YaRN RoPE
     "gpt-oss": [("Q8_0", "Q8_0", "Q4_0"), ("Q4_K", "Q4_0", "Q8_0"), ("Q6_K", "Q4_K", "Q6_K"),
                 ("Q8_0", "Q8_0", "Q8_0")],
 }
 #: the router's type per architecture (llama.cpp's quantizer leaves routers
 #: F32; Q8_0 where F32 mat-muls are not reproduced yet)
-MOE_ROUTER = {"qwen3moe": "Q8_0", "qwen3next": "Q8_0", "gpt-oss": "Q8_0"}
+MOE_ROUTER = {"qwen3moe": "Q8_0", "qwen3next": "Q8_0", "qwen35moe": "Q8_0", "gpt-oss": "Q8_0"}
 
 
 def _moe_tokens():
@@ -194,7 +197,9 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
     0-2 Gated DeltaNet (2 key heads, 4 value heads of 64, convolution 4),
     layer 3 gated attention with RoPE over 32 of the 64 values, 20 experts
     with 4 used (more than 16: ggml's argsort partitions before its
-    insertion sort), expert FFN 128, a shared expert of 256.
+    insertion sort), expert FFN 128, a shared expert of 256. qwen35moe: the
+    same, with separate beta / alpha matrices and interleaved M-RoPE
+    sections (8, 2, 2, 0), some pairs of which keep angle 0 for text.
 
     Layer 1's router has equal rows (experts 2 and 5; qwen3next also 11 and
     17): their probabilities tie on every token, so the selection exercises
@@ -209,7 +214,8 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
         raise ValueError(f"no tiny MoE model for {arch!r}")
     rng = np.random.default_rng(seed)
     layers = MOE_LAYERS[arch]
-    nxt = arch == "qwen3next"
+    nxt = arch in ("qwen3next", "qwen35moe")
+    q35 = arch == "qwen35moe"
     gpt = arch == "gpt-oss"
     L, E, H, KV, D = len(layers), 256, 4, 2, 64
     NX, NU, F = (20, 4, 128) if nxt else (8, 2, 256)
@@ -245,6 +251,8 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
                    f"{arch}.ssm.group_count": (V.UINT32, NK), f"{arch}.ssm.time_step_rank": (V.UINT32, NV),
                    f"{arch}.ssm.inner_size": (V.UINT32, S * NV),
                    f"{arch}.full_attention_interval": (V.UINT32, 4)})
+        if q35:
+            md[f"{arch}.rope.dimension_sections"] = (V.ARRAY, [8, 2, 2, 0], V.INT32)
 
     def q(t, *shape, scale=0.02):
         # shape in NumPy order (experts, rows, cols); ggml's is reversed
@@ -272,7 +280,9 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
             kd, vd = S * NK, S * NV
             ts += [(p + "attn_qkv.weight",) + q(ta, 2 * kd + vd, E),
                    (p + "attn_gate.weight",) + q(ta, vd, E),
-                   (p + "ssm_ba.weight",) + q("Q8_0", 2 * NV, E, scale=0.05),
+                   *([(p + "ssm_beta.weight",) + q("Q8_0", NV, E, scale=0.05),
+                      (p + "ssm_alpha.weight",) + q("Q8_0", NV, E, scale=0.05)] if q35 else
+                     [(p + "ssm_ba.weight",) + q("Q8_0", 2 * NV, E, scale=0.05)]),
                    (p + "ssm_conv1d.weight",) + f32(rng.standard_normal((2 * kd + vd, DC)) * 0.3),
                    (p + "ssm_dt.bias",) + f32(rng.uniform(-4.0, -1.0, NV)),
                    (p + "ssm_a",) + f32(-rng.uniform(1.0, 16.0, NV)),

@@ -564,8 +564,30 @@ def yarn_corr_dims(n_dims: int, n_ctx_orig: int, base: float, beta_fast: float,
     return float(out[0]), float(out[1])
 
 
+def imrope_text_pairs(n_rot: int, sections) -> np.ndarray:
+    """Which rotation pairs of ggml's interleaved M-RoPE (`ggml_mrope_cache_init`
+    with `is_imrope`, qwen35moe) turn for a text token: llama.cpp gives text
+    the same position on the first three sections and 0 on the fourth
+    (`llm_graph_input_pos::set_input`), so pair i (sector s = i % sum of the
+    sections) has the token's angle when s % 3 == 0 and s < 3 * sections[0],
+    s % 3 == 1 and s < 3 * sections[1], or s % 3 == 2 and s < 3 *
+    sections[2], and angle 0 (cos 1, sin 0) otherwise. Returns bool (n_rot /
+    2,)."""
+    sec = [int(v) for v in sections]
+    total = sum(sec)
+    if len(sec) != 4 or total <= 0 or min(sec) < 0 or total > n_rot:
+        raise ValueError(f"rope sections {sec} do not fit {n_rot} rotated values")
+    out = np.zeros(n_rot // 2, bool)
+    for i in range(n_rot // 2):
+        sct = i % total
+        out[i] = ((sct % 3 == 1 and sct < 3 * sec[1]) or (sct % 3 == 2 and sct < 3 * sec[2])
+                  or (sct % 3 == 0 and sct < 3 * sec[0]))
+    return out
+
+
 def rope_cache(pos: np.ndarray, n_rot: int, base: float, freq_scale: float,
-               freq_factors: np.ndarray | None = None, yarn: tuple | None = None, profile=None):
+               freq_factors: np.ndarray | None = None, yarn: tuple | None = None, profile=None,
+               sections=None):
     """cos and sin float32 (n, n_rot/2) as ggml `ggml_rope_cache_init`:
     theta_scale = powf(base, -2/n_rot); theta starts at the position
     and is multiplied by theta_scale in float32 for each pair; freq_factors
@@ -573,7 +595,9 @@ def rope_cache(pos: np.ndarray, n_rot: int, base: float, freq_scale: float,
     cosf and sinf (numba lowers float32 math.cos / math.sin to them).
     yarn: (ext_factor, attn_factor, beta_fast, beta_slow, n_ctx_orig) for
     ggml's `rope_yarn` (gpt-oss; needs the `profile`, whose FMA flag decides
-    the contraction), or None (no YaRN, attn_factor 1).
+    the contraction), or None (no YaRN, attn_factor 1). sections: the four
+    interleaved M-RoPE sections (qwen35moe) for text tokens
+    (`imrope_text_pairs`: the pairs of the fourth stream get angle 0).
     pos: int positions (n,). Raises ValueError for an odd or non-positive
     n_rot, or freq_factors not of shape (n_rot/2,)."""
     pos = np.ascontiguousarray(pos, np.int64).reshape(-1)
@@ -593,6 +617,16 @@ def rope_cache(pos: np.ndarray, n_rot: int, base: float, freq_scale: float,
         fused = bool(profile.fma)
     _rope_cache(pos, int(n_rot), _F32(base), _F32(freq_scale), ff, freq_factors is not None,
                 _F32(ext), _F32(mscale), _F32(low), _F32(high), fused, cos, sin)
+    if sections is not None:
+        # angle 0: cosf(0) * mscale and sinf(0) * mscale, computed as ggml does
+        still = ~imrope_text_pairs(n_rot, sections)
+        if still.any():
+            c0, s0 = np.empty((1, half), np.float32), np.empty((1, half), np.float32)
+            _rope_cache(np.zeros(1, np.int64), int(n_rot), _F32(base), _F32(freq_scale), ff,
+                        freq_factors is not None, _F32(ext), _F32(mscale), _F32(low), _F32(high),
+                        fused, c0, s0)
+            cos[:, still] = c0[0, still]
+            sin[:, still] = s0[0, still]
     return cos, sin
 
 

@@ -1,6 +1,7 @@
-"""The hybrid graph: qwen3next (Qwen3-Next), after llama.cpp
-`src/models/qwen3next.cpp` and `delta-net-base.cpp`, `src/llama-model.cpp`
-(the version vendored by llama-cpp-python 0.3.36).
+"""The hybrid graphs: qwen3next (Qwen3-Next) and qwen35moe (Qwen3.5 MoE),
+after llama.cpp `src/models/{qwen3next,qwen35moe}.cpp` and
+`delta-net-base.cpp`, `src/llama-model.cpp` (the version vendored by
+llama-cpp-python 0.3.36).
 
 Layers are Gated DeltaNet (linear attention) layers, except every
 `full_attention_interval`-th one (or as `attention.recurrent_layers` says),
@@ -27,6 +28,14 @@ value heads of size S:
     o, state = gated_delta_net(q, k, v, g, beta, state)
     x = ssm_out((rms_norm(o) * ssm_norm) * silu(z))
 
+qwen35moe is the same graph but for three things: beta and alpha come from
+two matrices (`ssm_beta`, `ssm_alpha`) instead of one split per key head;
+value head h reads key head h % H_k (the fused op's broadcast; qwen3next
+repeats each key head for H_v / H_k consecutive value heads); the full
+attention layers rotate with interleaved M-RoPE (`rope.dimension_sections`),
+which for text tokens is NeoX RoPE except that the pairs of the fourth
+section stream keep angle 0 (`cpu.ops.imrope_text_pairs`).
+
 The recurrent state lives in the cache next to the KV cache
 (`kv_cache.HybridCache`); llama.cpp's default context runs the fused
 `gated_delta_net` op for the prompt pass and for each decode step alike
@@ -46,6 +55,8 @@ from .model import ArchKeys, Model, ModelLoadError, architecture, common_params,
 from .moe import MoEFFN, expert_params
 
 __all__ = ["HybridHParams", "Qwen3NextModel", "MODELS"]
+
+HYBRID_ARCHS = ("qwen3next", "qwen35moe")
 
 
 @dataclass(frozen=True)
@@ -74,6 +85,7 @@ class HybridHParams:
     n_v_heads: int            # ssm.time_step_rank
     n_k_heads: int            # ssm.group_count
     n_layer_all: int          # with the MTP layers, which the main pass skips
+    rope_sections: tuple | None = None     # qwen35moe's interleaved M-RoPE
     gating: str = "softmax"
     norm_w: bool = True
     neox: bool = True
@@ -82,8 +94,8 @@ class HybridHParams:
     @classmethod
     def from_metadata(cls, md) -> "HybridHParams":
         arch = architecture(md)
-        if arch != "qwen3next":
-            raise ModelLoadError(f"architecture {arch!r} is not a hybrid one (qwen3next)")
+        if arch not in HYBRID_ARCHS:
+            raise ModelLoadError(f"architecture {arch!r} is not a hybrid one ({', '.join(HYBRID_ARCHS)})")
         k = ArchKeys(md, arch)
         c = common_params(k, ff_required=False)
         n_all = c["n_layer"]
@@ -110,11 +122,25 @@ class HybridHParams:
             interval = k.int("full_attention_interval", 4)
             rec = tuple((i + 1) % interval != 0 for i in range(n_all))
         rec = tuple(rec[i] and i < n_layer for i in range(n_layer))
-        # llama.cpp: f_attention_scale (not read for qwen3next) is 0, so 1/sqrt(head_dim)
+        sections = None
+        if arch == "qwen35moe":
+            ks = k.full("rope.dimension_sections")
+            v = md.get(ks)
+            if v is None:
+                raise ModelLoadError(f"GGUF metadata has no `{ks}`")
+            if not isinstance(v, (list, np.ndarray)) or len(v) != 4 or not all(
+                    isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) for x in v):
+                raise ModelLoadError(f"`{ks}` = {v!r} must be an array of 4 integers")
+            sections = tuple(int(x) for x in v)
+            try:
+                ops.imrope_text_pairs(c["n_rot"], sections)
+            except ValueError as err:
+                raise ModelLoadError(f"`{ks}`: {err}") from None
+        # llama.cpp: f_attention_scale (not read for these) is 0, so 1/sqrt(head_dim)
         kq_scale = 1.0 / math.sqrt(float(c["head_dim"]))
         return cls(**c, **e, n_ff_shexp=n_ff_shexp, kq_scale=kq_scale, recurrent=rec,
                    d_conv=d_conv, d_inner=d_inner, d_state=d_state, n_v_heads=nv, n_k_heads=nk,
-                   n_layer_all=n_all)
+                   n_layer_all=n_all, rope_sections=sections)
 
 
 class _Layer:
@@ -131,14 +157,20 @@ class DeltaNet:
         self.hp, self.cpu = hp, profile
         key_dim, value_dim = S * nk, S * nv
         self.conv_dim = 2 * key_dim + value_dim
-        if w.has(prefix + "attn_qkv.weight"):
+        self.q35 = hp.arch == "qwen35moe"
+        if w.has(prefix + "attn_qkv.weight") or self.q35:
             self.wqkv = w.mat(prefix + "attn_qkv.weight", self.conv_dim, e)
             self.wz = w.mat(prefix + "attn_gate.weight", value_dim, e)
             self.w_in = None
         else:
             self.w_in = w.mat(prefix + "ssm_in.weight", 2 * key_dim + 2 * value_dim, e)
             self.wqkv = self.wz = None
-        self.w_ba = w.mat(prefix + "ssm_ba.weight", 2 * nv, e)
+        if self.q35:
+            self.w_beta = w.mat(prefix + "ssm_beta.weight", nv, e)
+            self.w_alpha = w.mat(prefix + "ssm_alpha.weight", nv, e)
+            self.w_ba = None
+        else:
+            self.w_ba = w.mat(prefix + "ssm_ba.weight", 2 * nv, e)
         self.conv = w.table(prefix + "ssm_conv1d.weight", self.conv_dim, hp.d_conv)
         self.dt = w.vec(prefix + "ssm_dt.bias", nv)
         self.a = w.vec(prefix + "ssm_a", nv)
@@ -147,7 +179,8 @@ class DeltaNet:
 
     def matrices(self) -> list:
         m = [self.wqkv, self.wz] if self.w_in is None else [self.w_in]
-        return m + [self.w_ba, self.w_out]
+        m += [self.w_beta, self.w_alpha] if self.w_ba is None else [self.w_ba]
+        return m + [self.w_out]
 
     def _qkvz(self, x):
         hp = self.hp
@@ -168,9 +201,13 @@ class DeltaNet:
         n, S, nk, nv = x.shape[0], hp.d_state, hp.n_k_heads, hp.n_v_heads
         r = nv // nk
         qkv, z = self._qkvz(x)
-        ba = self.w_ba.matmul(x).reshape(n, nk, 2 * r)
-        beta = sigmoid(ba[:, :, :r].reshape(n, nv))
-        alpha = np.ascontiguousarray(ba[:, :, r:].reshape(n, nv))
+        if self.w_ba is None:
+            beta = sigmoid(self.w_beta.matmul(x))
+            alpha = self.w_alpha.matmul(x)
+        else:
+            ba = self.w_ba.matmul(x).reshape(n, nk, 2 * r)
+            beta = sigmoid(ba[:, :, :r].reshape(n, nv))
+            alpha = np.ascontiguousarray(ba[:, :, r:].reshape(n, nv))
         g = (ops.softplus((alpha + self.dt).astype(np.float32)) * self.a).astype(np.float32)
         # the short convolution over [state | new inputs], per channel
         xin = np.concatenate([cache.conv[ri], qkv.T], axis=1)
@@ -180,7 +217,11 @@ class DeltaNet:
         q = ssm.l2_norm(c[:, :kd].reshape(n, nk, S), hp.eps)
         k = ssm.l2_norm(c[:, kd:2 * kd].reshape(n, nk, S), hp.eps)
         v = c[:, 2 * kd:].reshape(n, nv, S)
-        if r > 1:
+        if r > 1 and self.q35:
+            # value head h reads key head h % H_k (gated_delta_net's broadcast)
+            q = np.tile(q, (1, r, 1))
+            k = np.tile(k, (1, r, 1))
+        elif r > 1:
             # value head h reads key head h // r (ggml_repeat_4d of the graph)
             q = np.repeat(q, r, axis=1)
             k = np.repeat(k, r, axis=1)
@@ -191,7 +232,7 @@ class DeltaNet:
 
 
 class Qwen3NextModel(Model):
-    """qwen3next (module docstring)."""
+    """qwen3next and qwen35moe (module docstring)."""
 
     HPARAMS = HybridHParams
 
@@ -241,7 +282,8 @@ class Qwen3NextModel(Model):
         n = len(tokens)
         hp = self.hp
         pos = np.arange(cache.n, cache.n + n)
-        rope = ops.rope_cache(pos, hp.n_rot, hp.rope_base, hp.rope_freq_scale)
+        rope = ops.rope_cache(pos, hp.n_rot, hp.rope_base, hp.rope_freq_scale,
+                              sections=hp.rope_sections)
         x = self.embed(tokens)
         for il, L in enumerate(self.layers):
             h = x
@@ -259,4 +301,4 @@ class Qwen3NextModel(Model):
         return self._head(x, all_logits)
 
 
-MODELS = {"qwen3next": Qwen3NextModel}
+MODELS = {a: Qwen3NextModel for a in HYBRID_ARCHS}

@@ -10,7 +10,7 @@ Families (one module each, after llama.cpp vendored by llama-cpp-python
 |---|---|---|
 | dense | `dense` | llama, qwen2, qwen3, gemma3 |
 | mixture of experts | `moe` | qwen3moe, gpt-oss (llama.cpp's `openai-moe`) |
-| hybrid (Gated DeltaNet + gated attention + experts) | `hybrid` | qwen3next |
+| hybrid (Gated DeltaNet + gated attention + experts) | `hybrid` | qwen3next, qwen35moe |
 
 Every operation follows ggml-cpu's arithmetic, order of float operations
 included, in the CPU profile the model was loaded with (`strata_ref.cpu`:
@@ -37,7 +37,7 @@ __all__ = ["Model", "HParams", "ModelLoadError", "ModelOutputError", "SUPPORTED_
 #: architecture -> family module (`general.architecture` as llama.cpp's
 #: `LLM_ARCH_NAMES` spells it)
 FAMILIES = {"llama": "dense", "qwen2": "dense", "qwen3": "dense", "gemma3": "dense",
-            "qwen3moe": "moe", "gpt-oss": "moe", "qwen3next": "hybrid"}
+            "qwen3moe": "moe", "gpt-oss": "moe", "qwen3next": "hybrid", "qwen35moe": "hybrid"}
 SUPPORTED_ARCHS = tuple(FAMILIES)
 
 

@@ -226,3 +226,128 @@ def test_experts_command(tiny_files, tmp_path, capsys):
     np.save(tmp_path / "bad.npy", np.zeros((2, 256)))
     assert main(["experts", f, "--layer", "0", "--activations", str(tmp_path / "bad.npy")]) == 2
     assert "needs a float32 .npy array" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- errors
+def _moe_md(arch="qwen3moe", **kw):
+    md = {"general.architecture": arch, f"{arch}.block_count": 2, f"{arch}.embedding_length": 256,
+          f"{arch}.attention.head_count": 4, f"{arch}.attention.head_count_kv": 2,
+          f"{arch}.attention.key_length": 64, f"{arch}.attention.layer_norm_rms_epsilon": 1e-6,
+          f"{arch}.expert_count": 8, f"{arch}.expert_used_count": 2,
+          f"{arch}.expert_feed_forward_length": 256}
+    if arch == "gpt-oss":
+        md[f"{arch}.attention.sliding_window"] = 128
+    if arch in ("qwen3next", "qwen35moe"):
+        md.update({f"{arch}.ssm.conv_kernel": 4, f"{arch}.ssm.inner_size": 256,
+                   f"{arch}.ssm.state_size": 64, f"{arch}.ssm.time_step_rank": 4,
+                   f"{arch}.ssm.group_count": 2, f"{arch}.expert_shared_feed_forward_length": 256})
+    if arch == "qwen35moe":
+        md[f"{arch}.rope.dimension_sections"] = np.array([8, 8, 8, 0], np.int32)
+    for k, v in kw.items():
+        if v is None:
+            md.pop(f"{arch}.{k}", None)
+        else:
+            md[f"{arch}.{k}"] = v
+    return md
+
+
+MOE_BAD = [
+    ("qwen3moe", dict(expert_count=None), "GGUF metadata has no `qwen3moe.expert_count`"),
+    ("qwen3moe", dict(expert_used_count=9), "`qwen3moe.expert_used_count` = 9 is out of range (must be in [1, 8])"),
+    ("qwen3moe", dict(expert_used_count=0), "`qwen3moe.expert_used_count` = 0 is out of range"),
+    ("qwen3moe", dict(expert_used_count=np.array([2, 4], np.uint32)),
+     "per-layer values of `qwen3moe.expert_used_count` are not supported"),
+    ("qwen3moe", dict(expert_group_count=4), "`qwen3moe.expert_group_count` > 1 (group-limited expert routing) is not supported"),
+    ("qwen3moe", dict(expert_feed_forward_length=None), "GGUF metadata has no `qwen3moe.expert_feed_forward_length`"),
+    ("qwen3moe", {"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0},
+     "RoPE scaling `qwen3moe.rope.scaling.type` = 'yarn' is not supported"),
+    ("qwen3moe", {"rope.dimension_count": 32}, "qwen3moe: `qwen3moe.rope.dimension_count` = 32 differs from the head size 64"),
+    ("gpt-oss", {"attention.sliding_window": None}, "GGUF metadata has no `gpt-oss.attention.sliding_window`"),
+    ("gpt-oss", {"expert_feed_forward_length": None}, "GGUF metadata has no `gpt-oss.expert_feed_forward_length`"),
+    ("gpt-oss", {"rope.scaling.type": "yarn", "rope.scaling.factor": 32.0,
+                 "rope.scaling.yarn_log_multiplier": 0.1}, "`gpt-oss.rope.scaling.yarn_log_multiplier` is not supported"),
+    ("qwen3next", {"ssm.inner_size": 512}, "`qwen3next.ssm.inner_size` = 512 is not `ssm.state_size` x `ssm.time_step_rank` = 256"),
+    ("qwen3next", {"ssm.group_count": 3}, "`qwen3next.ssm.time_step_rank` = 4 is not a multiple of `qwen3next.ssm.group_count` = 3"),
+    ("qwen3next", {"ssm.conv_kernel": None}, "GGUF metadata has no `qwen3next.ssm.conv_kernel`"),
+    ("qwen3next", {"attention.recurrent_layers": [True, False, True]}, "`qwen3next.attention.recurrent_layers` has 3 values for 2 layers"),
+    ("qwen35moe", {"rope.dimension_sections": None}, "GGUF metadata has no `qwen35moe.rope.dimension_sections`"),
+    ("qwen35moe", {"rope.dimension_sections": np.array([40, 30, 0, 0], np.int32)},
+     "`qwen35moe.rope.dimension_sections`: rope sections [40, 30, 0, 0] do not fit heads of 64 values"),
+    ("qwen35moe", {"rope.dimension_sections": np.array([8, 8, 8], np.int32)},
+     "`qwen35moe.rope.dimension_sections` = array([8, 8, 8], dtype=int32) must be an array of 4 integers"),
+]
+
+
+@pytest.mark.parametrize("arch, change, msg", MOE_BAD)
+def test_moe_hparams_name_the_key(arch, change, msg):
+    from strata_ref.infer.model import ModelLoadError, model_class
+    with pytest.raises(ModelLoadError) as e:
+        model_class(arch).HPARAMS.from_metadata(_moe_md(arch, **change))
+    assert msg in str(e.value)
+
+
+def test_moe_hparams_defaults():
+    from strata_ref.infer.model import model_class
+    hp = model_class("gpt-oss").HPARAMS.from_metadata(_moe_md("gpt-oss", block_count=4))
+    assert hp.swa_layers == (True, False, True, False) and hp.gating == "softmax_weight"
+    assert not hp.norm_w and hp.rope_yarn is None and hp.kq_scale == 0.125
+    hp = model_class("qwen3next").HPARAMS.from_metadata(_moe_md("qwen3next", block_count=8))
+    assert hp.recurrent == (True, True, True, False) * 2 and hp.norm_w
+    # the MTP layer at the end is loaded, not run
+    hp = model_class("qwen3next").HPARAMS.from_metadata(
+        _moe_md("qwen3next", block_count=5, nextn_predict_layers=1))
+    assert (hp.n_layer, hp.n_layer_all, len(hp.recurrent)) == (4, 5, 4)
+    hp = model_class("qwen3moe").HPARAMS.from_metadata(
+        _moe_md(expert_feed_forward_length=None, feed_forward_length=1024))
+    assert hp.n_ff_exp == 512            # llama.cpp: n_ff / n_expert_used
+
+
+def _patched_moe(path, arch, tensor_fn=None, extra=()):
+    import strata_ref.gguf as sgguf
+    real = sgguf.write_gguf
+
+    def patched(p, meta, ts, **kw):
+        if tensor_fn is not None:
+            ts = [x for x in (tensor_fn(*t) for t in ts) if x is not None]
+        real(p, meta, list(ts) + list(extra), **kw)
+    sgguf.write_gguf = patched
+    try:
+        tiny_moe_model(arch, path)
+    finally:
+        sgguf.write_gguf = real
+    return path
+
+
+def test_moe_tensor_errors_name_the_tensor(tmp_path):
+    from strata_ref import GGMLType
+    from strata_ref.infer.model import ModelLoadError, load
+    # llama.cpp's qwen3moe has no shared expert: a file with one is refused
+    f = _patched_moe(tmp_path / "a.gguf", "qwen3moe",
+                     extra=[("blk.0.ffn_up_shexp.weight", GGMLType.F32, (256, 8),
+                             np.zeros(2048, np.float32))])
+    with pytest.raises(ModelLoadError, match=r"tensor `blk.0.ffn_up_shexp.weight` is not part of "
+                                             r"llama.cpp's qwen3moe graph"):
+        load(f)
+    # an expert tensor of the wrong shape
+    f = _patched_moe(tmp_path / "b.gguf", "qwen3moe",
+                     tensor_fn=lambda n, t, s, d: (n, t, (s[0], s[1] // 2, s[2] * 2), d)
+                     if n == "blk.2.ffn_down_exps.weight" else (n, t, s, d))
+    with pytest.raises(ModelLoadError, match=r"tensor `blk.2.ffn_down_exps.weight` has ggml shape "
+                                             r"\[256, 128, 16\], expected \[256, 256, 8\]"):
+        load(f)
+    # gpt-oss without its sinks
+    f = _patched_moe(tmp_path / "c.gguf", "gpt-oss",
+                     tensor_fn=lambda n, t, s, d: None if n == "blk.1.attn_sinks.weight" else (n, t, s, d))
+    with pytest.raises(ModelLoadError, match=r"gpt-oss: missing tensor `blk.1.attn_sinks.weight`"):
+        load(f)
+
+
+def test_hybrid_cache_cannot_rewind(tiny_files):
+    m = _model(tiny_files["qwen3next"], "avx2")
+    c = m.new_cache(64)
+    m.forward([1, 2, 3], c)
+    with pytest.raises(ValueError, match="cannot be rewound to 2 positions"):
+        c.truncate(2)
+    c.truncate(3)
+    c.truncate(0)
+    assert c.n == 0 and not c.ssm.any() and not c.conv.any()

@@ -564,7 +564,7 @@ def yarn_corr_dims(n_dims: int, n_ctx_orig: int, base: float, beta_fast: float,
     return float(out[0]), float(out[1])
 
 
-def imrope_text_pairs(n_rot: int, sections) -> np.ndarray:
+def imrope_text_pairs(n_rot: int, sections, head_dim: int | None = None) -> np.ndarray:
     """Which rotation pairs of ggml's interleaved M-RoPE (`ggml_mrope_cache_init`
     with `is_imrope`, qwen35moe) turn for a text token: llama.cpp gives text
     the same position on the first three sections and 0 on the fourth
@@ -572,11 +572,13 @@ def imrope_text_pairs(n_rot: int, sections) -> np.ndarray:
     sections) has the token's angle when s % 3 == 0 and s < 3 * sections[0],
     s % 3 == 1 and s < 3 * sections[1], or s % 3 == 2 and s < 3 *
     sections[2], and angle 0 (cos 1, sin 0) otherwise. Returns bool (n_rot /
-    2,)."""
+    2,). ValueError for sections ggml refuses (their sum above head_dim,
+    default n_rot: `GGML_ASSERT(sect_dims <= ne0)`) or negative ones."""
     sec = [int(v) for v in sections]
     total = sum(sec)
-    if len(sec) != 4 or total <= 0 or min(sec) < 0 or total > n_rot:
-        raise ValueError(f"rope sections {sec} do not fit {n_rot} rotated values")
+    limit = n_rot if head_dim is None else int(head_dim)
+    if len(sec) != 4 or total <= 0 or min(sec) < 0 or total > limit:
+        raise ValueError(f"rope sections {sec} do not fit heads of {limit} values")
     out = np.zeros(n_rot // 2, bool)
     for i in range(n_rot // 2):
         sct = i % total

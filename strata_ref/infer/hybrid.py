@@ -133,7 +133,7 @@ class HybridHParams:
                 raise ModelLoadError(f"`{ks}` = {v!r} must be an array of 4 integers")
             sections = tuple(int(x) for x in v)
             try:
-                ops.imrope_text_pairs(c["n_rot"], sections)
+                ops.imrope_text_pairs(c["n_rot"], sections, c["head_dim"])
             except ValueError as err:
                 raise ModelLoadError(f"`{ks}`: {err}") from None
         # llama.cpp: f_attention_scale (not read for these) is 0, so 1/sqrt(head_dim)

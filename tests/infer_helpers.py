@@ -165,16 +165,20 @@ MOE_LAYERS = {
     # (down rows of 128 values: 32-value block types)
     "qwen3next": [("Q8_0", "Q4_K", "Q8_0"), ("Q4_K", "Q6_K", "Q4_0"), ("Q6_K", "Q8_0", "Q5_0"),
                   ("Q5_K", "Q5_K", "Q4_1")],
-    # qwen3next's layout, two value heads per key head broadcast the other way
-    "qwen35moe": [("Q6_K", "Q8_0", "Q4_0"), ("Q8_0", "Q4_K", "Q5_0"), ("Q4_K", "Q5_K", "Q8_0"),
-                  ("Q8_0", "Q6_K", "Q4_0")],
-    # even layers sliding-window (8), odd ones full; YaRN RoPE
-    "gpt-oss": [("Q8_0", "Q8_0", "Q4_0"), ("Q4_K", "Q4_0", "Q8_0"), ("Q6_K", "Q4_K", "Q6_K"),
-                ("Q8_0", "Q8_0", "Q8_0")],
+    # qwen3next's layout, two value heads per key head broadcast the other
+    # way; IQ4_NL experts (repacked iq4_nl_8x8 on AVX2 builds; a mul_mat of
+    # them would take tinyBLAS, MUL_MAT_ID takes vec_dot / the gemv)
+    "qwen35moe": [("Q6_K", "Q8_0", "Q4_0"), ("Q8_0", "Q4_K", "IQ4_NL"), ("Q4_K", "Q5_K", "Q8_0"),
+                  ("Q8_0", "Q6_K", "IQ4_NL")],
+    # even layers sliding-window (8), odd ones full; YaRN RoPE; MXFP4
+    # experts as gpt-oss ships them (repacked mxfp4_8x8 on AVX2 builds),
+    # F16 attention in the last layer
+    "gpt-oss": [("Q8_0", "MXFP4", "MXFP4"), ("Q4_K", "MXFP4", "MXFP4"), ("Q6_K", "MXFP4", "Q8_0"),
+                ("F16", "MXFP4", "MXFP4")],
 }
-#: the router's type per architecture (llama.cpp's quantizer leaves routers
-#: F32; Q8_0 where F32 mat-muls are not reproduced yet)
-MOE_ROUTER = {"qwen3moe": "Q8_0", "qwen3next": "Q8_0", "qwen35moe": "Q8_0", "gpt-oss": "Q8_0"}
+#: the router's type per architecture: F32, as llama.cpp's quantizer leaves
+#: routers (and qwen3next's shared-expert gate)
+MOE_ROUTER = {"qwen3moe": "F32", "qwen3next": "F32", "qwen35moe": "F32", "gpt-oss": "F32"}
 
 
 def _moe_tokens():

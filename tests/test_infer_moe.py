@@ -351,3 +351,24 @@ def test_hybrid_cache_cannot_rewind(tiny_files):
     c.truncate(3)
     c.truncate(0)
     assert c.n == 0 and not c.ssm.any() and not c.conv.any()
+
+
+@pytest.mark.parametrize("arch, profile, path", _cases())
+def test_generate_gives_llama_cpps_greedy_tokens(arch, profile, path, tiny_files):
+    # the library function behind `strata-ref generate`, from llama.cpp's
+    # prompt ids: its greedy continuation token for token
+    from strata_ref.infer import generate
+    from strata_ref.infer.sampling import Sampler
+    ref = np.load(path)
+    m = _model(tiny_files[arch], profile)
+    ids, _, _, n_calls = generate(m, ref["prompt_ids"].tolist(), len(ref["greedy_ids"]), Sampler(0.0),
+                                  n_ctx=128)
+    assert ids == ref["greedy_ids"].tolist() and n_calls == len(ids) - 1
+
+
+def test_generate_command_runs_a_tiny_moe_model(tiny_files, capsys):
+    from strata_ref.cli import main
+    assert main(["generate", str(tiny_files["qwen35moe"]), "Hello", "--max-tokens", "4",
+                 "--cpu", "avx2", "--ctx", "64"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Hello") and "decode: 4 tokens" in out and "cpu: avx2" in out

@@ -252,7 +252,10 @@ def routing_weights(logits: np.ndarray, k: int, gating: str, norm_w: bool, w_sca
         w = ops.soft_max_rows(w, profile)
     if norm_w:
         s = ops.sum_rows(w)
-        s = np.maximum(s, WEIGHTS_SUM_MIN)       # ggml_clamp(s, 6.1e-5, INFINITY)
+        # ggml_clamp(s, 6.1e-5, INFINITY) is MAX(MIN(s, INFINITY), 6.1e-5)
+        # with C's comparisons: a NaN sum becomes +inf there, not NaN
+        s = np.where(s < np.float32(np.inf), s, np.float32(np.inf))
+        s = np.where(s > WEIGHTS_SUM_MIN, s, WEIGHTS_SUM_MIN).astype(np.float32)
         w = (w / s[:, None]).astype(np.float32)
     if w_scale != 0.0 and w_scale != 1.0:
         w = (w * _F32(w_scale)).astype(np.float32)

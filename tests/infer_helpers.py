@@ -326,3 +326,44 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
                    (p + "ffn_gate_inp_shexp.weight",) + raw(router, (rng.standard_normal(E) * 0.02)
                                                             .astype(np.float32))]
     write_gguf(path, md, ts)
+
+
+# ------------------------------------------------------ pre-tokenizer probe vocabularies
+def pretok_vocab(texts, pre: str, max_len: int = 12) -> dict:
+    """GGUF metadata of a byte-level BPE vocabulary that shows a
+    pre-tokenizer's pieces: besides the 256 byte characters, every substring
+    (2 .. max_len characters of the byte-level text) of `texts` is a token,
+    and every split of it into two tokens is a merge (shorter results
+    first), so BPE turns each pre-tokenized piece of up to max_len
+    characters into one token whatever its merge order: the token ids of a
+    text are its pieces. Used by tools/llama_ref.py `pretok` (through
+    llama.cpp) and tests/test_infer_tokenizer.py (through ours)."""
+    from strata_ref.gguf import GGUFValueType as V
+    from strata_ref.infer.tokenizer import _BYTE_TO_CHAR
+    tokens = [_BYTE_TO_CHAR[b] for b in range(256)]
+    subs = set()
+    for t in texts:
+        s = "".join(_BYTE_TO_CHAR[b] for b in t.encode("utf-8"))
+        for i in range(len(s)):
+            for n in range(2, max_len + 1):
+                if i + n <= len(s):
+                    subs.add(s[i:i + n])
+    subs = sorted(subs, key=lambda x: (len(x), x))
+    merges = [f"{w[:k]} {w[k:]}" for w in subs for k in range(1, len(w))]
+    tokens += subs + ["<|endoftext|>"]
+    return {"general.architecture": "gpt2", "tokenizer.ggml.model": "gpt2",
+            "tokenizer.ggml.pre": pre, "tokenizer.ggml.tokens": (V.ARRAY, tokens, V.STRING),
+            "tokenizer.ggml.token_type": (V.ARRAY, [1] * (len(tokens) - 1) + [3], V.INT32),
+            "tokenizer.ggml.merges": (V.ARRAY, merges, V.STRING),
+            "tokenizer.ggml.eos_token_id": (V.UINT32, len(tokens) - 1),
+            "tokenizer.ggml.bos_token_id": (V.UINT32, len(tokens) - 1)}
+
+
+#: texts whose gpt-4o pieces differ from other pre-tokenizers': letter case
+#: runs, attached contractions, digit groups, punctuation with / and newlines,
+#: non-ASCII letters (upper and lower case at once for llama.cpp) and marks
+PRETOK_TEXTS = ["HelloWorld", "CamelCase x", "iPhone IPHONE", "I'M don't", "DON'T it's",
+                "ÉCOLE école", "ΑΒΓ αβγ Αβγ", "Ünïcödé", "1234567 89", "a\n\nb\r\n c",
+                "x /\n/ y", "日本語です", "naïve", "  two  spaces", "tab\tsep", "🦙🦙 ok",
+                "MIXEDcase", "mixedCASE", "'s 'S 'd", "e\u0301 combined", "3.14/2", "(ok)\n",
+                "ABCdef GHi", "a1b2C3", "__init__", "$100,000"]

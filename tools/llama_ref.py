@@ -35,6 +35,13 @@ the running interpreter. Subcommands:
       sha256; one file per architecture, tests/data/<profile>/
       llama_ref_moe_<arch>.npz.
 
+  pretok [--pre gpt-4o] [--out tests/data/llama_tok_<pre>.npz]
+      llama.cpp's token ids (no BOS, no special parsing) of
+      tests/infer_helpers.py `PRETOK_TEXTS` with the probe vocabulary
+      `pretok_vocab(PRETOK_TEXTS, PRE)`, in which every pre-tokenized piece
+      is one token: a conformance set for a pre-tokenizer the sdist has no
+      vocabulary of.
+
   actquant [--out tests/data/ggml_act_quant.npz]
       Seeded activation vectors (and hand-made edge cases) quantized by
       ggml-cpu's own `from_float` for Q8_0, Q8_1 and Q8_K (the AVX2 build
@@ -269,6 +276,26 @@ def cmd_moe(args) -> None:
             print(out, arch, "greedy", gen)
 
 
+def cmd_pretok(args) -> None:
+    import tempfile
+    sys.path.insert(0, str(REPO / "tests"))
+    sys.path.insert(0, str(REPO))
+    from infer_helpers import PRETOK_TEXTS, pretok_vocab
+    from llama_cpp import Llama
+    from strata_ref.gguf import write_gguf
+    with tempfile.TemporaryDirectory() as t:
+        dst = Path(t) / "pretok.gguf"
+        write_gguf(dst, pretok_vocab(PRETOK_TEXTS, args.pre), [])
+        llm = Llama(model_path=str(dst), vocab_only=True, verbose=False)
+        ids = [llm.tokenize(c.encode("utf-8"), add_bos=False, special=False) for c in PRETOK_TEXTS]
+        del llm
+    out = Path(args.out or REPO / "tests" / "data" / f"llama_tok_{args.pre}.npz")
+    np.savez_compressed(out, pre=np.array(args.pre), texts=np.array(PRETOK_TEXTS),
+                        lengths=np.array([len(i) for i in ids], np.int32),
+                        ids=np.array([v for i in ids for v in i], np.int32), **_provenance())
+    print(out, len(PRETOK_TEXTS), "texts")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", help="run against the peer built for this CPU profile")
@@ -283,6 +310,9 @@ def main(argv=None) -> int:
     p.add_argument("--out")
     p = sub.add_parser("typed")
     p.add_argument("--out")
+    p = sub.add_parser("pretok")
+    p.add_argument("--pre", default="gpt-4o", help="the pre-tokenizer name to test")
+    p.add_argument("--out")
     p = sub.add_parser("moe")
     p.add_argument("--arch", help="comma-separated architectures (default: every tiny MoE model)")
     p.add_argument("--out")
@@ -291,7 +321,7 @@ def main(argv=None) -> int:
         ensure_profile(__file__)
     args = ap.parse_args(argv)
     {"logits": cmd_logits, "actquant": cmd_actquant, "synthetic": cmd_synthetic,
-     "typed": cmd_typed, "moe": cmd_moe}[args.cmd](args)
+     "typed": cmd_typed, "moe": cmd_moe, "pretok": cmd_pretok}[args.cmd](args)
     return 0
 
 

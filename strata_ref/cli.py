@@ -154,6 +154,33 @@ def _hash_device(a, path, tensors, outs) -> int:
     return 0 if not a.compare or run.all_equal else 1
 
 
+def _moe_summary(f) -> str:
+    """One line on a mixture-of-experts file (empty for others): the
+    `<arch>.expert_count`, `expert_used_count` and expert FFN sizes, and how
+    many tensors are 3-D (the `*_exps` tensors, one matrix per expert)."""
+    md = f.metadata
+    arch = md.get("general.architecture")
+    if not isinstance(arch, str) or f"{arch}.expert_count" not in md:
+        return ""
+
+    def val(key):
+        v = md.get(f"{arch}.{key}")
+        if v is None:
+            return None
+        v = v.item() if hasattr(v, "item") and getattr(v, "ndim", 0) == 0 else v
+        return printable(repr(v)[:40], backslash=False)
+    parts = [f"experts: {val('expert_count')}"]
+    if val("expert_used_count") is not None:
+        parts[0] += f", {val('expert_used_count')} used per token"
+    for key, what in (("expert_feed_forward_length", "expert FFN"),
+                      ("expert_shared_feed_forward_length", "shared expert FFN")):
+        if val(key) is not None:
+            parts.append(f"{what} {val(key)}")
+    n3 = sum(1 for t in f.tensors if len(t.shape) == 3)
+    parts.append(f"{n3} 3-D expert tensors")
+    return "; ".join(parts)
+
+
 def cmd_info(a) -> int:
     from collections import Counter
 
@@ -173,6 +200,9 @@ def cmd_info(a) -> int:
         # damaged file can have a key of megabytes)
         key = printable(k if len(k) <= 200 else k[:150] + "…" + k[-20:])
         print(f"  {key} = {printable(s[:160], backslash=False)}")
+    moe = _moe_summary(f)
+    if moe:
+        print(moe)
     cnt, nbytes, nvals = Counter(), Counter(), Counter()
     for t in f.tensors:
         cnt[t.type.name] += 1
@@ -319,6 +349,49 @@ def cmd_layers(a) -> int:
         print()
         return 0
     print(report.layers_text(study))
+    return 0
+
+
+def cmd_experts(a) -> int:
+    import numpy as np
+
+    from .hashing import hash_array
+    from .infer.moe import check_experts
+    if (a.prompt is None) == (a.activations is None):
+        return _err("experts takes --prompt TEXT or --activations FILE.npy (one of them)")
+    x = None
+    if a.activations is not None:
+        try:
+            x = np.load(a.activations, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            return _err(f"--activations {printable(a.activations)}: {e}")
+        if not isinstance(x, np.ndarray) or x.dtype != np.float32:
+            return _err(f"--activations {printable(a.activations)}: needs a float32 .npy array "
+                        f"(n, n_embd), got {getattr(x, 'dtype', type(x).__name__)}")
+    c = check_experts(a.model, a.layer, x=x, prompt=a.prompt, profile=a.cpu)
+    d = np.abs(c.cpu.astype(np.float64) - c.route)
+    rel = float(d.max() / max(np.abs(c.cpu).max(), np.finfo(np.float32).tiny))
+    doc = {"arch": c.arch, "layer": c.layer, "cpu_profile": c.profile, "tokens": int(c.x.shape[0]),
+           "experts_used": int(c.ids.shape[1]),
+           "fnv1a64": {"x": f"{hash_array(c.x):016x}", "cpu": f"{hash_array(c.cpu):016x}",
+                       "route": f"{hash_array(c.route):016x}"},
+           "max_abs_diff": float(d.max()), "max_rel_diff": rel,
+           "equal_values": float(np.mean(c.cpu.view(np.uint32) == c.route.view(np.uint32)))}
+    if a.out:
+        np.savez(a.out, x=c.x, ids=c.ids, weights=c.weights, cpu=c.cpu, route=c.route,
+                 **{k: np.array(str(v)) for k, v in doc.items() if k != "fnv1a64"})
+        doc["out"] = a.out
+    if a.json:
+        print(json.dumps(doc, indent=1))
+        return 0
+    print(f"{c.arch} layer {c.layer}: {doc['tokens']} tokens, {doc['experts_used']} experts each "
+          f"(ids of token 0: {c.ids[0].tolist()})")
+    print(f"  llama.cpp CPU ({c.profile}):  fnv1a64 {doc['fnv1a64']['cpu']}")
+    print(f"  mode-8 expert route:    fnv1a64 {doc['fnv1a64']['route']}")
+    print(f"  max |cpu - route| {doc['max_abs_diff']:.3g} ({rel:.3g} of max |cpu|), "
+          f"{100 * doc['equal_values']:.1f} % of values equal")
+    if a.out:
+        print(f"  written: {printable(a.out)} (x, ids, weights, cpu, route)")
     return 0
 
 
@@ -496,6 +569,21 @@ def build_parser() -> argparse.ArgumentParser:
     ly.add_argument("--json", action="store_true", help="machine-readable output")
     ly.add_argument("--plot", default=None, metavar="DIR", help="write layer_kl.png and crest.png into DIR")
     ly.set_defaults(func=cmd_layers)
+
+    ex = sub.add_parser("experts", help="one MoE layer's routed experts: llama.cpp's CPU "
+                                        "result and the mode-8 expert route's")
+    ex.add_argument("model", metavar="MODEL", help="registry name, alias or .gguf path of a "
+                                                   "qwen3moe or qwen3next model")
+    ex.add_argument("--layer", type=int, required=True, metavar="N", help="the layer (0-based)")
+    ex.add_argument("--prompt", metavar="TEXT",
+                    help="take the FFN input that llama.cpp's graph has at the layer for this text")
+    ex.add_argument("--activations", metavar="FILE.npy",
+                    help="or these activations: float32 (n_tokens, n_embd), the FFN input")
+    ex.add_argument("--cpu", default=None, metavar="PROFILE",
+                    help="the llama.cpp CPU build to reproduce (as for generate)")
+    ex.add_argument("--out", metavar="FILE.npz", help="also write x, ids, weights, cpu, route")
+    ex.add_argument("--json", action="store_true", help="machine-readable output")
+    ex.set_defaults(func=cmd_experts)
 
     pa = sub.add_parser("parity", help="native kernels against the oracle (needs a GPU)")
     pa.add_argument("what", choices=["dequant", "gemm", "mmvq", "experts"],

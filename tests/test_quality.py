@@ -74,7 +74,7 @@ def test_requantized_matrix_is_the_reference_quantizer(tiny):
 
 def test_float_and_a8token_products(tiny):
     m = variants.load_variant(tiny + "@float", "avx2")
-    fm = m.layers[0].w_down
+    fm = m.layers[0].ffn.w_down
     assert isinstance(fm, variants.FloatMatrix)
     rng = np.random.default_rng(3)
     x = rng.standard_normal((3, fm.cols)).astype(np.float32)

@@ -57,7 +57,7 @@ from numba import njit, prange
 from ..numerics import F16_TO_F32
 from ..types import GGMLType, block_format
 from . import act_quant
-from .families import family
+from .families import family, mm_path
 from .fp import fma32, hsum8
 from .lanes import (fma8_into, lanes8_scaled_add, lanes_scaled_add, q4_block_dot, q4_lanes_fma,
                     q8_block_dot, q8_lanes_fma)
@@ -433,7 +433,11 @@ def _row_kq_generic(mode, w, x, sc, mn, d, dmin, xd, xb, sumi, sums):
 
 
 @njit(inline="always", cache=True)
-def _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, out, r0, r1, sumi, lf, acc, accm):
+def _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, n_gemm, out, r0, r1, sumi, lf,
+                 acc, accm):
+    # n_gemm: the leading activation rows the repacked layouts take through
+    # their gemm (whole groups of 4 for a mul_mat, none for a MUL_MAT_ID,
+    # whose repacked path runs the gemv for every routed row)
     n = xq.shape[0]
     tiled = tiled_ok and n >= 8
     for r in range(r0, r1):
@@ -446,11 +450,11 @@ def _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, out, r0, 
                                       32 if mode == 0 else 0, sumi, lf, acc)
             elif mode == 1:
                 out[t, r] = _row_q4_k_8x8(wq[r], xq[t], sc[r], mn[r], d[r], dmin[r], xd[t], xb[t],
-                                          t < n - n % 4, sumi)
+                                          t < n_gemm, sumi)
             elif mode == 5 or mode == 6:
                 # Q2_K: repacked (6) gemm for whole groups of 4 rows, else gemv;
                 # not repacked (5): tiled from 8 rows, else vec_dot
-                path = (3 if t < n - n % 4 else 2) if mode == 6 else (1 if tiled else 0)
+                path = (3 if t < n_gemm else 2) if mode == 6 else (1 if tiled else 0)
                 out[t, r] = _row_q2_k(wq[r], xq[t], sc[r], mn[r], d[r], dmin[r], xd[t], xb[t],
                                       path, sumi, lf, acc)
             else:
@@ -463,7 +467,7 @@ _Q6_K, _Q4_K_8X8, _Q4_K, _Q5_K, _Q3_K, _Q2_K, _Q2_K_8X8 = 0, 1, 2, 3, 4, 5, 6
 
 
 @njit(parallel=True, cache=True)
-def _mm_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, out):
+def _mm_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, n_gemm, out):
     """K-quant weight rows times Q8_K activation rows in ggml-cpu's order:
     mode `_Q6_K` or `_Q3_K` (`_row_q6_k`), `_Q2_K` / `_Q2_K_8X8`
     (`_row_q2_k`), `_Q4_K_8X8` (repacked Q4_K,
@@ -473,17 +477,18 @@ def _mm_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, out):
     super-block; xq the Q8_K quants int8, xd their scales, xb the bsums
     int32 (Q6_K, Q3_K, Q2_K: per 16 values; Q4_K / Q5_K: per 32).
     tiled_ok: the build has ggml's tiled mat-mul (taken from 8 rows on);
-    gen: the generic C dots (`_row_kq_generic`)."""
+    gen: the generic C dots (`_row_kq_generic`); n_gemm: activation rows
+    taken by the repacked gemm (`_rows_kquant`)."""
     R = wq.shape[0]
     for c in prange((R + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
-        _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, out, c * _ROWS_PER_TASK,
+        _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, n_gemm, out, c * _ROWS_PER_TASK,
                      min(R, (c + 1) * _ROWS_PER_TASK), np.empty(8, np.int32),
                      np.empty(8, np.float32), np.empty(8, np.float32), np.empty(4, np.float32))
 
 
 @njit(cache=True)
-def _mm_kquant_serial(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, out):
-    _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, out, 0, wq.shape[0],
+def _mm_kquant_serial(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, n_gemm, out):
+    _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, n_gemm, out, 0, wq.shape[0],
                  np.empty(8, np.int32),
                  np.empty(8, np.float32), np.empty(8, np.float32), np.empty(4, np.float32))
 
@@ -725,8 +730,15 @@ class QMatrix:
             return "q2_k_8x8" if self._repacked() else "q2_k"
         return "q4_k_8x8" if self._repacked() else "q4_k"     # Q4_K
 
-    def matmul(self, x: np.ndarray) -> np.ndarray:
-        """float32 (n, cols) -> float32 (n, rows)."""
+    def matmul(self, x: np.ndarray, mmid: bool = False) -> np.ndarray:
+        """float32 (n, cols) -> float32 (n, rows).
+
+        mmid: the rows are the activations ggml's MUL_MAT_ID routes to this
+        matrix as one expert (ggml-cpu.c `ggml_compute_forward_mul_mat_id`,
+        repack.cpp `forward_mul_mat_id`), which take other code than a
+        mul_mat of as many rows: never llamafile's tinyBLAS (each row by
+        `vec_dot`, or the tiled kernel from 8 rows on, as a mul_mat), and
+        for repacked weights the gemv for every row (no gemm)."""
         x = np.ascontiguousarray(x, dtype=np.float32)
         if x.ndim != 2 or x.shape[1] != self.cols:
             raise ValueError(f"{self.name}: activations must be (n, {self.cols}), got {x.shape}")
@@ -737,7 +749,14 @@ class QMatrix:
         kind = self._packed[0]
         parallel = x.shape[0] * self.rows * self.cols >= PARALLEL_MIN_MACS
         if kind == "family":
-            return self._packed[1].matmul(self, self._packed[2], x, parallel)
+            fam, packed = self._packed[1], self._packed[2]
+            n = x.shape[0]
+            if mmid and n > 1 and mm_path(prof, self.type, n, self._repacked(), self.rows,
+                                          self.cols) in ("repack", "tinyblas"):
+                # one row at a time is the gemv / vec_dot MUL_MAT_ID takes
+                par1 = self.rows * self.cols >= PARALLEL_MIN_MACS
+                return np.concatenate([fam.matmul(self, packed, x[i:i + 1], par1) for i in range(n)])
+            return fam.matmul(self, packed, x, parallel)
         out = np.empty((x.shape[0], self.rows), np.float32)
         if kind == "q8":
             _, wq, ws, wm, nib = self._packed
@@ -753,13 +772,15 @@ class QMatrix:
         else:
             _, wq, sc, mn, d, dmin = self._packed
             n = x.shape[0]
-            xq, xd, bsums = act_quant.q8_k_fields(x, mat_rows=n - n % 4 if kind.endswith("8x8") else 0)
+            n_gemm = n - n % 4 if kind.endswith("8x8") and not mmid else 0
+            xq, xd, bsums = act_quant.q8_k_fields(x, mat_rows=n_gemm)
             if kind not in ("q6_k", "q3_k", "q2_k", "q2_k_8x8"):
                 bsums = bsums.reshape(x.shape[0], -1, 2).sum(axis=2)
             mode = {"q6_k": _Q6_K, "q4_k_8x8": _Q4_K_8X8, "q4_k": _Q4_K, "q5_k": _Q5_K, "q3_k": _Q3_K,
                     "q2_k": _Q2_K, "q2_k_8x8": _Q2_K_8X8}[kind]
             (_mm_kquant if parallel else _mm_kquant_serial)(mode, wq, sc, mn, d, dmin, xq, xd,
-                                                            bsums.astype(np.int32), prof.tiled, gen, out)
+                                                            bsums.astype(np.int32), prof.tiled, gen,
+                                                            n_gemm, out)
         return out
 
     def row_f32(self, i: int) -> np.ndarray:

@@ -1,8 +1,12 @@
-"""CPU inference: run a GGUF model (llama, qwen2, qwen3, gemma3) on the CPU
-the way a given llama.cpp CPU build does, with weights kept quantized.
+"""CPU inference: run a GGUF model (llama, qwen2, qwen3, gemma3; the
+mixture-of-experts qwen3moe and gpt-oss; the hybrid qwen3next and
+qwen35moe) on the CPU the way a given llama.cpp CPU build does, with
+weights kept quantized.
 
-Modules: `model` (the forward pass), `kv_cache`, `tokenizer`, `sampling`,
-`chat`. The arithmetic is `strata_ref.cpu`'s, in the CPU profile chosen at
+Modules: `model` (shared pieces of the forward pass, `load` by
+architecture), the family graphs `dense`, `moe`, `hybrid` with the blocks
+they share (`layers`), `kv_cache` (KV cache, recurrent state),
+`tokenizer`, `sampling`, `chat`. The arithmetic is `strata_ref.cpu`'s, in the CPU profile chosen at
 load (`load(..., cpu=...)`, `$STRATA_REF_CPU`, else the native build's).
 See docs/inference.md for the agreement with llama.cpp and the speed.
 """

@@ -51,6 +51,15 @@ def _llama3_like(digits: str, letters: str = "\\p{L}") -> str:
             f"| ?[^{_WS}{letters}\\p{{N}}]+[\\r\\n]*|{_S}*[\\r\\n]+|{_S}+(?!{_NS})|{_S}+")
 
 
+# llama.cpp's LLAMA_VOCAB_PRE_TYPE_GPT4O regex, the form it runs (upper /
+# lower case as "a letter that is not a-z / A-Z", so every non-ASCII letter
+# counts as both, as in its collapsed-text matching)
+_UPPERISH = "(?:(?=\\p{L})[^a-z])"
+_LOWERISH = "(?:(?=\\p{L})[^A-Z])"
+_GPT4O = (f"[^\\r\\n\\p{{L}}\\p{{N}}]?{_UPPERISH}*{_LOWERISH}+{_CONTRACTIONS}?"
+          f"|[^\\r\\n\\p{{L}}\\p{{N}}]?{_UPPERISH}+{_LOWERISH}*{_CONTRACTIONS}?"
+          f"|\\p{{N}}{{1,3}}| ?[^{_WS}\\p{{L}}\\p{{N}}]+[\\r\\n/]*|{_S}*[\\r\\n]+|{_S}+(?!{_NS})|{_S}+")
+
 PRE_TOKENIZERS: dict[str, list[str]] = {
     "gpt-2": [_GPT2],
     "mpt": [_GPT2],
@@ -60,11 +69,13 @@ PRE_TOKENIZERS: dict[str, list[str]] = {
     "llama-bpe": [_llama3_like("{1,3}")],
     "qwen2": [_llama3_like("")],
     "qwen35": [_llama3_like("", "\\p{L}\\p{M}")],
+    "gpt-4o": [_GPT4O],
 }
 # Names llama.cpp maps to the same pre-tokenizer type.
 _PRE_ALIASES = {"llama3": "llama-bpe", "llama-v3": "llama-bpe", "phi-2": "gpt-2",
                 "deepseek-r1-qwen": "qwen2", "refact": "smollm", "command-r": "smollm",
-                "codeshell": "smollm"}
+                "codeshell": "smollm", "llama4": "gpt-4o", "kanana2": "gpt-4o", "talkie": "gpt-4o",
+                "minimax-m2": "gpt-4o"}
 # Pre-tokenizers for which llama.cpp takes a whole piece as one token when the
 # vocabulary has it (`ignore_merges`), and which add BOS by default.
 _IGNORE_MERGES = {"llama-bpe"}
@@ -323,8 +334,14 @@ class Tokenizer:
         # llama.cpp also ends generation on these control tokens when present.
         for i, t in enumerate(tokens):
             if types[i] == CONTROL and t in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>",
-                                             "<end_of_turn>", "<|end|>", "<|eom_id|>"):
+                                             "<end_of_turn>", "<|end|>", "<|eom_id|>",
+                                             "<|return|>", "<|call|>"):
                 eog.add(i)
+        # gpt-oss's harmony format: with <|return|> and <|call|> ending
+        # generation, <|end|> only ends a message (llama.cpp drops it)
+        names = {tokens[i] for i in eog}
+        if {"<|return|>", "<|call|>", "<|end|>"} <= names:
+            eog = {i for i in eog if tokens[i] != "<|end|>"}
         tok = cls(model=model, pre=pre, tokens=tokens, types=types,
                   scores=scores, merges=merges, bos_id=bos, eos_id=eos,
                   add_bos=_opt_bool(md, "tokenizer.ggml.add_bos_token", add_bos_default),

@@ -46,6 +46,16 @@ LINEARS = (("wq", "attn"), ("wk", "attn"), ("wv", "attn"), ("wo", "attn_out"),
            ("w_gate", "ffn"), ("w_up", "ffn"), ("w_down", "ffn_mid"))
 
 
+def _owner(L, a):
+    """The block of layer L that holds linear `a`: the dense graph keeps its
+    attention matrices in `L.attn` and its FFN matrices in `L.ffn`
+    (`strata_ref.infer.layers`)."""
+    for blk in (getattr(L, "attn", None), getattr(L, "ffn", None), L):
+        if blk is not None and a in vars(blk):
+            return blk
+    raise AttributeError(f"layer has no linear {a!r}")
+
+
 def _f64mm(x, w):
     return np.asarray(x, np.float64) @ np.asarray(w, np.float64).T
 
@@ -137,9 +147,10 @@ class _Probe:
 def _unstack(m):
     """Let the forward pass use q/k/v and gate/up one by one."""
     for L in m.layers:
-        for k in ("wqkv", "w_gate_up"):
-            if hasattr(L, k):
-                setattr(L, k, None)
+        for blk in (getattr(L, "attn", None), getattr(L, "ffn", None), L):
+            for k in ("wqkv", "w_gate_up"):
+                if blk is not None and hasattr(blk, k):
+                    setattr(blk, k, None)
 
 
 @dataclass
@@ -171,14 +182,14 @@ def _layer_task(item):
     target = GGMLType[target]
     m = _float_model(ref.spec, ref.profile)
     layers = range(len(m.layers)) if layer is None else [layer]
-    saved = {(i, a): getattr(m.layers[i], a) for i in layers for a, _ in LINEARS}
+    saved = {(i, a): getattr(_owner(m.layers[i], a), a) for i in layers for a, _ in LINEARS}
     out = {}
     rl = np.load(ref.logits_path)
     try:
         for part in ("weight", "full"):
             for (i, a), fm in saved.items():
                 q = variants._requantized(fm._qm, target)
-                setattr(m.layers[i], a, variants.FloatMatrix(q) if part == "weight" else q)
+                setattr(_owner(m.layers[i], a), a, variants.FloatMatrix(q) if part == "weight" else q)
             kls = []
             for j, (ids, toks) in enumerate(ref.tokens):
                 cache = m.new_cache(min(m.hp.n_ctx_train, len(ids) + len(toks) + 1))
@@ -188,7 +199,7 @@ def _layer_task(item):
             out[part] = float(np.concatenate(kls).mean())
     finally:
         for (i, a), fm in saved.items():
-            setattr(m.layers[i], a, fm)
+            setattr(_owner(m.layers[i], a), a, fm)
     return {"layer": layer, "kl_weight": out["weight"], "kl_full": out["full"],
             "kl_act": out["full"] - out["weight"]}
 
@@ -209,6 +220,9 @@ def run_layers(spec: str, target, prompts, max_tokens: int = 32, profile=None, j
     variants.fallback_type(target, 256)        # a type with no fallback fails here, early
     prof = cpu.select(profile)
     m = _float_model(spec, prof.name)
+    if not all(getattr(L, "ffn", None) is not None for L in m.layers):
+        raise variants.VariantError(f"layers: the study covers the dense architectures' linears; "
+                                    f"{m.hp.arch} layers are not dense")
     nl = len(m.layers)
     # calibration: the baseline's generations, with probes on every linear
     sink = {}
@@ -216,10 +230,10 @@ def run_layers(spec: str, target, prompts, max_tokens: int = 32, profile=None, j
     originals = {}
     for i, L in enumerate(m.layers):
         for a, inp in LINEARS:
-            fm = getattr(L, a)
+            fm = getattr(_owner(L, a), a)
             originals[(i, a)] = fm
             c = crest[(i, inp)] if a in ("wq", "w_gate") else None
-            setattr(L, a, _Probe(fm, target, prof, sink, f"{i}.{a}", c))
+            setattr(_owner(L, a), a, _Probe(fm, target, prof, sink, f"{i}.{a}", c))
     toks, floor = [], []
     tmp = tempfile.mkdtemp(prefix="strata-layers-")
     rows = {}
@@ -234,7 +248,7 @@ def run_layers(spec: str, target, prompts, max_tokens: int = 32, profile=None, j
                 progress(1)
     finally:
         for (i, a), fm in originals.items():
-            setattr(m.layers[i], a, fm)
+            setattr(_owner(m.layers[i], a), a, fm)
     for j, (ids, g) in enumerate(toks):
         floor.append(kl_rows(rows[f"p{j}"], teacher_forced(m, ids, g), g)["kl"])
     path = os.path.join(tmp, "ref.npz")

@@ -137,7 +137,9 @@ class FloatMatrix:
     def _activations(self, x):
         return x
 
-    def matmul(self, x):
+    def matmul(self, x, mmid=False):
+        # mmid (an expert's routed rows, `QMatrix.matmul`) changes nothing
+        # in a float64 product
         x = np.ascontiguousarray(x, np.float32)
         if x.ndim != 2 or x.shape[1] != self.cols:
             raise ValueError(f"{self.name}: activations must be (n, {self.cols}), got {x.shape}")
@@ -180,14 +182,27 @@ class A8TokenMatrix(FloatMatrix):
 
 def linear_matrices(model):
     """[(owner, attribute, matrix)] of every weight matrix a model
-    multiplies: each layer's attributes whose value has `.matmul` (q, k, v,
-    output, gate, up, down, stacked ones, experts), then the model's output
-    and token embedding."""
+    multiplies: in each layer and in its blocks (attention, FFN, MoE,
+    linear attention: objects with a `matrices()` method), the attributes
+    whose value has `.matmul` (q, k, v, output, gate, up, down, stacked
+    ones) and each expert's matrix of an expert tensor (owner: the list of
+    experts, attribute: the index); then the model's output and token
+    embedding."""
     out = []
+
+    def walk(obj):
+        for k, v in vars(obj).items():
+            if v is None:
+                continue
+            if hasattr(v, "matmul") and hasattr(v, "rows"):
+                out.append((obj, k, v))
+            elif hasattr(v, "mul_mat_id") and isinstance(getattr(v, "experts", None), list):
+                out.extend((v.experts, i, q) for i, q in enumerate(v.experts))
+            elif hasattr(v, "matrices") and not isinstance(v, type):
+                walk(v)
+
     for L in model.layers:
-        for k, v in vars(L).items():
-            if v is not None and hasattr(v, "matmul") and hasattr(v, "rows"):
-                out.append((L, k, v))
+        walk(L)
     for k in ("output", "tok_embd"):
         v = getattr(model, k, None)
         if v is not None and hasattr(v, "matmul"):
@@ -204,7 +219,10 @@ def replace_matrices(model, make):
     for owner, attr, qm in linear_matrices(model):
         if id(qm) not in done:
             done[id(qm)] = make(qm)
-        setattr(owner, attr, done[id(qm)])
+        if isinstance(owner, list):
+            owner[attr] = done[id(qm)]
+        else:
+            setattr(owner, attr, done[id(qm)])
     return model
 
 

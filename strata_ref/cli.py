@@ -302,23 +302,28 @@ def cmd_kl(a) -> int:
         plist = plist[:a.limit]
     sampler = Sampler(a.temperature, a.top_k, a.top_p, a.seed)
     ref = variants.load_variant(a.ref, a.cpu)
-    test = variants.load_variant(a.test, a.cpu)
+    tests = [variants.load_variant(t, a.cpu) for t in a.test]
     with progress_bar(len(plist), "kl", "prompt", enabled=not a.json) as bar:
-        results, st, fl = kl.run_kl(ref, test, plist, a.max_tokens, sampler, a.chat, bar.update)
-    meta = {"ref": a.ref, "test": a.test, "cpu": ref.cpu.name, "prompts_file": a.prompts,
+        results, sts, fl = kl.run_kl_many(ref, tests, plist, a.max_tokens, sampler, a.chat, bar.update)
+    meta = {"ref": a.ref, "cpu": ref.cpu.name, "prompts_file": a.prompts,
             "max_tokens": a.max_tokens, "temperature": a.temperature, "seed": a.seed, "chat": a.chat}
     if a.plot:
         from .quality import charts
-        charts.kl_distribution(a.plot, results, f"{a.test} vs {a.ref}")
+        for spec, res in zip(a.test, results):
+            charts.kl_distribution(a.plot, res, f"{spec} vs {a.ref}",
+                                   name=None if len(a.test) == 1 else f"kl_{charts.slug(spec)}.png")
     if a.json:
-        json.dump(report.kl_json(meta, results, st, fl), sys.stdout)
+        docs = [report.kl_json({**meta, "test": spec}, res, st, fl)
+                for spec, res, st in zip(a.test, results, sts)]
+        json.dump(docs[0] if len(docs) == 1 else {**meta, "floor": fl, "tests": docs}, sys.stdout)
         print()
         return 0
     mode = "greedy" if a.temperature <= 0 else f"temperature {a.temperature}, seed {a.seed}"
-    header = (f"KL(REF || TEST)  REF={printable(a.ref)}  TEST={printable(a.test)}  cpu {ref.cpu.name}, "
-              f"{len(plist)} prompts, {st.get('n', 0)} generated positions, {mode}"
-              + (", chat" if a.chat else ""))
-    print(report.kl_text(header, results, st, fl))
+    for i, (spec, res, st) in enumerate(zip(a.test, results, sts)):
+        header = (f"KL(REF || TEST)  REF={printable(a.ref)}  TEST={printable(spec)}  cpu {ref.cpu.name}, "
+                  f"{len(plist)} prompts, {st.get('n', 0)} generated positions, {mode}"
+                  + (", chat" if a.chat else ""))
+        print(("\n" if i else "") + report.kl_text(header, res, st, fl))
     return 0
 
 
@@ -527,7 +532,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "per-token int8 activations).",
         formatter_class=_Help)
     kq.add_argument("ref", metavar="REF", help="the reference model[@variant]")
-    kq.add_argument("test", metavar="TEST", help="the model[@variant] measured against REF")
+    kq.add_argument("test", metavar="TEST", nargs="+",
+                    help="the model[@variant] measured against REF (several: one REF generation for all)")
     kq.add_argument("--prompts", default=None, metavar="FILE",
                     help="prompts, one per line or JSON lines with \"prompt\" (default: the "
                          "built-in set of strata_ref.quality.prompts)")

@@ -173,3 +173,14 @@ def test_charts_are_written(tiny, tmp_path):
                          "attn_input": {"crest_median": 3.0}, "ffn_input": {"crest_median": 9.0}}] * 3}
     for fn in (charts.layer_kl, charts.crest):
         assert fn(tmp_path, study).stat().st_size > 1000
+
+
+def test_kl_command_several_tests_share_one_reference(tiny, capsys):
+    from strata_ref.cli import main
+    assert main(["kl", tiny + "@float", tiny, tiny + "@Q4_0", "--limit", "1", "--max-tokens", "3",
+                 "--cpu", "avx2", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [t["test"] for t in doc["tests"]] == [tiny, tiny + "@Q4_0"]
+    one, two = doc["tests"]
+    assert one["prompts"][0]["tokens"] == two["prompts"][0]["tokens"]       # one REF generation
+    assert one["floor"] == two["floor"] == doc["floor"]

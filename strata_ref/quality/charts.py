@@ -15,7 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["kl_distribution", "layer_kl", "crest"]
+__all__ = ["kl_distribution", "layer_kl", "crest", "slug"]
+
+
+def slug(spec: str) -> str:
+    """A file-name part for a model spec: letters, digits, '.', '_', '-'."""
+    import re
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(spec).rsplit("/", 1)[-1])[:80] or "model"
 
 
 def _plt():
@@ -34,10 +40,10 @@ def _out(directory, name: str) -> Path:
     return d / name
 
 
-def kl_distribution(directory, results, title: str) -> Path:
-    """`kl_distribution.png`: histograms of the per-position KL of TEST and
-    of the noise floor (`kl.run_kl` results), log-spaced bins. Returns the
-    path."""
+def kl_distribution(directory, results, title: str, name: str | None = None) -> Path:
+    """`kl_distribution.png` (or `name`): histograms of the per-position KL
+    of TEST and of the noise floor (`kl.run_kl` results), log-spaced bins.
+    Returns the path."""
     plt = _plt()
     kl = np.concatenate([r.test["kl"] for r in results])
     fl = np.concatenate([r.floor["kl"] for r in results])
@@ -54,7 +60,7 @@ def kl_distribution(directory, results, title: str) -> Path:
     ax.set_title(title)
     ax.legend()
     fig.tight_layout()
-    p = _out(directory, "kl_distribution.png")
+    p = _out(directory, name or "kl_distribution.png")
     fig.savefig(p, dpi=110)
     plt.close(fig)
     return p

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["PromptResult", "log_softmax", "kl_rows", "summarize", "reference_pass", "teacher_forced",
-           "run_kl"]
+           "run_kl", "run_kl_many"]
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -107,6 +107,37 @@ class PromptResult:
     floor: dict = field(repr=False)
 
 
+def run_kl_many(ref, tests, prompts, max_tokens: int = 32, sampler=None, chat: bool = False,
+                progress=None):
+    """`run_kl` for several TEST models against one REF generation: tests
+    is a list of loaded models. Returns (per-prompt lists of PromptResult,
+    one list per test; the overall statistics per test; the floor's). The
+    floor is the same for every test (REF's own batched pass)."""
+    from ..infer.chat import format_chat
+    from ..infer.sampling import Sampler
+    for t in tests:
+        if ref.n_vocab != t.n_vocab:
+            raise ValueError(f"REF has {ref.n_vocab} tokens and a TEST {t.n_vocab}: KL needs one vocabulary")
+    sampler = sampler or Sampler(0.0)
+    results = [[] for _ in tests]
+    for text in prompts:
+        if chat:
+            text_in = format_chat(ref.metadata.get("tokenizer.chat_template"),
+                                  [{"role": "user", "content": text}])
+            ids = ref.tokenizer.encode(text_in, add_special=True, parse_special=True)
+        else:
+            ids = ref.tokenizer.encode(text, add_special=True, parse_special=False)
+        toks, rlog = reference_pass(ref, ids, max_tokens, sampler)
+        floor = kl_rows(rlog, teacher_forced(ref, ids, toks), toks)
+        for i, t in enumerate(tests):
+            results[i].append(PromptResult(text, len(ids), toks, kl_rows(rlog, teacher_forced(t, ids, toks), toks),
+                                           floor))
+        if progress:
+            progress(1)
+    cat = lambda rs, key: {k: np.concatenate([getattr(r, key)[k] for r in rs]) for k in ("kl", "dp", "top1")}
+    return results, [summarize(cat(rs, "test")) for rs in results], summarize(cat(results[0], "floor"))
+
+
 def run_kl(ref, test, prompts, max_tokens: int = 32, sampler=None, chat: bool = False,
            progress=None):
     """KL(REF || TEST) at REF's generated positions for each prompt, and
@@ -116,25 +147,5 @@ def run_kl(ref, test, prompts, max_tokens: int = 32, sampler=None, chat: bool = 
     with 1 per prompt. Returns (per-prompt PromptResult list, overall test
     statistics, overall floor statistics). Raises ValueError when the
     models' vocabularies differ."""
-    from ..infer.chat import format_chat
-    from ..infer.sampling import Sampler
-    if ref.n_vocab != test.n_vocab:
-        raise ValueError(f"REF has {ref.n_vocab} tokens and TEST {test.n_vocab}: KL needs one vocabulary")
-    sampler = sampler or Sampler(0.0)
-    results = []
-    for text in prompts:
-        if chat:
-            text_in = format_chat(ref.metadata.get("tokenizer.chat_template"),
-                                  [{"role": "user", "content": text}])
-            ids = ref.tokenizer.encode(text_in, add_special=True, parse_special=True)
-        else:
-            ids = ref.tokenizer.encode(text, add_special=True, parse_special=False)
-        toks, rlog = reference_pass(ref, ids, max_tokens, sampler)
-        tlog = teacher_forced(test, ids, toks)
-        flog = teacher_forced(ref, ids, toks)
-        results.append(PromptResult(text, len(ids), toks, kl_rows(rlog, tlog, toks),
-                                    kl_rows(rlog, flog, toks)))
-        if progress:
-            progress(1)
-    cat = lambda key: {k: np.concatenate([getattr(r, key)[k] for r in results]) for k in ("kl", "dp", "top1")}
-    return results, summarize(cat("test")), summarize(cat("floor"))
+    res, st, fl = run_kl_many(ref, [test], prompts, max_tokens, sampler, chat, progress)
+    return res[0], st[0], fl

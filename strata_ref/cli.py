@@ -313,7 +313,7 @@ def cmd_kl(a) -> int:
             charts.kl_distribution(a.plot, res, f"{spec} vs {a.ref}",
                                    name=None if len(a.test) == 1 else f"kl_{charts.slug(spec)}.png")
     if a.json:
-        docs = [report.kl_json({**meta, "test": spec}, res, st, fl)
+        docs = [report.kl_json({**meta, "test_spec": spec}, res, st, fl)
                 for spec, res, st in zip(a.test, results, sts)]
         json.dump(docs[0] if len(docs) == 1 else {**meta, "floor": fl, "tests": docs}, sys.stdout)
         print()

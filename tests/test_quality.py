@@ -180,7 +180,7 @@ def test_kl_command_several_tests_share_one_reference(tiny, capsys):
     assert main(["kl", tiny + "@float", tiny, tiny + "@Q4_0", "--limit", "1", "--max-tokens", "3",
                  "--cpu", "avx2", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert [t["test"] for t in doc["tests"]] == [tiny, tiny + "@Q4_0"]
+    assert [t["test_spec"] for t in doc["tests"]] == [tiny, tiny + "@Q4_0"]
     one, two = doc["tests"]
     assert one["prompts"][0]["tokens"] == two["prompts"][0]["tokens"]       # one REF generation
     assert one["floor"] == two["floor"] == doc["floor"]

@@ -4,6 +4,7 @@
 // Wide*::chunk (strata_wide.cuh) code that the CUDA kernels run, as plain C++
 // (compile with -ffp-contract=off), and applies them to blocks read from
 // stdin. Usage: host_check TYPE generic|wide < blocks > values
+// (pairs: the Wide*::pair code of the K-quants and IQ4_XS)
 // Output: every value of every block in order, as canonical f32 bits
 // (uint32, little-endian); exit status 2 for an unknown type or kernel.
 // tests/test_native_host_check.py compares the output with the NumPy oracle.
@@ -53,6 +54,26 @@ static void run_wide(const std::vector<uint8_t> &in, std::vector<uint32_t> &out)
         }
 }
 
+// The wide kernels' chunk pairs (W::pair, 16 per block), written where
+// their chunks lo(P) and lo(P) + D go: every chunk exactly once.
+template <class W>
+static void run_pairs(const std::vector<uint8_t> &in, std::vector<uint32_t> &out) {
+    const size_t n = in.size() / W::B;
+    out.assign(n * W::QK, 0x7FC0BEEFu);   // a value no pair wrote stays visible
+    float kv[16];
+    for (int k = 0; k < 16; ++k) kv[k] = (float)tab_kvalues_iq4nl[k];
+    for (size_t i = 0; i < n; ++i)
+        for (int P = 0; P < W::QK / 16; ++P) {
+            float y0[8], y1[8];
+            const bool finite = W::pair(in.data() + i * W::B, P, KvArray{kv}, y0, y1);
+            for (int j = 0; j < 8; ++j) {
+                if (finite && (y0[j] != y0[j] || y1[j] != y1[j])) y0[j] = as_f32(0x7FC0DEADu);
+                out[i * W::QK + 8 * W::lo(P) + j] = out_f32_bits(y0[j]);
+                out[i * W::QK + 8 * (W::lo(P) + W::D) + j] = out_f32_bits(y1[j]);
+            }
+        }
+}
+
 // FastDiv against '/': divisors 2..5000 and every power of two up to 2^31
 // (the wide kernels divide chunk indices by chunks per row, cols/8 >= 4),
 // numerators near 0, near multiples of d and near 2^32.
@@ -80,7 +101,7 @@ static int divcheck() {
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "divcheck") == 0) return divcheck();
     if (argc != 3) {
-        fprintf(stderr, "usage: host_check TYPE generic|wide < blocks > values\n");
+        fprintf(stderr, "usage: host_check TYPE generic|wide|pairs < blocks > values\n");
         return 2;
     }
     const int type = atoi(argv[1]);
@@ -98,6 +119,14 @@ int main(int argc, char **argv) {
         case T_Q5_K: run_wide<WideQ5_K>(in, out); break;
         case T_Q6_K: run_wide<WideQ6_K>(in, out); break;
         case T_IQ4_XS: run_wide<WideIQ4_XS>(in, out); break;
+        default: known = false;
+        }
+    } else if (strcmp(argv[2], "pairs") == 0) {
+        switch (type) {
+        case T_Q4_K: run_pairs<WideQ4_K>(in, out); break;
+        case T_Q5_K: run_pairs<WideQ5_K>(in, out); break;
+        case T_Q6_K: run_pairs<WideQ6_K>(in, out); break;
+        case T_IQ4_XS: run_pairs<WideIQ4_XS>(in, out); break;
         default: known = false;
         }
     } else if (strcmp(argv[2], "generic") == 0) {

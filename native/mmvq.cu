@@ -14,11 +14,10 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
-#include <atomic>
-
 #include "strata_mmvq.h"
 #include "mmvq_dots.cuh"
 #include "mmvq_lanes.cuh"
+#include "mmvq_setup.h"
 
 using namespace smv;
 
@@ -239,8 +238,24 @@ bool lanes_fit(const void *w, int nb) {
     return false;
 }
 
-// Bumped by smv_device_reset: per-thread launch set-ups made before are stale.
-std::atomic<int> g_reset_epoch{0};
+// Test hook (smv_fail_next_device_query): the next device query of this
+// thread fails with this error instead of asking the runtime.
+thread_local cudaError_t g_fail_query = cudaSuccess;
+
+// The current device and its multiprocessor count, or the error of the query
+// that failed (a count below 1 is cudaErrorInvalidDevice): callers return it
+// as their own status instead of launching with a grid of 0.
+cudaError_t current_sms(int *dev, int *sms) {
+    if (g_fail_query != cudaSuccess) {
+        const cudaError_t e = g_fail_query;
+        g_fail_query = cudaSuccess;
+        return e;
+    }
+    cudaError_t e = cudaGetDevice(dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, *dev);
+    if (e == cudaSuccess && *sms < 1) e = cudaErrorInvalidDevice;
+    return e;
+}
 
 template <int TYPE>
 cudaError_t launch_lanes(const void *w, long long rows, int nb, const void *q8, float *y,
@@ -250,13 +265,14 @@ cudaError_t launch_lanes(const void *w, long long rows, int nb, const void *q8, 
         // rows), or fewer when the rows run out first
         const int smem = lane_smem(lane_q8_blocks<TYPE>(nb), Lanes<TYPE>::SUMS).total;
         // resident blocks of the device for this shared-memory size (cached per
-        // device and size: the occupancy query costs host time on every call)
-        thread_local int c_dev = -1, c_smem = -1, c_fill = 1, c_epoch = -1;
-        const int epoch = g_reset_epoch.load(std::memory_order_relaxed);
-        int dev = 0;
-        cudaError_t e = cudaGetDevice(&dev);
-        if (e == cudaSuccess && (dev != c_dev || smem != c_smem || epoch != c_epoch)) {
-            int sms = 1, per_sm = 0;
+        // thread, device, size and reset epoch: the occupancy query costs host
+        // time on every call; mmvq_setup.h)
+        thread_local SetupCache cache;
+        const int epoch = epoch_now();   // before the set-up: see reset_then_bump
+        int dev = 0, sms = 1;
+        cudaError_t e = current_sms(&dev, &sms);
+        if (e == cudaSuccess && !cache.fresh(dev, smem, epoch)) {
+            int per_sm = 0;
             // allow the device's whole opt-in limit, so that launches with a
             // smaller size from other host threads never find it lowered; set
             // again after smv_device_reset (the H200's runtime kept it, but
@@ -265,20 +281,15 @@ cudaError_t launch_lanes(const void *w, long long rows, int nb, const void *q8, 
                 e = cudaFuncSetAttribute(k_mmvq_lanes<TYPE>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          lane_smem_limit());
-            if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
             if (e == cudaSuccess)
                 e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_mmvq_lanes<TYPE>,
                                                                   32 * LANE_WARPS, smem);
-            if (e == cudaSuccess) {   // a failed set-up is not cached: the next call tries again
-                c_dev = dev;
-                c_smem = smem;
-                c_epoch = epoch;
-                c_fill = sms * (per_sm > 0 ? per_sm : 1);
-            }
+            // a failed set-up is not cached: the next call tries again
+            if (e == cudaSuccess) cache.keep(dev, smem, epoch, sms * (per_sm > 0 ? per_sm : 1));
         }
         if (e != cudaSuccess) return e;
         const long long need = (rows + LANE_WARPS - 1) / LANE_WARPS;
-        const long long fill = c_fill;
+        const long long fill = cache.fill;
         const long long grid = need < fill ? need : fill;
         k_mmvq_lanes<TYPE><<<(unsigned)grid, 32 * LANE_WARPS, smem, s>>>(
             (const uint8_t *)w, rows, nb, (const uint8_t *)q8, y);
@@ -818,9 +829,10 @@ static int read_body(void *c, cudaStream_t s) {
 }
 int smv_time_read(const void *w, long long wstride, int nbuf, long long nbytes, int iters, float *ms) {
     if (!w || nbuf < 1 || nbytes < 16 || wstride < 0 || ((uintptr_t)w | wstride) & 15) return 5;
+    clear_stale_error();
     int dev = 0, sms = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    const cudaError_t q = current_sms(&dev, &sms);
+    if (q != cudaSuccess) return status_of(q);
     unsigned *sink = nullptr;
     if (cudaMalloc(&sink, 4) != cudaSuccess) return status_of(cudaGetLastError());
     ReadCall c{(const uint8_t *)w, wstride, nbuf, nbytes, sink, 8 * sms, 0};
@@ -865,9 +877,17 @@ int smv_time_experts(int mode, int t_gu, int t_down, const void *gate, const voi
 
 int smv_last_cuda_error(void) { return g_last_err; }
 int smv_set_device(int device) { return status_of(cudaSetDevice(device)); }
+int smv_get_device(void) {
+    int dev = -1;
+    return status_of(cudaGetDevice(&dev)) ? -1 : dev;
+}
+int smv_fail_next_device_query(int cuda_error) {
+    if (cuda_error <= 0) return 5;
+    g_fail_query = (cudaError_t)cuda_error;
+    return 0;
+}
 int smv_device_reset(void) {
-    g_reset_epoch.fetch_add(1, std::memory_order_relaxed);
-    return status_of(cudaDeviceReset());
+    return reset_then_bump([] { return status_of(cudaDeviceReset()); });
 }
 int smv_malloc(void **ptr, long long nbytes) {
     if (!ptr) return 3;

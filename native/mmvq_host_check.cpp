@@ -9,6 +9,7 @@
 // device build (C++17, where a left shift of a negative value is formally
 // undefined), so the host runs what the GPU runs.
 #include "mmvq_lanes.cuh"
+#include "mmvq_setup.h"
 
 #include <vector>
 
@@ -155,4 +156,23 @@ extern "C" int smv_host_lanes_matvec(int type, const uint8_t *w, long long rows,
     const int st = r.misaligned ? 2 : r.outside ? 3 : 0;
     r = HostReads{};
     return st;
+}
+
+// The reset order of smv_device_reset (mmvq_setup.h), with a stand-in for
+// cudaDeviceReset during which another thread makes its launch set-up (as
+// launch_lanes does: epoch first, then the set-up, then keep). Returns 0 when
+// that set-up is stale after the reset and a set-up made after the reset is
+// fresh; 1 when the set-up made during the reset survived it; 2 when the
+// later one is not fresh; 3 when the reset's status was lost.
+extern "C" int smv_host_reset_order(void) {
+    SetupCache during, after;
+    const int st = reset_then_bump([&] {
+        const int e = epoch_now();
+        during.keep(0, 56 * 1024, e, 264);
+        return 7;
+    });
+    if (st != 7) return 3;
+    if (during.fresh(0, 56 * 1024, epoch_now())) return 1;
+    after.keep(0, 56 * 1024, epoch_now(), 264);
+    return after.fresh(0, 56 * 1024, epoch_now()) ? 0 : 2;
 }

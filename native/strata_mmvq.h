@@ -79,7 +79,17 @@ int smv_time_experts(int mode, int t_gu, int t_down, const void *gate, const voi
                      int iters, float *ms);
 
 int smv_last_cuda_error(void);
+/* The CUDA runtime's current device is per host thread: smv_set_device sets
+ * it for the calling thread, smv_get_device returns it (-1 when the runtime
+ * cannot say; the error in smv_last_cuda_error). strata_ref's wrapper makes
+ * its device current before each call from any thread. */
 int smv_set_device(int device);
+int smv_get_device(void);
+/* Test hook: the next device query (current device and multiprocessor count,
+ * made by smv_time_read and by the lanes kernel's launch set-up) of the
+ * calling thread fails with CUDA error `cuda_error` (> 0, else status 5), so
+ * a test can check that the failure is returned as that call's status 6. */
+int smv_fail_next_device_query(int cuda_error);
 /* cudaDeviceReset of the current device: every pointer into that device's
  * memory becomes invalid. The kernels' cached launch set-up (shared-memory
  * limit, occupancy) is redone on their next call, in every host thread. */
@@ -95,6 +105,6 @@ int smv_synchronize(void);
 }
 #endif
 
-#define SMV_ABI_VERSION 6
+#define SMV_ABI_VERSION 7
 
 #endif /* STRATA_MMVQ_H */

@@ -1,4 +1,10 @@
-"""`strata-ref` command line: each subcommand is a thin shell over the library."""
+"""`strata-ref` command line: each subcommand is a thin shell over the library.
+
+Every error is one line on stderr and exit status 2 (argparse's usage errors
+add the usage above it); names and values taken from a file are escaped
+before they are printed (`_text.printable`). Long jobs draw a tqdm bar on
+stderr when it is a terminal; Ctrl-C stops any command with status 130.
+"""
 from __future__ import annotations
 
 import argparse
@@ -8,10 +14,37 @@ import signal
 import sys
 
 from . import __version__
+from ._text import printable
+
+DESCRIPTION = """\
+The bitwise reference for GGML/GGUF quantized weights: hash every tensor's
+dequantized output (FNV-1a 64), compare another engine's output dump with
+the oracle bit for bit, check the golden files, and run GGUF models
+(llama, qwen2, qwen3, gemma3) on the CPU as llama.cpp does."""
+
+EPILOG = """\
+A MODEL is a registry name (see `strata-ref models list`), a path to a
+.gguf file (any shard of a gguf-split set opens the whole set) or a
+directory holding one model. Models are cached in $STRATA_REF_CACHE, else
+$XDG_CACHE_HOME/strata-ref, else ~/.cache/strata-ref. Errors are one line
+(exit 2); STRATA_REF_DEBUG=1 shows the traceback. Ctrl-C exits with 130."""
+
+
+class _Help(argparse.HelpFormatter):
+    """Shows an option's default after its help, unless there is no default
+    (None, a flag) or the help already says it."""
+
+    def _get_help_string(self, action):
+        h = action.help or ""
+        if (not action.option_strings or action.default is None or action.default is False
+                or action.default == argparse.SUPPRESS or "default" in h):
+            return h
+        return h + " (default: %(default)s)"
 
 
 def _err(msg: str) -> int:
-    print(f"strata-ref: error: {msg}", file=sys.stderr)
+    # one line, whatever the message holds (a name taken from a file)
+    print(f"strata-ref: error: {printable(msg, backslash=False)}", file=sys.stderr)
     return 2
 
 
@@ -31,8 +64,7 @@ def _raise_terminated(signum, frame):
 
 
 def cmd_hash(a) -> int:
-    from tqdm import tqdm
-
+    from ._progress import progress_bar
     from .gguf import read
     from .hashing import HASH_DTYPES, hash_model
     from .models import resolve
@@ -53,8 +85,10 @@ def cmd_hash(a) -> int:
     if a.resume and not a.manifest:
         return _err("--resume needs --manifest FILE (the manifest to resume from)")
     types = None
-    if a.types:
-        types = {parse_type(t) for t in _split_list(a.types)}
+    if a.types is not None:
+        types = {parse_type(t) for t in _split_list(a.types) or []}
+        if not types:
+            return _err(f"--types {a.types!r} names no type")
     path = resolve(a.model)
     f = read(path)
     tensors = [t for t in f.tensors if types is None or t.type in types]
@@ -70,9 +104,8 @@ def cmd_hash(a) -> int:
     main_thread = threading.current_thread() is threading.main_thread()
     old_term = signal.signal(signal.SIGTERM, _raise_terminated) if main_thread else None
     try:
-        # disable=None: tqdm draws only on a terminal, never into a log file
-        with tqdm(total=total, unit="B", unit_scale=True, desc="hash", file=sys.stderr,
-                  disable=True if a.no_progress else None) as bar:
+        with progress_bar(total, "hash", "B", enabled=not (a.no_progress or a.json),
+                          unit_scale=True) as bar:
             res = hash_model(f, outs, types=types, jobs=a.jobs or cpu_count(),
                              scheduler=a.scheduler, manifest=a.manifest, resume=a.resume,
                              progress=bar.update)
@@ -106,15 +139,18 @@ def _print_hashes(model, rows: list, chained: dict, outs: list, as_json: bool,
         json.dump({**doc, **(extra or {})}, sys.stdout, indent=1)
         print()
         return
-    w = max([len(r["name"]) for r in rows] + [4])
+    # names come from the file: escaped, so that none can add a row or
+    # reach the terminal as a control sequence (the JSON above escapes its own)
+    names = [printable(r["name"]) for r in rows]
+    w = max([len(n) for n in names] + [4])
     print(f"{'name':<{w}}  {'type':<7} {'shape':<16} " + " ".join(f"{d:<16}" for d in outs))
-    for r in rows:
+    for name, r in zip(names, rows):
         shape = "x".join(map(str, r["shape"]))
-        print(f"{r['name']:<{w}}  {r['type']:<7} {shape:<16} "
+        print(f"{name:<{w}}  {r['type']:<7} {shape:<16} "
               + " ".join(r["hash"][d] for d in outs))
     if split:
-        print(f"split set: {len(shards)} shards, {os.path.basename(shards[0])} ... "
-              f"{os.path.basename(shards[-1])}")
+        print(f"split set: {len(shards)} shards, {printable(os.path.basename(shards[0]))} ... "
+              f"{printable(os.path.basename(shards[-1]))}")
     print(f"chained ({len(rows)} tensors, {_model_order(model)}): "
           + "  ".join(f"{d}={chained[d]}" for d in outs))
 
@@ -160,6 +196,33 @@ def _hash_device(a, model, tensors, outs) -> int:
     return 0 if not a.compare or run.all_equal else 1
 
 
+def _moe_summary(f) -> str:
+    """One line on a mixture-of-experts file (empty for others): the
+    `<arch>.expert_count`, `expert_used_count` and expert FFN sizes, and how
+    many tensors are 3-D (the `*_exps` tensors, one matrix per expert)."""
+    md = f.metadata
+    arch = md.get("general.architecture")
+    if not isinstance(arch, str) or f"{arch}.expert_count" not in md:
+        return ""
+
+    def val(key):
+        v = md.get(f"{arch}.{key}")
+        if v is None:
+            return None
+        v = v.item() if hasattr(v, "item") and getattr(v, "ndim", 0) == 0 else v
+        return printable(repr(v)[:40], backslash=False)
+    parts = [f"experts: {val('expert_count')}"]
+    if val("expert_used_count") is not None:
+        parts[0] += f", {val('expert_used_count')} used per token"
+    for key, what in (("expert_feed_forward_length", "expert FFN"),
+                      ("expert_shared_feed_forward_length", "shared expert FFN")):
+        if val(key) is not None:
+            parts.append(f"{what} {val(key)}")
+    n3 = sum(1 for t in f.tensors if len(t.shape) == 3)
+    parts.append(f"{n3} 3-D expert tensors")
+    return "; ".join(parts)
+
+
 def cmd_info(a) -> int:
     from collections import Counter
 
@@ -167,12 +230,12 @@ def cmd_info(a) -> int:
     from .models import resolve
 
     f = read(resolve(a.file))
-    print(f"file: {f.path}\nGGUF version {f.version}, alignment {f.alignment}, "
+    print(f"file: {printable(f.path)}\nGGUF version {f.version}, alignment {f.alignment}, "
           f"{len(f.metadata)} metadata keys, {len(f.tensors)} tensors")
     if len(f.shards) > 1:
         print(f"split set of {len(f.shards)} shards (metadata from the first):")
         for k, s in enumerate(f.shards):
-            print(f"  {k + 1:>5}  {os.path.basename(s.path)}  {len(s.tensors)} tensors, "
+            print(f"  {k + 1:>5}  {printable(os.path.basename(s.path))}  {len(s.tensors)} tensors, "
                   f"{s.file_size / 1e6:.2f} MB")
     def show(v):
         return v.item() if hasattr(v, "item") and getattr(v, "ndim", 0) == 0 else v
@@ -180,7 +243,13 @@ def cmd_info(a) -> int:
         s = repr(show(v))
         if hasattr(v, "__len__") and not isinstance(v, str) and len(v) > 8:
             s = f"[{len(v)} values] " + repr([show(x) for x in v[:4]])[:-1] + ", ...]"
-        print(f"  {k} = {s[:160]}")
+        # repr() escapes the value; the key is escaped here (and cut: a
+        # damaged file can have a key of megabytes)
+        key = printable(k if len(k) <= 200 else k[:150] + "…" + k[-20:])
+        print(f"  {key} = {printable(s[:160], backslash=False)}")
+    moe = _moe_summary(f)
+    if moe:
+        print(moe)
     cnt, nbytes, nvals = Counter(), Counter(), Counter()
     for t in f.tensors:
         cnt[t.type.name] += 1
@@ -219,6 +288,9 @@ def cmd_models(a) -> int:
 # ---------------------------------------------------------------- delegated
 def cmd_golden(a) -> int:
     from . import golden
+    if a.dir is not None and not a.dir.strip():
+        # an unset shell variable: never fall back to the repository's files
+        return _err("--dir is empty; give a directory (or leave --dir out for the repository's golden/)")
     if a.action == "make":
         return golden.run_golden_make(a.dir)
     return golden.run_golden_check(a.dir)
@@ -264,6 +336,117 @@ def cmd_generate(a) -> int:
                         a.seed, a.chat, n_ctx=a.ctx, cpu=a.cpu)
 
 
+def cmd_kl(a) -> int:
+    from ._progress import progress_bar
+    from .infer.sampling import Sampler
+    from .quality import kl, prompts, report, variants
+    if a.max_tokens < 1:
+        return _err(f"--max-tokens must be >= 1, got {a.max_tokens}")
+    if a.limit is not None and a.limit < 1:
+        return _err(f"--limit must be >= 1, got {a.limit}")
+    plist = prompts.load_prompts(a.prompts) if a.prompts else list(prompts.DEFAULT_PROMPTS)
+    if a.limit:
+        plist = plist[:a.limit]
+    sampler = Sampler(a.temperature, a.top_k, a.top_p, a.seed)
+    ref = variants.load_variant(a.ref, a.cpu)
+    tests = [variants.load_variant(t, a.cpu) for t in a.test]
+    with progress_bar(len(plist), "kl", "prompt", enabled=not a.json) as bar:
+        results, sts, fl = kl.run_kl_many(ref, tests, plist, a.max_tokens, sampler, a.chat, bar.update)
+    meta = {"ref": a.ref, "cpu": ref.cpu.name, "prompts_file": a.prompts,
+            "max_tokens": a.max_tokens, "temperature": a.temperature, "seed": a.seed, "chat": a.chat}
+    if a.plot:
+        from .quality import charts
+        for spec, res in zip(a.test, results):
+            charts.kl_distribution(a.plot, res, f"{spec} vs {a.ref}",
+                                   name=None if len(a.test) == 1 else f"kl_{charts.slug(spec)}.png")
+    if a.json:
+        docs = [report.kl_json({**meta, "test_spec": spec}, res, st, fl)
+                for spec, res, st in zip(a.test, results, sts)]
+        json.dump(docs[0] if len(docs) == 1 else {**meta, "floor": fl, "tests": docs}, sys.stdout)
+        print()
+        return 0
+    mode = "greedy" if a.temperature <= 0 else f"temperature {a.temperature}, seed {a.seed}"
+    for i, (spec, res, st) in enumerate(zip(a.test, results, sts)):
+        header = (f"KL(REF || TEST)  REF={printable(a.ref)}  TEST={printable(spec)}  cpu {ref.cpu.name}, "
+                  f"{len(plist)} prompts, {st.get('n', 0)} generated positions, {mode}"
+                  + (", chat" if a.chat else ""))
+        print(("\n" if i else "") + report.kl_text(header, res, st, fl))
+    return 0
+
+
+def cmd_layers(a) -> int:
+    from ._progress import progress_bar
+    from .quality import layers, prompts, report, variants
+    if "@" in a.model and variants.parse_spec(a.model)[1] is not None:
+        return _err(f"layers: give the model without a variant suffix ({a.model!r}); "
+                    f"the study compares it with its own @float baseline")
+    if a.max_tokens < 1:
+        return _err(f"--max-tokens must be >= 1, got {a.max_tokens}")
+    if a.jobs is not None and a.jobs < 1:
+        return _err(f"--jobs must be >= 1, got {a.jobs}")
+    from .types import parse_type
+    target = parse_type(a.type)
+    plist = prompts.load_prompts(a.prompts) if a.prompts else list(prompts.DEFAULT_PROMPTS)
+    if a.limit:
+        plist = plist[:a.limit]
+    with progress_bar(None, "layers", "task", enabled=not a.json) as bar:
+        study = layers.run_layers(a.model, target, plist, a.max_tokens, a.cpu,
+                                  jobs=a.jobs or 1, scheduler=a.scheduler, progress=bar.update)
+    if a.plot:
+        from .quality import charts
+        charts.layer_kl(a.plot, study)
+        charts.crest(a.plot, study)
+    if a.json:
+        json.dump(study, sys.stdout)
+        print()
+        return 0
+    print(report.layers_text(study))
+    return 0
+
+
+def cmd_experts(a) -> int:
+    import numpy as np
+
+    from .hashing import hash_array
+    from .infer.moe import check_experts
+    if (a.prompt is None) == (a.activations is None):
+        return _err("experts takes --prompt TEXT or --activations FILE.npy (one of them)")
+    x = None
+    if a.activations is not None:
+        try:
+            x = np.load(a.activations, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            return _err(f"--activations {printable(a.activations)}: {e}")
+        if not isinstance(x, np.ndarray) or x.dtype != np.float32:
+            return _err(f"--activations {printable(a.activations)}: needs a float32 .npy array "
+                        f"(n, n_embd), got {getattr(x, 'dtype', type(x).__name__)}")
+    c = check_experts(a.model, a.layer, x=x, prompt=a.prompt, profile=a.cpu)
+    d = np.abs(c.cpu.astype(np.float64) - c.route)
+    rel = float(d.max() / max(np.abs(c.cpu).max(), np.finfo(np.float32).tiny))
+    doc = {"arch": c.arch, "layer": c.layer, "cpu_profile": c.profile, "tokens": int(c.x.shape[0]),
+           "experts_used": int(c.ids.shape[1]),
+           "fnv1a64": {"x": f"{hash_array(c.x):016x}", "cpu": f"{hash_array(c.cpu):016x}",
+                       "route": f"{hash_array(c.route):016x}"},
+           "max_abs_diff": float(d.max()), "max_rel_diff": rel,
+           "equal_values": float(np.mean(c.cpu.view(np.uint32) == c.route.view(np.uint32)))}
+    if a.out:
+        np.savez(a.out, x=c.x, ids=c.ids, weights=c.weights, cpu=c.cpu, route=c.route,
+                 **{k: np.array(str(v)) for k, v in doc.items() if k != "fnv1a64"})
+        doc["out"] = a.out
+    if a.json:
+        print(json.dumps(doc, indent=1))
+        return 0
+    print(f"{c.arch} layer {c.layer}: {doc['tokens']} tokens, {doc['experts_used']} experts each "
+          f"(ids of token 0: {c.ids[0].tolist()})")
+    print(f"  llama.cpp CPU ({c.profile}):  fnv1a64 {doc['fnv1a64']['cpu']}")
+    print(f"  mode-8 expert route:    fnv1a64 {doc['fnv1a64']['route']}")
+    print(f"  max |cpu - route| {doc['max_abs_diff']:.3g} ({rel:.3g} of max |cpu|), "
+          f"{100 * doc['equal_values']:.1f} % of values equal")
+    if a.out:
+        print(f"  written: {printable(a.out)} (x, ids, weights, cpu, route)")
+    return 0
+
+
 def cmd_parity(a) -> int:
     if a.full and a.what != "gemm":
         return _err(f"--full applies to `parity gemm` only, not `parity {a.what}`")
@@ -289,7 +472,8 @@ def cmd_bench(a) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="strata-ref", description=__doc__)
+    p = argparse.ArgumentParser(prog="strata-ref", description=DESCRIPTION, epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"strata-ref {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
 
@@ -325,40 +509,69 @@ def build_parser() -> argparse.ArgumentParser:
     h.set_defaults(func=cmd_hash)
 
     i = sub.add_parser("info", help="metadata and a per-type tensor summary")
-    i.add_argument("file")
+    i.add_argument("file", metavar="MODEL", help="a .gguf file, or a registry model name")
     i.set_defaults(func=cmd_info)
 
     m = sub.add_parser("models", help="the registry of real GGUF models")
-    m.add_argument("action", choices=["list", "fetch"])
-    m.add_argument("name", nargs="?")
+    m.add_argument("action", choices=["list", "fetch"],
+                   help="list: the registry and what is cached; fetch: download one model")
+    m.add_argument("name", nargs="?", metavar="NAME", help="fetch: the model name or alias")
     m.set_defaults(func=cmd_models)
 
     g = sub.add_parser("golden", help="golden hash files: make or check")
-    g.add_argument("action", choices=["make", "check"])
+    g.add_argument("action", choices=["make", "check"],
+                   help="make: write the golden files; check: recompute and compare them")
     g.add_argument("--dir", default=None, help="golden directory (default: the repository's golden/)")
     g.set_defaults(func=cmd_golden)
 
-    c = sub.add_parser("compare", help="compare another engine's raw output dump with the oracle")
-    c.add_argument("file")
-    c.add_argument("tensor")
-    c.add_argument("dump", nargs="?", default=None)
-    c.add_argument("--dtype", choices=["f32", "f16", "bf16"], default="f32")
-    c.add_argument("--row0", type=int, default=0)
-    c.add_argument("--rows", type=int, default=None)
-    c.add_argument("--ld", type=int, default=None)
-    c.add_argument("--hash", default=None, help="compare against this FNV-1a 64 (hex) instead of a dump")
+    c = sub.add_parser(
+        "compare", help="compare another engine's raw output dump with the oracle",
+        description="Compare rows [ROW0, ROW0 + ROWS) of one tensor, dequantized by "
+                    "another engine, with the oracle's output, bit for bit (any NaN "
+                    "equals any NaN). Exit 0 when equal, 1 when different, 2 on bad input.",
+        formatter_class=_Help)
+    c.add_argument("file", metavar="MODEL", help="GGUF file, or a cached registry model")
+    c.add_argument("tensor", metavar="TENSOR", help="tensor name, as `strata-ref hash` lists it")
+    c.add_argument("dump", metavar="DUMP", nargs="?", default=None,
+                   help="raw little-endian file of --dtype values, row r at value r*LD; it "
+                        "must hold exactly ROWS rows: ROWS*LD or (ROWS-1)*LD+cols values")
+    c.add_argument("--dtype", choices=["f32", "f16", "bf16"], default="f32",
+                   help="value type of the dump")
+    c.add_argument("--row0", type=int, default=0, metavar="R",
+                   help="first tensor row the dump holds")
+    c.add_argument("--rows", type=int, default=None, metavar="N",
+                   help="rows the dump holds (default: every row from R to the end)")
+    c.add_argument("--ld", type=int, default=None, metavar="L",
+                   help="values from one dump row to the next (default: the tensor's row length)")
+    c.add_argument("--hash", default=None, metavar="HEX",
+                   help="compare against this FNV-1a 64 (hex) of the rows instead of a dump")
     c.set_defaults(func=cmd_compare)
 
-    ge = sub.add_parser("generate", help="CPU inference: generate text from a prompt")
+    ge = sub.add_parser(
+        "generate", help="CPU inference: generate text from a prompt",
+        usage="%(prog)s [-h] [--max-tokens N] [--temperature T] [--top-k K]\n"
+              + " " * 27 + "[--top-p P] [--seed S] [--chat] [--ctx N] [--cpu PROFILE]\n"
+              + " " * 27 + "[MODEL] PROMPT",
+        description="Run a GGUF model on the CPU as llama.cpp does and stream the "
+                    "continuation of PROMPT, then the prompt and decode speeds.",
+        formatter_class=_Help)
     ge.add_argument("args", nargs="+", metavar="[MODEL] PROMPT",
-                    help="optional registry model or .gguf path, then the prompt (quoted)")
-    ge.add_argument("--max-tokens", type=int, default=32)
-    ge.add_argument("--temperature", type=float, default=0.0)
-    ge.add_argument("--top-k", type=int, default=0)
-    ge.add_argument("--top-p", type=float, default=1.0)
-    ge.add_argument("--seed", type=int, default=0)
-    ge.add_argument("--chat", action="store_true", help="apply the model's chat template")
-    ge.add_argument("--ctx", type=int, default=None,
+                    help="optional registry model or .gguf path (default: "
+                         "SmolLM2-135M-Instruct), then the prompt (quoted)")
+    ge.add_argument("--max-tokens", type=int, default=32, metavar="N",
+                    help="tokens to generate at most (0: only run the prompt)")
+    ge.add_argument("--temperature", type=float, default=0.0, metavar="T",
+                    help="sampling temperature; 0 is greedy (the most likely token)")
+    ge.add_argument("--top-k", type=int, default=0, metavar="K",
+                    help="sample among the K most likely tokens (0: all)")
+    ge.add_argument("--top-p", type=float, default=1.0, metavar="P",
+                    help="sample among the most likely tokens whose probabilities add "
+                         "up to P, in (0, 1] (1: all)")
+    ge.add_argument("--seed", type=int, default=0, metavar="S",
+                    help="seed of the sampler's random numbers (>= 0)")
+    ge.add_argument("--chat", action="store_true",
+                    help="format the prompt as one user message with the model's chat template")
+    ge.add_argument("--ctx", type=int, default=None, metavar="N",
                     help="context length in tokens, at most the model's training context "
                          "(default: that, at most 4096)")
     ge.add_argument("--cpu", default=None, metavar="PROFILE",
@@ -367,21 +580,163 @@ def build_parser() -> argparse.ArgumentParser:
                          "of llama.cpp's native build on this CPU)")
     ge.set_defaults(func=cmd_generate)
 
+    kq = sub.add_parser(
+        "kl", help="KL divergence of TEST from REF at the positions REF generates",
+        description="REF generates from each prompt; TEST is teacher-forced on REF's tokens; "
+                    "KL(REF || TEST) over the whole vocabulary at the generated positions, with "
+                    "the noise floor (REF's incremental pass against its own batched pass). "
+                    "A model is a registry name or .gguf path, optionally with a variant: "
+                    "@float (dequantized weights, float activations), @TYPE (every matrix "
+                    "requantized to a ggml type, e.g. @Q4_K), @a8token (float weights, "
+                    "per-token int8 activations).",
+        formatter_class=_Help)
+    kq.add_argument("ref", metavar="REF", help="the reference model[@variant]")
+    kq.add_argument("test", metavar="TEST", nargs="+",
+                    help="the model[@variant] measured against REF (several: one REF generation for all)")
+    kq.add_argument("--prompts", default=None, metavar="FILE",
+                    help="prompts, one per line or JSON lines with \"prompt\" (default: the "
+                         "built-in set of strata_ref.quality.prompts)")
+    kq.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N prompts")
+    kq.add_argument("--max-tokens", type=int, default=32, metavar="N",
+                    help="tokens REF generates per prompt")
+    kq.add_argument("--temperature", type=float, default=0.0, metavar="T",
+                    help="REF's sampling temperature; 0 is greedy")
+    kq.add_argument("--top-k", type=int, default=0, metavar="K", help="REF samples among the K most likely (0: all)")
+    kq.add_argument("--top-p", type=float, default=1.0, metavar="P", help="REF's top-p, in (0, 1]")
+    kq.add_argument("--seed", type=int, default=0, metavar="S", help="REF's sampling seed")
+    kq.add_argument("--chat", action="store_true",
+                    help="each prompt is a user message in the model's chat template")
+    kq.add_argument("--cpu", default=None, metavar="PROFILE",
+                    help="CPU profile of both models (default: $STRATA_REF_CPU, else native)")
+    kq.add_argument("--json", action="store_true", help="machine-readable output, every position's KL")
+    kq.add_argument("--plot", default=None, metavar="DIR",
+                    help="write the KL distribution chart (PNG, needs matplotlib) into DIR")
+    kq.set_defaults(func=cmd_kl)
+
+    ly = sub.add_parser(
+        "layers", help="per-layer study of a quantization: crest factors, errors, sensitivity",
+        description="Against MODEL@float on a calibration set: the crest factor of every "
+                    "layer's attention and FFN input, each linear's weight and output errors "
+                    "when requantized to TYPE (weights, ggml's activation blocks, per-token "
+                    "int8), and the KL when only one layer is requantized (weight part and "
+                    "activation part), beside the whole model's (docs/quality.md).",
+        formatter_class=_Help)
+    ly.add_argument("model", metavar="MODEL", help="registry model or .gguf path")
+    ly.add_argument("--type", default="Q4_K", metavar="TYPE", help="the ggml type to requantize to")
+    ly.add_argument("--prompts", default=None, metavar="FILE", help="calibration prompts (default: the built-in set)")
+    ly.add_argument("--limit", type=int, default=16, metavar="N", help="use the first N prompts")
+    ly.add_argument("--max-tokens", type=int, default=24, metavar="N", help="tokens generated per prompt")
+    ly.add_argument("--cpu", default=None, metavar="PROFILE", help="CPU profile (default: $STRATA_REF_CPU, else native)")
+    ly.add_argument("--jobs", type=int, default=None, metavar="N",
+                    help="worker processes for the per-layer tasks (default 1: in this process)")
+    ly.add_argument("--scheduler", default=None, metavar="ADDR",
+                    help="run the tasks on dask.distributed: 'local' or a scheduler address")
+    ly.add_argument("--json", action="store_true", help="machine-readable output")
+    ly.add_argument("--plot", default=None, metavar="DIR", help="write layer_kl.png and crest.png into DIR")
+    ly.set_defaults(func=cmd_layers)
+
+    ex = sub.add_parser("experts", help="one MoE layer's routed experts: llama.cpp's CPU "
+                                        "result and the mode-8 expert route's")
+    ex.add_argument("model", metavar="MODEL", help="registry name, alias or .gguf path of a "
+                                                   "qwen3moe or qwen3next model")
+    ex.add_argument("--layer", type=int, required=True, metavar="N", help="the layer (0-based)")
+    ex.add_argument("--prompt", metavar="TEXT",
+                    help="take the FFN input that llama.cpp's graph has at the layer for this text")
+    ex.add_argument("--activations", metavar="FILE.npy",
+                    help="or these activations: float32 (n_tokens, n_embd), the FFN input")
+    ex.add_argument("--cpu", default=None, metavar="PROFILE",
+                    help="the llama.cpp CPU build to reproduce (as for generate)")
+    ex.add_argument("--out", metavar="FILE.npz", help="also write x, ids, weights, cpu, route")
+    ex.add_argument("--json", action="store_true", help="machine-readable output")
+    ex.set_defaults(func=cmd_experts)
+
     pa = sub.add_parser("parity", help="native kernels against the oracle (needs a GPU)")
-    pa.add_argument("what", choices=["dequant", "gemm", "mmvq", "experts"])
+    pa.add_argument("what", choices=["dequant", "gemm", "mmvq", "experts"],
+                    help="which native kernels")
     pa.add_argument("--quick", action="store_true", help="a small run")
     pa.add_argument("--full", action="store_true", help="gemm: >= 5,000 consecutive chunk sizes")
     pa.set_defaults(func=cmd_parity)
 
     b = sub.add_parser("bench", help="benchmarks (needs a GPU)")
-    b.add_argument("what", choices=["mmvq", "experts"])
+    b.add_argument("what", choices=["mmvq", "experts"], help="which native kernels")
     b.add_argument("--emit-table", action="store_true",
                    help="mmvq: print the rows-per-warp table in the source's format")
     b.set_defaults(func=cmd_bench)
     return p
 
 
+#: Seconds the main thread has, after Ctrl-C, to stop the job cleanly.
+INTERRUPT_GRACE_S = 1.0
+
+
+def _keep_interrupts() -> None:
+    """Make every Ctrl-C stop the command, at once.
+
+    Two ways an interrupt could be late or lost. A KeyboardInterrupt raised
+    while Python code runs as a callback of C code (llvmlite calls one
+    whenever numba compiles or caches a function) cannot leave the
+    callback: CPython reports it as "Exception ignored ..." and drops it.
+    The hook below takes such an interrupt silently and a watcher thread
+    raises it again in the main thread a moment later (the hook only sets
+    an event: an interrupt raised inside the hook would be lost as well).
+    And Python runs its SIGINT handler only between bytecodes, so a long
+    call into C (an LLVM compile) delays it: the signal also wakes a second
+    thread (`signal.set_wakeup_fd`), which ends the process with status 130
+    if it is still running INTERRUPT_GRACE_S seconds later. (That thread
+    needs the GIL: a compiled kernel that holds it still delays the exit
+    until it returns; strata-ref's kernels run in short calls.) Other unraisable errors go to the previous hook. Does
+    nothing when SIGINT was ignored when the process started (a background
+    job of a shell without job control)."""
+    import _thread
+    import signal
+    import threading
+    import time
+    if (signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+            or threading.current_thread() is not threading.main_thread()):
+        return
+    lost = threading.Event()
+    previous = sys.unraisablehook
+
+    def hook(u):
+        if isinstance(u.exc_value, KeyboardInterrupt):
+            lost.set()
+        else:
+            previous(u)
+
+    def reraise():
+        while True:
+            lost.wait()
+            time.sleep(0.02)      # let the C code return from its callback
+            lost.clear()
+            _thread.interrupt_main()
+
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+
+    def deadline():
+        while signal.SIGINT not in os.read(r, 64):
+            pass
+        time.sleep(INTERRUPT_GRACE_S)
+        # raw writes only: the main thread may hold the locks of the Python
+        # streams (a bar being drawn); a line end after a half-drawn bar
+        try:
+            os.write(2, b"\n")
+        finally:
+            os._exit(130)
+
+    for target, name in ((reraise, "reraise"), (deadline, "deadline")):
+        threading.Thread(target=target, name=f"strata-ref-interrupt-{name}", daemon=True).start()
+    sys.unraisablehook = hook
+
+
 def main(argv=None) -> int:
+    """The `strata-ref` command: returns the exit status. With argv None
+    (the console script, `python -m strata_ref.cli`) the process is the
+    command, and Ctrl-C handling is set up for it (`_keep_interrupts`);
+    a caller passing argv keeps its own."""
+    if argv is None:
+        _keep_interrupts()
     parser = build_parser()
     # argparse stops filling a positional list at the first option, so
     # `generate MODEL --chat PROMPT` leaves PROMPT over: take it back here.
@@ -396,9 +751,16 @@ def main(argv=None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.cmd == "generate" and len(args.args) > 2:
         return _err("generate takes [MODEL] PROMPT (quote the prompt)")
+    from ._env import numba_config_problem, numba_env_problem
+    bad_env = numba_env_problem() or numba_config_problem()  # before anything imports numba
+    if bad_env:
+        return _err(bad_env)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
+        # a second Ctrl-C must not interrupt the way out
+        import signal
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         return 130
     except BrokenPipeError:
         return 0
@@ -412,6 +774,12 @@ def main(argv=None) -> int:
         if os.environ.get("STRATA_REF_DEBUG", "0") not in ("", "0"):
             raise
         return _err(f"{type(e).__name__}: {e}")
+    except Exception as e:
+        # Nothing else is expected: a bug. Still one line, saying so.
+        if os.environ.get("STRATA_REF_DEBUG", "0") not in ("", "0"):
+            raise
+        return _err(f"internal error {type(e).__name__}: {e} (a bug in strata-ref; "
+                    f"STRATA_REF_DEBUG=1 shows the traceback)")
 
 
 if __name__ == "__main__":

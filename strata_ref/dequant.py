@@ -58,7 +58,11 @@ def _out_view(out, kind: str, rows: int, cols: int, ld: int) -> tuple[np.ndarray
     """(whole out array, strided (rows, cols) view of the values to write)."""
     dt = OUT_DTYPES[kind]
     if out is None:
-        full = np.zeros((rows, ld), dt) if ld > cols else np.empty((rows, ld), dt)
+        try:
+            full = np.zeros((rows, ld), dt) if ld > cols else np.empty((rows, ld), dt)
+        except (ValueError, MemoryError) as e:      # an absurd ld
+            raise ValueError(f"an output of rows={rows} x ld={ld} {kind} values cannot be "
+                             f"allocated ({e})") from None
         return full, full[:, :cols]
     if not isinstance(out, np.ndarray) or out.dtype != dt:
         got = out.dtype if isinstance(out, np.ndarray) else type(out).__name__
@@ -167,9 +171,12 @@ def dequantize(raw, t, out: str = "f32") -> np.ndarray:
     or "bf16". Returns float32, float16 or ml_dtypes.bfloat16 values (n =
     blocks * QK). The plain types I8, I16, I32, I64 and F64 are returned in
     their own dtype (little-endian), and `out` must be left at "f32" for them.
-    Raises ValueError if raw is not whole blocks, UnsupportedTypeError for
+    Raises ValueError if raw is not whole blocks or `out` is not one of the
+    three names (checked first, whatever raw holds), UnsupportedTypeError for
     removed or unknown types.
     """
+    if not isinstance(out, str) or out not in OUT_DTYPES:
+        raise ValueError(f"out must be one of f32, f16, bf16, got {out!r}")
     tt = parse_type(t)
     fmt = block_format(tt)
     b = as_bytes(raw)
@@ -182,5 +189,5 @@ def dequantize(raw, t, out: str = "f32") -> np.ndarray:
         return b.view(fmt.field("v").dtype).copy()
     n = b.size // fmt.block_bytes
     if n == 0:
-        return np.empty(0, OUT_DTYPES[out] if out in OUT_DTYPES else np.float32)
+        return np.empty(0, OUT_DTYPES[out])
     return dequant(tt, b, 1, n * fmt.block_values, out_dtype=out).reshape(-1)

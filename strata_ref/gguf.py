@@ -40,12 +40,13 @@ What is refused, beyond truncation anywhere:
   bool byte other than 0 or 1 (ggml reads any nonzero byte as true); arrays nested deeper than `MAX_ARRAY_DEPTH`;
   `general.alignment` that is not a UINT32 or not a power of two;
 - a tensor name that is not UTF-8, repeated, or `GGML_MAX_NAME` (64) bytes
-  or longer; more than `GGML_MAX_DIMS` (4) dimensions; a dimension of 0
-  (ggml accepts empty tensors; strata-ref has no use for them) or >= 2**63; element or byte counts >= 2**63; a ggml type id that is
+  or longer; more than `GGML_MAX_DIMS` (4) dimensions; a dimension >= 2**63
+  (a dimension of 0 is a valid empty tensor, as in ggml and gguf-py: it
+  takes no data bytes); element or byte counts >= 2**63; a ggml type id that is
   unknown or was removed from the format (4, 5, 31-33, 36-38); ne[0] not a
   multiple of the type's block size;
 - tensor data that is misaligned, reaches past the end of the file, or
-  overlaps another tensor's data. (ggml additionally requires the tensors
+  overlaps another tensor's data (an empty tensor overlaps nothing). (ggml additionally requires the tensors
   to be packed in info order with padding only; gaps are accepted here.)
 
 Split sets (llama.cpp's `gguf-split`, gguf-py's `GGUFWriter(split_max_*)`):
@@ -162,8 +163,12 @@ class GGUFTensor:
 
     @property
     def rows(self) -> int:
-        """Product of ne[1:], the number of rows."""
-        return self.n_elements // self.cols
+        """Product of ne[1:], the number of rows (0 for an empty tensor
+        whose ne[1:] holds a 0; an empty row length keeps its rows)."""
+        n = 1
+        for ne in self.shape[1:]:
+            n *= ne
+        return n
 
     @property
     def block_format(self) -> BlockFormat:
@@ -549,8 +554,8 @@ def _read_tensor_info(cur: _Cursor, i: int, alignment: int) -> _Info:
     for j in range(n_dims):
         dim_offset = cur.pos
         ne = cur.u64(f"ne[{j}] of {what}")
-        if ne == 0 or ne >= _INT64_LIMIT:
-            raise cur.error(f"{what}: ne[{j}] = {ne} is not in 1..2**63-1", dim_offset)
+        if ne >= _INT64_LIMIT:
+            raise cur.error(f"{what}: ne[{j}] = {ne} is not in 0..2**63-1", dim_offset)
         shape.append(ne)
     type_offset = cur.pos
     t = _tensor_type(cur, cur.u32(f"the type of {what}"), what, type_offset)
@@ -597,7 +602,9 @@ def _place_tensors(cur: _Cursor, infos: list[_Info], data_offset: int) -> list[G
                 f"tensor {info.name!r}: data bytes {start}..{start + info.n_bytes} "
                 f"lie outside the file ({cur.size} bytes; data section starts at "
                 f"{data_offset})", info.offset_field)
-    ordered = sorted(infos, key=lambda i: i.rel_offset)
+    # an empty tensor holds no bytes, so it cannot overlap anything (ggml
+    # gives it the offset of the next tensor)
+    ordered = sorted((i for i in infos if i.n_bytes), key=lambda i: i.rel_offset)
     for prev, nxt in zip(ordered, ordered[1:]):
         if nxt.rel_offset < prev.rel_offset + prev.n_bytes:
             raise cur.error(

@@ -42,6 +42,7 @@ from typing import Callable
 import numpy as np
 
 from ._paths import data_dir
+from ._text import printable
 from .hashing import FNV64_OFFSET, fnv1a64, hash_array, hash_tensor, HASH_DTYPES
 from .types import GGMLType, UnsupportedTypeError, block_format, parse_type
 
@@ -633,12 +634,29 @@ def make_corpus(path, progress=None, types=None) -> dict:
     return json.loads(Path(path).read_text())
 
 
+#: A golden file is a few hundred kB; a larger "golden file" is not one.
+MAX_GOLDEN_BYTES = 64 << 20
+
+
 def _load(path, versions=(FORMAT_VERSION,)) -> dict:
+    import os
+    import stat
     path = Path(path)
     try:
-        doc = json.loads(path.read_text())
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            # a FIFO would block the read, a device never end
+            raise ValueError(f"{path} is not a regular file")
+        if st.st_size > MAX_GOLDEN_BYTES:
+            raise ValueError(f"{path} has {st.st_size} bytes, more than a golden file "
+                             f"holds ({MAX_GOLDEN_BYTES})")
+        doc = json.loads(path.read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise ValueError(f"no golden file at {path}") from None
+    except OSError as e:
+        raise ValueError(f"cannot read the golden file {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"{path} is not valid JSON: {e}") from None
     if (not isinstance(doc, dict) or doc.get("format") != "strata-ref golden"
@@ -649,10 +667,13 @@ def _load(path, versions=(FORMAT_VERSION,)) -> dict:
         items = doc.get(key, [])
         if not isinstance(items, list) or not all(isinstance(it, dict) for it in items):
             raise ValueError(f"{path}: {key!r} must be a list of objects")
+        for i, it in enumerate(items):
+            if not isinstance(it.get("name"), str):
+                raise ValueError(f"{path}: {key}[{i}] has no \"name\" string")
     return doc
 
 
-def check_corpus(path, types=None) -> tuple[list[dict], bool]:
+def check_corpus(path, types=None, progress=None) -> tuple[list[dict], bool]:
     """Recompute every case of the corpus file at `path` and compare.
 
     Returns (rows, ok): one row per case {"name", "type", "status" ("pass",
@@ -660,8 +681,9 @@ def check_corpus(path, types=None) -> tuple[list[dict], bool]:
     case passes and the generator version and seed match. A case whose
     generated input no longer hashes as stored fails with detail "input
     changed" (the generator, not the oracle, moved). `types` checks only
-    those types (stored cases of other types are then ignored). Raises
-    ValueError for a missing or malformed file."""
+    those types (stored cases of other types are then ignored).
+    `progress(case)` is called after each case. Raises ValueError for a
+    missing or malformed file."""
     doc = _load(path)
     rows, ok = [], True
     if doc.get("generator_version") != CORPUS_VERSION or doc.get("seed") != CORPUS_SEED:
@@ -697,6 +719,8 @@ def check_corpus(path, types=None) -> tuple[list[dict], bool]:
                     row.update(status="FAIL", detail=row["detail"] or "hash differs: " + ",".join(bad))
         ok &= row["status"] == "pass"
         rows.append(row)
+        if progress:
+            progress(c)
     for name, it in stored.items():
         ok = False
         rows.append({"name": name, "type": it.get("type", "?"), "status": "gone", "values": 0,
@@ -757,7 +781,7 @@ def check_model_golden(gguf_path, golden_path, progress=None, jobs: int = 1) -> 
         exp = ", ".join(f"{w.get('file')} {str(w.get('sha256'))[:16]}…" for w in want)
         return [{"name": have[0]["file"], "type": "-", "status": "FAIL", "values": 0,
                  "detail": f"sha256 of {got} is not the golden file's {exp}"}], False
-    stored = {it["name"]: it for it in doc["tensors"]}
+    stored = {it["name"]: it for it in doc.get("tensors", [])}
     if doc["format_version"] == 1:
         chain = {k: FNV64_OFFSET for k in OUT_KINDS}
         hashed = [(t, hash_tensor(t.type, t.data, t.rows, t.cols, OUT_KINDS, chain, progress))
@@ -826,33 +850,86 @@ def _bits_to_float(b: int, kind: str) -> float:
     return float(np.array([b << 16], "<u4").view("<f4")[0])
 
 
+def _dump_layouts(n_bytes: int, cols: int, ld: int, max_rows: int) -> list[tuple[str, int]]:
+    """Every (dtype, rows) for which a dump of `n_bytes` bytes holds exactly
+    `rows` rows (1 <= rows <= max_rows) of `cols` values `ld` apart, padded
+    after the last row or not."""
+    fits = []
+    for d, bits in _BITS.items():
+        if n_bytes % bits.itemsize:
+            continue
+        n = n_bytes // bits.itemsize
+        for r in dict.fromkeys(([n // ld] if n % ld == 0 else [])
+                               + ([(n - cols) // ld + 1] if n >= cols and (n - cols) % ld == 0
+                                  else [])):
+            if 1 <= r <= max_rows:
+                fits.append((d, r))
+    return fits
+
+
+def _read_dump(dump_path, sizes: tuple[int, ...], describe) -> bytes:
+    """Exactly the bytes of the dump file when its size is one of `sizes`.
+
+    The file is opened without blocking (a FIFO with no writer would wait
+    forever) and must be a regular file, whose size is known before any
+    byte is read: nothing is read unless the size fits, so a device such as
+    /dev/zero or a huge file costs nothing. `describe(n_bytes)` gives the
+    error for a size that does not fit. Raises ValueError."""
+    import os
+    import stat
+    try:
+        fd = os.open(dump_path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise ValueError(f"cannot read the dump {dump_path}: {e.strerror or e}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise ValueError(f"the dump {dump_path} is not a regular file (a pipe, device "
+                         f"or directory): write the dump to a file first")
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        if st.st_size == 0:
+            raise ValueError(f"the dump {dump_path} is empty")
+        if st.st_size not in sizes:
+            raise ValueError(describe(st.st_size))
+        raw = f.read(st.st_size)
+        if len(raw) != st.st_size or f.read(1):
+            raise ValueError(f"the dump {dump_path} changed size while it was read")
+    return raw
+
+
 def compare_dump(gguf_path, tensor_name: str, dump_path=None, dtype: str = "f32",
                  row0: int = 0, rows: int | None = None, ld: int | None = None,
                  hash_hex: str | None = None) -> dict:
     """Compare another engine's raw output of one tensor with the oracle.
 
     gguf_path: the GGUF file (or a registry model name); tensor_name: a
-    tensor in it; dump_path: a raw little-endian file of `dtype` values
-    ("f32", "f16", "bf16") holding tensor rows [row0, row0 + rows), row r
-    starting at value r*ld (ld >= cols, default cols; the dump holds rows*ld
-    values, or (rows-1)*ld + cols). rows defaults to what the dump holds
-    (or, with hash_hex, to every row from row0). hash_hex: compare the
-    oracle's FNV-1a 64 with this hex string instead of a dump.
+    tensor in it. The rows compared are [row0, row0 + rows), rows defaulting
+    to every row from row0 to the end of the tensor. dump_path: a raw
+    little-endian file of `dtype` values ("f32", "f16", "bf16") holding
+    exactly those rows, row r starting at value r*ld (ld >= cols, default
+    cols): rows*ld or (rows-1)*ld + cols values, nothing more or less (a dump
+    of another size is refused before it is read, with the row counts and
+    dtypes its size would fit). hash_hex: compare the oracle's FNV-1a 64
+    of those rows with this hex string instead of a dump.
 
     Equality is on canonical bits: any NaN equals any NaN (the oracle's NaN
     policy, DESIGN.md); NaNs with other encodings are counted separately in
     "nan_encoding_diffs". Returns a dict: equal, fnv_oracle, fnv_dump (hex,
     canonical bytes), n_values, n_diff, first_diff (index, row, col, both
     values and bit patterns) or None, max_ulp (over pairs of numbers; None if
-    no numeric pair differs), nan_vs_number (pairs where one side is NaN).
-    Raises ValueError for an unknown tensor, a bad dtype, a dump whose size
-    does not fit, or rows beyond the tensor (GGUFError, a ValueError, for a
-    malformed file); models.ModelError for a name that is neither a file nor
-    a cached registry model.
+    no numeric pair differs), nan_vs_number (pairs where one side is NaN),
+    also_fits (other (dtype, rows) the dump's size would hold, a hint when
+    the values differ).
+    Raises ValueError for an unknown tensor, a bad dtype, a dump that is not
+    a regular file or whose size does not fit, rows beyond the tensor, an
+    empty tensor or one of a plain integer type (GGUFError, a ValueError,
+    for a malformed file); models.ModelError for a name that is neither a
+    file nor a cached registry model.
     """
     from .dequant import dequant
     from .gguf import read
     from .models import resolve
+    from .types import PLAIN_TYPES
     if dtype not in _BITS:
         raise ValueError(f"dtype must be f32, f16 or bf16, got {dtype!r}")
     path = Path(gguf_path)
@@ -864,15 +941,31 @@ def compare_dump(gguf_path, tensor_name: str, dump_path=None, dtype: str = "f32"
     except KeyError:
         if not f.tensors:
             raise ValueError(f"no tensor {tensor_name!r} in {path.name}: it has no tensors") from None
-        names = ", ".join(x.name for x in f.tensors[:5])
+        names = ", ".join(repr(x.name) for x in f.tensors[:5])
         more = ", …" if len(f.tensors) > 5 else ""
         raise ValueError(f"no tensor {tensor_name!r} in {path.name} (tensors: {names}{more})") from None
+    if t.type in PLAIN_TYPES:
+        raise ValueError(f"tensor {tensor_name!r} is {t.type.name}, a plain array of "
+                         f"{block_format(t.type).field('v').kind} values, not a float format: "
+                         "there is no f32/f16/bf16 output to compare")
+    if t.n_elements == 0:
+        raise ValueError(f"tensor {tensor_name!r} is empty (shape {list(t.shape)}): "
+                         "there is nothing to compare")
     cols = t.cols
+    for name, v in (("row0", row0), ("rows", rows), ("ld", ld)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))):
+            raise ValueError(f"{name} must be an integer, got {v!r}")
     ld = cols if ld is None else int(ld)
     if ld < cols:
         raise ValueError(f"ld={ld} is smaller than the tensor's {cols} columns")
-    if row0 < 0 or row0 >= max(t.rows, 1):
+    if row0 < 0 or row0 >= t.rows:
         raise ValueError(f"row0={row0} is outside the tensor's {t.rows} rows")
+    if rows is None:
+        rows = t.rows - row0
+    if rows < 1:
+        raise ValueError(f"rows={rows}: at least one row is needed")
+    if row0 + rows > t.rows:
+        raise ValueError(f"rows [{row0}, {row0 + rows}) are outside the tensor's {t.rows} rows")
     bits_dt = _BITS[dtype]
     dump = None
     if hash_hex is not None:
@@ -888,42 +981,37 @@ def compare_dump(gguf_path, tensor_name: str, dump_path=None, dtype: str = "f32"
             raise ValueError(f"--hash {hash_hex!r} is wider than 64 bits")
         if ld != cols:
             raise ValueError("--ld describes a dump's layout; it has no meaning with --hash")
+    also_fits = []
     if hash_hex is None:
         if dump_path is None:
             raise ValueError("give a dump file or a hash to compare against")
-        try:
-            raw = Path(dump_path).read_bytes()
-        except OSError as e:
-            raise ValueError(f"cannot read the dump {dump_path}: {e.strerror or e}") from None
-        if not raw:
-            raise ValueError(f"the dump {dump_path} is empty")
-        if len(raw) % bits_dt.itemsize:
-            raise ValueError(f"dump has {len(raw)} bytes, not a whole number of {dtype} values")
+        isz = bits_dt.itemsize
+        tight, padded = ((rows - 1) * ld + cols) * isz, rows * ld * isz
+
+        def describe(n_bytes):
+            msg = (f"the dump {dump_path} has {n_bytes} bytes, but rows [{row0}, {row0 + rows}) "
+                   f"of {tensor_name!r} in {dtype} take {tight} bytes ({cols} values a row"
+                   + (f", ld {ld}; {padded} bytes with the padding after the last row)"
+                      if ld != cols else ")"))
+            fits = _dump_layouts(n_bytes, cols, ld, t.rows - row0)
+            hints = [f"--dtype {d}" + (f" --rows {r}" if r != rows else "") for d, r in fits
+                     if (d, r) != (dtype, rows)]
+            if hints:
+                msg += "; its size fits " + " or ".join(hints)
+            elif n_bytes % isz:
+                msg += f"; that is not a whole number of {dtype} values"
+            return msg
+        raw = _read_dump(dump_path, (tight, padded), describe)
         dump = np.frombuffer(raw, bits_dt)
-        n = dump.size
-        if rows is None:
-            if n % ld == 0:
-                rows = n // ld
-            elif n >= cols and (n - cols) % ld == 0:
-                rows = (n - cols) // ld + 1
-            else:
-                raise ValueError(f"dump holds {n} {dtype} values: not rows*ld or (rows-1)*ld+cols "
-                                 f"for cols={cols}, ld={ld} (is --dtype right?)")
-        need = (rows - 1) * ld + cols if rows else 0
-        if n < need:
-            raise ValueError(f"dump holds {n} values; rows={rows}, cols={cols}, ld={ld} need {need}")
-    elif rows is None:
-        rows = t.rows - row0
-    if rows < 1:
-        raise ValueError(f"rows={rows}: at least one row is needed")
-    if row0 + rows > t.rows:
-        raise ValueError(f"rows [{row0}, {row0 + rows}) are outside the tensor's {t.rows} rows")
+        also_fits = [{"dtype": d, "rows": r}
+                     for d, r in _dump_layouts(len(raw), cols, ld, t.rows - row0)
+                     if (d, r) != (dtype, rows)]
     ref = dequant(t.type, t.data, rows, cols, row0=row0, out_dtype=dtype)
     ref_bits = _canon_bits(np.ascontiguousarray(ref).view(bits_dt).reshape(rows, cols), dtype)
     fnv_ref = fnv1a64(ref_bits.view(np.uint8).reshape(-1))
     report = {"file": path.name, "tensor": tensor_name, "type": t.type.name, "dtype": dtype,
               "row0": row0, "rows": rows, "cols": cols, "ld": ld,
-              "n_values": rows * cols, "fnv_oracle": _hex(fnv_ref)}
+              "n_values": rows * cols, "fnv_oracle": _hex(fnv_ref), "also_fits": also_fits}
     if dump is None:
         report.update(equal=want_hash == fnv_ref, fnv_dump=_hex(want_hash), n_diff=None,
                       first_diff=None, max_ulp=None, nan_vs_number=None, nan_encoding_diffs=None)
@@ -986,7 +1074,7 @@ def _print_table(title: str, rows: list[dict], ok: bool, out=None) -> None:
               f"{len(rs) - npass:>5}", file=out)
     bad = [r for r in rows if r["status"] != "pass"]
     for r in bad[:200]:
-        print(f"  {r['status']:<5} {r['name']}: {r['detail']}", file=out)
+        print(f"  {r['status']:<5} {printable(r['name'])}: {r['detail']}", file=out)
     if len(bad) > 200:
         print(f"  … and {len(bad) - 200} more", file=out)
     total = sum(r["values"] for r in rows)
@@ -1002,24 +1090,60 @@ def _default_model_path(fetch: bool) -> Path | None:
         return None
 
 
+def _writable_dir(d: Path) -> str | None:
+    """Create `d` and d/models; the problem (one line) when that fails or
+    they cannot be written, else None. Checked before any long work."""
+    import tempfile
+    for sub in (d, d / "models"):
+        try:
+            sub.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=sub):
+                pass
+        except OSError as e:
+            why = e.strerror or str(e)
+            if isinstance(e, (FileExistsError, NotADirectoryError)):
+                why = "a file, not a directory, is in the way"
+            return f"cannot write golden files into {sub}: {why}"
+    return None
+
+
+def _corpus_bar(desc: str, n_cases: int):
+    from ._progress import progress_bar
+    return progress_bar(n_cases, desc, "case")
+
+
+def _model_bar(desc: str, gguf_path):
+    from ._progress import progress_bar
+    from .gguf import read
+    total = sum(t.n_bytes for t in read(gguf_path).tensors)
+    return progress_bar(total, desc, "B", unit_scale=True)
+
+
 def run_golden_make(out_dir=None) -> int:
     """`strata-ref golden make [--dir D]`: write D/corpus.json and, for the
     registry's default model (fetched if needed), D/models/<model>.json.
-    Returns the exit status."""
+    The directory is created and checked for writing first. A progress bar
+    on stderr (on a terminal). Returns the exit status."""
     from .models import DEFAULT_MODEL
     try:
         d = Path(out_dir) if out_dir else default_golden_dir(for_writing=True)
     except ValueError as e:
         print(f"strata-ref: error: {e}", file=sys.stderr)
         return 2
-    doc = make_corpus(d / "corpus.json")
+    problem = _writable_dir(d)
+    if problem:
+        print(f"strata-ref: error: {printable(problem, backslash=False)}", file=sys.stderr)
+        return 2
+    with _corpus_bar("golden corpus", len(corpus_cases())) as bar:
+        doc = make_corpus(d / "corpus.json", progress=lambda c: bar.update(1))
     print(f"wrote {d / 'corpus.json'}: {len(doc['cases'])} cases"
           + (f"; oracle lacks {', '.join(doc['missing_types'])}" if doc["missing_types"] else ""))
     p = _default_model_path(fetch=True)
     if p is None:
         print(f"default model {DEFAULT_MODEL} unavailable: no model golden file written")
         return 1
-    mdoc = make_model_golden(p, d / "models" / f"{DEFAULT_MODEL}.json")
+    with _model_bar(f"golden {DEFAULT_MODEL}", p) as bar:
+        mdoc = make_model_golden(p, d / "models" / f"{DEFAULT_MODEL}.json", progress=bar.update)
     print(f"wrote {d / 'models' / (DEFAULT_MODEL + '.json')}: {mdoc['n_tensors']} tensors")
     return 0
 
@@ -1027,11 +1151,13 @@ def run_golden_make(out_dir=None) -> int:
 def run_golden_check(golden_dir=None) -> int:
     """`strata-ref golden check [--dir D]`: recompute D/corpus.json and every
     D/models/<name>.json whose model is in the cache (others are reported as
-    skipped), print pass/fail tables; exit status 0 only if all pass."""
+    skipped), print pass/fail tables; exit status 0 only if all pass. A
+    progress bar on stderr (on a terminal)."""
     from .models import ModelError, resolve
     try:
         d = Path(golden_dir) if golden_dir else default_golden_dir()
-        rows, ok = check_corpus(d / "corpus.json")
+        with _corpus_bar("check corpus", len(corpus_cases())) as bar:
+            rows, ok = check_corpus(d / "corpus.json", progress=lambda c: bar.update(1))
     except ValueError as e:
         print(f"strata-ref: error: {e}", file=sys.stderr)
         return 2
@@ -1042,7 +1168,8 @@ def run_golden_check(golden_dir=None) -> int:
         except ModelError as e:
             print(f"model {mf.stem}: skipped ({e})")
             continue
-        mrows, mok = check_model_golden(p, mf)
+        with _model_bar(f"check {mf.stem}", p) as bar:
+            mrows, mok = check_model_golden(p, mf, progress=bar.update)
         _print_table(f"model {mf.stem}", mrows, mok)
         ok &= mok
     return 0 if ok else 1
@@ -1056,10 +1183,10 @@ def run_compare(file, tensor, dump, dtype="f32", row0=0, rows=None, ld=None, has
     try:
         rep = compare_dump(file, tensor, dump, dtype, row0, rows, ld, hash_hex)
     except (ValueError, OSError, ModelError) as e:
-        print(f"strata-ref: error: {e}", file=sys.stderr)
+        print(f"strata-ref: error: {printable(str(e), backslash=False)}", file=sys.stderr)
         return 2
     out = out or sys.stdout
-    print(f"{rep['file']} {rep['tensor']} ({rep['type']}) rows [{rep['row0']}, "
+    print(f"{printable(rep['file'])} {printable(rep['tensor'])} ({rep['type']}) rows [{rep['row0']}, "
           f"{rep['row0'] + rep['rows']}) x {rep['cols']} cols, {rep['dtype']}, ld {rep['ld']}", file=out)
     print(f"  fnv oracle {rep['fnv_oracle']}  {'--hash' if hash_hex is not None else 'dump'} {rep['fnv_dump']}",
           file=out)
@@ -1072,5 +1199,9 @@ def run_compare(file, tensor, dump, dtype="f32", row0=0, rows=None, ld=None, has
             print(f"  first difference at index {fd['index']} (row {fd['row']}, col {fd['col']}): "
                   f"oracle {fd['oracle']!r} [{fd['oracle_bits']}], dump {fd['dump']!r} "
                   f"[{fd['dump_bits']}]", file=out)
+    if not rep["equal"] and rep.get("also_fits"):
+        # a dump of another dtype or row count can have the size of this one
+        alt = " or ".join(f"--dtype {a['dtype']} --rows {a['rows']}" for a in rep["also_fits"])
+        print(f"  note: the dump's size also fits {alt}; is --dtype right?", file=out)
     print("  EQUAL" if rep["equal"] else "  DIFFERENT", file=out)
     return 0 if rep["equal"] else 1

@@ -73,24 +73,40 @@ def _as_u8(data) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(-1)
 
 
+def _state(h) -> np.uint64:
+    """A hash state: an int in [0, 2**64). TypeError for another type (a
+    float would be truncated), ValueError outside the range."""
+    if isinstance(h, (bool, np.bool_)) or not isinstance(h, (int, np.integer)):
+        raise TypeError(f"an FNV-1a 64 state is an int in [0, 2**64), got {h!r}")
+    if not 0 <= int(h) < 1 << 64:
+        raise ValueError(f"an FNV-1a 64 state is an int in [0, 2**64), got {int(h)}")
+    return np.uint64(int(h))
+
+
 def fnv1a64(data, h: int = FNV64_OFFSET) -> int:
-    """FNV-1a 64 of bytes (or a uint8 array), continuing from state `h`."""
-    return int(_fnv(_as_u8(data), np.uint64(h)))
+    """FNV-1a 64 of bytes (or a uint8 array), continuing from state `h` (an
+    int in [0, 2**64); TypeError / ValueError otherwise)."""
+    return int(_fnv(_as_u8(data), _state(h)))
 
 
 def fnv1a64_pair(data, h1: int = FNV64_OFFSET, h2: int = FNV64_OFFSET) -> tuple[int, int]:
     """Two FNV-1a 64 states advanced over the same bytes in one pass."""
-    a, b = _fnv_pair(_as_u8(data), np.uint64(h1), np.uint64(h2))
+    a, b = _fnv_pair(_as_u8(data), _state(h1), _state(h2))
     return int(a), int(b)
 
 
 def canonical_bytes(a: np.ndarray) -> np.ndarray:
     """uint8 view of the canonical bytes of `a`: NaNs canonical (float32
     0x7FFFFFFF, float16/bf16 0x7FFF, float64 0x7FFF...F), little-endian,
-    C order. Raises TypeError for object arrays."""
+    C order; complex values part by part. Raises TypeError for object
+    arrays and for extended-precision floats (np.longdouble and its complex
+    form), whose padding bytes hold no defined value."""
     a = np.asarray(a)
     if a.dtype.hasobject:
         raise TypeError("cannot hash an object array")
+    if a.dtype.kind in "fc" and a.dtype.itemsize > (8 if a.dtype.kind == "f" else 16):
+        raise TypeError(f"cannot hash {a.dtype} values: extended precision has padding "
+                        "bytes of no defined value; convert to float64 first")
     if a.dtype.byteorder == ">":
         a = a.astype(a.dtype.newbyteorder("<"))
     a = canonicalize_nan(a)
@@ -223,7 +239,8 @@ def hash_tensor(t, raw, rows: int, cols: int, out_dtypes=HASH_DTYPES,
     input. Plain I8..I64 and F64 tensors are not converted: every out dtype
     hashes their element bytes (F64 NaNs canonical), so an F32 tensor
     retagged I32 keeps its f32 hash and only the recorded type tells them
-    apart. Returns {dtype: hash}. Raises ValueError when `raw` does not hold
+    apart. An empty tensor (rows or cols 0) hashes no bytes: every hash is
+    FNV64_OFFSET and `chain` is unchanged. Returns {dtype: hash}. Raises ValueError when `raw` does not hold
     rows x cols values of the type, or for an unknown dtype.
     """
     from .dequant import as_bytes

@@ -88,6 +88,33 @@ def cache_dir() -> Path:
     return base / "strata-ref"
 
 
+def _cache_source() -> str:
+    """Where cache_dir() comes from, for messages."""
+    if os.environ.get("STRATA_REF_CACHE"):
+        return "$STRATA_REF_CACHE"
+    if os.environ.get("XDG_CACHE_HOME"):
+        return "$XDG_CACHE_HOME/strata-ref"
+    return "the default cache ~/.cache/strata-ref"
+
+
+def _writable_cache_subdir(name: str) -> Path:
+    """cache_dir() / name, created; ModelError naming the cache's source
+    (the variable) when it cannot be created or written."""
+    d = cache_dir() / name
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=d):
+            pass
+    except OSError as e:
+        why = e.strerror or str(e)
+        if isinstance(e, (FileExistsError, NotADirectoryError)):
+            why = "a file, not a directory, is in the way"
+        raise ModelError(f"the model cache {cache_dir()} (from {_cache_source()}) is not a "
+                         f"writable directory: {d}: {why}; set STRATA_REF_CACHE to a "
+                         f"directory you can write") from None
+    return d
+
+
 def lookup(name: str) -> ModelInfo:
     """Registry entry by name or alias (case-insensitive); ModelError if none."""
     key = name.strip().lower()
@@ -118,15 +145,22 @@ def cached_path(info: ModelInfo) -> Path | None:
     stamp file beside it records sha256, size and mtime so later calls do not
     re-hash hundreds of MB."""
     p = cache_dir() / "models" / f"{info.name}.gguf"
-    if not p.is_file():
-        return None
-    st = p.stat()
+    try:
+        if not p.is_file():
+            return None
+        st = p.stat()
+    except OSError as e:
+        raise ModelError(f"the model cache {cache_dir()} (from {_cache_source()}) cannot be "
+                         f"read: {e.strerror or e}") from None
     want = f"{info.sha256} {st.st_size} {st.st_mtime_ns}"
     s = _stamp(p)
     if s.is_file() and s.read_text().strip() == want:
         return p
     if sha256_file(p) == info.sha256:
-        s.write_text(want + "\n")
+        try:
+            s.write_text(want + "\n")
+        except OSError:
+            pass            # a read-only cache: the copy is good, only re-hashed next time
         return p
     return None
 
@@ -155,8 +189,7 @@ def fetch(name: str, *, quiet: bool = False) -> Path:
     hit = cached_path(info)
     if hit:
         return hit
-    dest = cache_dir() / "models"
-    dest.mkdir(parents=True, exist_ok=True)
+    dest = _writable_cache_subdir("models")
     final = dest / f"{info.name}.gguf"
     with tempfile.TemporaryDirectory(dir=dest, prefix=".fetch-") as tmp:
         tmp = Path(tmp)
@@ -204,6 +237,9 @@ def resolve(name_or_path: str | os.PathLike | None = None, *, fetch_missing: boo
     """
     if name_or_path is None:
         name_or_path = DEFAULT_MODEL
+    if not str(name_or_path).strip():
+        raise ModelError("the model name is empty: give a registry name "
+                         f"({', '.join(REGISTRY)}) or a path to a .gguf file")
     p = Path(name_or_path).expanduser()
     if p.is_file() or p.is_dir():
         return p

@@ -220,10 +220,19 @@ def ue4m3_to_f32(x) -> np.ndarray:
 
 def canonicalize_nan(a: np.ndarray) -> np.ndarray:
     """Copy of `a` with every NaN replaced by the canonical NaN of its dtype
-    (float32 0x7FFFFFFF, float16 0x7FFF, bfloat16 0x7FFF); other values,
-    ±Inf and signed zeros are untouched. Other dtypes are returned as is.
+    (float32 0x7FFFFFFF, float16 0x7FFF, bfloat16 0x7FFF, float64
+    0x7FFFFFFFFFFFFFFF); other values, ±Inf and signed zeros are untouched.
+    complex64 / complex128: the real and the imaginary part each, as float32
+    / float64 (a complex NaN has either part NaN; only that part changes).
+    Other dtypes are returned as is.
     """
     a = np.asarray(a)
+    if a.dtype == np.complex64 or a.dtype == np.complex128:
+        part = np.float32 if a.dtype == np.complex64 else np.float64
+        out = np.array(a, order="C")               # a copy, 0-d kept 0-d
+        parts = out.reshape(-1).view(part)          # a view into `out`
+        parts[...] = canonicalize_nan(parts)
+        return out
     if a.dtype == np.float32:
         out = a.copy()
         out.view(np.uint32)[np.isnan(a)] = F32_CANONICAL_NAN

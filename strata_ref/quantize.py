@@ -25,12 +25,15 @@ _NO_REF = {
     GGMLType.F32: "F32 is stored as is; there is nothing to quantize",
 }
 
-_ACCEPTED_DTYPES = (np.float16, np.float32, np.float64)
+# float16, float32, float64 in either byte order
+_ACCEPTED_SIZES = (2, 4, 8)
 
 
 def _load_quantizers() -> None:
     # Importing a module registers its quantizers with strata_ref.formats.
     import importlib
+    from ._env import check_numba_env
+    check_numba_env()           # before numba is first imported
     from .formats import legacy_quant, kquants_quant, small_quant  # noqa: F401
     try:    # the I-quant quantizers live in their own module
         importlib.import_module(".formats.iquants_quant", __package__)
@@ -51,7 +54,7 @@ def _raise_nonfinite(tt: GGMLType, a: np.ndarray, a32: np.ndarray, flat: int):
     v = a32.reshape(-1)[flat]
     what = "NaN" if np.isnan(v) else "Inf"
     extra = (" (float64 input outside the float32 range becomes Inf)"
-             if a.dtype == np.float64 and what == "Inf" and np.isfinite(a.reshape(-1)[flat])
+             if a.dtype.itemsize == 8 and what == "Inf" and np.isfinite(a.reshape(-1)[flat])
              else "")
     raise ValueError(f"quantize({tt.name}): x[{', '.join(map(str, where))}] is {what}{extra}; "
                      f"ggml's {tt.name} quantizer has no defined result for NaN/Inf input") from None
@@ -62,8 +65,8 @@ def quantize(x, t) -> np.ndarray:
 
     Parameters
     ----------
-    x : array_like of float16, float32 or float64, 1-D (one row) or 2-D
-        (rows, n_per_row). float64 is first rounded to float32 (RNE), as a C
+    x : array_like of float16, float32 or float64 (either byte order), 1-D
+        (one row) or 2-D (rows, n_per_row). float64 is first rounded to float32 (RNE), as a C
         caller would; ggml's quantizers take float32. The row length must be a
         whole number of blocks (QK = `block_format(t).block_values`: 32 for
         the legacy types, MXFP4 and IQ4_NL; 64 for NVFP4 and Q2_0; 128 for
@@ -113,7 +116,7 @@ def quantize(x, t) -> np.ndarray:
     tt = parse_type(t)
     fmt = block_format(tt)
     a = np.asarray(x)
-    if a.dtype not in _ACCEPTED_DTYPES:
+    if a.dtype.kind != "f" or a.dtype.itemsize not in _ACCEPTED_SIZES:
         raise TypeError(f"quantize({tt.name}): x must hold float16, float32 or float64 "
                         f"values, got dtype {a.dtype}")
     if a.ndim not in (1, 2):

@@ -245,15 +245,21 @@ del T
 
 
 def parse_type(t: "GGMLType | int | str") -> GGMLType:
-    """Turn an id, a ggml type name ("Q4_K", case-insensitive) or a GGMLType
-    into a GGMLType. Raises UnsupportedTypeError naming the bad value."""
+    """Turn an id, a ggml type name ("Q4_K", case-insensitive), an id
+    written in decimal ("12") or a GGMLType into a GGMLType. Raises
+    UnsupportedTypeError naming the bad value."""
     if isinstance(t, GGMLType):
         return t
     if isinstance(t, str):
+        s = t.strip()
+        if s.isascii() and s.isdigit():
+            return parse_type(int(s))
         try:
-            return GGMLType[t.strip().upper()]
+            return GGMLType[s.upper()]
         except KeyError:
-            raise UnsupportedTypeError(f"unknown ggml type name {t!r}") from None
+            raise UnsupportedTypeError(
+                f"unknown ggml type name {t!r} (names such as Q4_K, or ids "
+                f"0..{GGML_TYPE_COUNT - 1})") from None
     if isinstance(t, (int, np.integer)) and not isinstance(t, bool):
         try:
             return GGMLType(int(t))

@@ -146,3 +146,224 @@ def tiny_model(arch: str, path, seed: int = 0) -> None:
         if arch == "gemma3":
             ts += [(p + "post_attention_norm.weight",) + norm(E), (p + "post_ffw_norm.weight",) + norm(E)]
     write_gguf(path, md, ts)
+
+
+# ------------------------------------------------------ tiny MoE / hybrid models
+#: the tiny MoE models' prompt (`TINY_IDS`) and the greedy tokens llama.cpp
+#: adds to it in tools/llama_ref.py `moe`
+MOE_N_GREEDY = 20
+#: architecture -> per-layer tensor types of `tiny_moe_model`: (attention or
+#: linear-attention matrices, expert gate / up, expert down) for each layer
+MOE_LAYERS = {
+    # Q4_K gate/up (repacked q4_K_8x8 on AVX2 builds: the gemv per routed row),
+    # Q6_K down (the tiled kernel for experts with 8+ rows, else vec_dot),
+    # Q8_0 / Q4_0 (repacked), IQ3_S (tiled from 8 rows) / Q4_K (repacked),
+    # Q2_K (repacked on AVX-512) / Q3_K
+    "qwen3moe": [("Q8_0", "Q4_K", "Q6_K"), ("Q4_K", "Q8_0", "Q4_0"), ("Q6_K", "IQ3_S", "Q4_K"),
+                 ("Q5_0", "Q2_K", "Q3_K")],
+    # layers 0-2 Gated DeltaNet, 3 gated full attention; expert FFN 128 wide
+    # (down rows of 128 values: 32-value block types)
+    "qwen3next": [("Q8_0", "Q4_K", "Q8_0"), ("Q4_K", "Q6_K", "Q4_0"), ("Q6_K", "Q8_0", "Q5_0"),
+                  ("Q5_K", "Q5_K", "Q4_1")],
+    # qwen3next's layout, two value heads per key head broadcast the other
+    # way; IQ4_NL experts (repacked iq4_nl_8x8 on AVX2 builds; a mul_mat of
+    # them would take tinyBLAS, MUL_MAT_ID takes vec_dot / the gemv)
+    "qwen35moe": [("Q6_K", "Q8_0", "Q4_0"), ("Q8_0", "Q4_K", "IQ4_NL"), ("Q4_K", "Q5_K", "Q8_0"),
+                  ("Q8_0", "Q6_K", "IQ4_NL")],
+    # even layers sliding-window (8), odd ones full; YaRN RoPE; MXFP4
+    # experts as gpt-oss ships them (repacked mxfp4_8x8 on AVX2 builds),
+    # F16 attention in the last layer
+    "gpt-oss": [("Q8_0", "MXFP4", "MXFP4"), ("Q4_K", "MXFP4", "MXFP4"), ("Q6_K", "MXFP4", "Q8_0"),
+                ("F16", "MXFP4", "MXFP4")],
+}
+#: the router's type per architecture: F32, as llama.cpp's quantizer leaves
+#: routers (and qwen3next's shared-expert gate)
+MOE_ROUTER = {"qwen3moe": "F32", "qwen3next": "F32", "qwen35moe": "F32", "gpt-oss": "F32"}
+
+
+def _moe_tokens():
+    from strata_ref.infer.tokenizer import _BYTE_TO_CHAR
+    return [_BYTE_TO_CHAR[b] for b in range(256)] + ["ĠĠ", "<|bos|>", "<|eos|>"]
+
+
+def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
+    """Write a small seeded random GGUF of architecture `arch` (qwen3moe,
+    qwen3next) to `path`: n_embd 256, 4 heads of 64 over 2 KV heads, the
+    259-token byte-level vocabulary of `tiny_model`, weights of std 0.02
+    like a trained model's, norms about 1, one layer per entry of
+    `MOE_LAYERS[arch]` with its tensor types (2-D and 3-D quantized tensors
+    in several types).
+
+    qwen3moe: 8 experts with 2 used, expert FFN 256. gpt-oss: the same
+    sizes, q / k / v / output biases, attention sinks, sliding window 8 on
+    even layers, YaRN RoPE (factor 32 over 4096 positions), router and
+    expert biases. qwen3next: layers
+    0-2 Gated DeltaNet (2 key heads, 4 value heads of 64, convolution 4),
+    layer 3 gated attention with RoPE over 32 of the 64 values, 20 experts
+    with 4 used (more than 16: ggml's argsort partitions before its
+    insertion sort), expert FFN 128, a shared expert of 256. qwen35moe: the
+    same, with separate beta / alpha matrices and interleaved M-RoPE
+    sections (8, 2, 2, 0), some pairs of which keep angle 0 for text.
+
+    Layer 1's router has equal rows (experts 2 and 5; qwen3next also 11 and
+    17): their probabilities tie on every token, so the selection exercises
+    ggml's tie order. The same (arch, seed) always gives the same bytes
+    (the sha256 is stored with the llama.cpp logits)."""
+    import numpy as np
+    from strata_ref import GGMLType
+    from strata_ref.gguf import GGUFValueType as V, write_gguf
+    from strata_ref.quantize import quantize
+
+    if arch not in MOE_LAYERS:
+        raise ValueError(f"no tiny MoE model for {arch!r}")
+    rng = np.random.default_rng(seed)
+    layers = MOE_LAYERS[arch]
+    nxt = arch in ("qwen3next", "qwen35moe")
+    q35 = arch == "qwen35moe"
+    gpt = arch == "gpt-oss"
+    L, E, H, KV, D = len(layers), 256, 4, 2, 64
+    NX, NU, F = (20, 4, 128) if nxt else (8, 2, 256)
+    tokens = _moe_tokens()
+    nv = len(tokens)
+    md = {"general.architecture": arch,
+          f"{arch}.block_count": (V.UINT32, L), f"{arch}.context_length": (V.UINT32, 4096),
+          f"{arch}.embedding_length": (V.UINT32, E), f"{arch}.feed_forward_length": (V.UINT32, 4 * F),
+          f"{arch}.expert_feed_forward_length": (V.UINT32, F),
+          f"{arch}.expert_count": (V.UINT32, NX), f"{arch}.expert_used_count": (V.UINT32, NU),
+          f"{arch}.attention.head_count": (V.UINT32, H), f"{arch}.attention.head_count_kv": (V.UINT32, KV),
+          f"{arch}.attention.key_length": (V.UINT32, D), f"{arch}.attention.value_length": (V.UINT32, D),
+          f"{arch}.attention.layer_norm_rms_epsilon": (V.FLOAT32, 1e-6),
+          f"{arch}.rope.freq_base": (V.FLOAT32, 1e6),
+          "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",
+          "tokenizer.ggml.tokens": (V.ARRAY, tokens, V.STRING),
+          "tokenizer.ggml.token_type": (V.ARRAY, [1] * 257 + [3, 3], V.INT32),
+          "tokenizer.ggml.merges": (V.ARRAY, ["Ġ Ġ"], V.STRING),
+          "tokenizer.ggml.bos_token_id": (V.UINT32, 257), "tokenizer.ggml.eos_token_id": (V.UINT32, 258),
+          "tokenizer.ggml.add_bos_token": False}
+    S, NK, NV, DC = 64, 2, 4, 4                  # qwen3next's Gated DeltaNet sizes
+    if gpt:
+        md.update({f"{arch}.context_length": (V.UINT32, 131072),
+                   f"{arch}.rope.freq_base": (V.FLOAT32, 150000.0),
+                   f"{arch}.rope.scaling.type": "yarn", f"{arch}.rope.scaling.factor": (V.FLOAT32, 32.0),
+                   f"{arch}.rope.scaling.original_context_length": (V.UINT32, 4096),
+                   f"{arch}.attention.sliding_window": (V.UINT32, 8),
+                   f"{arch}.attention.layer_norm_rms_epsilon": (V.FLOAT32, 1e-5)})
+    if nxt:
+        md.update({f"{arch}.rope.dimension_count": (V.UINT32, 32),
+                   f"{arch}.expert_shared_feed_forward_length": (V.UINT32, 256),
+                   f"{arch}.ssm.conv_kernel": (V.UINT32, DC), f"{arch}.ssm.state_size": (V.UINT32, S),
+                   f"{arch}.ssm.group_count": (V.UINT32, NK), f"{arch}.ssm.time_step_rank": (V.UINT32, NV),
+                   f"{arch}.ssm.inner_size": (V.UINT32, S * NV),
+                   f"{arch}.full_attention_interval": (V.UINT32, 4)})
+        if q35:
+            md[f"{arch}.rope.dimension_sections"] = (V.ARRAY, [8, 2, 2, 0], V.INT32)
+
+    def q(t, *shape, scale=0.02):
+        # shape in NumPy order (experts, rows, cols); ggml's is reversed
+        w = (rng.standard_normal(shape) * scale).astype(np.float32)
+        return raw(t, w)
+
+    def raw(t, w):
+        t = GGMLType[t]
+        data = w.reshape(-1) if t == GGMLType.F32 else quantize(w.reshape(-1, w.shape[-1]), t).reshape(-1)
+        return (t, tuple(reversed(w.shape)), data)
+
+    def norm(n):
+        return (GGMLType.F32, (n,), (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
+
+    def f32(w):
+        return (GGMLType.F32, tuple(reversed(w.shape)), np.ascontiguousarray(w, np.float32).reshape(-1))
+
+    ts = [("token_embd.weight",) + q("Q8_0", nv, E), ("output_norm.weight",) + norm(E),
+          ("output.weight",) + q("Q6_K", nv, E)]
+    router = MOE_ROUTER.get(arch, "F32")
+    for i, (ta, tgu, td) in enumerate(layers):
+        p = f"blk.{i}."
+        ts.append((p + "attn_norm.weight",) + norm(E))
+        if nxt and i % 4 != 3:
+            kd, vd = S * NK, S * NV
+            ts += [(p + "attn_qkv.weight",) + q(ta, 2 * kd + vd, E),
+                   (p + "attn_gate.weight",) + q(ta, vd, E),
+                   *([(p + "ssm_beta.weight",) + q("Q8_0", NV, E, scale=0.05),
+                      (p + "ssm_alpha.weight",) + q("Q8_0", NV, E, scale=0.05)] if q35 else
+                     [(p + "ssm_ba.weight",) + q("Q8_0", 2 * NV, E, scale=0.05)]),
+                   (p + "ssm_conv1d.weight",) + f32(rng.standard_normal((2 * kd + vd, DC)) * 0.3),
+                   (p + "ssm_dt.bias",) + f32(rng.uniform(-4.0, -1.0, NV)),
+                   (p + "ssm_a",) + f32(-rng.uniform(1.0, 16.0, NV)),
+                   (p + "ssm_norm.weight",) + norm(S),
+                   (p + "ssm_out.weight",) + q(ta, E, vd)]
+        else:
+            qrows = 2 * H * D if nxt else H * D
+            ts += [(p + "attn_q.weight",) + q(ta, qrows, E),
+                   (p + "attn_k.weight",) + q(ta, KV * D, E), (p + "attn_v.weight",) + q(ta, KV * D, E),
+                   (p + "attn_output.weight",) + q(ta, E, H * D)]
+            if gpt:
+                ts += [(p + "attn_q.bias",) + f32(rng.standard_normal(H * D) * 0.02),
+                       (p + "attn_k.bias",) + f32(rng.standard_normal(KV * D) * 0.02),
+                       (p + "attn_v.bias",) + f32(rng.standard_normal(KV * D) * 0.02),
+                       (p + "attn_output.bias",) + f32(rng.standard_normal(E) * 0.02),
+                       (p + "attn_sinks.weight",) + f32(rng.standard_normal(H) + 0.5)]
+            else:
+                ts += [(p + "attn_q_norm.weight",) + norm(D), (p + "attn_k_norm.weight",) + norm(D)]
+        r = (rng.standard_normal((NX, E)) * 0.02).astype(np.float32)
+        if i == 1:
+            r[5] = r[2]
+            if nxt:
+                r[17] = r[11]
+        ts += [(p + ("ffn_norm.weight" if arch == "qwen3moe" else "post_attention_norm.weight"),) + norm(E),
+               (p + "ffn_gate_inp.weight",) + raw(router, r),
+               (p + "ffn_gate_exps.weight",) + q(tgu, NX, F, E),
+               (p + "ffn_up_exps.weight",) + q(tgu, NX, F, E),
+               (p + "ffn_down_exps.weight",) + q(td, NX, E, F)]
+        if gpt:
+            ts += [(p + "ffn_gate_inp.bias",) + f32(rng.standard_normal(NX) * 0.02),
+                   (p + "ffn_gate_exps.bias",) + f32(rng.standard_normal((NX, F)) * 0.02),
+                   (p + "ffn_up_exps.bias",) + f32(rng.standard_normal((NX, F)) * 0.02),
+                   (p + "ffn_down_exps.bias",) + f32(rng.standard_normal((NX, E)) * 0.02)]
+        if nxt:
+            ts += [(p + "ffn_gate_shexp.weight",) + q(ta, 256, E), (p + "ffn_up_shexp.weight",) + q(ta, 256, E),
+                   (p + "ffn_down_shexp.weight",) + q(ta, E, 256),
+                   (p + "ffn_gate_inp_shexp.weight",) + raw(router, (rng.standard_normal(E) * 0.02)
+                                                            .astype(np.float32))]
+    write_gguf(path, md, ts)
+
+
+# ------------------------------------------------------ pre-tokenizer probe vocabularies
+def pretok_vocab(texts, pre: str, max_len: int = 12) -> dict:
+    """GGUF metadata of a byte-level BPE vocabulary that shows a
+    pre-tokenizer's pieces: besides the 256 byte characters, every substring
+    (2 .. max_len characters of the byte-level text) of `texts` is a token,
+    and every split of it into two tokens is a merge (shorter results
+    first), so BPE turns each pre-tokenized piece of up to max_len
+    characters into one token whatever its merge order: the token ids of a
+    text are its pieces. Used by tools/llama_ref.py `pretok` (through
+    llama.cpp) and tests/test_infer_tokenizer.py (through ours)."""
+    from strata_ref.gguf import GGUFValueType as V
+    from strata_ref.infer.tokenizer import _BYTE_TO_CHAR
+    tokens = [_BYTE_TO_CHAR[b] for b in range(256)]
+    subs = set()
+    for t in texts:
+        s = "".join(_BYTE_TO_CHAR[b] for b in t.encode("utf-8"))
+        for i in range(len(s)):
+            for n in range(2, max_len + 1):
+                if i + n <= len(s):
+                    subs.add(s[i:i + n])
+    subs = sorted(subs, key=lambda x: (len(x), x))
+    merges = [f"{w[:k]} {w[k:]}" for w in subs for k in range(1, len(w))]
+    tokens += subs + ["<|endoftext|>"]
+    return {"general.architecture": "gpt2", "tokenizer.ggml.model": "gpt2",
+            "tokenizer.ggml.pre": pre, "tokenizer.ggml.tokens": (V.ARRAY, tokens, V.STRING),
+            "tokenizer.ggml.token_type": (V.ARRAY, [1] * (len(tokens) - 1) + [3], V.INT32),
+            "tokenizer.ggml.merges": (V.ARRAY, merges, V.STRING),
+            "tokenizer.ggml.eos_token_id": (V.UINT32, len(tokens) - 1),
+            "tokenizer.ggml.bos_token_id": (V.UINT32, len(tokens) - 1)}
+
+
+#: texts whose gpt-4o pieces differ from other pre-tokenizers': letter case
+#: runs, attached contractions, digit groups, punctuation with / and newlines,
+#: non-ASCII letters (upper and lower case at once for llama.cpp) and marks
+PRETOK_TEXTS = ["HelloWorld", "CamelCase x", "iPhone IPHONE", "I'M don't", "DON'T it's",
+                "ÉCOLE école", "ΑΒΓ αβγ Αβγ", "Ünïcödé", "1234567 89", "a\n\nb\r\n c",
+                "x /\n/ y", "日本語です", "naïve", "  two  spaces", "tab\tsep", "🦙🦙 ok",
+                "MIXEDcase", "mixedCASE", "'s 'S 'd", "e\u0301 combined", "3.14/2", "(ok)\n",
+                "ABCdef GHi", "a1b2C3", "__init__", "$100,000"]

@@ -32,11 +32,16 @@ FTYPES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1"
           "IQ4_XS": 30, "BF16": 32, "TQ1_0": 36, "TQ2_0": 37, "MXFP4_MOE": 38, "NVFP4": 39,
           "Q1_0": 40, "Q2_0": 41}
 
-#: variant name -> (registry model, llama.cpp file type)
+#: variant name -> (registry model, llama.cpp file type[, tensor type overrides:
+#: name regex -> type, llama.cpp's `tt_overrides`, for the types no file type
+#: selects: MXFP4, NVFP4, Q1_0, Q2_0])
+_BLOCKS = r"blk\..*\.(attn_(q|k|v|output)|ffn_(gate|up|down))\.weight"
 VARIANTS = {
     "smollm2-q4_0": ("SmolLM2-135M-Instruct", "Q4_0"),
     "smollm2-q5_1": ("SmolLM2-135M-Instruct", "Q5_1"),
-    "smollm2-q2_k": ("SmolLM2-135M-Instruct", "Q2_K"),
+    # the Q2_K file type gives ffn_down Q3_K (and the 576-wide rows Q4_0):
+    # Q2_K itself by an override of ffn_down
+    "smollm2-q2_k": ("SmolLM2-135M-Instruct", "Q2_K", {r"blk\..*\.ffn_down\.weight": "Q2_K"}),
     "smollm2-q3_k_m": ("SmolLM2-135M-Instruct", "Q3_K_M"),
     "smollm2-q5_k_m": ("SmolLM2-135M-Instruct", "Q5_K_M"),
     "smollm2-iq4_nl": ("SmolLM2-135M-Instruct", "IQ4_NL"),
@@ -44,9 +49,12 @@ VARIANTS = {
     "smollm2-iq3_s": ("SmolLM2-135M-Instruct", "IQ3_S"),
     "smollm2-tq1_0": ("SmolLM2-135M-Instruct", "TQ1_0"),
     "smollm2-tq2_0": ("SmolLM2-135M-Instruct", "TQ2_0"),
-    "smollm2-nvfp4": ("SmolLM2-135M-Instruct", "NVFP4"),
-    "smollm2-q1_0": ("SmolLM2-135M-Instruct", "Q1_0"),
-    "smollm2-q2_0": ("SmolLM2-135M-Instruct", "Q2_0"),
+    "smollm2-mxfp4": ("SmolLM2-135M-Instruct", "Q8_0", {_BLOCKS: "MXFP4"}),
+    "smollm2-nvfp4": ("SmolLM2-135M-Instruct", "Q8_0", {_BLOCKS: "NVFP4"}),
+    # Q1_0's 128-value blocks fit only ffn_down's 1536-wide rows, and
+    # llama.cpp has no fallback type for it
+    "smollm2-q1_0": ("SmolLM2-135M-Instruct", "Q8_0", {r"blk\..*\.ffn_down\.weight": "Q1_0"}),
+    "smollm2-q2_0": ("SmolLM2-135M-Instruct", "Q8_0", {_BLOCKS: "Q2_0"}),
     "smollm2-f16": ("SmolLM2-135M-Instruct", "F16"),
     "smollm2-bf16": ("SmolLM2-135M-Instruct", "BF16"),
     "smollm2-f32": ("SmolLM2-135M-Instruct", "F32"),

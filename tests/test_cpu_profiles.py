@@ -9,18 +9,24 @@ built for P by tools/peer_build.py; the command is stored in each file):
   tokens, every stored logit of every row bit for bit, in the batched pass
   and in the incremental one (prompt, then one token per call), and our
   own greedy continuation equal to llama.cpp's;
+* requantized variants of SmolLM2 made by llama.cpp's own quantizer
+  (`tests/model_variants.py`, rebuilt here bitwise from the registry model),
+  so that every weight type that `llama_model_quantize` makes without an
+  importance matrix occurs in a real model: the same checks;
 * tiny random models (`infer_helpers.tiny_model`): every logit of every row.
 
 The profile is emulation, so every profile's data is checked on any CPU.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import numpy as np
 import pytest
 
 from infer_helpers import DATA, PROFILES, TINY_IDS, load_model, profile_files, tiny_model
+from model_variants import VARIANTS
 from strata_ref.cpu import PROFILES as CPU_PROFILES
 
 MODELS = {"SmolLM2-135M-Instruct": "SmolLM2-135M-Instruct", "Qwen2.5-Coder-0.5B-Instruct":
@@ -53,6 +59,57 @@ def _cases():
     return out
 
 
+def _variant_cases():
+    from model_variants import VARIANTS
+    out = []
+    for name in VARIANTS:
+        for p in profile_files(f"llama_ref_{name}.npz"):
+            prof, path = p.values
+            for kind in ("batched", "incr"):
+                out.append(pytest.param(name, prof, path, kind, id=f"{name}-{prof}-{kind}"))
+    return out
+
+
+def _pending_types(man) -> list:
+    """Types of a variant with no profile kernel yet (they would run on the
+    dense fallback, which is not llama.cpp's arithmetic)."""
+    from strata_ref import GGMLType
+    from strata_ref.cpu.families import family
+    from strata_ref.cpu.matmul import INTEGER_KERNEL_TYPES
+    return sorted({t for _, t, _ in man["tensors"]
+                   if t != "F32" and GGMLType[t] not in INTEGER_KERNEL_TYPES and family(GGMLType[t]) is None})
+
+
+@functools.lru_cache(maxsize=None)
+def _variant_model(name, profile):
+    from model_variants import build_variant
+    from strata_ref.infer.model import load
+    return load(build_variant(name), profile=profile)
+
+
+@pytest.mark.parametrize("name, profile, path, kind", _variant_cases())
+def test_variant_logits_are_llama_cpp_bits(name, profile, path, kind):
+    from model_variants import manifest
+    pending = _pending_types(manifest(name))
+    if pending:
+        pytest.skip(f"{name}: no profile kernel yet for {', '.join(pending)}")
+    ref = np.load(path)
+    assert str(ref["profile"]) == profile
+    m = _variant_model(name, profile)
+    ids = ref["prompt_ids"].tolist() + ref["greedy_ids"].tolist()
+    ours = _logits(m, ids, len(ref["prompt_ids"]), kind)
+    got = np.take_along_axis(ours, ref[f"{kind}_ids"], axis=1)
+    want = ref[f"{kind}_logits"]
+    bad = np.flatnonzero((_bits(got) != _bits(want)).any(axis=1))
+    assert bad.size == 0, (f"{name} {profile} {kind}: rows {bad.tolist()} differ "
+                           f"(max |diff| {np.abs(got - want).max():.3g})")
+    if kind == "incr":
+        # our greedy continuation is llama.cpp's: the argmax of each
+        # incremental row from the last prompt position on is the next token
+        p = len(ref["prompt_ids"])
+        assert np.argmax(ours[p - 1:-1], axis=1).tolist() == ref["greedy_ids"].tolist()
+
+
 def test_every_profile_has_reference_data():
     # the data of all three profiles is committed; a missing file would make
     # the tests below silently thinner
@@ -60,7 +117,11 @@ def test_every_profile_has_reference_data():
         assert p in CPU_PROFILES
         for stem in MODELS:
             assert (DATA / p / f"llama_ref_{stem}.npz").is_file(), (p, stem)
-        assert (DATA / p / "llama_ref_tiny.npz").is_file(), p
+        for name in VARIANTS:
+            assert (DATA / p / f"llama_ref_{name}.npz").is_file(), (p, name)
+        for f in ("llama_ref_tiny.npz", "ggml_mm.npz", "ggml_act_quant.npz", "llama_ref_typed.npz",
+                  "llama_ref_tiny_iq.npz", "llama_ops_qwen.npz", "llama_ops_smollm2.npz"):
+            assert (DATA / p / f).is_file(), (p, f)
 
 
 @pytest.mark.parametrize("name, profile, path, kind", _cases())

@@ -98,13 +98,14 @@ def _check_accepted(f, blob: bytes) -> None:
     spans = []
     for t in f.tensors:
         fmt = block_format(t.type)
-        assert all(1 <= ne < 2**63 for ne in t.shape) and len(t.shape) <= 4
+        assert all(0 <= ne < 2**63 for ne in t.shape) and len(t.shape) <= 4
         assert t.cols % fmt.block_values == 0
         assert t.n_bytes == t.n_elements // fmt.block_values * fmt.block_bytes
         assert t.offset >= f.data_offset and t.offset % f.alignment == 0
         assert t.offset + t.n_bytes <= len(blob)
         assert t.data.tobytes() == blob[t.offset:t.offset + t.n_bytes]
-        spans.append((t.offset, t.offset + t.n_bytes))
+        if t.n_bytes:      # an empty tensor holds no bytes to overlap
+            spans.append((t.offset, t.offset + t.n_bytes))
     spans.sort()
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
     assert len({t.name for t in f.tensors}) == len(f.tensors)
@@ -205,3 +206,164 @@ def test_property_arbitrary_body(tail, counts):
     assert dt < CASE_LIMIT_S
     if not isinstance(f, GGUFError):
         _check_accepted(f, blob)
+
+
+# ---------------------------------------------------------------- tokenizer metadata
+# Every `tokenizer.ggml.*` key of a tiny runnable model (and the optional
+# ones it lacks) replaced by values of other types, lengths and nesting, or
+# removed: `generate` either runs or fails with one of the engine's own
+# errors naming a tokenizer key, never with a Python-internal error (issue
+# 16). The files are written as bytes, so that what gguf-py's writer refuses
+# (empty arrays, invalid UTF-8) is covered too.
+
+_PACK = {V.UINT8: "<B", V.INT8: "<b", V.UINT16: "<H", V.INT16: "<h", V.UINT32: "<I",
+         V.INT32: "<i", V.FLOAT32: "<f", V.BOOL: "<?", V.UINT64: "<Q", V.INT64: "<q",
+         V.FLOAT64: "<d"}
+
+
+def _gstr(s) -> bytes:
+    b = s if isinstance(s, bytes) else s.encode("utf-8", "surrogateescape")
+    return struct.pack("<Q", len(b)) + b
+
+
+def _payload(vtype, value) -> bytes:
+    """GGUF bytes of a value; an ARRAY value is (element type, items)."""
+    if vtype == V.STRING:
+        return _gstr(value)
+    if vtype == V.ARRAY:
+        etype, items = value
+        return struct.pack("<IQ", etype, len(items)) + b"".join(_payload(etype, x) for x in items)
+    return struct.pack(_PACK[vtype], value)
+
+
+def _rebuild(f, blob: bytes, kvs) -> bytes:
+    """`blob` (parsed as `f`) with its key/value section replaced by `kvs`
+    [(key, vtype, value)]; tensor infos and data kept."""
+    out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(f.tensors), len(kvs)))
+    for key, vtype, value in kvs:
+        out += _gstr(key) + struct.pack("<I", vtype) + _payload(vtype, value)
+    for t in f.tensors:
+        out += _gstr(t.name) + struct.pack("<I", len(t.shape))
+        out += b"".join(struct.pack("<Q", n) for n in t.shape)
+        out += struct.pack("<IQ", int(t.type), t.offset - f.data_offset)
+    out += bytes(-len(out) % f.alignment)
+    return bytes(out) + blob[f.data_offset:]
+
+
+def _kvs_of(f):
+    out = []
+    for k, v in f.metadata.items():
+        vt = f.metadata_types[k]
+        if vt == V.ARRAY:
+            items = v.tolist() if isinstance(v, np.ndarray) else list(v)
+            v = (f.array_types[k], items)
+        out.append((k, vt, v))
+    return out
+
+
+TOKENIZER_KEYS = ["model", "pre", "tokens", "token_type", "scores", "merges", "bos_token_id",
+                  "eos_token_id", "eot_token_id", "eom_token_id", "add_bos_token",
+                  "add_eos_token", "add_space_prefix"]
+
+
+def _replacements(n: int, old):
+    """(label, vtype, value) values to put in place of a key's value; `old`
+    is the current (vtype, value) or None."""
+    yield from [
+        ("u32 5", V.UINT32, 5), ("i32 -1", V.INT32, -1), ("u64 max", V.UINT64, 2**64 - 1),
+        ("u8 0", V.UINT8, 0), ("f32 nan", V.FLOAT32, float("nan")), ("f64 1.5", V.FLOAT64, 1.5),
+        ("bool", V.BOOL, True), ("str false", V.STRING, "false"), ("str empty", V.STRING, ""),
+        ("str gpt2", V.STRING, "gpt2"), ("str llama", V.STRING, "llama"),
+        ("str bad utf-8", V.STRING, b"\xff\xfe"),
+        ("[] i32", V.ARRAY, (V.INT32, [])), ("[] str", V.ARRAY, (V.STRING, [])),
+        ("[1,2,3] i32", V.ARRAY, (V.INT32, [1, 2, 3])),
+        ("n f32", V.ARRAY, (V.FLOAT32, [0.5] * n)), ("n i32", V.ARRAY, (V.INT32, [1] * n)),
+        ("n u8", V.ARRAY, (V.UINT8, [3] * n)), ("n bool", V.ARRAY, (V.BOOL, [True] * n)),
+        ("n str", V.ARRAY, (V.STRING, ["a b"] * n)), ("3 str", V.ARRAY, (V.STRING, ["a b", "c", ""])),
+        ("n bad utf-8", V.ARRAY, (V.STRING, [b"\xff" + bytes([i % 256]) for i in range(n)])),
+        ("nested", V.ARRAY, (V.ARRAY, [(V.INT32, [1]), (V.INT32, [2, 3])])),
+        ("nested str", V.ARRAY, (V.ARRAY, [(V.STRING, ["a b"])] * n)),
+    ]
+    if old is not None and old[0] == V.ARRAY:
+        etype, items = old[1]
+        yield "one short", V.ARRAY, (etype, items[:-1])
+        yield "one more", V.ARRAY, (etype, items + items[-1:])
+        yield "half", V.ARRAY, (etype, items[: len(items) // 2])
+        yield "reversed", V.ARRAY, (etype, items[::-1])
+
+
+@pytest.fixture(scope="module")
+def tokenizer_bases(tmp_path_factory):
+    """(label, bytes, parsed) of two tiny runnable models: byte-level BPE
+    (gpt2) and SentencePiece (llama, with scores), both with a chat template."""
+    from infer_helpers import tiny_model
+    path = tmp_path_factory.mktemp("tokfuzz") / "tiny.gguf"
+    tiny_model("qwen3", path)
+    blob = path.read_bytes()
+    f = read_bytes(blob)
+    kvs = _kvs_of(f) + [("tokenizer.chat_template", V.STRING, "{{ '<|im_start|>' }}")]
+    n = len(f.metadata["tokenizer.ggml.tokens"])
+    spm = [kv for kv in kvs if kv[0] not in ("tokenizer.ggml.model", "tokenizer.ggml.merges",
+                                             "tokenizer.ggml.pre")]
+    spm += [("tokenizer.ggml.model", V.STRING, "llama"),
+            ("tokenizer.ggml.scores", V.ARRAY, (V.FLOAT32, [-float(i) for i in range(n)]))]
+    out = []
+    for label, kv in (("bpe", kvs), ("spm", spm)):
+        b = _rebuild(f, blob, kv)
+        out.append((label, b, read_bytes(b), kv))
+    return out
+
+
+def _tokenizer_cases(bases):
+    for label, blob, f, kvs in bases:
+        n = len(f.metadata["tokenizer.ggml.tokens"])
+        keys = [f"tokenizer.ggml.{k}" for k in TOKENIZER_KEYS] + ["tokenizer.chat_template"]
+        for key in keys:
+            i = next((j for j, kv in enumerate(kvs) if kv[0] == key), None)
+            old = None if i is None else kvs[i][1:]
+            if i is not None:
+                yield f"{label} {key} removed", key, _rebuild(f, blob, kvs[:i] + kvs[i + 1:])
+            for what, vt, val in _replacements(n, old):
+                new = list(kvs)
+                if i is None:
+                    new.append((key, vt, val))
+                else:
+                    new[i] = (key, vt, val)
+                yield f"{label} {key} = {what}", key, _rebuild(f, blob, new)
+
+
+def test_fuzz_tokenizer_metadata(tokenizer_bases, tmp_path, monkeypatch, capsys):
+    import re
+
+    from strata_ref.cli import main
+    from strata_ref.infer.chat import ChatTemplateError
+    from strata_ref.infer.model import ModelLoadError
+    from strata_ref.infer.tokenizer import TokenizerError
+    # any exception leaves main() as itself: a TypeError or IndexError fails here
+    monkeypatch.setenv("STRATA_REF_DEBUG", "1")
+    path = tmp_path / "case.gguf"
+    counts = {"ran": 0, "refused": 0}
+    names_a_key = re.compile(r"`tokenizer\.(ggml\.[a-z_]+|chat_template)`")
+    for label, key, blob in _tokenizer_cases(tokenizer_bases):
+        path.write_bytes(blob)
+        argv = ["generate", str(path), "Hi", "--max-tokens", "2"]
+        for chat in ([False, True] if key == "tokenizer.chat_template" else [False]):
+            t0 = time.process_time()
+            try:
+                rc = main(argv + (["--chat"] if chat else []))
+            except (TokenizerError, ModelLoadError, ChatTemplateError) as e:
+                msg = str(e)
+                assert "\n" not in msg and names_a_key.search(msg), f"{label}: {msg}"
+                counts["refused"] += 1
+            except ValueError as e:          # the prompt itself cannot be encoded
+                assert str(e).startswith("the prompt gives no tokens: the vocabulary "
+                                         "(`tokenizer.ggml.tokens`"), f"{label}: {e}"
+                counts["refused"] += 1
+            else:
+                out = capsys.readouterr().out
+                assert rc == 0 and re.search(r"\[prompt: \d+ tokens, .* tok/s[^\n]*\]\n$", out), label
+                counts["ran"] += 1
+            assert time.process_time() - t0 < 10 * CASE_LIMIT_S, label
+            capsys.readouterr()
+    # both outcomes occur, over a few hundred files
+    assert counts["ran"] > 20 and counts["refused"] > 200, counts

@@ -7,6 +7,7 @@ ggml-org/ggml docs/gguf.md, so that every field is under the test's control.
 """
 from __future__ import annotations
 
+import json
 import os
 import struct
 
@@ -517,12 +518,51 @@ def test_zero_dims_is_a_scalar():
     assert t.shape == () and t.n_elements == 1 and t.n_bytes == 4 and t.rows == t.cols == 1
 
 
-@pytest.mark.parametrize("j,ne", [(0, 0), (1, 0), (1, 2**63), (2, 2**64 - 1)])
+@pytest.mark.parametrize("j,ne", [(1, 2**63), (2, 2**64 - 1), (0, 2**63)])
 def test_bad_dimension(j, ne):
     dims = [32, 2, 2]
     dims[j] = ne
     blob, offs = one_tensor(dims, T.F32, data_len=64)
-    fails(blob, offs["dims"][0] + 8 * j, f"ne[{j}] = {ne} is not in 1..2**63-1")
+    fails(blob, offs["dims"][0] + 8 * j, f"ne[{j}] = {ne} is not in 0..2**63-1")
+
+
+@pytest.mark.parametrize("dims, rows, cols", [([0], 1, 0), ([32, 0], 0, 32), ([0, 3], 3, 0),
+                                              ([32, 2, 0, 5], 0, 32)])
+def test_zero_size_tensor_is_valid_and_empty(tmp_path, capsys, dims, rows, cols):
+    # ggml's reader and gguf-py's GGUFReader accept a dimension of 0; the
+    # tensor takes no bytes, shares the offset of the next one, and hashes
+    # as the empty output
+    from strata_ref.cli import main
+    from strata_ref.hashing import FNV64_OFFSET, hash_tensor
+    blob, offs = build([ARCH], [("empty", dims, T.Q4_0 if cols else T.F32, 0),
+                                ("next", [8], T.F32, 0)], np.arange(8, dtype="<f4").tobytes())
+    f = read_bytes(blob)
+    e, n = f.tensors
+    assert (e.shape, e.rows, e.cols, e.n_elements, e.n_bytes) == (tuple(dims), rows, cols, 0, 0)
+    assert e.data.size == 0 and e.offset == n.offset == offs["data"] and e.blocks.shape[0] == 0
+    assert hash_tensor(e.type, e.data, e.rows, e.cols) == {d: FNV64_OFFSET for d in ("f32", "f16", "bf16")}
+    path = tmp_path / "z.gguf"
+    path.write_bytes(blob)
+    r = gguf.GGUFReader(path)
+    assert [(t.name, int(t.n_elements), int(t.data_offset)) for t in r.tensors] == \
+        [("empty", 0, offs["data"]), ("next", 8, offs["data"])]
+    del r
+    capsys.readouterr()
+    assert main(["hash", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["tensors"][0]["hash"] == {d: f"{FNV64_OFFSET:016x}" for d in ("f32", "f16", "bf16")}
+    assert doc["tensors"][0]["shape"] == dims
+    assert main(["info", str(path)]) == 0
+    assert "2 tensors" in capsys.readouterr().out
+
+
+def test_zero_size_tensor_at_the_end_of_the_data():
+    # an empty tensor may sit where the data ends, not beyond
+    blob, _ = build([ARCH], [("w", [8], T.F32, 0), ("e", [0, 4], T.F32, 32)], bytes(32))
+    e = read_bytes(blob).tensors[1]
+    assert e.offset == len(blob) and e.n_bytes == 0
+    blob, offs = build([ARCH], [("w", [8], T.F32, 0), ("e", [0], T.F32, 64)], bytes(32))
+    fails(blob, offs["offset"][1], "tensor 'e'", "outside the file")
 
 
 def test_element_count_overflow():

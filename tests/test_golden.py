@@ -9,6 +9,7 @@ cases must carry the stated bit patterns.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -310,21 +311,21 @@ def test_compare_equal_then_one_flipped_bit(model, tmp_path, dtype):
     y = _oracle(model, "blk.0.w", dtype, row0=1, rows=4)
     dump = tmp_path / "d.bin"
     dump.write_bytes(y.tobytes())
-    rep = golden.compare_dump(model, "blk.0.w", dump, dtype, row0=1)
+    rep = golden.compare_dump(model, "blk.0.w", dump, dtype, row0=1, rows=4)
     assert rep["equal"] and rep["n_diff"] == 0 and rep["rows"] == 4
     assert rep["fnv_oracle"] == rep["fnv_dump"] == f"{hash_array(y):016x}"
     bits = y.copy().view(np.uint32 if dtype == "f32" else np.uint16).reshape(-1)
     i = 777
     bits[i] ^= 1
     dump.write_bytes(bits.tobytes())
-    rep = golden.compare_dump(model, "blk.0.w", dump, dtype, row0=1)
+    rep = golden.compare_dump(model, "blk.0.w", dump, dtype, row0=1, rows=4)
     assert not rep["equal"] and rep["n_diff"] == 1 and rep["max_ulp"] == 1
     fd = rep["first_diff"]
     assert (fd["index"], fd["row"], fd["col"]) == (i, 1 + i // 512, i % 512)
     want = int(y.view(bits.dtype).reshape(-1)[i])
     assert int(fd["oracle_bits"], 16) == want and int(fd["dump_bits"], 16) == want ^ 1
     assert rep["fnv_dump"] != rep["fnv_oracle"]
-    assert golden.run_compare(model, "blk.0.w", dump, dtype, 1) == 1
+    assert golden.run_compare(model, "blk.0.w", dump, dtype, 1, 4) == 1
 
 
 def test_compare_with_ld_padding_and_hash(model, tmp_path, capsys):
@@ -399,8 +400,151 @@ def test_real_model_flipped_bit_is_found(tmp_path):
     bits[12345 % bits.size] ^= 1 << 30
     dump = tmp_path / "real.bin"
     dump.write_bytes(bits.tobytes())
-    rep = golden.compare_dump(p, t.name, dump, "f32")
+    rep = golden.compare_dump(p, t.name, dump, "f32", rows=8)
     assert rep["n_diff"] == 1 and rep["first_diff"]["index"] == 12345 % bits.size
+
+
+# ------------------------------------------------------------------ compare: the dump's size (issue 16)
+
+def test_compare_dump_one_row_short_is_refused(model, tmp_path, capsys):
+    # it used to compare the 2 rows it held and say EQUAL
+    y = _oracle(model, "blk.0.h", "f32")
+    dump = tmp_path / "short.bin"
+    dump.write_bytes(y[:2].tobytes())
+    assert golden.run_compare(model, "blk.0.h", dump) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"strata-ref: error: the dump {dump} has 512 bytes, but rows [0, 3) of 'blk.0.h' in f32 "
+        "take 768 bytes (64 values a row); its size fits --dtype f32 --rows 2"]
+    # the rows asked for are compared, and only those
+    rep = golden.compare_dump(model, "blk.0.h", dump, rows=2)
+    assert rep["equal"] and rep["rows"] == 2 and rep["n_values"] == 128
+
+
+@pytest.mark.parametrize("dump_dtype, flag, fits", [
+    ("f16", "f32", "--dtype f32 --rows 1 or --dtype f16 or --dtype bf16"),
+    ("f32", "f16", "--dtype f32"),
+    ("f32", "bf16", "--dtype f32"),
+])
+def test_compare_dump_of_another_dtype_names_the_dtype(model, tmp_path, capsys, dump_dtype, flag, fits):
+    # f16 read as f32 was DIFFERENT with a max ulp of 2e9; f32 read as f16
+    # failed on rows outside the tensor
+    dump = tmp_path / "d.bin"
+    dump.write_bytes(_oracle(model, "blk.0.h", dump_dtype, rows=2).tobytes())
+    assert golden.run_compare(model, "blk.0.h", dump, flag, 0, 2) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.rstrip().endswith(f"its size fits {fits}")
+
+
+def test_compare_values_that_differ_mention_a_size_that_fits_another_dtype(model, tmp_path, capsys):
+    # 2 rows of f16 have the size of 1 row of f32: compared, DIFFERENT, with a note
+    dump = tmp_path / "h.bin"
+    dump.write_bytes(_oracle(model, "blk.0.h", "f16", rows=2).tobytes())
+    assert golden.run_compare(model, "blk.0.h", dump, "f32", 0, 1) == 1
+    out = capsys.readouterr().out
+    assert "note: the dump's size also fits --dtype f16 --rows 2 or --dtype bf16 --rows 2" in out
+    assert out.rstrip().endswith("DIFFERENT")
+
+
+def test_compare_refuses_devices_pipes_and_directories_without_reading(model, tmp_path, capsys):
+    import threading
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for dump in ("/dev/zero", fifo, tmp_path):
+        done = []
+        th = threading.Thread(target=lambda: done.append(golden.run_compare(model, "norm", dump)),
+                              daemon=True)
+        th.start()
+        th.join(20)          # a FIFO without a writer blocked forever; /dev/zero never ended
+        assert done == [2], dump
+        assert capsys.readouterr().err.splitlines() == [
+            f"strata-ref: error: the dump {dump} is not a regular file (a pipe, device or "
+            "directory): write the dump to a file first"]
+
+
+def test_compare_huge_dump_is_refused_by_its_size(model, tmp_path, capsys):
+    # a sparse 1 TiB file: its size is known, nothing of it is read
+    big = tmp_path / "big.bin"
+    with open(big, "wb") as f:
+        f.truncate(1 << 40)
+    assert golden.run_compare(model, "norm", big) == 2
+    err = capsys.readouterr().err
+    assert f"has {1 << 40} bytes, but rows [0, 1) of 'norm' in f32 take 160 bytes" in err
+
+
+def test_compare_plain_and_empty_tensors_are_named(tmp_path, capsys):
+    p = tmp_path / "plain.gguf"
+    write_gguf(p, {}, [("ids", T.I32, (8,), np.arange(8, dtype=np.int32)),
+                       ("none", T.F32, (16, 0), np.zeros(0, np.float32))])
+    dump = tmp_path / "d.bin"
+    dump.write_bytes(bytes(32))
+    assert golden.run_compare(p, "ids", dump) == 2
+    assert golden.run_compare(p, "none", dump) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "strata-ref: error: tensor 'ids' is I32, a plain array of i32 values, not a float format: "
+        "there is no f32/f16/bf16 output to compare",
+        "strata-ref: error: tensor 'none' is empty (shape [16, 0]): there is nothing to compare"]
+
+
+# ------------------------------------------------------------------ golden make / check: before and during (issue 16)
+
+@pytest.mark.parametrize("where", ["proc", "file", "file/sub"])
+def test_golden_make_checks_its_directory_first(tmp_path, capsys, monkeypatch, where):
+    # it used to compute the corpus for three minutes, then fail to write
+    import time
+    if where == "proc":
+        if not os.path.isdir("/proc/self"):
+            pytest.skip("no /proc")
+        d, why = Path("/proc/strata-ref-nope"), "No such file or directory"
+    else:
+        (tmp_path / "file").write_text("x")
+        d, why = tmp_path / where, "a file, not a directory, is in the way"
+    monkeypatch.setattr(golden, "make_corpus", lambda *a, **k: pytest.fail("computed first"))
+    t0 = time.monotonic()
+    assert golden.run_golden_make(d) == 2
+    assert time.monotonic() - t0 < 5
+    assert capsys.readouterr().err.splitlines() == [
+        f"strata-ref: error: cannot write golden files into {d}: {why}"]
+
+
+def test_check_corpus_reports_progress_per_case(tmp_path):
+    p = tmp_path / "corpus.json"
+    golden.make_corpus(p, types=[T.Q8_0])
+    seen = []
+    rows, ok = golden.check_corpus(p, types=[T.Q8_0], progress=seen.append)
+    assert ok and len(seen) == len(rows) == len(golden.corpus_cases([T.Q8_0]))
+    assert [c.name for c in seen] == [r["name"] for r in rows]
+
+
+def test_golden_files_that_are_no_golden_files(tmp_path, capsys):
+    import threading
+    head = {"format": "strata-ref golden", "format_version": golden.FORMAT_VERSION}
+    p = tmp_path / "g.json"
+    p.write_text(json.dumps({**head, "cases": [{"type": "F32"}]}))
+    with pytest.raises(ValueError, match=r"cases\[0\] has no \"name\" string"):
+        golden.check_corpus(p)
+    p.write_bytes(b"\xff\xfe{}")
+    with pytest.raises(ValueError, match=r"is not UTF-8 text"):
+        golden.check_corpus(p)
+    # a FIFO in place of corpus.json blocked `golden check` forever
+    d = tmp_path / "fifo"
+    d.mkdir()
+    os.mkfifo(d / "corpus.json")
+    done = []
+    th = threading.Thread(target=lambda: done.append(golden.run_golden_check(d)), daemon=True)
+    th.start()
+    th.join(20)
+    assert done == [2]
+    assert capsys.readouterr().err.splitlines() == [
+        f"strata-ref: error: {d / 'corpus.json'} is not a regular file"]
+
+
+def test_model_golden_file_without_tensors_fails_not_crashes(model, tmp_path):
+    from strata_ref.models import sha256_file
+    g = tmp_path / "m.json"
+    g.write_text(json.dumps({"format": "strata-ref golden", "format_version": golden.FORMAT_VERSION,
+                             "sha256": sha256_file(model)}))
+    rows, ok = golden.check_model_golden(model, g)
+    assert not ok and {r["status"] for r in rows} == {"new"} and len(rows) == 4
 
 
 def test_model_golden_files_of_format_1_still_check(tmp_path):

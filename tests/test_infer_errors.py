@@ -32,15 +32,19 @@ def _md(arch="llama", **kw):
     return md
 
 
-def _tiny(path, md=None, tensor_fn=None, arch="qwen3"):
-    """tests' tiny model with metadata entries replaced (`md`) and tensors
-    passed through `tensor_fn(name, type, shape, data) -> data`."""
+def _tiny(path, md=None, tensor_fn=None, arch="qwen3", edit=None, drop=()):
+    """tests' tiny model with metadata entries replaced (`md`), keys in
+    `drop` removed, tensors passed through `tensor_fn(name, type, shape,
+    data) -> data`, and the list of (name, type, shape, data) through
+    `edit(list) -> list`."""
     real = sgguf.write_gguf
 
     def patched(p, meta, ts, **kw):
-        meta = {**meta, **(md or {})}
+        meta = {k: v for k, v in {**meta, **(md or {})}.items() if k not in drop}
         if tensor_fn is not None:
             ts = [(n, t, s, tensor_fn(n, t, s, d)) for n, t, s, d in ts]
+        if edit is not None:
+            ts = edit(list(ts))
         real(p, meta, ts, **kw)
     sgguf.write_gguf = patched
     try:
@@ -321,3 +325,181 @@ def test_memory_and_arithmetic_errors_are_one_line(monkeypatch, capsys, exc, lin
     monkeypatch.delenv("STRATA_REF_DEBUG", raising=False)
     assert main(["generate", "Hi"]) == 2
     assert capsys.readouterr().err.splitlines() == [f"strata-ref: error: {line}"]
+
+
+# ---------------------------------------------------------------- issue 16: tokenizer metadata and tensors
+def _gen_err(path, capsys, *extra):
+    """`generate` on `path`: exit 2 and the one stderr line, without its prefix."""
+    assert main(["generate", str(path), "Hi", "--max-tokens", "2", *extra]) == 2
+    cap = capsys.readouterr()
+    err = cap.err.splitlines()
+    assert len(err) == 1 and err[0].startswith("strata-ref: error: "), cap.err
+    return err[0][len("strata-ref: error: "):]
+
+
+_TOK = "TokenizerError: "
+
+
+@pytest.mark.parametrize("md, msg", [
+    # 1: merges as numbers or nested arrays crashed with AttributeError
+    ({"tokenizer.ggml.merges": (V.ARRAY, [1, 2], V.INT32)},
+     "`tokenizer.ggml.merges` must be an array of STRING, the file has an array of INT32"),
+    ({"tokenizer.ggml.merges": (V.ARRAY, [["a b"], ["c d"]], V.ARRAY)},
+     "`tokenizer.ggml.merges` must be an array of STRING, the file has an array of arrays"),
+    ({"tokenizer.ggml.merges": "a b"},
+     "`tokenizer.ggml.merges` must be an array of STRING, the file has a STRING"),
+    # 2: a SentencePiece vocabulary with too few scores gave an IndexError
+    ({"tokenizer.ggml.model": "llama", "tokenizer.ggml.scores": (V.ARRAY, [0.0] * 100, V.FLOAT32)},
+     "`tokenizer.ggml.scores` has 100 values, `tokenizer.ggml.tokens` has 259 tokens"),
+    ({"tokenizer.ggml.model": "llama", "tokenizer.ggml.scores": (V.ARRAY, list(range(259)), V.INT32)},
+     "`tokenizer.ggml.scores` must be an array of FLOAT32, the file has an array of INT32"),
+    # 10: wrongly typed values were accepted
+    ({"tokenizer.ggml.add_bos_token": "false"},
+     "`tokenizer.ggml.add_bos_token` must be a BOOL, the file has a STRING ('false')"),
+    ({"tokenizer.ggml.add_bos_token": (V.UINT8, 0)},
+     "`tokenizer.ggml.add_bos_token` must be a BOOL, the file has an integer (0)"),
+    ({"tokenizer.ggml.token_type": (V.ARRAY, [1.0] * 259, V.FLOAT32)},
+     "`tokenizer.ggml.token_type` must be an array of INT32, the file has an array of FLOAT32"),
+    # 12: Python-internal messages that did not name the key
+    ({"tokenizer.ggml.tokens": (V.ARRAY, list(range(259)), V.INT32)},
+     "`tokenizer.ggml.tokens` must be an array of STRING, the file has an array of INT32"),
+    ({"tokenizer.ggml.tokens": (V.INT32, 5)},
+     "`tokenizer.ggml.tokens` must be an array of STRING, the file has an integer"),
+    ({"tokenizer.ggml.token_type": (V.ARRAY, ["1"] * 259, V.STRING)},
+     "`tokenizer.ggml.token_type` must be an array of INT32, the file has an array of STRING"),
+    ({"tokenizer.ggml.token_type": (V.ARRAY, [1] * 258 + [99], V.INT32)},
+     "`tokenizer.ggml.token_type`[258] = 99 is not a token type (0..6)"),
+    ({"tokenizer.ggml.bos_token_id": (V.FLOAT32, float("nan"))},
+     "`tokenizer.ggml.bos_token_id` must be an integer token id, the file has a float (nan)"),
+    ({"tokenizer.ggml.eos_token_id": (V.INT32, -1)},
+     "`tokenizer.ggml.eos_token_id` = -1 is outside the vocabulary (size 259)"),
+    ({"tokenizer.ggml.model": (V.ARRAY, ["gpt2"], V.STRING)},
+     "`tokenizer.ggml.model` must be a STRING, the file has an array of STRING"),
+    ({"tokenizer.ggml.pre": (V.ARRAY, [1], V.INT32)},
+     "`tokenizer.ggml.pre` must be a STRING, the file has an array of INT32"),
+])
+def test_mistyped_tokenizer_metadata_is_named(tmp_path, capsys, md, msg):
+    path = _tiny(tmp_path / "t.gguf", md=md)
+    assert _gen_err(path, capsys) == _TOK + msg
+
+
+def test_empty_vocabulary_is_named():
+    # gguf-py cannot write an empty array; the fuzz test writes one as bytes
+    from strata_ref.infer.tokenizer import Tokenizer, TokenizerError
+    with pytest.raises(TokenizerError, match=r"^`tokenizer.ggml.tokens` is empty$"):
+        Tokenizer.from_metadata({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": []})
+
+
+def test_chat_template_that_is_not_a_string_is_named(tmp_path, capsys):
+    path = _tiny(tmp_path / "c.gguf", md={"tokenizer.chat_template": (V.INT32, 7)})
+    assert _gen_err(path, capsys, "--chat") == (
+        "ChatTemplateError: `tokenizer.chat_template` must be a STRING, the file has an "
+        "integer; run without --chat")
+
+
+def _q8(rows, cols, seed=1):
+    from strata_ref import GGMLType, quantize
+    w = np.random.default_rng(seed).standard_normal((rows, cols)).astype(np.float32) * 0.2
+    return GGMLType.Q8_0, (cols, rows), quantize(w, GGMLType.Q8_0).reshape(-1)
+
+
+def _replace(name, new):
+    def edit(ts):
+        return [(n,) + new if n == name else (n, t, s, d) for n, t, s, d in ts]
+    return edit
+
+
+@pytest.mark.parametrize("name", ["token_embd.weight", "output.weight"])
+def test_vocabulary_and_embedding_sizes_are_checked_at_load(tmp_path, capsys, name):
+    # 9: 268 embedding rows for 259 tokens loaded, printed garbage, then
+    # failed on a sampled token id 268
+    path = _tiny(tmp_path / "v.gguf", edit=_replace(name, _q8(268, 64)))
+    assert _gen_err(path, capsys) == (
+        f"ModelLoadError: tensor `{name}` has 268 rows, but the vocabulary "
+        "(`tokenizer.ggml.tokens`) has 259 tokens")
+
+
+def test_three_dimensional_matrix_is_refused(tmp_path, capsys):
+    # 10: ggml shape [64, 32, 2] holds 64 x 64 values but is no 64 x 64 matrix
+    t, _, d = _q8(64, 64)
+    path = _tiny(tmp_path / "q.gguf", edit=_replace("blk.0.attn_q.weight", (t, (64, 32, 2), d)))
+    assert _gen_err(path, capsys) == (
+        "ModelLoadError: tensor `blk.0.attn_q.weight` has ggml shape [64, 32, 2], expected [64, 64]")
+
+
+def test_norm_of_another_shape_is_refused(tmp_path, capsys):
+    from strata_ref import GGMLType
+    path = _tiny(tmp_path / "n.gguf", edit=_replace(
+        "output_norm.weight", (GGMLType.F32, (32, 2), np.ones(64, np.float32))))
+    assert _gen_err(path, capsys) == (
+        "ModelLoadError: tensor `output_norm.weight` has ggml shape [32, 2], expected [64]")
+
+
+@pytest.mark.parametrize("t, dt", [("I8", np.int8), ("I32", np.int32), ("F64", np.float64)])
+def test_plain_type_tensor_is_named(tmp_path, capsys, t, dt):
+    # 13: an UnsupportedTypeError suggesting a library call, without the tensor
+    from strata_ref import GGMLType
+    path = _tiny(tmp_path / "p.gguf", edit=_replace(
+        "blk.1.ffn_norm.weight", (GGMLType[t], (64,), np.ones(64, dt))))
+    kind = {"I8": "i8", "I32": "i32", "F64": "f64"}[t]
+    assert _gen_err(path, capsys) == (
+        f"ModelLoadError: tensor `blk.1.ffn_norm.weight` is of type {t}, a plain {kind} array; "
+        "model weights are float or quantized types")
+
+
+@pytest.mark.parametrize("value, shown", [(0.0, "0.0"), (-1.0, "-1.0"), (np.inf, "inf"), (np.nan, "nan")])
+def test_rope_freqs_must_be_positive(tmp_path, capsys, value, shown):
+    # 12: zeros gave a ZeroDivisionError from the RoPE kernel
+    from strata_ref import GGMLType
+    f = np.ones(8, np.float32)
+    f[3] = value
+
+    def edit(ts):
+        return ts + [("rope_freqs.weight", GGMLType.F32, (8,), f)]
+    path = _tiny(tmp_path / "r.gguf", edit=edit)
+    assert _gen_err(path, capsys) == (
+        f"ModelLoadError: tensor `rope_freqs.weight` value [3] = {shown}: RoPE frequency "
+        "factors must be finite and > 0")
+
+
+@pytest.mark.parametrize("temp", ["1e-320", "5e-324", "1e-45", "1e300"])
+def test_extreme_temperatures_sample_cleanly(tiny, capsys, temp):
+    # 11: 1e-320 printed two RuntimeWarnings, then "Probabilities contain NaN"
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert main(["generate", tiny, "Hi", "--max-tokens", "3", "--temperature", temp]) == 0
+    cap = capsys.readouterr()
+    assert cap.err == "" and "decode:" in cap.out
+
+
+def test_tiny_temperature_is_greedy():
+    from strata_ref.infer.sampling import Sampler, greedy
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        z = rng.standard_normal(50).astype(np.float32)
+        assert Sampler(1e-320, seed=1)(z) == greedy(z)
+    z = np.array([1.0, 3.0, 3.0, 0.0], np.float32)   # a tie: one of the two maxima
+    assert {Sampler(1e-320, seed=s)(z) for s in range(40)} == {1, 2}
+
+
+@pytest.mark.parametrize("md, msg", [
+    ({"general.architecture": np.array([1, 2], np.int32)}, "`general.architecture` = array([1, 2], dtype=int32) is not a string"),
+    (dict(**{"rope.scaling.type": 3}), "`llama.rope.scaling.type` = 3 is not a string"),
+    (dict(block_count=["x" * 50] * 10_000), "`llama.block_count` = ['xxxxxxxx"),
+])
+def test_hparams_mistyped_strings_and_long_values(md, msg):
+    base = _md()
+    if "general.architecture" in md:
+        base.update(md)
+    else:
+        base.update({f"llama.{k}": v for k, v in md.items()})
+    with pytest.raises(ModelLoadError) as e:
+        HParams.from_metadata(base)
+    assert msg in str(e.value) and len(str(e.value)) < 160
+
+
+def test_hparams_window_pattern_of_strings_is_refused():
+    with pytest.raises(ModelLoadError, match=r"sliding_window_pattern` must be an array of BOOL or integers"):
+        HParams.from_metadata(_md("gemma3", **{"attention.sliding_window": 4,
+                                               "attention.sliding_window_pattern": ["false", "true"]}))

@@ -215,9 +215,9 @@ def test_matmuls_and_swiglu_match_llama_cpp(key, profile, path, tag):
     for il in v["layers"]:
         g = lambda name: v[f"{tag}_{il}_{name}"]
         L = m.layers[il]
-        _same(L.wq.matmul(batch(g("attn_norm")))[rows], g("q_mm"))
-        _same(L.wv.matmul(batch(g("attn_norm")))[rows], g("v_mm"))
-        _same(L.w_down.matmul(batch(g("ffn_swiglu")))[rows], g("ffn_out"))
+        _same(L.attn.wq.matmul(batch(g("attn_norm")))[rows], g("q_mm"))
+        _same(L.attn.wv.matmul(batch(g("attn_norm")))[rows], g("v_mm"))
+        _same(L.ffn.w_down.matmul(batch(g("ffn_swiglu")))[rows], g("ffn_out"))
         _same(ops.swiglu(g("ffn_gate"), g("ffn_up"), PROFILES[profile]), g("ffn_swiglu"))
 
 

@@ -128,16 +128,14 @@ def test_matmul_matches_float64_dot_of_the_quantized_operands(t, parallel, monke
     assert np.all(got[:, 0] == 0.0)
 
 
-def test_matmul_fallback_type_and_shape_errors():
+def test_matmul_type_and_shape_errors():
     rng = np.random.default_rng(1)
     w = rng.standard_normal((4, 256)).astype(np.float32)
-    raw = quantize(w, GGMLType.IQ4_XS).reshape(-1)        # no integer kernel: oracle dequant + f32
-    W = QMatrix(GGMLType.IQ4_XS, raw, 4, 256, "w", "avx2")
-    x = rng.standard_normal((2, 256)).astype(np.float32)
-    # the activations go through Q8_K first, as ggml-cpu's vec_dot_type for IQ4_XS
-    q, d, _ = act_quant.q8_k_fields(x)
-    xq = q.astype(np.float32) * d                       # one 256-value block per row
-    assert np.array_equal(W.matmul(x), xq @ dequant_f32(GGMLType.IQ4_XS, raw, 4, 256).T)
+    # a plain type ggml-cpu does not multiply: refused at the first product
+    with pytest.raises(ValueError, match="no mat-mul for I8"):
+        QMatrix(GGMLType.I8, np.zeros(4 * 256, np.uint8), 4, 256, "w", "avx2").prepare()
+    W = QMatrix(GGMLType.IQ4_XS, quantize(w, GGMLType.IQ4_XS).reshape(-1), 4, 256, "w", "avx2")
+    raw = W.raw
     with pytest.raises(ValueError, match=r"\(n, 256\)"):
         W.matmul(np.zeros((2, 128), np.float32))
     with pytest.raises(ValueError, match="do not hold"):

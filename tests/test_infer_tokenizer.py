@@ -106,3 +106,42 @@ def test_spm_scores_and_byte_fallback():
 
 def test_pre_tokenizer_table_names():
     assert {"smollm", "qwen2", "llama-bpe", "gpt-2"} <= set(PRE_TOKENIZERS)
+
+
+# ---------------------------------------------------------------- gpt-4o (gpt-oss)
+def test_gpt4o_pre_tokenizer_pieces_are_llama_cpps():
+    # tests/data/llama_tok_gpt-4o.npz (tools/llama_ref.py pretok): llama.cpp's
+    # ids of texts in a probe vocabulary where each pre-tokenized piece is one
+    # token, so the ids are the pieces; the other pre-tokenizers split these
+    # texts otherwise
+    from pathlib import Path
+    from infer_helpers import PRETOK_TEXTS, pretok_vocab
+    z = np.load(Path(__file__).parent / "data" / "llama_tok_gpt-4o.npz")
+    assert z["texts"].tolist() == PRETOK_TEXTS
+
+    def tokenizer(pre):
+        md = {k: (v[1] if isinstance(v, tuple) else v) for k, v in pretok_vocab(PRETOK_TEXTS, pre).items()}
+        md["tokenizer.ggml.token_type"] = np.array(md["tokenizer.ggml.token_type"], np.int32)
+        return Tokenizer.from_metadata(md)
+    off = np.concatenate([[0], np.cumsum(z["lengths"])])
+    want = [z["ids"][off[i]:off[i + 1]].tolist() for i in range(len(PRETOK_TEXTS))]
+    tok = tokenizer("gpt-4o")
+    got = [tok.encode(t, add_special=False) for t in PRETOK_TEXTS]
+    bad = [(t, [tok.tokens[j] for j in g], [tok.tokens[j] for j in w])
+           for t, g, w in zip(PRETOK_TEXTS, got, want) if g != w]
+    assert not bad, bad[0]
+    assert [tok.tokens[j] for j in want[0]] == ["Hello", "World"]
+    other = tokenizer("qwen2")
+    assert sum(other.encode(t, add_special=False) != w for t, w in zip(PRETOK_TEXTS, want)) >= 8
+    assert tokenizer("llama4").pre == "gpt-4o"
+
+
+def test_harmony_end_of_generation_tokens():
+    # llama.cpp ends gpt-oss generation on <|return|> and <|call|>, not <|end|>
+    md = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-4o",
+          "tokenizer.ggml.tokens": ["a", "<|end|>", "<|return|>", "<|call|>", "<|endoftext|>"],
+          "tokenizer.ggml.token_type": np.array([1, 3, 3, 3, 3], np.int32),
+          "tokenizer.ggml.merges": [], "tokenizer.ggml.eos_token_id": 4}
+    assert Tokenizer.from_metadata(md).eog_ids == {2, 3, 4}
+    md["tokenizer.ggml.tokens"] = ["a", "<|end|>", "<|x|>", "<|y|>", "<|endoftext|>"]
+    assert Tokenizer.from_metadata(md).eog_ids == {1, 4}

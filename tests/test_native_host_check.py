@@ -2,7 +2,8 @@
 CPU (native/host_check.cpp), against the NumPy oracle, bitwise.
 
 This is the CI check of the native code paths (generic `Fmt<T>::group` for
-every type, wide `Wide*::chunk` for Q8_0/Q4_K/Q5_K/Q6_K/IQ4_XS) where there is
+every type, wide `Wide*::chunk` for Q8_0/Q4_K/Q5_K/Q6_K/IQ4_XS and the chunk
+pairs `Wide*::pair` of Q4_K/Q5_K/Q6_K/IQ4_XS) where there is
 no GPU; the GPU parity tool checks the kernels themselves. Blocks: random
 bytes with finite scales ("sane") and uniform random bytes ("raw": NaN/Inf
 scales, every E8M0/UE4M3 byte). NaNs are canonical on both sides."""
@@ -54,6 +55,7 @@ def test_formulas_match_oracle(host_check, t):
     fmt = block_format(t)
     rng = np.random.default_rng(int(t) + 100)
     kernels = ["generic"] + (["wide"] if t in dispatch.WIDE_BLOCKS_ALIGN else [])
+    kernels += ["pairs"] if t in (T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_XS) else []
     for kind in ("sane", "raw"):
         n = 4096 if fmt.block_values == 1 else max(8, 8192 // fmt.block_values)
         blocks = make_blocks(t, n, kind, rng).reshape(-1)
@@ -90,6 +92,8 @@ def test_unknown_type_is_refused(host_check):
     p = subprocess.run([str(host_check), "24", "generic"], input=b"", capture_output=True)
     assert p.returncode == 2
     p = subprocess.run([str(host_check), "2", "wide"], input=b"", capture_output=True)
+    assert p.returncode == 2
+    p = subprocess.run([str(host_check), "8", "pairs"], input=b"", capture_output=True)
     assert p.returncode == 2
 
 

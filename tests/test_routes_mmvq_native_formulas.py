@@ -265,3 +265,12 @@ def test_lanes_walk_reads_stay_inside_under_asan(tmp_path):
     run = subprocess.run([str(exe)], capture_output=True, text=True)
     assert "AddressSanitizer" not in run.stderr, run.stderr[:2000]
     assert run.returncode == 0
+
+
+def test_device_reset_bumps_the_epoch_after_the_reset(host):
+    """smv_device_reset's order (native/mmvq_setup.h, the code the library
+    runs): a launch set-up that another thread makes while cudaDeviceReset
+    runs is stale once the reset returns, and one made after it is fresh.
+    With the epoch bumped before the reset, the set-up made during it would
+    carry the new epoch and survive (status 1)."""
+    assert host.smv_host_reset_order() == 0

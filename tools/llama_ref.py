@@ -19,6 +19,29 @@ the running interpreter. Subcommands:
       logits of one batched pass over `TINY_IDS`, every row, float32, with
       the sha256 of each GGUF so a test can tell it rebuilt the same file.
 
+  typed [--out tests/data/llama_ref_typed.npz]
+      Small random qwen3 models whose matrices are all IQ4_NL, resp. MXFP4
+      (tests/typed_models.py `typed_model`, seed 0; rows % 8 == 0, so the
+      AVX2 builds repack them): the logits of every row of one batched
+      pass over `IDS` and of an incremental one (`N_PROMPT` tokens, then
+      one per call), float32, with the sha256 of each GGUF.
+
+  moe [--arch A,B] [--out FILE]
+      Tiny seeded MoE / hybrid models (tests/infer_helpers.py
+      `tiny_moe_model`, seed 0, one per architecture): the prompt
+      `TINY_IDS`, llama.cpp's `MOE_N_GREEDY` greedy tokens, and every logit
+      of every row of the incremental pass (prompt, then one token per call)
+      and of one batched teacher-forced pass, float32, with the GGUF's
+      sha256; one file per architecture, tests/data/<profile>/
+      llama_ref_moe_<arch>.npz.
+
+  pretok [--pre gpt-4o] [--out tests/data/llama_tok_<pre>.npz]
+      llama.cpp's token ids (no BOS, no special parsing) of
+      tests/infer_helpers.py `PRETOK_TEXTS` with the probe vocabulary
+      `pretok_vocab(PRETOK_TEXTS, PRE)`, in which every pre-tokenized piece
+      is one token: a conformance set for a pre-tokenizer the sdist has no
+      vocabulary of.
+
   actquant [--out tests/data/ggml_act_quant.npz]
       Seeded activation vectors (and hand-made edge cases) quantized by
       ggml-cpu's own `from_float` for Q8_0, Q8_1 and Q8_K (the AVX2 build
@@ -189,6 +212,90 @@ def cmd_synthetic(args) -> None:
     print(out, {k: v.shape for k, v in res.items()})
 
 
+def cmd_typed(args) -> None:
+    import hashlib
+    import tempfile
+    sys.path.insert(0, str(REPO / "tests"))
+    sys.path.insert(0, str(REPO))
+    from typed_models import IDS, N_PROMPT, TYPED, typed_model
+    res = {}
+    with tempfile.TemporaryDirectory() as d:
+        for t in TYPED:
+            path = Path(d) / f"typed_{t}.gguf"
+            typed_model(t, path, seed=0)
+            llm = _llama(path)
+            llm.reset()
+            llm.eval(IDS)
+            res[f"{t}_batched"] = np.array(llm.scores[:len(IDS)], np.float32)
+            llm.reset()
+            llm.eval(IDS[:N_PROMPT])
+            for tok in IDS[N_PROMPT:]:
+                llm.eval([tok])
+            res[f"{t}_incr"] = np.array(llm.scores[:len(IDS)], np.float32)
+            res[f"{t}_sha256"] = np.array(hashlib.sha256(path.read_bytes()).hexdigest())
+            del llm
+    out = Path(args.out or _data_dir() / "llama_ref_typed.npz")
+    np.savez_compressed(out, ids=np.array(IDS, np.int32), n_prompt=np.int64(N_PROMPT), **res,
+                        **_provenance())
+    print(out, {k: v.shape for k, v in res.items()})
+
+
+def cmd_moe(args) -> None:
+    import hashlib
+    import tempfile
+    sys.path.insert(0, str(REPO / "tests"))
+    sys.path.insert(0, str(REPO))
+    from infer_helpers import MOE_LAYERS, MOE_N_GREEDY, TINY_IDS, tiny_moe_model
+    archs = args.arch.split(",") if args.arch else list(MOE_LAYERS)
+    with tempfile.TemporaryDirectory() as d:
+        for arch in archs:
+            path = Path(d) / f"tiny_{arch}.gguf"
+            tiny_moe_model(arch, path, seed=0)
+            llm = _llama(path)
+            ids = list(TINY_IDS)
+            # incremental: the prompt pass, then one greedy token per call
+            llm.reset()
+            llm.eval(ids)
+            gen, incr = [], [np.array(llm.scores[:len(ids)], np.float32)]
+            for _ in range(MOE_N_GREEDY):
+                tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+                gen.append(tok)
+                llm.eval([tok])
+                incr.append(np.array(llm.scores[llm.n_tokens - 1:llm.n_tokens], np.float32))
+            incr = np.concatenate(incr)[:len(ids) + MOE_N_GREEDY]
+            # batched: one teacher-forced pass over prompt + continuation
+            llm.reset()
+            llm.eval(ids + gen)
+            batched = np.array(llm.scores[:len(ids) + MOE_N_GREEDY], np.float32)
+            del llm
+            out = Path(args.out or _data_dir() / f"llama_ref_moe_{arch}.npz")
+            np.savez_compressed(out, prompt_ids=np.array(ids, np.int32),
+                                greedy_ids=np.array(gen, np.int32), batched=batched, incr=incr,
+                                sha256=np.array(hashlib.sha256(path.read_bytes()).hexdigest()),
+                                **_provenance())
+            print(out, arch, "greedy", gen)
+
+
+def cmd_pretok(args) -> None:
+    import tempfile
+    sys.path.insert(0, str(REPO / "tests"))
+    sys.path.insert(0, str(REPO))
+    from infer_helpers import PRETOK_TEXTS, pretok_vocab
+    from llama_cpp import Llama
+    from strata_ref.gguf import write_gguf
+    with tempfile.TemporaryDirectory() as t:
+        dst = Path(t) / "pretok.gguf"
+        write_gguf(dst, pretok_vocab(PRETOK_TEXTS, args.pre), [])
+        llm = Llama(model_path=str(dst), vocab_only=True, verbose=False)
+        ids = [llm.tokenize(c.encode("utf-8"), add_bos=False, special=False) for c in PRETOK_TEXTS]
+        del llm
+    out = Path(args.out or REPO / "tests" / "data" / f"llama_tok_{args.pre}.npz")
+    np.savez_compressed(out, pre=np.array(args.pre), texts=np.array(PRETOK_TEXTS),
+                        lengths=np.array([len(i) for i in ids], np.int32),
+                        ids=np.array([v for i in ids for v in i], np.int32), **_provenance())
+    print(out, len(PRETOK_TEXTS), "texts")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", help="run against the peer built for this CPU profile")
@@ -201,11 +308,20 @@ def main(argv=None) -> int:
     p.add_argument("--out")
     p = sub.add_parser("synthetic")
     p.add_argument("--out")
+    p = sub.add_parser("typed")
+    p.add_argument("--out")
+    p = sub.add_parser("pretok")
+    p.add_argument("--pre", default="gpt-4o", help="the pre-tokenizer name to test")
+    p.add_argument("--out")
+    p = sub.add_parser("moe")
+    p.add_argument("--arch", help="comma-separated architectures (default: every tiny MoE model)")
+    p.add_argument("--out")
     if argv is None:
         from peer_env import ensure_profile
         ensure_profile(__file__)
     args = ap.parse_args(argv)
-    {"logits": cmd_logits, "actquant": cmd_actquant, "synthetic": cmd_synthetic}[args.cmd](args)
+    {"logits": cmd_logits, "actquant": cmd_actquant, "synthetic": cmd_synthetic,
+     "typed": cmd_typed, "moe": cmd_moe, "pretok": cmd_pretok}[args.cmd](args)
     return 0
 
 

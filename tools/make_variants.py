@@ -35,14 +35,23 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tools"))
 
 
-def quantize_with_llama(src: Path, dst: Path, ftype: int) -> None:
+def quantize_with_llama(src: Path, dst: Path, ftype: int, overrides: dict | None = None) -> None:
     """llama_model_quantize(src -> dst, ftype), requantizing quantized
-    tensors, 2 threads."""
+    tensors, 2 threads; `overrides`: tensor-name regex -> ggml type name
+    (llama.cpp's `tt_overrides`, as `llama-quantize --tensor-type`)."""
     import llama_cpp
+    from strata_ref import GGMLType
     p = llama_cpp.llama_model_quantize_default_params()
     p.nthread = 2
     p.ftype = ftype
     p.allow_requantize = True
+    if overrides:
+        arr = (llama_cpp.llama_model_tensor_override * (len(overrides) + 1))()
+        for i, (pat, t) in enumerate(overrides.items()):
+            arr[i].pattern = pat.encode()
+            arr[i].type = int(GGMLType[t])
+        arr[len(overrides)].pattern = None
+        p.tt_overrides = ctypes.cast(arr, type(p.tt_overrides))
     rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(p))
     if rc != 0:
         raise RuntimeError(f"llama_model_quantize failed ({rc}) for ftype {ftype}")
@@ -71,12 +80,13 @@ def main(argv=None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     names = a.only.split(",") if a.only else list(VARIANTS)
     for name in names:
-        model, ftype = VARIANTS[name]
+        model, ftype, overrides = (VARIANTS[name] + ({},))[:3]
         with tempfile.TemporaryDirectory() as d:
             dst = Path(a.keep or d) / f"{name}.gguf"
-            quantize_with_llama(resolve(model), dst, FTYPES[ftype])
+            quantize_with_llama(resolve(model), dst, FTYPES[ftype], overrides)
             man = manifest_of(dst)
-        man.update(model=model, ftype=ftype, command="python tools/make_variants.py " + " ".join(sys.argv[1:]))
+        man.update(model=model, ftype=ftype, overrides=overrides,
+                   command="python tools/make_variants.py " + " ".join(sys.argv[1:]))
         (out_dir / f"{name}.json").write_text(json.dumps(man, indent=1) + "\n")
         types = {}
         for _, t, _ in man["tensors"]:

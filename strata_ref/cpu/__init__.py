@@ -14,7 +14,9 @@ would use on this CPU (`native`).
 Modules: `profiles` (the declarations), `fp` (float primitives: FMA, lane
 reductions, ggml's expf), `lanes` (8-lane integer dots), `act_quant`
 (Q8_0 / Q8_1 / Q8_K activations), `matmul` (weight-type dots and ggml's
-mat-mul paths), `ops` (attention, soft_max, SwiGLU, RoPE, norms).
+mat-mul paths), `ops` (attention, soft_max, SwiGLU, RoPE, norms), `moe`
+(expert selection, `mul_mat_id`, the expert sum), `ssm` (the Gated DeltaNet
+operations), the weight-type families `dots_small` / `dots_iquants`.
 """
 from __future__ import annotations
 

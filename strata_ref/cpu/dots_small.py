@@ -1,4 +1,795 @@
-"""ggml-cpu's dots of the float types (F32, F16, BF16) and of the small and
-32-value block types (Q1_0, Q2_0, MXFP4, NVFP4, IQ4_NL, TQ1_0, TQ2_0), per
-CPU profile: not written yet (the types still run on the oracle's
-dequantized weights, `matmul.QMatrix`)."""
+"""ggml-cpu's mat-muls of the float weight types (F32, F16, BF16) and of the
+small block types (Q1_0, Q2_0, MXFP4, NVFP4, IQ4_NL with Q8_0 activations;
+TQ1_0, TQ2_0 with Q8_K activations), per CPU profile, bit for bit.
+
+Source: llama.cpp vendored by llama-cpp-python 0.3.36, `ggml/src/ggml-cpu/`
+(GCC 12, `-std=gnu11`: `a * b + c` in C code and in GCC's vector
+intrinsics, whose `_mm256_mul_ps` / `_mm256_add_ps` are plain vector
+arithmetic, is contracted into an FMA on builds with FMA; the baseline
+build has none). Which code each path follows (`families.segments` picks
+the path per GGUF tensor, by `families.mm_path`):
+
+Block types, "vec_dot" (one weight row times one activation row; every
+activation row of MXFP4, NVFP4, Q1_0, Q2_0, TQ1_0, TQ2_0 that is not
+repacked, and IQ4_NL's single row):
+
+* IQ4_NL, MXFP4 (`ggml_vec_dot_iq4_nl_q8_0`, `ggml_vec_dot_mxfp4_q8_0`,
+  `arch/x86/quants.c`, `__AVX2__`): blocks taken in pairs, the even block
+  into one 8-lane accumulator and the odd one into another, each lane L
+  getting fma(d_a * d_w, float(dot of values 4L..4L+3), lane); the two
+  accumulators added lane by lane, `hsum_float_8`, and an odd last block
+  added in a scalar, fma(d, float(block dot), sum). d_w: the fp16 scale
+  (IQ4_NL) or `ggml_e8m0_to_fp32_half(e)` (MXFP4).
+* NVFP4 (`ggml_vec_dot_nvfp4_q8_0`, AVX2): one accumulator; per block of 64
+  two FMA steps, one per Q8_0 block, lanes 0-3 scaled by the first
+  sub-block's ue4m3(d_s) * d_a, lanes 4-7 by the second's.
+* Q1_0 (`ggml_vec_dot_q1_0_q8_0`, AVX2): per block of 128, b = d_a0 *
+  float(lanes_0), then b = fma(d_aK, float(lanes_K), b) for its other three
+  Q8_0 blocks, then acc = fma(d_w, b, acc); `hsum_float_8`.
+* TQ1_0, TQ2_0 (`ggml_vec_dot_tq1_0_q8_K`, `ggml_vec_dot_tq2_0_q8_K`, AVX2):
+  the unsigned codes (0..2; TQ2_0's 3 too) times the q8, lane L of a
+  super-block summing positions 4L..4L+3 of each 32 minus the Q8_K bsums
+  2L and 2L+1 (the -1 offset), then acc = fma(float(lane), d_a * d_w,
+  acc) (mul + add intrinsics, contracted); `hsum_float_8`.
+* the generic C code (`quants.c` `ggml_vec_dot_*_generic`; the baseline
+  build, and Q2_0 on every x86 build, `arch-fallback.h`): one exact integer
+  per block (Q1_0 / Q2_0: per Q8_0 block, summed in a float with the Q8_0
+  scale, then times d_w into the total; NVFP4: per 16), added to a float
+  sum in block order, contracted into FMAs on FMA builds.
+
+Block types, other paths:
+
+* "tinyblas" (IQ4_NL, two or more activation rows on AVX builds):
+  llamafile's `tinyBLAS_Q0_AVX` (`llamafile/sgemm.cpp`), one 8-lane
+  accumulator per output, fma(d_w * d_a, float(lanes), acc) block after
+  block, `hsum`: Q4_0's arithmetic, not IQ4_NL's two-accumulator vec_dot.
+* "repack" (IQ4_NL, MXFP4 with rows % 8 == 0 on the AVX2 and AVX-512
+  builds): ggml's
+  CPU_REPACK `iq4_nl_8x8` / `mxfp4_8x8` gemv and gemm
+  (`arch/x86/repack.cpp`, `gemv_q4_b32_8x8_q8_0_lut_avx` and
+  `gemm_q4_b32_8x8_q8_0_lut_avx`, AVX2 and AVX-512 variants alike): one
+  accumulator per output, acc = fma(float(block dot), d_w * d_a, acc). The
+  gemm's activations come from `ggml_quantize_mat_q8_0_4x8`, which computes
+  what the AVX `quantize_row_q8_0` computes.
+
+Float types (the activation first rounded to the weight's `vec_dot_type`:
+F16 by RNE, BF16 by ggml's rule; F32 as is):
+
+* "vec_dot": `ggml_vec_dot_f32` / `_f16` / `_bf16` (`vec.cpp`) with the
+  `simd-mappings.h` macros of the build. F32 and F16: four accumulators of
+  16 lanes (AVX-512) or 8 (AVX2) over steps of 64 / 32, reduced pairwise
+  and across lanes; the rest of the row added to the float sum as GCC 12
+  vectorized that loop (F32: `_dot_vec_f32`) or in double (F16). BF16:
+  AVX512-BF16 two `vdpbf16ps` accumulators over steps of 64, each lane sum
+  added to a double; AVX2 four 8-lane FMA accumulators, (c1 + c3) + (c2 +
+  c4), `hsum`, added to a double. Baseline build: every float product
+  added in double.
+* "tinyblas" (k a multiple of the lanes, rows a multiple of 4): llamafile's
+  `tinyBLAS<KN, ...>`, one accumulator of 16 (AVX-512) or 8 (AVX2) lanes
+  per output, lane l taking elements l, l + KN, ... by FMA, then the lane
+  sum; BF16 on the AVX512-BF16 build `tinyBLAS<32, __m512, __m512bh>`, 16
+  lanes of `vdpbf16ps`.
+
+`vdpbf16ps` (Intel SDM, and checked on the instruction of an AVX512-BF16
+CPU, tools/vdpbf16ps_vectors.py): lane j of the accumulator gets the odd
+pair's product first, then the even pair's, each added with one rounding
+to nearest even; denormal inputs (the bf16 values and the accumulator)
+count as zero, and a sum is rounded to 24 bits as if the exponent were
+unbounded and flushed to zero when that is below FLT_MIN (`_dpbf16`).
+
+Weights stay as stored: the block types' codes widened to one int8 each
+(values in natural order), their scales as float32; F16 / BF16 weights as
+their 16-bit patterns, widened one row at a time inside the kernel. Integer
+parts are exact and computed in any exact way (`lanes`).
+"""
+from __future__ import annotations
+
+import platform
+
+import llvmlite.binding as llb
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
+
+from ..numerics import F16_TO_F32, bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits
+from ..types import GGMLType as T, block_format
+from . import act_quant
+from .families import Family, register, segments
+from .fp import bits_f32, f32_bits, fma32, hsum8, hsum16
+# lanes' IR helpers (`_lanes`: the exact 8 int32 lanes of a block) build the
+# intrinsics below; ops' F16 dots are the verified orders of K q / V p
+from .lanes import _V8F, _V8I32, _V32I8, _check, _fn, _lanes, _ptr, fma8_into, fma8_vv, lanes_scaled_add
+from .ops import _dot_tinyblas, _dot_vec_f16
+
+__all__ = ["SMALL_TYPES", "FLOAT_TYPES", "SmallFamily", "FloatFamily"]
+
+_F32 = np.float32
+#: smallest normal float32 (vdpbf16ps's DAZ / FTZ threshold)
+_FLT_MIN = _F32(1.1754943508222875e-38)
+
+
+# ------------------------------------------------------------------ intrinsics
+@intrinsic
+def _lanes_fma2(typingctx, acc, accoff, w, woff, x, xoff, d_lo, d_hi):
+    """acc[accoff + L] = fma(d, float(lane L), acc[accoff + L]) for L < 8,
+    d = d_lo for lanes 0-3 and d_hi for lanes 4-7; lane L is the exact dot
+    of int8 values 4L..4L+3 of the 32 at w[woff] and x[xoff] (`lanes`).
+    One AVX2 step `_mm256_fmadd_ps(scales, _mm256_cvtepi32_ps(p), acc)` of
+    ggml's Q8_0 dots (one scale: d_lo == d_hi; NVFP4: two)."""
+    _check(acc=(acc, types.float32), w=(w, types.int8), x=(x, types.int8))
+    sig = types.void(acc, types.intp, w, types.intp, x, types.intp, types.float32, types.float32)
+
+    def codegen(context, builder, signature, args):
+        A, ao, W, wo, X, xo, dlo, dhi = args
+        ta, _, tw, _, tx, _, _, _ = signature.args
+        wv = builder.load(_ptr(context, builder, tw, W, wo, _V32I8), align=1)
+        xv = builder.load(_ptr(context, builder, tx, X, xo, _V32I8), align=1)
+        lf = builder.sitofp(_lanes(builder, wv, xv), _V8F)
+        sc = ir.Constant(_V8F, ir.Undefined)
+        for L in range(8):
+            sc = builder.insert_element(sc, dlo if L < 4 else dhi, ir.Constant(ir.IntType(32), L))
+        pa = _ptr(context, builder, ta, A, ao, _V8F)
+        fma = _fn(builder, "llvm.fma.v8f32", _V8F, [_V8F, _V8F, _V8F])
+        builder.store(builder.call(fma, [sc, lf, builder.load(pa, align=4)]), pa, align=4)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+def _hsum_i32x8(builder, v, width):
+    # sum of each group of `width` (8 or 4) int32 lanes of v, in registers
+    # (three / two shuffle-adds); lane 0 holds lanes 0..width-1, lane 4
+    # (width 4) lanes 4..7
+    u = ir.Constant(_V8I32, ir.Undefined)
+    if width == 8:
+        v = builder.add(v, builder.shuffle_vector(v, u, ir.Constant(_V8I32, [4, 5, 6, 7] * 2)))
+    v = builder.add(v, builder.shuffle_vector(v, u, ir.Constant(_V8I32, [2, 3, 2, 3, 6, 7, 6, 7])))
+    return builder.add(v, builder.shuffle_vector(v, u, ir.Constant(_V8I32, [1, 1, 1, 1, 5, 5, 5, 5])))
+
+
+def _block_lanes(context, builder, signature, args):
+    W, wo, X, xo = args
+    tw, _, tx, _ = signature.args
+    wv = builder.load(_ptr(context, builder, tw, W, wo, _V32I8), align=1)
+    xv = builder.load(_ptr(context, builder, tx, X, xo, _V32I8), align=1)
+    return _lanes(builder, wv, xv)
+
+
+@intrinsic
+def _bdot(typingctx, w, woff, x, xoff):
+    """The exact int32 dot of the 32 int8 values at w[woff] and x[xoff],
+    the lanes summed in registers (summed through an array they made the
+    generic and repacked paths 5 to 10 times slower, measured)."""
+    _check(w=(w, types.int8), x=(x, types.int8))
+    sig = types.int32(w, types.intp, x, types.intp)
+
+    def codegen(context, builder, signature, args):
+        v = _hsum_i32x8(builder, _block_lanes(context, builder, signature, args), 8)
+        return builder.extract_element(v, ir.Constant(ir.IntType(32), 0))
+    return sig, codegen
+
+
+@intrinsic
+def _bdot_halves(typingctx, w, woff, x, xoff):
+    """(dot of the first 16, dot of the last 16) of the 32 int8 values at
+    w[woff] and x[xoff], exact int32 (NVFP4's sub-blocks)."""
+    _check(w=(w, types.int8), x=(x, types.int8))
+    ret = types.UniTuple(types.int32, 2)
+    sig = ret(w, types.intp, x, types.intp)
+
+    def codegen(context, builder, signature, args):
+        v = _hsum_i32x8(builder, _block_lanes(context, builder, signature, args), 4)
+        i32 = ir.IntType(32)
+        return context.make_tuple(builder, ret, [builder.extract_element(v, ir.Constant(i32, 0)),
+                                                 builder.extract_element(v, ir.Constant(i32, 4))])
+    return sig, codegen
+
+
+_F16_SCALE = _F32(2.0 ** 112)
+
+
+@njit(inline="always", cache=True)
+def _half_to_f32(h):
+    # The float32 value of fp16 bits h, exact, as F16C's vcvtph2ps (ggml's
+    # F16 loads): the 15 magnitude bits moved to float32's place are the
+    # value times 2^-112 (normals and denormals alike), so one exact
+    # multiply by 2^112 rescales them; Inf / NaN (exponent 31) are rebuilt,
+    # a NaN quieted. For x86 CPUs without F16C (`_widen_f16`).
+    u = np.uint32(h)
+    mag = u & np.uint32(0x7FFF)
+    fin = np.uint32(f32_bits(_F32(bits_f32(np.int32(mag << np.uint32(13))) * _F16_SCALE)))
+    inf = (np.uint32(0x7F800000) | ((mag & np.uint32(0x3FF)) << np.uint32(13))
+           | (np.uint32(mag > np.uint32(0x7C00)) << np.uint32(22)))
+    big = np.uint32(0) - np.uint32(mag >= np.uint32(0x7C00))        # all ones for Inf / NaN
+    b = (inf & big) | (fin & ~big) | ((u & np.uint32(0x8000)) << np.uint32(16))
+    return bits_f32(np.int32(b))
+
+
+# ------------------------------------------------------------- block types
+#: kinds of block dot (the packed layout and the ggml function family)
+_B32, _NV, _Q1, _Q2, _TQ = 0, 1, 2, 3, 4
+#: paths of the block kernels
+_AVX2, _GENERIC, _TINYBLAS, _REPACK = 0, 1, 2, 3
+
+
+@njit(inline="always", cache=True)
+def _madd(a, b, c, fma):
+    # a * b + c as GCC compiles it: one FMA on FMA builds, else two roundings
+    if fma:
+        return fma32(a, b, c)
+    return _F32(_F32(a * b) + c)
+
+
+@njit(inline="always", cache=True)
+def _row_small(kind, path, fma, w, ws, x, xs, xb, sumi, acc):
+    # One weight row (w: int8 values, ws: float32 scales per scale group)
+    # times one activation row (x: int8 q8, xs: its float32 scales, xb: the
+    # Q8_K bsums per 16); module docstring for the orders.
+    if kind == _B32:                       # IQ4_NL, MXFP4: groups of 32
+        nb = ws.shape[0]
+        if path == _AVX2:
+            for L in range(16):
+                acc[L] = 0.0
+            ib = 0
+            while ib + 1 < nb:
+                d0 = _F32(xs[ib] * ws[ib])
+                d1 = _F32(xs[ib + 1] * ws[ib + 1])
+                _lanes_fma2(acc, 0, w, 32 * ib, x, 32 * ib, d0, d0)
+                _lanes_fma2(acc, 8, w, 32 * ib + 32, x, 32 * ib + 32, d1, d1)
+                ib += 2
+            for L in range(8):
+                acc[L] = _F32(acc[L] + acc[8 + L])
+            s = hsum8(acc)
+            if ib < nb:
+                d = _F32(xs[ib] * ws[ib])
+                s = _madd(d, _F32(_bdot(w, 32 * ib, x, 32 * ib)), s, fma)
+            return s
+        if path == _TINYBLAS:
+            for L in range(8):
+                acc[L] = 0.0
+            for ib in range(nb):
+                d = _F32(ws[ib] * xs[ib])
+                _lanes_fma2(acc, 0, w, 32 * ib, x, 32 * ib, d, d)
+            return hsum8(acc)
+        s = _F32(0.0)
+        for ib in range(nb):
+            d = _F32(xs[ib] * ws[ib])
+            si = _F32(_bdot(w, 32 * ib, x, 32 * ib))
+            if path == _REPACK:
+                s = fma32(si, d, s)
+            else:
+                s = _madd(d, si, s, fma)
+        return s
+    if kind == _NV:                        # NVFP4: blocks of 64, scales per 16
+        nb = ws.shape[0] // 4
+        if path == _AVX2:
+            for L in range(8):
+                acc[L] = 0.0
+            for b in range(nb):
+                dy0 = xs[2 * b]
+                dy1 = xs[2 * b + 1]
+                _lanes_fma2(acc, 0, w, 64 * b, x, 64 * b, _F32(ws[4 * b] * dy0), _F32(ws[4 * b + 1] * dy0))
+                _lanes_fma2(acc, 0, w, 64 * b + 32, x, 64 * b + 32, _F32(ws[4 * b + 2] * dy1),
+                            _F32(ws[4 * b + 3] * dy1))
+            return hsum8(acc)
+        s = _F32(0.0)
+        for b in range(nb):
+            for h in range(2):
+                o = 64 * b + 32 * h
+                lo, hi = _bdot_halves(w, o, x, o)
+                dy = xs[2 * b + h]
+                s = _madd(_F32(dy * ws[4 * b + 2 * h]), _F32(lo), s, fma)
+                s = _madd(_F32(dy * ws[4 * b + 2 * h + 1]), _F32(hi), s, fma)
+        return s
+    if kind == _Q1 or kind == _Q2:         # Q1_0 (128, 4 Q8_0 blocks), Q2_0 (64, 2)
+        sub = 4 if kind == _Q1 else 2
+        nb = ws.shape[0]
+        if path == _AVX2:                  # Q1_0 only: Q2_0 has no x86 code
+            for L in range(8):
+                acc[L] = 0.0
+            for b in range(nb):
+                # -0.0 + p == p exactly, so the first FMA is the first multiply
+                for L in range(8, 16):
+                    acc[L] = -0.0
+                for k in range(4):
+                    dk = xs[4 * b + k]
+                    _lanes_fma2(acc, 8, w, 128 * b + 32 * k, x, 128 * b + 32 * k, dk, dk)
+                fma8_into(acc, acc, 8, ws[b])
+            return hsum8(acc)
+        s = _F32(0.0)
+        for b in range(nb):
+            si = _F32(0.0)
+            for k in range(sub):
+                o = 32 * (sub * b + k)
+                si = _madd(xs[sub * b + k], _F32(_bdot(w, o, x, o)), si, fma)
+            s = _madd(ws[b], si, s, fma)
+        return s
+    # _TQ: TQ1_0 / TQ2_0, super-blocks of 256, unsigned codes, Q8_K
+    nb = ws.shape[0]
+    if path == _AVX2:
+        for L in range(8):
+            acc[L] = 0.0
+        for b in range(nb):
+            for L in range(8):
+                sumi[L] = 0
+            for c in range(8):
+                o = 256 * b + 32 * c
+                lanes_scaled_add(sumi, w, o, x, o, 1, 1)
+            d = _F32(xs[b] * ws[b])
+            for L in range(8):
+                lane = sumi[L] - (xb[16 * b + 2 * L] + xb[16 * b + 2 * L + 1])
+                acc[L] = _madd(_F32(lane), d, acc[L], fma)
+        return hsum8(acc)
+    s = _F32(0.0)
+    for b in range(nb):
+        tot = 0
+        for c in range(8):
+            o = 256 * b + 32 * c
+            tot += _bdot(w, o, x, o)
+        for j in range(16):
+            tot -= xb[16 * b + j]
+        s = _madd(_F32(tot), _F32(ws[b] * xs[b]), s, fma)
+    return s
+
+
+@njit(cache=True)
+def _rows_small(kind, path, fma, wq, ws, xq, xs, xb, out, r0, r1):
+    sumi = np.empty(8, np.int32)
+    acc = np.empty(16, np.float32)
+    for r in range(r0, r1):
+        for t in range(xq.shape[0]):
+            out[t, r] = _row_small(kind, path, fma, wq[r], ws[r], xq[t], xs[t], xb[t], sumi, acc)
+
+
+#: weight rows per parallel task
+_ROWS_PER_TASK = 64
+
+
+@njit(parallel=True, cache=True)
+def _mm_small(kind, path, fma, wq, ws, xq, xs, xb, out, r0, r1):
+    """out[t, r] = ggml's dot of block-type weight row r (int8 values wq
+    (rows, cols), float32 scales ws (rows, groups)) with activation row t
+    (int8 xq (n, cols), float32 scales xs, int32 Q8_K bsums xb (n, cols /
+    16) or a dummy), for r0 <= r < r1, `kind` and `path` (module
+    docstring); fma: the build contracts C's a * b + c. Tasks of
+    `_ROWS_PER_TASK` rows run in parallel."""
+    for c in prange((r1 - r0 + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
+        a = r0 + c * _ROWS_PER_TASK
+        _rows_small(kind, path, fma, wq, ws, xq, xs, xb, out, a, min(r1, a + _ROWS_PER_TASK))
+
+
+# ------------------------------------------------------------------ packing
+def _fields(qm):
+    return qm.raw.reshape(qm.rows, -1, block_format(qm.type).block_bytes)
+
+
+def _field(raw3, t, name):
+    f = block_format(t).field(name)
+    return np.ascontiguousarray(raw3[:, :, f.offset:f.offset + f.nbytes])
+
+
+def _f16_field(raw3, t, name):
+    return F16_TO_F32[_field(raw3, t, name).view(np.uint16)[..., 0]]
+
+
+def _nibble_values(qs: np.ndarray, table: np.ndarray, half: int) -> np.ndarray:
+    """4-bit codes (rows, groups, half) -> int8 values (rows, groups, 2 *
+    half) through `table`: value j of a group is the low nibble of byte j,
+    value half + j its high nibble (ggml's IQ4_NL / MXFP4 / NVFP4 layout)."""
+    return table[np.concatenate([qs & 15, qs >> 4], axis=2)].astype(np.int8)
+
+
+def _tq1_codes(raw3: np.ndarray) -> np.ndarray:
+    """TQ1_0 trits (0..2) in value order, uint8 (rows, blocks, 256), ggml
+    `dequantize_row_tq1_0`: trit n of a byte is ((byte * 3^n mod 256) * 3)
+    >> 8; qs bytes 0-31 give values 32n + m, bytes 32-47 values 160 + 16n +
+    m, the 4 qh bytes values 240 + 4n + m."""
+    qs = _field(raw3, T.TQ1_0, "qs").astype(np.int32)
+    qh = _field(raw3, T.TQ1_0, "qh").astype(np.int32)
+    pow3 = np.array([1, 3, 9, 27, 81], np.int32)
+
+    def trits(b, n):                 # (rows, blocks, width) -> (rows, blocks, n * width)
+        q = (b[:, :, None, :] * pow3[None, None, :n, None]) & 255
+        return ((q * 3) >> 8).reshape(b.shape[0], b.shape[1], -1)
+    return np.concatenate([trits(qs[..., :32], 5), trits(qs[..., 32:], 5), trits(qh, 4)],
+                          axis=2).astype(np.uint8)
+
+
+def _tq2_codes(raw3: np.ndarray) -> np.ndarray:
+    """TQ2_0 2-bit codes in value order, uint8 (rows, blocks, 256): value
+    128c + 32l + m is bits 2l..2l+1 of qs[32c + m] (`dequantize_row_tq2_0`)."""
+    qs = _field(raw3, T.TQ2_0, "qs")
+    r, nb, _ = qs.shape
+    q = qs.reshape(r, nb, 2, 1, 32) >> (2 * np.arange(4, dtype=np.uint8)).reshape(1, 1, 1, 4, 1)
+    return (q & 3).reshape(r, nb, 256)
+
+
+def pack_small(t, raw, rows: int, cols: int):
+    """(kind, values, scales) of a block-type matrix: values int8 (rows,
+    cols) in natural order (IQ4_NL / MXFP4 / NVFP4 through their value
+    tables, Q1_0 as +-1, Q2_0 as code - 1, TQ1_0 / TQ2_0 as the unsigned
+    codes that ggml's AVX2 code multiplies), scales float32 (rows, groups)
+    per scale group (32, 64 for Q2_0, 128 for Q1_0, 256 for TQ, and 16 for
+    NVFP4). raw: uint8 of rows * cols / QK whole blocks. ValueError for
+    another type."""
+    from ..formats.fp4 import E8M0_HALF, KVALUES_MXFP4, UE4M3_HALF
+    from ..formats.iq_tables import KVALUES_IQ4NL
+    t = T(t)
+    raw3 = np.asarray(raw, np.uint8).reshape(rows, -1, block_format(t).block_bytes)
+    c32 = np.ascontiguousarray
+    if t == T.IQ4_NL:
+        v = _nibble_values(_field(raw3, t, "qs"), KVALUES_IQ4NL, 16)
+        return _B32, c32(v.reshape(rows, cols)), c32(_f16_field(raw3, t, "d"))
+    if t == T.MXFP4:
+        v = _nibble_values(_field(raw3, t, "qs"), KVALUES_MXFP4, 16)
+        return _B32, c32(v.reshape(rows, cols)), c32(E8M0_HALF[_field(raw3, t, "e")[..., 0]])
+    if t == T.NVFP4:
+        qs = _field(raw3, t, "qs").reshape(rows, -1, 8)          # 8 bytes per 16 values
+        v = _nibble_values(qs, KVALUES_MXFP4, 8)
+        return _NV, c32(v.reshape(rows, cols)), c32(UE4M3_HALF[_field(raw3, t, "d")].reshape(rows, -1))
+    if t == T.Q1_0:
+        qs = _field(raw3, t, "qs")
+        bits = (qs[..., None] >> np.arange(8, dtype=np.uint8)) & 1
+        v = (2 * bits.astype(np.int8) - 1).reshape(rows, cols)
+        return _Q1, c32(v), c32(_f16_field(raw3, t, "d"))
+    if t == T.Q2_0:
+        qs = _field(raw3, t, "qs")
+        q = (qs[..., None] >> (2 * np.arange(4, dtype=np.uint8))) & 3
+        return _Q2, c32((q.astype(np.int8) - 1).reshape(rows, cols)), c32(_f16_field(raw3, t, "d"))
+    if t in (T.TQ1_0, T.TQ2_0):
+        codes = _tq1_codes(raw3) if t == T.TQ1_0 else _tq2_codes(raw3)
+        return _TQ, c32(codes.reshape(rows, cols).view(np.int8)), c32(_f16_field(raw3, t, "d"))
+    raise ValueError(f"{t.name} is not a small block type")
+
+
+SMALL_TYPES = frozenset({T.Q1_0, T.Q2_0, T.MXFP4, T.NVFP4, T.IQ4_NL, T.TQ1_0, T.TQ2_0})
+#: the types with an `__AVX2__` vec_dot in arch/x86/quants.c (Q2_0 has none)
+_AVX2_VEC_DOT = SMALL_TYPES - {T.Q2_0}
+
+
+class SmallFamily(Family):
+    """Q1_0, Q2_0, MXFP4, NVFP4, IQ4_NL (Q8_0 activations), TQ1_0, TQ2_0
+    (Q8_K activations): module docstring."""
+    types = SMALL_TYPES
+
+    def pack(self, qm):
+        return pack_small(qm.type, qm.raw, qm.rows, qm.cols)
+
+    def matmul(self, qm, packed, x, parallel):
+        kind, wq, ws = packed
+        prof = qm.profile
+        n = x.shape[0]
+        if kind == _TQ:
+            xq, xs, xb = act_quant.q8_k_fields(x)
+        else:
+            xq, xs = act_quant.q8_0_fields(x, ref=prof.act_quant == "ref")
+            xb = np.zeros((n, 1), np.int32)
+        xb = np.ascontiguousarray(xb, np.int32)
+        out = np.empty((n, qm.rows), np.float32)
+        for r0, r1, route in segments(qm, n):
+            if route == "repack":
+                path = _REPACK
+            elif route == "tinyblas":
+                path = _TINYBLAS
+            elif prof.vec_dot == "avx2" and qm.type in _AVX2_VEC_DOT:
+                path = _AVX2
+            else:
+                path = _GENERIC
+            (_mm_small if parallel else _rows_small)(kind, path, bool(prof.fma), wq, ws, xq, xs, xb, out,
+                                                     r0, r1)
+        return out
+
+
+# ------------------------------------------------------------- float types
+_KF32, _KF16, _KBF16 = 0, 1, 2
+
+
+def _daz16(builder, v):
+    # denormal lanes of <16 x float> v -> zero of the same sign
+    v16 = ir.VectorType(ir.FloatType(), 16)
+    fabs = _fn(builder, "llvm.fabs.v16f32", v16, [v16])
+    csign = _fn(builder, "llvm.copysign.v16f32", v16, [v16, v16])
+    tiny = builder.fcmp_ordered("<", builder.call(fabs, [v]), ir.Constant(v16, [float(_FLT_MIN)] * 16))
+    return builder.select(tiny, builder.call(csign, [ir.Constant(v16, [0.0] * 16), v]), v)
+
+
+@intrinsic
+def _dpbf16_fast(typingctx, acc, off, a, b, i):
+    """One `vdpbf16ps` step on 16 lanes (`_dpbf16`) as vector FMAs, for
+    when no intermediate result is +-FLT_MIN: stores the new lanes and
+    returns False; else stores nothing and returns True (that result may
+    have to be flushed, which `_dpbf16_exact` decides)."""
+    _check(acc=(acc, types.float32), a=(a, types.float32), b=(b, types.float32))
+    sig = types.boolean(acc, types.intp, a, b, types.intp)
+
+    def codegen(context, builder, signature, args):
+        A, ao, X, Y, io = args
+        ta, _, tx, ty, _ = signature.args
+        v16 = ir.VectorType(ir.FloatType(), 16)
+        v32 = ir.VectorType(ir.FloatType(), 32)
+        xv = builder.load(_ptr(context, builder, tx, X, io, v32), align=4)
+        yv = builder.load(_ptr(context, builder, ty, Y, io, v32), align=4)
+        idx = ir.IntType(32)
+        u = ir.Constant(v32, ir.Undefined)
+        pa = _ptr(context, builder, ta, A, ao, v16)
+        fma = _fn(builder, "llvm.fma.v16f32", v16, [v16, v16, v16])
+        fabs = _fn(builder, "llvm.fabs.v16f32", v16, [v16])
+        fmin = ir.Constant(v16, [float(_FLT_MIN)] * 16)
+        s = _daz16(builder, builder.load(pa, align=4))
+        edge = None
+        for first in (1, 0):                    # the odd pair, then the even pair
+            sel = ir.Constant(ir.VectorType(idx, 16), [2 * j + first for j in range(16)])
+            p = _daz16(builder, builder.shuffle_vector(xv, u, sel))
+            q = _daz16(builder, builder.shuffle_vector(yv, u, sel))
+            s = builder.call(fma, [p, q, s])
+            hit = builder.fcmp_ordered("==", builder.call(fabs, [s]), fmin)
+            edge = hit if edge is None else builder.or_(edge, hit)
+            s = _daz16(builder, s)
+        i1x16 = ir.VectorType(ir.IntType(1), 16)
+        any_edge = builder.call(_fn(builder, "llvm.vector.reduce.or.v16i1", ir.IntType(1), [i1x16]), [edge])
+        with builder.if_then(builder.not_(any_edge)):
+            builder.store(s, pa, align=4)
+        return any_edge
+    return sig, codegen
+
+
+@njit(inline="always", cache=True)
+def _daz(v):
+    # a denormal read as zero of its sign
+    if abs(v) < _FLT_MIN:
+        return _F32(v * _F32(0.0))
+    return v
+
+
+_TINY_TIE = np.float64(_FLT_MIN) - 2.0 ** -151   # half an ulp (unbounded exponent) below FLT_MIN
+
+
+@njit(inline="always", cache=True)
+def _ftz_fma(x, y, c):
+    # x * y + c rounded to 24 bits as if the exponent were unbounded, and
+    # zero (of the result's sign) when that is below FLT_MIN: vdpbf16ps's
+    # rounding and flush (checked on the instruction near FLT_MIN). fma32
+    # rounds onto the denormal grid instead, which differs only when it
+    # lands on +-FLT_MIN: then the exact sum (TwoSum in double; the product
+    # of two bf16 is exact) is compared with the tie point.
+    r = fma32(x, y, c)
+    ar = abs(r)
+    if ar < _FLT_MIN:
+        return _F32(r * _F32(0.0))
+    if ar == _FLT_MIN:
+        p = np.float64(x) * np.float64(y)
+        cc = np.float64(c)
+        s = p + cc
+        bb = s - p
+        err = (p - (s - bb)) + (cc - bb)
+        if r < 0:
+            s, err = -s, -err
+        d = s - _TINY_TIE                        # exact: s and the tie are within 2x
+        if d < 0 or (d == 0 and err < 0):
+            return _F32(r * _F32(0.0))
+    return r
+
+
+@njit(cache=True)
+def _dpbf16_exact(acc, off, a, b, i):
+    # `_dpbf16` lane by lane, with the exact flush rule
+    for j in range(16):
+        e = i + 2 * j
+        s = _ftz_fma(_daz(a[e + 1]), _daz(b[e + 1]), _daz(acc[off + j]))
+        acc[off + j] = _ftz_fma(_daz(a[e]), _daz(b[e]), s)
+
+
+@njit(inline="always", cache=True)
+def _dpbf16(acc, off, a, b, i):
+    # One `vdpbf16ps` step: lane j of acc[off:off+16] += a[i+2j+1] *
+    # b[i+2j+1], then += a[i+2j] * b[i+2j] (a, b: float32 arrays holding
+    # bf16 values), each add rounded once (an FMA of the exact product);
+    # denormal inputs, the accumulator included, read as zero and results
+    # below FLT_MIN after rounding flushed to zero (module docstring)
+    if _dpbf16_fast(acc, off, a, b, i):
+        _dpbf16_exact(acc, off, a, b, i)
+
+
+@njit(cache=True)
+def _dot_double(a, b):
+    # ggml's scalar loops: each float product added to a double
+    tot = 0.0
+    for i in range(a.shape[0]):
+        tot += np.float64(_F32(a[i] * b[i]))
+    return _F32(tot)
+
+
+@njit(cache=True)
+def _vec_dot_f16(a, b, acc, arch):
+    # one compiled copy of `ops._dot_vec_f16` (ggml_vec_dot_f16)
+    return _dot_vec_f16(a, b, acc, arch)
+
+
+@njit(cache=True)
+def _dot_vec_f32(a, b, acc, arch):
+    # ggml_vec_dot_f32 with GGML_SIMD: as `ops._dot_vec_f16`, but the rest
+    # of the row (`sumf += x[i]*y[i]` into the float sum) as GCC 12
+    # compiled it (disassembly of both builds' libggml-cpu): its vectorizer
+    # computes the products of whole vectors of 16 / 8 (AVX-512) or 8 / 4
+    # (AVX2) rounded and adds them one by one in order; the last
+    # elements, fewer than 8 (AVX-512) or 4 (AVX2), are contracted FMAs.
+    n = a.shape[0]
+    step = 64 if arch == 2 else 32
+    main = n - n % step
+    s = _vec_dot_f16(a[:main], b[:main], acc, arch)
+    fused = n - (n - main) % (8 if arch == 2 else 4)
+    for i in range(main, n):
+        if i < fused:
+            s = _F32(s + _F32(a[i] * b[i]))
+        else:
+            s = fma32(a[i], b[i], s)
+    return s
+
+
+@njit(cache=True)
+def _dot_bf16(a, b, acc, arch, hw):
+    # ggml_vec_dot_bf16 (vec.cpp) of the build; the tail in double
+    n = a.shape[0]
+    if arch == 0:
+        return _dot_double(a, b)
+    tot = 0.0
+    i = 0
+    if hw:
+        for L in range(32):
+            acc[L] = 0.0
+        while i + 64 <= n:
+            _dpbf16(acc, 0, a, b, i)
+            _dpbf16(acc, 16, a, b, i + 32)
+            i += 64
+        tot += np.float64(hsum16(acc[:16]))
+        tot += np.float64(hsum16(acc[16:32]))
+    else:
+        for L in range(32):
+            acc[L] = 0.0
+        while i + 32 <= n:
+            for k in range(4):
+                fma8_vv(acc, 8 * k, a, i + 8 * k, b, i + 8 * k)
+            i += 32
+        for L in range(8):
+            acc[L] = _F32(_F32(acc[L] + acc[16 + L]) + _F32(acc[8 + L] + acc[24 + L]))
+        tot += np.float64(hsum8(acc))
+    for j in range(i, n):
+        tot += np.float64(_F32(a[j] * b[j]))
+    return _F32(tot)
+
+
+@njit(cache=True)
+def _dot_tiny(a, b, acc, arch, dpbf16):
+    # llamafile tinyBLAS: `ops._dot_tinyblas` (16 / 8 FMA lanes), or with
+    # dpbf16 tinyBLAS<32, __m512, __m512bh>: 16 lanes of vdpbf16ps
+    if dpbf16:
+        for L in range(16):
+            acc[L] = 0.0
+        for i in range(0, a.shape[0], 32):
+            _dpbf16(acc, 0, a, b, i)
+        return hsum16(acc)
+    return _dot_tinyblas(a, b, acc, 16 if arch == 2 else 8)
+
+
+@njit(cache=True)
+def _dot_float(kind, tiny, arch, hw, a, b, acc):
+    if tiny:
+        return _dot_tiny(a, b, acc, arch, kind == _KBF16 and hw)
+    if kind == _KBF16:
+        return _dot_bf16(a, b, acc, arch, hw)
+    if arch == 0:
+        return _dot_double(a, b)
+    if kind == _KF32:
+        return _dot_vec_f32(a, b, acc, arch)
+    return _vec_dot_f16(a, b, acc, arch)
+
+
+@intrinsic
+def _fpext_half(typingctx, h):
+    """The float32 value of fp16 bits h (uint16), exact: LLVM's `fpext`,
+    F16C's vcvtph2ps on x86 (only used where the host has it: elsewhere
+    on x86 LLVM would call a runtime helper)."""
+    sig = types.float32(types.uint16)
+
+    def codegen(context, builder, signature, args):
+        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+    return sig, codegen
+
+
+#: whether `_fpext_half` compiles to an instruction here (x86 with F16C, or
+#: another architecture, where LLVM converts halves natively)
+_HOST_F16C = bool(llb.get_host_cpu_features().get("f16c", False)) or \
+    platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686", "x86")
+
+
+@njit(cache=True)
+def _widen_f16(src, dst):
+    # one row of fp16 bits -> float32; the fpext loop vectorizes (about 15
+    # times faster than `_half_to_f32`'s, which LLVM keeps scalar)
+    if _HOST_F16C:
+        for i in range(dst.shape[0]):
+            dst[i] = _fpext_half(src[i])
+    else:
+        for i in range(dst.shape[0]):
+            dst[i] = _half_to_f32(src[i])
+
+
+@njit(cache=True)
+def _widen_bf16(src, dst):
+    # one row of bf16 bits -> float32 (exact: the bits shifted into place)
+    for i in range(dst.shape[0]):
+        dst[i] = bits_f32(np.int32(np.uint32(src[i]) << np.uint32(16)))
+
+
+@njit(cache=True)
+def _rows_float(kind, tiny, arch, hw, w32, w16, x, out, r0, r1):
+    acc = np.empty(64, np.float32)
+    wf = np.empty(x.shape[1], np.float32)
+    for r in range(r0, r1):
+        if kind == _KF32:
+            a = w32[r]
+        else:
+            if kind == _KF16:
+                _widen_f16(w16[r], wf)
+            else:
+                _widen_bf16(w16[r], wf)
+            a = wf
+        for t in range(x.shape[0]):
+            out[t, r] = _dot_float(kind, tiny, arch, hw, a, x[t], acc)
+
+
+@njit(parallel=True, cache=True)
+def _mm_float(kind, tiny, arch, hw, w32, w16, x, out, r0, r1):
+    """out[t, r] = ggml's dot of float weight row r (F32: w32 (rows, cols);
+    F16 / BF16: their bits w16 (rows, cols) uint16; the other a dummy) with
+    activation row t of x (float32 (n, cols), already rounded to the
+    weight's vec_dot_type): tinyBLAS's order when `tiny`, else the build's
+    `ggml_vec_dot_*` (arch: `profiles.ARCH_*`; hw: AVX512-BF16's
+    vdpbf16ps), for r0 <= r < r1. Tasks of `_ROWS_PER_TASK` rows run in
+    parallel."""
+    for c in prange((r1 - r0 + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
+        a = r0 + c * _ROWS_PER_TASK
+        _rows_float(kind, tiny, arch, hw, w32, w16, x, out, a, min(r1, a + _ROWS_PER_TASK))
+
+
+FLOAT_TYPES = frozenset({T.F32, T.F16, T.BF16})
+
+
+def round_activations(t, x: np.ndarray) -> np.ndarray:
+    """x float32 (n, cols) as ggml-cpu converts it to the `vec_dot_type` of
+    float weight type t, back in float32: F16 by round to nearest even
+    (`ggml_cpu_fp32_to_fp16`), BF16 by ggml's rule (`GGML_FP32_TO_BF16`),
+    F32 unchanged."""
+    t = T(t)
+    if t == T.F16:
+        return f16_bits_to_f32(f32_to_f16_bits(x)).reshape(x.shape)
+    if t == T.BF16:
+        return bf16_bits_to_f32(f32_to_bf16_bits(x)).reshape(x.shape)
+    return x
+
+
+class FloatFamily(Family):
+    """F32, F16, BF16 weights: module docstring."""
+    types = FLOAT_TYPES
+
+    def pack(self, qm):
+        if qm.type == T.F32:
+            return (_KF32, np.ascontiguousarray(qm.raw.view(np.float32).reshape(qm.rows, qm.cols)),
+                    np.zeros((1, 1), np.uint16))
+        kind = _KF16 if qm.type == T.F16 else _KBF16
+        return kind, np.zeros((1, 1), np.float32), np.ascontiguousarray(
+            qm.raw.view(np.uint16).reshape(qm.rows, qm.cols))
+
+    def matmul(self, qm, packed, x, parallel):
+        kind, w32, w16 = packed
+        prof = qm.profile
+        xr = np.ascontiguousarray(round_activations(qm.type, x), np.float32)
+        out = np.empty((x.shape[0], qm.rows), np.float32)
+        for r0, r1, route in segments(qm, x.shape[0]):
+            (_mm_float if parallel else _rows_float)(kind, route == "tinyblas", int(prof.arch),
+                                                     prof.bf16 == "avx512bf16", w32, w16, xr, out, r0, r1)
+        return out
+
+
+register(SmallFamily())
+register(FloatFamily())

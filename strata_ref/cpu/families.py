@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from ..types import GGMLType as T
 
-__all__ = ["TILED_TYPES", "TINYBLAS_Q0", "TINYBLAS_FLOAT", "VEC_DOT_TYPE", "mm_path", "register",
-           "family", "Family"]
+__all__ = ["TILED_TYPES", "TINYBLAS_Q0", "TINYBLAS_FLOAT", "VEC_DOT_TYPE", "mm_path", "segments",
+           "register", "family", "Family"]
 
 #: `ggml_tiled_supported`'s types (tiled/tiled.cpp)
 TILED_TYPES = frozenset({T.Q6_K, T.Q5_K, T.Q4_K, T.Q3_K, T.Q2_K, T.IQ4_XS, T.IQ2_XXS, T.IQ2_XS,
@@ -79,6 +79,28 @@ def mm_path(profile, t, n: int, repacked: bool, rows: int = 4, cols: int = 0) ->
         if t in TINYBLAS_FLOAT and lanes and cols % lanes == 0 and rows % 4 == 0:
             return "tinyblas"
     return "vec_dot"
+
+
+def segments(qm, n: int):
+    """[(r0, r1, path)]: the row ranges of `qm` (a `matmul.QMatrix`) with
+    the `mm_path` ggml takes for them with n activation rows. ggml decides
+    per GGUF tensor, so a matrix stacked from several (`QMatrix.stack`,
+    `part_rows`) can have parts on different paths (a repacked part of
+    rows % 8 == 0 next to one that is not; tinyBLAS's rows % 4 for float
+    types); consecutive parts on one path form one range. An unstacked
+    matrix is one range, repacked as `qm._repacked()` says."""
+    parts = getattr(qm, "part_rows", (qm.rows,))
+    out = []
+    r0 = 0
+    for rows in parts:
+        rep = qm._repacked() if len(parts) == 1 else (qm.type.name in qm.profile.repack and rows % 8 == 0)
+        path = mm_path(qm.profile, qm.type, n, rep, rows, qm.cols)
+        if out and out[-1][2] == path:
+            out[-1] = (out[-1][0], r0 + rows, path)
+        else:
+            out.append((r0, r0 + rows, path))
+        r0 += rows
+    return out
 
 
 class Family:

@@ -1,44 +1,50 @@
 """Quantized mat-mul for the CPU inference path: weights stay quantized, the
 activations are quantized as ggml-cpu does (`act_quant`), and each weight row
-is dotted with each activation row in ggml-cpu's own order of arithmetic, so
-that the results equal llama.cpp's bit for bit. Rows run in parallel (numba
-`prange`) when the product is large enough.
+is dotted with each activation row in the order of arithmetic of the CPU
+profile's llama.cpp build, so that the results equal that build's bit for
+bit. Rows run in parallel (numba `prange`) when the product is large enough.
 
-Which ggml-cpu code each type follows (llama.cpp vendored by
-llama-cpp-python 0.3.36, x86 build with AVX2 / AVX-512; checked bitwise
-against llama.cpp's tensors by tests/test_infer_ggml_ops.py):
+Which ggml code path a product takes is `families.mm_path` (repacked,
+tiled, llamafile or vec_dot, by type, profile, rows and activation count).
+This module implements the legacy quants and the K-quants itself; the other
+types are families of their own modules (`dots_iquants`: the 256-value
+I-quants; `dots_small`: F32, F16, BF16, Q1_0, Q2_0, MXFP4, NVFP4, IQ4_NL,
+TQ1_0, TQ2_0), reached through `families.family`. Here (llama.cpp vendored
+by llama-cpp-python 0.3.36; every path checked bitwise against ggml's own
+`ggml_mul_mat` per profile, tests/test_cpu_types.py):
 
-* Q4_0, Q5_0, Q8_0 (Q8_0 activations): `ggml_vec_dot_*_q8_0` (AVX2) for one
-  token and llamafile's `tinyBLAS_Q0_AVX` for more, which do the same
-  arithmetic: 8 float32 lanes, lane L gets the exact integer dot of values
-  4L..4L+3 of each block times the float32 product of the block scales by
-  FMA, block after block, then `hsum_float_8`. Q4_0 tensors with rows % 8
-  == 0, which ggml repacks to `q4_0_8x8` on AVX2 CPUs: its gemv / gemm, one
-  FMA of the whole block's dot per block.
+* Q4_0, Q5_0, Q8_0 (Q8_0 activations): `ggml_vec_dot_*_q8_0` (the AVX2
+  code on the avx2 and avx512 builds) for one token and llamafile's
+  `tinyBLAS_Q0_AVX` for more, which do the same arithmetic: 8 float32
+  lanes, lane L gets the exact integer dot of values 4L..4L+3 of each block
+  times the float32 product of the block scales by FMA, block after block,
+  then `hsum_float_8`. Q4_0 tensors with rows % 8 == 0, which ggml repacks
+  to `q4_0_8x8` on builds with AVX2: its gemv / gemm, one FMA of the whole
+  block's dot per block. The scalar build: `ggml_vec_dot_*_generic`, one
+  integer per block and no FMA.
 * Q4_1, Q5_1 (Q8_1 activations): `ggml_vec_dot_*_q8_1` (AVX2), the same
-  lanes plus a scalar FMA sum of m * s added last.
-* Q6_K (Q8_K): `ggml_vec_dot_q6_K_q8_K` (AVX2) below 8 activation rows;
-  ggml's tiled K-quant mat-mul (`tiled/`, AVX512-VNNI) from 8 rows on.
-* Q5_K, Q3_K (Q8_K): `ggml_vec_dot_q5_K_q8_K` / `ggml_vec_dot_q3_K_q8_K`
-  (AVX2) below 8 activation rows, the tiled kernel from 8 on.
-* Q2_K (Q8_K): with rows % 8 == 0 ggml's `q2_K_8x8` (repacked on AVX-512
-  CPUs) gemm / gemv, else `ggml_vec_dot_q2_K_q8_K` (AVX2) / the tiled kernel.
-* Q4_K (Q8_K) with rows % 8 == 0: ggml's CPU_REPACK layout `q4_K_8x8`:
-  `ggml_gemm_q4_K_8x8_q8_K` for the activation rows in whole groups of 4,
-  `ggml_gemv_q4_K_8x8_q8_K` for the rest. Other Q4_K tensors:
-  `ggml_vec_dot_q4_K_q8_K` (AVX2) below 8 rows, the tiled kernel from 8.
+  lanes plus a scalar FMA sum of m * s added last; generic on scalar.
+* Q6_K, Q5_K, Q3_K (Q8_K): `ggml_vec_dot_*_q8_K` (AVX2) below 8 activation
+  rows, ggml's tiled K-quant mat-mul (`tiled/`) from 8 rows on (its AVX2 and
+  AVX512-VNNI microkernels round alike); the scalar build has neither the
+  AVX2 code nor the tiled path: the generic dots, 8 lanes of positions mod 8.
+* Q2_K (Q8_K): with rows % 8 == 0 on the avx512 build ggml's `q2_K_8x8`
+  gemm / gemv, else as the other K-quants.
+* Q4_K (Q8_K) with rows % 8 == 0 on builds with AVX2: ggml's CPU_REPACK
+  layout `q4_K_8x8`: `ggml_gemm_q4_K_8x8_q8_K` for the activation rows in
+  whole groups of 4, `ggml_gemv_q4_K_8x8_q8_K` for the rest. Other Q4_K
+  tensors: as the other K-quants.
 
 The integer part of every dot is exact, so it is computed in whatever way is
 fastest (`lanes`: ggml's own maddubs/madd instructions on AVX2 CPUs, plain
 LLVM vector code elsewhere); the float part follows ggml's order with
-explicit FMAs (`ggml_fp`, `lanes.fma8_into`) and no fastmath.
+explicit FMAs (`fp`, `lanes.fma8_into`) and no fastmath.
 
-Layout: `QMatrix(t, raw, rows, cols)` packs a tensor once, at first use:
-the integer quants widened to one int8 each (nibbles and Q5 high bits
-unpacked; Q4_0's -8 and Q5_0's -16 applied, Q4_K / Q6_K kept unsigned as
-ggml multiplies them), the scales as float32, K-quant sub-block scales and
-mins as int32. Types without an integer kernel are dequantized once by the
-oracle (`strata_ref.dequant.dequant_f32`) and multiplied in float32.
+Layout: `QMatrix(t, raw, rows, cols, name, profile)` packs a tensor once, at
+first use: the integer quants widened to one int8 each (nibbles and Q5 high
+bits unpacked; Q4_0's -8 and Q5_0's -16 applied, Q4_K / Q6_K kept unsigned as
+ggml's AVX2 code multiplies them), the scales as float32, K-quant sub-block
+scales and mins as int32.
 """
 from __future__ import annotations
 
@@ -48,11 +54,10 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from ..numerics import (F16_TO_F32, bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits,
-                        f32_to_f16_bits)
+from ..numerics import F16_TO_F32
 from ..types import GGMLType, block_format
 from . import act_quant
-from .families import family
+from .families import family, mm_path
 from .fp import fma32, hsum8
 from .lanes import (fma8_into, lanes8_scaled_add, lanes_scaled_add, q4_block_dot, q4_lanes_fma,
                     q8_block_dot, q8_lanes_fma)
@@ -100,7 +105,7 @@ def _choose_threading_layer() -> None:
 
 _choose_threading_layer()
 
-__all__ = ["QMatrix", "INTEGER_KERNEL_TYPES", "VEC_DOT_TYPE", "FALLBACK_VEC_DOT_TYPE"]
+__all__ = ["QMatrix", "INTEGER_KERNEL_TYPES", "VEC_DOT_TYPE"]
 
 #: The activation format ggml-cpu quantizes to for each weight type
 #: (`vec_dot_type` in ggml-cpu's type traits, spec/models.md §8).
@@ -112,19 +117,6 @@ VEC_DOT_TYPE = {
     GGMLType.Q6_K: GGMLType.Q8_K,
 }
 INTEGER_KERNEL_TYPES = frozenset(VEC_DOT_TYPE)
-
-#: Types without an integer kernel here, with the activation format ggml-cpu
-#: quantizes to for them (spec/models.md §8): the fallback multiplies the
-#: dequantized weights with the dequantized activation quants, which is
-#: ggml's product up to float32 rounding.
-FALLBACK_VEC_DOT_TYPE = {
-    **{t: GGMLType.Q8_K for t in (GGMLType.IQ2_XXS,
-                                  GGMLType.IQ2_XS, GGMLType.IQ3_XXS, GGMLType.IQ1_S, GGMLType.IQ3_S,
-                                  GGMLType.IQ2_S, GGMLType.IQ4_XS, GGMLType.IQ1_M, GGMLType.TQ1_0,
-                                  GGMLType.TQ2_0)},
-    GGMLType.IQ4_NL: GGMLType.Q8_0, GGMLType.MXFP4: GGMLType.Q8_0,
-}
-
 
 def _field(raw3, t, name, dtype):
     """Field `name` of every block as a contiguous array (rows, nb, bytes),
@@ -441,7 +433,11 @@ def _row_kq_generic(mode, w, x, sc, mn, d, dmin, xd, xb, sumi, sums):
 
 
 @njit(inline="always", cache=True)
-def _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, out, r0, r1, sumi, lf, acc, accm):
+def _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, n_gemm, out, r0, r1, sumi, lf,
+                 acc, accm):
+    # n_gemm: the leading activation rows the repacked layouts take through
+    # their gemm (whole groups of 4 for a mul_mat, none for a MUL_MAT_ID,
+    # whose repacked path runs the gemv for every routed row)
     n = xq.shape[0]
     tiled = tiled_ok and n >= 8
     for r in range(r0, r1):
@@ -454,11 +450,11 @@ def _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, out, r0, 
                                       32 if mode == 0 else 0, sumi, lf, acc)
             elif mode == 1:
                 out[t, r] = _row_q4_k_8x8(wq[r], xq[t], sc[r], mn[r], d[r], dmin[r], xd[t], xb[t],
-                                          t < n - n % 4, sumi)
+                                          t < n_gemm, sumi)
             elif mode == 5 or mode == 6:
                 # Q2_K: repacked (6) gemm for whole groups of 4 rows, else gemv;
                 # not repacked (5): tiled from 8 rows, else vec_dot
-                path = (3 if t < n - n % 4 else 2) if mode == 6 else (1 if tiled else 0)
+                path = (3 if t < n_gemm else 2) if mode == 6 else (1 if tiled else 0)
                 out[t, r] = _row_q2_k(wq[r], xq[t], sc[r], mn[r], d[r], dmin[r], xd[t], xb[t],
                                       path, sumi, lf, acc)
             else:
@@ -471,7 +467,7 @@ _Q6_K, _Q4_K_8X8, _Q4_K, _Q5_K, _Q3_K, _Q2_K, _Q2_K_8X8 = 0, 1, 2, 3, 4, 5, 6
 
 
 @njit(parallel=True, cache=True)
-def _mm_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, out):
+def _mm_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, n_gemm, out):
     """K-quant weight rows times Q8_K activation rows in ggml-cpu's order:
     mode `_Q6_K` or `_Q3_K` (`_row_q6_k`), `_Q2_K` / `_Q2_K_8X8`
     (`_row_q2_k`), `_Q4_K_8X8` (repacked Q4_K,
@@ -481,17 +477,18 @@ def _mm_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, out):
     super-block; xq the Q8_K quants int8, xd their scales, xb the bsums
     int32 (Q6_K, Q3_K, Q2_K: per 16 values; Q4_K / Q5_K: per 32).
     tiled_ok: the build has ggml's tiled mat-mul (taken from 8 rows on);
-    gen: the generic C dots (`_row_kq_generic`)."""
+    gen: the generic C dots (`_row_kq_generic`); n_gemm: activation rows
+    taken by the repacked gemm (`_rows_kquant`)."""
     R = wq.shape[0]
     for c in prange((R + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
-        _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, out, c * _ROWS_PER_TASK,
+        _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, n_gemm, out, c * _ROWS_PER_TASK,
                      min(R, (c + 1) * _ROWS_PER_TASK), np.empty(8, np.int32),
                      np.empty(8, np.float32), np.empty(8, np.float32), np.empty(4, np.float32))
 
 
 @njit(cache=True)
-def _mm_kquant_serial(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, out):
-    _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, out, 0, wq.shape[0],
+def _mm_kquant_serial(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, n_gemm, out):
+    _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, n_gemm, out, 0, wq.shape[0],
                  np.empty(8, np.int32),
                  np.empty(8, np.float32), np.empty(8, np.float32), np.empty(4, np.float32))
 
@@ -600,37 +597,18 @@ def _pack_legacy(t: GGMLType, raw3: np.ndarray):
     return wq, _f16(raw3, t, "d"), (_f16(raw3, t, "m") if t == GGMLType.Q5_1 else None)
 
 
-def _round_for_float_weights(t: GGMLType, x: np.ndarray, ref: bool = False) -> np.ndarray:
-    """ggml-cpu converts the float32 operand to the weight's `vec_dot_type`:
-    F16 for F16 weights (RNE), BF16 for BF16 weights (ggml's rule), Q8_K or
-    Q8_0 for the quantized fallback types (FALLBACK_VEC_DOT_TYPE); F32 and
-    other types keep float32."""
-    if t == GGMLType.F16:
-        return f16_bits_to_f32(f32_to_f16_bits(x)).reshape(x.shape)
-    if t == GGMLType.BF16:
-        return bf16_bits_to_f32(f32_to_bf16_bits(x)).reshape(x.shape)
-    vdt = FALLBACK_VEC_DOT_TYPE.get(t)
-    if vdt is not None:
-        # q * d per block, the float32 product of ggml's dequantize_row_q8_*
-        qk = 256 if vdt == GGMLType.Q8_K else 32
-        if x.shape[1] % qk == 0:
-            q, d = (act_quant.q8_k_fields(x, np.float32)[:2] if qk == 256
-                    else act_quant.q8_0_fields(x, np.float32, ref=ref))
-            return (q.reshape(x.shape[0], -1, qk) * d[..., None]).reshape(x.shape)
-    return x
-
-
 class QMatrix:
     """A weight matrix of `rows` x `cols` (ggml: ne[1] x ne[0]) in type `t`.
 
     raw: uint8 bytes of the tensor (rows * cols / QK blocks). `matmul(x)`
     takes float32 (n, cols) and returns float32 (n, rows) = x @ W.T, the way
-    ggml-cpu's `ggml_mul_mat` computes it (activation quantization and
-    float order included, module docstring) for types in
-    INTEGER_KERNEL_TYPES; other types are dequantized once by the oracle and
-    use a float32 matmul. Packing happens at the first
-    `matmul` (a matrix used only for `row_f32`, such as an untied token
-    embedding, is never packed).
+    ggml-cpu's `ggml_mul_mat` computes it on the build of `profile` (a
+    `strata_ref.cpu` profile or name; None: `cpu.select()`), activation
+    quantization and float order included (module docstring). Packing
+    happens at the first `matmul` (a matrix used only for `row_f32`, such as
+    an untied token embedding, is never packed). Raises ValueError for a row
+    length that is not a multiple of the block, raw of another size, and at
+    the first product for a type ggml-cpu does not multiply (I8 ... F64).
     """
 
     def __init__(self, t, raw, rows: int, cols: int, name: str = "", profile=None):
@@ -647,11 +625,13 @@ class QMatrix:
         if raw.size != rows * cols // qk * fmt.block_bytes:
             raise ValueError(f"{name}: {raw.size} bytes do not hold {rows} x {cols} {fmt.name}")
         self.raw = raw
-        self._dense = None
         self._packed = None
         #: rows of the smallest GGUF tensor this matrix is made of (`stack`):
         #: ggml repacks a Q4_K tensor when its row count is a multiple of 8
         self.repack_rows = self.rows
+        #: the row counts of the GGUF tensors stacked into this matrix, in
+        #: order (ggml chooses a path per tensor: `families.segments`)
+        self.part_rows = (self.rows,)
 
     @classmethod
     def stack(cls, mats: list["QMatrix"], name: str = "") -> "QMatrix":
@@ -665,19 +645,13 @@ class QMatrix:
         out = cls(t, np.concatenate([m.raw for m in mats]), sum(m.rows for m in mats), cols, name,
                   mats[0].profile)
         out.repack_rows = 8 if all(m.repack_rows % 8 == 0 for m in mats) else 1
+        out.part_rows = tuple(r for m in mats for r in m.part_rows)
         return out
 
-    @classmethod
-    def dense(cls, w: np.ndarray, name: str = "", profile=None) -> "QMatrix":
-        """A float32 matrix (rows, cols), multiplied in float32."""
-        w = np.ascontiguousarray(w, dtype=np.float32)
-        self = cls(GGMLType.F32, w.view(np.uint8), w.shape[0], w.shape[1], name, profile)
-        self._dense = w
-        return self
-
     def prepare(self) -> None:
-        """Pack (or, without an integer kernel, dequantize) now; idempotent."""
-        if self._dense is None and self._packed is None:
+        """Pack now rather than at the first product; idempotent. Raises
+        ValueError for a type ggml-cpu has no mat-mul for."""
+        if self._packed is None:
             self._prepare()
 
     def _prepare(self):
@@ -687,9 +661,7 @@ class QMatrix:
             self._packed = ("family", fam, fam.pack(self))
             return
         if t not in INTEGER_KERNEL_TYPES:
-            from ..dequant import dequant_f32
-            self._dense = dequant_f32(t, self.raw, self.rows, self.cols)
-            return
+            raise ValueError(f"{self.name}: ggml-cpu has no mat-mul for {t.name} weights")
         raw3 = self.raw.reshape(self.rows, -1, block_format(t).block_bytes)
         kind = self._kind()
         c32 = np.ascontiguousarray
@@ -758,8 +730,15 @@ class QMatrix:
             return "q2_k_8x8" if self._repacked() else "q2_k"
         return "q4_k_8x8" if self._repacked() else "q4_k"     # Q4_K
 
-    def matmul(self, x: np.ndarray) -> np.ndarray:
-        """float32 (n, cols) -> float32 (n, rows)."""
+    def matmul(self, x: np.ndarray, mmid: bool = False) -> np.ndarray:
+        """float32 (n, cols) -> float32 (n, rows).
+
+        mmid: the rows are the activations ggml's MUL_MAT_ID routes to this
+        matrix as one expert (ggml-cpu.c `ggml_compute_forward_mul_mat_id`,
+        repack.cpp `forward_mul_mat_id`), which take other code than a
+        mul_mat of as many rows: never llamafile's tinyBLAS (each row by
+        `vec_dot`, or the tiled kernel from 8 rows on, as a mul_mat), and
+        for repacked weights the gemv for every row (no gemm)."""
         x = np.ascontiguousarray(x, dtype=np.float32)
         if x.ndim != 2 or x.shape[1] != self.cols:
             raise ValueError(f"{self.name}: activations must be (n, {self.cols}), got {x.shape}")
@@ -767,12 +746,17 @@ class QMatrix:
         prof = self.profile
         ref = prof.act_quant == "ref"
         gen = prof.vec_dot == "generic"
-        if self._dense is not None:
-            return _round_for_float_weights(self.type, x, ref) @ self._dense.T
         kind = self._packed[0]
         parallel = x.shape[0] * self.rows * self.cols >= PARALLEL_MIN_MACS
         if kind == "family":
-            return self._packed[1].matmul(self, self._packed[2], x, parallel)
+            fam, packed = self._packed[1], self._packed[2]
+            n = x.shape[0]
+            if mmid and n > 1 and mm_path(prof, self.type, n, self._repacked(), self.rows,
+                                          self.cols) in ("repack", "tinyblas"):
+                # one row at a time is the gemv / vec_dot MUL_MAT_ID takes
+                par1 = self.rows * self.cols >= PARALLEL_MIN_MACS
+                return np.concatenate([fam.matmul(self, packed, x[i:i + 1], par1) for i in range(n)])
+            return fam.matmul(self, packed, x, parallel)
         out = np.empty((x.shape[0], self.rows), np.float32)
         if kind == "q8":
             _, wq, ws, wm, nib = self._packed
@@ -788,18 +772,18 @@ class QMatrix:
         else:
             _, wq, sc, mn, d, dmin = self._packed
             n = x.shape[0]
-            xq, xd, bsums = act_quant.q8_k_fields(x, mat_rows=n - n % 4 if kind.endswith("8x8") else 0)
+            n_gemm = n - n % 4 if kind.endswith("8x8") and not mmid else 0
+            xq, xd, bsums = act_quant.q8_k_fields(x, mat_rows=n_gemm)
             if kind not in ("q6_k", "q3_k", "q2_k", "q2_k_8x8"):
                 bsums = bsums.reshape(x.shape[0], -1, 2).sum(axis=2)
             mode = {"q6_k": _Q6_K, "q4_k_8x8": _Q4_K_8X8, "q4_k": _Q4_K, "q5_k": _Q5_K, "q3_k": _Q3_K,
                     "q2_k": _Q2_K, "q2_k_8x8": _Q2_K_8X8}[kind]
             (_mm_kquant if parallel else _mm_kquant_serial)(mode, wq, sc, mn, d, dmin, xq, xd,
-                                                            bsums.astype(np.int32), prof.tiled, gen, out)
+                                                            bsums.astype(np.int32), prof.tiled, gen,
+                                                            n_gemm, out)
         return out
 
     def row_f32(self, i: int) -> np.ndarray:
         """Row i dequantized to float32 by the oracle (ggml `get_rows`)."""
-        if self._dense is not None:
-            return self._dense[i].copy()
         from ..dequant import dequant_f32
         return dequant_f32(self.type, self.raw, 1, self.cols, row0=int(i))[0]

@@ -46,8 +46,8 @@ from .act_quant import round_to_f16
 from .fp import expf_v, fma32, hsum4, hsum8, hsum16, silu_v
 from .lanes import fma8_vv
 
-__all__ = ["attention", "f16_products", "soft_max", "swiglu", "softcap", "rope_cache", "rope",
-           "rms_norm", "geglu", "gelu_table"]
+__all__ = ["attention", "f16_products", "soft_max", "soft_max_rows", "swiglu", "silu", "sigmoid",
+           "softplus", "sum_rows", "swiglu_oai", "softcap", "rope_cache", "rope", "rms_norm", "geglu", "gelu_table"]
 
 _F32 = np.float32
 
@@ -172,12 +172,14 @@ def f16_products(a: np.ndarray, b: np.ndarray, batched: bool, profile, m_rows: i
 
 
 @njit(inline="always", cache=True)
-def _soft_max_row(srow, T, scale, qpos, n_swa, w, out, arch):
+def _soft_max_row(srow, T, scale, qpos, n_swa, w, out, arch, has_sink, sink):
     # one row: srow (>= T) scores, w / out (Tp, a multiple of 64) scratch and
     # result; key c masked when c >= T, c > qpos or (n_swa and qpos - c >= n_swa).
     # ggml_vec_soft_max_f32: a vector of 16 / 8 / 4 lanes (arch) at a time,
     # its lane sum added to the double sum (Tp is a multiple of every width,
-    # so no scalar tail)
+    # so no scalar tail). has_sink: ggml_soft_max_add_sinks (gpt-oss): the
+    # head's sink logit enters the max (MAX(max, sink)) and, through libm's
+    # expf(sink - max), the double sum; it has no output column.
     Tp = w.shape[0]
     mx = _F32(-np.inf)
     for c in range(Tp):
@@ -187,6 +189,8 @@ def _soft_max_row(srow, T, scale, qpos, n_swa, w, out, arch):
         w[c] = v
         if v > mx:
             mx = v
+    if has_sink and not mx > sink:
+        mx = sink
     tot = 0.0
     width = 16 if arch == 2 else (8 if arch == 1 else 4)
     for c0 in range(0, Tp, width):
@@ -198,6 +202,8 @@ def _soft_max_row(srow, T, scale, qpos, n_swa, w, out, arch):
             tot += np.float64(hsum8(w[c0:c0 + 8]))
         else:
             tot += np.float64(hsum4(w, c0))
+    if has_sink:
+        tot += np.float64(math.exp(_F32(sink - mx)))
     inv = _F32(1.0 / tot)
     for c in range(Tp):
         out[c] = _F32(w[c] * inv)
@@ -208,7 +214,7 @@ def _soft_max_rows(s, scale, qpos, n_swa, arch, out):
     # s (R, T) scores; qpos (R,) position of each row's query
     w = np.empty(out.shape[1], np.float32)
     for r in range(s.shape[0]):
-        _soft_max_row(s[r], s.shape[1], scale, qpos[r], n_swa, w, out[r], arch)
+        _soft_max_row(s[r], s.shape[1], scale, qpos[r], n_swa, w, out[r], arch, False, _F32(0.0))
 
 
 def soft_max(s: np.ndarray, scale: float, qpos: np.ndarray, profile, n_swa: int = 0) -> np.ndarray:
@@ -227,7 +233,7 @@ def soft_max(s: np.ndarray, scale: float, qpos: np.ndarray, profile, n_swa: int 
 
 
 @njit(cache=True)
-def _attention(q, kbits, vbits, f16, T, pos, kq_scale, n_swa, batched, arch, out):
+def _attention(q, kbits, vbits, f16, T, pos, kq_scale, n_swa, batched, arch, sinks, has_sinks, out):
     # q (n, H, hd) float32; kbits / vbits (Hkv, >= T, hd) uint16 (the F16
     # cache); f16: float32 value of every fp16 bit pattern; out (n, H * hd)
     n, H, hd = q.shape
@@ -257,7 +263,7 @@ def _attention(q, kbits, vbits, f16, T, pos, kq_scale, n_swa, batched, arch, out
                     qf[d] = round_to_f16(q[t, head, d])
                 for c in range(T):
                     srow[c] = _dot_f16(qf, K[c], acc, arch, tiny_kq)
-                _soft_max_row(srow, T, kq_scale, pos[t], n_swa, w, p, arch)
+                _soft_max_row(srow, T, kq_scale, pos[t], n_swa, w, p, arch, has_sinks, sinks[head])
                 for c in range(Tp):
                     p[c] = round_to_f16(p[c])
                 for d in range(hd):
@@ -265,7 +271,7 @@ def _attention(q, kbits, vbits, f16, T, pos, kq_scale, n_swa, batched, arch, out
 
 
 def attention(q: np.ndarray, kbits: np.ndarray, vbits: np.ndarray, T: int, pos: np.ndarray,
-              kq_scale: float, profile, n_swa: int = 0) -> np.ndarray:
+              kq_scale: float, profile, n_swa: int = 0, sinks: np.ndarray | None = None) -> np.ndarray:
     """softmax(K q * kq_scale + mask) V for every query head, as llama.cpp's
     non-flash attention computes it on `profile`, in one call: q rounded to
     F16, K q (`f16_products` order), `soft_max` with the causal /
@@ -277,12 +283,168 @@ def attention(q: np.ndarray, kbits: np.ndarray, vbits: np.ndarray, T: int, pos: 
     q float32 (n, n_head, head_dim) for positions `pos` (int, n); kbits /
     vbits: the layer's F16 cache as uint16 bits (n_head_kv, >= T, head_dim),
     positions 0 .. T-1 valid; query head j uses KV head j // (n_head /
-    n_head_kv). Returns float32 (n, n_head * head_dim)."""
+    n_head_kv). sinks: float32 (n_head,) attention-sink logits
+    (`ggml_soft_max_add_sinks`, gpt-oss) or None. Returns float32 (n,
+    n_head * head_dim)."""
     from ..numerics import F16_TO_F32
     q = np.ascontiguousarray(q, np.float32)
     out = np.empty((q.shape[0], q.shape[1] * q.shape[2]), np.float32)
+    if sinks is not None and np.shape(sinks) != (q.shape[1],):
+        raise ValueError(f"attention: sinks must be ({q.shape[1]},), got {np.shape(sinks)}")
+    sk = np.zeros(q.shape[1], np.float32) if sinks is None else np.ascontiguousarray(sinks, np.float32)
     _attention(q, kbits, vbits, F16_TO_F32, int(T), np.ascontiguousarray(pos, np.int64),
-               _F32(kq_scale), int(n_swa), q.shape[0] >= 2, int(profile.arch), out)
+               _F32(kq_scale), int(n_swa), q.shape[0] >= 2, int(profile.arch), sk,
+               sinks is not None, out)
+    return out
+
+
+@njit(cache=True)
+def _soft_max_plain(x, scale, arch, out):
+    # ggml_compute_forward_soft_max_f32 without a mask: per row wp = x *
+    # scale, max, then ggml_vec_soft_max_f32 (whole vectors of 16 / 8 / 4
+    # lanes through ggml_v_expf, each vector's lane sum added to a double;
+    # the values past the last whole vector through libm's expf, each added
+    # to the double), every value times (float)(1 / sum)
+    R, n = x.shape
+    width = 16 if arch == 2 else (8 if arch == 1 else 4)
+    main = n - n % width
+    w = np.empty(max(n, 1), np.float32)
+    for r in range(R):
+        mx = _F32(-np.inf)
+        for c in range(n):
+            w[c] = _F32(x[r, c] * scale)
+            if w[c] > mx:
+                mx = w[c]
+        tot = 0.0
+        for c0 in range(0, main, width):
+            for l in range(width):
+                w[c0 + l] = expf_v(_F32(w[c0 + l] - mx), arch)
+            if arch == 2:
+                tot += np.float64(hsum16(w[c0:c0 + 16]))
+            elif arch == 1:
+                tot += np.float64(hsum8(w[c0:c0 + 8]))
+            else:
+                tot += np.float64(hsum4(w, c0))
+        for c in range(main, n):
+            w[c] = math.exp(_F32(w[c] - mx))
+            tot += np.float64(w[c])
+        inv = _F32(1.0 / tot)
+        for c in range(n):
+            out[r, c] = _F32(w[c] * inv)
+
+
+def soft_max_rows(x: np.ndarray, profile, scale: float = 1.0) -> np.ndarray:
+    """ggml `soft_max` / `soft_max_ext(x, NULL, scale)` of each row of x
+    (float32 (..., n)) as `profile`'s build computes it (`_soft_max_plain`;
+    the router probabilities of an MoE layer). Returns float32, x's shape."""
+    x = np.ascontiguousarray(x, np.float32)
+    out = np.empty_like(x)
+    n = x.shape[-1]
+    _soft_max_plain(x.reshape(-1, n), _F32(scale), int(profile.arch), out.reshape(-1, n))
+    return out
+
+
+@njit(cache=True)
+def _silu(x, arch, out):
+    # ggml_vec_silu_f32 per row: whole vectors through ggml_v_silu, the
+    # rest through ggml_silu_f32 (x / (1 + expf(-x)), libm expf)
+    R, n = x.shape
+    width = 16 if arch == 2 else (8 if arch == 1 else 4)
+    main = n - n % width
+    for r in range(R):
+        for i in range(main):
+            out[r, i] = silu_v(x[r, i], arch)
+        for i in range(main, n):
+            v = x[r, i]
+            out[r, i] = _F32(v / _F32(_F32(1.0) + math.exp(-v)))
+
+
+def silu(x: np.ndarray, profile) -> np.ndarray:
+    """ggml `silu` (`ggml_vec_silu_f32` on each row of x's last axis, whose
+    length decides which values take the vector SiLU) in `profile`'s order.
+    x float32 (..., n)."""
+    x = np.ascontiguousarray(x, np.float32)
+    out = np.empty_like(x)
+    n = x.shape[-1]
+    _silu(x.reshape(-1, n), int(profile.arch), out.reshape(-1, n))
+    return out
+
+
+@njit(cache=True)
+def _sigmoid(x, out):
+    for i in range(x.size):
+        out[i] = _F32(_F32(1.0) / _F32(_F32(1.0) + math.exp(-x[i])))
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """ggml `sigmoid` (unary-ops.cpp `op_sigmoid`, every build): 1 / (1 +
+    expf(-x)) with libm's expf. x float32, any shape."""
+    x = np.ascontiguousarray(x, np.float32)
+    out = np.empty_like(x)
+    _sigmoid(x.reshape(-1), out.reshape(-1))
+    return out
+
+
+@njit(cache=True)
+def _softplus(x, out):
+    for i in range(x.size):
+        v = x[i]
+        out[i] = v if v > _F32(20.0) else _F32(math.log(_F32(_F32(1.0) + math.exp(v))))
+
+
+def softplus(x: np.ndarray) -> np.ndarray:
+    """ggml `softplus` (unary-ops.cpp `op_softplus`, every build): x for x
+    > 20, else logf(1 + expf(x)) (libm). x float32, any shape."""
+    x = np.ascontiguousarray(x, np.float32)
+    out = np.empty_like(x)
+    _softplus(x.reshape(-1), out.reshape(-1))
+    return out
+
+
+@njit(cache=True)
+def _sum_rows(x, out):
+    for r in range(x.shape[0]):
+        tot = 0.0
+        for c in range(x.shape[1]):
+            tot += np.float64(x[r, c])
+        out[r] = _F32(tot)
+
+
+def sum_rows(x: np.ndarray) -> np.ndarray:
+    """ggml `sum_rows` (`ggml_vec_sum_f32`, every x86 build): each row of x
+    (float32 (..., n)) summed in double, in order, then rounded to float32.
+    Returns float32 (...,)."""
+    x = np.ascontiguousarray(x, np.float32)
+    out = np.empty(x.shape[:-1], np.float32)
+    _sum_rows(x.reshape(-1, x.shape[-1]), out.reshape(-1))
+    return out
+
+
+@njit(cache=True)
+def _swiglu_oai(g, u, alpha, limit, out):
+    for i in range(g.size):
+        x = g[i] if not limit < g[i] else limit            # std::min(g, limit)
+        y = u[i]
+        if y < -limit:                                     # std::clamp(u, -limit, limit)
+            y = -limit
+        elif limit < y:
+            y = limit
+        glu = _F32(x / _F32(_F32(1.0) + math.exp(_F32(alpha * -x))))
+        out[i] = _F32(glu * _F32(y + _F32(1.0)))
+
+
+def swiglu_oai(g: np.ndarray, u: np.ndarray, alpha: float, limit: float) -> np.ndarray:
+    """ggml `swiglu_oai(g, u, alpha, limit)` (ops.cpp
+    `ggml_compute_forward_swiglu_oai_f32`, the same in every build): x =
+    min(g, limit), y = clamp(u, -limit, limit), x / (1 + expf(alpha * -x))
+    * (y + 1), libm's expf, float32 steps (nothing for GCC to contract).
+    g, u float32 of one shape."""
+    g = np.ascontiguousarray(g, np.float32)
+    u = np.ascontiguousarray(u, np.float32)
+    if g.shape != u.shape:
+        raise ValueError(f"swiglu_oai: shapes {g.shape} and {u.shape} differ")
+    out = np.empty_like(g)
+    _swiglu_oai(g.reshape(-1), u.reshape(-1), _F32(alpha), _F32(limit), out.reshape(-1))
     return out
 
 
@@ -338,25 +500,106 @@ def _check_n_rot(n_rot) -> int:
 
 
 @njit(cache=True)
-def _rope_cache(pos, n_rot, base, freq_scale, freq_factors, has_ff, cos, sin):
+def _rope_cache(pos, n_rot, base, freq_scale, freq_factors, has_ff, ext, mscale, low, high, fused,
+                cos, sin):
+    # ggml_rope_cache_init with rope_yarn per pair (ops.cpp): theta_interp =
+    # freq_scale * theta_extrap; with ext != 0 the YaRN ramp mixes the two
+    # (theta_interp * (1 - mix) + theta_extrap * mix, contracted by GCC into
+    # fma(theta_interp, 1 - mix, theta_extrap * mix) on FMA builds) and the
+    # magnitude gets mscale * (1 + 0.1 logf(1 / freq_scale)) (the same
+    # contraction); cos and sin times it (exact when it is 1)
     ts = _F32(_F32(base) ** _F32(_F32(-2.0) / _F32(n_rot)))
+    fs = _F32(freq_scale)
+    ms = _F32(mscale)
+    if ext != 0:
+        lg = _F32(math.log(_F32(_F32(1.0) / fs)))
+        ms = _F32(ms * (fma32(_F32(0.1), lg, _F32(1.0)) if fused else
+                        _F32(_F32(1.0) + _F32(_F32(0.1) * lg))))
+    den = _F32(high - low)
+    if _F32(0.001) > den:           # MAX(0.001f, high - low)
+        den = _F32(0.001)
     for p in range(pos.shape[0]):
         theta = _F32(pos[p])
         for i in range(n_rot // 2):
-            th = _F32(theta / freq_factors[i]) if has_ff else theta
-            th = _F32(_F32(freq_scale) * th)
-            cos[p, i] = math.cos(th)          # libm cosf / sinf, as ggml
-            sin[p, i] = math.sin(th)
+            te = _F32(theta / freq_factors[i]) if has_ff else theta
+            th = _F32(fs * te)
+            if ext != 0:
+                y = _F32(_F32(_F32(i) - low) / den)
+                m = y if not _F32(0.0) > y else _F32(0.0)
+                m = _F32(1.0) if _F32(1.0) < m else m
+                mix = _F32(_F32(_F32(1.0) - m) * ext)
+                if fused:
+                    th = fma32(th, _F32(_F32(1.0) - mix), _F32(te * mix))
+                else:
+                    th = _F32(_F32(th * _F32(_F32(1.0) - mix)) + _F32(te * mix))
+            cos[p, i] = _F32(math.cos(th) * ms)     # libm cosf / sinf, as ggml
+            sin[p, i] = _F32(math.sin(th) * ms)
             theta = _F32(theta * ts)
 
 
+@njit(cache=True)
+def _yarn_corr_dims(n_dims, n_ctx_orig, base, beta_fast, beta_slow, out):
+    # ggml.c ggml_rope_yarn_corr_dims (ggml-base: built without FMA):
+    # n_dims * logf(n_ctx_orig / (beta * 2 * pi)) / (2 * logf(base)),
+    # floorf for beta_fast, ceilf for beta_slow, clamped to [0, n_dims - 1]
+    pi = _F32(math.pi)
+    lb = _F32(_F32(2.0) * _F32(math.log(base)))
+    for j in range(2):
+        beta = beta_fast if j == 0 else beta_slow
+        a = _F32(_F32(n_ctx_orig) / _F32(_F32(beta * _F32(2.0)) * pi))
+        v = _F32(_F32(_F32(n_dims) * _F32(math.log(a))) / lb)
+        out[j] = np.floor(v) if j == 0 else np.ceil(v)
+    if _F32(0.0) > out[0]:
+        out[0] = 0.0
+    if _F32(n_dims - 1) < out[1]:
+        out[1] = _F32(n_dims - 1)
+
+
+def yarn_corr_dims(n_dims: int, n_ctx_orig: int, base: float, beta_fast: float,
+                   beta_slow: float) -> tuple:
+    """ggml `ggml_rope_yarn_corr_dims`: the (low, high) pair indices of the
+    YaRN ramp, float32, as ggml computes them (libm logf, floorf / ceilf)."""
+    out = np.zeros(2, np.float32)
+    _yarn_corr_dims(int(n_dims), int(n_ctx_orig), _F32(base), _F32(beta_fast), _F32(beta_slow), out)
+    return float(out[0]), float(out[1])
+
+
+def imrope_text_pairs(n_rot: int, sections, head_dim: int | None = None) -> np.ndarray:
+    """Which rotation pairs of ggml's interleaved M-RoPE (`ggml_mrope_cache_init`
+    with `is_imrope`, qwen35moe) turn for a text token: llama.cpp gives text
+    the same position on the first three sections and 0 on the fourth
+    (`llm_graph_input_pos::set_input`), so pair i (sector s = i % sum of the
+    sections) has the token's angle when s % 3 == 0 and s < 3 * sections[0],
+    s % 3 == 1 and s < 3 * sections[1], or s % 3 == 2 and s < 3 *
+    sections[2], and angle 0 (cos 1, sin 0) otherwise. Returns bool (n_rot /
+    2,). ValueError for sections ggml refuses (their sum above head_dim,
+    default n_rot: `GGML_ASSERT(sect_dims <= ne0)`) or negative ones."""
+    sec = [int(v) for v in sections]
+    total = sum(sec)
+    limit = n_rot if head_dim is None else int(head_dim)
+    if len(sec) != 4 or total <= 0 or min(sec) < 0 or total > limit:
+        raise ValueError(f"rope sections {sec} do not fit heads of {limit} values")
+    out = np.zeros(n_rot // 2, bool)
+    for i in range(n_rot // 2):
+        sct = i % total
+        out[i] = ((sct % 3 == 1 and sct < 3 * sec[1]) or (sct % 3 == 2 and sct < 3 * sec[2])
+                  or (sct % 3 == 0 and sct < 3 * sec[0]))
+    return out
+
+
 def rope_cache(pos: np.ndarray, n_rot: int, base: float, freq_scale: float,
-               freq_factors: np.ndarray | None = None):
-    """cos and sin float32 (n, n_rot/2) as ggml `ggml_rope_cache_init` (no
-    YaRN): theta_scale = powf(base, -2/n_rot); theta starts at the position
+               freq_factors: np.ndarray | None = None, yarn: tuple | None = None, profile=None,
+               sections=None):
+    """cos and sin float32 (n, n_rot/2) as ggml `ggml_rope_cache_init`:
+    theta_scale = powf(base, -2/n_rot); theta starts at the position
     and is multiplied by theta_scale in float32 for each pair; freq_factors
     divide it (llama3 `rope_freqs`), freq_scale multiplies it; then libm's
     cosf and sinf (numba lowers float32 math.cos / math.sin to them).
+    yarn: (ext_factor, attn_factor, beta_fast, beta_slow, n_ctx_orig) for
+    ggml's `rope_yarn` (gpt-oss; needs the `profile`, whose FMA flag decides
+    the contraction), or None (no YaRN, attn_factor 1). sections: the four
+    interleaved M-RoPE sections (qwen35moe) for text tokens
+    (`imrope_text_pairs`: the pairs of the fourth stream get angle 0).
     pos: int positions (n,). Raises ValueError for an odd or non-positive
     n_rot, or freq_factors not of shape (n_rot/2,)."""
     pos = np.ascontiguousarray(pos, np.int64).reshape(-1)
@@ -367,7 +610,25 @@ def rope_cache(pos: np.ndarray, n_rot: int, base: float, freq_scale: float,
     cos = np.empty((len(pos), half), np.float32)
     sin = np.empty_like(cos)
     ff = np.ones(half, np.float32) if freq_factors is None else np.ascontiguousarray(freq_factors, np.float32)
-    _rope_cache(pos, int(n_rot), _F32(base), _F32(freq_scale), ff, freq_factors is not None, cos, sin)
+    ext, mscale, low, high, fused = 0.0, 1.0, 0.0, 0.0, False
+    if yarn is not None:
+        ext, mscale, beta_fast, beta_slow, n_orig = yarn
+        low, high = yarn_corr_dims(n_rot, n_orig, base, beta_fast, beta_slow)
+        if profile is None:
+            raise ValueError("rope_cache: YaRN needs the CPU profile")
+        fused = bool(profile.fma)
+    _rope_cache(pos, int(n_rot), _F32(base), _F32(freq_scale), ff, freq_factors is not None,
+                _F32(ext), _F32(mscale), _F32(low), _F32(high), fused, cos, sin)
+    if sections is not None:
+        # angle 0: cosf(0) * mscale and sinf(0) * mscale, computed as ggml does
+        still = ~imrope_text_pairs(n_rot, sections)
+        if still.any():
+            c0, s0 = np.empty((1, half), np.float32), np.empty((1, half), np.float32)
+            _rope_cache(np.zeros(1, np.int64), int(n_rot), _F32(base), _F32(freq_scale), ff,
+                        freq_factors is not None, _F32(ext), _F32(mscale), _F32(low), _F32(high),
+                        fused, c0, s0)
+            cos[:, still] = c0[0, still]
+            sin[:, still] = s0[0, still]
     return cos, sin
 
 

@@ -1,8 +1,12 @@
-"""CPU inference: run a GGUF model (llama, qwen2, qwen3, gemma3) on the CPU
-the way a given llama.cpp CPU build does, with weights kept quantized.
+"""CPU inference: run a GGUF model (llama, qwen2, qwen3, gemma3; the
+mixture-of-experts qwen3moe and gpt-oss; the hybrid qwen3next and
+qwen35moe) on the CPU the way a given llama.cpp CPU build does, with
+weights kept quantized.
 
-Modules: `model` (the forward pass), `kv_cache`, `tokenizer`, `sampling`,
-`chat`. The arithmetic is `strata_ref.cpu`'s, in the CPU profile chosen at
+Modules: `model` (shared pieces of the forward pass, `load` by
+architecture), the family graphs `dense`, `moe`, `hybrid` with the blocks
+they share (`layers`), `kv_cache` (KV cache, recurrent state),
+`tokenizer`, `sampling`, `chat`. The arithmetic is `strata_ref.cpu`'s, in the CPU profile chosen at
 load (`load(..., cpu=...)`, `$STRATA_REF_CPU`, else the native build's).
 See docs/inference.md for the agreement with llama.cpp and the speed.
 """
@@ -31,11 +35,14 @@ def load(model=None, cpu=None):
 
 
 def generate(m, prompt_ids, max_tokens: int, sampler, n_ctx: int | None = None,
-             on_token=None):
+             on_token=None, progress=None):
     """Run the prompt, then sample up to `max_tokens` tokens, stopping at an
     end-of-generation token. Returns (generated ids, prompt seconds, decode
     seconds, number of single-token decode calls). `on_token(id)` is called
-    for each generated token. Raises ValueError when the prompt does not fit
+    for each generated token; `progress(n)` after each pass over n prompt
+    tokens (the prompt runs in the model's chunks of `m.CHUNK` tokens, as
+    one `forward` call splits it, so the result is the same). Raises
+    ValueError when the prompt does not fit
     the context, and `model.ModelOutputError` when the logits of the prompt
     pass are non-finite or all equal, or those of a decode step non-finite
     (a damaged model: `model.check_logits`)."""
@@ -50,7 +57,11 @@ def generate(m, prompt_ids, max_tokens: int, sampler, n_ctx: int | None = None,
     out = []
     n_calls = 0
     t0 = time.perf_counter()
-    logits = m.forward(prompt_ids, cache)
+    step = getattr(m, "CHUNK", None) or n_prompt
+    for i in range(0, n_prompt, step):
+        logits = m.forward(prompt_ids[i:i + step], cache)
+        if progress is not None:
+            progress(min(step, n_prompt - i))
     check_logits(logits, "the prompt pass")
     t1 = time.perf_counter()
     eog = m.tokenizer.eog_ids
@@ -85,8 +96,10 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     at most 4096; at most the training context, `Model.new_cache`).
     cpu: the CPU profile (`load`), named in the speed line; when it is the
     native one and llama.cpp's native build on this CPU would take code that
-    no profile reproduces, a note says so on `err` (default stderr).
+    no profile reproduces, the line says so (`strata_ref.cpu.native_note`).
+    `err`: unused (kept for callers that pass it).
     """
+    from .._progress import progress_bar
     from .chat import format_chat
     if int(max_tokens) < 0:
         raise ValueError(f"--max-tokens must be >= 0, got {max_tokens}")
@@ -95,15 +108,11 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     from .sampling import Sampler
     from .. import cpu as _cpu
     out = out or sys.stdout
-    err = err or sys.stderr
     prof = _cpu.select(cpu)
     m = load(model, cpu=prof)
     name = cpu if cpu is not None else os.environ.get(_cpu.ENV) or "native"
     native = isinstance(name, str) and name.strip().lower() == "native"
     note = _cpu.native_note() if native else ""
-    if note:
-        err.write(f"strata-ref: note: {note}\n")
-        err.flush()
     tok = m.tokenizer
     if chat:
         text = format_chat(m.metadata.get("tokenizer.chat_template"),
@@ -111,6 +120,12 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
         ids = tok.encode(text, add_special=True, parse_special=True)
     else:
         ids = tok.encode(prompt, add_special=True, parse_special=False)
+    if not ids and not prompt:
+        raise ValueError("the prompt is empty (and the model adds no BOS token): give some text")
+    if not ids:
+        # the tokenizer drops characters and bytes its vocabulary lacks
+        raise ValueError(f"the prompt gives no tokens: the vocabulary (`tokenizer.ggml.tokens`, "
+                         f"{tok.n_vocab} tokens) has none of its characters or bytes")
     ctx = m.new_cache(n_ctx).n_ctx if n_ctx is not None else min(m.hp.n_ctx_train, 4096)
     if len(ids) >= ctx:
         raise ValueError(f"the prompt has {len(ids)} tokens; the context holds {ctx}"
@@ -121,15 +136,38 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     # measures the model rather than numba's cache
     m.forward(ids[:1] or [0], m.new_cache(1))
     dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    # the prompt is echoed once its pass is over, so that the bar (on the
+    # same terminal) never overwrites it
+    echoed = [chat]
+
+    def echo_prompt():
+        if not echoed[0]:
+            out.write(prompt)
+            out.flush()
+            echoed[0] = True
 
     def emit(t):
+        echo_prompt()
         out.write(dec.decode(tok.piece_bytes(t)))
         out.flush()
 
-    if not chat:
-        out.write(prompt)
-        out.flush()
-    gen, tp, td, n_dec = generate(m, ids, max_tokens, sampler, n_ctx=n_ctx, on_token=emit)
+    # a bar for a prompt pass longer than a second, gone when it is over;
+    # at once for a prompt of several chunks (the bar moves once a chunk)
+    long_prompt = len(ids) > getattr(m, "CHUNK", len(ids))
+    bar = progress_bar(len(ids), "prompt", "tok", delay=0.0 if long_prompt else 1.0,
+                       leave=False)
+
+    def prompt_done(n):
+        bar.update(n)
+        if bar.n >= len(ids):
+            bar.close()
+
+    try:
+        gen, tp, td, n_dec = generate(m, ids, max_tokens, sampler, n_ctx=n_ctx, on_token=emit,
+                                      progress=prompt_done)
+    finally:
+        bar.close()
+    echo_prompt()
     out.write(dec.decode(b"", final=True))
     p_tps = len(ids) / tp if tp > 0 else float("inf")
     # the first generated token comes from the prompt pass: the speed is
@@ -137,6 +175,6 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     d_tps = n_dec / td if td > 0 and n_dec else 0.0
     out.write(f"\n[prompt: {len(ids)} tokens, {p_tps:.1f} tok/s | decode: {len(gen)} tokens "
               f"({n_dec} passes), {d_tps:.1f} tok/s | cpu: {prof.name}"
-              f"{' (native)' if native else ''}]\n")
+              f"{' (native' + ('; note: ' + note if note else '') + ')' if native else ''}]\n")
     out.flush()
     return 0

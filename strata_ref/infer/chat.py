@@ -37,7 +37,15 @@ _CHATML_DEFAULT_SYSTEM = re.compile(r"<\|im_start\|>system(?:\n|\\n)([^{}'\"<\\]
 
 
 def template_family(template: str | None) -> str:
-    """'chatml', 'gemma' or 'llama3'; ChatTemplateError otherwise."""
+    """'chatml', 'gemma' or 'llama3'; ChatTemplateError otherwise (also for
+    a template that is not a string)."""
+    if template is not None and not isinstance(template, str):
+        from .tokenizer import _what
+        raise ChatTemplateError(f"`tokenizer.chat_template` must be a STRING, the file has "
+                                f"{_what(template)}; run without --chat")
+    if template == "":
+        raise ChatTemplateError("`tokenizer.chat_template` is empty; run without --chat "
+                                "and give the raw prompt")
     if not template:
         raise ChatTemplateError("the model has no `tokenizer.chat_template`; "
                                 "run without --chat and give the raw prompt")
@@ -47,8 +55,9 @@ def template_family(template: str | None) -> str:
         return "gemma"
     if "<|start_header_id|>" in template:
         return "llama3"
-    raise ChatTemplateError("unknown chat template family (known: ChatML, Gemma, Llama 3); "
-                            "run without --chat and format the prompt yourself")
+    raise ChatTemplateError("unknown chat template family in `tokenizer.chat_template` "
+                            "(known: ChatML, Gemma, Llama 3); run without --chat and format "
+                            "the prompt yourself")
 
 
 def format_chat(template: str | None, messages: list[dict]) -> str:

@@ -50,3 +50,39 @@ class KVCache:
         if not 0 <= n <= self.n:
             raise ValueError(f"cannot truncate a cache of {self.n} positions to {n}")
         self.n = n
+
+
+class HybridCache(KVCache):
+    """The memory of a hybrid model (llama.cpp `llama_memory_hybrid`): the
+    F16 KV cache of the attention layers (slot i for the i-th of them) and,
+    for each recurrent layer (slot i for the i-th), the Gated DeltaNet's
+    float32 state: `conv` (n_recr, channels, d_conv - 1), the last d_conv -
+    1 inputs of the short convolution per channel, and `ssm` (n_recr,
+    n_v_heads, S, S), the delta-rule state (row j = column j of S, ggml's
+    layout); both start at zero and are F32 as in llama.cpp
+    (`llama_memory_recurrent` with GGML_TYPE_F32).
+
+    The recurrent state cannot be rewound: `truncate(n)` only accepts n ==
+    self.n (a no-op) or 0 (everything cleared)."""
+
+    @staticmethod
+    def bytes_needed(n_attn: int, n_head_kv: int, head_dim: int, n_ctx: int, n_recr: int = 0,
+                     conv_state: int = 0, ssm_state: int = 0) -> int:
+        return KVCache.bytes_needed(n_attn, n_head_kv, head_dim, n_ctx) + \
+            4 * int(n_recr) * (int(conv_state) + int(ssm_state))
+
+    def __init__(self, n_attn: int, n_head_kv: int, head_dim: int, n_ctx: int, n_recr: int,
+                 channels: int, d_conv: int, n_v_heads: int, state: int):
+        super().__init__(n_attn, n_head_kv, head_dim, n_ctx)
+        self.conv = np.zeros((n_recr, channels, d_conv - 1), np.float32)
+        self.ssm = np.zeros((n_recr, n_v_heads, state, state), np.float32)
+
+    def truncate(self, n: int) -> None:
+        if n == self.n:
+            return
+        if n != 0:
+            raise ValueError(f"the recurrent state of a hybrid model cannot be rewound to {n} "
+                             f"positions (only cleared, or kept at {self.n})")
+        self.n = 0
+        self.conv[:] = 0
+        self.ssm[:] = 0

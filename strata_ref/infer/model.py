@@ -1,59 +1,44 @@
-"""The forward pass of decoder-only GGUF models, as llama.cpp builds it.
+"""What every architecture graph shares: loading a GGUF file into a model
+object, reading its hyperparameters, the forward-pass driver (chunks of
+llama.cpp's ubatch size, the output head), the error types and `load`,
+which picks the family module of the file's `general.architecture`.
 
-Architectures (`general.architecture`): llama, qwen2, qwen3 and gemma3, after
-ggml-org/llama.cpp `src/models/{llama,qwen2,qwen3,gemma3}.cpp` and
-`src/llama-model.cpp` (the version vendored by llama-cpp-python 0.3.36).
+Families (one module each, after llama.cpp vendored by llama-cpp-python
+0.3.36, `src/llama-model.cpp` and `src/models/*.cpp`):
 
-One layer, in llama.cpp's operation order:
-
-    h   = x                                  # residual
-    x   = rms_norm(x, eps) * attn_norm
-    q   = Wq x (+ bq),  k = Wk x (+ bk),  v = Wv x (+ bv)
-    q,k = rms_norm(q|k per head) * q_norm|k_norm        # qwen3, gemma3
-    q,k = rope(q|k, pos)      # normal pairs (llama) or NeoX halves (others)
-    q   = q * f_attention_scale                         # gemma3 only
-    a   = softmax(q k^T * kq_scale + mask) v  per head, GQA
-    x   = Wo a;  x = rms_norm(x) * attn_post_norm       # gemma3 only
-    x   = x + h;  h = x
-    x   = rms_norm(x) * ffn_norm
-    x   = Wdown(act(Wgate x) * Wup x)     # act: SiLU; gemma3: GELU via ggml's fp16 table
-    x   = rms_norm(x) * ffn_post_norm                   # gemma3 only
-    x   = x + h
-    logits = Wout(rms_norm(x) * output_norm)   # Wout = token_embd when tied
+| family | module | architectures |
+|---|---|---|
+| dense | `dense` | llama, qwen2, qwen3, gemma3 |
+| mixture of experts | `moe` | qwen3moe, gpt-oss (llama.cpp's `openai-moe`) |
+| hybrid (Gated DeltaNet + gated attention + experts) | `hybrid` | qwen3next, qwen35moe |
 
 Every operation follows ggml-cpu's arithmetic, order of float operations
 included, in the CPU profile the model was loaded with (`strata_ref.cpu`:
 one per llama.cpp CPU build), so that the logits equal that build's bit for
-bit (docs/inference.md): activation quantization and the mat-muls
-(`cpu.matmul`), the F16 KV cache and the F16 rounding of q and of the
-softmax probabilities that ggml's F16 mat-muls apply to their float32
-operand, K q / V p in tinyBLAS or `vec_dot_f16` order, soft_max with ggml's
-expf, SwiGLU, GeGLU and RoPE (`cpu.ops`); RMSNorm's sum of squares in
-double (ggml `ggml_compute_forward_rms_norm_f32`). The graph below never
-asks which profile runs.
+bit (docs/inference.md). The graphs never ask which profile runs.
 """
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
 
 import numpy as np
 
 from .. import cpu
 from ..cpu import ops
 from ..cpu.matmul import QMatrix
-from ..types import GGMLType
+from ..types import PLAIN_TYPES, GGMLType, block_format
 from .kv_cache import KVCache
 from .tokenizer import Tokenizer
 
 __all__ = ["Model", "HParams", "ModelLoadError", "ModelOutputError", "SUPPORTED_ARCHS",
-           "check_logits", "load"]
+           "ArchKeys", "Weights", "check_logits", "load", "model_class"]
 
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
-# RoPE style by architecture (llama.cpp `llama_model_rope_type`): llama uses
-# consecutive pairs, the others NeoX (pairs offset by n_rot / 2).
-_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "gemma3": True}
+#: architecture -> family module (`general.architecture` as llama.cpp's
+#: `LLM_ARCH_NAMES` spells it)
+FAMILIES = {"llama": "dense", "qwen2": "dense", "qwen3": "dense", "gemma3": "dense",
+            "qwen3moe": "moe", "gpt-oss": "moe", "qwen3next": "hybrid", "qwen35moe": "hybrid"}
+SUPPORTED_ARCHS = tuple(FAMILIES)
 
 
 class ModelLoadError(ValueError):
@@ -73,12 +58,19 @@ class ModelOutputError(ValueError):
 MAX_LAYERS = 512
 
 
+def _shown(v) -> str:
+    """repr of a metadata value for a message, at most about 80 characters
+    (an array of 10^5 strings is not quoted whole)."""
+    r = repr(v)
+    return r if len(r) <= 80 else r[:60] + " ... " + r[-15:]
+
+
 def _int_param(k: str, v, lo: int, hi: int | None = None) -> int:
     """Metadata value `v` of key `k` as an int in [lo, hi]; a bool, float,
     string or out-of-range value raises ModelLoadError naming key and value
     (llama.cpp reads these keys as integers and refuses other types)."""
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-        raise ModelLoadError(f"`{k}` = {v!r} is not an integer")
+        raise ModelLoadError(f"`{k}` = {_shown(v)} is not an integer")
     v = int(v)
     if v < lo or (hi is not None and v > hi):
         rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
@@ -90,127 +82,261 @@ def _float_param(k: str, v, positive: bool = True) -> float:
     """Metadata value `v` of key `k` as a finite float, > 0 when `positive`
     else >= 0; anything else raises ModelLoadError naming key and value."""
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
-        raise ModelLoadError(f"`{k}` = {v!r} is not a number")
+        raise ModelLoadError(f"`{k}` = {_shown(v)} is not a number")
     f = float(v)
     if not math.isfinite(f) or f < 0.0 or (positive and f == 0.0):
         raise ModelLoadError(f"`{k}` = {f!r} must be finite and {'> 0' if positive else '>= 0'}")
     return f
 
 
-@dataclass(frozen=True)
-class HParams:
-    arch: str
-    n_layer: int
-    n_embd: int
-    n_ff: int
-    n_head: int
-    n_head_kv: int
-    head_dim: int
-    n_rot: int
-    n_ctx_train: int
-    eps: float
-    rope_base: float
-    rope_base_swa: float
-    rope_freq_scale: float
-    rope_freq_scale_swa: float
-    neox: bool
-    n_swa: int                 # 0: no sliding window
-    swa_layers: tuple          # bool per layer
-    attn_scale: float          # multiplies q before attention (gemma3), else 1
-    kq_scale: float
-    embd_scale: float          # multiplies the token embeddings (gemma3)
-    final_softcap: float       # 0: none
+def architecture(md) -> str:
+    """`general.architecture` of metadata `md`; ModelLoadError when it is
+    missing or names an architecture no family module runs."""
+    arch = md.get("general.architecture")
+    if arch is None:
+        raise ModelLoadError("GGUF metadata has no `general.architecture`")
+    if not isinstance(arch, str):
+        raise ModelLoadError(f"`general.architecture` = {_shown(arch)} is not a string")
+    if arch not in FAMILIES:
+        raise ModelLoadError(f"unsupported architecture {arch!r} "
+                             f"(supported: {', '.join(SUPPORTED_ARCHS)})")
+    return arch
 
-    @classmethod
-    def from_metadata(cls, md) -> "HParams":
-        arch = md.get("general.architecture")
-        if arch is None:
-            raise ModelLoadError("GGUF metadata has no `general.architecture`")
-        if arch not in SUPPORTED_ARCHS:
-            raise ModelLoadError(f"unsupported architecture {arch!r} "
-                                 f"(supported: {', '.join(SUPPORTED_ARCHS)})")
 
-        def key(name, default=None, required=False):
-            k = f"{arch}.{name}"
-            if k in md:
-                v = md[k]
-                if isinstance(v, np.ndarray):
-                    if v.size and np.all(v == v.flat[0]):
-                        return v.flat[0].item()
-                    raise ModelLoadError(f"per-layer values of `{k}` are not supported")
-                return v
-            if required:
-                raise ModelLoadError(f"GGUF metadata has no `{k}`")
-            return default
+class ArchKeys:
+    """The `<arch>.<name>` metadata keys of one file, read as llama.cpp's
+    `llama_model_loader::get_key` / `get_key_or_arr` read them, every bad
+    value a ModelLoadError naming the key."""
 
-        def ikey(name, default=None, required=False, lo=1, hi=None):
-            return _int_param(f"{arch}.{name}", key(name, default, required), lo, hi)
+    def __init__(self, md, arch: str):
+        self.md, self.arch = md, arch
 
-        def fkey(name, default=None, required=False, positive=True):
-            return _float_param(f"{arch}.{name}", key(name, default, required), positive)
+    def full(self, name: str) -> str:
+        return f"{self.arch}.{name}"
 
-        n_layer = ikey("block_count", required=True, hi=MAX_LAYERS)
-        n_embd = ikey("embedding_length", required=True)
-        n_ff = ikey("feed_forward_length", required=True)
-        n_head = ikey("attention.head_count", required=True)
-        n_head_kv = ikey("attention.head_count_kv", n_head, hi=n_head)
-        if n_head % n_head_kv:
-            raise ModelLoadError(f"`{arch}.attention.head_count` = {n_head} is not a multiple of "
-                                 f"`{arch}.attention.head_count_kv` = {n_head_kv}")
-        if f"{arch}.attention.key_length" not in md and n_embd % n_head:
-            # llama.cpp's default head size is n_embd / n_head
-            raise ModelLoadError(f"`{arch}.embedding_length` = {n_embd} is not a multiple of "
-                                 f"`{arch}.attention.head_count` = {n_head} (and there is no "
-                                 f"`{arch}.attention.key_length`)")
-        head_dim = ikey("attention.key_length", n_embd // n_head)
-        if ikey("attention.value_length", head_dim) != head_dim:
-            raise ModelLoadError(f"`{arch}.attention.value_length` differs from key_length: not supported")
-        n_rot = ikey("rope.dimension_count", head_dim, lo=2, hi=head_dim)
-        if n_rot % 2:
-            raise ModelLoadError(f"`{arch}.rope.dimension_count` = {n_rot} is odd (RoPE rotates pairs)")
-        n_ctx_train = ikey("context_length", 2048)
-        eps = fkey("attention.layer_norm_rms_epsilon", required=True)
-        base = fkey("rope.freq_base", 10000.0)
-        scaling = key("rope.scaling.type", "none")
-        factor = fkey("rope.scaling.factor", 0.0, positive=False)
-        if scaling not in ("none", "linear") and factor not in (0.0, 1.0):
-            raise ModelLoadError(f"RoPE scaling `{arch}.rope.scaling.type` = {scaling!r} is not supported")
-        freq_scale = 1.0 / factor if scaling == "linear" and factor > 0 else 1.0
-        n_swa, swa_layers = 0, (False,) * n_layer
-        attn_scale, kq_scale, embd_scale = 1.0, 1.0 / math.sqrt(head_dim), 1.0
-        softcap = 0.0
-        base_swa = base
-        if arch == "gemma3":
-            if f"{arch}.attention.sliding_window" in md:
-                n_swa = ikey("attention.sliding_window")
-            if n_swa > 0:
-                kp = f"{arch}.attention.sliding_window_pattern"
-                pattern = md.get(kp, 6)
-                if isinstance(pattern, (list, np.ndarray)):
-                    if len(pattern) != n_layer:
-                        raise ModelLoadError(f"`{kp}` has {len(pattern)} values for {n_layer} layers")
-                    swa_layers = tuple(bool(b) for b in pattern)
-                else:
-                    p = _int_param(kp, pattern, 0)  # llama.cpp set_swa_pattern: il % p < p - 1
-                    swa_layers = tuple(p == 0 or il % p < p - 1 for il in range(n_layer))
-                # llama.cpp's default `rope_freq_base_train_swa` is 10000
-                # (llama-hparams.h), kept when the file has no key
-                base_swa = fkey("rope.freq_base_swa", 10000.0)
-            softcap = fkey("final_logit_softcapping", 0.0, positive=False)
-            # llama.cpp: 1/sqrt(n_embd/n_head) for the 27B (62 layers), else 1/sqrt(head_dim)
-            attn_scale = (1.0 / math.sqrt(float(n_embd // n_head)) if n_layer == 62
-                          else 1.0 / math.sqrt(float(head_dim)))
-            kq_scale = 1.0
-            embd_scale = float(np.sqrt(np.float32(n_embd)))
-        return cls(arch=arch, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head,
-                   n_head_kv=n_head_kv, head_dim=head_dim,
-                   n_rot=n_rot, n_ctx_train=n_ctx_train, eps=eps, rope_base=base,
-                   rope_base_swa=base_swa, rope_freq_scale=freq_scale,
-                   # sliding-window layers rotate with `rope_freq_scale_train_swa`,
-                   # 1 unless an architecture sets it (llama_model::get_rope_freq_scale)
-                   rope_freq_scale_swa=1.0, neox=_NEOX[arch],
-                   n_swa=n_swa, swa_layers=swa_layers, attn_scale=attn_scale,
-                   kq_scale=kq_scale, embd_scale=embd_scale, final_softcap=softcap)
+    def __contains__(self, name: str) -> bool:
+        return self.full(name) in self.md
+
+    def value(self, name: str, default=None, required: bool = False):
+        """The raw value; an array of equal values counts as that value
+        (per-layer arrays with differing values are refused)."""
+        k = self.full(name)
+        if k in self.md:
+            v = self.md[k]
+            if isinstance(v, np.ndarray):
+                if v.size and np.all(v == v.flat[0]):
+                    return v.flat[0].item()
+                raise ModelLoadError(f"per-layer values of `{k}` are not supported")
+            return v
+        if required:
+            raise ModelLoadError(f"GGUF metadata has no `{k}`")
+        return default
+
+    def int(self, name: str, default=None, required: bool = False, lo: int = 1, hi=None) -> int:
+        return _int_param(self.full(name), self.value(name, default, required), lo, hi)
+
+    def float(self, name: str, default=None, required: bool = False, positive: bool = True) -> float:
+        return _float_param(self.full(name), self.value(name, default, required), positive)
+
+    def per_layer_bools(self, name: str, n_layer: int):
+        """A BOOL / integer array of one value per layer as a tuple of bools,
+        or None when the key is absent."""
+        k = self.full(name)
+        if k not in self.md:
+            return None
+        v = self.md[k]
+        if not isinstance(v, (list, np.ndarray)):
+            raise ModelLoadError(f"`{k}` = {v!r} is not an array")
+        if len(v) != n_layer:
+            raise ModelLoadError(f"`{k}` has {len(v)} values for {n_layer} layers")
+        return tuple(bool(b) for b in v)
+
+
+def common_params(k: ArchKeys, ff_required: bool = True, yarn: bool = False) -> dict:
+    """The hyperparameters every family reads, in llama.cpp's order and with
+    its defaults (`llama_model_base::load_hparams`): n_layer, n_embd, n_ff
+    (0 when absent and not `ff_required`), n_head, n_head_kv, head_dim,
+    n_rot, n_ctx_train, eps, rope_base and the RoPE scaling: freq_scale
+    (linear or YaRN factor) and, with `yarn` (a family that runs YaRN), the
+    YaRN fields of `rope_yarn_params`. A RoPE scaling the caller does not
+    run raises ModelLoadError naming the key."""
+    arch = k.arch
+    n_layer = k.int("block_count", required=True, hi=MAX_LAYERS)
+    n_embd = k.int("embedding_length", required=True)
+    n_ff = k.int("feed_forward_length", required=True) if ff_required or "feed_forward_length" in k else 0
+    n_head = k.int("attention.head_count", required=True)
+    n_head_kv = k.int("attention.head_count_kv", n_head, hi=n_head)
+    if n_head % n_head_kv:
+        raise ModelLoadError(f"`{arch}.attention.head_count` = {n_head} is not a multiple of "
+                             f"`{arch}.attention.head_count_kv` = {n_head_kv}")
+    if "attention.key_length" not in k and n_embd % n_head:
+        # llama.cpp's default head size is n_embd / n_head
+        raise ModelLoadError(f"`{arch}.embedding_length` = {n_embd} is not a multiple of "
+                             f"`{arch}.attention.head_count` = {n_head} (and there is no "
+                             f"`{arch}.attention.key_length`)")
+    head_dim = k.int("attention.key_length", n_embd // n_head)
+    if k.int("attention.value_length", head_dim) != head_dim:
+        raise ModelLoadError(f"`{arch}.attention.value_length` differs from key_length: not supported")
+    n_rot = k.int("rope.dimension_count", head_dim, lo=2, hi=head_dim)
+    if n_rot % 2:
+        raise ModelLoadError(f"`{arch}.rope.dimension_count` = {n_rot} is odd (RoPE rotates pairs)")
+    n_ctx_train = k.int("context_length", 2048)
+    eps = k.float("attention.layer_norm_rms_epsilon", required=True)
+    base = k.float("rope.freq_base", 10000.0)
+    scaling = k.value("rope.scaling.type", "none")
+    if not isinstance(scaling, str):
+        raise ModelLoadError(f"`{arch}.rope.scaling.type` = {_shown(scaling)} is not a string")
+    factor = k.float("rope.scaling.factor", 0.0, positive=False)
+    runs = ("none", "linear", "yarn") if yarn else ("none", "linear")
+    if scaling not in runs and factor not in (0.0, 1.0):
+        raise ModelLoadError(f"RoPE scaling `{arch}.rope.scaling.type` = {scaling!r} is not supported")
+    freq_scale = 1.0 / factor if scaling in ("linear", "yarn") and factor > 0 else 1.0
+    out = dict(arch=arch, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head,
+               n_head_kv=n_head_kv, head_dim=head_dim, n_rot=n_rot, n_ctx_train=n_ctx_train,
+               eps=eps, rope_base=base, rope_freq_scale=freq_scale)
+    if yarn:
+        out["rope_yarn"] = rope_yarn_params(k, scaling, freq_scale, n_ctx_train)
+    return out
+
+
+def rope_yarn_params(k: ArchKeys, scaling: str, freq_scale: float, n_ctx_train: int) -> tuple:
+    """(ext_factor, attn_factor, beta_fast, beta_slow, n_ctx_orig) as
+    llama.cpp's context sets them with llama-cpp-python's defaults
+    (`llama_context::llama_context`, src/llama-context.cpp; the Python
+    wrapper passes yarn_ext_factor -1 = from the model, attn_factor 1,
+    beta_fast 32, beta_slow 1): ext_factor 1 for YaRN scaling else 0;
+    with ext_factor != 0 attn_factor = get_mscale(1/freq_scale) /
+    (1 + 0.1 ln(1/freq_scale)), mscale(s) = 0.1 ln(s) + 1 for s > 1 (so 1
+    unless the file has `rope.scaling.yarn_log_multiplier`, which is
+    refused), times `rope.scaling.attn_factor`. float32 arithmetic of the
+    library's plain (no FMA) build; n_ctx_orig from
+    `rope.scaling.original_context_length`, else the training context."""
+    f = np.float32
+    ext = f(1.0) if scaling == "yarn" else f(0.0)
+    attn = f(1.0)
+    if "rope.scaling.yarn_log_multiplier" in k and k.float("rope.scaling.yarn_log_multiplier", positive=False):
+        raise ModelLoadError(f"`{k.full('rope.scaling.yarn_log_multiplier')}` is not supported")
+    if ext != 0:
+        factor = f(f(1.0) / f(freq_scale))
+        # get_mscale(factor, 1): (0.1 * 1) * logf(factor) + 1, for factor > 1
+        attn = f(1.0) if factor <= 1.0 else f(f(f(f(0.1) * f(1.0)) * _logf(factor)) + f(1.0))
+        attn = f(attn * f(f(1.0) / f(f(1.0) + f(f(0.1) * _logf(factor)))))
+    attn = f(attn * f(k.float("rope.scaling.attn_factor", 1.0)))
+    n_orig = k.int("rope.scaling.original_context_length", n_ctx_train)
+    return (float(ext), float(attn), 32.0, 1.0, n_orig)
+
+
+def _logf(x) -> np.float32:
+    """The C library's logf (what llama.cpp calls), for the few scalar
+    hyperparameter formulas evaluated at context creation."""
+    import ctypes
+    global _LIBM_LOGF
+    if _LIBM_LOGF is None:
+        fn = ctypes.CDLL(None).logf
+        fn.restype, fn.argtypes = ctypes.c_float, [ctypes.c_float]
+        _LIBM_LOGF = fn
+    return np.float32(_LIBM_LOGF(float(np.float32(x))))
+
+
+_LIBM_LOGF = None
+
+
+class Weights:
+    """The tensors of a GGUF file, handed out as the graphs use them, with
+    llama.cpp's shape checks (`llama_model_loader::create_tensor`): a
+    missing required tensor or a shape other than the expected one raises
+    ModelLoadError naming the tensor."""
+
+    def __init__(self, gf, arch: str, profile):
+        self.tensors = {t.name: t for t in gf.tensors}
+        self.arch, self.profile = arch, profile
+        self.used = set()
+
+    def has(self, name: str) -> bool:
+        return name in self.tensors
+
+    def get(self, name: str, required: bool = True):
+        t = self.tensors.get(name)
+        if t is None and required:
+            raise ModelLoadError(f"{self.arch}: missing tensor `{name}`")
+        if t is not None:
+            self.used.add(name)
+        return t
+
+    def check_all_used(self, ignore=None) -> None:
+        """ModelLoadError naming the first tensor (in file order) that no
+        part of the graph took: llama.cpp refuses such a file ("wrong number
+        of tensors"). ignore(name) -> True skips a tensor llama.cpp loads
+        but does not run (MTP layers)."""
+        for name in self.tensors:
+            if name not in self.used and not (ignore is not None and ignore(name)):
+                raise ModelLoadError(f"{self.arch}: tensor `{name}` is not part of llama.cpp's "
+                                     f"{self.arch} graph (llama.cpp refuses files with tensors "
+                                     f"it does not load)")
+
+    def checked(self, name: str, t, ne):
+        """t, after llama.cpp `create_tensor`'s checks: the ggml shape is
+        exactly `ne`, the dimensions beyond it 1 (a (64, 32, 2) tensor is
+        not 64 x 64), and the type is a float or quantized one."""
+        have = tuple(t.shape) + (1,) * (4 - len(t.shape))
+        want = tuple(ne) + (1,) * (4 - len(ne))
+        if have != want:
+            raise ModelLoadError(f"tensor `{name}` has ggml shape {list(t.shape)}, expected "
+                                 f"{list(ne)}")
+        if t.type in PLAIN_TYPES:
+            raise ModelLoadError(f"tensor `{name}` is of type {t.type.name}, a plain "
+                                 f"{block_format(t.type).field('v').kind} array; model "
+                                 f"weights are float or quantized types")
+        return t
+
+    def vec(self, name: str, n: int, required: bool = True):
+        """A 1-D tensor of n values as float32 (n,) (quantized ones
+        dequantized by the oracle), or None when absent and not required."""
+        t = self.get(name, required)
+        if t is None:
+            return None
+        self.checked(name, t, (n,))
+        if t.type != GGMLType.F32:
+            from ..dequant import dequant_f32
+            return dequant_f32(t.type, t.data, 1, n)[0]
+        return np.array(t.data.view(np.float32))
+
+    def table(self, name: str, rows: int, cols: int, required: bool = True):
+        """A (rows, cols) tensor of values (biases per expert) as float32."""
+        t = self.get(name, required)
+        if t is None:
+            return None
+        self.checked(name, t, (cols, rows))
+        from ..dequant import dequant_f32
+        return dequant_f32(t.type, t.data, rows, cols)
+
+    def mat(self, name: str, rows: int, cols: int, required: bool = True):
+        """A weight matrix of rows x cols (ggml ne[1] x ne[0]) as a
+        `cpu.matmul.QMatrix`, or None when absent and not required."""
+        t = self.get(name, required)
+        if t is None:
+            return None
+        self.checked(name, t, (cols, rows))
+        return QMatrix(t.type, t.data, rows, cols, name, self.profile)
+
+    def experts(self, name: str, n_expert: int, rows: int, cols: int, required: bool = True):
+        """A 3-D expert tensor {cols, rows, n_expert} (`*_exps`) as a
+        `cpu.moe.ExpertMatrix`, or None when absent and not required."""
+        from ..cpu.moe import ExpertMatrix
+        t = self.get(name, required)
+        if t is None:
+            return None
+        self.checked(name, t, (cols, rows, n_expert))
+        return ExpertMatrix(t.type, t.data, n_expert, rows, cols, name, self.profile)
+
+
+def __getattr__(name):
+    # `HParams` is the dense family's (kept importable from here, where it
+    # was before the families were split into modules)
+    if name == "HParams":
+        from .dense import HParams
+        return HParams
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ------------------------------------------------------------------ ops
@@ -238,18 +364,20 @@ def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, n_rot: int, neox
 
 
 # ------------------------------------------------------------------ model
-class _Layer:
-    pass
-
-
 class Model:
-    """A loaded GGUF model: `hp` (HParams), `tokenizer`, weights.
+    """A loaded GGUF model: `hp` (the family's hyperparameters), `tokenizer`,
+    weights. A family module subclasses it with `HPARAMS` (a class with
+    `from_metadata(md)`), `_load_layers()`, `_forward(tokens, cache,
+    all_logits)` and `_matrices()`; `_make_cache(n_ctx)` / `_cache_bytes`
+    when its cache is not the plain KV cache.
 
     `forward(tokens, cache, all_logits=False)` runs the tokens (int list)
-    at positions cache.n .. cache.n + len - 1, appends their K/V to `cache`,
-    and returns float32 logits (n_vocab,) of the last token, or
-    (len, n_vocab) for every token when `all_logits`.
+    at positions cache.n .. cache.n + len - 1, appends their K/V (and
+    recurrent state) to `cache`, and returns float32 logits (n_vocab,) of
+    the last token, or (len, n_vocab) for every token when `all_logits`.
     """
+
+    HPARAMS = None
 
     def __init__(self, gf, path=None, profile=None):
         self.path = path
@@ -257,120 +385,78 @@ class Model:
         self.cpu = cpu.select(profile)
         md = gf.metadata
         self.metadata = md
-        self.hp = hp = HParams.from_metadata(md)
+        self.hp = hp = self.HPARAMS.from_metadata(md)
         self.tokenizer = Tokenizer.from_metadata(md)
-        tensors = {t.name: t for t in gf.tensors}
+        self.w = Weights(gf, hp.arch, self.cpu)
+        self._load_io()
+        self._load_layers()
 
-        def get(name, required=True):
-            t = tensors.get(name)
-            if t is None and required:
-                raise ModelLoadError(f"{hp.arch}: missing tensor `{name}`")
-            return t
-
-        def vec(name, n, required=True):
-            t = get(name, required)
-            if t is None:
-                return None
-            if t.type != GGMLType.F32 or t.n_elements != n:
-                if t.n_elements != n:
-                    raise ModelLoadError(f"tensor `{name}` has {t.n_elements} values, expected {n}")
-                from ..dequant import dequant_f32
-                return dequant_f32(t.type, t.data, 1, n)[0]
-            return np.array(t.data.view(np.float32))
-
-        def mat(name, rows, cols, required=True):
-            t = get(name, required)
-            if t is None:
-                return None
-            if t.cols != cols or t.rows != rows:
-                raise ModelLoadError(f"tensor `{name}` is {t.rows} x {t.cols}, expected {rows} x {cols}")
-            return QMatrix(t.type, t.data, rows, cols, name, self.cpu)
-
-        e, hd = hp.n_embd, hp.head_dim
-        nq, nkv = hp.n_head * hd, hp.n_head_kv * hd
-        emb = get("token_embd.weight")
-        self.n_vocab = emb.rows
-        self.tok_embd = QMatrix(emb.type, emb.data, emb.rows, emb.cols, "token_embd.weight", self.cpu)
-        if emb.cols != e:
-            raise ModelLoadError(f"token_embd.weight rows have {emb.cols} values, n_embd is {e}")
-        self.output_norm = vec("output_norm.weight", e)
-        out = mat("output.weight", self.n_vocab, e, required=False)
+    def _load_io(self, output_required: bool = False) -> None:
+        """token_embd, output_norm and output (tied to token_embd when the
+        file has none), as llama.cpp's `load_arch_tensors`."""
+        w, e = self.w, self.hp.n_embd
+        # the vocabulary is the tokenizer's (llama.cpp: n_vocab = the number
+        # of tokens); the embedding and the output have exactly that many rows
+        self.n_vocab = nv = self.tokenizer.n_vocab
+        for name in ("token_embd.weight", "output.weight"):
+            t = w.get(name, required=name == "token_embd.weight")
+            if t is not None and len(t.shape) == 2 and t.cols == e and t.rows != nv:
+                raise ModelLoadError(f"tensor `{name}` has {t.rows} rows, but the vocabulary "
+                                     f"(`tokenizer.ggml.tokens`) has {nv} tokens")
+        self.tok_embd = w.mat("token_embd.weight", nv, e)
+        self.output_norm = w.vec("output_norm.weight", e)
+        out = w.mat("output.weight", nv, e, required=output_required)
         self.output = out if out is not None else self.tok_embd
-        ff = get("rope_freqs.weight", required=False)
-        self.rope_freqs = vec("rope_freqs.weight", hp.n_rot // 2) if ff is not None else None
-        qk_norm = hp.arch in ("qwen3", "gemma3")
-        post_norms = hp.arch == "gemma3"
-        if f"blk.0.attn_qkv.weight" in tensors:
-            raise ModelLoadError(f"{hp.arch}: fused `attn_qkv` tensors are not supported")
-        self.layers = []
-        for i in range(hp.n_layer):
-            p = f"blk.{i}."
-            L = _Layer()
-            L.attn_norm = vec(p + "attn_norm.weight", e)
-            L.wq = mat(p + "attn_q.weight", nq, e)
-            L.wk = mat(p + "attn_k.weight", nkv, e)
-            L.wv = mat(p + "attn_v.weight", nkv, e)
-            L.wo = mat(p + "attn_output.weight", e, nq)
-            L.bq = vec(p + "attn_q.bias", nq, required=False)
-            L.bk = vec(p + "attn_k.bias", nkv, required=False)
-            L.bv = vec(p + "attn_v.bias", nkv, required=False)
-            L.q_norm = vec(p + "attn_q_norm.weight", hd) if qk_norm else None
-            L.k_norm = vec(p + "attn_k_norm.weight", hd) if qk_norm else None
-            L.attn_post_norm = vec(p + "post_attention_norm.weight", e) if post_norms else None
-            L.ffn_norm = vec(p + "ffn_norm.weight", e)
-            L.w_gate = mat(p + "ffn_gate.weight", hp.n_ff, e)
-            L.w_up = mat(p + "ffn_up.weight", hp.n_ff, e)
-            L.w_down = mat(p + "ffn_down.weight", e, hp.n_ff)
-            L.ffn_post_norm = vec(p + "post_ffw_norm.weight", e) if post_norms else None
-            # one kernel call for q|k|v and for gate|up when their types agree
-            L.wqkv = (QMatrix.stack([L.wq, L.wk, L.wv], p + "attn_qkv")
-                      if L.wq.type == L.wk.type == L.wv.type else None)
-            L.w_gate_up = (QMatrix.stack([L.w_gate, L.w_up], p + "ffn_gate_up")
-                           if L.w_gate.type == L.w_up.type else None)
-            self.layers.append(L)
+
+    def _load_layers(self) -> None:
+        raise NotImplementedError
+
+    def _matrices(self) -> list:
+        raise NotImplementedError
 
     # -------------------------------------------------------------- API
     def prepare(self) -> None:
         """Pack every matrix the forward pass multiplies now rather than at
         its first use (so that timings exclude it)."""
-        mats = [self.output]
-        for L in self.layers:
-            mats += [L.wqkv] if L.wqkv is not None else [L.wq, L.wk, L.wv]
-            mats += [L.wo, L.w_down]
-            mats += [L.w_gate_up] if L.w_gate_up is not None else [L.w_gate, L.w_up]
-        for q in mats:
+        for q in self._matrices():
             q.prepare()
 
-    def new_cache(self, n_ctx: int | None = None) -> KVCache:
-        """An empty F16 KV cache for n_ctx positions (default: the training
-        context, at most 4096).
+    def _cache_bytes(self, n_ctx: int) -> int:
+        hp = self.hp
+        return KVCache.bytes_needed(hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx)
+
+    def _make_cache(self, n_ctx: int):
+        hp = self.hp
+        return KVCache(hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx)
+
+    def new_cache(self, n_ctx: int | None = None):
+        """An empty cache for n_ctx positions (default: the training
+        context, at most 4096): the F16 KV cache, plus the recurrent state
+        for hybrid models.
 
         Raises ValueError, before allocating anything, when n_ctx is below 1
         or above the model's training context (`<arch>.context_length`, the
         limit of `strata-ref generate --ctx`: this engine has no context
         extension), or when the cache would need more bytes than this
-        machine's physical memory (`KVCache.bytes_needed`)."""
+        machine's physical memory."""
         hp = self.hp
         n_ctx = min(hp.n_ctx_train, 4096) if n_ctx is None else int(n_ctx)
         if not 1 <= n_ctx <= hp.n_ctx_train:
             raise ValueError(f"context length (--ctx) {n_ctx} is outside 1 .. {hp.n_ctx_train}, "
                              f"the model's training context (`{hp.arch}.context_length`)")
-        need = KVCache.bytes_needed(hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx)
+        need = self._cache_bytes(n_ctx)
         have = _physical_memory()
         if have and need > have:
             raise ValueError(f"context length (--ctx) {n_ctx}: the KV cache would take "
                              f"{need / 2**30:.1f} GiB, more than this machine's "
                              f"{have / 2**30:.1f} GiB of memory")
-        return KVCache(hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx)
+        return self._make_cache(n_ctx)
 
     def embed(self, tokens) -> np.ndarray:
-        """float32 (n, n_embd) token embeddings (times embd_scale)."""
-        x = np.stack([self.tok_embd.row_f32(int(t)) for t in tokens])
-        if self.hp.embd_scale != 1.0:
-            x = (x * np.float32(self.hp.embd_scale)).astype(np.float32)
-        return x
+        """float32 (n, n_embd) token embeddings (ggml `get_rows`)."""
+        return np.stack([self.tok_embd.row_f32(int(t)) for t in tokens])
 
-    def forward(self, tokens, cache: KVCache, all_logits: bool = False) -> np.ndarray:
+    def forward(self, tokens, cache, all_logits: bool = False) -> np.ndarray:
         # A damaged model (NaN epsilon, wrong tensor type) overflows or makes
         # NaN in numpy steps; the caller checks the logits (`check_logits`)
         # and names the problem once, instead of a RuntimeWarning per step.
@@ -403,73 +489,20 @@ class Model:
     CHUNK = 512
 
     def _forward(self, tokens, cache, all_logits):
-        n = len(tokens)
+        raise NotImplementedError
+
+    def _head(self, x: np.ndarray, all_logits: bool) -> np.ndarray:
+        """The output head: RMSNorm with output_norm, the output mat-mul,
+        gemma's final soft-capping; x float32 (n, n_embd) after the last
+        layer. Returns (n, n_vocab), or (n_vocab,) for the last row."""
         hp = self.hp
-        pos = np.arange(cache.n, cache.n + n)
-        rope = {}
-        for key in {(hp.rope_base, hp.rope_freq_scale), (hp.rope_base_swa, hp.rope_freq_scale_swa)}:
-            rope[key] = rope_cos_sin(pos, hp.n_rot, key[0], key[1], self.rope_freqs)
-        x = self.embed(tokens)
-        for il, L in enumerate(self.layers):
-            swa = hp.swa_layers[il]
-            h = x
-            x = rms_norm(x, L.attn_norm, hp.eps)
-            key = (hp.rope_base_swa, hp.rope_freq_scale_swa) if swa else (hp.rope_base, hp.rope_freq_scale)
-            a = self._attention(L, il, x, pos, cache, rope[key], hp.n_swa if swa else 0)
-            x = L.wo.matmul(a)
-            if L.attn_post_norm is not None:
-                x = rms_norm(x, L.attn_post_norm, hp.eps)
-            x = x + h
-            h = x
-            x = rms_norm(x, L.ffn_norm, hp.eps)
-            if L.w_gate_up is not None:
-                gu = L.w_gate_up.matmul(x)
-                g, u = gu[:, :hp.n_ff], gu[:, hp.n_ff:]
-            else:
-                g, u = L.w_gate.matmul(x), L.w_up.matmul(x)
-            x = L.w_down.matmul(ops.geglu(g, u, self.cpu) if hp.arch == "gemma3"
-                                else ops.swiglu(g, u, self.cpu))
-            if L.ffn_post_norm is not None:
-                x = rms_norm(x, L.ffn_post_norm, hp.eps)
-            x = x + h
-        cache.n += n
         if not all_logits:
             x = x[-1:]
         x = rms_norm(x, self.output_norm, hp.eps)
         logits = self.output.matmul(x)
-        if hp.final_softcap:
+        if getattr(hp, "final_softcap", 0.0):
             logits = ops.softcap(logits, hp.final_softcap)
         return logits if all_logits else logits[0]
-
-    def _attention(self, L, il, x, pos, cache, cos_sin, n_swa):
-        hp = self.hp
-        n, hd = x.shape[0], hp.head_dim
-        if L.wqkv is not None:
-            nq, nkv = hp.n_head * hd, hp.n_head_kv * hd
-            qkv = L.wqkv.matmul(x)
-            q, k, v = qkv[:, :nq], qkv[:, nq:nq + nkv], qkv[:, nq + nkv:]
-        else:
-            q, k, v = L.wq.matmul(x), L.wk.matmul(x), L.wv.matmul(x)
-        if L.bq is not None:
-            q = q + L.bq
-        if L.bk is not None:
-            k = k + L.bk
-        if L.bv is not None:
-            v = v + L.bv
-        q = q.reshape(n, hp.n_head, hd)
-        k = k.reshape(n, hp.n_head_kv, hd)
-        v = v.reshape(n, hp.n_head_kv, hd)
-        if L.q_norm is not None:
-            q = rms_norm(q, L.q_norm, hp.eps)
-            k = rms_norm(k, L.k_norm, hp.eps)
-        cos, sin = cos_sin
-        q = ops.rope(q, cos, sin, hp.n_rot, hp.neox, self.cpu)
-        k = ops.rope(k, cos, sin, hp.n_rot, hp.neox, self.cpu)
-        if hp.attn_scale != 1.0:
-            q = (q * np.float32(hp.attn_scale)).astype(np.float32)
-        cache.store(il, k, v)
-        return ops.attention(q, cache.k[il].view(np.uint16), cache.v[il].view(np.uint16),
-                             cache.n + n, pos, hp.kq_scale, self.cpu, n_swa)
 
 
 def _physical_memory() -> int:
@@ -498,6 +531,15 @@ def check_logits(logits: np.ndarray, where: str, spread: bool = True) -> None:
                                f"with the wrong type)")
 
 
+def model_class(arch: str) -> type:
+    """The Model subclass that runs architecture `arch` (ModelLoadError for
+    one no family module runs)."""
+    import importlib
+    architecture({"general.architecture": arch})
+    mod = importlib.import_module(f"{__package__}.{FAMILIES[arch]}")
+    return mod.MODELS[arch]
+
+
 def load(path, profile=None) -> Model:
     """Load a GGUF model file (via `strata_ref.gguf.read`) to run in the CPU
     profile `profile` (a name or `strata_ref.cpu.Profile`; None:
@@ -507,4 +549,5 @@ def load(path, profile=None) -> Model:
     from .. import gguf
     prof = cpu.select(profile)
     gf = gguf.read(path)
-    return Model(gf, path=str(path), profile=prof)
+    cls = model_class(architecture(gf.metadata))
+    return cls(gf, path=str(path), profile=prof)

@@ -23,8 +23,9 @@ def greedy(logits: np.ndarray) -> int:
 class Sampler:
     """Sampler(temperature=0.0, top_k=40, top_p=0.95, seed=0).
 
-    temperature <= 0 means greedy. top_k <= 0 disables top-k; top_p >= 1
-    disables top-p. `__call__(logits)` returns a token id (int). Raises
+    temperature <= 0 means greedy; a positive temperature too small for
+    float64 (1e-320) samples among the largest logits only. top_k <= 0
+    disables top-k; top_p >= 1 disables top-p. `__call__(logits)` returns a token id (int). Raises
     ValueError for a negative or NaN temperature or top_p outside (0, 1].
     """
 
@@ -52,7 +53,13 @@ class Sampler:
             # keep the smallest prefix whose mass reaches top_p (at least one)
             keep = int(np.searchsorted(np.cumsum(p), self.top_p)) + 1
             idx, z = idx[:keep], z[:keep]
-        z = z / self.temperature
-        p = np.exp(z - z.max())
+        with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
+            zt = z / self.temperature
+            if not np.isfinite(zt).all():
+                # a temperature so small (1e-320) that z / T overflows: the
+                # differences to the maximum go to -inf instead, so every
+                # maximum keeps weight 1 and the rest 0 (greedy, ties drawn)
+                zt = (z - z.max()) / self.temperature
+            p = np.exp(zt - zt.max())
         p /= p.sum()
         return int(idx[self.rng.choice(idx.size, p=p)])

@@ -51,6 +51,15 @@ def _llama3_like(digits: str, letters: str = "\\p{L}") -> str:
             f"| ?[^{_WS}{letters}\\p{{N}}]+[\\r\\n]*|{_S}*[\\r\\n]+|{_S}+(?!{_NS})|{_S}+")
 
 
+# llama.cpp's LLAMA_VOCAB_PRE_TYPE_GPT4O regex, the form it runs (upper /
+# lower case as "a letter that is not a-z / A-Z", so every non-ASCII letter
+# counts as both, as in its collapsed-text matching)
+_UPPERISH = "(?:(?=\\p{L})[^a-z])"
+_LOWERISH = "(?:(?=\\p{L})[^A-Z])"
+_GPT4O = (f"[^\\r\\n\\p{{L}}\\p{{N}}]?{_UPPERISH}*{_LOWERISH}+{_CONTRACTIONS}?"
+          f"|[^\\r\\n\\p{{L}}\\p{{N}}]?{_UPPERISH}+{_LOWERISH}*{_CONTRACTIONS}?"
+          f"|\\p{{N}}{{1,3}}| ?[^{_WS}\\p{{L}}\\p{{N}}]+[\\r\\n/]*|{_S}*[\\r\\n]+|{_S}+(?!{_NS})|{_S}+")
+
 PRE_TOKENIZERS: dict[str, list[str]] = {
     "gpt-2": [_GPT2],
     "mpt": [_GPT2],
@@ -60,11 +69,13 @@ PRE_TOKENIZERS: dict[str, list[str]] = {
     "llama-bpe": [_llama3_like("{1,3}")],
     "qwen2": [_llama3_like("")],
     "qwen35": [_llama3_like("", "\\p{L}\\p{M}")],
+    "gpt-4o": [_GPT4O],
 }
 # Names llama.cpp maps to the same pre-tokenizer type.
 _PRE_ALIASES = {"llama3": "llama-bpe", "llama-v3": "llama-bpe", "phi-2": "gpt-2",
                 "deepseek-r1-qwen": "qwen2", "refact": "smollm", "command-r": "smollm",
-                "codeshell": "smollm"}
+                "codeshell": "smollm", "llama4": "gpt-4o", "kanana2": "gpt-4o", "talkie": "gpt-4o",
+                "minimax-m2": "gpt-4o"}
 # Pre-tokenizers for which llama.cpp takes a whole piece as one token when the
 # vocabulary has it (`ignore_merges`), and which add BOS by default.
 _IGNORE_MERGES = {"llama-bpe"}
@@ -119,6 +130,131 @@ def _split(text: str, patterns) -> list[str]:
     return pieces
 
 
+# ------------------------------------------------------------ metadata types
+# What `strata_ref.gguf.read` gives for each GGUF value type: str (STRING),
+# bool (BOOL), int (integers), float (FLOAT32/64), a 1-D numpy array (an
+# array of numbers or bools), a list of str (an array of strings), a list of
+# lists or arrays (an array of arrays).
+
+def _what(v) -> str:
+    """The GGUF-level type of a metadata value, for messages."""
+    import numpy as np
+    if isinstance(v, (bool, np.bool_)):
+        return "a BOOL"
+    if isinstance(v, str):
+        return "a STRING"
+    if isinstance(v, (int, np.integer)):
+        return "an integer"
+    if isinstance(v, (float, np.floating)):
+        return "a float"
+    if isinstance(v, np.ndarray):
+        return f"an array of {v.dtype.name.upper()}"
+    if isinstance(v, (list, tuple)):
+        if v and all(isinstance(x, str) for x in v):
+            return "an array of STRING"
+        if any(isinstance(x, (list, tuple, np.ndarray)) for x in v):
+            return "an array of arrays"
+        return "an array" if v else "an empty array"
+    return type(v).__name__
+
+
+def _is_hex(s: str) -> bool:
+    return all(c in "0123456789abcdefABCDEF" for c in s)
+
+
+def _need_str(md, key: str) -> str:
+    if key not in md:
+        raise TokenizerError(f"GGUF metadata has no `{key}`")
+    return _opt_str(md, key, None)
+
+
+def _opt_str(md, key: str, default):
+    v = md.get(key, default)
+    if not isinstance(v, str):
+        raise TokenizerError(f"`{key}` must be a STRING, the file has {_what(v)}")
+    return v
+
+
+def _strings(md, key: str, required: bool) -> list | None:
+    """An array of strings as a list of str (None when absent and not required)."""
+    if key not in md:
+        if required:
+            raise TokenizerError(f"GGUF metadata has no `{key}`")
+        return None
+    v = md[key]
+    if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
+        raise TokenizerError(f"`{key}` must be an array of STRING, the file has {_what(v)}")
+    return list(v)
+
+
+def _numbers(md, key: str, n: int, kind: str):
+    """An array of `n` numbers of `kind` ("i": integers, "f": floats) as a
+    numpy array, None when absent."""
+    import numpy as np
+    if key not in md:
+        return None
+    v = md[key]
+    a = v if isinstance(v, np.ndarray) else None
+    if a is None and isinstance(v, (list, tuple)) and all(
+            isinstance(x, (int, float, np.integer, np.floating))
+            and not isinstance(x, (bool, np.bool_)) for x in v):
+        a = np.asarray(v)           # a list from a caller, not from the reader
+    want = "INT32" if kind == "i" else "FLOAT32"
+    if a is None or a.ndim != 1 or (a.size and (a.dtype.kind not in ("iu" if kind == "i" else "f"))):
+        raise TokenizerError(f"`{key}` must be an array of {want}, the file has {_what(v)}")
+    if a.size != n:
+        raise TokenizerError(f"`{key}` has {a.size} values, `tokenizer.ggml.tokens` has {n} tokens")
+    return a
+
+
+def _token_types(md, n: int) -> list[int]:
+    import numpy as np
+    a = _numbers(md, "tokenizer.ggml.token_type", n, "i")
+    if a is None:
+        return [NORMAL] * n
+    bad = np.flatnonzero((a < 0) | (a > BYTE))
+    if bad.size:
+        i = int(bad[0])
+        raise TokenizerError(f"`tokenizer.ggml.token_type`[{i}] = {int(a[i])} is not a token "
+                             f"type (0..{BYTE})")
+    return [int(t) for t in a]
+
+
+def _scores(md, n: int) -> list[float] | None:
+    import numpy as np
+    a = _numbers(md, "tokenizer.ggml.scores", n, "f")
+    if a is None:
+        return None
+    bad = np.flatnonzero(np.isnan(a))
+    if bad.size:
+        raise TokenizerError(f"`tokenizer.ggml.scores`[{int(bad[0])}] is NaN")
+    return [float(s) for s in a]
+
+
+def _opt_id(md, key: str, n: int) -> int | None:
+    import numpy as np
+    if key not in md:
+        return None
+    v = md[key]
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise TokenizerError(f"`{key}` must be an integer token id, the file has {_what(v)}"
+                             + (f" ({v!r})" if isinstance(v, (float, str)) else ""))
+    v = int(v)
+    if not 0 <= v < n:
+        raise TokenizerError(f"`{key}` = {v} is outside the vocabulary (size {n})")
+    return v
+
+
+def _opt_bool(md, key: str, default: bool) -> bool:
+    import numpy as np
+    v = md.get(key, default)
+    if not isinstance(v, (bool, np.bool_)):
+        # llama.cpp refuses another type; a STRING "false" is not false
+        raise TokenizerError(f"`{key}` must be a BOOL, the file has {_what(v)}"
+                             + (f" ({v!r})" if isinstance(v, (int, float, str)) else ""))
+    return bool(v)
+
+
 @dataclass
 class Tokenizer:
     """A GGUF vocabulary with llama.cpp's encode and decode.
@@ -147,30 +283,35 @@ class Tokenizer:
     # ----------------------------------------------------------- loading
     @classmethod
     def from_metadata(cls, md) -> "Tokenizer":
-        """Read `tokenizer.ggml.*` keys. Raises TokenizerError naming a missing
-        key or an unsupported model / pre-tokenizer."""
-        def need(key):
-            if key not in md:
-                raise TokenizerError(f"GGUF metadata has no `{key}`")
-            return md[key]
+        """Read `tokenizer.ggml.*` keys (as `strata_ref.gguf.read` returns
+        them: str, int, float, bool, a numpy array of numbers, a list of str).
 
-        model = need("tokenizer.ggml.model")
-        tokens = list(need("tokenizer.ggml.tokens"))
+        Raises TokenizerError naming the key for a missing key, an
+        unsupported model or pre-tokenizer, and a value of the wrong type or
+        length (llama.cpp's types: model, pre and every token and merge are
+        strings; token_type an integer array, scores a float array, both
+        one value per token; the ids integers inside the vocabulary; the
+        add_* flags bools)."""
+        model = _need_str(md, "tokenizer.ggml.model")
+        tokens = _strings(md, "tokenizer.ggml.tokens", required=True)
         n = len(tokens)
-        types = list(md.get("tokenizer.ggml.token_type", [NORMAL] * n))
-        scores = md.get("tokenizer.ggml.scores")
+        if n == 0:
+            raise TokenizerError("`tokenizer.ggml.tokens` is empty")
+        types = _token_types(md, n)
+        scores = _scores(md, n)
         merges, pre = {}, ""
         if model == "gpt2":
-            pre = md.get("tokenizer.ggml.pre", "default")
+            pre = _opt_str(md, "tokenizer.ggml.pre", "default")
             pre = _PRE_ALIASES.get(pre, pre)
             if pre not in PRE_TOKENIZERS:
                 raise TokenizerError(
                     f"unsupported pre-tokenizer `tokenizer.ggml.pre` = {pre!r}; "
                     f"supported: {', '.join(sorted(PRE_TOKENIZERS))}")
-            for rank, m in enumerate(need("tokenizer.ggml.merges")):
+            for rank, m in enumerate(_strings(md, "tokenizer.ggml.merges", required=True)):
                 a, sep, b = m.partition(" ")
                 if not sep:
-                    raise TokenizerError(f"malformed BPE merge #{rank}: {m!r}")
+                    raise TokenizerError(f"malformed BPE merge #{rank} of "
+                                         f"`tokenizer.ggml.merges`: {m!r} (no space)")
                 merges[(a, b)] = rank
             add_bos_default = pre in _IGNORE_MERGES
             add_space_prefix = False
@@ -178,24 +319,14 @@ class Tokenizer:
             if scores is None:
                 raise TokenizerError("GGUF metadata has no `tokenizer.ggml.scores` "
                                      "(needed by the SentencePiece tokenizer)")
-            scores = [float(s) for s in scores]
             add_bos_default = True
             add_space_prefix = True
         else:
             raise TokenizerError(f"unsupported tokenizer model `tokenizer.ggml.model` = "
                                  f"{model!r}; supported: gpt2 (byte-level BPE), llama (SentencePiece)")
-        if len(types) != n:
-            raise TokenizerError(f"`tokenizer.ggml.token_type` has {len(types)} entries, "
-                                 f"tokens has {n}")
 
         def opt_id(key):
-            v = md.get(key)
-            if v is None:
-                return None
-            v = int(v)
-            if not 0 <= v < n:
-                raise TokenizerError(f"`{key}` = {v} is outside the vocabulary (size {n})")
-            return v
+            return _opt_id(md, key, n)
 
         bos, eos = opt_id("tokenizer.ggml.bos_token_id"), opt_id("tokenizer.ggml.eos_token_id")
         eog = {i for i in (eos, opt_id("tokenizer.ggml.eot_token_id"),
@@ -203,14 +334,20 @@ class Tokenizer:
         # llama.cpp also ends generation on these control tokens when present.
         for i, t in enumerate(tokens):
             if types[i] == CONTROL and t in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>",
-                                             "<end_of_turn>", "<|end|>", "<|eom_id|>"):
+                                             "<end_of_turn>", "<|end|>", "<|eom_id|>",
+                                             "<|return|>", "<|call|>"):
                 eog.add(i)
-        tok = cls(model=model, pre=pre, tokens=tokens, types=[int(t) for t in types],
+        # gpt-oss's harmony format: with <|return|> and <|call|> ending
+        # generation, <|end|> only ends a message (llama.cpp drops it)
+        names = {tokens[i] for i in eog}
+        if {"<|return|>", "<|call|>", "<|end|>"} <= names:
+            eog = {i for i in eog if tokens[i] != "<|end|>"}
+        tok = cls(model=model, pre=pre, tokens=tokens, types=types,
                   scores=scores, merges=merges, bos_id=bos, eos_id=eos,
-                  add_bos=bool(md.get("tokenizer.ggml.add_bos_token", add_bos_default)),
-                  add_eos=bool(md.get("tokenizer.ggml.add_eos_token", False)),
-                  add_space_prefix=bool(md.get("tokenizer.ggml.add_space_prefix",
-                                               add_space_prefix)),
+                  add_bos=_opt_bool(md, "tokenizer.ggml.add_bos_token", add_bos_default),
+                  add_eos=_opt_bool(md, "tokenizer.ggml.add_eos_token", False),
+                  add_space_prefix=_opt_bool(md, "tokenizer.ggml.add_space_prefix",
+                                             add_space_prefix),
                   eog_ids=frozenset(eog))
         tok._build()
         return tok
@@ -240,7 +377,8 @@ class Tokenizer:
         fragments = self._partition(text, parse_special) if text else []
         if add_special and self.add_bos:
             if self.bos_id is None:
-                raise TokenizerError("add_bos_token is set but the file has no bos_token_id")
+                raise TokenizerError("`tokenizer.ggml.add_bos_token` is true but the file has "
+                                     "no `tokenizer.ggml.bos_token_id`")
             out.append(self.bos_id)
         prev_special = True
         for frag in fragments:
@@ -379,15 +517,17 @@ class Tokenizer:
         if not 0 <= token_id < len(self.tokens):
             raise ValueError(f"token id {token_id} outside the vocabulary (size {len(self.tokens)})")
         t, ty = self.tokens[token_id], self.types[token_id]
+        # a token that is not UTF-8 in the file (read with surrogateescape)
+        # gives back its own bytes
         if ty in (CONTROL, UNKNOWN, UNUSED):
-            return t.encode("utf-8") if special else b""
+            return t.encode("utf-8", "surrogateescape") if special else b""
         if ty == USER_DEFINED:
-            return t.encode("utf-8")
+            return t.encode("utf-8", "surrogateescape")
         if self.model == "gpt2":
             return bytes(_CHAR_TO_BYTE.get(c, 0x3F) for c in t)
-        if ty == BYTE and len(t) == 6 and t.startswith("<0x"):
+        if ty == BYTE and len(t) == 6 and t.startswith("<0x") and _is_hex(t[3:5]):
             return bytes([int(t[3:5], 16)])
-        return t.replace("\u2581", " ").encode("utf-8")
+        return t.replace("\u2581", " ").encode("utf-8", "surrogateescape")
 
     def decode_bytes(self, ids, special: bool = False) -> bytes:
         """Concatenated `piece_bytes` of `ids`."""

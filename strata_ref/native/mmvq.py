@@ -31,12 +31,12 @@ from ..types import GGMLType, block_format
 from . import build as _b
 from .loader import NativeUnavailable, driver_compute_capability, env_device
 
-__all__ = ["MmvqNative", "load_mmvq", "build_mmvq", "NativeError", "quantize_q8_1_native",
+__all__ = ["MmvqNative", "OnDevice", "load_mmvq", "build_mmvq", "NativeError", "quantize_q8_1_native",
            "mmvq_native", "experts_native", "NATIVE_TYPES", "SOURCES", "HEADERS"]
 
 LIB_NAME = "libstrata_mmvq.so"
 SOURCES = ("mmvq.cu",)
-HEADERS = ("strata_mmvq.h", "mmvq_dots.cuh", "mmvq_lanes.cuh")
+HEADERS = ("strata_mmvq.h", "mmvq_dots.cuh", "mmvq_lanes.cuh", "mmvq_setup.h")
 T = GGMLType
 #: types with native mat-vec kernels (native/mmvq_dots.cuh `Dot<TYPE>`)
 NATIVE_TYPES = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.IQ4_NL, T.MXFP4, T.Q2_K, T.Q3_K,
@@ -107,9 +107,51 @@ def _cdef() -> str:
     return text.split("/* cdef-begin */", 1)[1].split("/* cdef-end */", 1)[0]
 
 
+class OnDevice:
+    """The cffi library `lib` with every call made on CUDA device `device`.
+
+    The CUDA runtime's current device belongs to the host thread, so a
+    handle loaded in one thread and used from another would run on that
+    thread's current device (0 unless it set one). Each call through this
+    wrapper first asks the calling thread's current device
+    (`smv_get_device`) and, when it is another one, makes `device` current
+    there (`smv_set_device`); if that fails, the call returns its status (6)
+    without running. Calls that touch no device state pass straight through.
+    """
+
+    #: entry points that need no current device (process-wide settings,
+    #: queries of the library, the per-thread error and device calls)
+    NO_DEVICE = frozenset({"smv_abi_version", "smv_has_type", "smv_has_lanes",
+                           "smv_set_plain_kernel", "smv_set_time_graph",
+                           "smv_experts_scratch_bytes", "smv_last_cuda_error", "smv_set_device",
+                           "smv_get_device"})
+
+    def __init__(self, lib, device: int):
+        self._lib, self.device = lib, int(device)
+
+    def __getattr__(self, name: str):
+        fn = getattr(self._lib, name)
+        if name in self.NO_DEVICE or not callable(fn):
+            return fn
+        lib, dev = self._lib, self.device
+
+        def on_device(*args):
+            if lib.smv_get_device() != dev:
+                st = lib.smv_set_device(dev)
+                if st:
+                    return st
+            return fn(*args)
+
+        on_device.__name__ = name
+        self.__dict__[name] = on_device   # later lookups skip __getattr__
+        return on_device
+
+
 @dataclass
 class MmvqNative:
-    """The loaded library: `ffi`, `lib`, `cc` (major·10 + minor)."""
+    """The loaded library: `ffi`, `lib` (an `OnDevice` wrapper: every call
+    runs on the handle's device, from any host thread), `cc` (major·10 +
+    minor)."""
     ffi: object
     lib: object
     cc: int
@@ -156,7 +198,9 @@ _LIB: dict[int, MmvqNative] = {}
 
 
 def load_mmvq(device: int | None = None) -> MmvqNative:
-    """Build (once, cached) and load libstrata_mmvq for a CUDA device.
+    """Build (once, cached) and load libstrata_mmvq for a CUDA device
+    (default: $STRATA_REF_DEVICE or 0). The handle may be used from any host
+    thread: every call through `.lib` runs on `device` (`OnDevice`).
     Raises NativeUnavailable with the reason when that cannot be done."""
     if device is None:
         device = env_device()
@@ -182,7 +226,7 @@ def load_mmvq(device: int | None = None) -> MmvqNative:
         if lib.smv_abi_version() != want:
             raise NativeUnavailable(f"{path}: ABI version {lib.smv_abi_version()}, this package "
                                     f"needs {want} (rebuild it or unset STRATA_MMVQ_LIB)")
-        nat = MmvqNative(ffi, lib, cc)
+        nat = MmvqNative(ffi, OnDevice(lib, device), cc)
         st = lib.smv_set_device(device)
         if st:   # no usable device: the tools' "native path unavailable" case
             raise NativeUnavailable(f"cudaSetDevice({device}) failed: CUDA error "

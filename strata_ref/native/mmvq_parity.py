@@ -330,8 +330,12 @@ def run_bench_mmvq(emit_table: bool = False, out=print) -> int:
     out("'default' is what smv_mmvq runs for 1 column (rows_per_warp 0); 'read' is a read-only "
         "kernel over the same cold bytes; 'graph' times the same cold calls replayed from one "
         "CUDA graph (no host launch gaps, as decode engines run a step)")
+    out("'/read' is the default's speed as a fraction of the read-only kernel's (issue 20's "
+        "goal: >= 0.90 on every shape, both timings)")
     out("type    rows x K       | cold: default us  GB/s  % of copy | best us (arm)  % of copy "
-        "| read us  % of copy | graph: default us  % | read us  % | one copy (L2-warm): default us")
+        "| read us  % of copy  /read | graph: default us  % | read us  %  /read "
+        "| one copy (L2-warm): default us")
+    ratios = []
     for t in (T.Q4_K, T.Q6_K, T.IQ4_XS):
         for rows, k in BENCH_SHAPES:
             times, nbytes, warm, read_ms, g_ms, g_read = _bench_cell(nat, rng, t, rows, k, 1, 200,
@@ -341,10 +345,19 @@ def run_bench_mmvq(emit_table: bool = False, out=print) -> int:
             out(f"{t.name:7s} {rows:5d} x {k:5d} |    {times[0] * 1e3:8.1f}  "
                 f"{nbytes / (times[0] * 1e-3) / 1e9:5.0f}  {pct(times[0]):8.1f} | "
                 f"{times[best] * 1e3:6.1f} ({best})  {pct(times[best]):5.1f} | "
-                f"{read_ms * 1e3:6.1f}  {pct(read_ms):5.1f} | "
-                f"{g_ms * 1e3:11.1f}  {pct(g_ms):5.1f} | {g_read * 1e3:6.1f}  {pct(g_read):5.1f} | "
-                f"{warm[0] * 1e3:8.1f}")
+                f"{read_ms * 1e3:6.1f}  {pct(read_ms):5.1f}  {read_ms / times[0]:5.2f} | "
+                f"{g_ms * 1e3:11.1f}  {pct(g_ms):5.1f} | {g_read * 1e3:6.1f}  {pct(g_read):5.1f}  "
+                f"{g_read / g_ms:5.2f} | {warm[0] * 1e3:8.1f}")
+            ratios.append((t.name, rows, k, read_ms / times[0], g_read / g_ms, pct(times[0]),
+                           pct(g_ms)))
             out("        every arm, cold us: " + ", ".join(f"{a}: {v * 1e3:.1f}" for a, v in times.items()))
+    for name in dict.fromkeys(r[0] for r in ratios):
+        mine = [r for r in ratios if r[0] == name]
+        big = [r for r in mine if r[1] * r[2] >= 8192 * 28672]
+        out(f"{name}: default / read-only {min(min(r[3], r[4]) for r in mine):.2f}-"
+            f"{max(max(r[3], r[4]) for r in mine):.2f} (stream and graph, every shape); "
+            f"70B shapes {min(min(r[5], r[6]) for r in big):.1f}-"
+            f"{max(max(r[5], r[6]) for r in big):.1f} % of copy")
     if emit_table:
         out("// emitted by strata-ref bench mmvq --emit-table (K = 2560, 200 reps per arm)")
         for t in IL_TYPES:

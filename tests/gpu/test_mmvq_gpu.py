@@ -159,3 +159,69 @@ def test_lanes_kernel_after_device_reset(nat):
     run = subprocess.run([sys.executable, "-c", _AFTER_RESET], capture_output=True, text=True,
                          timeout=300)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
+
+
+def test_handle_used_from_another_thread(nat):
+    """A thread that did not load the library uses the cached handle: its
+    calls run on the handle's device (the wrapper makes it current in that
+    thread) and compute the oracle's bits."""
+    import threading
+
+    import numpy as np
+    from strata_ref.native.mmvq import mmvq_native
+    from strata_ref.routes.mmvq import mmvq
+    from strata_ref.routes.mmvq_inputs import sane_blocks
+    from strata_ref.routes.q8_1 import quantize_q8_1
+    from strata_ref.types import GGMLType as T
+    rng = np.random.default_rng(11)
+    rows, k = 300, 2560
+    w = sane_blocks(T.Q6_K, rows * k // 256, rng).reshape(rows, -1)
+    q8 = quantize_q8_1(rng.standard_normal((1, k)).astype(np.float32)).reshape(1, -1, 36)
+    ref = mmvq(T.Q6_K, w, q8)
+    out = {}
+
+    def work():
+        try:
+            got = mmvq_native(T.Q6_K, w, q8, nat=nat)
+            out["bits"] = np.array_equal(got.view(np.uint32), ref.view(np.uint32))
+            out["device"] = nat.lib.smv_get_device()
+        except Exception as e:       # reported below, in the test's thread
+            out["error"] = repr(e)
+
+    th = threading.Thread(target=work)
+    th.start()
+    th.join()
+    assert out.get("error") is None, out["error"]
+    assert out["bits"] and out["device"] == nat.lib.device
+
+
+def test_a_failed_device_query_is_the_calls_own_error(nat):
+    """smv_time_read and the lanes kernel's set-up return a failed device
+    query as their status 6 with that CUDA error (the test hook makes the
+    next query of this thread fail with cudaErrorInvalidDevice, 101), launch
+    nothing, and the next call works."""
+    import numpy as np
+    from strata_ref.routes.mmvq import mmvq
+    from strata_ref.routes.mmvq_inputs import sane_blocks
+    from strata_ref.routes.q8_1 import quantize_q8_1
+    from strata_ref.types import GGMLType as T
+    f, lib = nat.ffi, nat.lib
+    assert lib.smv_fail_next_device_query(0) == 5
+    buf = nat.alloc(1 << 20)
+    ms = f.new("float *", -1.0)
+    assert lib.smv_fail_next_device_query(101) == 0
+    assert lib.smv_time_read(buf.ptr, 0, 1, 1 << 20, 3, ms) == 6
+    assert lib.smv_last_cuda_error() == 101 and ms[0] == -1.0
+    assert lib.smv_time_read(buf.ptr, 0, 1, 1 << 20, 3, ms) == 0 and ms[0] > 0
+    rng = np.random.default_rng(12)
+    rows, k = 64, 2560
+    w = sane_blocks(T.Q4_K, rows * k // 256, rng).reshape(rows, -1)
+    q8 = quantize_q8_1(rng.standard_normal((1, k)).astype(np.float32)).reshape(1, -1, 36)
+    dw, dq, dy = nat.put(w), nat.put(q8), nat.alloc(rows * 4)
+    yp = f.cast("float *", dy.ptr)
+    assert lib.smv_fail_next_device_query(101) == 0
+    assert lib.smv_mmvq(int(T.Q4_K), dw.ptr, rows, k, dq.ptr, 1, yp, 0, f.NULL) == 6
+    assert lib.smv_last_cuda_error() == 101
+    nat.check(lib.smv_mmvq(int(T.Q4_K), dw.ptr, rows, k, dq.ptr, 1, yp, 0, f.NULL), "mmvq")
+    got = nat.get(dy, np.float32, rows)
+    assert np.array_equal(got.view(np.uint32), mmvq(T.Q4_K, w, q8).view(np.uint32).ravel())

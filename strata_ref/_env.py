@@ -1,0 +1,65 @@
+"""Environment variables read by libraries strata-ref imports, checked before
+those libraries read them.
+
+numba reads NUMBA_NUM_THREADS when it is first imported and raises from deep
+inside its threading set-up for a value below 1 (and ignores a value that is
+not an integer, with a warning). `numba_env_problem` says what is wrong in
+one line naming the variable, so that the command line can refuse it
+(exit 2) and the library raise a clear ImportError before numba loads.
+"""
+from __future__ import annotations
+
+import os
+
+__all__ = ["numba_env_problem", "check_numba_env"]
+
+
+def numba_env_problem(environ=None) -> str | None:
+    """The problem with NUMBA_NUM_THREADS in `environ` (default os.environ),
+    or None when it is unset, empty (numba treats both as unset) or a whole
+    number >= 1."""
+    env = os.environ if environ is None else environ
+    v = env.get("NUMBA_NUM_THREADS")
+    if v is None or not v.strip():
+        return None
+    try:
+        n = int(v)
+    except ValueError:
+        n = None
+    if n is None or n < 1:
+        return (f"NUMBA_NUM_THREADS={v!r} is not a number of threads: give a whole "
+                f"number >= 1, or unset it for one thread per CPU")
+    return None
+
+
+def numba_config_problem() -> str | None:
+    """The first NUMBA_* variable numba cannot parse, as one line, or None.
+
+    numba reads its variables when it is first imported and, for a value it
+    cannot parse, prints a RuntimeWarning with a traceback and goes on with
+    its default. This imports numba (only when some NUMBA_* variable is set,
+    and after `numba_env_problem` found nothing) with those warnings caught,
+    and names the variable instead. Call it before anything imports numba:
+    numba warns only once per process."""
+    import re
+    import sys
+    import warnings
+    if "numba" in sys.modules or not any(k.startswith("NUMBA_") for k in os.environ):
+        return None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import numba  # noqa: F401
+    for w in caught:
+        m = re.match(r"Environment variable '(\w+)' is defined but its associated value "
+                     r"'(.*)' could not be parsed", str(w.message))
+        if m:
+            return f"{m.group(1)}={m.group(2)!r} is not a value numba can read; fix or unset it"
+    return None
+
+
+def check_numba_env() -> None:
+    """Raise ImportError (naming the variable and its value) when
+    NUMBA_NUM_THREADS would make numba fail or be ignored."""
+    problem = numba_env_problem()
+    if problem:
+        raise ImportError(problem)

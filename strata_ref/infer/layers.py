@@ -1,0 +1,144 @@
+"""Blocks that several architecture graphs share: the attention block with
+its options (llama.cpp `llm_graph_context::build_qkv` and `build_attn`,
+`src/llama-graph.cpp`) and the dense gated FFN (`build_ffn`, SwiGLU or
+GeGLU), each loaded from the file's tensors and run in ggml-cpu's order of
+arithmetic (`strata_ref.cpu`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..cpu import ops
+from ..cpu.matmul import QMatrix
+
+__all__ = ["Attention", "GatedFFN", "sigmoid"]
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """ggml `sigmoid` (unary-ops.cpp `op_sigmoid`): 1 / (1 + expf(-x)),
+    libm's expf, every step a float32 operation; any shape."""
+    return ops.sigmoid(x)
+
+
+class Attention:
+    """One self-attention block: q, k, v projections (+ biases), the q / k
+    RMSNorms per head, RoPE, softmax(K q * kq_scale + mask [+ sinks]) V
+    over the F16 KV cache, the output projection (+ bias).
+
+    Options, each as one llama.cpp architecture builds them:
+    `qk_norm` (qwen3, gemma3, qwen3moe, qwen3next); `attn_scale` (gemma3:
+    q times it after RoPE); `q_gate` (qwen3next: attn_q holds per head the
+    query then a gate, and the attention output is multiplied by
+    sigmoid(gate) before attn_output); `sinks` (gpt-oss: one learned logit
+    per head added to the softmax's sum); `out_bias` (gpt-oss).
+
+    `__call__(x, pos, cache, ci, cos_sin, n_swa)`: x float32 (n, n_embd)
+    (the normed input); pos int (n,) positions; cache a KV cache with
+    `store(ci, k, v)`, `k`/`v` per layer and `n` the filled positions
+    (ci: this block's slot in it); cos_sin the RoPE tables of `pos`;
+    n_swa > 0 a sliding window. Returns float32 (n, n_embd).
+    """
+
+    def __init__(self, w, prefix: str, hp, profile, *, qk_norm=False, q_gate=False, sinks=False,
+                 out_bias=False, attn_scale=1.0):
+        e, hd = hp.n_embd, hp.head_dim
+        nq, nkv = hp.n_head * hd, hp.n_head_kv * hd
+        self.hp, self.cpu = hp, profile
+        self.q_gate, self.attn_scale = q_gate, attn_scale
+        nq_rows = 2 * nq if q_gate else nq
+        if w.has(prefix + "attn_qkv.weight"):
+            raise _fused(hp.arch)
+        self.wq = w.mat(prefix + "attn_q.weight", nq_rows, e)
+        self.wk = w.mat(prefix + "attn_k.weight", nkv, e)
+        self.wv = w.mat(prefix + "attn_v.weight", nkv, e)
+        self.wo = w.mat(prefix + "attn_output.weight", e, nq)
+        self.bq = w.vec(prefix + "attn_q.bias", nq_rows, required=False)
+        self.bk = w.vec(prefix + "attn_k.bias", nkv, required=False)
+        self.bv = w.vec(prefix + "attn_v.bias", nkv, required=False)
+        self.bo = w.vec(prefix + "attn_output.bias", e, required=out_bias) if out_bias else None
+        self.q_norm = w.vec(prefix + "attn_q_norm.weight", hd) if qk_norm else None
+        self.k_norm = w.vec(prefix + "attn_k_norm.weight", hd) if qk_norm else None
+        self.sinks = w.vec(prefix + "attn_sinks.weight", hp.n_head) if sinks else None
+        # one kernel call for q|k|v when their types agree (rows are
+        # independent: no bit changes)
+        self.wqkv = (QMatrix.stack([self.wq, self.wk, self.wv], prefix + "attn_qkv")
+                     if self.wq.type == self.wk.type == self.wv.type else None)
+
+    def matrices(self) -> list:
+        return ([self.wqkv] if self.wqkv is not None else [self.wq, self.wk, self.wv]) + [self.wo]
+
+    def __call__(self, x, pos, cache, ci, cos_sin, n_swa=0):
+        hp = self.hp
+        n, hd = x.shape[0], hp.head_dim
+        nq, nkv = hp.n_head * hd, hp.n_head_kv * hd
+        nqr = 2 * nq if self.q_gate else nq
+        if self.wqkv is not None:
+            qkv = self.wqkv.matmul(x)
+            q, k, v = qkv[:, :nqr], qkv[:, nqr:nqr + nkv], qkv[:, nqr + nkv:]
+        else:
+            q, k, v = self.wq.matmul(x), self.wk.matmul(x), self.wv.matmul(x)
+        if self.bq is not None:
+            q = q + self.bq
+        if self.bk is not None:
+            k = k + self.bk
+        if self.bv is not None:
+            v = v + self.bv
+        gate = None
+        if self.q_gate:
+            # per head: hd query values, then hd gate values (qwen3next.cpp
+            # build_layer_attn's two views of Qcur_full)
+            qg = q.reshape(n, hp.n_head, 2, hd)
+            q, gate = qg[:, :, 0], qg[:, :, 1].reshape(n, nq)
+        q = q.reshape(n, hp.n_head, hd)
+        k = k.reshape(n, hp.n_head_kv, hd)
+        v = v.reshape(n, hp.n_head_kv, hd)
+        if self.q_norm is not None:
+            q = ops.rms_norm(q, self.q_norm, hp.eps)
+            k = ops.rms_norm(k, self.k_norm, hp.eps)
+        cos, sin = cos_sin
+        q = ops.rope(q, cos, sin, hp.n_rot, hp.neox, self.cpu)
+        k = ops.rope(k, cos, sin, hp.n_rot, hp.neox, self.cpu)
+        if self.attn_scale != 1.0:
+            q = (q * np.float32(self.attn_scale)).astype(np.float32)
+        cache.store(ci, k, v)
+        a = ops.attention(q, cache.k[ci].view(np.uint16), cache.v[ci].view(np.uint16),
+                          cache.n + n, pos, hp.kq_scale, self.cpu, n_swa, sinks=self.sinks)
+        if gate is not None:
+            a = (a * sigmoid(gate)).astype(np.float32)
+        out = self.wo.matmul(a)
+        if self.bo is not None:
+            out = out + self.bo
+        return out
+
+
+def _fused(arch):
+    from .model import ModelLoadError
+    return ModelLoadError(f"{arch}: fused `attn_qkv` tensors are not supported")
+
+
+class GatedFFN:
+    """The dense gated FFN, llama.cpp `build_ffn(..., LLM_FFN_PAR)`:
+    down(act(gate x) * up x) with act SiLU (`ggml_swiglu_split`) or GELU
+    through ggml's F16 table (`ggml_geglu_split`, gemma3). `__call__(x)`:
+    float32 (n, n_embd) -> (n, n_embd)."""
+
+    def __init__(self, w, prefix: str, suffix: str, n_embd: int, n_ff: int, profile, gelu=False):
+        self.cpu, self.gelu, self.n_ff = profile, gelu, n_ff
+        self.w_gate = w.mat(f"{prefix}ffn_gate{suffix}.weight", n_ff, n_embd)
+        self.w_up = w.mat(f"{prefix}ffn_up{suffix}.weight", n_ff, n_embd)
+        self.w_down = w.mat(f"{prefix}ffn_down{suffix}.weight", n_embd, n_ff)
+        # one kernel call for gate|up when their types agree
+        self.w_gate_up = (QMatrix.stack([self.w_gate, self.w_up], f"{prefix}ffn_gate_up{suffix}")
+                          if self.w_gate.type == self.w_up.type else None)
+
+    def matrices(self) -> list:
+        return ([self.w_gate_up] if self.w_gate_up is not None else [self.w_gate, self.w_up]) + [self.w_down]
+
+    def __call__(self, x):
+        if self.w_gate_up is not None:
+            gu = self.w_gate_up.matmul(x)
+            g, u = gu[:, :self.n_ff], gu[:, self.n_ff:]
+        else:
+            g, u = self.w_gate.matmul(x), self.w_up.matmul(x)
+        act = ops.geglu(g, u, self.cpu) if self.gelu else ops.swiglu(g, u, self.cpu)
+        return self.w_down.matmul(act)

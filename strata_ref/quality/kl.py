@@ -1,0 +1,151 @@
+"""KL divergence on the positions a model generates.
+
+REF generates from each prompt (greedy, or seeded sampling): its logits at
+each generated position come from the incremental pass, one token per call,
+as a user's generation computes them. TEST is teacher-forced on REF's
+prompt and tokens in one batched pass. At every generated position j (the
+distribution that produced REF's token j):
+
+    KL_j = sum_v p_v (log p_v - log q_v),  p = softmax(REF row), q = softmax(TEST row)
+
+over the whole vocabulary, in float64 from the float32 logits. Prompt
+positions never count; with `chat` the prompt is the chat template's user
+turn, so only the assistant's tokens count. The noise floor is the same
+statistics for REF against REF's own batched pass over the same tokens:
+how much two float orders of one model differ (llama.cpp's runs differ
+the same way), the scale below which a TEST's KL says nothing.
+
+Statistics (`summarize`): mean with its standard error, median, p90, p99,
+p99.9 and max of KL; top-1 agreement (argmax of TEST = argmax of REF); Δp =
+q(tok) - p(tok) for REF's token, its mean and 1st percentile.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["PromptResult", "log_softmax", "kl_rows", "summarize", "reference_pass", "teacher_forced",
+           "run_kl", "run_kl_many"]
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """float64 log-softmax of float32 rows (n, vocab); -inf logits give
+    -inf."""
+    z = np.asarray(logits, np.float64)
+    m = z.max(axis=-1, keepdims=True)
+    return z - (m + np.log(np.exp(z - m).sum(axis=-1, keepdims=True)))
+
+
+def kl_rows(ref_logits: np.ndarray, test_logits: np.ndarray, tokens) -> dict:
+    """Per-row KL(REF || TEST), top-1 agreement and Δp of REF's tokens:
+    rows (n, vocab) float32 each, tokens (n,) the ids REF chose. Returns
+    float64 arrays "kl", "dp" and bool "top1" of length n. Terms with p = 0
+    add 0 (the limit); q = 0 where p > 0 gives inf."""
+    lp, lq = log_softmax(ref_logits), log_softmax(test_logits)
+    p = np.exp(lp)
+    with np.errstate(invalid="ignore"):
+        terms = np.where(p > 0, p * (lp - lq), 0.0)
+    kl = terms.sum(axis=-1)
+    tok = np.asarray(tokens, np.int64)
+    r = np.arange(len(tok))
+    dp = np.exp(lq[r, tok]) - p[r, tok]
+    top1 = np.argmax(ref_logits, axis=-1) == np.argmax(test_logits, axis=-1)
+    return {"kl": kl, "dp": dp, "top1": top1}
+
+
+def summarize(rows: dict) -> dict:
+    """The statistics of the module docstring over concatenated per-row
+    results (`kl_rows` outputs): a dict of floats ("n", "kl_mean",
+    "kl_se", "kl_median", "kl_p90", "kl_p99", "kl_p999", "kl_max",
+    "top1", "dp_mean", "dp_p1")."""
+    kl, dp, top1 = rows["kl"], rows["dp"], rows["top1"]
+    n = int(kl.size)
+    if n == 0:
+        return {"n": 0}
+    se = float(kl.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
+    q = np.percentile(kl, [50, 90, 99, 99.9])
+    return {"n": n, "kl_mean": float(kl.mean()), "kl_se": se, "kl_median": float(q[0]),
+            "kl_p90": float(q[1]), "kl_p99": float(q[2]), "kl_p999": float(q[3]),
+            "kl_max": float(kl.max()), "top1": float(top1.mean()), "dp_mean": float(dp.mean()),
+            "dp_p1": float(np.percentile(dp, 1))}
+
+
+def reference_pass(m, prompt_ids, max_tokens: int, sampler):
+    """REF's generation: (tokens, logits) where logits (G, vocab) float32
+    row j is the incremental pass's distribution that produced token j. It
+    stops after an end-of-generation token (which counts) or max_tokens."""
+    cache = m.new_cache(min(m.hp.n_ctx_train, len(prompt_ids) + max_tokens + 1))
+    logits = m.forward(list(prompt_ids), cache)
+    toks, rows = [], []
+    for i in range(max_tokens):
+        tok = sampler(logits)
+        toks.append(tok)
+        rows.append(np.array(logits, np.float32))
+        if tok in m.tokenizer.eog_ids or i + 1 == max_tokens:
+            break
+        logits = m.forward([tok], cache)
+    return toks, np.stack(rows) if rows else np.zeros((0, m.n_vocab), np.float32)
+
+
+def teacher_forced(m, prompt_ids, tokens) -> np.ndarray:
+    """float32 (len(tokens), vocab): m's batched pass over prompt + tokens,
+    the rows that predict each of `tokens`."""
+    ids = list(prompt_ids) + list(tokens)
+    cache = m.new_cache(min(m.hp.n_ctx_train, len(ids) + 1))
+    out = m.forward(ids[:-1] if tokens else ids, cache, all_logits=True)
+    return out[len(prompt_ids) - 1:]
+
+
+@dataclass
+class PromptResult:
+    prompt: str
+    n_prompt: int
+    tokens: list
+    test: dict = field(repr=False)
+    floor: dict = field(repr=False)
+
+
+def run_kl_many(ref, tests, prompts, max_tokens: int = 32, sampler=None, chat: bool = False,
+                progress=None):
+    """`run_kl` for several TEST models against one REF generation: tests
+    is a list of loaded models. Returns (per-prompt lists of PromptResult,
+    one list per test; the overall statistics per test; the floor's). The
+    floor is the same for every test (REF's own batched pass)."""
+    from ..infer.chat import format_chat
+    from ..infer.sampling import Sampler
+    for t in tests:
+        if ref.n_vocab != t.n_vocab:
+            raise ValueError(f"REF has {ref.n_vocab} tokens and a TEST {t.n_vocab}: KL needs one vocabulary")
+    sampler = sampler or Sampler(0.0)
+    results = [[] for _ in tests]
+    for text in prompts:
+        if chat:
+            text_in = format_chat(ref.metadata.get("tokenizer.chat_template"),
+                                  [{"role": "user", "content": text}])
+            ids = ref.tokenizer.encode(text_in, add_special=True, parse_special=True)
+        else:
+            ids = ref.tokenizer.encode(text, add_special=True, parse_special=False)
+        toks, rlog = reference_pass(ref, ids, max_tokens, sampler)
+        floor = kl_rows(rlog, teacher_forced(ref, ids, toks), toks)
+        for i, t in enumerate(tests):
+            results[i].append(PromptResult(text, len(ids), toks, kl_rows(rlog, teacher_forced(t, ids, toks), toks),
+                                           floor))
+        if progress:
+            progress(1)
+    cat = lambda rs, key: {k: np.concatenate([getattr(r, key)[k] for r in rs]) for k in ("kl", "dp", "top1")}
+    return results, [summarize(cat(rs, "test")) for rs in results], summarize(cat(results[0], "floor"))
+
+
+def run_kl(ref, test, prompts, max_tokens: int = 32, sampler=None, chat: bool = False,
+           progress=None):
+    """KL(REF || TEST) at REF's generated positions for each prompt, and
+    the noise floor (REF incremental vs REF batched). ref, test: loaded
+    models (`variants.load_variant`) with the same vocabulary; prompts: str
+    list; sampler: `infer.sampling.Sampler` (None: greedy); progress: called
+    with 1 per prompt. Returns (per-prompt PromptResult list, overall test
+    statistics, overall floor statistics). Raises ValueError when the
+    models' vocabularies differ."""
+    res, st, fl = run_kl_many(ref, [test], prompts, max_tokens, sampler, chat, progress)
+    return res[0], st[0], fl

@@ -1,0 +1,194 @@
+"""The command line on careless and hostile input (issue 16): names from a
+file are escaped when printed, the environment is checked before use, help
+texts say what each argument is. No model is needed: files are made here."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from strata_ref.cli import build_parser, main
+from strata_ref.gguf import GGUFValueType as V, write_gguf
+from strata_ref.hashing import hash_array
+from strata_ref.types import GGMLType as T
+
+FORGED = "x\nforged.weight  F32  32  0123456789abcdef"
+
+
+@pytest.fixture
+def forged(tmp_path):
+    p = tmp_path / "forged.gguf"
+    write_gguf(p, {"evil.\x1b[2Jkey\r": "v\x1b]0;title\x07", "plain": (V.UINT32, 7)},
+               [(FORGED, T.F32, (32,), np.ones(32, np.float32)),
+                ("back\\slash", T.F32, (32,), np.zeros(32, np.float32))])
+    return p
+
+
+def test_hash_table_escapes_tensor_names(forged, capsys):
+    assert main(["hash", str(forged), "--out", "f32"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # header, two tensors, chained: the forged newline adds no row
+    assert len(lines) == 4
+    h = f"{hash_array(np.ones(32, np.float32)):016x}"
+    assert lines[1].split() == ["x\\x0aforged.weight", "F32", "32", "0123456789abcdef", "F32", "32", h]
+    assert lines[2].split()[0] == "back\\\\slash"
+    assert main(["hash", str(forged), "--out", "f32", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [t["name"] for t in doc["tensors"]] == [FORGED, "back\\slash"]
+
+
+def test_info_escapes_keys_and_values(forged, capsys):
+    assert main(["info", str(forged)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\r" not in out and "\x07" not in out
+    assert "  evil.\\x1b[2Jkey\\x0d = 'v\\x1b]0;title\\x07'" in out.splitlines()
+    assert "  plain = 7" in out.splitlines()
+
+
+def test_info_cuts_a_huge_key(tmp_path, capsys):
+    p = tmp_path / "k.gguf"
+    write_gguf(p, {"k" * 100_000: (V.UINT8, 1)}, [])
+    assert main(["info", str(p)]) == 0
+    line = [l for l in capsys.readouterr().out.splitlines() if l.startswith("  k")][0]
+    assert line == "  " + "k" * 150 + "…" + "k" * 20 + " = 1"
+
+
+def test_error_lines_stay_one_line(tmp_path, capsys):
+    p = tmp_path / "e.gguf"
+    write_gguf(p, {}, [("w", T.F32, (4,), np.zeros(4, np.float32))])
+    assert main(["compare", str(p), "no\nsuch\x1b[1m", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\x1b" not in err
+    assert err.startswith("strata-ref: error: no tensor 'no\\nsuch\\x1b[1m'")
+
+
+def test_hash_types_take_ids_and_names(forged, tmp_path, capsys):
+    p = tmp_path / "q.gguf"
+    write_gguf(p, {}, [("a", T.F32, (32,), np.ones(32, np.float32)),
+                       ("b", T.Q8_0, (32,), np.zeros(34, np.uint8))])
+    assert main(["hash", str(p), "--types", "8", "--json"]) == 0
+    assert [t["name"] for t in json.loads(capsys.readouterr().out)["tensors"]] == ["b"]
+    assert main(["hash", str(p), "--types", "0,Q8_0", "--json"]) == 0
+    assert [t["name"] for t in json.loads(capsys.readouterr().out)["tensors"]] == ["a", "b"]
+    assert main(["hash", str(p), "--types", "99"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "strata-ref: error: UnsupportedTypeError: unknown ggml type id 99 (ggml ids are 0..42)"]
+    assert main(["hash", str(p), "--types", ","]) == 2
+    assert capsys.readouterr().err.splitlines() == ["strata-ref: error: --types ',' names no type"]
+    assert main(["hash", str(p), "--types", ""]) == 2
+    assert capsys.readouterr().err.splitlines() == ["strata-ref: error: --types '' names no type"]
+
+
+@pytest.mark.parametrize("action", ["make", "check"])
+def test_golden_empty_dir_is_refused(action, capsys):
+    # `--dir "$D"` with D unset must not mean the repository's golden/
+    assert main(["golden", action, "--dir", ""]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "strata-ref: error: --dir is empty; give a directory (or leave --dir out for the "
+        "repository's golden/)"]
+
+
+@pytest.mark.parametrize("name", ["", "  "])
+def test_empty_model_name(name, capsys):
+    assert main(["hash", name]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "strata-ref: error: ModelError: the model name is empty: give a registry name "
+        "(SmolLM2-135M-Instruct, Qwen2.5-Coder-0.5B-Instruct, gemma-3-270m) or a path to a .gguf file"]
+
+
+def test_cache_variable_pointing_at_a_file_is_named(tmp_path, monkeypatch, capsys):
+    f = tmp_path / "not-a-dir"
+    f.write_text("x")
+    for cache in (f, f / "sub"):
+        monkeypatch.setenv("STRATA_REF_CACHE", str(cache))
+        assert main(["models", "fetch", "smollm2"]) == 2
+        assert capsys.readouterr().err.splitlines() == [
+            f"strata-ref: error: ModelError: the model cache {cache} (from $STRATA_REF_CACHE) is not "
+            f"a writable directory: {cache}/models: a file, not a directory, is in the way; set "
+            "STRATA_REF_CACHE to a directory you can write"]
+
+
+def test_cache_that_cannot_be_created_is_named(monkeypatch, capsys):
+    # /proc refuses new directories even to root
+    if not os.path.isdir("/proc/self"):
+        pytest.skip("no /proc")
+    monkeypatch.setenv("STRATA_REF_CACHE", "/proc/strata-ref-nope")
+    assert main(["models", "fetch", "smollm2"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "the model cache /proc/strata-ref-nope (from $STRATA_REF_CACHE) is not " \
+        "a writable directory" in err[0]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two"])
+def test_bad_numba_threads_is_one_line_exit_2(tmp_path, value):
+    p = tmp_path / "w.gguf"
+    write_gguf(p, {}, [("w", T.F32, (4,), np.zeros(4, np.float32))])
+    env = {**os.environ, "NUMBA_NUM_THREADS": value}
+    r = subprocess.run([sys.executable, "-m", "strata_ref.cli", "hash", str(p)], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr.splitlines() == [
+        f"strata-ref: error: NUMBA_NUM_THREADS={value!r} is not a number of threads: give a "
+        "whole number >= 1, or unset it for one thread per CPU"]
+
+
+def test_numba_variable_numba_cannot_parse_is_one_line(tmp_path):
+    # numba prints a RuntimeWarning with a traceback for it, and goes on
+    p = tmp_path / "w.gguf"
+    write_gguf(p, {}, [("w", T.F32, (4,), np.zeros(4, np.float32))])
+    env = {**os.environ, "NUMBA_DISABLE_JIT": "abc"}
+    r = subprocess.run([sys.executable, "-m", "strata_ref.cli", "hash", str(p)], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr.splitlines() == [
+        "strata-ref: error: NUMBA_DISABLE_JIT='abc' is not a value numba can read; fix or unset it"]
+
+
+def _help(*argv) -> None:
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args([*argv, "--help"])
+    assert e.value.code == 0
+
+
+def test_help_texts(capsys):
+    _help()
+    top = capsys.readouterr().out
+    assert "The bitwise reference for GGML/GGUF quantized weights" in top
+    assert "thin shell" not in top and "STRATA_REF_CACHE" in top
+    _help("generate")
+    gen = capsys.readouterr().out
+    assert gen.startswith("usage: strata-ref generate [-h] [--max-tokens N]")
+    assert "[MODEL] PROMPT [[MODEL] PROMPT ...]" not in gen and "[MODEL] PROMPT\n" in gen
+    for opt, default in [("--max-tokens N", "32"), ("--temperature T", "0.0"), ("--top-k K", "0"),
+                         ("--top-p P", "1.0"), ("--seed S", "0")]:
+        block = gen.split("\n  " + opt, 1)[1].split("\n  --", 1)[0]
+        assert f"(default: {default})" in " ".join(block.split()), opt
+    assert "at most 4096" in gen
+    _help("compare")
+    cmp_ = " ".join(capsys.readouterr().out.split())
+    for text in ["MODEL GGUF file", "TENSOR tensor name", "DUMP raw little-endian file",
+                 "--dtype {f32,f16,bf16} value type of the dump (default: f32)",
+                 "--row0 R first tensor row the dump holds (default: 0)",
+                 "--rows N rows the dump holds (default: every row from R to the end)",
+                 "--ld L values from one dump row to the next", "--hash HEX"]:
+        assert text in cmp_, text
+
+
+def test_unexpected_error_is_one_line_and_called_a_bug(monkeypatch, capsys):
+    from strata_ref import cli
+
+    def boom(a):
+        raise KeyError("tensors")
+    monkeypatch.setattr(cli, "cmd_info", boom)
+    monkeypatch.delenv("STRATA_REF_DEBUG", raising=False)
+    assert main(["info", "x.gguf"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "strata-ref: error: internal error KeyError: 'tensors' (a bug in strata-ref; "
+        "STRATA_REF_DEBUG=1 shows the traceback)"]
+    monkeypatch.setenv("STRATA_REF_DEBUG", "1")
+    with pytest.raises(KeyError):
+        main(["info", "x.gguf"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 
 from . import __version__
@@ -22,8 +23,9 @@ the oracle bit for bit, check the golden files, and run GGUF models
 (llama, qwen2, qwen3, gemma3) on the CPU as llama.cpp does."""
 
 EPILOG = """\
-A MODEL is a registry name (see `strata-ref models list`) or a path to a
-.gguf file. Models are cached in $STRATA_REF_CACHE, else
+A MODEL is a registry name (see `strata-ref models list`), a path to a
+.gguf file (any shard of a gguf-split set opens the whole set) or a
+directory holding one model. Models are cached in $STRATA_REF_CACHE, else
 $XDG_CACHE_HOME/strata-ref, else ~/.cache/strata-ref. Errors are one line
 (exit 2); STRATA_REF_DEBUG=1 shows the traceback. Ctrl-C exits with 130."""
 
@@ -53,11 +55,20 @@ def _split_list(s: str | None) -> list[str] | None:
 
 
 # ---------------------------------------------------------------- hash / info
+class _Terminated(Exception):
+    """SIGTERM arrived during `hash`."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated()
+
+
 def cmd_hash(a) -> int:
     from ._progress import progress_bar
     from .gguf import read
-    from .hashing import FNV64_OFFSET, HASH_DTYPES, hash_tensor
+    from .hashing import HASH_DTYPES, hash_model
     from .models import resolve
+    from .tasks import cpu_count
     from .types import parse_type
 
     outs = list(dict.fromkeys(o.lower() for o in _split_list(a.out) or []))
@@ -66,6 +77,13 @@ def cmd_hash(a) -> int:
         return _err(f"--out: unknown or no dtype ({a.out!r}); choose from f32,f16,bf16")
     if a.device != "cuda" and (a.kernel or a.compare):
         return _err("--kernel and --compare need --device cuda")
+    if a.device == "cuda" and (a.jobs or a.scheduler or a.manifest):
+        return _err("--jobs, --scheduler and --manifest run the oracle's tasks; "
+                    "--device cuda hashes in this process")
+    if a.jobs is not None and a.jobs < 1:
+        return _err(f"--jobs must be >= 1, got {a.jobs}")
+    if a.resume and not a.manifest:
+        return _err("--resume needs --manifest FILE (the manifest to resume from)")
     types = None
     if a.types is not None:
         types = {parse_type(t) for t in _split_list(a.types) or []}
@@ -78,30 +96,47 @@ def cmd_hash(a) -> int:
         print(f"strata-ref: note: no tensor of type {', '.join(sorted(t.name for t in types))} "
               f"in {path.name}", file=sys.stderr)
     if a.device == "cuda":
-        return _hash_device(a, path, tensors, outs)
-    chain = {d: FNV64_OFFSET for d in outs}
+        return _hash_device(a, f, tensors, outs)
     total = sum(t.n_bytes for t in tensors)
-    rows = []
-    # disable=None: tqdm draws only on a terminal, never into a log file
-    with progress_bar(total, "hash", "B", enabled=not (a.no_progress or a.json),
-                      unit_scale=True) as bar:
-        for t in tensors:
-            h = hash_tensor(t.type, t.data, t.rows, t.cols, outs, chain, bar.update)
-            rows.append({"name": t.name, "type": t.type.name, "shape": list(t.shape),
-                         "hash": {d: f"{h[d]:016x}" for d in outs}})
-    chained = {d: f"{chain[d]:016x}" for d in outs}
-    _print_hashes(path, rows, chained, outs, a.json)
+    # SIGTERM (a CI cancel, `timeout`) unwinds like Ctrl-C, so that worker
+    # processes are stopped and the manifest is closed on the way out
+    import threading
+    main_thread = threading.current_thread() is threading.main_thread()
+    old_term = signal.signal(signal.SIGTERM, _raise_terminated) if main_thread else None
+    try:
+        with progress_bar(total, "hash", "B", enabled=not (a.no_progress or a.json),
+                          unit_scale=True) as bar:
+            res = hash_model(f, outs, types=types, jobs=a.jobs or cpu_count(),
+                             scheduler=a.scheduler, manifest=a.manifest, resume=a.resume,
+                             progress=bar.update)
+    except _Terminated:
+        return 128 + signal.SIGTERM
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, old_term)
+    if res.resumed:
+        print(f"strata-ref: note: {res.resumed} of {len(res.tensors)} tensors taken from "
+              f"{a.manifest}", file=sys.stderr)
+    rows = [{"name": t.name, "type": t.type.name, "shape": list(t.shape),
+             "hash": {d: f"{t.hashes[d]:016x}" for d in outs}} for t in res.tensors]
+    chained = {d: f"{res.chained[d]:016x}" for d in outs}
+    _print_hashes(f, rows, chained, outs, a.json)
     return 0
 
 
-def _print_hashes(path, rows: list, chained: dict, outs: list, as_json: bool,
+def _print_hashes(model, rows: list, chained: dict, outs: list, as_json: bool,
                   extra: dict | None = None) -> None:
-    """The output of `hash`: JSON (with `extra`'s keys added) or the table
-    and the chained line; the same for the oracle and the device."""
+    """The output of `hash`: JSON (with `extra`'s keys added) or the table,
+    for a split set a line naming its shards, and the chained line; the
+    same for the oracle and the device."""
+    shards = [str(s.path) for s in model.shards]
+    split = len(shards) > 1
     if as_json:
-        json.dump({"file": str(path), "tensors": rows, "chained": chained,
-                   "types": sorted({r["type"] for r in rows}), **(extra or {})},
-                  sys.stdout, indent=1)
+        doc = {"file": shards[0], "tensors": rows, "chained": chained,
+               "types": sorted({r["type"] for r in rows})}
+        if split:
+            doc["shards"] = shards
+        json.dump({**doc, **(extra or {})}, sys.stdout, indent=1)
         print()
         return
     # names come from the file: escaped, so that none can add a row or
@@ -113,11 +148,18 @@ def _print_hashes(path, rows: list, chained: dict, outs: list, as_json: bool,
         shape = "x".join(map(str, r["shape"]))
         print(f"{name:<{w}}  {r['type']:<7} {shape:<16} "
               + " ".join(r["hash"][d] for d in outs))
-    print(f"chained ({len(rows)} tensors, file order): "
+    if split:
+        print(f"split set: {len(shards)} shards, {printable(os.path.basename(shards[0]))} ... "
+              f"{printable(os.path.basename(shards[-1]))}")
+    print(f"chained ({len(rows)} tensors, {_model_order(model)}): "
           + "  ".join(f"{d}={chained[d]}" for d in outs))
 
 
-def _hash_device(a, path, tensors, outs) -> int:
+def _model_order(model) -> str:
+    return "shard order, then file order" if len(model.shards) > 1 else "file order"
+
+
+def _hash_device(a, model, tensors, outs) -> int:
     """`hash --device cuda`: the hashes through the native kernels
     (strata_ref.native.hash_device), printed as the oracle's on stdout, the
     device report (kernel times, GB/s) on stderr; with --compare the
@@ -142,14 +184,14 @@ def _hash_device(a, path, tensors, outs) -> int:
     if a.compare:
         extra["equal"] = run.all_equal
     if a.json:
-        _print_hashes(path, rows, chained, outs, True, extra)
+        _print_hashes(model, rows, chained, outs, True, extra)
         return 0 if not a.compare or run.all_equal else 1
     if a.compare:
         print("\n".join(compare_lines(run)))
-        print(f"chained ({len(rows)} tensors, file order, device): "
+        print(f"chained ({len(rows)} tensors, {_model_order(model)}, device): "
               + "  ".join(f"{d}={chained[d]}" for d in outs))
     else:
-        _print_hashes(path, rows, chained, outs, False)
+        _print_hashes(model, rows, chained, outs, False)
     print("\n".join(summary_lines(run)), file=sys.stderr)
     return 0 if not a.compare or run.all_equal else 1
 
@@ -190,6 +232,11 @@ def cmd_info(a) -> int:
     f = read(resolve(a.file))
     print(f"file: {printable(f.path)}\nGGUF version {f.version}, alignment {f.alignment}, "
           f"{len(f.metadata)} metadata keys, {len(f.tensors)} tensors")
+    if len(f.shards) > 1:
+        print(f"split set of {len(f.shards)} shards (metadata from the first):")
+        for k, s in enumerate(f.shards):
+            print(f"  {k + 1:>5}  {printable(os.path.basename(s.path))}  {len(s.tensors)} tensors, "
+                  f"{s.file_size / 1e6:.2f} MB")
     def show(v):
         return v.item() if hasattr(v, "item") and getattr(v, "ndim", 0) == 0 else v
     for k, v in f.metadata.items():
@@ -432,11 +479,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     h = sub.add_parser("hash", help="FNV-1a 64 of every tensor's dequantized output")
     h.add_argument("model", nargs="?", default=None,
-                   help="registry model name or .gguf path (default: SmolLM2-135M-Instruct)")
+                   help="registry model name, .gguf path (any shard of a split set) or a "
+                        "directory holding one model (default: SmolLM2-135M-Instruct)")
     h.add_argument("--out", default="f32,f16,bf16", help="output dtypes (default f32,f16,bf16)")
     h.add_argument("--types", default=None, help="only tensors of these ggml types, e.g. Q4_1,Q8_0")
     h.add_argument("--json", action="store_true", help="machine-readable output")
     h.add_argument("--no-progress", action="store_true", help="no progress bar")
+    h.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="tensors hashed in parallel by N worker processes (default: the "
+                        "core count; 1: in this process); with --scheduler local, N dask workers")
+    h.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="run the per-tensor tasks on dask.distributed: a scheduler address "
+                        "(workers must see the model under the same path) or 'local' for a "
+                        "LocalCluster (needs strata-ref[dask])")
+    h.add_argument("--manifest", default=None, metavar="FILE",
+                   help="write each tensor's hashes to FILE (JSON lines) as it completes")
+    h.add_argument("--resume", action="store_true",
+                   help="take the tensors --manifest FILE already holds from it, hash the rest")
     h.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="cpu: the NumPy oracle (default); cuda: the native kernels, the same "
                         "hashes printed, kernel times on stderr")

@@ -1,4 +1,5 @@
-"""GGUF files: a strict reader, and a fixture writer over the official package.
+"""GGUF files: a strict reader, gguf-split sets opened as one model, and a
+fixture writer over the official package.
 
 `read(path)` parses a GGUF v2/v3 file itself and checks every field before
 it is used; the official `gguf` package (gguf-py 0.19.0) supplies the value
@@ -48,6 +49,14 @@ What is refused, beyond truncation anywhere:
   overlaps another tensor's data (an empty tensor overlaps nothing). (ggml additionally requires the tensors
   to be packed in info order with padding only; gaps are accepted here.)
 
+Split sets (llama.cpp's `gguf-split`, gguf-py's `GGUFWriter(split_max_*)`):
+shards are named `NAME-00001-of-0000N.gguf` and carry `split.no` (0-based),
+`split.count` and `split.tensors.count`; only the first carries the
+architecture and the tokenizer. `read` of any shard (or of the directory
+holding one model) returns a `GGUFSplit` whose tensors are every shard's,
+in shard order and then file order; `read_split` lists what it checks.
+`read_file` reads one file as it is.
+
 String values are decoded as UTF-8 with `errors="surrogateescape"`, so
 any byte string is accepted and its bytes come back with
 `s.encode("utf-8", "surrogateescape")`; keys and tensor names must be valid
@@ -56,6 +65,7 @@ UTF-8.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import struct
 from dataclasses import dataclass, field
@@ -67,8 +77,9 @@ from gguf.constants import GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUFValueType
 from .types import (GGML_TYPE_COUNT, BlockFormat, GGMLType,
                     UnsupportedTypeError, block_format)
 
-__all__ = ["GGUFError", "GGUFFile", "GGUFTensor", "GGUFValueType", "read",
-           "read_bytes", "write_gguf", "GGML_MAX_DIMS", "GGML_MAX_NAME",
+__all__ = ["GGUFError", "GGUFFile", "GGUFTensor", "GGUFSplit", "GGUFValueType",
+           "read", "read_file", "read_split", "read_bytes", "find_model",
+           "split_set", "shard_name", "SHARD_NAME", "write_gguf", "GGML_MAX_DIMS", "GGML_MAX_NAME",
            "MAX_ARRAY_DEPTH", "SUPPORTED_VERSIONS"]
 
 #: ggml `include/ggml.h`: a tensor has at most 4 dimensions.
@@ -109,18 +120,20 @@ _U64 = struct.Struct("<Q")
 
 
 class GGUFError(ValueError):
-    """A malformed or unsupported GGUF file.
+    """A malformed or unsupported GGUF file, or a broken split set.
 
     Attributes: `problem` (text), `offset` (byte offset in the file of the
-    field at fault, int), `path` (the file, or None).
+    field at fault, int; None for a problem of a split set that no single
+    field holds, such as a missing shard), `path` (the file, or None).
     """
 
-    def __init__(self, problem: str, offset: int, path: str | None = None):
+    def __init__(self, problem: str, offset: int | None, path: str | None = None):
         self.problem = problem
         self.offset = offset
         self.path = path
         where = f"{path}: " if path else ""
-        super().__init__(f"{where}{problem} (at byte offset {offset})")
+        at = "" if offset is None else f" (at byte offset {offset})"
+        super().__init__(f"{where}{problem}{at}")
 
 
 @dataclass(frozen=True)
@@ -178,7 +191,9 @@ class GGUFFile:
     list of such values. `metadata_types`: key -> GGUFValueType;
     `array_types`: key -> element GGUFValueType for ARRAY keys.
     `tensors`: GGUFTensor list in file (info) order. `data_offset`: absolute
-    start of the data section. `endian` is always "<".
+    start of the data section. `endian` is always "<". `key_offsets`: key ->
+    byte offset of its key/value record. `shards` is `[self]`, so that code
+    written for a split set (`GGUFSplit`) takes a single file as well.
     """
     path: str | None
     version: int
@@ -190,6 +205,7 @@ class GGUFFile:
     array_types: dict[str, GGUFValueType]
     tensors: list[GGUFTensor]
     endian: str = "<"
+    key_offsets: dict[str, int] = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         self._by_name = {t.name: t for t in self.tensors}
@@ -204,9 +220,42 @@ class GGUFFile:
     def get(self, key: str, default: Any = None) -> Any:
         return self.metadata.get(key, default)
 
+    @property
+    def shards(self) -> list["GGUFFile"]:
+        return [self]
 
-def read(path: "str | os.PathLike[str]") -> GGUFFile:
-    """Read and validate the GGUF file at `path`.
+
+def read(path: "str | os.PathLike[str]") -> "GGUFFile | GGUFSplit":
+    """Read and validate a GGUF model: one file, a whole gguf-split set given
+    by any of its shards, or a directory holding one model.
+
+    A file whose `split.count` is above 1 is a shard: its siblings are found
+    by llama.cpp's naming convention (`split_set`) and the set comes back as
+    one `GGUFSplit` (metadata of the first shard, tensors of every shard).
+    Tensor data stays in read-only `np.memmap`s of the files. Raises
+    GGUFError for any malformed or unsupported file (module docstring), for
+    a broken split set (`read_split`), for a path that is neither a regular
+    file nor such a directory; OSError if a file cannot be opened.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        path = find_model(path)
+    f = read_file(path)
+    count = _split_key(f, SPLIT_COUNT)
+    parsed = _shard_of_name(os.path.basename(path))
+    if (count is None or count == 1) and (parsed is None or parsed[2] == 1):
+        return f
+    if parsed is None:
+        raise GGUFError(f"{SPLIT_COUNT} is {count}, but the file name does not follow "
+                        f"gguf-split's NAME-00001-of-{count:05d}.gguf, so the other shards "
+                        "cannot be found (give the shards their names back)",
+                        f.key_offsets.get(SPLIT_COUNT), path)
+    return read_split(path, f)
+
+
+def read_file(path: "str | os.PathLike[str]") -> GGUFFile:
+    """Read and validate the one GGUF file at `path`, a shard as it is (its
+    split keys are not followed).
 
     Tensor data stays in a read-only `np.memmap` of the file. Raises
     GGUFError for any malformed or unsupported file (module docstring) and
@@ -304,7 +353,8 @@ def _parse(buf: np.ndarray, path: str | None) -> GGUFFile:
     return GGUFFile(path=path, version=version, alignment=alignment,
                     data_offset=data_offset, file_size=cur.size,
                     metadata=metadata, metadata_types=types,
-                    array_types=array_types, tensors=tensors)
+                    array_types=array_types, tensors=tensors,
+                    key_offsets={k: v[0] for k, v in places.items()})
 
 
 def _read_header(cur: _Cursor) -> tuple[int, int, int]:
@@ -572,11 +622,199 @@ def _tensor(buf: np.ndarray, info: _Info, data_offset: int) -> GGUFTensor:
                       info.n_bytes, start, view, info.info_offset)
 
 
+# ---------------------------------------------------------------- split sets
+
+#: A shard's file name as llama.cpp writes it (`llama_split_path`,
+#: "%s-%05d-of-%05d.gguf"; gguf-py's `SHARD_NAME_FORMAT` is the same), shard
+#: numbers counting from 1. `_shard_of_name` also requires the canonical
+#: zero padding, so that a name and the number it encodes map one to one.
+SHARD_NAME = re.compile(r"(?P<prefix>.+)-(?P<no>[0-9]{5,})-of-(?P<count>[0-9]{5,})\.gguf\Z")
+SPLIT_NO = "split.no"                     # 0-based shard index
+SPLIT_COUNT = "split.count"               # number of shards
+SPLIT_TENSORS = "split.tensors.count"     # tensors of the whole set
+_INT_TYPES = frozenset({_V.UINT8, _V.INT8, _V.UINT16, _V.INT16, _V.UINT32,
+                        _V.INT32, _V.UINT64, _V.INT64})
+
+
+def shard_name(prefix: str, no: int, count: int) -> str:
+    """File name of shard `no` (1-based) of `count`: `PREFIX-00001-of-00003.gguf`."""
+    return f"{prefix}-{no:05d}-of-{count:05d}.gguf"
+
+
+def _shard_of_name(name: str) -> tuple[str, int, int] | None:
+    """(prefix, no, count) of a canonical shard file name, else None."""
+    m = SHARD_NAME.match(name)
+    if m is None:
+        return None
+    prefix, no, count = m["prefix"], int(m["no"]), int(m["count"])
+    if shard_name(prefix, no, count) != name or not 1 <= no <= count:
+        return None
+    return prefix, no, count
+
+
+def split_set(path: "str | os.PathLike[str]") -> list[str]:
+    """Paths of all shards of the set whose shard `path` is, first to last,
+    derived from the name alone (nothing is read). Raises GGUFError when the
+    name is not a shard's (`SHARD_NAME`)."""
+    path = os.fspath(path)
+    head, name = os.path.split(path)
+    parsed = _shard_of_name(name)
+    if parsed is None:
+        raise GGUFError("the file name does not follow gguf-split's "
+                        "NAME-00001-of-00003.gguf, so the other shards cannot be found",
+                        None, path)
+    prefix, _, count = parsed
+    return [os.path.join(head, shard_name(prefix, i + 1, count)) for i in range(count)]
+
+
+def find_model(directory: "str | os.PathLike[str]") -> str:
+    """The file to open for the one model in `directory`: a shard of its only
+    split set, or its only .gguf file. Raises GGUFError when it holds no
+    model or more than one (the names of up to four are given)."""
+    directory = os.fspath(directory)
+    sets: dict[tuple[str, int], list[str]] = {}
+    plain: list[str] = []
+    for name in sorted(os.listdir(directory)):
+        if not name.lower().endswith(".gguf") or not os.path.isfile(os.path.join(directory, name)):
+            continue
+        parsed = _shard_of_name(name)
+        if parsed is None:
+            plain.append(name)
+        else:
+            sets.setdefault((parsed[0], parsed[2]), []).append(name)
+    found = [names[0] for names in sets.values()] + plain
+    if len(found) == 1:
+        return os.path.join(directory, found[0])
+    if not found:
+        raise GGUFError("the directory holds no .gguf file", None, directory)
+    shown = [f"{p}-*-of-{c:05d}.gguf" for p, c in sets] + plain
+    more = ", ..." if len(shown) > 4 else ""
+    raise GGUFError(f"the directory holds {len(shown)} models ({', '.join(shown[:4])}{more}); "
+                    "give the file (or any shard) of one", None, directory)
+
+
+def _split_key(f: GGUFFile, key: str) -> int | None:
+    """The integer value of split key `key` in `f`, None if absent."""
+    if key not in f.metadata:
+        return None
+    vtype = f.metadata_types[key]
+    if vtype not in _INT_TYPES or f.metadata[key] < 0:
+        raise GGUFError(f"{key} must be a non-negative integer, the file has "
+                        f"{vtype.name} {f.metadata[key]!r}", f.key_offsets.get(key), f.path)
+    return int(f.metadata[key])
+
+
+@dataclass
+class GGUFSplit:
+    """A gguf-split set opened as one model (see `read_split`).
+
+    `shards`: the GGUFFile of each shard, first to last. `tensors`: every
+    shard's tensors, in shard order and then in file order; a tensor's
+    `offset` is within its own shard (`shard_of`). `metadata`,
+    `metadata_types`, `array_types`, `version` and `alignment` are the first
+    shard's, which carries the architecture and the tokenizer. `path` is the
+    first shard's path, `file_size` the bytes of all shards together.
+    """
+    path: str
+    shards: list[GGUFFile]
+    tensors: list[GGUFTensor] = field(init=False)
+
+    def __post_init__(self):
+        self.tensors = [t for f in self.shards for t in f.tensors]
+        self._shard = {t.name: f for f in self.shards for t in f.tensors}
+        self._by_name = {t.name: t for t in self.tensors}
+
+    first = property(lambda self: self.shards[0])
+    metadata = property(lambda self: self.first.metadata)
+    metadata_types = property(lambda self: self.first.metadata_types)
+    array_types = property(lambda self: self.first.array_types)
+    version = property(lambda self: self.first.version)
+    alignment = property(lambda self: self.first.alignment)
+    file_size = property(lambda self: sum(f.file_size for f in self.shards))
+    endian = "<"
+
+    def tensor(self, name: str) -> GGUFTensor:
+        """The tensor called `name`; KeyError if there is none."""
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise KeyError(f"no tensor {name!r} in the {len(self.shards)} shards of "
+                           f"{self.path}") from None
+
+    def shard_of(self, name: str) -> GGUFFile:
+        """The shard that holds tensor `name`; KeyError if none does."""
+        self.tensor(name)
+        return self._shard[name]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.metadata.get(key, default)
+
+
+def read_split(path: "str | os.PathLike[str]", shard: GGUFFile | None = None) -> GGUFSplit:
+    """Open the gguf-split set that the shard at `path` belongs to.
+
+    The siblings are found by name (`split_set`); `shard` is `path` already
+    read, if the caller has it. Every shard is read with `read_file` and the
+    set is checked: each file's `split.no` is its 0-based place (the file
+    names count from 1), `split.count` is the same in every shard and agrees
+    with the names, the first shard's `split.tensors.count` (and any other
+    shard's) is the total of tensors, every shard is present, and no tensor
+    name occurs in two shards. Anything else raises a one-line GGUFError
+    naming the shard and the key.
+    """
+    path = os.fspath(path)
+    given = read_file(path) if shard is None else shard
+    paths = split_set(path)
+    count = len(paths)
+    given_no = _shard_of_name(os.path.basename(path))[1]
+    if _split_key(given, SPLIT_COUNT) is None:
+        raise GGUFError(f"the file name says shard {given_no} of {count}, but the file "
+                        f"has no {SPLIT_COUNT} key (a whole model under a shard's name? "
+                        "then rename it)", None, path)
+    shards: list[GGUFFile] = []
+    for i, p in enumerate(paths):
+        if i + 1 == given_no:
+            f = given
+        elif not os.path.lexists(p):
+            raise GGUFError(f"shard {i + 1} of {count} is missing (no such file; "
+                            f"the set was opened from {os.path.basename(path)})", None, p)
+        else:
+            f = read_file(p)
+        no, n = _split_key(f, SPLIT_NO), _split_key(f, SPLIT_COUNT)
+        if n != count:
+            raise GGUFError(f"{SPLIT_COUNT} is {n}, but the file names say {count} shards"
+                            if n is not None else f"shard {i + 1} of {count} has no "
+                            f"{SPLIT_COUNT} key", f.key_offsets.get(SPLIT_COUNT), p)
+        if no != i:
+            raise GGUFError(f"{SPLIT_NO} is {no}, expected {i} for shard {i + 1} of {count} "
+                            f"({SPLIT_NO} counts from 0, the file names from 1)"
+                            if no is not None else f"shard {i + 1} of {count} has no "
+                            f"{SPLIT_NO} key", f.key_offsets.get(SPLIT_NO), p)
+        shards.append(f)
+    total = sum(len(f.tensors) for f in shards)
+    for i, f in enumerate(shards):
+        want = _split_key(f, SPLIT_TENSORS)
+        if want is None and i == 0:
+            raise GGUFError(f"the first shard has no {SPLIT_TENSORS} key", None, f.path)
+        if want is not None and want != total:
+            raise GGUFError(f"{SPLIT_TENSORS} is {want}, but the {count} shards hold "
+                            f"{total} tensors", f.key_offsets.get(SPLIT_TENSORS), f.path)
+    first_in: dict[str, int] = {}
+    for i, f in enumerate(shards):
+        for t in f.tensors:
+            j = first_in.setdefault(t.name, i)
+            if j != i:
+                raise GGUFError(f"tensor {t.name!r} is also in shard {j + 1} "
+                                f"({os.path.basename(shards[j].path)})", t.info_offset, f.path)
+    return GGUFSplit(paths[0], shards)
+
+
 # ---------------------------------------------------------------- fixtures
 
 def write_gguf(path: "str | os.PathLike[str]", metadata: Mapping[str, Any],
                tensors: Iterable[tuple[str, "GGMLType | int", Sequence[int], np.ndarray]],
-               *, alignment: int | None = None) -> None:
+               *, alignment: int | None = None, split_max_tensors: int = 0,
+               split_max_size: int = 0, small_first_shard: bool = False) -> None:
     """Write a little-endian GGUF v3 fixture with gguf-py's `GGUFWriter`.
 
     `metadata`: key -> value, or key -> `(GGUFValueType, value)` to fix the
@@ -589,13 +827,17 @@ def write_gguf(path: "str | os.PathLike[str]", metadata: Mapping[str, Any],
     included) or, for a plain type (F32, F16, BF16, I8..I64, F64), a
     little-endian array of that element size whose bits are written as they
     are. `alignment`: written as `general.alignment` when given.
+    `split_max_tensors` / `split_max_size` (bytes) / `small_first_shard`:
+    gguf-py's split options; when they split, the shards are written as
+    `PATH-STEM-00001-of-0000N.gguf` beside `path` (`path` itself is not).
     Raises ValueError on inconsistent input.
     """
     import gguf   # the official package; imported here, only fixtures need its writer
 
     meta = dict(metadata)
     arch = meta.pop("general.architecture", "strata-fixture")
-    w = gguf.GGUFWriter(os.fspath(path), arch=arch)
+    w = gguf.GGUFWriter(os.fspath(path), arch=arch, split_max_tensors=split_max_tensors,
+                        split_max_size=split_max_size, small_first_shard=small_first_shard)
     if alignment is not None:
         w.add_custom_alignment(alignment)
     for key, value in meta.items():

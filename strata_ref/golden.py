@@ -47,7 +47,7 @@ from .hashing import FNV64_OFFSET, fnv1a64, hash_array, hash_tensor, HASH_DTYPES
 from .types import GGMLType, UnsupportedTypeError, block_format, parse_type
 
 __all__ = [
-    "CORPUS_SEED", "CORPUS_VERSION", "FORMAT_VERSION", "Case", "QuantCase",
+    "CORPUS_SEED", "CORPUS_VERSION", "FORMAT_VERSION", "MODEL_FORMAT_VERSION", "Case", "QuantCase",
     "corpus_cases", "quant_cases", "corpus_types", "case_output", "case_hashes",
     "make_corpus", "check_corpus", "make_model_golden", "check_model_golden",
     "compare_dump", "run_golden_make", "run_golden_check", "run_compare",
@@ -58,8 +58,12 @@ __all__ = [
 CORPUS_SEED = 20261130
 #: Bumped whenever a generator below changes what it produces.
 CORPUS_VERSION = 1
-#: Version of the JSON layout of the golden files.
+#: Version of the JSON layout of the golden files (the corpus file's).
 FORMAT_VERSION = 1
+#: Version of the per-model golden files. 2: "chained" is
+#: `hashing.chain_hashes` over the tensor hashes, and a split model lists its
+#: "shards"; 1 (still checked): "chained" ran over every tensor's output bytes.
+MODEL_FORMAT_VERSION = 2
 OUT_KINDS = HASH_DTYPES
 
 T = GGMLType
@@ -634,7 +638,7 @@ def make_corpus(path, progress=None, types=None) -> dict:
 MAX_GOLDEN_BYTES = 64 << 20
 
 
-def _load(path) -> dict:
+def _load(path, versions=(FORMAT_VERSION,)) -> dict:
     import os
     import stat
     path = Path(path)
@@ -656,8 +660,9 @@ def _load(path) -> dict:
     except json.JSONDecodeError as e:
         raise ValueError(f"{path} is not valid JSON: {e}") from None
     if (not isinstance(doc, dict) or doc.get("format") != "strata-ref golden"
-            or doc.get("format_version") != FORMAT_VERSION):
-        raise ValueError(f"{path}: not a strata-ref golden file of format version {FORMAT_VERSION}")
+            or doc.get("format_version") not in versions):
+        raise ValueError(f"{path}: not a strata-ref golden file of format version "
+                         f"{' or '.join(map(str, versions))}")
     for key in ("cases", "tensors"):
         items = doc.get(key, [])
         if not isinstance(items, list) or not all(isinstance(it, dict) for it in items):
@@ -726,46 +731,67 @@ def check_corpus(path, types=None, progress=None) -> tuple[list[dict], bool]:
 # --------------------------------------------------------------------------
 # per-model golden files
 
-def make_model_golden(gguf_path, out_path, progress=None) -> dict:
-    """Hash every tensor of a GGUF file (f32, f16, bf16 outputs) and write
-    `out_path`: the file's sha256, per tensor name/type/shape/hashes, and
-    the chained hash per dtype over all tensors in file order (the numbers
-    of `strata-ref hash`). Returns the document."""
+def _model_files(gguf_path) -> tuple[object, dict]:
+    """(the model read, the head entries naming its file or files)."""
     from .gguf import read
     from .models import sha256_file
-    gguf_path = Path(gguf_path)
     f = read(gguf_path)
-    chain = {k: FNV64_OFFSET for k in OUT_KINDS}
-    items = []
-    for t in f.tensors:
-        h = hash_tensor(t.type, t.data, t.rows, t.cols, OUT_KINDS, chain, progress)
-        items.append({"name": t.name, "type": t.type.name, "shape": list(t.shape),
-                      **{k: _hex(h[k]) for k in OUT_KINDS}})
-    head = {"format": "strata-ref golden", "format_version": FORMAT_VERSION,
-            "subject": "model", "file": gguf_path.name, "sha256": sha256_file(gguf_path),
-            "size": gguf_path.stat().st_size, "n_tensors": len(items)}
-    write_golden_json(out_path, head, "tensors", items, {"chained": {k: _hex(v) for k, v in chain.items()}})
+    if len(f.shards) == 1:
+        p = Path(f.path)
+        return f, {"file": p.name, "sha256": sha256_file(p), "size": p.stat().st_size}
+    shards = [{"file": Path(s.path).name, "sha256": sha256_file(Path(s.path)),
+               "size": Path(s.path).stat().st_size} for s in f.shards]
+    return f, {"file": shards[0]["file"], "shards": shards}
+
+
+def make_model_golden(gguf_path, out_path, progress=None, jobs: int = 1) -> dict:
+    """Hash every tensor of a GGUF model (f32, f16, bf16 outputs) and write
+    `out_path`: the file's sha256 (for a split set, "shards": each shard's
+    file, sha256 and size), per tensor name/type/shape/hashes, and the
+    chained hash per dtype (`hashing.chain_hashes`, model order): the
+    numbers of `strata-ref hash`. gguf_path: a file, any shard of a split
+    set, or a directory holding one model. jobs: worker processes
+    (`strata_ref.tasks.run`). Returns the document."""
+    from .hashing import hash_model
+    f, files = _model_files(gguf_path)
+    res = hash_model(f, OUT_KINDS, jobs=jobs, progress=progress)
+    items = [{"name": t.name, "type": t.type.name, "shape": list(t.shape),
+              **{k: _hex(t.hashes[k]) for k in OUT_KINDS}} for t in res.tensors]
+    head = {"format": "strata-ref golden", "format_version": MODEL_FORMAT_VERSION,
+            "subject": "model", **files, "n_tensors": len(items)}
+    write_golden_json(out_path, head, "tensors", items,
+                      {"chained": {k: _hex(v) for k, v in res.chained.items()}})
     return json.loads(Path(out_path).read_text())
 
 
-def check_model_golden(gguf_path, golden_path, progress=None) -> tuple[list[dict], bool]:
-    """Recompute a model file's tensor hashes and compare with `golden_path`.
-    Returns (rows, ok) like `check_corpus`; a different sha256 fails at once
-    (the golden file is for another file)."""
-    from .gguf import read
-    from .models import sha256_file
-    doc = _load(golden_path)
-    gguf_path = Path(gguf_path)
-    sha = sha256_file(gguf_path)
-    if sha != doc.get("sha256"):
-        return [{"name": gguf_path.name, "type": "-", "status": "FAIL", "values": 0,
-                 "detail": f"sha256 {sha[:16]}… is not the golden file's {str(doc.get('sha256'))[:16]}…"}], False
-    f = read(gguf_path)
+def check_model_golden(gguf_path, golden_path, progress=None, jobs: int = 1) -> tuple[list[dict], bool]:
+    """Recompute a model's tensor hashes and compare with `golden_path`.
+    Returns (rows, ok) like `check_corpus`; a different sha256 (of the file,
+    or of any shard of a split set) fails at once: the golden file is for
+    another model. Golden files of model format version 1 are checked
+    too, their chained hash as it was defined then (serially, in this
+    process)."""
+    from .hashing import hash_model
+    doc = _load(golden_path, versions=(1, MODEL_FORMAT_VERSION))
+    f, files = _model_files(gguf_path)
+    want = doc.get("shards") or [{"file": doc.get("file"), "sha256": doc.get("sha256")}]
+    have = files.get("shards") or [files]
+    if [w.get("sha256") for w in want] != [h["sha256"] for h in have]:
+        got = ", ".join(f"{h['file']} {h['sha256'][:16]}…" for h in have)
+        exp = ", ".join(f"{w.get('file')} {str(w.get('sha256'))[:16]}…" for w in want)
+        return [{"name": have[0]["file"], "type": "-", "status": "FAIL", "values": 0,
+                 "detail": f"sha256 of {got} is not the golden file's {exp}"}], False
     stored = {it["name"]: it for it in doc.get("tensors", [])}
-    chain = {k: FNV64_OFFSET for k in OUT_KINDS}
+    if doc["format_version"] == 1:
+        chain = {k: FNV64_OFFSET for k in OUT_KINDS}
+        hashed = [(t, hash_tensor(t.type, t.data, t.rows, t.cols, OUT_KINDS, chain, progress))
+                  for t in f.tensors]
+    else:
+        res = hash_model(f, OUT_KINDS, jobs=jobs, progress=progress)
+        hashed = list(zip(f.tensors, (r.hashes for r in res.tensors)))
+        chain = res.chained
     rows, ok = [], True
-    for t in f.tensors:
-        h = hash_tensor(t.type, t.data, t.rows, t.cols, OUT_KINDS, chain, progress)
+    for t, h in hashed:
         it = stored.pop(t.name, None)
         row = {"name": t.name, "type": t.type.name, "status": "pass", "detail": "",
                "values": t.n_elements * len(OUT_KINDS)}

@@ -229,10 +229,11 @@ def fetch(name: str, *, quiet: bool = False) -> Path:
 def resolve(name_or_path: str | os.PathLike | None = None, *, fetch_missing: bool = True) -> Path:
     """Path of a model given a registry name/alias or a file path.
 
-    None means the default model. A path to an existing file is returned as
-    is. A registry model is fetched into the cache when missing (unless
-    `fetch_missing` is false, then ModelError). Raises ModelError for an
-    unknown name or a path that does not exist.
+    None means the default model. A path to an existing file or directory is
+    returned as is (`strata_ref.gguf.read` opens a directory holding one
+    model, or says why it cannot). A registry model is fetched into the
+    cache when missing (unless `fetch_missing` is false, then ModelError).
+    Raises ModelError for an unknown name or a path that does not exist.
     """
     if name_or_path is None:
         name_or_path = DEFAULT_MODEL
@@ -240,10 +241,8 @@ def resolve(name_or_path: str | os.PathLike | None = None, *, fetch_missing: boo
         raise ModelError("the model name is empty: give a registry name "
                          f"({', '.join(REGISTRY)}) or a path to a .gguf file")
     p = Path(name_or_path).expanduser()
-    if p.is_file():
+    if p.is_file() or p.is_dir():
         return p
-    if p.is_dir():
-        raise ModelError(f"{name_or_path} is a directory, not a .gguf file")
     if p.exists():
         raise ModelError(f"{name_or_path} is not a regular file (a device or a pipe)")
     try:

@@ -7,7 +7,7 @@ import pytest
 
 from strata_ref import hash_array, models
 from strata_ref.cli import main
-from strata_ref.hashing import FNV64_OFFSET, canonical_bytes, fnv1a64
+from strata_ref.hashing import fnv1a64
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,7 @@ def test_hash_every_tensor_equals_gguf_py(smollm2, capsys):
     assert len(doc["tensors"]) == 272 and doc["types"] == ["F32", "Q4_1", "Q8_0"]
     reader = gguf.GGUFReader(smollm2)
     by_name = {t.name: t for t in reader.tensors}
-    chain = FNV64_OFFSET
+    hashes = []
     for row in doc["tensors"]:
         t = by_name[row["name"]]
         # gguf-py is an independent implementation: its f32 values, hashed here.
@@ -34,7 +34,9 @@ def test_hash_every_tensor_equals_gguf_py(smollm2, capsys):
         ref = np.ascontiguousarray(ref, dtype=np.float32)
         assert row["hash"]["f32"] == f"{hash_array(ref):016x}", row["name"]
         assert row["type"] == t.tensor_type.name
-        chain = fnv1a64(canonical_bytes(ref), chain)
+        hashes.append(hash_array(ref))
+    # the chained hash: FNV-1a 64 over the tensor hashes (8 bytes each, little-endian)
+    chain = fnv1a64(b"".join(h.to_bytes(8, "little") for h in hashes))
     assert doc["chained"]["f32"] == f"{chain:016x}"
 
 

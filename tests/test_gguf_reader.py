@@ -693,7 +693,13 @@ def test_write_gguf_rejects_inconsistent_tensors(tmp_path):
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs mkfifo")
 def test_fifo_and_directory_are_refused_without_blocking(tmp_path):
-    os.mkfifo(tmp_path / "fifo")
-    for p in (tmp_path / "fifo", tmp_path):
+    os.mkfifo(tmp_path / "fifo.gguf")
+    from strata_ref.gguf import read_file
+    for p in (tmp_path / "fifo.gguf", tmp_path):
         with pytest.raises(GGUFError, match="not a regular file"):
-            read(p)
+            read_file(p)
+    with pytest.raises(GGUFError, match="not a regular file"):
+        read(tmp_path / "fifo.gguf")
+    # a directory is searched for its one model; a FIFO is not taken for one
+    with pytest.raises(GGUFError, match="the directory holds no .gguf file"):
+        read(tmp_path)

@@ -545,3 +545,38 @@ def test_model_golden_file_without_tensors_fails_not_crashes(model, tmp_path):
                              "sha256": sha256_file(model)}))
     rows, ok = golden.check_model_golden(model, g)
     assert not ok and {r["status"] for r in rows} == {"new"} and len(rows) == 4
+
+
+def test_model_golden_files_of_format_1_still_check(tmp_path):
+    # format 1 chained the output bytes of every tensor into one FNV state;
+    # such files, made by users with an older strata-ref, keep verifying
+    from _split import write_mixed
+
+    from strata_ref.dequant import dequant
+    from strata_ref.gguf import read
+    from strata_ref.hashing import FNV64_OFFSET, canonical_bytes, fnv1a64
+    p = write_mixed(tmp_path / "m.gguf")[0]
+    doc = golden.make_model_golden(p, tmp_path / "v2.json")
+    assert doc["format_version"] == golden.MODEL_FORMAT_VERSION == 2
+    chain = {}
+    for k in golden.OUT_KINDS:
+        h = FNV64_OFFSET
+        for t in read(p).tensors:
+            if t.type in (T.I32,):
+                out = np.asarray(t.data).view("<i4")
+            else:
+                out = dequant(t.type, t.data, t.rows, t.cols, out_dtype=k)
+            h = fnv1a64(canonical_bytes(out), h)
+        chain[k] = f"{h:016x}"
+    assert chain != doc["chained"]
+    v1 = {**doc, "format_version": 1, "chained": chain}
+    (tmp_path / "v1.json").write_text(json.dumps(v1))
+    rows, ok = golden.check_model_golden(p, tmp_path / "v1.json")
+    assert ok and len(rows) == len(doc["tensors"])
+    v1["chained"] = doc["chained"]                  # a format-2 chain in a format-1 file
+    (tmp_path / "v1.json").write_text(json.dumps(v1))
+    rows, ok = golden.check_model_golden(p, tmp_path / "v1.json")
+    assert not ok and rows[-1]["name"] == "(chained)"
+    (tmp_path / "v3.json").write_text(json.dumps({**doc, "format_version": 3}))
+    with pytest.raises(ValueError, match="format version 1 or 2"):
+        golden.check_model_golden(p, tmp_path / "v3.json")

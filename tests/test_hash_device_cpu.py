@@ -2,7 +2,7 @@
 test_native_parity_cpu.py (its `strata_dequant` is the NumPy oracle behind
 api.cu's checks), extended with events, the asynchronous copy and the
 device queries. What this shows: chunking, the per-dtype hashing threads,
-the chained states, the kernel chosen per tensor, the oracle fallback for
+the chained hashes, the kernel chosen per tensor, the oracle fallback for
 types without a kernel, the stdout identity with the oracle's `hash`, the
 timing arithmetic and the comparison's first difference (a planted fault).
 That the real kernels give the oracle's hashes is tests/gpu's business."""
@@ -14,7 +14,7 @@ import pytest
 
 from strata_ref.cli import main
 from strata_ref.gguf import read, write_gguf
-from strata_ref.hashing import FNV64_OFFSET, hash_tensor
+from strata_ref.hashing import chain_hashes, hash_tensor
 from strata_ref.native import dequant as nd
 from strata_ref.native import hash_device as hd
 from strata_ref.native import loader
@@ -144,9 +144,8 @@ def model(tmp_path_factory):
 
 def _oracle(path, outs):
     f = read(path)
-    chain = {d: FNV64_OFFSET for d in outs}
-    per = [hash_tensor(t.type, t.data, t.rows, t.cols, outs, chain) for t in f.tensors]
-    return per, chain
+    per = [hash_tensor(t.type, t.data, t.rows, t.cols, outs) for t in f.tensors]
+    return per, {d: chain_hashes(h[d] for h in per) for d in outs}
 
 
 @pytest.mark.parametrize("kernel", ["auto", "generic", "wide"])
@@ -304,6 +303,6 @@ def test_hasher_error_reaches_the_caller(fake, model, monkeypatch):
 
     def broken(*a, **k):
         raise RuntimeError("planted hashing failure")
-    monkeypatch.setattr(hashing, "fnv1a64_pair", broken)
+    monkeypatch.setattr(hashing, "fnv1a64", broken)
     with pytest.raises(RuntimeError, match="planted hashing failure"):
         hd.hash_tensors_device(read(model).tensors, ("f32", "f16"), chunk_values=512)

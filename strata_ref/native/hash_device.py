@@ -3,9 +3,10 @@
 `hash_tensors_device(tensors, out_dtypes, kernel=...)` dequantizes every
 tensor of a GGUF file with the CUDA kernels of `strata_ref.native`, copies
 the outputs back and hashes them as `strata-ref hash` hashes the NumPy
-oracle's: FNV-1a 64 (`strata_ref.hashing.fnv1a64_pair`) over the output
-bytes, rows x cols in row-major order, one state per tensor and one chained
-state per output dtype over all tensors in file order. The bytes are hashed
+oracle's: FNV-1a 64 (`strata_ref.hashing.fnv1a64`) over the output
+bytes, rows x cols in row-major order, one state per tensor, and per output
+dtype the chained hash `hashing.chain_hashes` of the tensor hashes in the
+order given. The bytes are hashed
 as they come back from the device: the kernels store canonical NaNs by
 contract (../shared/spec/kernels.md §5), and the oracle's bytes are hashed
 the same way, so a kernel that broke the contract gives a different hash
@@ -277,18 +278,18 @@ def _choose(cc: int, t, kernel: str, rows: int, cols: int, blocks_ptr: int, out_
 # ---------------------------------------------------------------- hashing threads
 
 class _Hasher(threading.Thread):
-    """Advances the chained state of one dtype and the current tensor's
-    state over the chunks put in its queue, in order."""
+    """Advances the current tensor's state of one dtype over the chunks put
+    in its queue, in order."""
 
-    def __init__(self, d: str, chain: dict, results: list):
+    def __init__(self, d: str, results: list):
         super().__init__(name=f"strata-hash-{d}", daemon=True)
-        self.d, self.chain, self.results = d, chain, results
+        self.d, self.results = d, results
         self.q: queue.Queue = queue.Queue(maxsize=1)
         self.error: BaseException | None = None
         self._state = 0
 
     def run(self) -> None:
-        from ..hashing import FNV64_OFFSET, fnv1a64_pair
+        from ..hashing import FNV64_OFFSET, fnv1a64
         while True:
             item = self.q.get()
             try:
@@ -298,8 +299,7 @@ class _Hasher(threading.Thread):
                     i, data, first, last = item
                     if first:
                         self._state = FNV64_OFFSET
-                    self._state, self.chain[self.d] = fnv1a64_pair(
-                        data.reshape(-1).view(np.uint8), self._state, self.chain[self.d])
+                    self._state = fnv1a64(data.reshape(-1).view(np.uint8), self._state)
                     if last:
                         self.results[i].hashes[self.d] = self._state
             except BaseException as e:      # keep draining: the producer must never block
@@ -364,7 +364,7 @@ def hash_tensors_device(tensors, out_dtypes=("f32", "f16", "bf16"), *, kernel: s
     chunk_values < 1; NativeUnavailable when the native library cannot run
     here; NativeError when a CUDA call fails or a kernel refuses a tensor.
     """
-    from ..hashing import FNV64_OFFSET, hash_tensor
+    from ..hashing import chain_hashes, hash_tensor
     from .dequant import _STATUS, DeviceBuffer, NativeError
 
     if kernel not in KERNELS:
@@ -417,8 +417,7 @@ def hash_tensors_device(tensors, out_dtypes=("f32", "f16", "bf16"), *, kernel: s
 
     results = [TensorRun(t.name, t.type, tuple(t.shape), "", "", int(t.n_bytes),
                          int(t.n_elements)) for t in tensors]
-    chain = {d: FNV64_OFFSET for d in outs}
-    hashers = {d: _Hasher(d, chain, results) for d in outs}
+    hashers = {d: _Hasher(d, results) for d in outs}
     for h in hashers.values():
         h.start()
 
@@ -437,8 +436,7 @@ def hash_tensors_device(tensors, out_dtypes=("f32", "f16", "bf16"), *, kernel: s
             ch = _choose(nat.cc, t, kernel, t.rows, t.cols, blocks.ptr, obuf[outs[0]].ptr, env)
             res.kernel, res.reason, res.peer = ch.kernel, ch.reason, ch.peer
             if ch.kernel == "oracle":
-                drain()             # the chained states must be current
-                res.hashes = hash_tensor(tt, raw, t.rows, t.cols, outs, chain, progress)
+                res.hashes = hash_tensor(tt, raw, t.rows, t.cols, outs, progress=progress)
                 continue
             res.time_s = {d: 0.0 for d in outs}
             if ch.peer:
@@ -473,8 +471,9 @@ def hash_tensors_device(tensors, out_dtypes=("f32", "f16", "bf16"), *, kernel: s
             h.q.put(None)
         for h in hashers.values():
             h.join()
+    chained = {d: chain_hashes(r.hashes[d] for r in results) for d in outs}
     return DeviceHashRun(name, nat.cc, kernel, outs, reps, copy_bps, copy_n, results,
-                         dict(chain), compare)
+                         chained, compare)
 
 
 # ---------------------------------------------------------------- reports

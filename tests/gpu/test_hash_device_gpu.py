@@ -51,11 +51,10 @@ def real_gguf(tmp_path_factory):
 @pytest.fixture(scope="module")
 def oracle(real_gguf):
     from strata_ref.gguf import read
-    from strata_ref.hashing import FNV64_OFFSET, hash_tensor
+    from strata_ref.hashing import chain_hashes, hash_tensor
     f = read(real_gguf)
-    chain = {d: FNV64_OFFSET for d in OUTS}
-    per = [hash_tensor(t.type, t.data, t.rows, t.cols, OUTS, chain) for t in f.tensors]
-    return per, chain
+    per = [hash_tensor(t.type, t.data, t.rows, t.cols, OUTS) for t in f.tensors]
+    return per, {d: chain_hashes(h[d] for h in per) for d in OUTS}
 
 
 @pytest.mark.parametrize("kernel, chunk", [("wide", None), ("generic", None), ("auto", None),

@@ -20,18 +20,20 @@ import time
 __all__ = ["load", "generate", "run_generate"]
 
 
-def load(model=None, cpu=None):
+def load(model=None, cpu=None, **cache_options):
     """Load a model by registry name, alias or GGUF path (None: the default
     model of `strata_ref.models`) to run in the CPU profile `cpu` ("scalar",
     "avx2", "avx512", "native" or a `strata_ref.cpu.Profile`; None:
-    `$STRATA_REF_CPU`, else "native"). Raises ValueError for an unknown
-    profile (before anything is read), ModelLoadError / GGUFError for a
-    model that cannot run."""
+    `$STRATA_REF_CPU`, else "native"). `cache_options` are the KV cache's
+    (`kv_cache.KVCache`: type_k, type_v, flash_attn, rotate, fa_threads),
+    used by every `new_cache` of the model. Raises ValueError for an
+    unknown profile (before anything is read) or a cache option the model
+    cannot take, ModelLoadError / GGUFError for a model that cannot run."""
     from .. import cpu as _cpu
     from ..models import resolve
     from .model import load as _load
     prof = _cpu.select(cpu)
-    return _load(resolve(model), profile=prof)
+    return _load(resolve(model), profile=prof, **cache_options)
 
 
 def generate(m, prompt_ids, max_tokens: int, sampler, n_ctx: int | None = None,

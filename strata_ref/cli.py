@@ -269,6 +269,19 @@ def _check_generate_args(a) -> str | None:
         return f"--max-tokens must be >= 0, got {a.max_tokens}"
     if a.ctx is not None and a.ctx < 2:
         return f"--ctx must be >= 2, got {a.ctx}"
+    from .infer.kv_cache import cache_type, resolve_flash_attn
+    try:
+        tk = cache_type(a.cache_type_k or "f16", "--cache-type-k")
+        tv = cache_type(a.cache_type_v or "f16", "--cache-type-v")
+        if a.flash_attn is not None:
+            resolve_flash_attn(a.flash_attn, tv)
+    except ValueError as e:
+        msg = str(e)
+        if "requires flash attention" in msg:
+            msg = f"--cache-type-v {tv.name.lower()} needs --flash-attn on (or auto): " + msg
+        return msg.replace("flash_attn ", "--flash-attn ", 1) if msg.startswith("flash_attn ") else msg
+    if a.fa_threads is not None and a.fa_threads < 1:
+        return f"--fa-threads must be >= 1, got {a.fa_threads}"
     try:
         a.args[-1].encode("utf-8")
     except UnicodeEncodeError as e:
@@ -285,8 +298,17 @@ def cmd_generate(a) -> int:
     if bad:
         return _err(bad)
     model, prompt = (None, a.args[0]) if len(a.args) == 1 else (a.args[0], a.args[1])
+    cache = {}
+    if a.cache_type_k is not None:
+        cache["type_k"] = a.cache_type_k
+    if a.cache_type_v is not None:
+        cache["type_v"] = a.cache_type_v
+    if a.flash_attn is not None:
+        cache["flash_attn"] = a.flash_attn
+    if a.fa_threads is not None:
+        cache["fa_threads"] = a.fa_threads
     return run_generate(model, prompt, a.max_tokens, a.temperature, a.top_k, a.top_p,
-                        a.seed, a.chat, n_ctx=a.ctx, cpu=a.cpu)
+                        a.seed, a.chat, n_ctx=a.ctx, cpu=a.cpu, cache=cache)
 
 
 def cmd_kl(a) -> int:
@@ -492,7 +514,8 @@ def build_parser() -> argparse.ArgumentParser:
         "generate", help="CPU inference: generate text from a prompt",
         usage="%(prog)s [-h] [--max-tokens N] [--temperature T] [--top-k K]\n"
               + " " * 27 + "[--top-p P] [--seed S] [--chat] [--ctx N] [--cpu PROFILE]\n"
-              + " " * 27 + "[MODEL] PROMPT",
+              + " " * 27 + "[--cache-type-k T] [--cache-type-v T] [--flash-attn on|off|auto]\n"
+              + " " * 27 + "[--fa-threads N] [MODEL] PROMPT",
         description="Run a GGUF model on the CPU as llama.cpp does and stream the "
                     "continuation of PROMPT, then the prompt and decode speeds.",
         formatter_class=_Help)
@@ -519,6 +542,20 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the llama.cpp CPU build whose arithmetic to reproduce: scalar, avx2, "
                          "avx512 or native (default: $STRATA_REF_CPU, else native: the profile "
                          "of llama.cpp's native build on this CPU)")
+    kv_types = "f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1"
+    ge.add_argument("--cache-type-k", default=None, metavar="T",
+                    help=f"KV cache type of K, as llama.cpp's -ctk: {kv_types} (default f16); a "
+                         "block type turns on llama.cpp's Hadamard rotation of q and k")
+    ge.add_argument("--cache-type-v", default=None, metavar="T",
+                    help="KV cache type of V, as llama.cpp's -ctv (default f16); a block type "
+                         "needs flash attention and rotates v and the attention output")
+    ge.add_argument("--flash-attn", default=None, metavar="on|off|auto",
+                    help="flash attention (default: off, as llama-cpp-python's default, but on "
+                         "for a block-type V cache; auto: on, as llama.cpp resolves it on the CPU)")
+    ge.add_argument("--fa-threads", type=int, default=None, metavar="N",
+                    help="llama.cpp's thread count to reproduce: flash attention for one token "
+                         "over 512+ cached cells splits them into one chunk per thread "
+                         "(default 2)")
     ge.set_defaults(func=cmd_generate)
 
     kq = sub.add_parser(

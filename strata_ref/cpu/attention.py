@@ -15,6 +15,10 @@ from two tokens on, llamafile's tinyBLAS where the build has it. A cache
 view is never in the CPU_REPACK buffer. ggml's m for K q is the KV length
 llama.cpp passes (`n_kv`, a multiple of 256), for V^T p it is head_dim; the
 V p product runs over all n_kv cells, the unused ones with probability 0.
+One exception: q is a permuted view, which ggml converts to K's
+vec_dot_type before llamafile sees it; an F32 K has no conversion, and
+llamafile refuses a non-contiguous src1, so K q with an F32 cache is always
+vec_dot (found with tools/llama_dump.py on an f32 cache).
 
 The F16 / F16 case is `ops.attention` (one numba call per layer); this
 module runs every other pair through `matmul.QMatrix` per KV head, the
@@ -74,7 +78,12 @@ def attention_mm(q: np.ndarray, type_k, kdata: np.ndarray, type_v, vdata: np.nda
     n, H, D = q.shape
     Hkv = kdata.shape[0]
     G = H // Hkv
-    path_kq = mm_path(profile, type_k, n, False, n_kv, D)
+    # q reaches K q as a permuted (non-contiguous) view: ggml converts it to
+    # K's vec_dot_type and hands the copy to llamafile; an F32 K has nothing
+    # to convert, and llamafile's first attempt wants a contiguous src1, so
+    # that product is vec_dot whatever the token count. kq is contiguous:
+    # V p takes ggml's path for V's type.
+    path_kq = "vec_dot" if type_k == T.F32 else mm_path(profile, type_k, n, False, n_kv, D)
     path_vp = mm_path(profile, type_v, n, False, D, n_kv)
     out = np.empty((n, H, D), np.float32)
     qpos = np.tile(np.asarray(pos, np.int64), G)

@@ -68,7 +68,7 @@ def cache_type(t, option: str = "type_k") -> GGMLType:
                 return v
     if isinstance(t, str) and t.strip().lower() in CACHE_TYPES:
         return CACHE_TYPES[t.strip().lower()]
-    raise ValueError(f"{option} = {t!r} is not a KV cache type llama.cpp accepts "
+    raise ValueError(f"{option} {t!r} is not a KV cache type llama.cpp accepts "
                      f"({', '.join(CACHE_TYPES)})")
 
 
@@ -124,12 +124,12 @@ def resolve_flash_attn(flash_attn, type_v) -> bool:
     if isinstance(flash_attn, str):
         key = flash_attn.strip().lower()
         if key not in ("on", "off", "auto"):
-            raise ValueError(f"flash_attn = {flash_attn!r} must be on, off or auto")
+            raise ValueError(f"flash_attn {flash_attn!r} must be on, off or auto")
         on = key != "off"
     elif isinstance(flash_attn, (bool, np.bool_)):
         on = bool(flash_attn)
     else:
-        raise ValueError(f"flash_attn = {flash_attn!r} must be on, off, auto or a bool")
+        raise ValueError(f"flash_attn {flash_attn!r} must be on, off, auto or a bool")
     if not on and _is_block(tv):
         raise ValueError(f"a {tv.name.lower()} V cache requires flash attention (llama.cpp: "
                          f"\"quantized V cache requires flash_attn to be enabled\")")

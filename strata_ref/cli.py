@@ -419,6 +419,47 @@ def cmd_experts(a) -> int:
           f"{100 * doc['equal_values']:.1f} % of values equal")
     if a.out:
         print(f"  written: {printable(a.out)} (x, ids, weights, cpu, route)")
+
+def cmd_rotate(a) -> int:
+    from ._progress import progress_bar
+    from .models import resolve
+    from .quality.rotate import rotate_gguf
+    if a.seed < 0:
+        return _err(f"--seed must be >= 0, got {a.seed}")
+    src = resolve(a.input)
+    if os.path.abspath(os.fspath(src)) == os.path.abspath(a.output):
+        return _err("rotate: OUT must not be the input file")
+    if not a.measure and (a.plot or a.types or a.prompts or a.limit is not None):
+        return _err("rotate: --types, --prompts, --limit and --plot go with --measure")
+    with progress_bar(None, "rotate", "layer", enabled=not a.json) as bar:
+        summary = rotate_gguf(src, a.output, a.type, a.seed, bar.update)
+    if a.measure:
+        from .quality import prompts, report
+        from .quality.rotate import rotation_study
+        plist = prompts.load_prompts(a.prompts) if a.prompts else list(prompts.DEFAULT_PROMPTS)
+        plist = plist[:a.limit or 12]
+        types = [t for t in (a.types or "Q8_0,Q4_0").split(",") if t]
+        with progress_bar(None, "measure", "step", enabled=not a.json) as bar:
+            study = rotation_study(src, a.output, plist, a.max_tokens, types, a.cpu, bar.update)
+        if a.plot:
+            from .quality import charts
+            charts.rotation_crest(a.plot, study)
+            charts.rotation_a8(a.plot, study)
+            charts.rotation_kl(a.plot, study)
+        summary["study"] = study
+        if not a.json:
+            print(report.rotation_text(study))
+    if a.json:
+        json.dump(summary, sys.stdout)
+        print()
+        return 0
+    types = {}
+    for _, t in summary["tensors"]:
+        types[t] = types.get(t, 0) + 1
+    print(f"{printable(a.output)}: {summary['arch']}, residual stream {summary['n_embd']} rotated by "
+          f"a randomized Hadamard ({' x '.join(map(str, summary['hadamard']))}, seed {summary['seed']}), "
+          f"heads of {summary['head_dim']} ({' x '.join(map(str, summary['head_hadamard']))}); "
+          f"tensors: " + ", ".join(f"{t} x{n}" for t, n in sorted(types.items())))
     return 0
 
 
@@ -627,6 +668,34 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--out", metavar="FILE.npz", help="also write x, ids, weights, cpu, route")
     ex.add_argument("--json", action="store_true", help="machine-readable output")
     ex.set_defaults(func=cmd_experts)
+
+    ro = sub.add_parser(
+        "rotate", help="rotate a model's residual stream offline (QuaRot style)",
+        description="Fold every RMSNorm weight into the linears that read it, rotate the "
+                    "embedding and every linear that reads or writes the residual stream by a "
+                    "seeded randomized Hadamard matrix (and V / attn_output per head), "
+                    "re-quantize with the reference quantizers and write a GGUF of the same "
+                    "architecture (docs/quality.md, \"Rotation\").",
+        formatter_class=_Help)
+    ro.add_argument("input", metavar="IN", help="registry model or .gguf path (llama, qwen2, qwen3)")
+    ro.add_argument("output", metavar="OUT", help="the rotated .gguf to write")
+    ro.add_argument("--type", default=None, metavar="TYPE",
+                    help="ggml type of every 2-D weight (default: each tensor keeps its type)")
+    ro.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the Hadamard signs (>= 0)")
+    ro.add_argument("--json", action="store_true", help="machine-readable summary")
+    ro.add_argument("--measure", action="store_true",
+                    help="then compare OUT with IN (crest factors, per-linear int8 errors, KL "
+                         "against IN@float; give --type F32 so that each weight type starts from "
+                         "the same float weights)")
+    ro.add_argument("--types", default=None, metavar="T1,T2",
+                    help="weight types the measurement requantizes both to (default Q8_0,Q4_0)")
+    ro.add_argument("--prompts", default=None, metavar="FILE", help="prompts (default: the built-in set)")
+    ro.add_argument("--limit", type=int, default=None, metavar="N", help="the first N prompts (default 12)")
+    ro.add_argument("--max-tokens", type=int, default=24, metavar="N", help="tokens generated per prompt")
+    ro.add_argument("--cpu", default=None, metavar="PROFILE", help="CPU profile (default: $STRATA_REF_CPU, else native)")
+    ro.add_argument("--plot", default=None, metavar="DIR",
+                    help="write rotation_crest.png, rotation_a8.png and rotation_kl.png into DIR")
+    ro.set_defaults(func=cmd_rotate)
 
     pa = sub.add_parser("parity", help="native kernels against the oracle (needs a GPU)")
     pa.add_argument("what", choices=["dequant", "gemm", "mmvq", "experts"],

@@ -419,6 +419,8 @@ def cmd_experts(a) -> int:
           f"{100 * doc['equal_values']:.1f} % of values equal")
     if a.out:
         print(f"  written: {printable(a.out)} (x, ids, weights, cpu, route)")
+    return 0
+
 
 def cmd_rotate(a) -> int:
     from ._progress import progress_bar

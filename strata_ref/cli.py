@@ -316,6 +316,19 @@ def _check_generate_args(a) -> str | None:
         return f"--max-tokens must be >= 0, got {a.max_tokens}"
     if a.ctx is not None and a.ctx < 2:
         return f"--ctx must be >= 2, got {a.ctx}"
+    from .infer.kv_cache import cache_type, resolve_flash_attn
+    try:
+        tk = cache_type(a.cache_type_k or "f16", "--cache-type-k")
+        tv = cache_type(a.cache_type_v or "f16", "--cache-type-v")
+        if a.flash_attn is not None:
+            resolve_flash_attn(a.flash_attn, tv)
+    except ValueError as e:
+        msg = str(e)
+        if "requires flash attention" in msg:
+            msg = f"--cache-type-v {tv.name.lower()} needs --flash-attn on (or auto): " + msg
+        return msg.replace("flash_attn ", "--flash-attn ", 1) if msg.startswith("flash_attn ") else msg
+    if a.fa_threads is not None and a.fa_threads < 1:
+        return f"--fa-threads must be >= 1, got {a.fa_threads}"
     try:
         a.args[-1].encode("utf-8")
     except UnicodeEncodeError as e:
@@ -332,8 +345,17 @@ def cmd_generate(a) -> int:
     if bad:
         return _err(bad)
     model, prompt = (None, a.args[0]) if len(a.args) == 1 else (a.args[0], a.args[1])
+    cache = {}
+    if a.cache_type_k is not None:
+        cache["type_k"] = a.cache_type_k
+    if a.cache_type_v is not None:
+        cache["type_v"] = a.cache_type_v
+    if a.flash_attn is not None:
+        cache["flash_attn"] = a.flash_attn
+    if a.fa_threads is not None:
+        cache["fa_threads"] = a.fa_threads
     return run_generate(model, prompt, a.max_tokens, a.temperature, a.top_k, a.top_p,
-                        a.seed, a.chat, n_ctx=a.ctx, cpu=a.cpu)
+                        a.seed, a.chat, n_ctx=a.ctx, cpu=a.cpu, cache=cache)
 
 
 def cmd_kl(a) -> int:
@@ -447,6 +469,49 @@ def cmd_experts(a) -> int:
     return 0
 
 
+def cmd_rotate(a) -> int:
+    from ._progress import progress_bar
+    from .models import resolve
+    from .quality.rotate import rotate_gguf
+    if a.seed < 0:
+        return _err(f"--seed must be >= 0, got {a.seed}")
+    src = resolve(a.input)
+    if os.path.abspath(os.fspath(src)) == os.path.abspath(a.output):
+        return _err("rotate: OUT must not be the input file")
+    if not a.measure and (a.plot or a.types or a.prompts or a.limit is not None):
+        return _err("rotate: --types, --prompts, --limit and --plot go with --measure")
+    with progress_bar(None, "rotate", "layer", enabled=not a.json) as bar:
+        summary = rotate_gguf(src, a.output, a.type, a.seed, bar.update)
+    if a.measure:
+        from .quality import prompts, report
+        from .quality.rotate import rotation_study
+        plist = prompts.load_prompts(a.prompts) if a.prompts else list(prompts.DEFAULT_PROMPTS)
+        plist = plist[:a.limit or 12]
+        types = [t for t in (a.types or "Q8_0,Q4_0").split(",") if t]
+        with progress_bar(None, "measure", "step", enabled=not a.json) as bar:
+            study = rotation_study(src, a.output, plist, a.max_tokens, types, a.cpu, bar.update)
+        if a.plot:
+            from .quality import charts
+            charts.rotation_crest(a.plot, study)
+            charts.rotation_a8(a.plot, study)
+            charts.rotation_kl(a.plot, study)
+        summary["study"] = study
+        if not a.json:
+            print(report.rotation_text(study))
+    if a.json:
+        json.dump(summary, sys.stdout)
+        print()
+        return 0
+    types = {}
+    for _, t in summary["tensors"]:
+        types[t] = types.get(t, 0) + 1
+    print(f"{printable(a.output)}: {summary['arch']}, residual stream {summary['n_embd']} rotated by "
+          f"a randomized Hadamard ({' x '.join(map(str, summary['hadamard']))}, seed {summary['seed']}), "
+          f"heads of {summary['head_dim']} ({' x '.join(map(str, summary['head_hadamard']))}); "
+          f"tensors: " + ", ".join(f"{t} x{n}" for t, n in sorted(types.items())))
+    return 0
+
+
 def cmd_parity(a) -> int:
     if a.full and a.what != "gemm":
         return _err(f"--full applies to `parity gemm` only, not `parity {a.what}`")
@@ -551,7 +616,8 @@ def build_parser() -> argparse.ArgumentParser:
         "generate", help="CPU inference: generate text from a prompt",
         usage="%(prog)s [-h] [--max-tokens N] [--temperature T] [--top-k K]\n"
               + " " * 27 + "[--top-p P] [--seed S] [--chat] [--ctx N] [--cpu PROFILE]\n"
-              + " " * 27 + "[MODEL] PROMPT",
+              + " " * 27 + "[--cache-type-k T] [--cache-type-v T] [--flash-attn on|off|auto]\n"
+              + " " * 27 + "[--fa-threads N] [MODEL] PROMPT",
         description="Run a GGUF model on the CPU as llama.cpp does and stream the "
                     "continuation of PROMPT, then the prompt and decode speeds.",
         formatter_class=_Help)
@@ -578,6 +644,20 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the llama.cpp CPU build whose arithmetic to reproduce: scalar, avx2, "
                          "avx512 or native (default: $STRATA_REF_CPU, else native: the profile "
                          "of llama.cpp's native build on this CPU)")
+    kv_types = "f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1"
+    ge.add_argument("--cache-type-k", default=None, metavar="T",
+                    help=f"KV cache type of K, as llama.cpp's -ctk: {kv_types} (default f16); a "
+                         "block type turns on llama.cpp's Hadamard rotation of q and k")
+    ge.add_argument("--cache-type-v", default=None, metavar="T",
+                    help="KV cache type of V, as llama.cpp's -ctv (default f16); a block type "
+                         "needs flash attention and rotates v and the attention output")
+    ge.add_argument("--flash-attn", default=None, metavar="on|off|auto",
+                    help="flash attention (default: off, as llama-cpp-python's default, but on "
+                         "for a block-type V cache; auto: on, as llama.cpp resolves it on the CPU)")
+    ge.add_argument("--fa-threads", type=int, default=None, metavar="N",
+                    help="llama.cpp's thread count to reproduce: flash attention for one token "
+                         "over 512+ cached cells splits them into one chunk per thread "
+                         "(default 2)")
     ge.set_defaults(func=cmd_generate)
 
     kq = sub.add_parser(
@@ -649,6 +729,34 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--out", metavar="FILE.npz", help="also write x, ids, weights, cpu, route")
     ex.add_argument("--json", action="store_true", help="machine-readable output")
     ex.set_defaults(func=cmd_experts)
+
+    ro = sub.add_parser(
+        "rotate", help="rotate a model's residual stream offline (QuaRot style)",
+        description="Fold every RMSNorm weight into the linears that read it, rotate the "
+                    "embedding and every linear that reads or writes the residual stream by a "
+                    "seeded randomized Hadamard matrix (and V / attn_output per head), "
+                    "re-quantize with the reference quantizers and write a GGUF of the same "
+                    "architecture (docs/quality.md, \"Rotation\").",
+        formatter_class=_Help)
+    ro.add_argument("input", metavar="IN", help="registry model or .gguf path (llama, qwen2, qwen3)")
+    ro.add_argument("output", metavar="OUT", help="the rotated .gguf to write")
+    ro.add_argument("--type", default=None, metavar="TYPE",
+                    help="ggml type of every 2-D weight (default: each tensor keeps its type)")
+    ro.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the Hadamard signs (>= 0)")
+    ro.add_argument("--json", action="store_true", help="machine-readable summary")
+    ro.add_argument("--measure", action="store_true",
+                    help="then compare OUT with IN (crest factors, per-linear int8 errors, KL "
+                         "against IN@float; give --type F32 so that each weight type starts from "
+                         "the same float weights)")
+    ro.add_argument("--types", default=None, metavar="T1,T2",
+                    help="weight types the measurement requantizes both to (default Q8_0,Q4_0)")
+    ro.add_argument("--prompts", default=None, metavar="FILE", help="prompts (default: the built-in set)")
+    ro.add_argument("--limit", type=int, default=None, metavar="N", help="the first N prompts (default 12)")
+    ro.add_argument("--max-tokens", type=int, default=24, metavar="N", help="tokens generated per prompt")
+    ro.add_argument("--cpu", default=None, metavar="PROFILE", help="CPU profile (default: $STRATA_REF_CPU, else native)")
+    ro.add_argument("--plot", default=None, metavar="DIR",
+                    help="write rotation_crest.png, rotation_a8.png and rotation_kl.png into DIR")
+    ro.set_defaults(func=cmd_rotate)
 
     pa = sub.add_parser("parity", help="native kernels against the oracle (needs a GPU)")
     pa.add_argument("what", choices=["dequant", "gemm", "mmvq", "experts"],

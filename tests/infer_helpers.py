@@ -21,6 +21,18 @@ DATA = Path(__file__).parent / "data"
 PROFILES = ("scalar", "avx2", "avx512")
 
 
+def row_hashes(rows) -> "np.ndarray":
+    """uint64 (n,): the blake2b hash (8-byte digest, little-endian) of each
+    row's float32 bytes; tools/llama_ref.py stores llama.cpp's this way, so
+    a test checks every logit of a row without storing it."""
+    import hashlib
+
+    import numpy as np
+    rows = np.ascontiguousarray(rows, np.float32)
+    return np.array([int.from_bytes(hashlib.blake2b(r.tobytes(), digest_size=8).digest(), "little")
+                     for r in rows], np.uint64)
+
+
 def profile_files(name: str) -> list:
     """pytest params (profile, path) of every stored DATA/<profile>/<name>."""
     return [pytest.param(p, DATA / p / name, id=p) for p in PROFILES if (DATA / p / name).is_file()]

@@ -2,8 +2,9 @@
 our CPU inference departs from ggml-cpu's arithmetic.
 
 Runs a model through llama-cpp-python 0.3.36 with the settings of
-`tools/llama_ref.py` (n_ctx 512, 2 threads, flash attention off, F16 KV
-cache) and a graph-evaluation callback (`cb_eval`) that copies every F32 node
+`tools/llama_ref.py` (n_ctx 512, 2 threads; flash attention off and an F16
+KV cache unless `--flash-attn on`, `--cache-type-k T`, `--cache-type-v T`
+say otherwise) and a graph-evaluation callback (`cb_eval`) that copies every F32 node
 llama.cpp computes, in evaluation order, with its name (e.g. `attn_norm-0`,
 `Qcur-0`, `kq_soft_max-0`, `ffn_out-3`, `result_output`) and ggml op.
 
@@ -16,6 +17,10 @@ llama.cpp computes, in evaluation order, with its name (e.g. `attn_norm-0`,
   python tools/llama_dump.py MODEL.gguf OUT.npz --tokens IDS --split 5
       --matrix 0|output [--call 3]
       (one weight matrix with its inputs and outputs: `matrix_vectors`)
+  python tools/llama_dump.py MODEL.gguf OUT.npz --kv-ref CONFIG --split 6
+      --attn 2 --calls 1,8 --cache-type-k q8_0 --cache-type-v q8_0
+      --flash-attn on
+      (one layer's flash attention and Hadamard rotations: `attn_vectors`)
 
 `--profile P` runs against the llama.cpp peer built for CPU profile P
 (tools/peer_build.py, tools/peer_env.py): OUT may then be a bare file name,
@@ -69,7 +74,41 @@ def _read(t: GGMLTensor) -> np.ndarray | None:
     return np.array(a, np.float32)
 
 
-def dump(model: str, ids: list[int], split: int | None):
+#: ggml type ids of the KV cache types -> (block values, block bytes)
+_KV_TYPE_BLOCK = {0: (1, 4), 1: (1, 2), 30: (1, 2), 8: (32, 34), 2: (32, 18), 3: (32, 20),
+                  6: (32, 22), 7: (32, 24), 20: (32, 18)}
+_KV_TYPE_NAMES = {"f32": 0, "f16": 1, "bf16": 30, "q8_0": 8, "q4_0": 2, "q4_1": 3, "q5_0": 6,
+                  "q5_1": 7, "iq4_nl": 20}
+#: ggml ops (`enum ggml_op`, ggml.h) and the mul_mat hint the dumps look for
+OP_MUL_MAT, OP_FLASH_ATTN_EXT, HINT_SRC0_IS_HADAMARD = 29, 74, 1
+
+
+def _read_rows(t: GGMLTensor) -> np.ndarray:
+    """Any tensor's rows as raw bytes, uint8 (ne3, ne2, ne1, row bytes),
+    following its strides (a permuted view of a quantized cache too)."""
+    blck, tsize = _KV_TYPE_BLOCK[t.type]
+    ne, nb = list(t.ne), list(t.nb)
+    rb = ne[0] // blck * tsize
+    out = np.empty((ne[3], ne[2], ne[1], rb), np.uint8)
+    for i3 in range(ne[3]):
+        for i2 in range(ne[2]):
+            for i1 in range(ne[1]):
+                a = t.data + i1 * nb[1] + i2 * nb[2] + i3 * nb[3]
+                out[i3, i2, i1] = np.frombuffer(bytes((ctypes.c_char * rb).from_address(a)), np.uint8)
+    return out
+
+
+def _src(t: GGMLTensor, i: int) -> GGMLTensor | None:
+    return ctypes.cast(t.src[i], ctypes.POINTER(GGMLTensor)).contents if t.src[i] else None
+
+
+def dump(model: str, ids: list[int], split: int | None, type_k: int = 1, type_v: int = 1,
+         flash_attn: bool = False, capture=None):
+    """Run `ids` through llama.cpp (n_ctx 512, 2 threads; KV cache types
+    `type_k` / `type_v` as ggml type ids, flash attention on or off) and
+    return {key: array} of every F32/F16 node (`<call>:<index>:<name>`,
+    `...:op`), or what `capture(t, call, store)` stores for each evaluated
+    node when given; plus "logits" and "ids"."""
     import llama_cpp
     from llama_cpp import llama_cpp as C
     path = Path(model)
@@ -83,6 +122,9 @@ def dump(model: str, ids: list[int], split: int | None):
         if ask:
             return True
         t = ctypes.cast(tp, ctypes.POINTER(GGMLTensor)).contents
+        if capture is not None:
+            capture(t, state["call"], store)
+            return True
         a = _read(t)
         if a is not None:
             key = f"{state['call']}:{state['i']:04d}:{t.name.decode()}"
@@ -94,8 +136,14 @@ def dump(model: str, ids: list[int], split: int | None):
     params = llm.context_params
     params.cb_eval = cb
     params.cb_eval_user_data = None
-    params.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    params.flash_attn_type = (C.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn
+                              else C.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+    params.type_k = type_k
+    params.type_v = type_v
     ctx = C.llama_init_from_model(llm.model, params)
+    if not ctx:
+        raise RuntimeError(f"llama.cpp refused the context (type_k {type_k}, type_v {type_v}, "
+                           f"flash_attn {flash_attn})")
     calls = [ids] if split is None else [ids[:split]] + [[t] for t in ids[split:]]
     pos = 0
     logits = []
@@ -176,6 +224,68 @@ def vectors(model: str, ids: list[int], layers: list[int], split: int, call: int
     return out
 
 
+def attn_vectors(model: str, ids: list[int], split: int, calls: list[int], layer: int,
+                 type_k: int, type_v: int, flash_attn: bool) -> dict:
+    """Test vectors of llama.cpp's attention around a KV cache of types
+    type_k / type_v with flash attention on (tests/test_kv_cache.py): for
+    the batched pass over `ids` ("b_") and the single-token calls `calls`
+    of the incremental pass after ids[:split] ("d<call>_"), layer `layer`'s
+    flash-attention node for KV head 0: its inputs q (float32 (G, n,
+    head_dim): the G query heads of KV head 0), K and V (the cache view's
+    rows, uint8 (n_kv, row bytes)) and mask (float32 (n, n_kv)), its output
+    (float32 (n, G, head_dim)) and scale; and every Hadamard mul_mat of the
+    layer (`llama_mul_mat_hadamard`, hint GGML_HINT_SRC0_IS_HADAMARD): its
+    input and output rows (float32) and, once, the rotation matrices
+    themselves ("rot_<n>", float32 (n, n))."""
+    out: dict = {"ids": np.array(ids, np.int32), "split": np.int32(split),
+                 "calls": np.array(calls, np.int32), "layer": np.int32(layer),
+                 "type_k": np.int32(type_k), "type_v": np.int32(type_v),
+                 "flash_attn": np.bool_(flash_attn)}
+
+    def capture(t, call, store):
+        # store: this call's captures; "_fa" counts the flash-attention
+        # nodes seen (one per layer, in layer order)
+        if t.op == OP_FLASH_ATTN_EXT:
+            il = store.get("_fa", 0)
+            store["_fa"] = il + 1
+            if il != layer:
+                return
+            q, k, v, mask = (_src(t, i) for i in range(4))
+            g = q.ne[2] // k.ne[2]
+            store["fa_q"] = _read(q)[0, :g]
+            store["fa_k"] = _read_rows(k)[0, 0]
+            store["fa_v"] = _read_rows(v)[0, 0]
+            store["fa_mask"] = _read(mask)[0, 0, :q.ne[1]]
+            store["fa_out"] = _read(t)[0, :, :g]
+            store["fa_scale"] = np.frombuffer(np.int32(t.op_params[0]).tobytes(), np.float32)[0]
+        elif t.op == OP_MUL_MAT and t.op_params[1] == HINT_SRC0_IS_HADAMARD:
+            rot, x = _src(t, 0), _src(t, 1)
+            store.setdefault(f"rot_{rot.ne[0]}", _read(rot)[0, 0])
+            name = x.name.decode()                 # "Qcur-3 (reshaped)", "kqv_out-3 (reshaped)"
+            base = name.split(" ")[0]
+            if base.endswith(f"-{layer}"):
+                which = base.rsplit("-", 1)[0]
+                store[f"rot_{which}_in"] = _read(x)[0, 0]
+                store[f"rot_{which}_out"] = _read(t)[0, 0]
+
+    for tag, split_at in (("b", None), ("d", split)):
+        per_call: dict = {}
+        dump(model, ids, split_at, type_k, type_v, flash_attn,
+             capture=lambda t, call, store: capture(t, call, per_call.setdefault(call, {})))
+        for call, got in per_call.items():
+            if (tag == "b" and call != 0) or (tag == "d" and call not in calls):
+                continue
+            prefix = "b_" if tag == "b" else f"d{call}_"
+            for key, a in got.items():
+                if key.startswith("_"):
+                    continue
+                if key.startswith("rot_") and key[4:].isdigit():
+                    out.setdefault(key, a)
+                else:
+                    out[prefix + key] = a
+    return out
+
+
 def matrix_vectors(model: str, ids: list[int], split: int, call: int, which: str) -> dict:
     """Test vectors of one weight matrix, self-contained: the raw GGUF bytes
     of `blk.<which>.attn_q.weight` (which = a layer number) or of
@@ -216,6 +326,16 @@ def main(argv=None) -> int:
     ap.add_argument("--matrix", metavar="LAYER|output",
                     help="write `matrix_vectors` of this layer's attn_q (or of output.weight) "
                          "instead of a dump (needs --split)")
+    ap.add_argument("--attn", metavar="LAYER", type=int,
+                    help="write `attn_vectors` of this layer (needs --split and --flash-attn on); "
+                         "the decode calls are --calls")
+    ap.add_argument("--calls", default="1", help="comma-separated decode calls for --attn")
+    ap.add_argument("--cache-type-k", default="f16", choices=sorted(_KV_TYPE_NAMES))
+    ap.add_argument("--cache-type-v", default="f16", choices=sorted(_KV_TYPE_NAMES))
+    ap.add_argument("--flash-attn", default="off", choices=("on", "off"))
+    ap.add_argument("--kv-ref", metavar="CONFIG",
+                    help="take the ids (prompt + greedy) of this configuration of "
+                         "tests/data/<profile>/llama_kv_<stem of MODEL>.npz")
     ap.add_argument("--profile", help="run against the peer built for this CPU profile")
     if argv is None:
         from peer_env import ensure_profile
@@ -227,11 +347,20 @@ def main(argv=None) -> int:
     if args.prompt_ref:
         ref = np.load(data_dir() / f"llama_ref_{Path(args.model).stem}.npz")
         ids = [int(t) for t in np.concatenate([ref["prompt_ids"], ref["greedy_ids"]])]
+    elif args.kv_ref:
+        ref = np.load(data_dir() / f"llama_kv_{Path(args.model).stem}.npz")
+        ids = [int(t) for t in np.concatenate([ref[f"{args.kv_ref}:prompt_ids"],
+                                               ref[f"{args.kv_ref}:greedy_ids"]])]
     else:
         ids = [int(t) for t in args.tokens.split(",")]
-    if args.vectors or args.matrix is not None:
+    tk, tv = _KV_TYPE_NAMES[args.cache_type_k], _KV_TYPE_NAMES[args.cache_type_v]
+    fa = args.flash_attn == "on"
+    if args.vectors or args.matrix is not None or args.attn is not None:
         import llama_cpp
-        if args.matrix is not None:
+        if args.attn is not None:
+            store = attn_vectors(args.model, ids, args.split, [int(c) for c in args.calls.split(",")],
+                                 args.attn, tk, tv, fa)
+        elif args.matrix is not None:
             store = matrix_vectors(args.model, ids, args.split, args.call, args.matrix)
         else:
             store = vectors(args.model, ids, [int(v) for v in args.vectors.split(",")], args.split, args.call)
@@ -241,7 +370,7 @@ def main(argv=None) -> int:
         np.savez_compressed(args.out, **store)
         print(f"{args.out}: {len(store)} arrays")
         return 0
-    store = dump(args.model, ids, args.split)
+    store = dump(args.model, ids, args.split, tk, tv, fa)
     np.savez(args.out, **store)
     names = sorted({k.split(":")[2] for k in store if k.count(":") == 2 and k.startswith("0:")})
     print(f"{args.out}: {len(store)} arrays; call 0 names: {', '.join(names[:40])} ...")

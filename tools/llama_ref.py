@@ -47,6 +47,21 @@ the running interpreter. Subcommands:
       ggml-cpu's own `from_float` for Q8_0, Q8_1 and Q8_K (the AVX2 build
       of the wheel), through ctypes on the wheel's libggml-cpu.so.
 
+  kvcache MODEL [--configs NAME,...] [--out tests/data/llama_kv_<name>.npz]
+      [--topk 32]
+      llama.cpp with a KV cache of another type, flash attention on or off
+      and the Hadamard rotation on or off (`KV_CONFIGS`, `KV_MODEL_CONFIGS`
+      the ones made per model): for each configuration the greedy
+      continuation of a prompt and the logits of prompt + continuation,
+      batched and incremental as `logits` does, each row kept as its top-k
+      ids and logits, the log-sum-exp and an 8-byte blake2b hash of the
+      whole row's float32 bytes (`row_hashes`), so that a test can check
+      every logit of a row. The "short" prompt is `logits`' (32 greedy
+      tokens), the "long" one the first 270 ids of the quality prompts
+      joined by newlines (8 greedy tokens): its batched pass has 64+
+      tokens (flash attention's tiled path) and its decode steps see 512 KV
+      cells (the split-KV path).
+
 Every subcommand takes `--profile P` (a `strata_ref.cpu.profiles` name): it
 then runs against the peer built for that profile by `tools/peer_build.py`
 (the tool re-executes itself with that build first on PYTHONPATH), refuses
@@ -131,6 +146,123 @@ def cmd_logits(args) -> None:
         incr_ids=ii, incr_logits=iv, incr_lse=il, **_provenance())
     print(f"{out}: prompt {ids}, greedy {gen}")
     print(repr(llm.detokenize(gen).decode("utf-8", "replace")))
+
+
+#: name -> (type_k, type_v, flash_attn, rotation disabled, prompt)
+KV_CONFIGS = {
+    "f16-f16-fa": ("f16", "f16", True, False, "short"),
+    "f32-f32": ("f32", "f32", False, False, "short"),
+    "f32-f32-fa": ("f32", "f32", True, False, "short"),
+    "bf16-bf16": ("bf16", "bf16", False, False, "short"),
+    "bf16-bf16-fa": ("bf16", "bf16", True, False, "short"),
+    **{f"{t}-{t}-fa": (t, t, True, False, "short")
+       for t in ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")},
+    **{f"{t}-f16": (t, "f16", False, False, "short")
+       for t in ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")},
+    "q8_0-q8_0-fa-norot": ("q8_0", "q8_0", True, True, "short"),
+    "f16-q4_0-fa": ("f16", "q4_0", True, False, "short"),
+    "q5_1-bf16": ("q5_1", "bf16", False, False, "short"),
+    "f16-f16-fa-long": ("f16", "f16", True, False, "long"),
+    "q8_0-q4_1-fa-long": ("q8_0", "q4_1", True, False, "long"),
+}
+#: the configurations made for each model (default: all)
+KV_MODEL_CONFIGS = {
+    "Qwen2.5-Coder-0.5B-Instruct": ("f16-f16-fa", "bf16-bf16", "q8_0-q8_0-fa", "q4_0-q4_0-fa",
+                                    "iq4_nl-iq4_nl-fa", "q4_1-f16", "f16-f16-fa-long"),
+    "gemma-3-270m": ("f16-f16-fa", "bf16-bf16-fa", "q8_0-q8_0-fa", "q5_1-q5_1-fa", "q4_0-f16",
+                     "f16-q4_0-fa", "f16-f16-fa-long"),
+}
+_GGML_TYPE_ID = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
+                 "iq4_nl": 20, "bf16": 30}
+N_LONG, N_GEN_LONG = 270, 8
+
+
+def row_hashes(rows: np.ndarray) -> np.ndarray:
+    """tests/infer_helpers.py `row_hashes` (one definition for both)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from infer_helpers import row_hashes as rh
+    return rh(rows)
+
+
+def long_prompt_ids(tokenize) -> list:
+    """The long prompt's ids: the quality prompts joined by newlines,
+    tokenized with BOS as the model adds it, cut to N_LONG."""
+    sys.path.insert(0, str(REPO))
+    from strata_ref.quality.prompts import DEFAULT_PROMPTS
+    return list(tokenize("\n".join(DEFAULT_PROMPTS)))[:N_LONG]
+
+
+def _kv_run(path, cfg) -> dict:
+    from llama_cpp import Llama
+    tk, tv, fa, norot, prompt = cfg
+    env_old = os.environ.get("LLAMA_ATTN_ROT_DISABLE")
+    if norot:
+        os.environ["LLAMA_ATTN_ROT_DISABLE"] = "1"
+    else:
+        os.environ.pop("LLAMA_ATTN_ROT_DISABLE", None)
+    try:
+        llm = Llama(model_path=str(path), n_ctx=512, n_batch=512, n_threads=2, n_threads_batch=2,
+                    seed=0, logits_all=True, verbose=False, type_k=_GGML_TYPE_ID[tk],
+                    type_v=_GGML_TYPE_ID[tv], flash_attn=fa)
+    finally:
+        if env_old is None:
+            os.environ.pop("LLAMA_ATTN_ROT_DISABLE", None)
+        else:
+            os.environ["LLAMA_ATTN_ROT_DISABLE"] = env_old
+    if prompt == "short":
+        ids = llm.tokenize(PROMPT.encode(), add_bos=True, special=False)
+        n_gen = N_GEN
+    else:
+        ids = long_prompt_ids(lambda text: llm.tokenize(text.encode(), add_bos=True, special=False))
+        n_gen = N_GEN_LONG
+    llm.reset()
+    llm.eval(ids)
+    gen, incr = [], [np.array(llm.scores[:len(ids)], np.float32)]
+    for _ in range(n_gen):
+        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        gen.append(tok)
+        llm.eval([tok])
+        incr.append(np.array(llm.scores[llm.n_tokens - 1:llm.n_tokens], np.float32))
+    incr = np.concatenate(incr)[:len(ids) + n_gen]
+    llm.reset()
+    llm.eval(ids + gen)
+    batched = np.array(llm.scores[:len(ids) + n_gen], np.float32)
+    del llm
+    return {"prompt_ids": np.array(ids, np.int32), "greedy_ids": np.array(gen, np.int32),
+            "batched": batched, "incr": incr}
+
+
+def cmd_kvcache(args) -> None:
+    sys.path.insert(0, str(REPO))
+    from strata_ref.models import resolve
+    path = resolve(args.model)
+    stem = Path(path).stem
+    names = (args.configs.split(",") if args.configs else
+             list(KV_MODEL_CONFIGS.get(stem, KV_CONFIGS)))
+    unknown = [n for n in names if n not in KV_CONFIGS]
+    if unknown:
+        raise SystemExit(f"unknown configurations {unknown} (known: {', '.join(KV_CONFIGS)})")
+    res = {"configs": np.array(names)}
+    for name in names:
+        tk, tv, fa, norot, prompt = KV_CONFIGS[name]
+        r = _kv_run(path, KV_CONFIGS[name])
+        res[f"{name}:type_k"] = np.array(tk)
+        res[f"{name}:type_v"] = np.array(tv)
+        res[f"{name}:flash_attn"] = np.bool_(fa)
+        res[f"{name}:rot_disable"] = np.bool_(norot)
+        res[f"{name}:prompt"] = np.array(prompt)
+        res[f"{name}:prompt_ids"] = r["prompt_ids"]
+        res[f"{name}:greedy_ids"] = r["greedy_ids"]
+        for kind in ("batched", "incr"):
+            i, v, l = _topk(r[kind], args.topk)
+            res[f"{name}:{kind}_ids"] = i
+            res[f"{name}:{kind}_logits"] = v
+            res[f"{name}:{kind}_lse"] = l
+            res[f"{name}:{kind}_hash"] = row_hashes(r[kind])
+        print(f"{name}: greedy {r['greedy_ids'].tolist()}")
+    out = Path(args.out or _data_dir() / f"llama_kv_{stem}.npz")
+    np.savez_compressed(out, n_threads=np.int64(2), n_ctx=np.int64(512), **res, **_provenance())
+    print(out)
 
 
 def ggml_cpu_lib():
@@ -316,12 +448,17 @@ def main(argv=None) -> int:
     p = sub.add_parser("moe")
     p.add_argument("--arch", help="comma-separated architectures (default: every tiny MoE model)")
     p.add_argument("--out")
+    p = sub.add_parser("kvcache")
+    p.add_argument("model")
+    p.add_argument("--configs", help="comma-separated names of KV_CONFIGS (default: the model's set)")
+    p.add_argument("--out")
+    p.add_argument("--topk", type=int, default=32)
     if argv is None:
         from peer_env import ensure_profile
         ensure_profile(__file__)
     args = ap.parse_args(argv)
     {"logits": cmd_logits, "actquant": cmd_actquant, "synthetic": cmd_synthetic,
-     "typed": cmd_typed, "moe": cmd_moe, "pretok": cmd_pretok}[args.cmd](args)
+     "typed": cmd_typed, "moe": cmd_moe, "pretok": cmd_pretok, "kvcache": cmd_kvcache}[args.cmd](args)
     return 0
 
 

@@ -88,7 +88,10 @@ def segments(qm, n: int):
     `part_rows`) can have parts on different paths (a repacked part of
     rows % 8 == 0 next to one that is not; tinyBLAS's rows % 4 for float
     types); consecutive parts on one path form one range. An unstacked
-    matrix is one range, repacked as `qm._repacked()` says."""
+    matrix is one range, repacked as `qm._repacked()` says; a matrix with a
+    forced `qm.path` is one range on that path."""
+    if getattr(qm, "path", None) is not None:
+        return [(0, qm.rows, qm.path)]
     parts = getattr(qm, "part_rows", (qm.rows,))
     out = []
     r0 = 0

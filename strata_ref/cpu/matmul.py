@@ -632,6 +632,13 @@ class QMatrix:
         #: the row counts of the GGUF tensors stacked into this matrix, in
         #: order (ggml chooses a path per tensor: `families.segments`)
         self.part_rows = (self.rows,)
+        #: False for data that never sits in ggml's CPU_REPACK buffer (a KV
+        #: cache view: `cpu.attention`); repacking is for weights only
+        self.repackable = True
+        #: a ggml path forced for every product ("vec_dot", "tinyblas"),
+        #: None: `families.mm_path` decides (flash attention dots K and Q by
+        #: the type's vec_dot whatever the token count)
+        self.path = None
 
     @classmethod
     def stack(cls, mats: list["QMatrix"], name: str = "") -> "QMatrix":
@@ -708,7 +715,7 @@ class QMatrix:
     def _repacked(self) -> bool:
         """Whether ggml's CPU_REPACK buffer rearranges this tensor on the
         profile's build (its type is repacked there and rows % 8 == 0)."""
-        return self.type.name in self.profile.repack and self.repack_rows % 8 == 0
+        return self.repackable and self.type.name in self.profile.repack and self.repack_rows % 8 == 0
 
     def _kind(self) -> str:
         """Which ggml-cpu kernel the product follows: "q8" (legacy quants:

@@ -210,25 +210,28 @@ def _soft_max_row(srow, T, scale, qpos, n_swa, w, out, arch, has_sink, sink):
 
 
 @njit(cache=True)
-def _soft_max_rows(s, scale, qpos, n_swa, arch, out):
-    # s (R, T) scores; qpos (R,) position of each row's query
+def _soft_max_rows(s, scale, qpos, n_swa, arch, has_sinks, sinks, out):
+    # s (R, T) scores; qpos (R,) position of each row's query; sinks (R,)
     w = np.empty(out.shape[1], np.float32)
     for r in range(s.shape[0]):
-        _soft_max_row(s[r], s.shape[1], scale, qpos[r], n_swa, w, out[r], arch, False, _F32(0.0))
+        _soft_max_row(s[r], s.shape[1], scale, qpos[r], n_swa, w, out[r], arch, has_sinks, sinks[r])
 
 
-def soft_max(s: np.ndarray, scale: float, qpos: np.ndarray, profile, n_swa: int = 0) -> np.ndarray:
+def soft_max(s: np.ndarray, scale: float, qpos: np.ndarray, profile, n_swa: int = 0,
+             sinks: np.ndarray | None = None) -> np.ndarray:
     """ggml `soft_max_ext(s, mask, scale)` with llama.cpp's causal (and
     sliding-window) mask, in `profile`'s order: s float32 (R, T) raw scores,
     qpos int (R,) the position of each row's query (key c is visible when c
-    <= qpos and, with n_swa > 0, qpos - c < n_swa). Returns float32 (R, T')
-    probabilities with T' = T rounded up to a multiple of 64 (the extra
-    columns are 0)."""
+    <= qpos and, with n_swa > 0, qpos - c < n_swa); sinks: float32 (R,) each
+    row's attention-sink logit (`ggml_soft_max_add_sinks`) or None. Returns
+    float32 (R, T') probabilities with T' = T rounded up to a multiple of 64
+    (the extra columns are 0)."""
     s = np.ascontiguousarray(s, np.float32)
     Tp = s.shape[1] + (-s.shape[1] % 64)
     out = np.empty((s.shape[0], Tp), np.float32)
+    sk = np.zeros(s.shape[0], np.float32) if sinks is None else np.ascontiguousarray(sinks, np.float32)
     _soft_max_rows(s, _F32(scale), np.ascontiguousarray(qpos, np.int64), int(n_swa),
-                   int(profile.arch), out)
+                   int(profile.arch), sinks is not None, sk, out)
     return out
 
 

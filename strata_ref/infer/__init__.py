@@ -20,18 +20,20 @@ import time
 __all__ = ["load", "generate", "run_generate"]
 
 
-def load(model=None, cpu=None):
+def load(model=None, cpu=None, **cache_options):
     """Load a model by registry name, alias or GGUF path (None: the default
     model of `strata_ref.models`) to run in the CPU profile `cpu` ("scalar",
     "avx2", "avx512", "native" or a `strata_ref.cpu.Profile`; None:
-    `$STRATA_REF_CPU`, else "native"). Raises ValueError for an unknown
-    profile (before anything is read), ModelLoadError / GGUFError for a
-    model that cannot run."""
+    `$STRATA_REF_CPU`, else "native"). `cache_options` are the KV cache's
+    (`kv_cache.KVCache`: type_k, type_v, flash_attn, rotate, fa_threads),
+    used by every `new_cache` of the model. Raises ValueError for an
+    unknown profile (before anything is read) or a cache option the model
+    cannot take, ModelLoadError / GGUFError for a model that cannot run."""
     from .. import cpu as _cpu
     from ..models import resolve
     from .model import load as _load
     prof = _cpu.select(cpu)
-    return _load(resolve(model), profile=prof)
+    return _load(resolve(model), profile=prof, **cache_options)
 
 
 def generate(m, prompt_ids, max_tokens: int, sampler, n_ctx: int | None = None,
@@ -80,9 +82,20 @@ def generate(m, prompt_ids, max_tokens: int, sampler, n_ctx: int | None = None,
     return out, t1 - t0, t2 - t1, n_calls
 
 
+def _cache_note(m) -> str:
+    """' | kv: ...' naming a KV cache that is not llama.cpp's default (F16,
+    no flash attention), else ''."""
+    c = m.new_cache(1)
+    if c.type_k.name == c.type_v.name == "F16" and not c.flash_attn:
+        return ""
+    rot = ", rotated" if c.rot_k or c.rot_v else ""
+    return (f" | kv: k {c.type_k.name.lower()}, v {c.type_v.name.lower()}, flash attention "
+            f"{'on' if c.flash_attn else 'off'}{rot}")
+
+
 def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 0.0,
                  top_k: int = 40, top_p: float = 0.95, seed: int = 0, chat: bool = False,
-                 out=None, n_ctx: int | None = None, cpu=None, err=None) -> int:
+                 out=None, n_ctx: int | None = None, cpu=None, err=None, cache=None) -> int:
     """`strata-ref generate`: stream the continuation of `prompt` to stdout
     (`out`), then a line with the prompt and decode speeds in tok/s.
 
@@ -98,6 +111,8 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     native one and llama.cpp's native build on this CPU would take code that
     no profile reproduces, the line says so (`strata_ref.cpu.native_note`).
     `err`: unused (kept for callers that pass it).
+    cache: KV cache options (`kv_cache.KVCache`: type_k, type_v, flash_attn,
+    fa_threads), named in the speed line when not the default.
     """
     from .._progress import progress_bar
     from .chat import format_chat
@@ -109,7 +124,8 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     from .. import cpu as _cpu
     out = out or sys.stdout
     prof = _cpu.select(cpu)
-    m = load(model, cpu=prof)
+    cache = dict(cache or {})
+    m = load(model, cpu=prof, **cache)
     name = cpu if cpu is not None else os.environ.get(_cpu.ENV) or "native"
     native = isinstance(name, str) and name.strip().lower() == "native"
     note = _cpu.native_note() if native else ""
@@ -175,6 +191,7 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     d_tps = n_dec / td if td > 0 and n_dec else 0.0
     out.write(f"\n[prompt: {len(ids)} tokens, {p_tps:.1f} tok/s | decode: {len(gen)} tokens "
               f"({n_dec} passes), {d_tps:.1f} tok/s | cpu: {prof.name}"
-              f"{' (native' + ('; note: ' + note if note else '') + ')' if native else ''}]\n")
+              f"{' (native' + ('; note: ' + note if note else '') + ')' if native else ''}"
+              f"{_cache_note(m)}]\n")
     out.flush()
     return 0

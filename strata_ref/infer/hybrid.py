@@ -266,17 +266,18 @@ class Qwen3NextModel(Model):
             mats += (L.attn.matrices() if L.attn is not None else L.mixer.matrices()) + L.moe.matrices()
         return mats
 
-    def _cache_bytes(self, n_ctx: int) -> int:
+    def _cache_bytes(self, n_ctx: int, **options) -> int:
         hp = self.hp
         conv = (2 * hp.d_state * hp.n_k_heads + hp.d_inner) * (hp.d_conv - 1)
         return HybridCache.bytes_needed(len(self.attn_slot), hp.n_head_kv, hp.head_dim, n_ctx,
-                                        len(self.recr_slot), conv, hp.n_v_heads * hp.d_state ** 2)
+                                        len(self.recr_slot), conv, hp.n_v_heads * hp.d_state ** 2,
+                                        options.get("type_k", "f16"), options.get("type_v", "f16"))
 
-    def _make_cache(self, n_ctx: int):
+    def _make_cache(self, n_ctx: int, **options):
         hp = self.hp
         return HybridCache(len(self.attn_slot), hp.n_head_kv, hp.head_dim, n_ctx, len(self.recr_slot),
                            2 * hp.d_state * hp.n_k_heads + hp.d_inner, hp.d_conv, hp.n_v_heads,
-                           hp.d_state)
+                           hp.d_state, **options)
 
     def _forward(self, tokens, cache, all_logits):
         n = len(tokens)

@@ -1,49 +1,268 @@
-"""The key/value cache of the attention layers, stored in float16 as
-llama.cpp's default (`type_k = type_v = F16`): each K/V row is rounded to
-fp16 (RNE) when stored, and read back as float32.
+"""The key/value cache of the attention layers, in every type llama.cpp's
+CPU backend stores (f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1;
+default f16, llama.cpp's `type_k = type_v = F16`), with llama.cpp's
+Hadamard rotation around a quantized cache and the attention it runs over
+the cache, flash attention or not.
+
+Source: llama.cpp vendored by llama-cpp-python 0.3.36:
+
+* storing (`llama_kv_cache::cpy_k` / `cpy_v`, ggml `set_rows`): each row
+  of K (and V) converted by the `from_float` of the cache type in ggml-cpu
+  (`type_traits_cpu`): F16 round to nearest even, BF16 ggml's rule
+  (`GGML_FP32_TO_BF16`), F32 as is, Q8_0 by the profile's activation
+  quantizer (`quantize_row_q8_0`: the AVX version on the AVX builds, the
+  reference on the baseline build), Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL by
+  ggml's reference quantizers (`quantize_row_*_ref`, `strata_ref.quantize`)
+  in every build.
+* the rotation (`llama_kv_cache` constructor, `build_input_k_rot` /
+  `build_input_v_rot`, `llm_graph_context::build_attn`): when K's type is a
+  block type and head_dim % 64 == 0, q and k are rotated (after RoPE and
+  any q scaling) by the Hadamard matrix of size nrot_k, the largest power
+  of two from 64 up that divides head_dim; when V's type is a block type and
+  head_dim % 64 == 0, v and the attention output by the one of size 64.
+  `$LLAMA_ATTN_ROT_DISABLE` (read as C's `atoi`, non-zero: off) turns both
+  off; ggml-cpu computes each rotation by its fast Walsh-Hadamard path
+  (`strata_ref.cpu.hadamard`).
+* flash attention (`llama_context` / `llama_init_from_model`): a block-type
+  V cache requires it. llama-cpp-python passes `flash_attn=False` by default
+  (off), llama.cpp's own default `auto` resolves to on with the CPU backend;
+  here `flash_attn=None` means off, except on for a block-type V cache,
+  True / "on" / "auto" on, False / "off" off (refused with a block-type V
+  cache, as llama.cpp refuses it).
+* the KV length ggml sees (`llama_kv_cache::get_n_kv`): the cells used,
+  rounded up to a multiple of 256, at least 256.
+
+Cells are positions 0 .. n-1 in order (one sequence; no ring buffer: a
+sliding-window layer keeps every cell and masks the old ones, which is
+llama.cpp's layout as long as the positions fit its SWA cache).
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
-__all__ = ["KVCache"]
+from ..types import GGMLType, block_format
+
+__all__ = ["KVCache", "CACHE_TYPES", "cache_type", "rotation_sizes", "rotation_disabled",
+           "resolve_flash_attn", "kv_length"]
+
+#: the cache types llama.cpp accepts (`kv_cache_types`, common/arg.cpp), by name
+CACHE_TYPES = {"f32": GGMLType.F32, "f16": GGMLType.F16, "bf16": GGMLType.BF16,
+               "q8_0": GGMLType.Q8_0, "q4_0": GGMLType.Q4_0, "q4_1": GGMLType.Q4_1,
+               "iq4_nl": GGMLType.IQ4_NL, "q5_0": GGMLType.Q5_0, "q5_1": GGMLType.Q5_1}
+_FLOAT = (GGMLType.F32, GGMLType.F16, GGMLType.BF16)
+_STORE_DTYPE = {GGMLType.F32: np.float32, GGMLType.F16: np.float16, GGMLType.BF16: np.uint16}
+#: the environment variable llama.cpp reads to turn the rotation off
+ROT_DISABLE_ENV = "LLAMA_ATTN_ROT_DISABLE"
+
+
+def cache_type(t, option: str = "type_k") -> GGMLType:
+    """A cache type given by name ("q8_0", any case), GGMLType or id; a
+    ValueError naming `option` and the accepted names for anything else."""
+    if isinstance(t, GGMLType) and t in CACHE_TYPES.values():
+        return t
+    if isinstance(t, (int, np.integer)) and not isinstance(t, bool):
+        for v in CACHE_TYPES.values():
+            if int(v) == int(t):
+                return v
+    if isinstance(t, str) and t.strip().lower() in CACHE_TYPES:
+        return CACHE_TYPES[t.strip().lower()]
+    raise ValueError(f"{option} {t!r} is not a KV cache type llama.cpp accepts "
+                     f"({', '.join(CACHE_TYPES)})")
+
+
+def _is_block(t: GGMLType) -> bool:
+    return t not in _FLOAT
+
+
+def _atoi(s: str) -> int:
+    """C's atoi: optional whitespace and sign, then the leading digits (0
+    when there are none)."""
+    s = s.lstrip(" \t\n\v\f\r")
+    sign = 1
+    if s[:1] in "+-" and s[:1]:
+        sign = -1 if s[0] == "-" else 1
+        s = s[1:]
+    digits = ""
+    for ch in s:
+        if not "0" <= ch <= "9":
+            break
+        digits += ch
+    return sign * int(digits) if digits else 0
+
+
+def rotation_disabled(environ=None) -> bool:
+    """Whether `$LLAMA_ATTN_ROT_DISABLE` turns llama.cpp's rotation off
+    (set and `atoi` of it non-zero)."""
+    env = os.environ if environ is None else environ
+    v = env.get(ROT_DISABLE_ENV)
+    return v is not None and _atoi(v) != 0
+
+
+def rotation_sizes(head_dim_k: int, head_dim_v: int, type_k, type_v, disabled: bool = False):
+    """(nrot_k, nrot_v): the Hadamard sizes llama.cpp rotates K (and q) and
+    V (and the attention output) by, 0 for none (module docstring)."""
+    tk, tv = cache_type(type_k), cache_type(type_v, "type_v")
+    nk = nv = 0
+    if not disabled and _is_block(tk) and head_dim_k % 64 == 0:
+        nk = 64
+        while head_dim_k % (2 * nk) == 0:
+            nk *= 2
+    if not disabled and _is_block(tv) and head_dim_v % 64 == 0:
+        nv = 64
+    return nk, nv
+
+
+def resolve_flash_attn(flash_attn, type_v) -> bool:
+    """Whether flash attention runs (module docstring): None, True / False,
+    or "on" / "off" / "auto". ValueError for another value, or for "off"
+    with a block-type V cache."""
+    tv = cache_type(type_v, "type_v")
+    if flash_attn is None:
+        return _is_block(tv)
+    if isinstance(flash_attn, str):
+        key = flash_attn.strip().lower()
+        if key not in ("on", "off", "auto"):
+            raise ValueError(f"flash_attn {flash_attn!r} must be on, off or auto")
+        on = key != "off"
+    elif isinstance(flash_attn, (bool, np.bool_)):
+        on = bool(flash_attn)
+    else:
+        raise ValueError(f"flash_attn {flash_attn!r} must be on, off, auto or a bool")
+    if not on and _is_block(tv):
+        raise ValueError(f"a {tv.name.lower()} V cache requires flash attention (llama.cpp: "
+                         f"\"quantized V cache requires flash_attn to be enabled\")")
+    return on
+
+
+def kv_length(n_used: int) -> int:
+    """llama.cpp's n_kv for `n_used` filled cells: rounded up to a multiple
+    of 256, at least 256 (`llama_kv_cache::get_n_kv`; the cache itself is
+    at least that long, llama.cpp pads n_ctx to 256)."""
+    return max(256, -(-int(n_used) // 256) * 256)
+
+
+def _row_width(t: GGMLType, head_dim: int) -> int:
+    """Elements of one head's cell as stored: values for float types,
+    bytes for block types."""
+    if t in _FLOAT:
+        return head_dim
+    fmt = block_format(t)
+    return head_dim // fmt.block_values * fmt.block_bytes
 
 
 class KVCache:
-    """K and V of `n_layer` layers, (n_head_kv, n_ctx, head_dim) float16 each.
+    """K and V of `n_layer` layers in types `type_k`, `type_v` (module
+    docstring): arrays `k`, `v` of shape (n_layer, n_head_kv, n_ctx, w),
+    float16 (f16), uint16 bf16 bits (bf16), float32 (f32), or uint8 block
+    bytes (w = a head's row bytes).
 
-    `n` is the number of positions filled. `store(il, k, v)` writes rows for
-    positions n .. n + len(k) - 1 (k, v float32 (len, n_head_kv, head_dim));
-    the model advances `n` after the last layer. `keys(il, T)` /
-    `values(il, T)` return float32 (n_head_kv, T, head_dim) views' copies.
+    `n` is the number of positions filled. `attend(il, q, k, v, pos,
+    kq_scale, profile, n_swa)` rotates (when llama.cpp does), stores k and
+    v at positions n .. n + len - 1 and returns the layer's attention
+    output as llama.cpp computes it for this cache; the model advances `n`
+    after the last layer. `store(il, k, v)` stores without attending;
+    `keys(il, T)` / `values(il, T)` return the stored cells as float32
+    (n_head_kv, T, head_dim).
+
+    Raises ValueError for n_ctx < 1, an unknown type, a head_dim that is
+    not a multiple of a block type's block, or flash attention off with a
+    block-type V.
     """
 
     @staticmethod
-    def bytes_needed(n_layer: int, n_head_kv: int, head_dim: int, n_ctx: int) -> int:
-        """Bytes of K and V for these sizes (float16: 2 bytes a value)."""
-        return 2 * 2 * int(n_layer) * int(n_head_kv) * int(head_dim) * int(n_ctx)
+    def bytes_needed(n_layer: int, n_head_kv: int, head_dim: int, n_ctx: int,
+                     type_k="f16", type_v="f16") -> int:
+        """Bytes of K and V for these sizes and types."""
+        per = 0
+        for t, opt in ((type_k, "type_k"), (type_v, "type_v")):
+            t = cache_type(t, opt)
+            w = _row_width(t, head_dim) if t not in _FLOAT else head_dim * np.dtype(_STORE_DTYPE[t]).itemsize
+            per += w
+        return int(n_layer) * int(n_head_kv) * int(n_ctx) * per
 
-    def __init__(self, n_layer: int, n_head_kv: int, head_dim: int, n_ctx: int):
+    def __init__(self, n_layer: int, n_head_kv: int, head_dim: int, n_ctx: int,
+                 type_k="f16", type_v="f16", flash_attn=None, rotate: bool | None = None,
+                 fa_threads: int = 2):
         if n_ctx <= 0:
             raise ValueError(f"n_ctx must be positive, got {n_ctx}")
+        self.type_k = cache_type(type_k, "type_k (--cache-type-k)")
+        self.type_v = cache_type(type_v, "type_v (--cache-type-v)")
+        for t, opt in ((self.type_k, "--cache-type-k"), (self.type_v, "--cache-type-v")):
+            qk = block_format(t).block_values
+            if head_dim % qk:
+                raise ValueError(f"{opt} {t.name.lower()}: its block of {qk} values does not "
+                                 f"divide head_dim {head_dim}")
+        self.flash_attn = resolve_flash_attn(flash_attn, self.type_v)
+        if isinstance(fa_threads, bool) or not isinstance(fa_threads, (int, np.integer)) or fa_threads < 1:
+            raise ValueError(f"fa_threads must be a whole number >= 1, got {fa_threads!r}")
+        self.fa_threads = int(fa_threads)
+        disabled = rotation_disabled() if rotate is None else not rotate
+        #: Hadamard sizes of K's and V's rotation (0: none)
+        self.rot_k, self.rot_v = rotation_sizes(head_dim, head_dim, self.type_k, self.type_v, disabled)
         self.n_ctx = int(n_ctx)
         self.n = 0
-        shape = (n_layer, n_head_kv, self.n_ctx, head_dim)
-        self.k = np.zeros(shape, np.float16)
-        self.v = np.zeros(shape, np.float16)
+        self.head_dim = int(head_dim)
+        self.k = self._alloc(self.type_k, n_layer, n_head_kv)
+        self.v = self._alloc(self.type_v, n_layer, n_head_kv)
 
-    def store(self, il: int, k: np.ndarray, v: np.ndarray) -> None:
+    def _alloc(self, t, n_layer, n_head_kv):
+        dt = _STORE_DTYPE.get(t, np.uint8)
+        return np.zeros((n_layer, n_head_kv, self.n_ctx, _row_width(t, self.head_dim)), dt)
+
+    # ------------------------------------------------------------ storing
+    def _encode(self, t: GGMLType, x: np.ndarray, profile) -> np.ndarray:
+        """float32 (m, Hkv, D) -> the cells as stored, (Hkv, m, w)."""
+        m, Hkv, D = x.shape
+        rows = np.ascontiguousarray(x.transpose(1, 0, 2), np.float32).reshape(Hkv * m, D)
+        if t == GGMLType.F16:
+            return rows.astype(np.float16).reshape(Hkv, m, D)
+        if t == GGMLType.F32:
+            return rows.reshape(Hkv, m, D)
+        if t == GGMLType.BF16:
+            from ..numerics import f32_to_bf16_bits
+            return f32_to_bf16_bits(rows).reshape(Hkv, m, D)
+        bad = ~np.isfinite(rows)
+        if bad.any():
+            raise ValueError(f"the {t.name.lower()} KV cache got non-finite values: the model "
+                             f"is damaged (NaN or huge weights)")
+        if t == GGMLType.Q8_0:
+            # the build's `quantize_row_q8_0` (AVX or reference)
+            from ..cpu.act_quant import q8_0_fields
+            from ..numerics import f32_to_f16_bits
+            q, d = q8_0_fields(rows, ref=profile.act_quant == "ref")
+            nb = D // 32
+            blocks = np.empty((Hkv * m, nb, 34), np.uint8)
+            blocks[:, :, :2] = f32_to_f16_bits(d).reshape(Hkv * m, nb, 1).view(np.uint8)
+            blocks[:, :, 2:] = q.reshape(Hkv * m, nb, 32).view(np.uint8)
+            return blocks.reshape(Hkv, m, -1)
+        from ..quantize import quantize
+        return quantize(rows, t).reshape(Hkv, m, -1)
+
+    def store(self, il: int, k: np.ndarray, v: np.ndarray, profile=None) -> None:
+        """Write k, v (float32 (m, n_head_kv, head_dim)) at positions n ..
+        n + m - 1 of layer il, converted to the cache types by `profile`'s
+        build (None: `strata_ref.cpu.select()`; it matters for q8_0)."""
+        from .. import cpu
         m = k.shape[0]
         if self.n + m > self.n_ctx:
             raise ValueError(f"KV cache full: {self.n} + {m} > n_ctx {self.n_ctx}")
-        self.k[il, :, self.n:self.n + m] = k.transpose(1, 0, 2)
-        self.v[il, :, self.n:self.n + m] = v.transpose(1, 0, 2)
+        prof = cpu.select(profile)
+        self.k[il, :, self.n:self.n + m] = self._encode(self.type_k, k, prof)
+        self.v[il, :, self.n:self.n + m] = self._encode(self.type_v, v, prof)
+
+    def _decode(self, t, a: np.ndarray) -> np.ndarray:
+        from ..cpu.flash_attn import _v_to_float
+        if t == GGMLType.F32:
+            return np.array(a, np.float32)
+        return _v_to_float(t, a, a.shape[1], self.head_dim)
 
     def keys(self, il: int, T: int) -> np.ndarray:
-        return self.k[il, :, :T].astype(np.float32)
+        return self._decode(self.type_k, self.k[il, :, :T])
 
     def values(self, il: int, T: int) -> np.ndarray:
-        return self.v[il, :, :T].astype(np.float32)
+        return self._decode(self.type_v, self.v[il, :, :T])
 
     def truncate(self, n: int) -> None:
         """Forget positions n and later."""
@@ -51,29 +270,65 @@ class KVCache:
             raise ValueError(f"cannot truncate a cache of {self.n} positions to {n}")
         self.n = n
 
+    # ---------------------------------------------------------- attention
+    def attend(self, il: int, q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.ndarray,
+               kq_scale: float, profile, n_swa: int = 0, sinks: np.ndarray | None = None) -> np.ndarray:
+        """llama.cpp's `build_attn` for layer il over this cache on
+        `profile`: q float32 (n, n_head, head_dim), k, v float32 (n,
+        n_head_kv, head_dim) of the positions `pos` (= n .. n + len - 1),
+        after RoPE and q's scaling; rotation (`rot_k`, `rot_v`), store,
+        attention (flash: `cpu.flash_attn`; else F16 / F16 `cpu.ops.attention`,
+        other types `cpu.attention.attention_mm`), the output rotated back.
+        sinks: float32 (n_head,) attention-sink logits (gpt-oss) or None.
+        Returns float32 (n, n_head * head_dim)."""
+        from ..cpu import ops
+        from ..cpu.attention import attention_mm
+        from ..cpu.flash_attn import flash_attn_ext
+        from ..cpu.hadamard import fwht
+        if self.rot_k:
+            q = fwht(np.ascontiguousarray(q, np.float32), self.rot_k)
+            k = fwht(np.ascontiguousarray(k, np.float32), self.rot_k)
+        if self.rot_v:
+            v = fwht(np.ascontiguousarray(v, np.float32), self.rot_v)
+        self.store(il, k, v, profile)
+        T = self.n + q.shape[0]
+        n_kv = kv_length(T)
+        if self.flash_attn:
+            out = flash_attn_ext(q, self.type_k, self.k[il], self.type_v, self.v[il], T, n_kv, pos,
+                                 kq_scale, profile, n_swa, self.fa_threads, sinks)
+        elif self.type_k == self.type_v == GGMLType.F16:
+            out = ops.attention(q, self.k[il].view(np.uint16), self.v[il].view(np.uint16), T, pos,
+                                kq_scale, profile, n_swa, sinks=sinks)
+        else:
+            out = attention_mm(q, self.type_k, self.k[il], self.type_v, self.v[il], T, n_kv, pos,
+                               kq_scale, profile, n_swa, sinks)
+        if self.rot_v:
+            out = fwht(out, self.rot_v)
+        return out
+
 
 class HybridCache(KVCache):
     """The memory of a hybrid model (llama.cpp `llama_memory_hybrid`): the
-    F16 KV cache of the attention layers (slot i for the i-th of them) and,
-    for each recurrent layer (slot i for the i-th), the Gated DeltaNet's
-    float32 state: `conv` (n_recr, channels, d_conv - 1), the last d_conv -
-    1 inputs of the short convolution per channel, and `ssm` (n_recr,
-    n_v_heads, S, S), the delta-rule state (row j = column j of S, ggml's
-    layout); both start at zero and are F32 as in llama.cpp
-    (`llama_memory_recurrent` with GGML_TYPE_F32).
+    KV cache of the attention layers (slot i for the i-th of them; its
+    options as KVCache's) and, for each recurrent layer (slot i for the
+    i-th), the Gated DeltaNet's float32 state: `conv` (n_recr, channels,
+    d_conv - 1), the last d_conv - 1 inputs of the short convolution per
+    channel, and `ssm` (n_recr, n_v_heads, S, S), the delta-rule state (row
+    j = column j of S, ggml's layout); both start at zero and are F32 as in
+    llama.cpp (`llama_memory_recurrent` with GGML_TYPE_F32).
 
     The recurrent state cannot be rewound: `truncate(n)` only accepts n ==
     self.n (a no-op) or 0 (everything cleared)."""
 
     @staticmethod
     def bytes_needed(n_attn: int, n_head_kv: int, head_dim: int, n_ctx: int, n_recr: int = 0,
-                     conv_state: int = 0, ssm_state: int = 0) -> int:
-        return KVCache.bytes_needed(n_attn, n_head_kv, head_dim, n_ctx) + \
+                     conv_state: int = 0, ssm_state: int = 0, type_k="f16", type_v="f16") -> int:
+        return KVCache.bytes_needed(n_attn, n_head_kv, head_dim, n_ctx, type_k, type_v) + \
             4 * int(n_recr) * (int(conv_state) + int(ssm_state))
 
     def __init__(self, n_attn: int, n_head_kv: int, head_dim: int, n_ctx: int, n_recr: int,
-                 channels: int, d_conv: int, n_v_heads: int, state: int):
-        super().__init__(n_attn, n_head_kv, head_dim, n_ctx)
+                 channels: int, d_conv: int, n_v_heads: int, state: int, **options):
+        super().__init__(n_attn, n_head_kv, head_dim, n_ctx, **options)
         self.conv = np.zeros((n_recr, channels, d_conv - 1), np.float32)
         self.ssm = np.zeros((n_recr, n_v_heads, state, state), np.float32)
 

@@ -23,7 +23,8 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
 class Attention:
     """One self-attention block: q, k, v projections (+ biases), the q / k
     RMSNorms per head, RoPE, softmax(K q * kq_scale + mask [+ sinks]) V
-    over the F16 KV cache, the output projection (+ bias).
+    over the KV cache (`KVCache.attend`: its type, rotation, flash attention or
+not), the output projection (+ bias).
 
     Options, each as one llama.cpp architecture builds them:
     `qk_norm` (qwen3, gemma3, qwen3moe, qwen3next); `attn_scale` (gemma3:
@@ -100,9 +101,7 @@ class Attention:
         k = ops.rope(k, cos, sin, hp.n_rot, hp.neox, self.cpu)
         if self.attn_scale != 1.0:
             q = (q * np.float32(self.attn_scale)).astype(np.float32)
-        cache.store(ci, k, v)
-        a = ops.attention(q, cache.k[ci].view(np.uint16), cache.v[ci].view(np.uint16),
-                          cache.n + n, pos, hp.kq_scale, self.cpu, n_swa, sinks=self.sinks)
+        a = cache.attend(ci, q, k, v, pos, hp.kq_scale, self.cpu, n_swa, sinks=self.sinks)
         if gate is not None:
             a = (a * sigmoid(gate)).astype(np.float32)
         out = self.wo.matmul(a)

@@ -421,36 +421,45 @@ class Model:
         for q in self._matrices():
             q.prepare()
 
-    def _cache_bytes(self, n_ctx: int) -> int:
+    def _cache_bytes(self, n_ctx: int, **options) -> int:
         hp = self.hp
-        return KVCache.bytes_needed(hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx)
+        return KVCache.bytes_needed(hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx,
+                                    options.get("type_k", "f16"), options.get("type_v", "f16"))
 
-    def _make_cache(self, n_ctx: int):
+    def _make_cache(self, n_ctx: int, **options):
         hp = self.hp
-        return KVCache(hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx)
+        return KVCache(hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx, **options)
 
-    def new_cache(self, n_ctx: int | None = None):
+    #: the KV cache options `new_cache` uses unless told otherwise (`load`
+    #: sets them): KVCache's type_k, type_v, flash_attn, rotate, fa_threads
+    cache_options: dict = {}
+
+    def new_cache(self, n_ctx: int | None = None, **options):
         """An empty cache for n_ctx positions (default: the training
-        context, at most 4096): the F16 KV cache, plus the recurrent state
-        for hybrid models.
+        context, at most 4096): the KV cache, plus the recurrent state for
+        hybrid models, with `KVCache`'s options (type_k, type_v,
+        flash_attn, rotate, fa_threads) from `options`, else
+        `cache_options`, else llama.cpp's defaults (F16, flash attention
+        off).
 
         Raises ValueError, before allocating anything, when n_ctx is below 1
         or above the model's training context (`<arch>.context_length`, the
         limit of `strata-ref generate --ctx`: this engine has no context
-        extension), or when the cache would need more bytes than this
-        machine's physical memory."""
+        extension), when the cache would need more bytes than this
+        machine's physical memory, or for an option KVCache refuses."""
         hp = self.hp
+        opts = {**self.cache_options, **options}
         n_ctx = min(hp.n_ctx_train, 4096) if n_ctx is None else int(n_ctx)
         if not 1 <= n_ctx <= hp.n_ctx_train:
             raise ValueError(f"context length (--ctx) {n_ctx} is outside 1 .. {hp.n_ctx_train}, "
                              f"the model's training context (`{hp.arch}.context_length`)")
-        need = self._cache_bytes(n_ctx)
+        need = self._cache_bytes(n_ctx, **opts)
         have = _physical_memory()
         if have and need > have:
             raise ValueError(f"context length (--ctx) {n_ctx}: the KV cache would take "
                              f"{need / 2**30:.1f} GiB, more than this machine's "
                              f"{have / 2**30:.1f} GiB of memory")
-        return self._make_cache(n_ctx)
+        return self._make_cache(n_ctx, **opts)
 
     def embed(self, tokens) -> np.ndarray:
         """float32 (n, n_embd) token embeddings (ggml `get_rows`)."""
@@ -540,14 +549,21 @@ def model_class(arch: str) -> type:
     return mod.MODELS[arch]
 
 
-def load(path, profile=None) -> Model:
+def load(path, profile=None, **cache_options) -> Model:
     """Load a GGUF model file (via `strata_ref.gguf.read`) to run in the CPU
     profile `profile` (a name or `strata_ref.cpu.Profile`; None:
-    `strata_ref.cpu.select()`). Raises ModelLoadError for what the engine
-    cannot run, GGUFError for a malformed file, ValueError for an unknown
-    profile."""
+    `strata_ref.cpu.select()`); `cache_options` (type_k, type_v,
+    flash_attn, rotate, fa_threads: `KVCache`) become the model's
+    `cache_options`. Raises ModelLoadError for what the engine cannot run,
+    GGUFError for a malformed file, ValueError for an unknown profile or a
+    cache option KVCache refuses for this model (checked on a one-cell
+    cache)."""
     from .. import gguf
     prof = cpu.select(profile)
     gf = gguf.read(path)
     cls = model_class(architecture(gf.metadata))
-    return cls(gf, path=str(path), profile=prof)
+    m = cls(gf, path=str(path), profile=prof)
+    if cache_options:
+        m.cache_options = dict(cache_options)
+        m.new_cache(1)
+    return m

@@ -1,8 +1,9 @@
 """Text and JSON reports of the quality measurements (`strata-ref kl`,
-`strata-ref layers`). Printed prompts and names are escaped."""
+`strata-ref layers`, `strata-ref rotate --measure`). Printed prompts and
+names are escaped."""
 from __future__ import annotations
 
-__all__ = ["kl_text", "kl_json", "stats_line", "STAT_HEADER", "layers_text"]
+__all__ = ["kl_text", "kl_json", "stats_line", "STAT_HEADER", "layers_text", "rotation_text"]
 
 STAT_HEADER = (f"{'':14s} {'KL mean':>10s} {'(se)':>9s} {'median':>9s} {'p90':>9s} {'p99':>9s} "
                f"{'p99.9':>9s} {'max':>9s} {'top-1':>7s} {'dp mean':>9s} {'dp p1':>9s}")
@@ -80,4 +81,25 @@ def layers_text(study: dict) -> str:
         for name, e in L["linears"].items():
             out.append(f"{L['layer']:5d} {name:>7s} {e['type']:>7s} {e['w_err']:9.3g} {e['out_w']:9.3g} "
                        f"{e['out_blocks']:9.3g} {e['out_a8']:9.3g} {e['out_wb']:9.3g}")
+    return "\n".join(out)
+
+
+def rotation_text(study: dict) -> str:
+    """The `strata-ref rotate --measure` report: per layer the median crest
+    factors of the four linear inputs and the mean per-token int8 output
+    error of the layer's linears, unrotated -> rotated; then the KL of each
+    variant against the unrotated @float model beside the noise floor."""
+    from .rotate import _INPUTS
+    out = [f"rotation of {_esc(study['model'], 40)} ({_esc(study['rotated'], 40)}), cpu {study['cpu']}, "
+           f"{study['prompts']} prompts, {study['positions']} generated positions",
+           f"{'layer':>5s} " + " ".join(f"{k + ' crest':>19s}" for k, _ in _INPUTS) + f" {'int8 err':>19s}"]
+    for L in study["layers"]:
+        cells = [f"{L['orig'][k]['crest_median']:8.3g} -> {L['rot'][k]['crest_median']:<7.3g}" for k, _ in _INPUTS]
+        ea = sum(v["out_a8"] for v in L["orig"]["linears"].values()) / len(L["orig"]["linears"])
+        eb = sum(v["out_a8"] for v in L["rot"]["linears"].values()) / len(L["rot"]["linears"])
+        out.append(f"{L['layer']:5d} " + " ".join(f"{c:>19s}" for c in cells) + f" {ea:8.3g} -> {eb:<7.3g}")
+    out += ["", "KL against the unrotated @float model", STAT_HEADER]
+    for name, s in study["kl"].items():
+        out.append(stats_line(name, s))
+    out.append(stats_line("noise floor", study["floor"]))
     return "\n".join(out)

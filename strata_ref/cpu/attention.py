@@ -1,0 +1,102 @@
+"""Attention over a KV cache of any type that llama.cpp's CPU backend
+stores (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl), without
+flash attention, in each CPU profile's float order.
+
+Source: llama.cpp vendored by llama-cpp-python 0.3.36,
+`llm_graph_context::build_attn_mha` (src/llama-graph.cpp), flash attention
+off: kq = ggml_mul_mat(K, q), soft_max_ext with the causal (sliding-window)
+mask, kqv = ggml_mul_mat(V^T, kq). Both products are ordinary ggml-cpu
+mat-muls (`ggml_compute_forward_mul_mat`) whose "weight" is a view of the
+cache, so they take ggml's dispatch (`families.mm_path`) with the cache as
+src0: q (and for V^T the probabilities) converted to the cache type's
+`vec_dot_type` by its `from_float` (Q8_0 / Q8_1 by the profile's activation
+quantizer, F16 by RNE, BF16 by ggml's rule), then the type's `vec_dot` or,
+from two tokens on, llamafile's tinyBLAS where the build has it. A cache
+view is never in the CPU_REPACK buffer. ggml's m for K q is the KV length
+llama.cpp passes (`n_kv`, a multiple of 256), for V^T p it is head_dim; the
+V p product runs over all n_kv cells, the unused ones with probability 0.
+One exception: q is a permuted view, which ggml converts to K's
+vec_dot_type before llamafile sees it; an F32 K has no conversion, and
+llamafile refuses a non-contiguous src1, so K q with an F32 cache is always
+vec_dot (found with tools/llama_dump.py on an f32 cache).
+
+The F16 / F16 case is `ops.attention` (one numba call per layer); this
+module runs every other pair through `matmul.QMatrix` per KV head, the
+query heads of one group stacked (rows are independent, and the path is
+the one ggml takes for the call's token count).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..types import GGMLType as T
+from .families import mm_path
+from .matmul import QMatrix
+from .ops import soft_max
+
+__all__ = ["cache_dots", "cache_raw", "attention_mm", "VEC_DOT_TYPE_OF_CACHE"]
+
+#: the activation each cache type dots with (ggml-cpu `type_traits_cpu`
+#: vec_dot_type)
+VEC_DOT_TYPE_OF_CACHE = {T.F32: T.F32, T.F16: T.F16, T.BF16: T.BF16, T.Q8_0: T.Q8_0,
+                         T.Q4_0: T.Q8_0, T.Q5_0: T.Q8_0, T.IQ4_NL: T.Q8_0, T.Q4_1: T.Q8_1,
+                         T.Q5_1: T.Q8_1}
+
+
+def cache_raw(data: np.ndarray) -> np.ndarray:
+    """The bytes of cache rows as stored (float16 / uint16 bf16 bits /
+    float32 values, or uint8 blocks), flat uint8."""
+    return np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+
+
+def cache_dots(t, data: np.ndarray, cols: int, x: np.ndarray, profile, path: str) -> np.ndarray:
+    """out[i, r] = ggml-cpu's dot of cache row r (type t; `data` the rows
+    as stored, (rows, ...)) with activation row i of x (float32 (n, cols)),
+    on the ggml `path` ("vec_dot" or "tinyblas", `families.mm_path`), the
+    activation first converted to t's vec_dot_type as ggml does. Returns
+    float32 (n, rows)."""
+    rows = data.shape[0]
+    qm = QMatrix(t, cache_raw(data), rows, cols, "kv cache", profile)
+    qm.repackable = False
+    qm.path = path
+    return qm.matmul(np.ascontiguousarray(x, np.float32))
+
+
+def attention_mm(q: np.ndarray, type_k, kdata: np.ndarray, type_v, vdata: np.ndarray, T_: int,
+                 n_kv: int, pos: np.ndarray, kq_scale: float, profile, n_swa: int = 0,
+                 sinks: np.ndarray | None = None) -> np.ndarray:
+    """llama.cpp's attention without flash attention over one layer's cache
+    (module docstring): q float32 (n, n_head, head_dim) at positions `pos`
+    (int, n); kdata / vdata the layer's K and V cells as stored, (n_head_kv,
+    >= T_, ...) (f16: float16, bf16: uint16 bits, f32: float32, block types:
+    uint8 row bytes), cells 0 .. T_-1 filled; n_kv: llama.cpp's KV length
+    (>= T_, ggml's m for K q and the length of V p); V of type f32, f16 or
+    bf16; sinks: float32 (n_head,) attention-sink logits
+    (`ggml_soft_max_add_sinks`) or None. Query head j reads KV head j //
+    (n_head / n_head_kv). Returns float32 (n, n_head * head_dim)."""
+    type_k, type_v = T(type_k), T(type_v)
+    n, H, D = q.shape
+    Hkv = kdata.shape[0]
+    G = H // Hkv
+    # q reaches K q as a permuted (non-contiguous) view: ggml converts it to
+    # K's vec_dot_type and hands the copy to llamafile; an F32 K has nothing
+    # to convert, and llamafile's first attempt wants a contiguous src1, so
+    # that product is vec_dot whatever the token count. kq is contiguous:
+    # V p takes ggml's path for V's type.
+    path_kq = "vec_dot" if type_k == T.F32 else mm_path(profile, type_k, n, False, n_kv, D)
+    path_vp = mm_path(profile, type_v, n, False, D, n_kv)
+    out = np.empty((n, H, D), np.float32)
+    qpos = np.tile(np.asarray(pos, np.int64), G)
+    for h in range(Hkv):
+        # rows (g, t): the G query heads of this KV head, token after token
+        qg = np.ascontiguousarray(q[:, h * G:(h + 1) * G].transpose(1, 0, 2)).reshape(G * n, D)
+        s = cache_dots(type_k, kdata[h, :T_], D, qg, profile, path_kq)
+        sk = None if sinks is None else np.repeat(np.asarray(sinks, np.float32)[h * G:(h + 1) * G], n)
+        p = soft_max(s, kq_scale, qpos, profile, n_swa, sk)
+        pk = np.zeros((G * n, n_kv), np.float32)
+        pk[:, :min(p.shape[1], n_kv)] = p[:, :n_kv]
+        vt = np.zeros((D, n_kv), vdata.dtype)
+        vt[:, :T_] = vdata[h, :T_].T
+        o = cache_dots(type_v, vt, n_kv, pk, profile, path_vp)
+        out[:, h * G:(h + 1) * G] = o.reshape(G, n, D).transpose(1, 0, 2)
+    return out.reshape(n, H * D)

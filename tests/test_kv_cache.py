@@ -1,0 +1,463 @@
+"""The KV cache in every type llama.cpp's CPU backend stores, its Hadamard
+rotation and flash attention, bit for bit against llama.cpp.
+
+Reference data per CPU profile (tests/data/<profile>/, made by the peer
+built for that profile):
+
+* `llama_kv_<model>.npz` (`python tools/llama_ref.py --profile P kvcache
+  MODEL`): per cache configuration (types of K and V, flash attention,
+  rotation, short or long prompt) llama.cpp's greedy continuation and the
+  logits of prompt + continuation, batched and incremental; every row is
+  checked whole (its hash) and on its stored top logits.
+* `llama_attn_<config>.npz` (`python tools/llama_dump.py --profile P ...
+  --attn LAYER`): one layer's flash-attention node with llama.cpp's own
+  inputs (q, the cache's K and V rows, the mask) and output, and the
+  Hadamard mul_mats (input, output, the matrix): each operation alone.
+
+Plus the rules themselves (which sizes rotate, when flash attention runs,
+which of ggml's flash-attention paths), the oracle's properties, and
+orders of arithmetic pinned by cases that change with them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+import pytest
+
+from infer_helpers import DATA, PROFILES, load_model, model_path, profile_files, row_hashes
+from strata_ref import cpu
+from strata_ref.cpu.flash_attn import fa_path, flash_attn_ext
+from strata_ref.cpu.hadamard import fwht, gen_hadamard, hadamard_scale, mul_mat_hadamard
+from strata_ref.infer.kv_cache import (CACHE_TYPES, KVCache, cache_type, kv_length,
+                                       resolve_flash_attn, rotation_disabled, rotation_sizes)
+from strata_ref.types import GGMLType as T
+
+KV_MODELS = ("SmolLM2-135M-Instruct", "Qwen2.5-Coder-0.5B-Instruct", "gemma-3-270m")
+
+
+def _bits(a):
+    return np.ascontiguousarray(a, np.float32).view(np.uint32)
+
+
+# ------------------------------------------------------------ the oracle
+@pytest.mark.parametrize("n", [1, 2, 4, 8, 64, 128, 256, 512])
+def test_gen_hadamard_is_ggml_matrix(n):
+    h = gen_hadamard(n)
+    assert h.dtype == np.float32 and h.shape == (n, n)
+    # the entry: (float)(1.0 / (double)sqrtf(n)), one rounding of a double quotient
+    c = np.float32(1.0 / float(np.sqrt(np.float32(n))))
+    i = np.arange(n)
+    sign = np.array([[(-1) ** bin(a & b).count("1") for b in i] for a in i])
+    assert np.array_equal(_bits(h), _bits(sign * c))
+    assert np.array_equal(h, h.T)
+    # orthonormal: H H = I within the rounding of c
+    e = np.abs(h.astype(np.float64) @ h.astype(np.float64) - np.eye(n)).max()
+    assert e <= n * 2.0 ** -23
+
+
+def test_gen_hadamard_sylvester_doubling():
+    # the construction llama.cpp writes: [[H, H], [H, -H]] scaled
+    h4 = gen_hadamard(4) / gen_hadamard(4)[0, 0]
+    h8 = gen_hadamard(8) / gen_hadamard(8)[0, 0]
+    assert np.array_equal(h8, np.block([[h4, h4], [h4, -h4]]))
+
+
+@pytest.mark.parametrize("bad", [0, 3, 96, -64, 2.0, True, "64"])
+def test_hadamard_size_must_be_a_power_of_two(bad):
+    with pytest.raises(ValueError, match="power of two"):
+        gen_hadamard(bad)
+    with pytest.raises(ValueError, match="power of two"):
+        fwht(np.zeros(192, np.float32), bad)
+
+
+def test_fwht_errors():
+    with pytest.raises(ValueError, match="whole rows of 64"):
+        fwht(np.zeros(100, np.float32), 64)
+    with pytest.raises(TypeError, match="float32"):
+        fwht(np.zeros(64), 64)
+
+
+def test_hadamard_scale_is_a_float_division():
+    for n in (64, 256):
+        assert hadamard_scale(n) == gen_hadamard(n)[0, 0]
+    assert hadamard_scale(128) == np.float32(np.float32(1) / np.sqrt(np.float32(128)))
+
+
+@pytest.mark.parametrize("n", [8, 64, 128, 256])
+def test_fwht_is_the_hadamard_product_within_its_rounding(n):
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal((5, n)).astype(np.float32) * 3
+    y = fwht(x, n)
+    exact = x.astype(np.float64) @ (np.array(gen_hadamard(n), np.float64) / gen_hadamard(n)[0, 0]
+                                    * float(hadamard_scale(n))).T
+    # the scaling rounds once per value, each of the log2(n) butterfly levels
+    # once more: |error| <= (1 + log2 n) * u * sum |x| * scale
+    u = 2.0 ** -24
+    bound = (1 + np.log2(n)) * u * (np.abs(x).astype(np.float64).sum(axis=1, keepdims=True)
+                                    * float(hadamard_scale(n))) * 1.01
+    assert (np.abs(y - exact) <= bound).all()
+    # self-inverse up to rounding
+    assert np.allclose(fwht(y, n), x, atol=1e-5 * np.abs(x).max())
+
+
+def test_fwht_scales_first_then_butterflies():
+    # the fast path's order: each value times 1/sqrt(n) first, then u + v
+    # and u - v per level; on values whose sums round, the dense product
+    # (sum of products, then one result) gives other bits
+    x = np.array([1.0, 2.0 ** -24, 2.0 ** -24, 2.0 ** -24], np.float32)
+    y = fwht(x, 4)
+    s = np.float32(0.5)
+    a = [np.float32(v * s) for v in x]
+    l1 = [a[0] + a[1], a[0] - a[1], a[2] + a[3], a[2] - a[3]]
+    l1 = [np.float32(v) for v in l1]
+    want = np.array([l1[0] + l1[2], l1[1] + l1[3], l1[0] - l1[2], l1[1] - l1[3]], np.float32)
+    assert np.array_equal(_bits(y), _bits(want))
+    # the first level rounds 0.5 + 2^-25 to 0.5 (a tie, to even), so the
+    # result is 0.5 + 2^-24, where the exact 0.5 + 1.5 * 2^-24 rounds to
+    # 0.5 + 2^-23
+    assert y[0] == np.float32(0.5 + 2.0 ** -24)
+    assert np.float32(0.5 + 1.5 * 2.0 ** -24) == np.float32(0.5 + 2.0 ** -23)
+
+
+def test_fwht_cost_is_n_log_n(monkeypatch):
+    # the fast path never builds the matrix ...
+    import strata_ref.cpu.hadamard as had
+    monkeypatch.setattr(had, "gen_hadamard", lambda n: pytest.fail("fwht built the matrix"))
+    import time
+
+    def best(n):
+        x = np.random.default_rng(0).standard_normal((2 ** 20 // n, n)).astype(np.float32)
+        fwht(x[:1], n)
+        ts = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            fwht(x, n)
+            ts.append(time.perf_counter() - t0)
+        return min(ts)
+    # ... and its time per value grows with log2(n) (64 -> 1024: 6 -> 10
+    # butterfly levels), where a dense product's would grow with n (16x)
+    assert best(1024) < 5 * best(64)
+
+
+def test_mul_mat_hadamard_rows_are_the_innermost_axis():
+    x = np.arange(2 * 3 * 128, dtype=np.float32).reshape(2, 3, 128)
+    y = mul_mat_hadamard(x, 64)
+    assert y.shape == x.shape
+    assert np.array_equal(y.reshape(-1, 64), fwht(x.reshape(-1, 64), 64))
+
+
+# ------------------------------------------------------------ the rules
+@pytest.mark.parametrize("hd, tk, tv, want", [
+    (64, "q8_0", "q8_0", (64, 64)), (64, "f16", "f16", (0, 0)), (64, "q4_0", "f16", (64, 0)),
+    (64, "bf16", "iq4_nl", (0, 64)), (128, "q5_1", "q5_0", (128, 64)),
+    (256, "q8_0", "q8_0", (256, 64)), (192, "q4_1", "q4_1", (64, 64)),
+    (96, "q8_0", "q8_0", (0, 0)), (32, "q8_0", "q8_0", (0, 0)), (64, "f32", "bf16", (0, 0)),
+])
+def test_rotation_sizes_follow_llama_kv_cache(hd, tk, tv, want):
+    assert rotation_sizes(hd, hd, tk, tv) == want
+    assert rotation_sizes(hd, hd, tk, tv, disabled=True) == (0, 0)
+
+
+@pytest.mark.parametrize("value, off", [("1", True), ("0", False), ("", False), ("abc", False),
+                                        (" 2x", True), ("-1", True), ("+0", False), (None, False)])
+def test_rotation_env_is_read_as_atoi(value, off):
+    env = {} if value is None else {"LLAMA_ATTN_ROT_DISABLE": value}
+    assert rotation_disabled(env) is off
+
+
+def test_cache_rotation_env(monkeypatch):
+    monkeypatch.setenv("LLAMA_ATTN_ROT_DISABLE", "1")
+    c = KVCache(1, 1, 64, 8, "q8_0", "q8_0")
+    assert (c.rot_k, c.rot_v) == (0, 0)
+    c = KVCache(1, 1, 64, 8, "q8_0", "q8_0", rotate=True)
+    assert (c.rot_k, c.rot_v) == (64, 64)
+    monkeypatch.delenv("LLAMA_ATTN_ROT_DISABLE")
+    assert KVCache(1, 1, 64, 8, "q8_0", "q8_0").rot_k == 64
+
+
+def test_flash_attn_resolution():
+    assert resolve_flash_attn(None, "f16") is False          # llama-cpp-python's default
+    assert resolve_flash_attn(None, "q4_0") is True          # required for a block-type V
+    assert resolve_flash_attn("auto", "f16") is True         # llama.cpp's auto on the CPU
+    assert resolve_flash_attn("on", "f16") is True and resolve_flash_attn(False, "bf16") is False
+    with pytest.raises(ValueError, match="requires flash attention"):
+        resolve_flash_attn("off", "q8_0")
+    with pytest.raises(ValueError, match="on, off or auto"):
+        resolve_flash_attn("yes", "f16")
+
+
+def test_cache_types_and_errors():
+    assert set(CACHE_TYPES) == {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"}
+    assert cache_type("Q8_0") == T.Q8_0 and cache_type(T.BF16) == T.BF16 and cache_type(20) == T.IQ4_NL
+    for bad in ("q4_k", "f64", 12, None, "x"):
+        with pytest.raises(ValueError, match="is not a KV cache type"):
+            cache_type(bad)
+    with pytest.raises(ValueError, match="does not divide head_dim 48"):
+        KVCache(1, 1, 48, 8, "q8_0", "f16")
+    with pytest.raises(ValueError, match="fa_threads"):
+        KVCache(1, 1, 64, 8, fa_threads=0)
+    with pytest.raises(ValueError, match="n_ctx must be positive"):
+        KVCache(1, 1, 64, 0)
+
+
+def test_kv_length_is_llama_cpp_n_kv():
+    assert [kv_length(n) for n in (1, 37, 256, 257, 511, 512, 513)] == [256, 256, 256, 512, 512, 512, 768]
+
+
+def test_fa_path_is_ggml_choice():
+    assert fa_path(T.F16, T.F16, 1, 256) == "vec"
+    assert fa_path(T.F16, T.F16, 1, 512) == "split"
+    assert fa_path(T.F16, T.F16, 63, 512) == "vec"
+    assert fa_path(T.F16, T.F16, 64, 256) == "tiled"
+    assert fa_path(T.Q8_0, T.Q8_0, 1, 1024) == "vec"
+    assert fa_path(T.Q8_0, T.Q8_0, 100, 256) == "vec"
+    assert fa_path(T.F16, T.Q4_0, 100, 256) == "vec"
+    assert fa_path(T.BF16, T.BF16, 100, 512) == "vec"
+
+
+@pytest.mark.parametrize("t", sorted(CACHE_TYPES))
+def test_bytes_needed_is_what_is_allocated(t):
+    c = KVCache(2, 3, 64, 16, t, t if t in ("f16", "f32", "bf16") else "f16")
+    assert KVCache.bytes_needed(2, 3, 64, 16, c.type_k.name.lower(), c.type_v.name.lower()) == \
+        c.k.nbytes + c.v.nbytes
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_store_uses_the_builds_from_float(profile):
+    from strata_ref import quantize
+    from strata_ref.cpu.act_quant import quantize_q8_0_act
+    prof = cpu.select(profile)
+    rng = np.random.default_rng(5)
+    k = rng.standard_normal((3, 2, 64)).astype(np.float32)
+    k[1, 0, :32] = np.arange(32, dtype=np.float32) - 15.5       # ties of x * 127 / amax
+    for t in ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"):
+        c = KVCache(1, 2, 64, 4, t, "f16")
+        c.store(0, k, k, prof)
+        for h in range(2):
+            for m in range(3):
+                want = (quantize_q8_0_act(k[m, h], ref=prof.act_quant == "ref").reshape(-1)
+                        if t == "q8_0" else quantize(k[m, h], t))
+                assert np.array_equal(c.k[0, h, m], want), (t, h, m)
+    c = KVCache(1, 2, 64, 4, "bf16", "f32")
+    c.store(0, k, k, prof)
+    from strata_ref.numerics import f32_to_bf16_bits
+    assert np.array_equal(c.k[0, :, :3], f32_to_bf16_bits(k.transpose(1, 0, 2)).reshape(2, 3, 64))
+    assert np.array_equal(c.v[0, :, :3], k.transpose(1, 0, 2))
+
+
+def test_store_refuses_non_finite_for_block_types():
+    c = KVCache(1, 1, 64, 4, "q4_0", "f16")
+    k = np.zeros((1, 1, 64), np.float32)
+    k[0, 0, 3] = np.nan
+    with pytest.raises(ValueError, match="non-finite"):
+        c.store(0, k, np.zeros_like(k), cpu.select("avx2"))
+
+
+# ------------------------------------------------- orders pinned by hand
+def _fa_inputs(n, H, Hkv, D, T_, seed=0):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((n, H, D)).astype(np.float32)
+    k = rng.standard_normal((Hkv, T_, D)).astype(np.float16)
+    v = rng.standard_normal((Hkv, T_, D)).astype(np.float16)
+    return q, k, v
+
+
+def test_fa_vec_accumulates_an_f16_v_in_f16():
+    # ggml_vec_mad_f16: the accumulator is rounded to F16 after every key,
+    # unlike a float32 accumulator of the same products
+    prof = cpu.select("avx2")
+    q, k, v = _fa_inputs(1, 1, 1, 64, 40)
+    out16 = flash_attn_ext(q, T.F16, k, T.F16, v, 40, 256, np.array([39]), 0.125, prof)
+    # the same scores and V through the float32 accumulator (ggml_vec_mad_f32)
+    vf = v.astype(np.float32)
+    from strata_ref.cpu.flash_attn import _vec_rows
+    from strata_ref.cpu.attention import cache_dots
+    s = cache_dots(T.F16, k[0], 64, q[0], prof, "vec_dot").reshape(1, 1, 40)
+    out32 = np.empty((1, 1, 64), np.float32)
+    d = np.empty((1, 1), np.float32)
+    _vec_rows(s, vf, False, np.float32(0.125), np.array([39]), 0, 0, 40, True, True, out32, d, d,
+              False, np.zeros(1, np.float32))
+    assert not np.array_equal(_bits(out16), _bits(out32.reshape(1, -1)))
+    assert np.allclose(out16, out32.reshape(1, -1), atol=2e-3)
+
+
+def test_fa_fma_only_on_fma_builds():
+    q, k, v = _fa_inputs(2, 2, 1, 64, 30, seed=3)
+    prof = cpu.select("avx2")
+    nofma = dataclasses.replace(prof, fma=False)
+    a = flash_attn_ext(q, T.F16, k, T.F16, v, 30, 256, np.array([28, 29]), 0.125, prof)
+    b = flash_attn_ext(q, T.F16, k, T.F16, v, 30, 256, np.array([28, 29]), 0.125, nofma)
+    assert not np.array_equal(_bits(a), _bits(b))
+
+
+def test_fa_tiled_rows_do_not_depend_on_their_neighbours():
+    # the tiled path is computed per query row; the rows of a 70-token pass
+    # equal those of the same rows in a 64-token pass (both tiled)
+    prof = cpu.select("avx512")
+    q, k, v = _fa_inputs(70, 2, 1, 64, 70, seed=4)
+    pos = np.arange(70)
+    a = flash_attn_ext(q, T.F16, k, T.F16, v, 70, 256, pos, 0.125, prof)
+    b = flash_attn_ext(q[6:], T.F16, k, T.F16, v, 70, 256, pos[6:], 0.125, prof)
+    assert np.array_equal(_bits(a[6:]), _bits(b))
+    # and differ from the vec path, which rounds q to F16 and sums in F16
+    c = flash_attn_ext(q[:10], T.F16, k, T.F16, v, 70, 256, pos[:10], 0.125, prof)
+    assert not np.array_equal(_bits(a[:10]), _bits(c))
+
+
+def test_fa_split_depends_on_the_thread_count():
+    prof = cpu.select("avx512")
+    q, k, v = _fa_inputs(1, 2, 1, 64, 400, seed=6)
+    outs = [flash_attn_ext(q, T.F16, k, T.F16, v, 400, 512, np.array([399]), 0.125, prof,
+                           n_threads=nt) for nt in (1, 2, 4)]
+    assert not np.array_equal(_bits(outs[0]), _bits(outs[1]))
+    # F16 accumulators: the chunks agree to F16 rounding
+    assert np.allclose(outs[0], outs[1], atol=5e-3) and np.allclose(outs[1], outs[2], atol=5e-3)
+    # one thread is the vec path over all cells
+    vec = flash_attn_ext(q, T.F16, k, T.F16, v, 400, 256, np.array([399]), 0.125, prof)
+    assert np.array_equal(_bits(outs[0]), _bits(vec))
+
+
+def test_f32_cache_is_cast_to_f16_for_flash_attention():
+    prof = cpu.select("avx2")
+    q, k, v = _fa_inputs(3, 2, 1, 64, 12, seed=7)
+    k32 = (k.astype(np.float32) + np.float32(1e-4)).astype(np.float32)
+    a = flash_attn_ext(q, T.F32, k32, T.F32, v.astype(np.float32), 12, 256, np.arange(9, 12), 0.125, prof)
+    b = flash_attn_ext(q, T.F16, k32.astype(np.float16), T.F16, v, 12, 256, np.arange(9, 12), 0.125, prof)
+    assert np.array_equal(_bits(a), _bits(b))
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_generic_attention_equals_the_f16_kernel(profile):
+    # cpu.attention runs the F16 / F16 case through QMatrix as ggml's mat-mul
+    # does; ops.attention is its one-call kernel: the same bits
+    from strata_ref.cpu import ops
+    from strata_ref.cpu.attention import attention_mm
+    prof = cpu.select(profile)
+    for n, T_ in ((1, 37), (5, 37), (12, 12)):
+        q, k, v = _fa_inputs(n, 6, 2, 64, T_, seed=n)
+        pos = np.arange(T_ - n, T_)
+        a = ops.attention(q, k.view(np.uint16), v.view(np.uint16), T_, pos, 0.125, prof)
+        b = attention_mm(q, T.F16, k, T.F16, v, T_, kv_length(T_), pos, 0.125, prof)
+        assert np.array_equal(_bits(a), _bits(b)), (profile, n)
+
+
+# ------------------------------------------------- llama.cpp, op by op
+def _attn_cases():
+    out = []
+    for name in ("smollm2-q8_0-q8_0-fa", "smollm2-bf16-bf16-fa", "smollm2-f16-q4_1-fa",
+                 "smollm2-q5_1-q5_1-fa", "smollm2-f16-f16-fa-long", "gemma3-q8_0-q8_0-fa"):
+        for p in profile_files(f"llama_attn_{name}.npz"):
+            out.append(pytest.param(*p.values, id=f"{name}-{p.values[0]}"))
+    return out
+
+
+def _cells(raw: np.ndarray, t) -> np.ndarray:
+    """A dumped cache view's rows (n_kv, row bytes) as KVCache stores one
+    KV head: (1, n_kv, w)."""
+    if t == T.F16:
+        return raw.view(np.float16)[None]
+    if t == T.BF16:
+        return raw.view(np.uint16)[None]
+    if t == T.F32:
+        return raw.view(np.float32)[None]
+    return raw[None]
+
+
+@pytest.mark.parametrize("profile, path", _attn_cases())
+def test_attention_ops_are_llama_cpp_bits(profile, path):
+    d = np.load(path)
+    assert str(d["profile"]) == profile
+    prof = cpu.select(profile)
+    tk, tv = T(int(d["type_k"])), T(int(d["type_v"]))
+    for n in (64, 128, 256):
+        if f"rot_{n}" in d.files:
+            assert np.array_equal(_bits(gen_hadamard(n)), _bits(d[f"rot_{n}"])), n
+    prefixes = ["b_"] + [f"d{c}_" for c in d["calls"]]
+    n_rot = 0
+    for p in prefixes:
+        for w in ("Qcur", "Kcur", "Vcur", "kqv_out"):
+            if f"{p}rot_{w}_in" in d.files:
+                x = d[f"{p}rot_{w}_in"]
+                assert np.array_equal(_bits(fwht(x, x.shape[-1])), _bits(d[f"{p}rot_{w}_out"])), (p, w)
+                n_rot += 1
+        q = d[p + "fa_q"].transpose(1, 0, 2)
+        mask = d[p + "fa_mask"]
+        vis = np.isfinite(mask)
+        pos = np.array([np.flatnonzero(r).max() for r in vis])
+        T_ = int(pos.max()) + 1
+        out = flash_attn_ext(q, tk, _cells(d[p + "fa_k"], tk), tv, _cells(d[p + "fa_v"], tv), T_,
+                             mask.shape[1], pos, float(d[p + "fa_scale"]), prof)
+        want = d[p + "fa_out"].reshape(out.shape)
+        bad = int((_bits(out) != _bits(want)).sum())
+        assert bad == 0, f"{p}: {bad} of {out.size} values differ (max {np.abs(out - want).max():.3g})"
+    assert n_rot == 0 or n_rot >= 4
+
+
+# ---------------------------------------------- llama.cpp, whole models
+@functools.lru_cache(maxsize=None)
+def _kv_ref(path):
+    return np.load(path)
+
+
+#: configurations checked in the default run (the rest are marked slow):
+#: on SmolLM2 every configuration of the avx512 and scalar data, and the
+#: short ones of avx2; on Qwen and Gemma one flash-attention block type
+_FAST = {
+    "SmolLM2-135M-Instruct": None,
+    "Qwen2.5-Coder-0.5B-Instruct": ("q8_0-q8_0-fa",),
+    "gemma-3-270m": ("q8_0-q8_0-fa", "q4_0-f16"),
+}
+
+
+def _kv_cases():
+    out = []
+    for stem in KV_MODELS:
+        for p in profile_files(f"llama_kv_{stem}.npz"):
+            prof, path = p.values
+            ref = _kv_ref(path)
+            for name in ref["configs"]:
+                name = str(name)
+                fast = _FAST[stem]
+                slow = (fast is not None and name not in fast) or (
+                    fast is None and prof == "avx2" and str(ref[f"{name}:prompt"]) == "long")
+                out.append(pytest.param(stem, prof, path, name, id=f"{stem}-{prof}-{name}",
+                                        marks=[pytest.mark.slow] if slow else []))
+    return out
+
+
+def _run(m, ref, name):
+    opts = dict(type_k=str(ref[f"{name}:type_k"]), type_v=str(ref[f"{name}:type_v"]),
+                flash_attn=bool(ref[f"{name}:flash_attn"]), rotate=not bool(ref[f"{name}:rot_disable"]),
+                fa_threads=int(ref["n_threads"]))
+    ids = ref[f"{name}:prompt_ids"].tolist()
+    gen = ref[f"{name}:greedy_ids"].tolist()
+    n_ctx = int(ref["n_ctx"])
+    batched = m.forward(ids + gen, m.new_cache(n_ctx, **opts), all_logits=True)
+    cache = m.new_cache(n_ctx, **opts)
+    incr = np.concatenate([m.forward(ids, cache, all_logits=True)] +
+                          [m.forward([t], cache)[None] for t in gen])
+    return ids, gen, {"batched": batched, "incr": incr}
+
+
+@pytest.mark.parametrize("stem, profile, path, name", _kv_cases())
+def test_kv_cache_logits_are_llama_cpp_bits(stem, profile, path, name):
+    ref = _kv_ref(path)
+    assert str(ref["profile"]) == profile
+    m = load_model(stem, profile)
+    ids, gen, ours = _run(m, ref, name)
+    for kind, rows in ours.items():
+        bad = np.flatnonzero(row_hashes(rows) != ref[f"{name}:{kind}_hash"])
+        got = np.take_along_axis(rows, ref[f"{name}:{kind}_ids"], axis=1)
+        assert bad.size == 0, (f"{name} {kind}: rows {bad[:8].tolist()} of {len(rows)} differ "
+                               f"(top logits max |diff| {np.abs(got - ref[f'{name}:{kind}_logits']).max():.3g})")
+        assert np.array_equal(_bits(got), _bits(ref[f"{name}:{kind}_logits"]))
+    # our greedy continuation is llama.cpp's
+    p = len(ids)
+    assert np.argmax(ours["incr"][p - 1:-1], axis=1).tolist() == gen
+
+
+def test_every_profile_has_kv_reference_data():
+    for p in PROFILES:
+        assert (DATA / p / "llama_kv_SmolLM2-135M-Instruct.npz").is_file(), p

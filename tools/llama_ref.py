@@ -11,7 +11,11 @@ the running interpreter. Subcommands:
       "incr" (the prompt pass, then one token per call). Each row is kept as
       its top-k ids and logits plus the log-sum-exp over the full vocabulary
       (float64), enough to compute top-1 agreement and the KL divergence
-      restricted to the top-k plus one tail bucket.
+      restricted to the top-k plus one tail bucket; with the model file's
+      sha256. A rotated SmolLM2 (tests/test_rotate.py) is made by
+      `strata-ref rotate smollm2 /tmp/smollm2-rot-q8_0.gguf --type Q8_0
+      --seed 0`, then `logits /tmp/smollm2-rot-q8_0.gguf --out
+      tests/data/<profile>/llama_ref_smollm2-rot-q8_0.npz`.
 
   synthetic [--out tests/data/llama_ref_tiny.npz]
       Tiny random qwen3 and gemma3 models (tests/infer_helpers.py
@@ -75,6 +79,7 @@ build's `llama_print_system_info()` ("system_info") and the profile.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import ctypes
 import os
 import shlex
@@ -143,7 +148,8 @@ def cmd_logits(args) -> None:
         out, prompt=np.array(PROMPT), prompt_ids=np.array(ids, np.int32),
         greedy_ids=np.array(gen, np.int32), n_vocab=np.int64(n_vocab),
         batched_ids=bi, batched_logits=bv, batched_lse=bl,
-        incr_ids=ii, incr_logits=iv, incr_lse=il, **_provenance())
+        incr_ids=ii, incr_logits=iv, incr_lse=il,
+        sha256=np.array(hashlib.sha256(Path(path).read_bytes()).hexdigest()), **_provenance())
     print(f"{out}: prompt {ids}, greedy {gen}")
     print(repr(llm.detokenize(gen).decode("utf-8", "replace")))
 

@@ -317,3 +317,29 @@ def test_llama_cpp_runs_the_rotated_file_as_strata_ref_does(profile, path, rotat
     assert np.array_equal(got.view(np.uint32), ref["incr_logits"].view(np.uint32))
     # greedy: strata-ref's continuation is llama.cpp's
     assert np.argmax(incr[n - 1:-1], axis=1).tolist() == ref["greedy_ids"].tolist()
+
+
+# ------------------------------------------------------------ the study
+def test_rotation_study_on_a_planted_massive_channel(tmp_path):
+    """`rotation_study` (what `rotate --measure` prints): the rotated model
+    is the same function (its @float KL against the original's @float is at
+    the float32 rounding level, far below the int8 cost), and the planted
+    channel (x30 in the embedding) that sets the crest factor of layer 0's
+    attention input is spread by the rotation."""
+    from strata_ref.quality.rotate import rotation_study
+    src, dst = tmp_path / "m.gguf", tmp_path / "r.gguf"
+    _tiny(src, "llama")
+    rotate_gguf(src, dst, type="F32", seed=0)
+    res = rotation_study(str(src), str(dst), ["Hello world!", "abc abc"], max_tokens=4,
+                         types=("Q8_0",), profile="avx2")
+    assert res["positions"] == 8 and [L["layer"] for L in res["layers"]] == [0, 1, 2]
+    kl = res["kl"]
+    assert set(kl) == {"rot@float", "orig@a8token", "rot@a8token", "orig@Q8_0", "rot@Q8_0"}
+    # the same function: float32 rounding (1e-12 here) against the int8 cost (1e-8)
+    assert kl["rot@float"]["kl_mean"] < kl["orig@a8token"]["kl_mean"] / 100
+    assert kl["rot@float"]["top1"] == 1.0
+    assert kl["rot@a8token"]["kl_mean"] < kl["orig@a8token"]["kl_mean"]
+    o, r = res["layers"][0]["orig"]["attn"], res["layers"][0]["rot"]["attn"]
+    assert o["channel"] == 7 and o["crest_median"] > 2 * r["crest_median"]
+    wq = [res["layers"][0][k]["linears"]["wq"] for k in ("orig", "rot")]
+    assert wq[1]["out_a8"] < wq[0]["out_a8"] / 2

@@ -385,7 +385,7 @@ def _calibrate(m, target, profile, seqs):
     """Crest statistics of every layer's four linear inputs and each
     linear's error statistics (`layers._Probe`) over teacher-forced passes
     of the token sequences `seqs` through float model m."""
-    from .layers import LINEARS, _Probe, _unstack, crest_stats
+    from .layers import LINEARS, _owner, _Probe, _unstack, crest_stats
     _unstack(m)
     sink = {}
     crest = {(i, k): [] for i in range(len(m.layers)) for k, _ in _INPUTS}
@@ -393,16 +393,16 @@ def _calibrate(m, target, profile, seqs):
     saved = {}
     for i, L in enumerate(m.layers):
         for a, _ in LINEARS:
-            fm = getattr(L, a)
+            fm = getattr(_owner(L, a), a)
             saved[(i, a)] = fm
             c = crest[(i, readers[a])] if a in readers else None
-            setattr(L, a, _Probe(fm, target, profile, sink, f"{i}.{a}", c))
+            setattr(_owner(L, a), a, _Probe(fm, target, profile, sink, f"{i}.{a}", c))
     try:
         for ids in seqs:
             m.forward(list(ids), m.new_cache(min(m.hp.n_ctx_train, len(ids) + 1)), all_logits=True)
     finally:
         for (i, a), fm in saved.items():
-            setattr(m.layers[i], a, fm)
+            setattr(_owner(m.layers[i], a), a, fm)
     layers = []
     for i in range(len(m.layers)):
         lin = {}

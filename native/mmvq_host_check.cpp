@@ -96,6 +96,8 @@ extern "C" int smv_host_lane_dots(int type, const uint8_t *blk, int mis, const u
 
 extern "C" int smv_host_q8_chunk(int c) { return q8_chunk(c); }
 
+extern "C" float smv_host_i2f_prod(int a, int b) { return i2f_prod(a, b); }
+
 // The lanes kernel's whole 1-column mat-vec on the host: `nwarps` warps (warp
 // v takes rows v, v + nwarps, ...), each lane walking its blocks with
 // lane_rows exactly as on the GPU, then the canonical combine of the 128

@@ -118,6 +118,16 @@ struct Q8Stage {
 
 template <int TYPE> struct Lanes;
 
+// float(a * b) for |a * b| < 2^22, bit for bit __int2float_rn's: the
+// product's own integer multiply-add forms 2^23 + 2^22 + a*b as the bits of
+// a float in [2^23, 2^24) (where the floats are the integers, so that float
+// is exact), and one FADD subtracts 2^23 + 2^22 exactly. It replaces the
+// I2FP conversion after the product (measured on the H200: Q6_K about 1 %
+// less time; Q4_K none, so it keeps i2f).
+__device__ __forceinline__ float i2f_prod(int a, int b) {
+    return __fsub_rn(__uint_as_float((uint32_t)(a * b) + 0x4B400000u), 12582912.0f);
+}
+
 // Q4_K: L = 4 lanes per super-block; lane j has qs ints 8j..8j+7 (sub-blocks
 // 2j, 2j+1) and the 16-byte head (d, dmin, scales).
 template <> struct Lanes<Q4_K> {
@@ -232,7 +242,8 @@ template <> struct Lanes<Q6_K> {
                 // byte x + 0x60 stays below 0x100, and ^ 0x80 then gives x - 32.
                 const int vi = (int)(((uint32_t)(vil | vih) + 0x60606060u) ^ 0x80808080u);
                 const int dq = __dp4a(vi, (int)u[i].v[k], 0);
-                sf = __fmaf_rn(d8[i], i2f(dq * sc[i]), sf);
+                // |dq·sc| <= 4·32·128·128 = 2^21: inside i2f_prod's range
+                sf = __fmaf_rn(d8[i], i2f_prod(dq, sc[i]), sf);
             }
             out[k] = __fmul_rn(d, sf);
         }

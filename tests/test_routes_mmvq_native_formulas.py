@@ -195,6 +195,22 @@ LANE_MATVEC_CASES = [(GGMLType.Q4_K, 29, 2560, 5), (GGMLType.Q4_K, 13, 256, 3),
                      (GGMLType.IQ4_XS, 5, 1280, 8)]
 
 
+def test_i2f_prod_is_the_conversion_of_the_product(host):
+    """i2f_prod (mmvq_lanes.cuh, Q6_K's lane dots) gives float(a*b) bit for
+    bit wherever |a*b| < 2^22, the range it is used in (|dq*sc| <= 2^21):
+    every product of the edges and a random sample."""
+    host.smv_host_i2f_prod.restype = ctypes.c_float
+    host.smv_host_i2f_prod.argtypes = [ctypes.c_int, ctypes.c_int]
+    rng = np.random.default_rng(5)
+    dq = [0, 1, -1, 16384, -16384, 16383, -16383, 12345, -7] + list(rng.integers(-16384, 16385, 300))
+    sc = [0, 1, -1, 127, -128, 64, -3] + list(rng.integers(-128, 128, 30))
+    pairs = [(a, b) for a in dq for b in sc] + [(1 << 21, 1), (-(1 << 22), 1), ((1 << 22) - 1, 1)]
+    for a, b in pairs:
+        got = np.float32(host.smv_host_i2f_prod(int(a), int(b)))
+        want = np.float32(int(a) * int(b))
+        assert got.view(np.uint32) == want.view(np.uint32), (a, b, got, want)
+
+
 @pytest.mark.parametrize("t,rows,k,warps", LANE_MATVEC_CASES,
                          ids=lambda v: getattr(v, "name", str(v)))
 def test_host_lanes_matvec_equals_oracle(host, t, rows, k, warps):

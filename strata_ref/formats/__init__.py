@@ -13,11 +13,14 @@ every NaN output becomes the canonical float32 NaN 0x7FFFFFFF.
 """
 from __future__ import annotations
 
+import hashlib
 import threading
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
 from numba import njit, prange
+from numba.core.caching import FunctionCache
 
 from ..types import GGMLType, UnsupportedTypeError, block_format, parse_type
 
@@ -52,44 +55,97 @@ def register_quantize(t: GGMLType):
 
 _CHUNK = 512   # blocks per parallel work item: amortises the scheduling cost
 
+#: Below this many output values a call runs the serial driver: starting
+#: numba's thread pool costs microseconds on an idle machine but whole
+#: scheduler time slices (measured: about 7 ms a call) on a loaded one,
+#: where the pool's second thread must wait for a core; the golden corpus
+#: makes thousands of such small calls.
+SERIAL_VALUES = 1 << 16
 
-def _make_driver(block_fn):
+
+def _sources_digest() -> str:
+    # Everything a driver inlines: this package's modules (block functions,
+    # field readers, tables), numerics (the fp16 table) and types (offsets).
+    h = hashlib.sha256()
+    here = Path(__file__).resolve().parent
+    for p in sorted(here.glob("*.py")) + [here.parent / "numerics.py", here.parent / "types.py"]:
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+_DIGEST: list[str] = []
+
+
+class _DriverCache(FunctionCache):
+    """numba's on-disk cache for one generated driver.
+
+    The drivers are closures over their block function, which numba's own
+    cache cannot key across processes (a dispatcher pickles with a random
+    uuid), and it would only watch this file for changes. Here each driver
+    has its own index file (`name`), and its key holds a digest of every
+    source file the driver inlines, so editing any format invalidates it."""
+
+    def __init__(self, py_func, name: str):
+        py_func.__qualname__ = name
+        super().__init__(py_func)
+
+    def _index_key(self, sig, codegen):
+        if not _DIGEST:
+            _DIGEST.append(_sources_digest())
+        code = hashlib.sha256(self._py_func.__code__.co_code).hexdigest()
+        return (sig, codegen.magic_tuple(), (code, _DIGEST[0]))
+
+
+def _make_driver(block_fn, name: str):
     # One driver per format with the block function as a closure constant, so
     # numba inlines it; passed as an argument it would be a real call per
     # block (views built and reference-counted), about 2x slower.
-    @njit(parallel=True, nogil=True)
-    def drive(blocks, out, canon):
+    @njit(inline="always")
+    def chunk(blocks, out, canon, c):
         # blocks: (R, NB, B) uint8; out: (R, NB, QK) float32, any strides.
-        nr = blocks.shape[0]
         nb = blocks.shape[1]
         qk = out.shape[2]
-        total = nr * nb
-        for c in prange((total + _CHUNK - 1) // _CHUNK):
-            for k in range(c * _CHUNK, min(total, (c + 1) * _CHUNK)):
-                r = k // nb
-                i = k - r * nb
-                y = out[r, i]
-                block_fn(blocks[r, i], y)
-                # NaNs come only from non-finite scales: test the block with
-                # a branch-free reduction, rewrite it only when one is there.
-                bad = False
+        total = blocks.shape[0] * nb
+        for k in range(c * _CHUNK, min(total, (c + 1) * _CHUNK)):
+            r = k // nb
+            i = k - r * nb
+            y = out[r, i]
+            block_fn(blocks[r, i], y)
+            # NaNs come only from non-finite scales: test the block with
+            # a branch-free reduction, rewrite it only when one is there.
+            bad = False
+            for j in range(qk):
+                bad |= y[j] != y[j]
+            if bad:
                 for j in range(qk):
-                    bad |= y[j] != y[j]
-                if bad:
-                    for j in range(qk):
-                        if y[j] != y[j]:
-                            y[j] = canon[0]
-    return drive
+                    if y[j] != y[j]:
+                        y[j] = canon[0]
+
+    def drive(blocks, out, canon):
+        for c in prange((blocks.shape[0] * blocks.shape[1] + _CHUNK - 1) // _CHUNK):
+            chunk(blocks, out, canon, c)
+
+    def drive_serial(blocks, out, canon):
+        for c in range((blocks.shape[0] * blocks.shape[1] + _CHUNK - 1) // _CHUNK):
+            chunk(blocks, out, canon, c)
+
+    par = njit(parallel=True, nogil=True)(drive)
+    par._cache = _DriverCache(par.py_func, f"drive_{name}")
+    ser = njit(nogil=True)(drive_serial)
+    ser._cache = _DriverCache(ser.py_func, f"drive_serial_{name}")
+    return par, ser
 
 
-def _driver(t: GGMLType):
+def _driver(t: GGMLType, values: int):
+    """The compiled driver of type t for a call of `values` outputs."""
     drv = _DRIVERS.get(t)
     if drv is None:
         with _LOCK:
             drv = _DRIVERS.get(t)
             if drv is None:
-                drv = _DRIVERS[t] = _make_driver(_DEQUANT[t])
-    return drv
+                drv = _DRIVERS[t] = _make_driver(_DEQUANT[t], t.name)
+    return drv[values < SERIAL_VALUES]
 
 
 _LOADED = False
@@ -162,5 +218,5 @@ def dequantize_blocks(t, blocks: np.ndarray, out: np.ndarray | None = None) -> n
                          f"{blocks.shape[:-1] + (fmt.block_values,)}, got {out.dtype} {out.shape}")
     o3 = out if out.ndim == 3 else out[None]
     if b3.size:
-        _driver(tt)(b3, o3, _CANON)
+        _driver(tt, b3.shape[0] * b3.shape[1] * fmt.block_values)(b3, o3, _CANON)
     return out

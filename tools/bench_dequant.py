@@ -2,8 +2,8 @@
 """Dequant speed of the oracle against ggml's C `to_float` and gguf-py, in one run.
 
 For every type: IN_MIB of random valid blocks in rows of 4096 values, best
-of REPS interleaved calls of `strata_ref.dequant_f32` and of its peers (every
-call including output allocation), in M values/s, and the ratios ours / peer.
+of REPS interleaved calls of `strata_ref.dequant_f32` and of its peers, in
+M values/s, and the ratios ours / peer.
 
 The ggml C column calls each type's `to_float` of the peer build's
 libggml-base.so through tools/ggml_c.py (--ggml PATH, else
@@ -14,16 +14,20 @@ It is measured at one and at two threads (--threads 1,2): the oracle with
 numba's thread count set to N (`numba.set_num_threads`, the same as
 NUMBA_NUM_THREADS=N), ggml with the rows split into N contiguous parts each
 dequantized by one `to_float` call in its own Python thread (ctypes releases
-the GIL), as ggml's own ops split rows over threads. Every output is checked
-bitwise equal to ggml's (NaNs canonical on both sides; sane blocks have none).
-The gguf-py column (`gguf.quants.dequantize`, NumPy, one thread) is compared
-with the oracle at the first thread count; --no-gguf-py drops it.
+the GIL), as ggml's own ops split rows over threads. Both write into an
+output allocated once per type, as `to_float(x, y, n)` writes into the
+caller's y (ours through `out=`); --alloc allocates inside every timed call
+instead, which adds the same page zeroing to both sides. Every output is
+checked bitwise equal to ggml's (NaNs canonical on both sides; sane blocks
+have none). The gguf-py column (`gguf.quants.dequantize`, NumPy, one thread,
+allocating) is compared with the oracle allocating too, at the first thread
+count; --no-gguf-py drops it.
 
 Also FNV-1a 64 throughput on one core and one `strata-ref hash` timing
 when --hash is given. The CPU model and the load average are printed first.
 
     python tools/bench_dequant.py [--mib 16] [--reps 3] [--types Q4_K,IQ2_XXS]
-        [--threads 1,2] [--ggml PATH|none] [--no-gguf-py] [--hash]
+        [--threads 1,2] [--ggml PATH|none] [--alloc] [--no-gguf-py] [--hash]
 """
 from __future__ import annotations
 
@@ -81,8 +85,10 @@ class CToFloat:
         self.qk, self.bb = tr.blck_size, tr.type_size
         self.fn = lib._q8k_deq if t == ggml_c._Q8_K else ggml_c._to_float_t(tr.to_float)
 
-    def __call__(self, raw: np.ndarray, rows: int, cols: int, threads: int) -> np.ndarray:
-        out = np.empty((rows, cols), np.float32)
+    def __call__(self, raw: np.ndarray, rows: int, cols: int, threads: int,
+                 out: np.ndarray | None = None) -> np.ndarray:
+        if out is None:
+            out = np.empty((rows, cols), np.float32)
         row_bytes = cols // self.qk * self.bb
         src, dst = raw.ctypes.data, out.ctypes.data
         if threads == 1:
@@ -121,6 +127,8 @@ def main():
     ap.add_argument("--threads", default="1,2", help="thread counts for the ggml C comparison")
     ap.add_argument("--ggml", default=None, help="libggml-base.so to compare with, or 'none'")
     ap.add_argument("--no-gguf-py", action="store_true", help="leave out the gguf-py column")
+    ap.add_argument("--alloc", action="store_true",
+                    help="allocate every output (ours and ggml's) inside the timed call")
     ap.add_argument("--hash", action="store_true", help="also time `strata-ref hash` (all three dtypes)")
     a = ap.parse_args()
     rng = np.random.default_rng(0)
@@ -134,8 +142,8 @@ def main():
     lib = ggml_c.GGML(libpath) if libpath is not None and libpath.is_file() else None
     la = os.getloadavg()
     print(f"# {host()}; load average {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}")
-    print(f"# {a.mib} MiB input per type, best of {a.reps} interleaved; ggml C: "
-          f"{libpath if lib else 'not found'}")
+    print(f"# {a.mib} MiB input per type, best of {a.reps} interleaved, output "
+          f"{'allocated per call' if a.alloc else 'preallocated'}; ggml C: {libpath if lib else 'not found'}")
     head = f"{'type':<8} {'M values':>9}"
     if lib:
         for n in threads:
@@ -179,26 +187,38 @@ def main():
         if cfn is not None:
             want = cfn(raw, rows, cols, 1).view(np.uint32)
             want[((want & 0x7F800000) == 0x7F800000) & ((want & 0x7FFFFF) != 0)] = 0x7FFFFFFF
+        # Both sides write into an output allocated once, as ggml's
+        # `to_float(x, y, n)` writes into the caller's y (ours through
+        # `out=`): a fresh output per call would add the kernel's page
+        # zeroing, the same on both sides, to both. --alloc allocates per call.
+        mine = np.empty((rows, cols), np.float32)
+        theirs_out = np.empty((rows, cols), np.float32)
+        if a.alloc:
+            ours_call = lambda: sr.dequant_f32(t, raw, rows, cols)  # noqa: E731
+        else:
+            ours_call = lambda: sr.dequant_f32(t, raw, rows, cols, out=mine)  # noqa: E731
         # Interleaved, best of REPS each: a shared VM drifts, and drift then
         # hits both sides alike.
         ours = {n: [] for n in threads}
         theirs = {n: [] for n in threads}
-        py = []
+        py, ours_alloc = [], []
         for _ in range(a.reps):
             for n in threads:
                 numba.set_num_threads(n)
                 t0 = time.perf_counter()
-                got = sr.dequant_f32(t, raw, rows, cols)
+                got = ours_call()
                 ours[n].append(time.perf_counter() - t0)
                 if cfn is not None:
                     equal &= np.array_equal(got.view(np.uint32), want)
                     del got
                     t0 = time.perf_counter()
-                    cfn(raw, rows, cols, n)
+                    cfn(raw, rows, cols, n, None if a.alloc else theirs_out)
                     theirs[n].append(time.perf_counter() - t0)
             if peer is not None:
+                # gguf-py allocates its output: compare with ours allocating
                 numba.set_num_threads(threads[0])
                 py.append(best(peer, 1))
+                ours_alloc.append(best(lambda: sr.dequant_f32(t, raw, rows, cols), 1))
         numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
         line = f"{t.name:<8} {nval / 1e6:9.1f}"
         if lib:
@@ -216,7 +236,7 @@ def main():
             line += f" {nval / min(ours[threads[0]]) / 1e6:9.0f}"
         if not a.no_gguf_py:
             if py:
-                r = min(py) / min(ours[threads[0]])
+                r = min(py) / min(ours_alloc)
                 line += f" {nval / min(py) / 1e6:9.0f} {r:6.1f}"
                 worst_py = min(worst_py or 1e9, r)
             else:

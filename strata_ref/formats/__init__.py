@@ -23,6 +23,8 @@ from numba import njit, prange
 from numba.core.caching import FunctionCache
 
 from ..types import GGMLType, UnsupportedTypeError, block_format, parse_type
+from . import _stream
+from ._stream import sfence, stream4
 
 __all__ = ["register_dequant", "register_quantize", "dequantize_blocks",
            "dequant_types", "quantize_types", "get_quantizer"]
@@ -61,6 +63,12 @@ _CHUNK = 512   # blocks per parallel work item: amortises the scheduling cost
 #: where the pool's second thread must wait for a core; the golden corpus
 #: makes thousands of such small calls.
 SERIAL_VALUES = 1 << 16
+
+
+#: From this many output values on, a call whose output allows it streams
+#: its stores past the cache (formats._stream): an output of 4 MiB (the L2
+#: of the machine measured) or more is not read back from cache anyway.
+STREAM_VALUES = 1 << 20
 
 
 def _sources_digest() -> str:
@@ -129,6 +137,40 @@ def _make_driver(block_fn, name: str):
                 i = 0
                 r += 1
 
+    @njit(inline="always")
+    def chunk_stream(blocks, out, canon, c):
+        # As chunk, through an L1-resident block of scratch that is then
+        # streamed to `out` (formats._stream); out[r, i] contiguous and
+        # 16-byte aligned, QK a multiple of 4.
+        nb = blocks.shape[1]
+        qk = out.shape[2]
+        total = blocks.shape[0] * nb
+        tmp = np.empty(qk, np.float32)
+        k0 = c * _CHUNK
+        r = k0 // nb
+        i = k0 - r * nb
+        for _ in range(k0, min(total, k0 + _CHUNK)):
+            block_fn(blocks[r, i], tmp)
+            bad = False
+            for j in range(qk):
+                bad |= tmp[j] != tmp[j]
+            if bad:
+                for j in range(qk):
+                    if tmp[j] != tmp[j]:
+                        tmp[j] = canon[0]
+            y = out[r, i]
+            for j in range(0, qk, 4):
+                stream4(y, tmp, j)
+            i += 1
+            if i == nb:
+                i = 0
+                r += 1
+        sfence()
+
+    def drive_stream(blocks, out, canon):
+        for c in prange((blocks.shape[0] * blocks.shape[1] + _CHUNK - 1) // _CHUNK):
+            chunk_stream(blocks, out, canon, c)
+
     def drive(blocks, out, canon):
         for c in prange((blocks.shape[0] * blocks.shape[1] + _CHUNK - 1) // _CHUNK):
             chunk(blocks, out, canon, c)
@@ -141,18 +183,29 @@ def _make_driver(block_fn, name: str):
     par._cache = _DriverCache(par.py_func, f"drive_{name}")
     ser = njit(nogil=True)(drive_serial)
     ser._cache = _DriverCache(ser.py_func, f"drive_serial_{name}")
-    return par, ser
+    stm = njit(parallel=True, nogil=True)(drive_stream)
+    stm._cache = _DriverCache(stm.py_func, f"drive_stream_{name}")
+    return par, ser, stm
 
 
-def _driver(t: GGMLType, values: int):
-    """The compiled driver of type t for a call of `values` outputs."""
+def _streamable(out: np.ndarray) -> bool:
+    # every block's QK outputs contiguous and 16-byte aligned
+    return (_stream.AVAILABLE and out.size >= STREAM_VALUES and out.strides[2] == 4
+            and out.shape[2] % 4 == 0 and out.ctypes.data % 16 == 0
+            and out.strides[0] % 16 == 0 and out.strides[1] % 16 == 0)
+
+
+def _driver(t: GGMLType, out: np.ndarray):
+    """The compiled driver of type t for the (R, NB, QK) output `out`."""
     drv = _DRIVERS.get(t)
     if drv is None:
         with _LOCK:
             drv = _DRIVERS.get(t)
             if drv is None:
                 drv = _DRIVERS[t] = _make_driver(_DEQUANT[t], t.name)
-    return drv[values < SERIAL_VALUES]
+    if out.size < SERIAL_VALUES:
+        return drv[1]
+    return drv[2] if _streamable(out) else drv[0]
 
 
 _LOADED = False
@@ -225,5 +278,5 @@ def dequantize_blocks(t, blocks: np.ndarray, out: np.ndarray | None = None) -> n
                          f"{blocks.shape[:-1] + (fmt.block_values,)}, got {out.dtype} {out.shape}")
     o3 = out if out.ndim == 3 else out[None]
     if b3.size:
-        _driver(tt, b3.shape[0] * b3.shape[1] * fmt.block_values)(b3, o3, _CANON)
+        _driver(tt, o3)(b3, o3, _CANON)
     return out

@@ -177,13 +177,22 @@ _F16_TO_F32_BITS = F16_TO_F32.view(np.uint32)
 
 @njit(inline="always", cache=True)
 def _widen_row(src, dst, bf16, r):
-    # src: (R, C) uint16 element bits; dst: (R, C) uint32 f32 bits, any strides.
-    for c in range(src.shape[1]):
-        h = np.int64(src[r, c])
-        v = (h << 16) if bf16 else np.int64(_F16_TO_F32_BITS[h])
-        if (v & 0x7FFFFFFF) > 0x7F800000:
-            v = 0x7FFFFFFF
-        dst[r, c] = v
+    # src: (R, C) uint16 element bits; dst: (R, C) uint32 f32 bits, any
+    # strides. uint32 throughout: with int64 the vectorised loop holds half
+    # the lanes; `bf16` is tested outside the loop so that each loop is one
+    # straight body (measured together: bf16 1.2x faster).
+    if bf16:
+        for c in range(src.shape[1]):
+            v = np.uint32(src[r, c]) << np.uint32(16)
+            if (v & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+                v = np.uint32(0x7FFFFFFF)
+            dst[r, c] = v
+    else:
+        for c in range(src.shape[1]):
+            v = _F16_TO_F32_BITS[np.uint32(src[r, c])]
+            if (v & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+                v = np.uint32(0x7FFFFFFF)
+            dst[r, c] = v
 
 
 @njit(parallel=True, cache=True)

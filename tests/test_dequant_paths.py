@@ -65,3 +65,25 @@ def test_path_choice():
     off = flat[1:].reshape(out.shape) if flat[1:].ctypes.data % 16 else flat[:-1].reshape(out.shape)
     assert not formats._streamable(off)                               # not 16-byte aligned
     assert not formats._streamable(np.empty((1, n, 2 * fmt.block_values), np.float32)[:, :, ::2])
+
+
+@pytest.mark.parametrize("t", [T.F16, T.BF16, T.F32], ids=lambda t: t.name)
+def test_plain_floats_parallel_equal_serial_and_numpy(t, monkeypatch):
+    from strata_ref import numerics
+    rng = np.random.default_rng(7)
+    rows, cols = 64, 4096                                     # > SERIAL_VALUES
+    wide = t == T.F32
+    bits = rng.integers(0, 1 << (32 if wide else 16), rows * cols, dtype=np.uint64)
+    raw = bits.astype(np.uint32 if wide else np.uint16).view(np.uint8)
+    got = sr.dequant_f32(t, raw, rows, cols).view(np.uint32)
+    monkeypatch.setattr(numerics, "SERIAL_VALUES", 1 << 62)
+    serial = sr.dequant_f32(t, raw, rows, cols).view(np.uint32)
+    if t == T.F16:
+        want = numerics.F16_TO_F32.view(np.uint32)[bits.astype(np.uint16)]
+    elif t == T.BF16:
+        want = bits.astype(np.uint32) << 16
+    else:
+        want = bits.astype(np.uint32)
+    want = np.where((want & 0x7FFFFFFF) > 0x7F800000, np.uint32(0x7FFFFFFF), want).reshape(rows, cols)
+    assert np.array_equal(got, want)
+    assert np.array_equal(serial, want)

@@ -3,10 +3,11 @@
 `strata_ref.formats` runs a call through one of three compiled drivers: the
 serial one below SERIAL_VALUES outputs, the streaming one (non-temporal
 stores through a scratch block, formats._stream) from STREAM_VALUES outputs
-on when the output is contiguous per block and 16-byte aligned, else the
-parallel one. The other tests mostly make small calls (serial); here every
-type's large call is checked bitwise against the serial driver, on random
-bytes (so non-finite scales and NaN outputs occur), through the public API.
+on when the caller's output is contiguous per block and 16-byte aligned,
+else (and for an output the call allocates) the parallel one. The other
+tests mostly make small calls (serial); here every type's large call is
+checked bitwise against the serial driver, on random bytes (so non-finite
+scales and NaN outputs occur), through the public API.
 """
 from __future__ import annotations
 
@@ -39,8 +40,10 @@ def _tensor(t, rng):
 @pytest.mark.parametrize("t", _types())
 def test_large_calls_equal_the_serial_driver(t, monkeypatch):
     raw, rows, cols = _tensor(t, np.random.default_rng(int(t)))
-    fast = sr.dequant_f32(t, raw, rows, cols)
-    padded = sr.dequant_f32(t, raw, rows, cols, ld=cols + 4)       # aligned rows: streams
+    fast = sr.dequant_f32(t, raw, rows, cols, out=np.empty((rows, cols), np.float32))
+    padded = sr.dequant_f32(t, raw, rows, cols, ld=cols + 4,        # aligned rows: streams
+                            out=np.zeros((rows, cols + 4), np.float32))
+    fresh = sr.dequant_f32(t, raw, rows, cols)                      # allocated: never streams
     odd = np.zeros(rows * (cols + 1) + 1, np.float32)               # 4-byte aligned: does not
     sr.dequant_f32(t, raw, rows, cols, ld=cols + 1, out=odd[1:])
     monkeypatch.setattr(formats, "STREAM_VALUES", 1 << 62)
@@ -48,6 +51,7 @@ def test_large_calls_equal_the_serial_driver(t, monkeypatch):
     monkeypatch.setattr(formats, "SERIAL_VALUES", 1 << 62)
     ref = sr.dequant_f32(t, raw, rows, cols).view(np.uint32)
     assert np.array_equal(fast.view(np.uint32), ref)
+    assert np.array_equal(fresh.view(np.uint32), ref)
     assert np.array_equal(plain.view(np.uint32), ref)
     assert np.array_equal(padded[:, :cols].view(np.uint32), ref)
     assert not padded[:, cols:].any()

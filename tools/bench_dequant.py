@@ -115,7 +115,8 @@ def host() -> str:
                 flags = line.split(":", 1)[1].split()
     except OSError:
         pass
-    simd = [f for f in ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_bf16", "avx512_fp16") if f in flags]
+    simd = [f for f in ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_bf16", "avx512_fp16")
+            if f in flags]
     return f"{model}, {os.cpu_count()} CPUs ({' '.join(simd)})"
 
 

@@ -183,13 +183,16 @@ def _make_driver(block_fn, name: str):
         for c in range((blocks.shape[0] * blocks.shape[1] + _CHUNK - 1) // _CHUNK):
             chunk(blocks, out, canon, c)
 
-    par = njit(parallel=True, nogil=True)(drive)
-    par._cache = _DriverCache(par.py_func, f"drive_{name}")
-    ser = njit(nogil=True)(drive_serial)
-    ser._cache = _DriverCache(ser.py_func, f"drive_serial_{name}")
-    stm = njit(parallel=True, nogil=True)(drive_stream)
-    stm._cache = _DriverCache(stm.py_func, f"drive_stream_{name}")
-    return par, ser, stm
+    drivers = []
+    for fn, parallel, what in ((drive, True, "drive"), (drive_serial, False, "drive_serial"),
+                               (drive_stream, True, "drive_stream")):
+        d = njit(parallel=parallel, nogil=True)(fn)
+        try:
+            d._cache = _DriverCache(d.py_func, f"{what}_{name}")
+        except RuntimeError:
+            pass          # numba finds no writable cache location: compile per process
+        drivers.append(d)
+    return tuple(drivers)
 
 
 def _streamable(out: np.ndarray) -> bool:

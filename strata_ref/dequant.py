@@ -142,7 +142,8 @@ def dequant(t, blocks, rows: int, cols: int, row0: int = 0, ld: int | None = Non
         o3 = np.lib.stride_tricks.as_strided(
             f32, shape=(rows, nb, qk),
             strides=(f32.strides[0], qk * f32.strides[1], f32.strides[1]), writeable=True)
-        dequantize_blocks(tt, b3, o3)
+        # a caller's out may be streamed to; one allocated here is in cache
+        dequantize_blocks(tt, b3, o3, stream=out is not None and direct)
     if not direct:
         conv = numerics.f32_to_f16_bits if out_dtype == "f16" else numerics.f32_to_bf16_bits
         view.view(np.uint16)[...] = conv(f32)

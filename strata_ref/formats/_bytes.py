@@ -7,6 +7,7 @@ import numpy as np
 from numba import njit
 
 from ..numerics import F16_TO_F32
+from ._qnum import bits_f32
 
 
 @njit(inline="always", cache=True)
@@ -33,4 +34,6 @@ def f16(b, o):
 
 @njit(inline="always", cache=True)
 def f32(b, o):
-    return np.array([u32(b, o)], dtype=np.uint32).view(np.float32)[0]
+    # a bitcast; a one-element array view would allocate per call (measured
+    # in the streaming driver: Q8_K 6x slower)
+    return bits_f32(u32(b, o))

@@ -7,6 +7,10 @@ src/ggml-quants.c @ d99724f2). Q2_K, Q4_K and Q5_K round once, in the final
 
 For Q2_K and Q3_K the output index is i = 128h + 32j + 16k + l (h < 2,
 j < 4, k < 2, l < 16): half h, 2-bit plane j (shift 2j), 16-value group k.
+
+Inner loop bounds are computed from `y.shape[0]` (256), a run-time value,
+not written as constants: see strata_ref.formats.legacy for why (LLVM would
+unroll a constant-bound loop and then leave it scalar).
 """
 import numpy as np
 from numba import njit
@@ -62,6 +66,7 @@ def dequant_q2_k(b, y):
     """
     d = rd.f16(b, _Q2_K_D)
     dmin = rd.f16(b, _Q2_K_DMIN)
+    n16 = y.shape[0] >> 4                # = 16
     for h in range(2):
         for j in range(4):
             for k in range(2):
@@ -70,7 +75,7 @@ def dequant_q2_k(b, y):
                 ml = dmin * np.float32(s >> 4)
                 q0 = _Q2_K_QS + 32 * h + 16 * k
                 y0 = 128 * h + 32 * j + 16 * k
-                for l in range(16):
+                for l in range(n16):
                     q = (np.int64(b[q0 + l]) >> (2 * j)) & 3
                     y[y0 + l] = dl * np.float32(q) - ml
 
@@ -98,6 +103,7 @@ def dequant_q3_k(b, y):
     of hmask[16k+l] is set); y[i] = (d * (float)sc[s]) * (float)q.
     """
     d = rd.f16(b, _Q3_K_D)
+    n16 = y.shape[0] >> 4                # = 16
     for h in range(2):
         for j in range(4):
             m = 1 << (4 * h + j)
@@ -106,7 +112,7 @@ def dequant_q3_k(b, y):
                 q0 = _Q3_K_QS + 32 * h + 16 * k
                 h0 = _Q3_K_HM + 16 * k
                 y0 = 128 * h + 32 * j + 16 * k
-                for l in range(16):
+                for l in range(n16):
                     q = (np.int64(b[q0 + l]) >> (2 * j)) & 3
                     if (np.int64(b[h0 + l]) & m) == 0:
                         q -= 4
@@ -140,6 +146,7 @@ def dequant_q4_k(b, y):
     """
     d = rd.f16(b, _Q4_K_D)
     dmin = rd.f16(b, _Q4_K_DMIN)
+    n32 = y.shape[0] >> 3                # = 32
     for c in range(4):
         sc1, mn1 = _scale_min_k4(b, _Q4_K_SC, 2 * c)
         sc2, mn2 = _scale_min_k4(b, _Q4_K_SC, 2 * c + 1)
@@ -147,7 +154,7 @@ def dequant_q4_k(b, y):
         m1 = dmin * np.float32(mn1)
         d2 = d * np.float32(sc2)
         m2 = dmin * np.float32(mn2)
-        for l in range(32):
+        for l in range(n32):
             x = np.int64(b[_Q4_K_QS + 32 * c + l])
             y[64 * c + l] = d1 * np.float32(x & 15) - m1
             y[64 * c + 32 + l] = d2 * np.float32(x >> 4) - m2
@@ -163,6 +170,7 @@ def dequant_q5_k(b, y):
     """
     d = rd.f16(b, _Q5_K_D)
     dmin = rd.f16(b, _Q5_K_DMIN)
+    n32 = y.shape[0] >> 3                # = 32
     for c in range(4):
         sc1, mn1 = _scale_min_k4(b, _Q5_K_SC, 2 * c)
         sc2, mn2 = _scale_min_k4(b, _Q5_K_SC, 2 * c + 1)
@@ -170,7 +178,7 @@ def dequant_q5_k(b, y):
         m1 = dmin * np.float32(mn1)
         d2 = d * np.float32(sc2)
         m2 = dmin * np.float32(mn2)
-        for l in range(32):
+        for l in range(n32):
             x = np.int64(b[_Q5_K_QS + 32 * c + l])
             hb = np.int64(b[_Q5_K_QH + l]) >> (2 * c)
             y[64 * c + l] = d1 * np.float32((x & 15) + ((hb & 1) << 4)) - m1
@@ -188,13 +196,14 @@ def dequant_q6_k(b, y):
     y[128h+32t+l] = (d * (float)sc[8h + l/16 + 2t]) * (float)(q_t - 32).
     """
     d = rd.f16(b, _Q6_K_D)
+    n16 = y.shape[0] >> 4                # = 16
     for h in range(2):
         for t in range(4):
             shift = 4 * (t >> 1)         # low nibble for t < 2
             lo0 = _Q6_K_QL + 64 * h + 32 * (t & 1)
             for g in range(2):
                 dl = d * np.float32(rd.i8(b, _Q6_K_SC + 8 * h + g + 2 * t))
-                for l in range(16 * g, 16 * g + 16):
+                for l in range(n16 * g, n16 * g + n16):
                     lo = (np.int64(b[lo0 + l]) >> shift) & 15
                     hi = (np.int64(b[_Q6_K_QH + 32 * h + l]) >> (2 * t)) & 3
                     y[128 * h + 32 * t + l] = dl * np.float32((lo | (hi << 4)) - 32)
@@ -210,5 +219,5 @@ def dequant_q8_k(b, y):
     of the K-quant dot products); the field `bsums` is not read.
     """
     d = rd.f32(b, _Q8_K_D)
-    for j in range(_Q8_K_NQ):
+    for j in range(y.shape[0]):          # = _Q8_K_NQ
         y[j] = d * np.float32(rd.i8(b, _Q8_K_QS + j))

@@ -9,6 +9,13 @@ its high nibble; the 5-bit types take the 5th bit of value j from bit j of
 the u32 `qh` and that of value j + 16 from bit j + 16. Integers are widened
 with np.float32 before they meet a float, so every operation is a float32
 operation (numba would otherwise promote float32 * int64 to float64).
+
+Loop bounds come from `y.shape[0]`, a run-time value, rather than the
+constant QK: LLVM fully unrolls a constant 32-trip loop before its loop
+vectorizer runs, and the unrolled stores to `y` cannot be moved past the
+loads of `b` (the two arrays might overlap), so the block stays scalar. With
+a run-time bound the loop reaches the vectorizer, which checks the overlap
+once per block (measured on AVX-512: Q4_0 1.6x, Q8_0 1.8x faster).
 """
 import numpy as np
 from numba import njit
@@ -57,10 +64,11 @@ def dequant_q4_0(b, y):
     """Q4_0 block (18 bytes) -> 32 float32: y = (float)(nib - 8) * d
     (ggml `dequantize_row_q4_0`). nib = 8 with d < 0 gives -0.0, as in C."""
     d = rd.f16(b, _Q4_0_D)
-    for j in range(_Q4_0_NQ):
+    nq = y.shape[0] >> 1                 # = _Q4_0_NQ, as a run-time value
+    for j in range(nq):
         x = np.int64(b[_Q4_0_QS + j])
         y[j] = np.float32((x & 15) - 8) * d
-        y[j + _Q4_0_NQ] = np.float32((x >> 4) - 8) * d
+        y[j + nq] = np.float32((x >> 4) - 8) * d
 
 
 @register_dequant(GGMLType.Q4_1)
@@ -70,10 +78,11 @@ def dequant_q4_1(b, y):
     (ggml `dequantize_row_q4_1`); the add is the one rounding."""
     d = rd.f16(b, _Q4_1_D)
     m = rd.f16(b, _Q4_1_M)
-    for j in range(_Q4_1_NQ):
+    nq = y.shape[0] >> 1                 # = _Q4_1_NQ
+    for j in range(nq):
         x = np.int64(b[_Q4_1_QS + j])
         y[j] = np.float32(x & 15) * d + m
-        y[j + _Q4_1_NQ] = np.float32(x >> 4) * d + m
+        y[j + nq] = np.float32(x >> 4) * d + m
 
 
 @njit(inline="always", cache=True)
@@ -118,7 +127,7 @@ def dequant_q8_0(b, y):
     """Q8_0 block (34 bytes) -> 32 float32: y[j] = (float)qs[j] * d
     (ggml `dequantize_row_q8_0`)."""
     d = rd.f16(b, _Q8_0_D)
-    for j in range(32):
+    for j in range(y.shape[0]):          # = 32
         y[j] = np.float32(rd.i8(b, _Q8_0_QS + j)) * d
 
 
@@ -132,5 +141,5 @@ def dequant_q8_1(b, y):
     The field `s` (fp16 of d * sum(qs)) is redundant and not read.
     """
     d = rd.f16(b, _Q8_1_D)
-    for j in range(_Q8_1_NQ):
+    for j in range(y.shape[0]):          # = _Q8_1_NQ
         y[j] = np.float32(rd.i8(b, _Q8_1_QS + j)) * d

@@ -3,6 +3,9 @@
 Formulas: ../shared/spec/formats.md §5 "Ternary and low-bit types", in the
 operation order of ggml `dequantize_row_tq1_0` and `dequantize_row_tq2_0`
 (ggml-org/ggml src/ggml-quants.c @ d99724f2).
+
+Run widths are computed from `y.shape[0]` (256), a run-time value: see
+strata_ref.formats.legacy for why (a constant-bound loop stays scalar).
 """
 import numpy as np
 from numba import njit
@@ -17,6 +20,7 @@ _TQ1_0_QH = _TQ1_0.offset("qh")
 _TQ1_0_D = _TQ1_0.offset("d")
 _TQ1_0_NQS = _TQ1_0.field("qs").count
 _TQ1_0_NQH = _TQ1_0.field("qh").count
+assert _TQ1_0_NQH == _TQ1_0.block_values // 64   # the run width below
 # qs is read in runs of 32 bytes, then the remainder in runs of 16 (ggml's
 # loops over `sizeof(qs) - sizeof(qs) % 32`); each byte holds 5 trits.
 _TQ1_0_N32 = _TQ1_0_NQS - _TQ1_0_NQS % 32
@@ -56,11 +60,12 @@ def dequant_tq1_0(b, y):
     then 4 trits per byte of qh, y[240+4n+j].
     """
     d = rd.f16(b, _TQ1_0_D)
+    w32 = y.shape[0] >> 3                # = 32
     for j in range(0, _TQ1_0_N32, 32):
-        _tq1_0_run(b, y, d, _TQ1_0_QS + j, 5 * j, 32, 5)
+        _tq1_0_run(b, y, d, _TQ1_0_QS + j, 5 * j, w32, 5)
     for j in range(_TQ1_0_N32, _TQ1_0_NQS, 16):
-        _tq1_0_run(b, y, d, _TQ1_0_QS + j, 5 * j, 16, 5)
-    _tq1_0_run(b, y, d, _TQ1_0_QH, 5 * _TQ1_0_NQS, _TQ1_0_NQH, 4)
+        _tq1_0_run(b, y, d, _TQ1_0_QS + j, 5 * j, w32 >> 1, 5)
+    _tq1_0_run(b, y, d, _TQ1_0_QH, 5 * _TQ1_0_NQS, w32 >> 3, 4)   # width _TQ1_0_NQH = 4
 
 
 @register_dequant(GGMLType.TQ2_0)
@@ -71,8 +76,9 @@ def dequant_tq2_0(b, y):
     y[128c+32l+m] = (float)(((qs[32c+m] >> 2l) & 3) - 1) * d; code 3 gives +2d.
     """
     d = rd.f16(b, _TQ2_0_D)
+    n32 = y.shape[0] >> 3                # = 32
     for c in range(_TQ2_0_NQS // 32):
         for l in range(4):
-            for m in range(32):
+            for m in range(n32):
                 q = (np.int64(b[_TQ2_0_QS + 32 * c + m]) >> (2 * l)) & 3
                 y[128 * c + 32 * l + m] = np.float32(q - 1) * d

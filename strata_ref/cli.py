@@ -358,6 +358,32 @@ def cmd_generate(a) -> int:
                         a.seed, a.chat, n_ctx=a.ctx, cpu=a.cpu, cache=cache)
 
 
+def _finite(x):
+    """x with every non-finite float (a standard error of one position)
+    as None, so that --json output is strict JSON (null, never NaN)."""
+    import math
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
+def _json_out(doc) -> None:
+    json.dump(_finite(doc), sys.stdout, allow_nan=False)
+    print()
+
+
+def _check_plot(plot_dir) -> None:
+    """--plot asks for charts: make sure matplotlib is there before the
+    measurement runs, not after it (ImportError, a one-line error)."""
+    if plot_dir:
+        from .quality.charts import _plt
+        _plt()
+
+
 def cmd_kl(a) -> int:
     from ._progress import progress_bar
     from .infer.sampling import Sampler
@@ -366,6 +392,7 @@ def cmd_kl(a) -> int:
         return _err(f"--max-tokens must be >= 1, got {a.max_tokens}")
     if a.limit is not None and a.limit < 1:
         return _err(f"--limit must be >= 1, got {a.limit}")
+    _check_plot(a.plot)
     plist = prompts.load_prompts(a.prompts) if a.prompts else list(prompts.DEFAULT_PROMPTS)
     if a.limit:
         plist = plist[:a.limit]
@@ -375,7 +402,8 @@ def cmd_kl(a) -> int:
     with progress_bar(len(plist), "kl", "prompt", enabled=not a.json) as bar:
         results, sts, fl = kl.run_kl_many(ref, tests, plist, a.max_tokens, sampler, a.chat, bar.update)
     meta = {"ref": a.ref, "cpu": ref.cpu.name, "prompts_file": a.prompts,
-            "max_tokens": a.max_tokens, "temperature": a.temperature, "seed": a.seed, "chat": a.chat}
+            "max_tokens": a.max_tokens, "temperature": a.temperature, "top_k": a.top_k,
+            "top_p": a.top_p, "seed": a.seed, "chat": a.chat}
     if a.plot:
         from .quality import charts
         for spec, res in zip(a.test, results):
@@ -384,8 +412,7 @@ def cmd_kl(a) -> int:
     if a.json:
         docs = [report.kl_json({**meta, "test_spec": spec}, res, st, fl)
                 for spec, res, st in zip(a.test, results, sts)]
-        json.dump(docs[0] if len(docs) == 1 else {**meta, "floor": fl, "tests": docs}, sys.stdout)
-        print()
+        _json_out(docs[0] if len(docs) == 1 else {**meta, "floor": fl, "tests": docs})
         return 0
     mode = "greedy" if a.temperature <= 0 else f"temperature {a.temperature}, seed {a.seed}"
     for i, (spec, res, st) in enumerate(zip(a.test, results, sts)):
@@ -406,8 +433,11 @@ def cmd_layers(a) -> int:
         return _err(f"--max-tokens must be >= 1, got {a.max_tokens}")
     if a.jobs is not None and a.jobs < 1:
         return _err(f"--jobs must be >= 1, got {a.jobs}")
+    if a.limit is not None and a.limit < 1:
+        return _err(f"--limit must be >= 1, got {a.limit}")
     from .types import parse_type
     target = parse_type(a.type)
+    _check_plot(a.plot)
     plist = prompts.load_prompts(a.prompts) if a.prompts else list(prompts.DEFAULT_PROMPTS)
     if a.limit:
         plist = plist[:a.limit]
@@ -419,8 +449,7 @@ def cmd_layers(a) -> int:
         charts.layer_kl(a.plot, study)
         charts.crest(a.plot, study)
     if a.json:
-        json.dump(study, sys.stdout)
-        print()
+        _json_out(study)
         return 0
     print(report.layers_text(study))
     return 0
@@ -475,11 +504,23 @@ def cmd_rotate(a) -> int:
     from .quality.rotate import rotate_gguf
     if a.seed < 0:
         return _err(f"--seed must be >= 0, got {a.seed}")
+    from .gguf import read
     src = resolve(a.input)
-    if os.path.abspath(os.fspath(src)) == os.path.abspath(a.output):
-        return _err("rotate: OUT must not be the input file")
+    out_real = os.path.realpath(a.output)
+    if any(os.path.realpath(f.path) == out_real for f in read(src).shards):
+        return _err("rotate: OUT must not be the input file (or one of its shards)")
     if not a.measure and (a.plot or a.types or a.prompts or a.limit is not None):
         return _err("rotate: --types, --prompts, --limit and --plot go with --measure")
+    if a.measure:
+        from .types import parse_type
+        if a.max_tokens < 1:
+            return _err(f"--max-tokens must be >= 1, got {a.max_tokens}")
+        if a.limit is not None and a.limit < 1:
+            return _err(f"--limit must be >= 1, got {a.limit}")
+        for t in (a.types or "Q8_0,Q4_0").split(","):
+            if t:
+                parse_type(t)
+        _check_plot(a.plot)
     with progress_bar(None, "rotate", "layer", enabled=not a.json) as bar:
         summary = rotate_gguf(src, a.output, a.type, a.seed, bar.update)
     if a.measure:
@@ -499,8 +540,7 @@ def cmd_rotate(a) -> int:
         if not a.json:
             print(report.rotation_text(study))
     if a.json:
-        json.dump(summary, sys.stdout)
-        print()
+        _json_out(summary)
         return 0
     types = {}
     for _, t in summary["tensors"]:

@@ -425,9 +425,12 @@ def hash_model(model, out_dtypes=HASH_DTYPES, *, types=None, jobs: int | None = 
 
 
 def _manifest_head(shards) -> dict:
+    """The manifest's first line: each shard's file name, size and
+    modification time (ns), so that a manifest of another file of the same
+    name and size (a model re-quantized in place) is refused on --resume."""
     return {"strata_ref_manifest": MANIFEST_VERSION,
-            "shards": [{"file": os.path.basename(f.path), "size": int(f.file_size)}
-                       for f in shards]}
+            "shards": [{"file": os.path.basename(f.path), "size": int(f.file_size),
+                        "mtime_ns": int(os.stat(f.path).st_mtime_ns)} for f in shards]}
 
 
 def _write_record(w, k: int, t, h: dict[str, int]) -> None:
@@ -479,7 +482,8 @@ def _read_manifest(path, lines, head, entries, out_dtypes) -> dict[int, dict[str
                          f"(version {MANIFEST_VERSION})")
     if first.get("shards") != head["shards"]:
         def show(h):
-            return ", ".join(f"{s.get('file')} ({s.get('size')} bytes)"
+            return ", ".join(f"{s.get('file')} ({s.get('size')} bytes, modified "
+                             f"{s.get('mtime_ns')} ns)"
                              for s in h.get("shards") or [] if isinstance(s, dict))
         raise ValueError(f"{path}: the manifest is of {show(first) or 'no files'}, not of "
                          f"{show(head)}; give another --manifest or remove it")

@@ -119,7 +119,7 @@ def test_memory_is_bounded_by_a_chunk_not_the_tensor(tmp_path, monkeypatch):
     del raw
     t = gguf.read(p).tensors[0]
     src = TensorSource.of(p, t)
-    hash_source(src, ("f32",))                      # compiled before measuring
+    hash_source(src)                                # every dtype compiled before measuring
     tracemalloc.start()
     try:
         h = hash_source(src)
@@ -181,7 +181,8 @@ def test_manifest_and_resume_after_a_kill(mixed, tmp_path):
     fresh = hash_model(f, jobs=1, manifest=m)
     head, *recs = _lines(m)
     assert head == {"strata_ref_manifest": 1,
-                    "shards": [{"file": "mixed.gguf", "size": mixed.stat().st_size}]}
+                    "shards": [{"file": "mixed.gguf", "size": mixed.stat().st_size,
+                                "mtime_ns": mixed.stat().st_mtime_ns}]}
     assert sorted(r["name"] for r in recs) == sorted(n for n, _, _ in MIXED)
     by_name = {t.name: t for t in fresh.tensors}
     for r in recs:
@@ -219,7 +220,8 @@ def test_resume_refuses_another_models_or_a_damaged_manifest(mixed, tmp_path):
     other = write_mixed(tmp_path / "other.gguf", seed=1)[0]
     hash_model(gguf.read(other), ("f32",), manifest=m)
     # same sizes, other name: still another model
-    with pytest.raises(ValueError, match=r"the manifest is of other.gguf \(\d+ bytes\), not of mixed.gguf"):
+    with pytest.raises(ValueError, match=r"the manifest is of other.gguf \(\d+ bytes, modified \d+ ns\), "
+                                         r"not of mixed.gguf"):
         hash_model(f, manifest=m, resume=True)
     hash_model(f, ("f32",), manifest=m)
     lines = m.read_text().splitlines()
@@ -236,6 +238,22 @@ def test_resume_refuses_another_models_or_a_damaged_manifest(mixed, tmp_path):
         hash_model(f, manifest=m, resume=True)
     with pytest.raises(ValueError, match="resume needs a manifest"):
         hash_model(f, resume=True)
+
+
+def test_resume_refuses_a_file_of_the_same_name_and_size_rewritten(tmp_path):
+    """A model re-quantized in place (same name, same size, other bytes) is
+    not the manifest's model: resuming it must not report the old hashes."""
+    import os
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = write_mixed(tmp_path / "a" / "m.gguf", seed=0)[0]
+    b = write_mixed(tmp_path / "b" / "m.gguf", seed=1)[0]
+    assert a.stat().st_size == b.stat().st_size and a.read_bytes() != b.read_bytes()
+    os.utime(b, ns=(a.stat().st_atime_ns, a.stat().st_mtime_ns + 1))
+    m = tmp_path / "m.jsonl"
+    hash_model(gguf.read(a), ("f32",), manifest=m)
+    with pytest.raises(ValueError, match="the manifest is of m.gguf .*, not of m.gguf"):
+        hash_model(gguf.read(b), ("f32",), manifest=m, resume=True)
 
 
 def test_cli_jobs_manifest_resume(two_types, tmp_path, capsys):

@@ -184,3 +184,12 @@ def test_kl_command_several_tests_share_one_reference(tiny, capsys):
     one, two = doc["tests"]
     assert one["prompts"][0]["tokens"] == two["prompts"][0]["tokens"]       # one REF generation
     assert one["floor"] == two["floor"] == doc["floor"]
+
+
+def test_json_output_is_strict_json():
+    """`kl --json` with one generated position has no standard error: it is
+    written as null, never as NaN (which strict JSON readers refuse)."""
+    import json
+    from strata_ref.cli import _finite
+    doc = {"kl_se": float("nan"), "v": [1.5, float("inf")], "n": 1}
+    assert json.dumps(_finite(doc), allow_nan=False) == '{"kl_se": null, "v": [1.5, null], "n": 1}'

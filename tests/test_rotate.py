@@ -65,7 +65,7 @@ def test_randomized_hadamard_is_orthogonal_and_seeded():
 
 
 # ------------------------------------------------------------ tiny models
-def _tiny(path, arch, seed=0, tied=True, biases=False):
+def _tiny(path, arch, seed=0, tied=True, biases=False, **split):
     """A tiny float model: n_embd 48 (Paley 12 x Sylvester 4), 3 heads of
     16 over 1 KV head, n_ff 96, 3 layers, random norm weights and a massive
     embedding channel."""
@@ -114,7 +114,7 @@ def _tiny(path, arch, seed=0, tied=True, biases=False):
     f32("output_norm.weight", 0.5 + rng.random(E))
     if not tied:
         f32("output.weight", rng.standard_normal((nv, E)) * 0.3)
-    write_gguf(path, md, t)
+    write_gguf(path, md, t, **split)
 
 
 def _forward64(path, ids):
@@ -220,6 +220,46 @@ def test_rotate_errors(tmp_path):
         rotate_gguf(src, tmp_path / "o.gguf", seed=-1)
     with pytest.raises(ValueError):
         rotate_gguf(src, tmp_path / "o.gguf", type="Q9_9")
+
+
+def test_rotate_cli_refuses_before_it_writes(tmp_path, capsys):
+    """What a new user's trial found: OUT reached through a link or as
+    another shard of the input set, bad --limit / --max-tokens / --types
+    with --measure: each a one-line error (exit 2), and nothing written."""
+    import os
+    from strata_ref.cli import main
+    src = tmp_path / "m.gguf"
+    _tiny(src, "llama")
+    link = tmp_path / "link.gguf"
+    os.symlink(src, link)
+    before = src.read_bytes()
+    assert main(["rotate", str(src), str(link)]) == 2
+    assert "OUT must not be the input file" in capsys.readouterr().err
+    assert src.read_bytes() == before
+    out = tmp_path / "o.gguf"
+    for bad, msg in ((["--limit", "0"], "--limit must be >= 1"), (["--limit", "-3"], "--limit must be >= 1"),
+                     (["--max-tokens", "0"], "--max-tokens must be >= 1"), (["--types", "Q8_0,Q4_Z"], "Q4_Z")):
+        assert main(["rotate", str(src), str(out), "--measure", *bad]) == 2
+        assert msg in capsys.readouterr().err
+        assert not out.exists()
+
+
+def test_rotating_a_split_set_writes_one_plain_file(tmp_path):
+    """The input may be a gguf-split set (any shard); the output is one
+    file, so it carries no `split.*` keys, and it reads back whole."""
+    src = tmp_path / "m.gguf"
+    _tiny(src, "llama")
+    f = gguf.read(src)
+    d = tmp_path / "split"
+    d.mkdir()
+    _tiny(d / "s.gguf", "llama", split_max_tensors=10)
+    shards = sorted(d.glob("*.gguf"))
+    assert len(shards) > 1
+    out = tmp_path / "r.gguf"
+    rotate_gguf(shards[1], out, type="F32", seed=0)
+    r = gguf.read(out)
+    assert not [k for k in r.metadata if k.startswith("split.")]
+    assert len(r.shards) == 1 and {t.name for t in r.tensors} >= {t.name for t in f.tensors}
 
 
 #: float arithmetic throughout: float32 weights (@float) and an F32 KV cache

@@ -337,8 +337,8 @@ def rotate_gguf(src_path, dst_path, type=None, seed: int = 0, progress=None) -> 
 
     meta = {}
     for k, v in md.items():
-        if k.startswith("general.alignment"):
-            continue
+        if k.startswith("general.alignment") or k.startswith("split."):
+            continue                    # the output is one file, not a split set
         vt = src.metadata_types[k]
         if k in src.array_types:
             meta[k] = (vt, v.tolist() if isinstance(v, np.ndarray) else v, src.array_types[k])

@@ -20,7 +20,8 @@ DESCRIPTION = """\
 The bitwise reference for GGML/GGUF quantized weights: hash every tensor's
 dequantized output (FNV-1a 64), compare another engine's output dump with
 the oracle bit for bit, check the golden files, and run GGUF models
-(llama, qwen2, qwen3, gemma3) on the CPU as llama.cpp does."""
+(llama, qwen2, qwen3, gemma3, qwen3moe, gpt-oss, qwen3next, qwen35moe) on
+the CPU as llama.cpp does, and measure what a quantization costs."""
 
 EPILOG = """\
 A MODEL is a registry name (see `strata-ref models list`), a path to a

@@ -193,3 +193,14 @@ def test_json_output_is_strict_json():
     from strata_ref.cli import _finite
     doc = {"kl_se": float("nan"), "v": [1.5, float("inf")], "n": 1}
     assert json.dumps(_finite(doc), allow_nan=False) == '{"kl_se": null, "v": [1.5, null], "n": 1}'
+
+
+def test_prompt_files_binary_and_bom(tmp_path):
+    from strata_ref.quality.prompts import PromptError, load_prompts
+    b = tmp_path / "b.txt"
+    b.write_bytes(b"\xc9\x00\xff garbage")
+    with pytest.raises(PromptError, match="not UTF-8 text"):
+        load_prompts(b)
+    t = tmp_path / "t.txt"
+    t.write_bytes("\ufeffThe sky is\nWater is\n".encode("utf-8"))
+    assert load_prompts(t) == ["The sky is", "Water is"]

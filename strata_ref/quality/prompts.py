@@ -62,9 +62,14 @@ def load_prompts(path) -> list:
     `{` or `"`, else one prompt per non-empty text line (with `\\n`
     standing for a newline). Returns a list of str. Raises PromptError
     naming the line for a malformed JSON line, a missing or non-string
-    prompt, or a file with no prompt; OSError when it cannot be read."""
+    prompt, a file with no prompt or one that is not UTF-8 text; OSError
+    when it cannot be read. A text file whose first prompt starts with `{`
+    or `"` is read as JSON lines, so write such prompts as JSON lines."""
     p = Path(path)
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = p.read_text(encoding="utf-8-sig")     # a UTF-8 byte-order mark is not prompt text
+    except UnicodeDecodeError as e:
+        raise PromptError(f"{p}: not UTF-8 text (byte {e.start}: {e.reason})") from None
     lines = [(i + 1, ln) for i, ln in enumerate(text.splitlines()) if ln.strip()]
     if not lines:
         raise PromptError(f"{p}: no prompt in the file")

@@ -204,3 +204,10 @@ def test_prompt_files_binary_and_bom(tmp_path):
     t = tmp_path / "t.txt"
     t.write_bytes("\ufeffThe sky is\nWater is\n".encode("utf-8"))
     assert load_prompts(t) == ["The sky is", "Water is"]
+
+
+@pytest.mark.parametrize("t", ["Q8_1", "q8_k"])
+def test_activation_block_types_are_not_weight_variants(t):
+    from strata_ref.quality.variants import VariantError, parse_spec
+    with pytest.raises(VariantError, match="activation block type"):
+        parse_spec(f"smollm2@{t}")

@@ -33,6 +33,9 @@ __all__ = ["parse_spec", "load_variant", "fallback_type", "FloatMatrix", "A8Toke
 
 #: the plain suffixes; anything else after "@" must be a ggml type name
 KINDS = ("float", "a8token")
+#: types ggml uses only for quantized activations (`vec_dot_type`), never as
+#: weights of a CPU mat-mul (ggml-cpu `type_traits_cpu`)
+ACTIVATION_ONLY = (GGMLType.Q8_1, GGMLType.Q8_K)
 
 
 class VariantError(ValueError):
@@ -55,10 +58,14 @@ def parse_spec(spec: str):
     if low in KINDS:
         return model, low
     try:
-        return model, GGMLType[suffix.upper()]
+        t = GGMLType[suffix.upper()]
     except KeyError:
         raise VariantError(f"{spec!r}: unknown variant {suffix!r} (float, a8token or a ggml "
                            f"type name such as Q4_K)") from None
+    if t in ACTIVATION_ONLY:
+        raise VariantError(f"{spec!r}: {t.name} is an activation block type (a vec_dot_type); "
+                           f"ggml-cpu has no mat-mul with {t.name} weights")
+    return model, t
 
 
 # llama.cpp's fallback when a row length does not fit the block

@@ -836,6 +836,10 @@ def write_gguf(path: "str | os.PathLike[str]", metadata: Mapping[str, Any],
 
     meta = dict(metadata)
     arch = meta.pop("general.architecture", "strata-fixture")
+    if isinstance(arch, tuple) and len(arch) == 2 and arch[0] == GGUFValueType.STRING:
+        arch = arch[1]                  # the typed form (STRING, value)
+    if not isinstance(arch, str):
+        raise TypeError(f"write_gguf: general.architecture must be a str, got {arch!r}")
     w = gguf.GGUFWriter(os.fspath(path), arch=arch, split_max_tensors=split_max_tensors,
                         split_max_size=split_max_size, small_first_shard=small_first_shard)
     if alignment is not None:

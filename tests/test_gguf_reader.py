@@ -703,3 +703,11 @@ def test_fifo_and_directory_are_refused_without_blocking(tmp_path):
     # a directory is searched for its one model; a FIFO is not taken for one
     with pytest.raises(GGUFError, match="the directory holds no .gguf file"):
         read(tmp_path)
+
+
+def test_write_gguf_architecture_typed_or_refused(tmp_path):
+    from strata_ref.gguf import read, write_gguf
+    write_gguf(tmp_path / "a.gguf", {"general.architecture": (V.STRING, "llama")}, [])
+    assert read(tmp_path / "a.gguf").metadata["general.architecture"] == "llama"
+    with pytest.raises(TypeError, match="general.architecture must be a str"):
+        write_gguf(tmp_path / "b.gguf", {"general.architecture": 3}, [])

@@ -39,7 +39,7 @@ def weights(t, rows, k, cache: Path):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("name")
-    ap.add_argument("--cache", default="/tmp/lanes_ab")
+    ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "lanes_ab"))
     ap.add_argument("--json")
     ap.add_argument("--types", default="Q4_K,Q6_K,IQ4_XS")
     a = ap.parse_args()

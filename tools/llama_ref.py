@@ -13,8 +13,8 @@ the running interpreter. Subcommands:
       (float64), enough to compute top-1 agreement and the KL divergence
       restricted to the top-k plus one tail bucket; with the model file's
       sha256. A rotated SmolLM2 (tests/test_rotate.py) is made by
-      `strata-ref rotate smollm2 /tmp/smollm2-rot-q8_0.gguf --type Q8_0
-      --seed 0`, then `logits /tmp/smollm2-rot-q8_0.gguf --out
+      `strata-ref rotate smollm2 smollm2-rot-q8_0.gguf --type Q8_0
+      --seed 0`, then `logits smollm2-rot-q8_0.gguf --out
       tests/data/<profile>/llama_ref_smollm2-rot-q8_0.npz`.
 
   synthetic [--out tests/data/llama_ref_tiny.npz]

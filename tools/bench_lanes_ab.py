@@ -13,6 +13,8 @@ reused, so several builds see the same bytes.
 import argparse
 import hashlib
 import json
+import os
+import tempfile
 import sys
 from pathlib import Path
 

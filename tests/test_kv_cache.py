@@ -343,6 +343,33 @@ def test_generic_attention_equals_the_f16_kernel(profile):
         assert np.array_equal(_bits(a), _bits(b)), (profile, n)
 
 
+@pytest.mark.parametrize("profile", PROFILES)
+def test_f16_attention_kernel_edges(profile):
+    # the vectorized kernel (cpu.f16_attention) against the generic mat-mul
+    # path on what its loops split: head_dim not a multiple of 8 (24, 12:
+    # the per-column tail) or of 64, the tinyBLAS and vec orders (1 and 2+
+    # tokens), sinks, a sliding window, and stale cells past T (NaN bits),
+    # which must not be read
+    from strata_ref.cpu import ops
+    from strata_ref.cpu.attention import attention_mm
+    prof = cpu.select(profile)
+    rng = np.random.default_rng(11)
+    for n, H, Hkv, hd, T_ in ((1, 4, 2, 24, 70), (3, 4, 2, 24, 70), (1, 2, 1, 12, 130), (2, 6, 3, 32, 9),
+                              (1, 2, 1, 256, 5)):
+        q, k, v = _fa_inputs(n, H, Hkv, hd, T_ + 3, seed=hd + n)
+        k, v = k.copy(), v.copy()
+        k[:, T_:] = np.float16(np.nan)
+        v[:, T_:] = np.float16(np.inf)
+        sinks = rng.standard_normal(H).astype(np.float32)
+        pos = np.arange(T_ - n, T_)
+        for n_swa, sk in ((0, None), (7, sinks)):
+            a = ops.attention(q, k.view(np.uint16), v.view(np.uint16), T_, pos, 0.125, prof, n_swa, sinks=sk)
+            b = attention_mm(q, T.F16, k[:, :T_], T.F16, v[:, :T_], T_, kv_length(T_), pos, 0.125, prof,
+                             n_swa, sk)
+            assert np.isfinite(a).all()
+            assert np.array_equal(_bits(a), _bits(b)), (profile, n, hd, T_, n_swa)
+
+
 # ------------------------------------------------- llama.cpp, op by op
 def _attn_cases():
     out = []

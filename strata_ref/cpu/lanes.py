@@ -19,21 +19,14 @@ overflow int16 in pairs (|w| <= 128, |x| <= 127: ggml's quants) .
 """
 from __future__ import annotations
 
-import os
-
-import llvmlite.binding as llb
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-__all__ = ["HOST_AVX2", "q8_lanes_fma", "q4_lanes_fma", "q4_block_dot", "q8_block_dot", "lanes_scaled_add",
-           "lanes8_scaled_add", "fma8_into", "fma8_vv"]
+from .simd import HOST_AVX2, _fn, _lanes_ir, _splat
 
-#: whether the lanes are computed with AVX2's maddubs/madd (else portable
-#: IR); STRATA_REF_PORTABLE_LANES=1 forces the portable code (for tests; set
-#: it before the first kernel compiles, with its own NUMBA_CACHE_DIR)
-HOST_AVX2 = (bool(llb.get_host_cpu_features().get("avx2", False))
-             and os.environ.get("STRATA_REF_PORTABLE_LANES", "") != "1")
+__all__ = ["HOST_AVX2", "q8_block_dot", "lanes_scaled_add",
+           "lanes8_scaled_add", "fma8_into", "fma8_vv"]
 
 _I8, _I16, _I32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
 _V32I8 = ir.VectorType(_I8, 32)
@@ -50,11 +43,6 @@ def _check(**arrays):
             raise TypeError(f"{name} must be a contiguous 1-D {dtype} array, got {ty}")
 
 
-def _fn(builder, name, ret, args):
-    m = builder.module
-    return m.globals.get(name) or ir.Function(m, ir.FunctionType(ret, args), name)
-
-
 def _ptr(context, builder, aryty, ary, off, vecty):
     a = context.make_array(aryty)(context, builder, ary)
     p = a.data if off is None else builder.gep(a.data, [off])
@@ -62,104 +50,8 @@ def _ptr(context, builder, aryty, ary, off, vecty):
 
 
 def _lanes(builder, wv, xv):
-    """<8 x i32>: lane L = sum_{j<4} w[4L+j] * x[4L+j], exactly."""
-    if HOST_AVX2:
-        psign = _fn(builder, "llvm.x86.avx2.psign.b", _V32I8, [_V32I8, _V32I8])
-        maddubs = _fn(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16I16, [_V32I8, _V32I8])
-        maddwd = _fn(builder, "llvm.x86.avx2.pmadd.wd", _V8I32, [_V16I16, _V16I16])
-        ax = builder.call(psign, [wv, wv])          # |w|
-        sy = builder.call(psign, [xv, wv])          # x * sign(w)
-        p16 = builder.call(maddubs, [ax, sy])       # pairs, |sum| <= 2 * 128 * 127
-        return builder.call(maddwd, [p16, ir.Constant(_V16I16, [1] * 16)])
-    v32i32 = ir.VectorType(_I32, 32)
-    p = builder.mul(builder.sext(wv, v32i32), builder.sext(xv, v32i32))
-    undef = ir.Constant(v32i32, ir.Undefined)
-    parts = [builder.shuffle_vector(p, undef, ir.Constant(_V8I32, [4 * L + j for L in range(8)]))
-             for j in range(4)]
-    return builder.add(builder.add(parts[0], parts[1]), builder.add(parts[2], parts[3]))
-
-
-def _splat(builder, value, vecty, n=8):
-    v = builder.insert_element(ir.Constant(vecty, ir.Undefined), value, ir.Constant(_I32, 0))
-    return builder.shuffle_vector(v, ir.Constant(vecty, ir.Undefined),
-                                  ir.Constant(ir.VectorType(_I32, n), [0] * n))
-
-
-@intrinsic
-def q8_lanes_fma(typingctx, acc, w, woff, x, xoff, d):
-    """acc[0:8] = fma(d, float(lanes(w block, x block)), acc[0:8]): one
-    block step of ggml's `ggml_vec_dot_*_q8_0` / `_q8_1` (AVX2) and of
-    tinyBLAS_Q0. acc: float32 array of 8; d: float32."""
-    _check(acc=(acc, types.float32), w=(w, types.int8), x=(x, types.int8))
-    sig = types.void(acc, w, types.intp, x, types.intp, types.float32)
-
-    def codegen(context, builder, signature, args):
-        A, W, wo, X, xo, dd = args
-        ta, tw, _, tx, _, _ = signature.args
-        wv = builder.load(_ptr(context, builder, tw, W, wo, _V32I8), align=1)
-        xv = builder.load(_ptr(context, builder, tx, X, xo, _V32I8), align=1)
-        lf = builder.sitofp(_lanes(builder, wv, xv), _V8F)
-        pa = _ptr(context, builder, ta, A, None, _V8F)
-        fma = _fn(builder, "llvm.fma.v8f32", _V8F, [_V8F, _V8F, _V8F])
-        builder.store(builder.call(fma, [_splat(builder, dd, _V8F), lf, builder.load(pa, align=4)]),
-                      pa, align=4)
-        return context.get_dummy_value()
-    return sig, codegen
-
-
-def _nibbles(builder, context, tw, W, wo, offset):
-    """<32 x i8> of the 16 bytes at W[wo]: their low nibbles, then their
-    high nibbles (ggml's `bytes_from_nibbles_32`), minus `offset`."""
-    v16 = ir.VectorType(_I8, 16)
-    raw = builder.load(_ptr(context, builder, tw, W, wo, v16), align=1)
-    lo = builder.and_(raw, ir.Constant(v16, [15] * 16))
-    hi = builder.lshr(raw, ir.Constant(v16, [4] * 16))
-    v = builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_I32, 32), list(range(32))))
-    return builder.sub(v, _splat(builder, builder.trunc(offset, _I8), _V32I8, 32))
-
-
-@intrinsic
-def q4_lanes_fma(typingctx, acc, w, woff, x, xoff, d, offset):
-    """`q8_lanes_fma` for 4-bit weights kept packed: the block's 32 values
-    are the low then the high nibbles of the 16 bytes at w[woff], minus
-    `offset` (8 for Q4_0, 0 for Q4_1). Halves the bytes read per weight."""
-    _check(acc=(acc, types.float32), w=(w, types.int8), x=(x, types.int8))
-    sig = types.void(acc, w, types.intp, x, types.intp, types.float32, types.int32)
-
-    def codegen(context, builder, signature, args):
-        A, W, wo, X, xo, dd, off = args
-        ta, tw, _, tx, _, _, _ = signature.args
-        wv = _nibbles(builder, context, tw, W, wo, off)
-        xv = builder.load(_ptr(context, builder, tx, X, xo, _V32I8), align=1)
-        lf = builder.sitofp(_lanes(builder, wv, xv), _V8F)
-        pa = _ptr(context, builder, ta, A, None, _V8F)
-        fma = _fn(builder, "llvm.fma.v8f32", _V8F, [_V8F, _V8F, _V8F])
-        builder.store(builder.call(fma, [_splat(builder, dd, _V8F), lf, builder.load(pa, align=4)]),
-                      pa, align=4)
-        return context.get_dummy_value()
-    return sig, codegen
-
-
-@intrinsic
-def q4_block_dot(typingctx, w, woff, x, xoff, offset):
-    """The exact integer dot (int32) of one block of packed 4-bit weights
-    (as in `q4_lanes_fma`, minus `offset`) with 32 int8 activations: the
-    sum of the 8 lanes (ggml's repacked Q4_0 gemv / gemm use the whole
-    block's dot)."""
-    _check(w=(w, types.int8), x=(x, types.int8))
-    sig = types.int32(w, types.intp, x, types.intp, types.int32)
-
-    def codegen(context, builder, signature, args):
-        W, wo, X, xo, off = args
-        tw, _, tx, _, _ = signature.args
-        wv = _nibbles(builder, context, tw, W, wo, off)
-        xv = builder.load(_ptr(context, builder, tx, X, xo, _V32I8), align=1)
-        lanes = _lanes(builder, wv, xv)
-        tot = builder.extract_element(lanes, ir.Constant(_I32, 0))
-        for L in range(1, 8):
-            tot = builder.add(tot, builder.extract_element(lanes, ir.Constant(_I32, L)))
-        return tot
-    return sig, codegen
+    """<8 x i32>: lane L = sum_{j<4} w[4L+j] * x[4L+j], exactly (signed)."""
+    return _lanes_ir(builder, wv, xv, False)
 
 
 @intrinsic

@@ -59,8 +59,8 @@ from ..types import GGMLType, block_format
 from . import act_quant
 from .families import family, mm_path
 from .fp import fma32, hsum8
-from .lanes import (fma8_into, lanes8_scaled_add, lanes_scaled_add, q4_block_dot, q4_lanes_fma,
-                    q8_block_dot, q8_lanes_fma)
+from .lanes import fma8_into, lanes8_scaled_add, lanes_scaled_add
+from .legacy_dots import GENERIC, LANES, LEGACY_TYPES, WHOLE, matmul_legacy
 
 # A decode step launches about four parallel regions per layer, each tens of
 # microseconds long, so how idle threads wait decides the decode speed.
@@ -131,80 +131,8 @@ def _f16(raw3, t, name):
     return F16_TO_F32[_field(raw3, t, name, None).view(np.uint16)[..., 0]]
 
 
-@njit(inline="always", cache=True)
-def _rows_q8(wq, ws, wm, xq, xs, xm, with_min, nib, repacked, gen, out, r0, r1, acc):
-    # ggml-cpu's AVX2 `ggml_vec_dot_{q4_0,q5_0,q8_0}_q8_0` and llamafile's
-    # `tinyBLAS_Q0_AVX` (the same arithmetic), and with_min the AVX2
-    # `ggml_vec_dot_{q4_1,q5_1}_q8_1`: 8 float32 lanes; lane L takes the
-    # exact integer dot of values 4L..4L+3 of each block of 32 and
-    # accumulates it by FMA with the float32 product of the two block
-    # scales, block after block (`lanes.q8_lanes_fma`); then
-    # `hsum_float_8`. Q4_1 / Q5_1 also sum m * s per block in a scalar
-    # (contracted to an FMA by GCC) and add it last. No fastmath: the order
-    # is the point. nib > 0: wq holds packed 4-bit quants (16 bytes per
-    # block) and nib - 1 is their offset (Q4_0: 8, Q4_1: 0). repacked: Q4_0
-    # in ggml's CPU_REPACK layout `q4_0_8x8` (`ggml_gemv_q4_0_8x8_q8_0` /
-    # `ggml_gemm_q4_0_8x8_q8_0`, x86): one accumulator per row, acc =
-    # fma(float(whole block dot), d_w * d_a, acc), no lanes.
-    # gen: ggml's generic `ggml_vec_dot_*_generic` (quants.c, the baseline
-    # build, no FMA): one exact integer per block, then sumf += (sumi * d_w)
-    # * d_a (Q4_0), sumi * (d_w * d_a) (Q5_0, Q8_0), or (d_w * d_a) * sumi +
-    # m * s (Q4_1, Q5_1).
-    for r in range(r0, r1):
-        for t in range(xq.shape[0]):
-            for L in range(8):
-                acc[L] = 0.0
-            summs = np.float32(0.0)
-            whole = np.float32(0.0)
-            for bk in range(ws.shape[1]):
-                d = np.float32(ws[r, bk] * xs[t, bk])
-                if gen:
-                    if nib:
-                        si = np.float32(q4_block_dot(wq[r], 16 * bk, xq[t], 32 * bk, nib - 1))
-                    else:
-                        si = np.float32(q8_block_dot(wq[r], 32 * bk, xq[t], 32 * bk))
-                    if with_min:
-                        whole = np.float32(whole + np.float32(np.float32(d * si) + np.float32(wm[r, bk] * xm[t, bk])))
-                    elif nib == 9:
-                        whole = np.float32(whole + np.float32(np.float32(si * ws[r, bk]) * xs[t, bk]))
-                    else:
-                        whole = np.float32(whole + np.float32(si * d))
-                    continue
-                if repacked:
-                    whole = fma32(np.float32(q4_block_dot(wq[r], 16 * bk, xq[t], 32 * bk, nib - 1)), d, whole)
-                elif nib:
-                    q4_lanes_fma(acc, wq[r], 16 * bk, xq[t], 32 * bk, d, nib - 1)
-                else:
-                    q8_lanes_fma(acc, wq[r], 32 * bk, xq[t], 32 * bk, d)
-                if with_min:
-                    summs = fma32(wm[r, bk], xm[t, bk], summs)
-            if repacked or gen:
-                out[t, r] = whole
-            else:
-                out[t, r] = np.float32(hsum8(acc) + summs) if with_min else hsum8(acc)
-
-
 #: weight rows per task of the parallel kernels
 _ROWS_PER_TASK = 64
-
-
-@njit(parallel=True, cache=True)
-def _mm_q8(wq, ws, wm, xq, xs, xm, with_min, nib, repacked, gen, out):
-    """out[t, r] = ggml's dot of legacy-quant weight row r (int8 values wq
-    (rows, cols), or packed nibbles (rows, cols / 2) when nib > 0; block
-    scales ws, Q4_1/Q5_1 mins wm) with Q8_0 / Q8_1 activation row t (int8
-    quants xq, scales xs, Q8_1 sums xm), in ggml's float order
-    (`_rows_q8`); tasks of `_ROWS_PER_TASK` rows in parallel."""
-    R = wq.shape[0]
-    for c in prange((R + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
-        _rows_q8(wq, ws, wm, xq, xs, xm, with_min, nib, repacked, gen, out, c * _ROWS_PER_TASK,
-                 min(R, (c + 1) * _ROWS_PER_TASK), np.empty(8, np.float32))
-
-
-@njit(cache=True)
-def _mm_q8_serial(wq, ws, wm, xq, xs, xm, with_min, nib, repacked, gen, out):
-    _rows_q8(wq, ws, wm, xq, xs, xm, with_min, nib, repacked, gen, out, 0, wq.shape[0],
-             np.empty(8, np.float32))
 
 
 @njit(inline="always", cache=True)
@@ -572,31 +500,6 @@ def _q6_k_values(ql: np.ndarray, qh: np.ndarray) -> np.ndarray:
     return (v.reshape(r, nb, 256) - 32).astype(np.int8)
 
 
-def _nibbles(qs: np.ndarray) -> np.ndarray:
-    """Legacy 4-bit quants (rows, nb, 16) -> (rows, nb, 32) uint8: value j is
-    the low nibble of byte j, value j + 16 its high nibble."""
-    return np.concatenate([qs & 15, qs >> 4], axis=2)
-
-
-def _high_bits(qh: np.ndarray) -> np.ndarray:
-    """The qh word (rows, nb) of Q5_0 / Q5_1 -> (rows, nb, 32) uint8 of 0 or
-    16: bit j of qh is bit 4 of value j."""
-    bits = (qh[..., None] >> np.arange(32, dtype=np.uint32)) & 1
-    return (bits << 4).astype(np.uint8)
-
-
-def _pack_legacy(t: GGMLType, raw3: np.ndarray):
-    """(wq int8 (rows, cols), d, m float32 (rows, blocks) or None) for Q5_0,
-    Q5_1 and Q8_0: the quants widened to one byte each (Q5 high bits added,
-    Q5_0's -16 applied), the block scale and (Q5_1) min."""
-    rows = raw3.shape[0]
-    if t == GGMLType.Q8_0:
-        return _field(raw3, t, "qs", None).view(np.int8).reshape(rows, -1), _f16(raw3, t, "d"), None
-    q = _nibbles(_field(raw3, t, "qs", None)) | _high_bits(_field(raw3, t, "qh", None).view(np.uint32)[..., 0])
-    wq = (q.astype(np.int16) - (16 if t == GGMLType.Q5_0 else 0)).astype(np.int8).reshape(rows, -1)
-    return wq, _f16(raw3, t, "d"), (_f16(raw3, t, "m") if t == GGMLType.Q5_1 else None)
-
-
 class QMatrix:
     """A weight matrix of `rows` x `cols` (ggml: ne[1] x ne[0]) in type `t`.
 
@@ -701,16 +604,10 @@ class QMatrix:
             sc = _field(raw3, t, "scales", None).view(np.int8).astype(np.int32)
             self._packed = (kind, c32(wq.reshape(self.rows, -1)), c32(sc), c32(sc),
                             c32(_f16(raw3, t, "d")), c32(_f16(raw3, t, "d")))
-        elif t in (GGMLType.Q4_0, GGMLType.Q4_1):
-            # the nibbles stay packed (the kernel unpacks them: half the bytes);
-            # the last field is the kernel's `nib` (1 + the quants' offset)
-            wm = _f16(raw3, t, "m") if t == GGMLType.Q4_1 else None
-            self._packed = (kind, c32(_field(raw3, t, "qs", None).reshape(self.rows, -1).view(np.int8)),
-                            c32(_f16(raw3, t, "d")), None if wm is None else c32(wm),
-                            9 if t == GGMLType.Q4_0 else 1)
         else:
-            wq, ws, wm = _pack_legacy(t, raw3)
-            self._packed = (kind, c32(wq), c32(ws), None if wm is None else c32(wm), 0)
+            # the legacy quants are multiplied on the stored blocks
+            # (`legacy_dots`): nothing to pack
+            self._packed = (kind, self.raw.reshape(self.rows, -1))
 
     def _repacked(self) -> bool:
         """Whether ggml's CPU_REPACK buffer rearranges this tensor on the
@@ -764,30 +661,26 @@ class QMatrix:
                 par1 = self.rows * self.cols >= PARALLEL_MIN_MACS
                 return np.concatenate([fam.matmul(self, packed, x[i:i + 1], par1) for i in range(n)])
             return fam.matmul(self, packed, x, parallel)
-        out = np.empty((x.shape[0], self.rows), np.float32)
         if kind == "q8":
-            _, wq, ws, wm, nib = self._packed
-            if wm is None:
+            if VEC_DOT_TYPE[self.type] == GGMLType.Q8_0:
                 xq, xs = act_quant.q8_0_fields(x, ref=ref)
                 xm = xs
             else:
                 xq, xs, xm = act_quant.q8_1_fields(x, ref=ref)
-            (_mm_q8 if parallel else _mm_q8_serial)(wq, ws, ws if wm is None else wm, xq, xs, xm,
-                                                    wm is not None, nib,
-                                                    self.type == GGMLType.Q4_0 and self._repacked(),
-                                                    gen, out)
-        else:
-            _, wq, sc, mn, d, dmin = self._packed
-            n = x.shape[0]
-            n_gemm = n - n % 4 if kind.endswith("8x8") and not mmid else 0
-            xq, xd, bsums = act_quant.q8_k_fields(x, mat_rows=n_gemm)
-            if kind not in ("q6_k", "q3_k", "q2_k", "q2_k_8x8"):
-                bsums = bsums.reshape(x.shape[0], -1, 2).sum(axis=2)
-            mode = {"q6_k": _Q6_K, "q4_k_8x8": _Q4_K_8X8, "q4_k": _Q4_K, "q5_k": _Q5_K, "q3_k": _Q3_K,
-                    "q2_k": _Q2_K, "q2_k_8x8": _Q2_K_8X8}[kind]
-            (_mm_kquant if parallel else _mm_kquant_serial)(mode, wq, sc, mn, d, dmin, xq, xd,
-                                                            bsums.astype(np.int32), prof.tiled, gen,
-                                                            n_gemm, out)
+            mode = GENERIC if gen else (WHOLE if self.type == GGMLType.Q4_0 and self._repacked() else LANES)
+            return matmul_legacy(self.type, mode, self._packed[1], xq, xs, xm, parallel)
+        out = np.empty((x.shape[0], self.rows), np.float32)
+        _, wq, sc, mn, d, dmin = self._packed
+        n = x.shape[0]
+        n_gemm = n - n % 4 if kind.endswith("8x8") and not mmid else 0
+        xq, xd, bsums = act_quant.q8_k_fields(x, mat_rows=n_gemm)
+        if kind not in ("q6_k", "q3_k", "q2_k", "q2_k_8x8"):
+            bsums = bsums.reshape(x.shape[0], -1, 2).sum(axis=2)
+        mode = {"q6_k": _Q6_K, "q4_k_8x8": _Q4_K_8X8, "q4_k": _Q4_K, "q5_k": _Q5_K, "q3_k": _Q3_K,
+                "q2_k": _Q2_K, "q2_k_8x8": _Q2_K_8X8}[kind]
+        (_mm_kquant if parallel else _mm_kquant_serial)(mode, wq, sc, mn, d, dmin, xq, xd,
+                                                        bsums.astype(np.int32), prof.tiled, gen,
+                                                        n_gemm, out)
         return out
 
     def row_f32(self, i: int) -> np.ndarray:

@@ -235,44 +235,6 @@ def soft_max(s: np.ndarray, scale: float, qpos: np.ndarray, profile, n_swa: int 
     return out
 
 
-@njit(cache=True)
-def _attention(q, kbits, vbits, f16, T, pos, kq_scale, n_swa, batched, arch, sinks, has_sinks, out):
-    # q (n, H, hd) float32; kbits / vbits (Hkv, >= T, hd) uint16 (the F16
-    # cache); f16: float32 value of every fp16 bit pattern; out (n, H * hd)
-    n, H, hd = q.shape
-    Hkv = kbits.shape[0]
-    G = H // Hkv
-    Tp = T + (-T % 64)
-    K = np.empty((T, hd), np.float32)
-    Vt = np.zeros((hd, Tp), np.float32)
-    qf = np.empty(hd, np.float32)
-    srow = np.empty(T, np.float32)
-    w = np.empty(Tp, np.float32)
-    p = np.empty(Tp, np.float32)
-    acc = np.empty(64, np.float32)
-    # K q: ggml's m is the KV length (a multiple of 256 in llama.cpp); V p:
-    # m is head_dim, k the padded KV length
-    tiny_kq = _tinyblas_takes(arch, batched, hd, 256)
-    tiny_vp = _tinyblas_takes(arch, batched, Tp, hd)
-    for h in range(Hkv):
-        for c in range(T):
-            for d in range(hd):
-                K[c, d] = f16[kbits[h, c, d]]
-                Vt[d, c] = f16[vbits[h, c, d]]
-        for t in range(n):
-            for g in range(G):
-                head = h * G + g
-                for d in range(hd):
-                    qf[d] = round_to_f16(q[t, head, d])
-                for c in range(T):
-                    srow[c] = _dot_f16(qf, K[c], acc, arch, tiny_kq)
-                _soft_max_row(srow, T, kq_scale, pos[t], n_swa, w, p, arch, has_sinks, sinks[head])
-                for c in range(Tp):
-                    p[c] = round_to_f16(p[c])
-                for d in range(hd):
-                    out[t, head * hd + d] = _dot_f16(p, Vt[d], acc, arch, tiny_vp)
-
-
 def attention(q: np.ndarray, kbits: np.ndarray, vbits: np.ndarray, T: int, pos: np.ndarray,
               kq_scale: float, profile, n_swa: int = 0, sinks: np.ndarray | None = None) -> np.ndarray:
     """softmax(K q * kq_scale + mask) V for every query head, as llama.cpp's
@@ -288,17 +250,10 @@ def attention(q: np.ndarray, kbits: np.ndarray, vbits: np.ndarray, T: int, pos: 
     positions 0 .. T-1 valid; query head j uses KV head j // (n_head /
     n_head_kv). sinks: float32 (n_head,) attention-sink logits
     (`ggml_soft_max_add_sinks`, gpt-oss) or None. Returns float32 (n,
-    n_head * head_dim)."""
-    from ..numerics import F16_TO_F32
-    q = np.ascontiguousarray(q, np.float32)
-    out = np.empty((q.shape[0], q.shape[1] * q.shape[2]), np.float32)
-    if sinks is not None and np.shape(sinks) != (q.shape[1],):
-        raise ValueError(f"attention: sinks must be ({q.shape[1]},), got {np.shape(sinks)}")
-    sk = np.zeros(q.shape[1], np.float32) if sinks is None else np.ascontiguousarray(sinks, np.float32)
-    _attention(q, kbits, vbits, F16_TO_F32, int(T), np.ascontiguousarray(pos, np.int64),
-               _F32(kq_scale), int(n_swa), q.shape[0] >= 2, int(profile.arch), sk,
-               sinks is not None, out)
-    return out
+    n_head * head_dim). The kernels are `f16_attention`'s (vectorized: the
+    K and V rows are widened from the cache's bits as they are read)."""
+    from .f16_attention import attention_f16
+    return attention_f16(q, kbits, vbits, T, pos, kq_scale, profile, n_swa, sinks)
 
 
 @njit(cache=True)

@@ -1,0 +1,513 @@
+"""SIMD vectors as numba values: 8 float32 lanes, 8 int32 lanes, 32 int8
+lanes, held in registers across a loop like the `__m256` / `__m256i`
+variables of ggml-cpu's x86 code.
+
+ggml's dots keep their accumulators in vector registers for a whole row;
+a kernel that keeps them in a NumPy array reloads and stores them at every
+block, which puts a store-to-load round trip on the critical path of every
+FMA chain. These types make the accumulators plain SSA values: numba gives
+each a variable, LLVM a register. Every operation is one LLVM vector
+instruction (or a short fixed sequence) whose result per lane is exactly
+the float32 / integer operation named, so a kernel written with them has
+the float order it spells out, lane by lane, and nothing else: no
+reassociation, no contraction (numba compiles without fastmath).
+
+Types: `F32x8` (<8 x float>), `I32x8` (<8 x i32>), `I8x32` (<32 x i8>).
+Operations (all inlined; `a` an array argument is a C-contiguous 1-D
+array, `off` an element offset into it, never bounds-checked: the caller
+keeps every access inside the array):
+
+* float: `f8_zero`, `f8_splat`, `f8_load`, `f8_store`, `f8_fma(a, b, c)`
+  (a*b + c rounded once per lane, `_mm256_fmadd_ps`), `f8_add`, `f8_mul`,
+  `f8_lane`, `f8_hsum` (ggml `hsum_float_8`, the exact tree);
+* int32: `i8x32_lanes(w, x)` (lane L = the exact sum of w[4L+j] * x[4L+j],
+  j < 4: ggml's `mul_sum_i8_pairs` / `maddubs` + `madd(ones)`), `i32_zero`,
+  `i32_splat`, `i32_set2(lo, hi)` (lanes 0-3 lo, 4-7 hi), `i32_add`,
+  `i32_sub`, `i32_mul`, `i32_to_f8` (`_mm256_cvtepi32_ps`), `i32_hsum`
+  (the exact integer sum);
+* int8: `i8_load` (32 bytes), `i8_nibbles` (16 bytes -> their low nibbles,
+  then their high nibbles, ggml `bytes_from_nibbles_32`), `i8_bits16(a,
+  off)` (the 32 bits of a little-endian uint32 -> 32 bytes of 0 or 16, the
+  Q5 high bit of each value), `i8_or`, `i8_sub`, `i8_splat`;
+* scalars from raw bytes (a uint8 or int8 array, `off` in bytes):
+  `f16_at` (an fp16 as float32, exact), `u32_at`, `i8_at`.
+
+The integer lanes are exact whatever instructions compute them: on a CPU
+with AVX2 ggml's own (`psign`, `pmaddubsw`, `pmaddwd`), elsewhere plain
+LLVM vector arithmetic. fp16 widening uses the F16C conversion where the
+CPU has it and a table otherwise; both are exact.
+"""
+from __future__ import annotations
+
+import os
+
+import llvmlite.binding as llb
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic, models, register_model
+
+from ..numerics import F16_TO_F32
+
+__all__ = ["F32x8", "I32x8", "I8x32", "HOST_AVX2", "HOST_F16C",
+           "f8_zero", "f8_splat", "f8_load", "f8_store", "f8_fma", "f8_add", "f8_mul", "f8_lane", "f8_hsum", "f8_hsum16", "f8_f16_load", "f8_round_f16",
+           "i8x32_lanes", "i8x32_lanes_u", "i32_zero", "i32_splat", "i32_set2", "i32_add", "i32_sub",
+           "i32_mul", "i32_to_f8", "i32_hsum", "i8_load", "i8_nibbles", "i8_bits16", "i8_or", "i8_sub",
+           "i8_splat", "prefetch", "f16_at", "u16_at", "u32_at", "i8_at"]
+
+_FEATURES = llb.get_host_cpu_features()
+#: the lanes use AVX2's maddubs / madd (else portable IR); STRATA_REF_PORTABLE_LANES=1
+#: forces the portable code (tests; set it before the first kernel compiles,
+#: with its own NUMBA_CACHE_DIR)
+HOST_AVX2 = bool(_FEATURES.get("avx2", False)) and os.environ.get("STRATA_REF_PORTABLE_LANES", "") != "1"
+#: fp16 scales are widened by the F16C instruction (else by a table)
+HOST_F16C = bool(_FEATURES.get("f16c", False))
+
+_I8, _I16, _I32, _F32 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.FloatType()
+_V32I8 = ir.VectorType(_I8, 32)
+_V16I8 = ir.VectorType(_I8, 16)
+_V16I16 = ir.VectorType(_I16, 16)
+_V8I32 = ir.VectorType(_I32, 8)
+_V8F = ir.VectorType(_F32, 8)
+
+
+class _Vec(types.Type):
+    """A numba type whose value is one LLVM vector."""
+
+    def __init__(self, name: str, llty):
+        self.llty = llty
+        super().__init__(name=name)
+
+
+class _F32x8Type(_Vec):
+    def __init__(self):
+        super().__init__("F32x8", _V8F)
+
+
+class _I32x8Type(_Vec):
+    def __init__(self):
+        super().__init__("I32x8", _V8I32)
+
+
+class _I8x32Type(_Vec):
+    def __init__(self):
+        super().__init__("I8x32", _V32I8)
+
+
+F32x8, I32x8, I8x32 = _F32x8Type(), _I32x8Type(), _I8x32Type()
+
+
+def _vec_model(cls):
+    @register_model(cls)
+    class _Model(models.PrimitiveModel):
+        def __init__(self, dmm, fe_type):
+            super().__init__(dmm, fe_type, fe_type.llty)
+    return _Model
+
+
+for _cls in (_F32x8Type, _I32x8Type, _I8x32Type):
+    _vec_model(_cls)
+
+
+# ------------------------------------------------------------ IR helpers
+def _fn(builder, name, ret, args):
+    m = builder.module
+    return m.globals.get(name) or ir.Function(m, ir.FunctionType(ret, args), name)
+
+
+def _elem_ptr(context, builder, aryty, ary, off, llty):
+    """A pointer of type llty* to element `off` of array `ary`."""
+    a = context.make_array(aryty)(context, builder, ary)
+    return builder.bitcast(builder.gep(a.data, [off]), llty.as_pointer())
+
+
+def _byte_ptr(context, builder, aryty, ary, off, llty):
+    """A pointer of type llty* to byte `off` of the data of array `ary`."""
+    a = context.make_array(aryty)(context, builder, ary)
+    p = builder.bitcast(a.data, _I8.as_pointer())
+    return builder.bitcast(builder.gep(p, [off]), llty.as_pointer())
+
+
+def _splat(builder, value, vecty):
+    n = vecty.count
+    v = builder.insert_element(ir.Constant(vecty, ir.Undefined), value, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(v, ir.Constant(vecty, ir.Undefined),
+                                  ir.Constant(ir.VectorType(_I32, n), [0] * n))
+
+
+def _check_array(name, ty, dtypes):
+    if not (isinstance(ty, types.Array) and ty.ndim == 1 and ty.layout == "C" and ty.dtype in dtypes):
+        raise TypeError(f"{name} must be a C-contiguous 1-D array of {dtypes}, got {ty}")
+
+
+_BYTES = (types.uint8, types.int8)
+
+
+# ------------------------------------------------------------ float32 x 8
+@intrinsic
+def f8_zero(typingctx):
+    """F32x8 of +0.0."""
+    return F32x8(), lambda c, b, s, a: ir.Constant(_V8F, [0.0] * 8)
+
+
+@intrinsic
+def f8_splat(typingctx, x):
+    """F32x8 with every lane x (float32)."""
+    def codegen(context, builder, sig, args):
+        return _splat(builder, args[0], _V8F)
+    return F32x8(types.float32), codegen
+
+
+@intrinsic
+def f8_load(typingctx, a, off):
+    """F32x8 of the float32 array a[off:off + 8]."""
+    _check_array("a", a, (types.float32,))
+
+    def codegen(context, builder, sig, args):
+        return builder.load(_elem_ptr(context, builder, sig.args[0], args[0], args[1], _V8F), align=4)
+    return F32x8(a, types.intp), codegen
+
+
+@intrinsic
+def f8_store(typingctx, a, off, v):
+    """a[off:off + 8] = v (a float32 array)."""
+    _check_array("a", a, (types.float32,))
+
+    def codegen(context, builder, sig, args):
+        builder.store(args[2], _elem_ptr(context, builder, sig.args[0], args[0], args[1], _V8F), align=4)
+        return context.get_dummy_value()
+    return types.void(a, types.intp, F32x8), codegen
+
+
+@intrinsic
+def f8_fma(typingctx, a, b, c):
+    """a*b + c per lane, rounded once (`llvm.fma.v8f32`)."""
+    def codegen(context, builder, sig, args):
+        return builder.call(_fn(builder, "llvm.fma.v8f32", _V8F, [_V8F] * 3), args)
+    return F32x8(F32x8, F32x8, F32x8), codegen
+
+
+@intrinsic
+def f8_add(typingctx, a, b):
+    """a + b per lane."""
+    return F32x8(F32x8, F32x8), lambda c, b, s, a: b.fadd(a[0], a[1])
+
+
+@intrinsic
+def f8_mul(typingctx, a, b):
+    """a * b per lane."""
+    return F32x8(F32x8, F32x8), lambda c, b, s, a: b.fmul(a[0], a[1])
+
+
+@intrinsic
+def f8_lane(typingctx, v, i):
+    """Lane i of v (float32)."""
+    def codegen(context, builder, sig, args):
+        return builder.extract_element(args[0], builder.trunc(args[1], _I32))
+    return types.float32(F32x8, types.intp), codegen
+
+
+@intrinsic
+def f8_hsum(typingctx, v):
+    """ggml `hsum_float_8` (and tinyBLAS's `hsum(__m256)`): (v[4+i] + v[i])
+    for i < 4, then (s0 + s2) + (s1 + s3); float32."""
+    def codegen(context, builder, sig, args):
+        e = [builder.extract_element(args[0], ir.Constant(_I32, i)) for i in range(8)]
+        s = [builder.fadd(e[4 + i], e[i]) for i in range(4)]
+        return builder.fadd(builder.fadd(s[0], s[2]), builder.fadd(s[1], s[3]))
+    return types.float32(F32x8), codegen
+
+
+@intrinsic
+def f8_f16_load(typingctx, a, off):
+    """F32x8 of the 8 fp16 values a[off:off + 8] (a uint16 array of fp16
+    bits), widened exactly (`vcvtph2ps`; needs F16C: `HOST_F16C`)."""
+    _check_array("a", a, (types.uint16, types.int16))
+
+    def codegen(context, builder, sig, args):
+        h = builder.load(_elem_ptr(context, builder, sig.args[0], args[0], args[1], ir.VectorType(ir.HalfType(), 8)),
+                         align=2)
+        return builder.fpext(h, _V8F)
+    return F32x8(a, types.intp), codegen
+
+
+@intrinsic
+def f8_round_f16(typingctx, v):
+    """Each lane rounded to the nearest fp16 (ties to even; overflow to
+    infinity) and back to float32 (`vcvtps2ph` / `vcvtph2ps`; needs F16C)."""
+    def codegen(context, builder, sig, args):
+        h = builder.fptrunc(args[0], ir.VectorType(ir.HalfType(), 8))
+        return builder.fpext(h, _V8F)
+    return F32x8(F32x8), codegen
+
+
+@intrinsic
+def f8_hsum16(typingctx, lo, hi):
+    """GCC's `_mm512_reduce_add_ps` of the 16 lanes lo (0-7) and hi (8-15):
+    (v[8+i] + v[i]) for i < 8, then the same halving on 8, 4 and 2 lanes."""
+    def codegen(context, builder, sig, args):
+        lo, hi = args
+        t = builder.fadd(hi, lo)
+        e = [builder.extract_element(t, ir.Constant(_I32, i)) for i in range(8)]
+        u = [builder.fadd(e[4 + i], e[i]) for i in range(4)]
+        w = [builder.fadd(u[2 + i], u[i]) for i in range(2)]
+        return builder.fadd(w[0], w[1])
+    return types.float32(F32x8, F32x8), codegen
+
+
+# ------------------------------------------------------------ int32 x 8
+def _lanes_ir(builder, wv, xv, unsigned_w: bool):
+    """<8 x i32>: lane L = sum_{j<4} w[4L+j] * x[4L+j], exactly. unsigned_w:
+    the bytes of w are unsigned (0..255); else signed. |x| <= 127 and the
+    products fit maddubs's int16 pairs (ggml's quants)."""
+    if HOST_AVX2:
+        maddubs = _fn(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16I16, [_V32I8, _V32I8])
+        maddwd = _fn(builder, "llvm.x86.avx2.pmadd.wd", _V8I32, [_V16I16, _V16I16])
+        if unsigned_w:
+            p16 = builder.call(maddubs, [wv, xv])
+        else:
+            psign = _fn(builder, "llvm.x86.avx2.psign.b", _V32I8, [_V32I8, _V32I8])
+            p16 = builder.call(maddubs, [builder.call(psign, [wv, wv]), builder.call(psign, [xv, wv])])
+        return builder.call(maddwd, [p16, ir.Constant(_V16I16, [1] * 16)])
+    v32i32 = ir.VectorType(_I32, 32)
+    w32 = builder.zext(wv, v32i32) if unsigned_w else builder.sext(wv, v32i32)
+    p = builder.mul(w32, builder.sext(xv, v32i32))
+    undef = ir.Constant(v32i32, ir.Undefined)
+    parts = [builder.shuffle_vector(p, undef, ir.Constant(_V8I32, [4 * L + j for L in range(8)]))
+             for j in range(4)]
+    return builder.add(builder.add(parts[0], parts[1]), builder.add(parts[2], parts[3]))
+
+
+@intrinsic
+def i8x32_lanes(typingctx, w, x):
+    """I32x8: lane L = the exact sum of w[4L+j] * x[4L+j], j < 4, of two
+    I8x32 of signed bytes (|w| <= 128, |x| <= 127)."""
+    def codegen(context, builder, sig, args):
+        return _lanes_ir(builder, args[0], args[1], False)
+    return I32x8(I8x32, I8x32), codegen
+
+
+@intrinsic
+def i8x32_lanes_u(typingctx, w, x):
+    """`i8x32_lanes` with the bytes of w unsigned (0..255; ggml's K-quant
+    dots feed the unsigned quants to `maddubs` directly)."""
+    def codegen(context, builder, sig, args):
+        return _lanes_ir(builder, args[0], args[1], True)
+    return I32x8(I8x32, I8x32), codegen
+
+
+@intrinsic
+def i32_zero(typingctx):
+    """I32x8 of 0."""
+    return I32x8(), lambda c, b, s, a: ir.Constant(_V8I32, [0] * 8)
+
+
+@intrinsic
+def i32_splat(typingctx, x):
+    """I32x8 with every lane x (an integer, truncated to int32)."""
+    def codegen(context, builder, sig, args):
+        v = args[0]
+        v = builder.trunc(v, _I32) if v.type.width > 32 else (builder.sext(v, _I32) if v.type.width < 32 else v)
+        return _splat(builder, v, _V8I32)
+    if not isinstance(x, types.Integer):
+        raise TypeError(f"i32_splat takes an integer, got {x}")
+    return I32x8(x), codegen
+
+
+@intrinsic
+def i32_set2(typingctx, lo, hi):
+    """I32x8 with lanes 0-3 = lo and lanes 4-7 = hi (integers)."""
+    def codegen(context, builder, sig, args):
+        vals = []
+        for v in args:
+            vals.append(builder.trunc(v, _I32) if v.type.width > 32 else
+                        (builder.sext(v, _I32) if v.type.width < 32 else v))
+        out = ir.Constant(_V8I32, ir.Undefined)
+        for L in range(8):
+            out = builder.insert_element(out, vals[L // 4], ir.Constant(_I32, L))
+        return out
+    if not (isinstance(lo, types.Integer) and isinstance(hi, types.Integer)):
+        raise TypeError("i32_set2 takes two integers")
+    return I32x8(lo, hi), codegen
+
+
+@intrinsic
+def i32_add(typingctx, a, b):
+    """a + b per int32 lane."""
+    return I32x8(I32x8, I32x8), lambda c, b, s, a: b.add(a[0], a[1])
+
+
+@intrinsic
+def i32_sub(typingctx, a, b):
+    """a - b per int32 lane."""
+    return I32x8(I32x8, I32x8), lambda c, b, s, a: b.sub(a[0], a[1])
+
+
+@intrinsic
+def i32_mul(typingctx, a, b):
+    """a * b per int32 lane (the low 32 bits, `_mm256_mullo_epi32`)."""
+    return I32x8(I32x8, I32x8), lambda c, b, s, a: b.mul(a[0], a[1])
+
+
+@intrinsic
+def i32_to_f8(typingctx, v):
+    """float32 of each int32 lane, rounded to nearest even
+    (`_mm256_cvtepi32_ps`)."""
+    return F32x8(I32x8), lambda c, b, s, a: b.sitofp(a[0], _V8F)
+
+
+@intrinsic
+def i32_hsum(typingctx, v):
+    """The sum of the 8 int32 lanes (int64; exact)."""
+    def codegen(context, builder, sig, args):
+        v64 = builder.sext(args[0], ir.VectorType(ir.IntType(64), 8))
+        tot = builder.extract_element(v64, ir.Constant(_I32, 0))
+        for L in range(1, 8):
+            tot = builder.add(tot, builder.extract_element(v64, ir.Constant(_I32, L)))
+        return tot
+    return types.int64(I32x8), codegen
+
+
+# ------------------------------------------------------------ int8 x 32
+@intrinsic
+def i8_load(typingctx, a, off):
+    """I8x32 of the 32 bytes a[off:off + 32] (a uint8 or int8 array)."""
+    _check_array("a", a, _BYTES)
+
+    def codegen(context, builder, sig, args):
+        return builder.load(_byte_ptr(context, builder, sig.args[0], args[0], args[1], _V32I8), align=1)
+    return I8x32(a, types.intp), codegen
+
+
+@intrinsic
+def i8_nibbles(typingctx, a, off):
+    """I8x32 of the 16 bytes a[off:off + 16]: their low nibbles, then their
+    high nibbles (0..15; ggml `bytes_from_nibbles_32`)."""
+    _check_array("a", a, _BYTES)
+
+    def codegen(context, builder, sig, args):
+        raw = builder.load(_byte_ptr(context, builder, sig.args[0], args[0], args[1], _V16I8), align=1)
+        lo = builder.and_(raw, ir.Constant(_V16I8, [15] * 16))
+        hi = builder.lshr(raw, ir.Constant(_V16I8, [4] * 16))
+        return builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_I32, 32), list(range(32))))
+    return I8x32(a, types.intp), codegen
+
+
+@intrinsic
+def i8_bits16(typingctx, a, off):
+    """I8x32 from the little-endian uint32 at byte `off` of a: byte j is 16
+    when bit j is set, else 0 (the fifth bit of Q5_0 / Q5_1 value j)."""
+    _check_array("a", a, _BYTES)
+
+    def codegen(context, builder, sig, args):
+        # ggml's `bytes_from_bits_32` in portable IR: byte j of the result
+        # looks at byte j // 8 of the word (a byte shuffle), keeps bit j % 8
+        # (an AND), and becomes 16 where it is set (a compare and a select)
+        w4 = builder.load(_byte_ptr(context, builder, sig.args[0], args[0], args[1], ir.VectorType(_I8, 4)),
+                          align=1)
+        spread = builder.shuffle_vector(w4, ir.Constant(ir.VectorType(_I8, 4), ir.Undefined),
+                                        ir.Constant(ir.VectorType(_I32, 32), [j // 8 for j in range(32)]))
+        bit = builder.and_(spread, ir.Constant(_V32I8, [1 << (j % 8) for j in range(32)]))
+        on = builder.icmp_unsigned("!=", bit, ir.Constant(_V32I8, [0] * 32))
+        return builder.select(on, ir.Constant(_V32I8, [16] * 32), ir.Constant(_V32I8, [0] * 32))
+    return I8x32(a, types.intp), codegen
+
+
+@intrinsic
+def i8_or(typingctx, a, b):
+    """a | b per byte."""
+    return I8x32(I8x32, I8x32), lambda c, b, s, a: b.or_(a[0], a[1])
+
+
+@intrinsic
+def i8_sub(typingctx, a, b):
+    """a - b per byte (wrapping)."""
+    return I8x32(I8x32, I8x32), lambda c, b, s, a: b.sub(a[0], a[1])
+
+
+@intrinsic
+def i8_splat(typingctx, x):
+    """I8x32 with every byte x (an integer, truncated to 8 bits)."""
+    def codegen(context, builder, sig, args):
+        return _splat(builder, builder.trunc(args[0], _I8) if args[0].type.width > 8 else args[0], _V32I8)
+    if not isinstance(x, types.Integer):
+        raise TypeError(f"i8_splat takes an integer, got {x}")
+    return I8x32(x), codegen
+
+
+@intrinsic
+def prefetch(typingctx, a, off):
+    """Hint the CPU to bring byte `off` of a into the cache (`prefetcht0`);
+    no effect on any value. The kernels that walk several rows at once
+    need it: each row is a stream too short for the hardware prefetcher."""
+    _check_array("a", a, _BYTES)
+
+    def codegen(context, builder, sig, args):
+        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], _I8)
+        fn = _fn(builder, "llvm.prefetch.p0i8", ir.VoidType(), [_I8.as_pointer(), _I32, _I32, _I32])
+        builder.call(fn, [p, ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
+        return context.get_dummy_value()
+    return types.void(a, types.intp), codegen
+
+
+# ------------------------------------------------------------ scalars from raw bytes
+_F16_TABLE = F16_TO_F32
+
+
+@intrinsic
+def _f16c_at(typingctx, a, off):
+    _check_array("a", a, _BYTES)
+
+    def codegen(context, builder, sig, args):
+        h = builder.load(_byte_ptr(context, builder, sig.args[0], args[0], args[1], ir.HalfType()), align=1)
+        return builder.fpext(h, _F32)
+    return types.float32(a, types.intp), codegen
+
+
+@intrinsic
+def u16_at(typingctx, a, off):
+    """The little-endian uint16 at byte `off` of a (as intp)."""
+    _check_array("a", a, _BYTES)
+
+    def codegen(context, builder, sig, args):
+        h = builder.load(_byte_ptr(context, builder, sig.args[0], args[0], args[1], _I16), align=1)
+        return builder.zext(h, ir.IntType(64))
+    return types.intp(a, types.intp), codegen
+
+
+@intrinsic
+def u32_at(typingctx, a, off):
+    """The little-endian uint32 at byte `off` of a (as int64)."""
+    _check_array("a", a, _BYTES)
+
+    def codegen(context, builder, sig, args):
+        w = builder.load(_byte_ptr(context, builder, sig.args[0], args[0], args[1], _I32), align=1)
+        return builder.zext(w, ir.IntType(64))
+    return types.int64(a, types.intp), codegen
+
+
+@intrinsic
+def i8_at(typingctx, a, off):
+    """The signed byte at `off` of a (as int32)."""
+    _check_array("a", a, _BYTES)
+
+    def codegen(context, builder, sig, args):
+        b = builder.load(_byte_ptr(context, builder, sig.args[0], args[0], args[1], _I8), align=1)
+        return builder.sext(b, _I32)
+    return types.int32(a, types.intp), codegen
+
+
+if HOST_F16C:
+    f16_at = _f16c_at
+else:
+    from numba import njit
+
+    @njit(inline="always", cache=True)
+    def f16_at(a, off):
+        return _F16_TABLE[u16_at(a, off)]
+
+f16_at.__doc__ = """The fp16 at byte `off` of a (a uint8 / int8 array) as float32
+(exact; F16C or a table)."""
+
+del cgutils

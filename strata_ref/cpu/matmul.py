@@ -60,7 +60,7 @@ from . import act_quant
 from .families import family, mm_path
 from .fp import fma32, hsum8
 from .lanes import fma8_into, lanes8_scaled_add, lanes_scaled_add
-from .legacy_dots import GENERIC, LANES, LEGACY_TYPES, WHOLE, matmul_legacy
+from . import kquant_dots, legacy_dots
 
 # A decode step launches about four parallel regions per layer, each tens of
 # microseconds long, so how idle threads wait decides the decode speed.
@@ -136,50 +136,15 @@ _ROWS_PER_TASK = 64
 
 
 @njit(inline="always", cache=True)
-def _row_q4_k_8x8(w, x, sc, mn, d, dmin, xd, xb, gemm, sumi):
-    # ggml-cpu x86 `ggml_gemv_q4_K_8x8_q8_K` (gemm False) and
-    # `ggml_gemm_q4_K_8x8_q8_K` (gemm True; AVX-512 code) on Q4_K repacked
-    # by ggml's CPU_REPACK buffer, for one weight row (one output column
-    # there). Exact integers I = sum_j scale_j * dot_j and M = sum_j min_j *
-    # (sum of the 32 q8 of sub-block j), then acc = fma(float(I), d * d_a,
-    # acc) and accm = fma(float(M), dmin * d_a, accm): once per super-block
-    # in the gemv, once per pair of sub-blocks in the gemm; acc - accm.
-    acc = np.float32(0.0)
-    accm = np.float32(0.0)
-    step = 2 if gemm else 8
-    for b in range(d.shape[0]):
-        ds = np.float32(d[b] * xd[b])
-        dm = np.float32(dmin[b] * xd[b])
-        for j0 in range(0, 8, step):
-            for L in range(8):
-                sumi[L] = 0
-            totm = 0
-            for j in range(j0, j0 + step):
-                o = b * 256 + j * 32
-                lanes_scaled_add(sumi, w, o, x, o, sc[b, j], sc[b, j])
-                totm += mn[b, j] * xb[b * 8 + j]
-            tot = 0
-            for L in range(8):
-                tot += sumi[L]
-            acc = fma32(np.float32(tot), ds, acc)
-            accm = fma32(np.float32(totm), dm, accm)
-    return np.float32(acc - accm)
-
-
-@njit(inline="always", cache=True)
-def _row_q6_k(w, x, sc, d, xd, xb, tiled, bias, sumi, lf, acc):
-    # tiled False: ggml-cpu AVX2 `ggml_vec_dot_q6_K_q8_K`: 8 int32 lanes per
-    # super-block; lane L = sum over the 8 chunks c of 32 values of
-    # scale[2c + L // 4] times the dot of unsigned quants (0..63) 4L..4L+3
-    # of chunk c, minus 32 * (bsums[2L] scale[2L] + bsums[2L+1] scale[2L+1]);
-    # acc[L] = fma(d_a * d, float(lane), acc[L]); `hsum_float_8`.
-    # tiled True: ggml-cpu's tiled K-quant mat-mul (`tiled/tiled-kernel.cpp`,
-    # AVX512-VNNI microkernel, taken for 8 or more activation rows): per
-    # super-block the exact integer s = sum_s scale_s * (dot_s - 32 bsum_s)
-    # (= the sum of the lanes above), r = float(s) * d, then
-    # out = fma(r, d_a, out) (GCC contracts the kernel's add of a product).
-    # Q3_K (bias 0, w the signed quants -4..3, scales minus 32): the same
-    # lanes in AVX2 `ggml_vec_dot_q3_K_q8_K` and the same tiled kernel.
+def _row_q3_k(w, x, sc, d, xd, tiled, sumi, lf, acc):
+    # Q3_K (w the signed quants -4..3, sc the scales minus 32). tiled False:
+    # AVX2 `ggml_vec_dot_q3_K_q8_K`: 8 int32 lanes per super-block; lane L =
+    # sum over the 8 chunks c of 32 values of scale[2c + L // 4] times the
+    # dot of values 4L..4L+3 of chunk c; acc[L] = fma(d_a * d, float(lane),
+    # acc[L]); `hsum_float_8`. tiled True: ggml's tiled K-quant mat-mul
+    # (`tiled/tiled-kernel.cpp`, 8 or more activation rows): per super-block
+    # the exact integer s (the sum of the lanes), r = float(s) * d, then out
+    # = fma(r, d_a, out).
     for L in range(8):
         acc[L] = 0.0
     out = np.float32(0.0)
@@ -191,8 +156,6 @@ def _row_q6_k(w, x, sc, d, xd, xb, tiled, bias, sumi, lf, acc):
             lanes_scaled_add(sumi, w, o, x, o, sc[b, 2 * c], sc[b, 2 * c + 1])
         tot = 0
         for L in range(8):
-            if bias:
-                sumi[L] -= bias * (xb[b * 16 + 2 * L] * sc[b, 2 * L] + xb[b * 16 + 2 * L + 1] * sc[b, 2 * L + 1])
             lf[L] = np.float32(sumi[L])
             tot += sumi[L]
         if tiled:
@@ -200,61 +163,6 @@ def _row_q6_k(w, x, sc, d, xd, xb, tiled, bias, sumi, lf, acc):
         else:
             fma8_into(acc, lf, 0, np.float32(xd[b] * d[b]))
     return out if tiled else hsum8(acc)
-
-
-@njit(inline="always", cache=True)
-def _row_q4_k(w, x, sc, mn, d, dmin, xd, xb, tiled, q5, sumi, lf, acc, accm):
-    # Q4_K that ggml does not repack (rows % 8 != 0). tiled False: AVX2
-    # `ggml_vec_dot_q4_K_q8_K`: lane L of a super-block = sum over its 8
-    # sub-blocks of scale * (dot of values 4L..4L+3), acc[L] = fma(d_a * d,
-    # float(lane), acc[L]); the mins in 4 lanes, lane i = min[2i] bsum[2i] +
-    # min[2i+1] bsum[2i+1] (bsums per 32), accm[i] = fma(-d_a * dmin,
-    # float(lane), accm[i]); result hsum_float_8(acc) + ((m0 + m2) + (m1 +
-    # m3)). q5 (Q5_K, AVX2 `ggml_vec_dot_q5_K_q8_K`): the same lanes, but
-    # the mins as one exact integer per super-block in a scalar, summs =
-    # fma(-d_a * dmin, float(M), summs), added last. tiled True (8+ rows,
-    # Q4_K and Q5_K alike): ggml's tiled kernel, per super-block the exact
-    # s1 = sum scale * dot and s2 = sum min * bsum, r = fma(-dmin,
-    # float(s2), float(s1) * d), out = fma(r, d_a, out).
-    for L in range(8):
-        acc[L] = 0.0
-    for i in range(4):
-        accm[i] = 0.0
-    out = np.float32(0.0)
-    for b in range(d.shape[0]):
-        for L in range(8):
-            sumi[L] = 0
-        for c in range(8):
-            o = b * 256 + c * 32
-            lanes_scaled_add(sumi, w, o, x, o, sc[b, c], sc[b, c])
-        if tiled:
-            s1 = 0
-            s2 = 0
-            for L in range(8):
-                s1 += sumi[L]
-                s2 += mn[b, L] * xb[b * 8 + L]
-            r = fma32(-dmin[b], np.float32(s2), np.float32(np.float32(s1) * d[b]))
-            out = fma32(r, xd[b], out)
-        else:
-            for L in range(8):
-                lf[L] = np.float32(sumi[L])
-            fma8_into(acc, lf, 0, np.float32(xd[b] * d[b]))
-            dm = np.float32(-xd[b] * dmin[b])
-            if q5:
-                tot = 0
-                for j in range(8):
-                    tot += mn[b, j] * xb[b * 8 + j]
-                out = fma32(dm, np.float32(tot), out)          # summs
-            else:
-                for i in range(4):
-                    prod = mn[b, 2 * i] * xb[b * 8 + 2 * i] + mn[b, 2 * i + 1] * xb[b * 8 + 2 * i + 1]
-                    accm[i] = fma32(dm, np.float32(prod), accm[i])
-    if tiled:
-        return out
-    if q5:
-        return np.float32(hsum8(acc) + out)
-    m = np.float32(np.float32(accm[0] + accm[2]) + np.float32(accm[1] + accm[3]))
-    return np.float32(hsum8(acc) + m)
 
 
 @njit(inline="always", cache=True)
@@ -308,14 +216,13 @@ def _row_q2_k(w, x, sc, mn, d, dmin, xd, xb, path, sumi, lf, acc):
 
 @njit(inline="always", cache=True)
 def _row_kq_generic(mode, w, x, sc, mn, d, dmin, xd, xb, sumi, sums):
-    # ggml's generic `ggml_vec_dot_q{2..6}_K_q8_K_generic` (quants.c; the
-    # baseline build, no FMA). Q3_K / Q4_K / Q5_K / Q6_K: per super-block 8
-    # int32 lanes (`lanes8_scaled_add`: lane l sums positions l mod 8 with
-    # their sub-block scale), sums[l] += (d_w * d_a) * lane[l]; Q4_K / Q5_K
-    # also sumf -= (dmin * d_a) * (sum of min * bsum); at the end sumf +=
+    # ggml's generic `ggml_vec_dot_q{2,3}_K_q8_K_generic` (quants.c; the
+    # baseline build, no FMA). Q3_K: per super-block 8 int32 lanes
+    # (`lanes8_scaled_add`: lane l sums positions l mod 8 with their
+    # sub-block scale), sums[l] += (d_w * d_a) * lane[l]; at the end sumf +=
     # sums[0], ..., sums[7] in order. Q2_K: one exact isum (scale * dot) and
     # summs (min * bsum) per super-block, sumf += (d_a d_w) isum - (d_a
-    # dmin) summs. w holds the signed values (Q6_K: q - 32).
+    # dmin) summs. (Q4_K, Q5_K, Q6_K: `kquant_dots`.)
     for L in range(8):
         sums[L] = 0.0
     sumf = np.float32(0.0)
@@ -341,18 +248,10 @@ def _row_kq_generic(mode, w, x, sc, mn, d, dmin, xd, xb, sumi, sums):
             sumi[L] = 0
         for c in range(8):
             o = b * 256 + c * 32
-            if mode == _Q6_K or mode == _Q3_K:
-                lanes8_scaled_add(sumi, w, o, x, o, sc[b, 2 * c], sc[b, 2 * c + 1])
-            else:
-                lanes8_scaled_add(sumi, w, o, x, o, sc[b, c], sc[b, c])
+            lanes8_scaled_add(sumi, w, o, x, o, sc[b, 2 * c], sc[b, 2 * c + 1])
         dd = np.float32(d[b] * xd[b])
         for L in range(8):
             sums[L] = np.float32(sums[L] + np.float32(dd * np.float32(sumi[L])))
-        if mode != _Q6_K and mode != _Q3_K:
-            tot = 0
-            for j in range(8):
-                tot += mn[b, j] * xb[b * 8 + j]
-            sumf = np.float32(sumf - np.float32(np.float32(dmin[b] * xd[b]) * np.float32(tot)))
     if mode == _Q2_K or mode == _Q2_K_8X8:
         return sumf
     for L in range(8):
@@ -373,37 +272,28 @@ def _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, n_gemm, o
             if gen:
                 out[t, r] = _row_kq_generic(mode, wq[r], xq[t], sc[r], mn[r], d[r], dmin[r], xd[t], xb[t],
                                             sumi, lf)
-            elif mode == 0 or mode == 4:
-                out[t, r] = _row_q6_k(wq[r], xq[t], sc[r], d[r], xd[t], xb[t], tiled,
-                                      32 if mode == 0 else 0, sumi, lf, acc)
-            elif mode == 1:
-                out[t, r] = _row_q4_k_8x8(wq[r], xq[t], sc[r], mn[r], d[r], dmin[r], xd[t], xb[t],
-                                          t < n_gemm, sumi)
-            elif mode == 5 or mode == 6:
-                # Q2_K: repacked (6) gemm for whole groups of 4 rows, else gemv;
-                # not repacked (5): tiled from 8 rows, else vec_dot
-                path = (3 if t < n_gemm else 2) if mode == 6 else (1 if tiled else 0)
+            elif mode == _Q3_K:
+                out[t, r] = _row_q3_k(wq[r], xq[t], sc[r], d[r], xd[t], tiled, sumi, lf, acc)
+            else:
+                # Q2_K: repacked gemm for whole groups of 4 rows, else gemv;
+                # not repacked: tiled from 8 rows, else vec_dot
+                path = (3 if t < n_gemm else 2) if mode == _Q2_K_8X8 else (1 if tiled else 0)
                 out[t, r] = _row_q2_k(wq[r], xq[t], sc[r], mn[r], d[r], dmin[r], xd[t], xb[t],
                                       path, sumi, lf, acc)
-            else:
-                out[t, r] = _row_q4_k(wq[r], xq[t], sc[r], mn[r], d[r], dmin[r], xd[t], xb[t],
-                                      tiled, mode == 3, sumi, lf, acc, accm)
 
 
 #: `_mm_kquant` modes
-_Q6_K, _Q4_K_8X8, _Q4_K, _Q5_K, _Q3_K, _Q2_K, _Q2_K_8X8 = 0, 1, 2, 3, 4, 5, 6
+_Q3_K, _Q2_K, _Q2_K_8X8 = 0, 1, 2
 
 
 @njit(parallel=True, cache=True)
 def _mm_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, n_gemm, out):
-    """K-quant weight rows times Q8_K activation rows in ggml-cpu's order:
-    mode `_Q6_K` or `_Q3_K` (`_row_q6_k`), `_Q2_K` / `_Q2_K_8X8`
-    (`_row_q2_k`), `_Q4_K_8X8` (repacked Q4_K,
-    `_row_q4_k_8x8`), `_Q4_K` or `_Q5_K` (`_row_q4_k`). wq: unsigned quants
-    (rows, cols) int8; sc (and mn for Q4_K / Q5_K): the integer sub-block
-    scales, int32 (rows, super-blocks, 16 or 8); d (dmin) float32 per
-    super-block; xq the Q8_K quants int8, xd their scales, xb the bsums
-    int32 (Q6_K, Q3_K, Q2_K: per 16 values; Q4_K / Q5_K: per 32).
+    """Q3_K and Q2_K weight rows times Q8_K activation rows in ggml-cpu's
+    order: mode `_Q3_K` (`_row_q3_k`), `_Q2_K` / `_Q2_K_8X8` (`_row_q2_k`).
+    wq: the quants (rows, cols) int8 (Q3_K signed, Q2_K unsigned); sc (and
+    mn for Q2_K): the integer sub-block scales, int32 (rows, super-blocks,
+    16); d (dmin) float32 per super-block; xq the Q8_K quants int8, xd their
+    scales, xb the bsums int32 per 16 values.
     tiled_ok: the build has ggml's tiled mat-mul (taken from 8 rows on);
     gen: the generic C dots (`_row_kq_generic`); n_gemm: activation rows
     taken by the repacked gemm (`_rows_kquant`)."""
@@ -427,31 +317,6 @@ def _mm_kquant_serial(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, n_ge
 PARALLEL_MIN_MACS = 1 << 18
 
 
-def _q4_k_scales(s12: np.ndarray):
-    """Q4_K's 12 scale bytes -> (sc, mn) uint8 (..., 8), ggml
-    `get_scale_min_k4`: entries 0-3 are the low 6 bits of bytes 0-3 (scales)
-    and 4-7 (mins); entries 4-7 take their low 4 bits from bytes 8-11 (low
-    nibble: scale, high nibble: min) and their top 2 bits from the top 2 bits
-    of bytes 0-3 (scales) and 4-7 (mins)."""
-    s12 = s12.astype(np.int32)
-    sc = np.empty(s12.shape[:-1] + (8,), np.int32)
-    mn = np.empty_like(sc)
-    sc[..., :4] = s12[..., 0:4] & 63
-    mn[..., :4] = s12[..., 4:8] & 63
-    sc[..., 4:] = (s12[..., 8:12] & 0xF) | ((s12[..., 0:4] >> 6) << 4)
-    mn[..., 4:] = (s12[..., 8:12] >> 4) | ((s12[..., 4:8] >> 6) << 4)
-    return sc, mn
-
-
-def _q4_k_values(qs: np.ndarray) -> np.ndarray:
-    """Q4_K quants (rows, nb, 128) -> int8 (rows, nb, 256): each 64 values
-    are the low nibbles of 32 bytes, then their high nibbles."""
-    r, nb, _ = qs.shape
-    v = qs.reshape(r, nb, 4, 1, 32)
-    out = np.concatenate([v & 15, v >> 4], axis=3)
-    return out.reshape(r, nb, 256).astype(np.int8)
-
-
 def _q3_k_values(hmask: np.ndarray, qs: np.ndarray, s12: np.ndarray):
     """Q3_K fields -> (values int8 (rows, nb, 256) in -4..3, scales int32
     (rows, nb, 16) in -32..31), ggml `dequantize_row_q3_K`: value 128h + 32k
@@ -472,32 +337,6 @@ def _q3_k_values(hmask: np.ndarray, qs: np.ndarray, s12: np.ndarray):
     lo = np.where(j < 8, s[..., j % 8] & 15, s[..., j % 8] >> 4)
     hi = (s[..., 8 + j % 4] >> (2 * (j // 4))) & 3
     return values.astype(np.int8), (lo | (hi << 4)) - 32
-
-
-def _q5_k_high_bits(qh: np.ndarray) -> np.ndarray:
-    """Q5_K's qh (rows, nb, 32) -> uint8 (rows, nb, 256) of 0 or 16: value
-    64j + l (l < 32) takes bit 2j of qh[l], value 64j + 32 + l bit 2j + 1
-    (ggml `dequantize_row_q5_K`); OR it onto the `_q4_k_values` nibbles."""
-    r, nb, _ = qh.shape
-    bits = (qh[:, :, None, :] >> np.arange(8, dtype=np.uint8)[None, None, :, None]) & 1   # (r, nb, 8, 32)
-    return (bits << 4).astype(np.uint8).reshape(r, nb, 256)
-
-
-def _q6_k_values(ql: np.ndarray, qh: np.ndarray) -> np.ndarray:
-    """Q6_K quants -> int8 (rows, nb, 256) in -32..31. Per half of 128 values
-    (ql bytes 64h.., qh bytes 32h..), for l < 32: value l = low nibble of
-    ql[l] | qh[l] bits 0-1 << 4; l+32: low nibble of ql[l+32] | bits 2-3;
-    l+64: high nibble of ql[l] | bits 4-5; l+96: high nibble of ql[l+32] |
-    bits 6-7; minus 32 (ggml `dequantize_row_q6_K`)."""
-    r, nb, _ = ql.shape
-    ql = ql.reshape(r, nb, 2, 64).astype(np.int16)
-    qh = qh.reshape(r, nb, 2, 32).astype(np.int16)
-    parts = [(ql[..., :32] & 15) | ((qh & 3) << 4),
-             (ql[..., 32:] & 15) | (((qh >> 2) & 3) << 4),
-             (ql[..., :32] >> 4) | (((qh >> 4) & 3) << 4),
-             (ql[..., 32:] >> 4) | (((qh >> 6) & 3) << 4)]
-    v = np.stack(parts, axis=3)            # (r, nb, 2, 4, 32)
-    return (v.reshape(r, nb, 256) - 32).astype(np.int8)
 
 
 class QMatrix:
@@ -575,13 +414,10 @@ class QMatrix:
         raw3 = self.raw.reshape(self.rows, -1, block_format(t).block_bytes)
         kind = self._kind()
         c32 = np.ascontiguousarray
-        if kind in ("q4_k_8x8", "q4_k", "q5_k"):
-            sc, mn = _q4_k_scales(_field(raw3, t, "scales", None))
-            wq = _q4_k_values(_field(raw3, t, "qs", None))
-            if kind == "q5_k":
-                wq = (wq | _q5_k_high_bits(_field(raw3, t, "qh", None))).astype(np.int8)
-            self._packed = (kind, c32(wq.reshape(self.rows, -1), np.int8), c32(sc, np.int32), c32(mn, np.int32),
-                            c32(_f16(raw3, t, "d")), c32(_f16(raw3, t, "dmin")))
+        if kind in ("q8", "q4_k_8x8", "q4_k", "q5_k", "q6_k"):
+            # the legacy quants, Q4_K, Q5_K and Q6_K are multiplied on the
+            # stored blocks (`legacy_dots`, `kquant_dots`): nothing to pack
+            self._packed = (kind, self.raw.reshape(self.rows, -1))
         elif kind in ("q2_k", "q2_k_8x8"):
             qs = _field(raw3, t, "qs", None)
             r, nb, _ = qs.shape
@@ -595,19 +431,6 @@ class QMatrix:
                                   _field(raw3, t, "scales", None))
             self._packed = (kind, c32(wq.reshape(self.rows, -1), np.int8), c32(sc, np.int32),
                             c32(sc, np.int32), c32(_f16(raw3, t, "d")), c32(_f16(raw3, t, "d")))
-        elif kind == "q6_k":
-            # the AVX2 code multiplies the unsigned quants (the -32 goes
-            # through the bsums), the generic code the signed values
-            wq = _q6_k_values(_field(raw3, t, "ql", None), _field(raw3, t, "qh", None))
-            if self.profile.vec_dot != "generic":
-                wq = wq + np.int8(32)
-            sc = _field(raw3, t, "scales", None).view(np.int8).astype(np.int32)
-            self._packed = (kind, c32(wq.reshape(self.rows, -1)), c32(sc), c32(sc),
-                            c32(_f16(raw3, t, "d")), c32(_f16(raw3, t, "d")))
-        else:
-            # the legacy quants are multiplied on the stored blocks
-            # (`legacy_dots`): nothing to pack
-            self._packed = (kind, self.raw.reshape(self.rows, -1))
 
     def _repacked(self) -> bool:
         """Whether ggml's CPU_REPACK buffer rearranges this tensor on the
@@ -667,17 +490,23 @@ class QMatrix:
                 xm = xs
             else:
                 xq, xs, xm = act_quant.q8_1_fields(x, ref=ref)
-            mode = GENERIC if gen else (WHOLE if self.type == GGMLType.Q4_0 and self._repacked() else LANES)
-            return matmul_legacy(self.type, mode, self._packed[1], xq, xs, xm, parallel)
-        out = np.empty((x.shape[0], self.rows), np.float32)
-        _, wq, sc, mn, d, dmin = self._packed
+            mode = (legacy_dots.GENERIC if gen else legacy_dots.WHOLE
+                    if self.type == GGMLType.Q4_0 and self._repacked() else legacy_dots.LANES)
+            return legacy_dots.matmul_legacy(self.type, mode, self._packed[1], xq, xs, xm, parallel)
         n = x.shape[0]
         n_gemm = n - n % 4 if kind.endswith("8x8") and not mmid else 0
         xq, xd, bsums = act_quant.q8_k_fields(x, mat_rows=n_gemm)
-        if kind not in ("q6_k", "q3_k", "q2_k", "q2_k_8x8"):
-            bsums = bsums.reshape(x.shape[0], -1, 2).sum(axis=2)
-        mode = {"q6_k": _Q6_K, "q4_k_8x8": _Q4_K_8X8, "q4_k": _Q4_K, "q5_k": _Q5_K, "q3_k": _Q3_K,
-                "q2_k": _Q2_K, "q2_k_8x8": _Q2_K_8X8}[kind]
+        if kind in ("q4_k_8x8", "q4_k", "q5_k"):
+            bsums = bsums.reshape(n, -1, 2).sum(axis=2)
+        if kind in ("q4_k_8x8", "q4_k", "q5_k", "q6_k"):
+            K = kquant_dots
+            mode = (K.GENERIC if gen else K.REPACK if kind == "q4_k_8x8" else
+                    K.TILED if prof.tiled and n >= 8 else K.LANES)
+            return K.matmul_kquant(self.type, mode, self._packed[1], xq, xd, bsums.astype(np.int32), n_gemm,
+                                   parallel)
+        out = np.empty((n, self.rows), np.float32)
+        _, wq, sc, mn, d, dmin = self._packed
+        mode = {"q3_k": _Q3_K, "q2_k": _Q2_K, "q2_k_8x8": _Q2_K_8X8}[kind]
         (_mm_kquant if parallel else _mm_kquant_serial)(mode, wq, sc, mn, d, dmin, xq, xd,
                                                         bsums.astype(np.int32), prof.tiled, gen,
                                                         n_gemm, out)

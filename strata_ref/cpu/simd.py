@@ -53,7 +53,7 @@ from ..numerics import F16_TO_F32
 __all__ = ["F32x8", "I32x8", "I8x32", "HOST_AVX2", "HOST_F16C",
            "f8_zero", "f8_splat", "f8_load", "f8_store", "f8_fma", "f8_add", "f8_mul", "f8_lane", "f8_hsum", "f8_hsum16", "f8_f16_load", "f8_round_f16",
            "i8x32_lanes", "i8x32_lanes_u", "i32_zero", "i32_splat", "i32_set2", "i32_add", "i32_sub",
-           "i32_mul", "i32_to_f8", "i32_hsum", "i8_load", "i8_nibbles", "i8_bits16", "i8_or", "i8_sub",
+           "i32_mul", "i32_to_f8", "i32_hsum", "i32_lane", "i32_load", "i32_pairdot", "i8_load", "i8_nibbles", "i8_bits16", "i8_or", "i8_sub",
            "i8_splat", "prefetch", "f16_at", "u16_at", "u32_at", "i8_at"]
 
 _FEATURES = llb.get_host_cpu_features()
@@ -279,6 +279,31 @@ def _lanes_ir(builder, wv, xv, unsigned_w: bool):
     return builder.add(builder.add(parts[0], parts[1]), builder.add(parts[2], parts[3]))
 
 
+def _scaled_lanes_ir(builder, wv, xv, s16):
+    """<8 x i32>: lane L = s * (the exact dot of values 4L..4L+3 of the
+    unsigned bytes wv with the signed xv), s = s16[0] for lanes 0-3 and
+    s16[8] for lanes 4-7 (<16 x i16> holding those two values in its
+    halves). On AVX2 ggml's `madd(maddubs(w, x), scales)`: exact while the
+    pair sums fit int16 (unsigned weights below 64 times |x| <= 127)."""
+    if HOST_AVX2:
+        maddubs = _fn(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16I16, [_V32I8, _V32I8])
+        maddwd = _fn(builder, "llvm.x86.avx2.pmadd.wd", _V8I32, [_V16I16, _V16I16])
+        return builder.call(maddwd, [builder.call(maddubs, [wv, xv]), s16])
+    s32 = builder.sext(builder.shuffle_vector(s16, ir.Constant(_V16I16, ir.Undefined),
+                                              ir.Constant(_V8I32, [0, 2, 4, 6, 8, 10, 12, 14])), _V8I32)
+    return builder.mul(_lanes_ir(builder, wv, xv, True), s32)
+
+
+def _mod8_ir(builder, wv, xv):
+    """(h0, h1) <8 x i32>: lane l of h0 = w[l] x[l] + w[8+l] x[8+l], of h1 the
+    same for positions 16 + l and 24 + l (signed bytes; exact)."""
+    v32 = ir.VectorType(_I32, 32)
+    p = builder.mul(builder.sext(wv, v32), builder.sext(xv, v32))
+    undef = ir.Constant(v32, ir.Undefined)
+    g = [builder.shuffle_vector(p, undef, ir.Constant(_V8I32, [8 * k + l for l in range(8)])) for k in range(4)]
+    return builder.add(g[0], g[1]), builder.add(g[2], g[3])
+
+
 @intrinsic
 def i8x32_lanes(typingctx, w, x):
     """I32x8: lane L = the exact sum of w[4L+j] * x[4L+j], j < 4, of two
@@ -359,14 +384,52 @@ def i32_to_f8(typingctx, v):
 
 @intrinsic
 def i32_hsum(typingctx, v):
-    """The sum of the 8 int32 lanes (int64; exact)."""
+    """The sum of the 8 int32 lanes, as int64; computed in int32 (a
+    shuffle-and-add tree), so exact when the sum fits int32, which every
+    caller's bounds guarantee (ggml's own dots sum in int32 too)."""
     def codegen(context, builder, sig, args):
-        v64 = builder.sext(args[0], ir.VectorType(ir.IntType(64), 8))
-        tot = builder.extract_element(v64, ir.Constant(_I32, 0))
-        for L in range(1, 8):
-            tot = builder.add(tot, builder.extract_element(v64, ir.Constant(_I32, L)))
-        return tot
+        fn = _fn(builder, "llvm.vector.reduce.add.v8i32", _I32, [_V8I32])
+        return builder.sext(builder.call(fn, [args[0]]), ir.IntType(64))
     return types.int64(I32x8), codegen
+
+
+@intrinsic
+def i32_lane(typingctx, v, i):
+    """Lane i of v (int32, returned as int64)."""
+    def codegen(context, builder, sig, args):
+        return builder.sext(builder.extract_element(args[0], builder.trunc(args[1], _I32)), ir.IntType(64))
+    return types.int64(I32x8, types.intp), codegen
+
+
+@intrinsic
+def i32_load(typingctx, a, off):
+    """I32x8 of the int32 array a[off:off + 8]."""
+    _check_array("a", a, (types.int32,))
+
+    def codegen(context, builder, sig, args):
+        return builder.load(_elem_ptr(context, builder, sig.args[0], args[0], args[1], _V8I32), align=4)
+    return I32x8(a, types.intp), codegen
+
+
+@intrinsic
+def i32_pairdot(typingctx, a, off, b, boff):
+    """I32x8, lane L = a[2L] b[2L] + a[2L+1] b[2L+1] for the 16 signed bytes
+    at byte `off` of a and the int32 array b[boff:boff + 16] (exact while
+    the products fit int32; ggml's K-quant scale times bsum pairs)."""
+    _check_array("a", a, _BYTES)
+    _check_array("b", b, (types.int32,))
+
+    def codegen(context, builder, sig, args):
+        v16 = ir.VectorType(_I32, 16)
+        sa = builder.sext(builder.load(_byte_ptr(context, builder, sig.args[0], args[0], args[1], _V16I8),
+                                       align=1), v16)
+        sb = builder.load(_elem_ptr(context, builder, sig.args[2], args[2], args[3], v16), align=4)
+        p = builder.mul(sa, sb)
+        undef = ir.Constant(v16, ir.Undefined)
+        even = builder.shuffle_vector(p, undef, ir.Constant(_V8I32, [2 * L for L in range(8)]))
+        odd = builder.shuffle_vector(p, undef, ir.Constant(_V8I32, [2 * L + 1 for L in range(8)]))
+        return builder.add(even, odd)
+    return I32x8(a, types.intp, b, types.intp), codegen
 
 
 # ------------------------------------------------------------ int8 x 32
@@ -412,6 +475,12 @@ def i8_bits16(typingctx, a, off):
         on = builder.icmp_unsigned("!=", bit, ir.Constant(_V32I8, [0] * 32))
         return builder.select(on, ir.Constant(_V32I8, [16] * 32), ir.Constant(_V32I8, [0] * 32))
     return I8x32(a, types.intp), codegen
+
+
+def _literal(v):
+    """The value of a literal integer argument, or None (numba then retries
+    the call with the literal types)."""
+    return v.literal_value if isinstance(v, types.IntegerLiteral) else None
 
 
 @intrinsic

@@ -1,0 +1,399 @@
+"""Mat-mul of the K-quants Q4_K, Q5_K and Q6_K on their GGUF super-blocks
+as stored, in the float order of each CPU profile's llama.cpp build.
+
+A super-block is 256 values in 8 sub-blocks of 32 (Q6_K: 16 of 16) with
+integer scales (Q4_K / Q5_K: and mins) and fp16 `d` (and `dmin`). The
+kernels read the stored bytes, unpack each 32-value chunk into int8 lanes
+in registers (`simd`: nibbles, the Q5_K fifth bit, Q6_K's low and high
+bits, the 12 packed 6-bit scales and mins of Q4_K / Q5_K), and dot them
+with the Q8_K activations (`act_quant.q8_k_fields`: int8 quants, a float32
+scale per super-block, the sums of every 16 quants). All integer sums are
+exact; what ggml's builds differ in is where the float steps come
+(llama.cpp vendored by llama-cpp-python 0.3.36, ggml-cpu):
+
+* `LANES`, the AVX2 `ggml_vec_dot_q{4,5,6}_K_q8_K` (`arch/x86/quants.c`,
+  fewer than 8 activation rows): per super-block 8 int32 lanes, lane L =
+  sum over the chunks of scale * (the exact dot of values 4L..4L+3 of the
+  chunk) (Q6_K: minus 32 * (bsum[2L] scale[2L] + bsum[2L+1]
+  scale[2L+1]), the unsigned quants' offset), then `acc = fma(d_a * d,
+  float(lane), acc)`; `hsum_float_8` at the end. The mins: Q4_K in 4
+  lanes, lane i = min[2i] bsum[2i] + min[2i+1] bsum[2i+1] (per 32),
+  `accm = fma(-d_a * dmin, float(lane), accm)`, added as ((m0 + m2) + (m1
+  + m3)); Q5_K as one integer per super-block in a scalar `summs`, added
+  last.
+* `TILED`, ggml's tiled K-quant mat-mul (`tiled/`, 8 or more rows; its
+  AVX2 and AVX512-VNNI micro-kernels round alike): per super-block the
+  exact s1 = sum scale * dot (and s2 = sum min * bsum), `r = fma(-dmin,
+  float(s2), float(s1) * d)` (Q6_K: `r = float(s1) * d`), `out = fma(r,
+  d_a, out)`.
+* `REPACK` (Q4_K, rows % 8 == 0 on builds with AVX2: ggml's CPU_REPACK
+  `q4_K_8x8`): `ggml_gemv_q4_K_8x8_q8_K` for the activation rows past the
+  last whole group of 4, exact I = sum scale * dot and M = sum min * bsum,
+  `acc = fma(float(I), d * d_a, acc)`, `accm = fma(float(M), dmin * d_a,
+  accm)` per super-block, acc - accm; `ggml_gemm_q4_K_8x8_q8_K` (AVX-512
+  code) for the rows in whole groups of 4: the same per pair of
+  sub-blocks.
+* `GENERIC`, the baseline build (`ggml_vec_dot_q{4,5,6}_K_q8_K_generic`,
+  quants.c, no FMA): 8 int32 lanes of the positions mod 8, each 16 values
+  times their scale, over the signed values (Q6_K: q - 32); per
+  super-block `sums[l] += (d * d_a) * float(lane l)`, Q4_K / Q5_K `sumf -=
+  (dmin * d_a) * float(sum min * bsum)`; at the end sumf += sums[0], ...,
+  sums[7] in order.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
+
+from ..types import GGMLType, block_format
+from .fp import fma32 as _fma
+from .simd import (I32x8, _BYTES, _I8, _I16, _I32, _V8I32, _V16I8, _V16I16, _V32I8, _byte_ptr, _check_array,
+                   _literal, _mod8_ir, _scaled_lanes_ir, _splat, f8_add, f8_fma, f8_hsum, f8_lane, f8_mul,
+                   f8_splat, f8_zero, f16_at, i32_hsum, i32_lane, i32_load, i32_mul, i32_pairdot, i32_splat,
+                   i32_sub, i32_to_f8)
+
+__all__ = ["KQUANT_TYPES", "LANES", "TILED", "REPACK", "GENERIC", "matmul_kquant"]
+
+KQUANT_TYPES = (GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K)
+#: arithmetic modes (module docstring)
+LANES, TILED, REPACK, GENERIC = 0, 1, 2, 3
+
+_F32 = np.float32
+
+
+def _off(t, name):
+    return block_format(t).field(name).offset
+
+
+# ------------------------------------------------ super-block integers (IR)
+# Each intrinsic emits the whole super-block's integer work unrolled (the
+# chunk index decides shifts, masks and which scale applies, so it must be
+# a compile-time constant): one super-block at byte `o` of the weights `w`,
+# its 256 activations at `xo` of `x` (int8), all exact.
+
+def _load(context, builder, sig, args, i, off, llty):
+    return builder.load(_byte_ptr(context, builder, sig.args[i], args[i], off, llty), align=1)
+
+
+def _at(builder, base, k):
+    return builder.add(base, ir.Constant(base.type, k))
+
+
+def _q4k_scale_ir(builder, s12, mins: bool):
+    # ggml `get_scale_min_k4` for the 8 sub-blocks at once: entries 0-3 the
+    # low 6 bits of bytes 0-3 (scales) / 4-7 (mins); entries 4-7 the low
+    # (scales) / high (mins) nibble of bytes 8-11 and the top 2 bits of
+    # bytes 0-3 / 4-7 above them
+    v12 = builder.zext(s12, ir.VectorType(_I32, 12))
+    undef = ir.Constant(ir.VectorType(_I32, 12), ir.Undefined)
+    a = builder.shuffle_vector(v12, undef, ir.Constant(_V8I32, ([4, 5, 6, 7] if mins else [0, 1, 2, 3]) + [8, 9, 10, 11]))
+    b = builder.shuffle_vector(v12, undef, ir.Constant(_V8I32, [0, 0, 0, 0] + ([4, 5, 6, 7] if mins else [0, 1, 2, 3])))
+    if mins:
+        high = builder.lshr(a, ir.Constant(_V8I32, [4] * 8))
+    else:
+        high = builder.and_(a, ir.Constant(_V8I32, [15] * 8))
+    high = builder.or_(high, builder.shl(builder.lshr(b, ir.Constant(_V8I32, [6] * 8)), ir.Constant(_V8I32, [4] * 8)))
+    first = ir.Constant(ir.VectorType(ir.IntType(1), 8), [1, 1, 1, 1, 0, 0, 0, 0])
+    return builder.select(first, builder.and_(a, ir.Constant(_V8I32, [63] * 8)), high)
+
+
+def _make_q45(t: GGMLType):
+    """The intrinsics of Q4_K / Q5_K (`t`): lanes(w, o, x, xo, j0, n),
+    lanes8(w, o, x, xo) and mins(w, o)."""
+    SC, QS = _off(t, "scales"), _off(t, "qs")
+    QH = _off(t, "qh") if t == GGMLType.Q5_K else None
+
+    def scales(context, builder, sig, args, mins=False):
+        return _q4k_scale_ir(builder, _load(context, builder, sig, args, 0, _at(builder, args[1], SC),
+                                            ir.VectorType(_I8, 12)), mins)
+
+    def sub(context, builder, sig, args, j, qh):
+        # sub-block j: the low (j even) or high nibbles of 32 bytes, and
+        # for Q5_K bit j of the 32 qh bytes as the fifth bit
+        q = _load(context, builder, sig, args, 0, _at(builder, args[1], QS + 32 * (j // 2)), _V32I8)
+        v = builder.and_(q, ir.Constant(_V32I8, [15] * 32)) if j % 2 == 0 else \
+            builder.lshr(q, ir.Constant(_V32I8, [4] * 32))
+        if qh is not None:
+            on = builder.icmp_unsigned("!=", builder.and_(qh, ir.Constant(_V32I8, [1 << j] * 32)),
+                                       ir.Constant(_V32I8, [0] * 32))
+            v = builder.or_(v, builder.select(on, ir.Constant(_V32I8, [16] * 32), ir.Constant(_V32I8, [0] * 32)))
+        return v
+
+    def qh_bits(context, builder, sig, args):
+        return None if QH is None else _load(context, builder, sig, args, 0, _at(builder, args[1], QH), _V32I8)
+
+    @intrinsic
+    def lanes(typingctx, w, o, x, xo, j0, n):
+        """I32x8: sum over sub-blocks j0 .. j0+n-1 (literals) of scale_j *
+        (the exact dot lanes of sub-block j with its 32 activations)."""
+        _check_array("w", w, _BYTES)
+        _check_array("x", x, _BYTES)
+        jj, nn = _literal(j0), _literal(n)
+        if jj is None or nn is None:
+            return None
+
+        def codegen(context, builder, sig, args):
+            sc = scales(context, builder, sig, args)
+            qh = qh_bits(context, builder, sig, args)
+            acc = ir.Constant(_V8I32, [0] * 8)
+            for j in range(jj, jj + nn):
+                xv = _load(context, builder, sig, args, 2, _at(builder, args[3], 32 * j), _V32I8)
+                s16 = _splat(builder, builder.trunc(builder.extract_element(sc, ir.Constant(_I32, j)), _I16), _V16I16)
+                acc = builder.add(acc, _scaled_lanes_ir(builder, sub(context, builder, sig, args, j, qh), xv, s16))
+            return acc
+        return I32x8(w, types.intp, x, types.intp, j0, n), codegen
+
+    @intrinsic
+    def lanes8(typingctx, w, o, x, xo):
+        """I32x8 of the generic code: lane l = sum over the sub-blocks of
+        scale_j * (the products at positions l mod 8 of sub-block j)."""
+        _check_array("w", w, _BYTES)
+        _check_array("x", x, _BYTES)
+
+        def codegen(context, builder, sig, args):
+            sc = scales(context, builder, sig, args)
+            qh = qh_bits(context, builder, sig, args)
+            acc = ir.Constant(_V8I32, [0] * 8)
+            for j in range(8):
+                xv = _load(context, builder, sig, args, 2, _at(builder, args[3], 32 * j), _V32I8)
+                h0, h1 = _mod8_ir(builder, sub(context, builder, sig, args, j, qh), xv)
+                s = _splat(builder, builder.extract_element(sc, ir.Constant(_I32, j)), _V8I32)
+                acc = builder.add(acc, builder.add(builder.mul(s, h0), builder.mul(s, h1)))
+            return acc
+        return I32x8(w, types.intp, x, types.intp), codegen
+
+    @intrinsic
+    def mins(typingctx, w, o):
+        """I32x8 of the 8 sub-block mins."""
+        _check_array("w", w, _BYTES)
+
+        def codegen(context, builder, sig, args):
+            return scales(context, builder, sig, args, mins=True)
+        return I32x8(w, types.intp), codegen
+
+    return lanes, lanes8, mins
+
+
+_Q6_QL, _Q6_QH, _Q6_SC = (_off(GGMLType.Q6_K, n) for n in ("ql", "qh", "scales"))
+
+
+def _q6_chunk_ir(context, builder, sig, args, c):
+    """The unsigned values (0..63) of chunk c of the Q6_K super-block: in
+    half h = c // 4, k = c % 4: the low (k < 2) or high nibbles of ql[64h +
+    32 (k & 1):][:32] with bits 2k, 2k+1 of qh[32h:][:32] above them (ggml
+    `dequantize_row_q6_K`)."""
+    h, k = divmod(c, 4)
+    lo = _load(context, builder, sig, args, 0, _at(builder, args[1], _Q6_QL + 64 * h + 32 * (k & 1)), _V32I8)
+    lo = builder.lshr(lo, ir.Constant(_V32I8, [4] * 32)) if k >= 2 else builder.and_(lo, ir.Constant(_V32I8, [15] * 32))
+    hi = _load(context, builder, sig, args, 0, _at(builder, args[1], _Q6_QH + 32 * h), _V32I8)
+    if k:
+        hi = builder.lshr(hi, ir.Constant(_V32I8, [2 * k] * 32))
+    hi = builder.shl(builder.and_(hi, ir.Constant(_V32I8, [3] * 32)), ir.Constant(_V32I8, [4] * 32))
+    return builder.or_(lo, hi)
+
+
+@intrinsic
+def _q6_lanes(typingctx, w, o, x, xo):
+    """I32x8: sum over the 8 chunks c of (scale[2c] in lanes 0-3, scale[2c+1]
+    in lanes 4-7) * (the exact dot lanes of the chunk's unsigned values with
+    its activations); the -32 offset is not applied."""
+    _check_array("w", w, _BYTES)
+    _check_array("x", x, _BYTES)
+
+    def codegen(context, builder, sig, args):
+        sc16 = builder.sext(_load(context, builder, sig, args, 0, _at(builder, args[1], _Q6_SC), _V16I8), _V16I16)
+        acc = ir.Constant(_V8I32, [0] * 8)
+        for c in range(8):
+            xv = _load(context, builder, sig, args, 2, _at(builder, args[3], 32 * c), _V32I8)
+            s16 = builder.shuffle_vector(sc16, ir.Constant(_V16I16, ir.Undefined),
+                                         ir.Constant(ir.VectorType(_I32, 16), [2 * c] * 8 + [2 * c + 1] * 8))
+            acc = builder.add(acc, _scaled_lanes_ir(builder, _q6_chunk_ir(context, builder, sig, args, c), xv, s16))
+        return acc
+    return I32x8(w, types.intp, x, types.intp), codegen
+
+
+@intrinsic
+def _q6_lanes8(typingctx, w, o, x, xo):
+    """I32x8 of the generic code: lane l = sum over the chunks of scale[2c]
+    * (products of the signed values q - 32 at positions l, 8 + l) +
+    scale[2c+1] * (at 16 + l, 24 + l)."""
+    _check_array("w", w, _BYTES)
+    _check_array("x", x, _BYTES)
+
+    def codegen(context, builder, sig, args):
+        sc = builder.sext(_load(context, builder, sig, args, 0, _at(builder, args[1], _Q6_SC), _V16I8),
+                          ir.VectorType(_I32, 16))
+        acc = ir.Constant(_V8I32, [0] * 8)
+        for c in range(8):
+            xv = _load(context, builder, sig, args, 2, _at(builder, args[3], 32 * c), _V32I8)
+            v = builder.sub(_q6_chunk_ir(context, builder, sig, args, c), ir.Constant(_V32I8, [32] * 32))
+            h0, h1 = _mod8_ir(builder, v, xv)
+            s0 = _splat(builder, builder.extract_element(sc, ir.Constant(_I32, 2 * c)), _V8I32)
+            s1 = _splat(builder, builder.extract_element(sc, ir.Constant(_I32, 2 * c + 1)), _V8I32)
+            acc = builder.add(acc, builder.add(builder.mul(s0, h0), builder.mul(s1, h1)))
+        return acc
+    return I32x8(w, types.intp, x, types.intp), codegen
+
+
+# --------------------------------------------------------------- kernels
+def _make_kernels(t: GGMLType, mode: int):
+    """(serial, parallel) kernels for type t in `mode`: k(raw, xq, xd,
+    xb, n_gemm, out[, parts]) with raw uint8 (rows, row_bytes) the stored
+    super-blocks, xq int8 (n, cols), xd float32 (n, cols/256), xb int32 the
+    bsums (n, cols/16), out float32 (n, rows); n_gemm: REPACK's rows taken
+    by the gemm."""
+    BB = block_format(t).block_bytes
+    Q6 = t == GGMLType.Q6_K
+    Q5 = t == GGMLType.Q5_K
+    D = _off(t, "d")
+    DMIN = -1 if Q6 else _off(t, "dmin")
+    MODE = mode
+    if not Q6:
+        lanes, lanes8, mins = _make_q45(t)
+    else:
+        lanes = lanes8 = mins = None
+
+    @njit(inline="always")
+    def row_dot(w, ow, x, ox, xd, xb, bo, t, gemm):
+        # weight row at byte ow of w, activation row t: quants at ox of x,
+        # bsums at bo of xb (flat)
+        nb = xd.shape[1]
+        acc = f8_zero()
+        out = _F32(0.0)
+        accm = _F32(0.0)
+        m0 = _F32(0.0)
+        m1 = _F32(0.0)
+        m2 = _F32(0.0)
+        m3 = _F32(0.0)
+        sums = f8_zero()
+        for b in range(nb):
+            o = ow + b * BB
+            xo = ox + 256 * b
+            d = f16_at(w, o + D)
+            da = xd[t, b]
+            if MODE == GENERIC:
+                li = _q6_lanes8(w, o, x, xo) if Q6 else lanes8(w, o, x, xo)
+                dd = _F32(d * da)
+                # sums[l] = sums[l] + dd * float(lane l), no FMA: one lane at a time
+                lf = i32_to_f8(li)
+                sums = _f8_add_products(sums, dd, lf)
+                if not Q6:
+                    tot = i32_hsum(i32_mul(mins(w, o), i32_load(xb, bo + 8 * b)))
+                    out = _F32(out - _F32(_F32(f16_at(w, o + DMIN) * da) * _F32(tot)))
+            elif Q6:
+                l6 = i32_sub(_q6_lanes(w, o, x, xo), i32_mul(i32_splat(32), i32_pairdot(w, o + _Q6_SC, xb, bo + 16 * b)))
+                if MODE == TILED:
+                    out = _fma(_F32(_F32(i32_hsum(l6)) * d), da, out)
+                else:
+                    acc = f8_fma(f8_splat(_F32(da * d)), i32_to_f8(l6), acc)
+            elif MODE == REPACK:
+                dm = _F32(f16_at(w, o + DMIN) * da)
+                ds = _F32(d * da)
+                mn = i32_mul(mins(w, o), i32_load(xb, bo + 8 * b))
+                if gemm:
+                    # per pair of sub-blocks (the pairs written out: the
+                    # sub-block numbers must be constants)
+                    out = _fma(_F32(i32_hsum(lanes(w, o, x, xo, 0, 2))), ds, out)
+                    accm = _fma(_F32(i32_lane(mn, 0) + i32_lane(mn, 1)), dm, accm)
+                    out = _fma(_F32(i32_hsum(lanes(w, o, x, xo, 2, 2))), ds, out)
+                    accm = _fma(_F32(i32_lane(mn, 2) + i32_lane(mn, 3)), dm, accm)
+                    out = _fma(_F32(i32_hsum(lanes(w, o, x, xo, 4, 2))), ds, out)
+                    accm = _fma(_F32(i32_lane(mn, 4) + i32_lane(mn, 5)), dm, accm)
+                    out = _fma(_F32(i32_hsum(lanes(w, o, x, xo, 6, 2))), ds, out)
+                    accm = _fma(_F32(i32_lane(mn, 6) + i32_lane(mn, 7)), dm, accm)
+                else:
+                    out = _fma(_F32(i32_hsum(lanes(w, o, x, xo, 0, 8))), ds, out)
+                    accm = _fma(_F32(i32_hsum(mn)), dm, accm)
+            else:
+                li = lanes(w, o, x, xo, 0, 8)
+                dmin = f16_at(w, o + DMIN)
+                mn = i32_mul(mins(w, o), i32_load(xb, bo + 8 * b))
+                if MODE == TILED:
+                    s2 = i32_hsum(mn)
+                    r = _fma(-dmin, _F32(s2), _F32(_F32(i32_hsum(li)) * d))
+                    out = _fma(r, da, out)
+                else:
+                    acc = f8_fma(f8_splat(_F32(da * d)), i32_to_f8(li), acc)
+                    dm = _F32(-da * dmin)
+                    if Q5:
+                        out = _fma(dm, _F32(i32_hsum(mn)), out)       # summs
+                    else:
+                        m0 = _fma(dm, _F32(i32_lane(mn, 0) + i32_lane(mn, 1)), m0)
+                        m1 = _fma(dm, _F32(i32_lane(mn, 2) + i32_lane(mn, 3)), m1)
+                        m2 = _fma(dm, _F32(i32_lane(mn, 4) + i32_lane(mn, 5)), m2)
+                        m3 = _fma(dm, _F32(i32_lane(mn, 6) + i32_lane(mn, 7)), m3)
+        if MODE == GENERIC:
+            for l in range(8):
+                out = _F32(out + f8_lane(sums, l))
+            return out
+        if MODE == TILED:
+            return out
+        if MODE == REPACK:
+            return _F32(out - accm)
+        if Q6:
+            return f8_hsum(acc)
+        if Q5:
+            return _F32(f8_hsum(acc) + out)
+        return _F32(f8_hsum(acc) + _F32(_F32(m0 + m2) + _F32(m1 + m3)))
+
+    @njit(inline="always")
+    def rows(raw, xq, xd, xb, n_gemm, out, r0, r1):
+        n, cols = xq.shape
+        rb = raw.shape[1]
+        w = raw.reshape(-1)
+        x = xq.reshape(-1)
+        xbf = xb.reshape(-1)
+        nbs = xb.shape[1]
+        for r in range(r0, r1):
+            for t in range(n):
+                out[t, r] = row_dot(w, r * rb, x, t * cols, xd, xbf, t * nbs, t, t < n_gemm)
+
+    @njit(cache=True)
+    def serial(raw, xq, xd, xb, n_gemm, out):
+        rows(raw, xq, xd, xb, n_gemm, out, 0, raw.shape[0])
+
+    @njit(parallel=True, cache=True)
+    def parallel(raw, xq, xd, xb, n_gemm, out, parts):
+        R = raw.shape[0]
+        for p in prange(parts):
+            rows(raw, xq, xd, xb, n_gemm, out, R * p // parts, R * (p + 1) // parts)
+
+    return serial, parallel
+
+
+@njit(inline="always")
+def _f8_add_products(s, dd, lf):
+    """s + dd * lf per lane as two float32 roundings (the generic build's
+    `sums[l] += (d * d_a) * (float)aux32[l]`, no FMA)."""
+    return f8_add(s, f8_mul(f8_splat(dd), lf))
+
+
+_KERNELS = {}
+
+
+def _kernels(t, mode):
+    key = (GGMLType(t), mode)
+    if key not in _KERNELS:
+        _KERNELS[key] = _make_kernels(*key)
+    return _KERNELS[key]
+
+
+def matmul_kquant(t: GGMLType, mode: int, raw2: np.ndarray, xq: np.ndarray, xd: np.ndarray,
+                  xb: np.ndarray, n_gemm: int, parallel: bool) -> np.ndarray:
+    """out float32 (n, rows) = the K-quant weights `raw2` (uint8 (rows,
+    row_bytes), the GGUF super-blocks of type t) times the Q8_K activations
+    (xq int8 (n, cols), xd float32 (n, cols/256), xb int32 bsums: per 16
+    values for Q6_K (n, cols/16), per 32 for Q4_K / Q5_K (n, cols/32)) in
+    arithmetic `mode` (module docstring); n_gemm: with REPACK, the
+    activation rows ggml's repacked gemm takes (the others take its gemv).
+    parallel: rows split in equal parts over numba's threads."""
+    serial, par = _kernels(t, mode)
+    out = np.empty((xq.shape[0], raw2.shape[0]), np.float32)
+    if parallel:
+        par(raw2, xq, xd, xb, int(n_gemm), out, numba.get_num_threads())
+    else:
+        serial(raw2, xq, xd, xb, int(n_gemm), out)
+    return out

@@ -225,10 +225,10 @@ _PORTABLE = r"""
 import sys, numpy as np
 from strata_ref import GGMLType
 from strata_ref.quantize import quantize
-from strata_ref.cpu import lanes
+from strata_ref.cpu import simd
 from strata_ref.cpu.matmul import QMatrix
 rng = np.random.default_rng(5)
-out = {"avx2": np.array(lanes.HOST_AVX2)}
+out = {"avx2": np.array(simd.HOST_AVX2), "vnni": np.array(simd.HOST_VNNI)}
 for prof in ("scalar", "avx2", "avx512"):
   for t in ("Q8_0", "Q5_0", "Q4_0", "Q4_1", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"):
     w = rng.standard_normal((16, 512)).astype(np.float32)
@@ -244,21 +244,25 @@ np.savez(sys.argv[1], **out)
 
 @pytest.mark.slow
 def test_portable_lanes_give_the_avx2_bits(tmp_path):
-    # The integer lanes are exact either way; this runs the kernels once with
-    # ggml's AVX2 instructions and once with plain LLVM vector code.
+    # The integer lanes are exact either way; this runs the kernels with the
+    # host's instructions (VNNI's vpdpbusd where the CPU has it), with
+    # ggml's AVX2 maddubs / madd (no VNNI), and with plain LLVM vector code.
     res = {}
-    for mode in ("native", "portable"):
+    for mode in ("native", "novnni", "portable"):
         env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / mode))
         if mode == "portable":
             env["STRATA_REF_PORTABLE_LANES"] = "1"
+        if mode == "novnni":
+            env["STRATA_REF_NO_VNNI"] = "1"
         out = tmp_path / f"{mode}.npz"
         subprocess.run([sys.executable, "-c", _PORTABLE, str(out)], check=True, env=env,
                        cwd=str(DATA.parent.parent))
         res[mode] = np.load(out)
-    assert not bool(res["portable"]["avx2"])
-    for k in res["native"].files:
-        if k != "avx2":
-            _same(res["portable"][k], res["native"][k])
+    assert not bool(res["portable"]["avx2"]) and not bool(res["novnni"]["vnni"])
+    for mode in ("novnni", "portable"):
+        for k in res["native"].files:
+            if k not in ("avx2", "vnni"):
+                _same(res[mode][k], res["native"][k])
 
 
 MATRIX_TYPES = {

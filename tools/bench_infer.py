@@ -1,31 +1,34 @@
-"""Prompt and decode speed of strata-ref's CPU inference next to llama.cpp's.
+"""Prompt and decode speed of strata-ref's CPU inference next to llama.cpp's,
+measured in the same run, repeat by repeat.
 
-    python tools/bench_infer.py [--models SmolLM2-135M-Instruct,Qwen2.5-Coder-0.5B-Instruct]
-                                [--threads 2] [--repeats 3] [--tokens 32] [--cpu PROFILE]
+    python tools/bench_infer.py [--models SmolLM2-135M-Instruct,Qwen2.5-Coder-0.5B-Instruct,gemma-3-270m]
+                                [--cpu avx2[,avx512,scalar]] [--threads 2] [--repeats 5]
+                                [--tokens 32] [--busy N] [--json FILE]
 
-`--cpu` picks the CPU profile strata-ref runs (default: native, as
-`strata-ref generate`); llama.cpp is then the peer built for that profile by
-tools/peer_build.py when that build exists (the same arithmetic, bit for
-bit), else whatever llama_cpp is importable. The header names both.
+`--cpu` lists the CPU profiles strata-ref runs (default: native, as
+`strata-ref generate`); for each, llama.cpp is the peer built for that
+profile by tools/peer_build.py (the same arithmetic, bit for bit), else
+whatever llama_cpp is importable. The header names both.
 
 Workload (spec/models.md §5): the prompt "The capital of France is" in one
 pass, then greedy decoding; "decode" times the single-token calls after the
-prompt pass (tokens - 1 of them). Wall clock, best of `--repeats`. When
-llama-cpp-python is importable it is measured in the same run with the same
-thread count (n_ctx 512, n_batch 512), in a child process with the
+prompt pass (tokens - 1 of them). Wall clock. llama.cpp runs in a child
+process (n_ctx 512, n_batch 512, the same thread count) with the
 environment this script started with (llama.cpp uses the same libgomp, so
-the OpenMP settings strata-ref makes must not reach it); otherwise the
-reference figures of
-spec/models.md §5 are printed (a 2-core Zen 3 VM, idle). Timings on a
-machine shared with other work are noise: say so when reporting them.
+the OpenMP settings strata-ref makes must not reach it). The two engines
+take turns: one untimed round each (compilation, packing, caches), then
+`--repeats` rounds of [strata-ref once, llama.cpp once] (the order swapped
+every round), and the best round of each engine is reported. Taking turns
+puts both under the same load when the machine is shared; a machine that
+is not idle still shifts both, so say so when reporting. Without
+llama-cpp-python the reference figures of spec/models.md §5 are printed
+(a 2-core Zen 3 VM, idle).
 
 strata-ref is measured as the library and `strata-ref generate` run it:
-`strata_ref.infer.kernels` is imported before numba's thread count is set,
-so its threading setup (layer, OpenMP wait policy) is the one in effect,
-and the layer numba actually picked is printed. To compare another setup,
-set NUMBA_THREADING_LAYER (or OMP_WAIT_POLICY / GOMP_SPINCOUNT) in the
-environment. `--busy N` runs N busy-looping processes during the timings,
-to see the speed on a loaded machine (each takes a core from both engines).
+`strata_ref.cpu.matmul` is imported before numba's thread count is set, so
+its threading setup (layer, OpenMP wait policy) is the one in effect, and
+the layer numba actually picked is printed. `--busy N` runs N busy-looping
+processes during the timings, to see the speed on a loaded machine.
 """
 from __future__ import annotations
 
@@ -41,40 +44,48 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 PROMPT = "The capital of France is"
+DEFAULT_MODELS = "SmolLM2-135M-Instruct,Qwen2.5-Coder-0.5B-Instruct,gemma-3-270m"
 # spec/models.md §5: llama.cpp 0.3.36, 2 threads, best of 3 on an idle 2-core Zen 3 VM
 ENV_AT_START = dict(os.environ)
 SPEC_TPS = {"SmolLM2-135M-Instruct": (203.0, 111.0), "Qwen2.5-Coder-0.5B-Instruct": (71.0, 35.0)}
 
 
-def bench_ours(path, n_tokens, repeats, profile):
-    import numpy as np
-    from strata_ref.infer.model import load
-    m = load(path, profile=profile)
-    m.prepare()
-    ids = m.tokenizer.encode(PROMPT)
-    best_p = best_d = float("inf")
-    for rep in range(repeats + 1):          # the first round compiles and packs
-        cache = m.new_cache(512)
+# --------------------------------------------------------------- strata-ref
+class Ours:
+    """strata-ref on one model and profile; `round()` -> (prompt s, decode s)."""
+
+    def __init__(self, path, n_tokens, profile):
+        from strata_ref.infer.model import load
+        self.m = load(path, profile=profile)
+        self.m.prepare()
+        self.ids = self.m.tokenizer.encode(PROMPT)
+        self.n_tokens = n_tokens
+
+    def round(self):
+        import numpy as np
+        cache = self.m.new_cache(512)
         t0 = time.perf_counter()
-        logits = m.forward(ids, cache)
+        logits = self.m.forward(self.ids, cache)
         t1 = time.perf_counter()
-        for _ in range(n_tokens - 1):
-            logits = m.forward([int(np.argmax(logits))], cache)
-        t2 = time.perf_counter()
-        if rep:
-            best_p, best_d = min(best_p, t1 - t0), min(best_d, t2 - t1)
-    return len(ids) / best_p, (n_tokens - 1) / best_d
+        for _ in range(self.n_tokens - 1):
+            logits = self.m.forward([int(np.argmax(logits))], cache)
+        return t1 - t0, time.perf_counter() - t1
 
 
-def bench_llama(path, n_tokens, repeats, threads):
+# --------------------------------------------------------------- llama.cpp
+def llama_worker(path, n_tokens, threads):
+    """The child's loop: load the model, print "ready", then for every
+    line "round" on stdin run one round and print [prompt s, decode s]."""
     import numpy as np
     from llama_cpp import Llama
     llm = Llama(model_path=str(path), n_ctx=512, n_batch=512, n_threads=threads,
                 n_threads_batch=threads, seed=0, verbose=False)
     ids = llm.tokenize(PROMPT.encode(), add_bos=True, special=False)
     n_vocab = llm.n_vocab()
-    best_p = best_d = float("inf")
-    for rep in range(repeats + 1):
+    print(json.dumps({"ready": len(ids)}), flush=True)
+    for line in sys.stdin:
+        if line.strip() != "round":
+            break
         llm.reset()
         t0 = time.perf_counter()
         llm.eval(ids)
@@ -82,10 +93,40 @@ def bench_llama(path, n_tokens, repeats, threads):
         for _ in range(n_tokens - 1):
             row = np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(n_vocab,))
             llm.eval([int(np.argmax(row))])
-        t2 = time.perf_counter()
-        if rep:
-            best_p, best_d = min(best_p, t1 - t0), min(best_d, t2 - t1)
-    return len(ids) / best_p, (n_tokens - 1) / best_d
+        print(json.dumps([t1 - t0, time.perf_counter() - t1]), flush=True)
+
+
+class Llama:
+    """llama.cpp in a child process (`llama_worker`); `round()` as Ours."""
+
+    def __init__(self, path, n_tokens, threads, site=None):
+        env = dict(ENV_AT_START)
+        if site is not None:
+            env["PYTHONPATH"] = os.pathsep.join([str(site)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        code = ("import sys; sys.path.insert(0, sys.argv[1]); import bench_infer as b; "
+                "b.llama_worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))")
+        self.p = subprocess.Popen([sys.executable, "-c", code, str(Path(__file__).resolve().parent), str(path),
+                                   str(n_tokens), str(threads)], env=env, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        first = self.p.stdout.readline()
+        if not first:
+            self.p.wait()
+            raise RuntimeError(f"the llama.cpp worker did not start (exit status {self.p.returncode})")
+        self.n_prompt = json.loads(first)["ready"]
+
+    def round(self):
+        self.p.stdin.write("round\n")
+        self.p.stdin.flush()
+        line = self.p.stdout.readline()
+        if not line:
+            raise RuntimeError("the llama.cpp worker stopped")
+        return tuple(json.loads(line))
+
+    def close(self):
+        if self.p.poll() is None:
+            self.p.stdin.write("quit\n")
+            self.p.stdin.flush()
+            self.p.wait(timeout=60)
 
 
 def peer_site(profile: str):
@@ -96,29 +137,45 @@ def peer_site(profile: str):
     return site if (site / "llama_cpp").is_dir() else None
 
 
-def bench_llama_clean(path, n_tokens, repeats, threads, site=None):
-    """`bench_llama` in a child process with the environment at start (and
-    the peer build `site` first on PYTHONPATH when given)."""
-    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import bench_infer as b; "
-            "print(json.dumps(b.bench_llama(sys.argv[2], *map(int, sys.argv[3:]))))")
-    env = dict(ENV_AT_START)
-    if site is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(site)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    r = subprocess.run([sys.executable, "-c", code, str(Path(__file__).resolve().parent), str(path),
-                        str(n_tokens), str(repeats), str(threads)],
-                       env=env, capture_output=True, text=True, check=True)
-    return tuple(json.loads(r.stdout.strip().splitlines()[-1]))
+def have_llama_cpp() -> bool:
+    try:
+        import importlib.util
+        return importlib.util.find_spec("llama_cpp") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def measure(ours, peer, repeats):
+    """Best (prompt s, decode s) of each engine over `repeats` alternating
+    rounds, after one untimed round of each."""
+    ours.round()
+    if peer is not None:
+        peer.round()
+    best_o = [float("inf"), float("inf")]
+    best_l = [float("inf"), float("inf")]
+    for rep in range(repeats):
+        order = (ours, peer) if rep % 2 == 0 else (peer, ours)
+        for eng in order:
+            if eng is None:
+                continue
+            p, d = eng.round()
+            best = best_o if eng is ours else best_l
+            best[0], best[1] = min(best[0], p), min(best[1], d)
+    return tuple(best_o), (tuple(best_l) if peer is not None else None)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="SmolLM2-135M-Instruct,Qwen2.5-Coder-0.5B-Instruct")
+    ap.add_argument("--models", default=DEFAULT_MODELS)
+    ap.add_argument("--cpu", default=None, help="CPU profiles, comma-separated (scalar, avx2, avx512, native)")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--busy", type=int, default=0, help="busy-looping processes to run meanwhile")
-    ap.add_argument("--cpu", default=None, help="CPU profile (scalar, avx2, avx512, native)")
+    ap.add_argument("--json", help="also write the results to this file")
     args = ap.parse_args(argv)
+    if args.tokens < 2 or args.repeats < 1 or args.threads < 1:
+        ap.error("--tokens must be >= 2, --repeats and --threads >= 1")
     # first the library's own threading setup, as `strata-ref generate` has it;
     # touching numba's threads before it would fix numba's default layer
     import strata_ref.cpu.matmul  # noqa: F401
@@ -126,41 +183,58 @@ def main(argv=None) -> int:
     numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
     from strata_ref import cpu
     from strata_ref.models import resolve
-    prof = cpu.select(args.cpu)
-    site = peer_site(prof.name)
-    try:
-        if site is not None:
-            peer = f"llama.cpp built for the {prof.name} profile ({site}), measured now"
-            llama_cpp = True
-        else:
-            import llama_cpp  # noqa: F401
-            peer = f"llama.cpp (llama-cpp-python {llama_cpp.__version__}, importable build), measured now"
-    except ImportError:
-        llama_cpp = None
-        peer = "llama.cpp (spec/models.md §5 reference figures, not measured here)"
+    profiles = [cpu.select(p) for p in (args.cpu.split(",") if args.cpu else [None])]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
-          f"threads {args.threads}; best of {args.repeats}; load average {load:.2f}; "
-          f"busy processes {args.busy}; cpu profile: {prof.name}; peer: {peer}")
+          f"threads {args.threads}; best of {args.repeats} alternating rounds; load average {load:.2f} "
+          f"at start; busy processes {args.busy}")
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    rows = []
     try:
-        print(f"{'model':30s} {'ours prompt':>12s} {'ours decode':>12s} {'llama prompt':>13s} "
-              f"{'llama decode':>13s} {'decode ratio':>13s}")
-        for name in args.models.split(","):
-            path = resolve(name)
-            op, od = bench_ours(path, args.tokens, args.repeats, prof)
-            if llama_cpp is not None:
-                lp, ld = bench_llama_clean(path, args.tokens, args.repeats, args.threads, site)
+        for prof in profiles:
+            site = peer_site(prof.name)
+            if site is not None:
+                peer_name = f"llama.cpp built for {prof.name} (tools/peer_build.py)"
+            elif have_llama_cpp():
+                peer_name = "llama.cpp (the importable llama-cpp-python, not a profile build)"
             else:
-                lp, ld = SPEC_TPS.get(name, (float("nan"), float("nan")))
-            print(f"{name:30s} {op:10.1f}/s {od:10.1f}/s {lp:11.1f}/s {ld:11.1f}/s {od / ld:12.2f}x")
+                peer_name = None
+            print(f"\nprofile {prof.name}; peer: {peer_name or 'none (spec/models.md §5 figures)'}")
+            print(f"{'model':30s} {'ours prompt':>12s} {'llama prompt':>13s} {'ratio':>6s} "
+                  f"{'ours decode':>12s} {'llama decode':>13s} {'ratio':>6s}")
+            for name in args.models.split(","):
+                path = resolve(name)
+                ours = Ours(path, args.tokens, prof)
+                peer = Llama(path, args.tokens, args.threads, site) if peer_name else None
+                try:
+                    (op, od), lt = measure(ours, peer, args.repeats)
+                finally:
+                    if peer is not None:
+                        peer.close()
+                n_p = len(ours.ids)
+                ops, ods = n_p / op, (args.tokens - 1) / od
+                if lt is not None:
+                    lps, lds = peer.n_prompt / lt[0], (args.tokens - 1) / lt[1]
+                else:
+                    lps, lds = SPEC_TPS.get(name, (float("nan"), float("nan")))
+                print(f"{name:30s} {ops:10.1f}/s {lps:11.1f}/s {ops / lps:5.2f}x "
+                      f"{ods:10.1f}/s {lds:11.1f}/s {ods / lds:5.2f}x", flush=True)
+                rows.append(dict(profile=prof.name, model=name, ours_prompt=ops, llama_prompt=lps,
+                                 ours_decode=ods, llama_decode=lds, peer=peer_name))
+                del ours
     finally:
         for b in busy:
             b.kill()
             b.wait()
     wait = {k: os.environ[k] for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if k in os.environ}
-    print(f"strata-ref: numba threading layer {numba.threading_layer()!r}, "
-          f"{numba.get_num_threads()} threads; {wait or 'OpenMP wait policy unset'}")
+    end_load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"\nstrata-ref: numba threading layer {numba.threading_layer()!r}, "
+          f"{numba.get_num_threads()} threads; {wait or 'OpenMP wait policy unset'}; "
+          f"load average at the end {end_load:.2f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(threads=args.threads, repeats=args.repeats,
+                                                   tokens=args.tokens, load_start=load, load_end=end_load,
+                                                   rows=rows), indent=1))
     return 0
 
 

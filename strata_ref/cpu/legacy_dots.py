@@ -39,8 +39,9 @@ from numba import njit, prange
 
 from ..types import GGMLType, block_format
 from .fp import fma32 as _fma
-from .simd import (f8_fma, f8_hsum, f8_splat, f8_zero, f16_at, i8_bits16, i8_load, i8_nibbles, i8_or,
-                   i8_splat, i8_sub, i8x32_lanes, i32_hsum, i32_to_f8, prefetch)
+from .simd import (HOST_VNNI, f8_fma, f8_hsum, f8_splat, f8_zero, f16_at, i8_bits16, i8_load, i8_nibbles,
+                   i8_or, i8_splat, i8_xor, i8x32_dot_u, i8x32_lanes, i32_hsum, i32_neg_shl, i32_to_f8, i32_zero,
+                   prefetch)
 
 __all__ = ["LEGACY_TYPES", "LANES", "WHOLE", "GENERIC", "matmul_legacy"]
 
@@ -69,22 +70,43 @@ def _make_kernels(t: GGMLType, mode: int):
     BB = block_format(t).block_bytes
     D, M, QH, QS = _offset(t, "d"), _offset(t, "m"), _offset(t, "qh"), _offset(t, "qs")
     NIB = T != int(GGMLType.Q8_0)
-    BIAS = {int(GGMLType.Q4_0): 8, int(GGMLType.Q5_0): 16}.get(T, 0)
+    # the integer lanes are those of unsigned weight bytes u = value + BIAS
+    # (the nibbles, with the Q5 fifth bit; Q8_0's byte xor 0x80), less BIAS
+    # times the activations' sums of 4 (exact): one `vpdpbusd` per block
+    # with VNNI, maddubs + madd without. Q8_0 without VNNI keeps its signed
+    # bytes (psign), its u up to 255 would overflow maddubs's int16 pairs.
+    SIGNED = not NIB and not HOST_VNNI
+    BIAS = {int(GGMLType.Q4_0): 8, int(GGMLType.Q5_0): 16, int(GGMLType.Q8_0): 128}.get(T, 0)
+    SHIFT = {8: 3, 16: 4, 128: 7}.get(BIAS, 0)
     WITH_MIN = M >= 0
     MODE = mode
     Q4_0 = T == int(GGMLType.Q4_0)
 
     @njit(inline="always")
-    def wvec(w, o):
-        # the block's 32 values as signed bytes
+    def wbytes(w, o):
+        # the block's 32 weight bytes: unsigned u (or, SIGNED, the values)
         if NIB:
             v = i8_nibbles(w, o + QS)
             if QH >= 0:
                 v = i8_or(v, i8_bits16(w, o + QH))
-            if BIAS:
-                v = i8_sub(v, i8_splat(BIAS))
             return v
-        return i8_load(w, o + QS)
+        if SIGNED:
+            return i8_load(w, o + QS)
+        return i8_xor(i8_load(w, o + QS), i8_splat(128))
+
+    @njit(inline="always")
+    def base(xv):
+        # the lanes' starting value: -BIAS * (sums of 4 activations)
+        if BIAS and not SIGNED:
+            return i32_neg_shl(i8x32_dot_u(i32_zero(), i8_splat(1), xv), SHIFT)
+        return i32_zero()
+
+    @njit(inline="always")
+    def lanes(wv, xv, b0):
+        # the exact lanes of the block's values (module docstring) times xv
+        if SIGNED:
+            return i8x32_lanes(wv, xv)
+        return i8x32_dot_u(b0, wv, xv)
 
     @njit(inline="always")
     def one_row(w, ow, x, ox, xs, xm, t):
@@ -99,15 +121,15 @@ def _make_kernels(t: GGMLType, mode: int):
             xv = i8_load(x, ox + 32 * bk)
             dw = f16_at(w, o + D)
             d = np.float32(dw * xs[t, bk])
-            lanes = i8x32_lanes(wvec(w, o), xv)
+            li = lanes(wbytes(w, o), xv, base(xv))
             if MODE == LANES:
-                acc = f8_fma(f8_splat(d), i32_to_f8(lanes), acc)
+                acc = f8_fma(f8_splat(d), i32_to_f8(li), acc)
                 if WITH_MIN:
                     summs = _fma(f16_at(w, o + M), xm[t, bk], summs)
             elif MODE == WHOLE:
-                whole = _fma(np.float32(i32_hsum(lanes)), d, whole)
+                whole = _fma(np.float32(i32_hsum(li)), d, whole)
             else:
-                si = np.float32(i32_hsum(lanes))
+                si = np.float32(i32_hsum(li))
                 if WITH_MIN:
                     whole = np.float32(whole + np.float32(np.float32(d * si) +
                                                           np.float32(f16_at(w, o + M) * xm[t, bk])))
@@ -120,8 +142,8 @@ def _make_kernels(t: GGMLType, mode: int):
         return whole
 
     @njit(inline="always")
-    def step(acc, w, o, xv, xsb):
-        return f8_fma(f8_splat(np.float32(f16_at(w, o + D) * xsb)), i32_to_f8(i8x32_lanes(wvec(w, o), xv)), acc)
+    def step(acc, w, o, xv, xsb, b0):
+        return f8_fma(f8_splat(np.float32(f16_at(w, o + D) * xsb)), i32_to_f8(lanes(wbytes(w, o), xv, b0)), acc)
 
     @njit(inline="always")
     def four_rows(w, ow, rb, x, ox, xs, xm, t):
@@ -138,11 +160,12 @@ def _make_kernels(t: GGMLType, mode: int):
         for bk in range(nb):
             o = ow + bk * BB
             xv = i8_load(x, ox + 32 * bk)
+            b0 = base(xv)
             xsb = xs[t, bk]
-            a0 = step(a0, w, o, xv, xsb)
-            a1 = step(a1, w, o + rb, xv, xsb)
-            a2 = step(a2, w, o + 2 * rb, xv, xsb)
-            a3 = step(a3, w, o + 3 * rb, xv, xsb)
+            a0 = step(a0, w, o, xv, xsb, b0)
+            a1 = step(a1, w, o + rb, xv, xsb, b0)
+            a2 = step(a2, w, o + 2 * rb, xv, xsb, b0)
+            a3 = step(a3, w, o + 3 * rb, xv, xsb, b0)
             # the group's bytes are one stream of 4 rb: keep _PREFETCH bytes ahead of it
             pf = ow + _PREFETCH + 4 * bk * BB
             prefetch(w, pf)
@@ -160,6 +183,60 @@ def _make_kernels(t: GGMLType, mode: int):
         return f8_hsum(a0), f8_hsum(a1), f8_hsum(a2), f8_hsum(a3)
 
     @njit(inline="always")
+    def step2(a, b, w, o, xa, xb, sa, sb, ba, bb):
+        # one weight block unpacked once, dotted with two activation rows
+        wv = wbytes(w, o)
+        dw = f16_at(w, o + D)
+        a = f8_fma(f8_splat(np.float32(dw * sa)), i32_to_f8(lanes(wv, xa, ba)), a)
+        b = f8_fma(f8_splat(np.float32(dw * sb)), i32_to_f8(lanes(wv, xb, bb)), b)
+        return a, b
+
+    @njit(inline="always")
+    def four_rows_two_tokens(w, ow, rb, x, oa, ob, xs, xm, ta, tb, out, r):
+        # `four_rows` for activation rows ta and tb at once (quants at oa and
+        # ob of x): each weight block is unpacked once for both; 8 chains
+        nb = xs.shape[1]
+        a0 = f8_zero()
+        a1 = f8_zero()
+        a2 = f8_zero()
+        a3 = f8_zero()
+        b0 = f8_zero()
+        b1 = f8_zero()
+        b2 = f8_zero()
+        b3 = f8_zero()
+        for bk in range(nb):
+            o = ow + bk * BB
+            xa = i8_load(x, oa + 32 * bk)
+            xb = i8_load(x, ob + 32 * bk)
+            ba = base(xa)
+            bb = base(xb)
+            sa = xs[ta, bk]
+            sb = xs[tb, bk]
+            a0, b0 = step2(a0, b0, w, o, xa, xb, sa, sb, ba, bb)
+            a1, b1 = step2(a1, b1, w, o + rb, xa, xb, sa, sb, ba, bb)
+            a2, b2 = step2(a2, b2, w, o + 2 * rb, xa, xb, sa, sb, ba, bb)
+            a3, b3 = step2(a3, b3, w, o + 3 * rb, xa, xb, sa, sb, ba, bb)
+        out[ta, r] = f8_hsum(a0)
+        out[ta, r + 1] = f8_hsum(a1)
+        out[ta, r + 2] = f8_hsum(a2)
+        out[ta, r + 3] = f8_hsum(a3)
+        out[tb, r] = f8_hsum(b0)
+        out[tb, r + 1] = f8_hsum(b1)
+        out[tb, r + 2] = f8_hsum(b2)
+        out[tb, r + 3] = f8_hsum(b3)
+        if WITH_MIN:
+            # the m * s sums: separate scalar chains, added last
+            for k in range(4):
+                sa_ = np.float32(0.0)
+                sb_ = np.float32(0.0)
+                for bk in range(nb):
+                    mw = f16_at(w, ow + k * rb + bk * BB + M)
+                    sa_ = _fma(mw, xm[ta, bk], sa_)
+                    sb_ = _fma(mw, xm[tb, bk], sb_)
+                out[ta, r + k] = np.float32(out[ta, r + k] + sa_)
+                out[tb, r + k] = np.float32(out[tb, r + k] + sb_)
+
+    @njit(inline="always")
     def rows(raw, xq, xs, xm, out, r0, r1):
         # flat views made once: a view per row would cost two atomic
         # reference-count updates, more than a short row's dot
@@ -170,7 +247,11 @@ def _make_kernels(t: GGMLType, mode: int):
         r = r0
         if MODE == LANES:
             while r + 4 <= r1:
-                for t in range(n):
+                t = 0
+                while t + 2 <= n:
+                    four_rows_two_tokens(w, r * rb, rb, x, t * cols, (t + 1) * cols, xs, xm, t, t + 1, out, r)
+                    t += 2
+                if t < n:
                     o0, o1, o2, o3 = four_rows(w, r * rb, rb, x, t * cols, xs, xm, t)
                     out[t, r] = o0
                     out[t, r + 1] = o1

@@ -52,7 +52,7 @@ from ..numerics import F16_TO_F32
 
 __all__ = ["F32x8", "I32x8", "I8x32", "HOST_AVX2", "HOST_F16C",
            "f8_zero", "f8_splat", "f8_load", "f8_store", "f8_fma", "f8_add", "f8_mul", "f8_lane", "f8_hsum", "f8_hsum16", "f8_f16_load", "f8_round_f16",
-           "i8x32_lanes", "i8x32_lanes_u", "i32_zero", "i32_splat", "i32_set2", "i32_add", "i32_sub",
+           "i8x32_lanes", "i8x32_lanes_u", "i8x32_dot_u", "HOST_VNNI", "i8_xor", "i32_neg_shl", "i32_zero", "i32_splat", "i32_set2", "i32_add", "i32_sub",
            "i32_mul", "i32_to_f8", "i32_hsum", "i32_lane", "i32_load", "i32_pairdot", "i8_load", "i8_nibbles", "i8_bits16", "i8_or", "i8_sub",
            "i8_splat", "prefetch", "f16_at", "u16_at", "u32_at", "i8_at"]
 
@@ -63,6 +63,14 @@ _FEATURES = llb.get_host_cpu_features()
 HOST_AVX2 = bool(_FEATURES.get("avx2", False)) and os.environ.get("STRATA_REF_PORTABLE_LANES", "") != "1"
 #: fp16 scales are widened by the F16C instruction (else by a table)
 HOST_F16C = bool(_FEATURES.get("f16c", False))
+#: the CPU has a 256-bit `vpdpbusd` (AVX512-VNNI with AVX512-VL, or
+#: AVX-VNNI): the unsigned-by-signed byte lanes in one instruction, exact
+#: for any bytes (no int16 pair sums to saturate); STRATA_REF_PORTABLE_LANES=1
+#: turns it off with the rest, STRATA_REF_NO_VNNI=1 alone (to test the AVX2
+#: code on a VNNI CPU)
+HOST_VNNI = (HOST_AVX2 and os.environ.get("STRATA_REF_NO_VNNI", "") != "1" and
+             (bool(_FEATURES.get("avxvnni", False)) or
+              (bool(_FEATURES.get("avx512vnni", False)) and bool(_FEATURES.get("avx512vl", False)))))
 
 _I8, _I16, _I32, _F32 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.FloatType()
 _V32I8 = ir.VectorType(_I8, 32)
@@ -134,6 +142,12 @@ def _splat(builder, value, vecty):
     v = builder.insert_element(ir.Constant(vecty, ir.Undefined), value, ir.Constant(_I32, 0))
     return builder.shuffle_vector(v, ir.Constant(vecty, ir.Undefined),
                                   ir.Constant(ir.VectorType(_I32, n), [0] * n))
+
+
+def _literal(v):
+    """The value of a literal integer argument, or None (numba then retries
+    the call with the literal types)."""
+    return v.literal_value if isinstance(v, types.IntegerLiteral) else None
 
 
 def _check_array(name, ty, dtypes):
@@ -304,6 +318,27 @@ def _mod8_ir(builder, wv, xv):
     return builder.add(g[0], g[1]), builder.add(g[2], g[3])
 
 
+def _dot_u_ir(builder, acc, wv, xv):
+    """acc + <8 x i32> lanes of the unsigned bytes wv times the signed xv:
+    `vpdpbusd` where the CPU has it, else maddubs, madd(ones), add (then
+    exact only while the pair sums fit int16: wv below 128)."""
+    if HOST_VNNI:
+        fn = _fn(builder, "llvm.x86.avx512.vpdpbusd.256", _V8I32, [_V8I32, _V8I32, _V8I32])
+        return builder.call(fn, [acc, builder.bitcast(wv, _V8I32), builder.bitcast(xv, _V8I32)])
+    return builder.add(acc, _lanes_ir(builder, wv, xv, True))
+
+
+@intrinsic
+def i8x32_dot_u(typingctx, acc, w, x):
+    """acc + the I32x8 lanes of w (unsigned bytes) times x (signed bytes):
+    lane L gets the exact sum of w[4L+j] * x[4L+j], j < 4. Exact for any
+    bytes where `HOST_VNNI`; otherwise w must stay below 128 (pairs summed
+    in int16 by maddubs)."""
+    def codegen(context, builder, sig, args):
+        return _dot_u_ir(builder, *args)
+    return I32x8(I32x8, I8x32, I8x32), codegen
+
+
 @intrinsic
 def i8x32_lanes(typingctx, w, x):
     """I32x8: lane L = the exact sum of w[4L+j] * x[4L+j], j < 4, of two
@@ -373,6 +408,19 @@ def i32_sub(typingctx, a, b):
 def i32_mul(typingctx, a, b):
     """a * b per int32 lane (the low 32 bits, `_mm256_mullo_epi32`)."""
     return I32x8(I32x8, I32x8), lambda c, b, s, a: b.mul(a[0], a[1])
+
+
+@intrinsic
+def i32_neg_shl(typingctx, v, k):
+    """-(v << k) per int32 lane (k a literal)."""
+    kk = _literal(k)
+    if kk is None:
+        return None
+
+    def codegen(context, builder, sig, args):
+        sh = builder.shl(args[0], ir.Constant(_V8I32, [kk] * 8))
+        return builder.sub(ir.Constant(_V8I32, [0] * 8), sh)
+    return I32x8(I32x8, k), codegen
 
 
 @intrinsic
@@ -477,16 +525,16 @@ def i8_bits16(typingctx, a, off):
     return I8x32(a, types.intp), codegen
 
 
-def _literal(v):
-    """The value of a literal integer argument, or None (numba then retries
-    the call with the literal types)."""
-    return v.literal_value if isinstance(v, types.IntegerLiteral) else None
-
-
 @intrinsic
 def i8_or(typingctx, a, b):
     """a | b per byte."""
     return I8x32(I8x32, I8x32), lambda c, b, s, a: b.or_(a[0], a[1])
+
+
+@intrinsic
+def i8_xor(typingctx, a, b):
+    """a ^ b per byte."""
+    return I8x32(I8x32, I8x32), lambda c, b, s, a: b.xor(a[0], a[1])
 
 
 @intrinsic

@@ -18,7 +18,9 @@ import pytest
 from numba import njit
 
 from strata_ref.cpu import PROFILES, ops
-from strata_ref.cpu.fp import expf_avx512, expf_v, fma32, hsum8, hsum16
+from strata_ref.cpu.fp import expf_avx512, expf_v, fma32, hsum8, hsum16, silu_v
+from strata_ref.cpu.fp_vec import expf8, silu8
+from strata_ref.cpu.simd import f8_load, f8_store
 from strata_ref.numerics import fma_f32
 from infer_helpers import DATA, load_model, profile_files
 
@@ -114,6 +116,42 @@ def test_expf_variants_edges(arch):
     assert np.all(np.abs(out[4:-2] / ref - 1) < 2.5e-7), out[4:-2] / ref - 1
     # exp(-100) is subnormal: within a few of its ulps (2^-149)
     assert abs(float(out[-2]) - np.exp(-100.0)) < 4 * 2.0 ** -149
+
+
+@njit(cache=True)
+def _exp8_many(x, arch, which, out):
+    for i in range(0, x.size, 8):
+        v = f8_load(x, i)
+        f8_store(out, i, expf8(v, arch) if which == 0 else silu8(v, arch))
+
+
+@njit(cache=True)
+def _silu_v_many(x, arch, out):
+    for i in range(x.size):
+        out[i] = silu_v(x[i], arch)
+
+
+@pytest.mark.parametrize("arch", [0, 1, 2])
+def test_vector_expf_and_silu_equal_the_lane_functions(arch):
+    # cpu.fp_vec computes 8 lanes at once with masks where fp's scalar
+    # functions branch (and scalef as two exact scalings): the same bits on
+    # every float32 exponent (random bit patterns), around the branch
+    # points (|n| = 126, 192: x near +-87.3, +-133) and at the specials
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.integers(0, 2 ** 32, 200_000, dtype=np.uint64).astype(np.uint32).view(np.float32),
+                        rng.uniform(-140, 140, 100_000).astype(np.float32),
+                        rng.uniform(-90, 90, 100_000).astype(np.float32),
+                        np.array([0, -0.0, np.inf, -np.inf, 88.72, 88.73, -87.33, -87.34, -103.97, 133.0,
+                                  -133.1, -88.0, 1e-40, -1e-40, 126 * 0.6931, -126 * 0.6931], np.float32)])
+    x = np.ascontiguousarray(x[:x.size // 8 * 8])
+    for which, scalar in ((0, _exp_v_many), (1, _silu_v_many)):
+        a = np.empty_like(x)
+        b = np.empty_like(x)
+        _exp8_many(x, arch, which, a)
+        scalar(x, arch, b)
+        nan = np.isnan(b)
+        assert np.array_equal(np.isnan(a), nan)
+        _same(a[~nan], b[~nan])
 
 
 def test_expf_avx2_differs_from_avx512_somewhere():
@@ -341,3 +379,26 @@ def test_softcap_is_scale_tanhf_scale():
     inv = F32(1.0) / F32(30.0)
     want = np.array([F32(F32(libm.tanhf(F32(v * inv))) * F32(30.0)) for v in x], np.float32)
     _same(ops.softcap(x, 30.0), want)
+
+
+@pytest.mark.parametrize("profile", ["scalar", "avx2", "avx512"])
+def test_geglu_is_the_table_rule(profile):
+    # ggml_vec_geglu_f32 with GGML_GELU_FP16: 0 at or below -10, g at or
+    # above 10, else the table at fp16(g) (RNE), times u; restated with
+    # numpy over the whole range, the thresholds, fp16 overflow and NaN
+    from strata_ref import cpu
+    from strata_ref.cpu import ops
+    from strata_ref.numerics import f32_to_f16_bits
+    prof = cpu.select(profile)
+    rng = np.random.default_rng(4)
+    g = np.concatenate([(rng.standard_normal(50_000) * 6).astype(np.float32),
+                        np.array([np.nan, np.inf, -np.inf, -10, 10, 9.999, -9.999, 65519, 65520, 1e-8, -0.0],
+                                 np.float32)])
+    u = rng.standard_normal(g.size).astype(np.float32)
+    t = ops.gelu_table(prof)[f32_to_f16_bits(g)]
+    act = np.where(g <= F32(-10.0), F32(0.0), np.where(g >= F32(10.0), g, t))
+    ref = (act * u).astype(np.float32)
+    out = ops.geglu(g.reshape(-1, 11 + 5000), u.reshape(-1, 11 + 5000), prof).reshape(-1)
+    nan = np.isnan(ref)
+    assert np.array_equal(np.isnan(out), nan)
+    _same(out[~nan], ref[~nan])

@@ -42,9 +42,12 @@ import math
 import numpy as np
 from numba import njit
 
+from ..numerics import f32_bits_to_f16_bits
 from .act_quant import round_to_f16
-from .fp import expf_v, fma32, hsum4, hsum8, hsum16, silu_v
+from .fp import expf_v, f32_bits, fma32, hsum4, hsum8, hsum16, silu_v
+from .fp_vec import expf8, silu8
 from .lanes import fma8_vv
+from .simd import f8_hsum, f8_hsum16, f8_load, f8_mul, f8_splat, f8_store, f8_sub
 
 __all__ = ["attention", "f16_products", "soft_max", "soft_max_rows", "swiglu", "silu", "sigmoid",
            "softplus", "sum_rows", "swiglu_oai", "softcap", "rope_cache", "rope", "rms_norm", "geglu", "gelu_table"]
@@ -172,6 +175,18 @@ def f16_products(a: np.ndarray, b: np.ndarray, batched: bool, profile, m_rows: i
 
 
 @njit(inline="always", cache=True)
+def _lane_sum(w, c0, arch):
+    """The lane sum of one vector of the build (16, 8 or 4 float32 at
+    w[c0]): `_mm512_reduce_add_ps`, `hsum_float_8` (`fp.hsum16` / `hsum8`),
+    or the SSE2 `(v0 + v1) + (v2 + v3)`."""
+    if arch == 2:
+        return f8_hsum16(f8_load(w, c0), f8_load(w, c0 + 8))
+    if arch == 1:
+        return f8_hsum(f8_load(w, c0))
+    return hsum4(w, c0)
+
+
+@njit(inline="always", cache=True)
 def _soft_max_row(srow, T, scale, qpos, n_swa, w, out, arch, has_sink, sink):
     # one row: srow (>= T) scores, w / out (Tp, a multiple of 64) scratch and
     # result; key c masked when c >= T, c > qpos or (n_swa and qpos - c >= n_swa).
@@ -193,15 +208,11 @@ def _soft_max_row(srow, T, scale, qpos, n_swa, w, out, arch, has_sink, sink):
         mx = sink
     tot = 0.0
     width = 16 if arch == 2 else (8 if arch == 1 else 4)
+    mv = f8_splat(mx)
+    for c0 in range(0, Tp, 8):          # Tp is a multiple of 64
+        f8_store(w, c0, expf8(f8_sub(f8_load(w, c0), mv), arch))
     for c0 in range(0, Tp, width):
-        for l in range(width):
-            w[c0 + l] = expf_v(_F32(w[c0 + l] - mx), arch)
-        if arch == 2:
-            tot += np.float64(hsum16(w[c0:c0 + 16]))
-        elif arch == 1:
-            tot += np.float64(hsum8(w[c0:c0 + 8]))
-        else:
-            tot += np.float64(hsum4(w, c0))
+        tot += np.float64(_lane_sum(w, c0, arch))
     if has_sink:
         tot += np.float64(math.exp(_F32(sink - mx)))
     inv = _F32(1.0 / tot)
@@ -274,15 +285,14 @@ def _soft_max_plain(x, scale, arch, out):
             if w[c] > mx:
                 mx = w[c]
         tot = 0.0
+        mv = f8_splat(mx)
+        main8 = main - main % 8
+        for c0 in range(0, main8, 8):
+            f8_store(w, c0, expf8(f8_sub(f8_load(w, c0), mv), arch))
+        for c in range(main8, main):
+            w[c] = expf_v(_F32(w[c] - mx), arch)
         for c0 in range(0, main, width):
-            for l in range(width):
-                w[c0 + l] = expf_v(_F32(w[c0 + l] - mx), arch)
-            if arch == 2:
-                tot += np.float64(hsum16(w[c0:c0 + 16]))
-            elif arch == 1:
-                tot += np.float64(hsum8(w[c0:c0 + 8]))
-            else:
-                tot += np.float64(hsum4(w, c0))
+            tot += np.float64(_lane_sum(w, c0, arch))
         for c in range(main, n):
             w[c] = math.exp(_F32(w[c] - mx))
             tot += np.float64(w[c])
@@ -411,11 +421,19 @@ def _swiglu(g, u, arch, out):
     # rows of n values: the first n - n % lanes (16 AVX-512, 8 AVX2, 4
     # SSE2) through the vector SiLU, the tail through the scalar
     # `ggml_silu_f32` (libm expf; numba lowers float32 math.exp to it)
+    # (8 lanes at a time through `fp_vec.silu8`: the same bits as silu_v)
     R, n = g.shape
     width = 16 if arch == 2 else (8 if arch == 1 else 4)
     main = n - n % width
+    main8 = main - main % 8
+    gf = g.reshape(-1)
+    uf = u.reshape(-1)
+    of = out.reshape(-1)
     for r in range(R):
-        for i in range(main):
+        o = r * n
+        for i in range(0, main8, 8):
+            f8_store(of, o + i, f8_mul(silu8(f8_load(gf, o + i), arch), f8_load(uf, o + i)))
+        for i in range(main8, main):
             out[r, i] = _F32(silu_v(g[r, i], arch) * u[r, i])
         for i in range(main, n):
             x = g[r, i]
@@ -693,13 +711,27 @@ def gelu_table(profile) -> np.ndarray:
     return _GELU_TABLES[fused]
 
 
+@njit(cache=True)
+def _geglu(g, u, tab, out):
+    for i in range(g.size):
+        x = g[i]
+        if x <= _F32(-10.0):
+            a = _F32(0.0)
+        elif x >= _F32(10.0):
+            a = x
+        else:
+            a = tab[f32_bits_to_f16_bits(np.int64(f32_bits(x)) & 0xFFFFFFFF, False)]
+        out[i] = _F32(a * u[i])
+
+
 def geglu(g: np.ndarray, u: np.ndarray, profile) -> np.ndarray:
     """ggml-cpu `ggml_vec_geglu_f32` (GGML_GELU_FP16 build): 0 for g <=
-    -10, g itself for g >= 10, else the table value of fp16(g); times u.
-    g, u float32 of one shape."""
-    from ..numerics import f32_to_f16_bits
-    g = np.asarray(g, np.float32)
-    tab = gelu_table(profile)
-    t = tab[f32_to_f16_bits(g).reshape(g.shape)]
-    act = np.where(g <= np.float32(-10.0), np.float32(0.0), np.where(g >= np.float32(10.0), g, t))
-    return (act * np.asarray(u, np.float32)).astype(np.float32)
+    -10, g itself for g >= 10, else the table value of fp16(g) (round to
+    nearest even; `gelu_table`); times u. g, u float32 of one shape."""
+    g = np.ascontiguousarray(g, np.float32)
+    u = np.ascontiguousarray(u, np.float32)
+    if g.shape != u.shape:
+        raise ValueError(f"geglu: shapes {g.shape} and {u.shape} differ")
+    out = np.empty_like(g)
+    _geglu(g.reshape(-1), u.reshape(-1), gelu_table(profile), out.reshape(-1))
+    return out

@@ -51,7 +51,8 @@ from numba.extending import intrinsic, models, register_model
 from ..numerics import F16_TO_F32
 
 __all__ = ["F32x8", "I32x8", "I8x32", "HOST_AVX2", "HOST_F16C",
-           "f8_zero", "f8_splat", "f8_load", "f8_store", "f8_fma", "f8_add", "f8_mul", "f8_lane", "f8_hsum", "f8_hsum16", "f8_f16_load", "f8_round_f16",
+           "f8_zero", "f8_splat", "f8_sub", "f8_div", "f8_abs", "f8_gt", "f8_le", "f8_select", "f8_bits",
+           "f8_from_bits", "f8_to_i32", "i32_and", "i32_or", "i32_shl", "i32_select", "f8_load", "f8_store", "f8_fma", "f8_add", "f8_mul", "f8_lane", "f8_hsum", "f8_hsum16", "f8_f16_load", "f8_round_f16",
            "i8x32_lanes", "i8x32_lanes_u", "i8x32_dot_u", "HOST_VNNI", "i8_xor", "i32_neg_shl", "i32_zero", "i32_splat", "i32_set2", "i32_add", "i32_sub",
            "i32_mul", "i32_to_f8", "i32_hsum", "i32_lane", "i32_load", "i32_pairdot", "i8_load", "i8_nibbles", "i8_bits16", "i8_or", "i8_sub",
            "i8_splat", "prefetch", "f16_at", "u16_at", "u32_at", "i8_at"]
@@ -268,6 +269,101 @@ def f8_hsum16(typingctx, lo, hi):
         w = [builder.fadd(u[2 + i], u[i]) for i in range(2)]
         return builder.fadd(w[0], w[1])
     return types.float32(F32x8, F32x8), codegen
+
+
+@intrinsic
+def f8_sub(typingctx, a, b):
+    """a - b per lane."""
+    return F32x8(F32x8, F32x8), lambda c, b, s, a: b.fsub(a[0], a[1])
+
+
+@intrinsic
+def f8_div(typingctx, a, b):
+    """a / b per lane (IEEE division)."""
+    return F32x8(F32x8, F32x8), lambda c, b, s, a: b.fdiv(a[0], a[1])
+
+
+@intrinsic
+def f8_abs(typingctx, a):
+    """|a| per lane (the sign bit cleared)."""
+    def codegen(context, builder, sig, args):
+        return builder.call(_fn(builder, "llvm.fabs.v8f32", _V8F, [_V8F]), args)
+    return F32x8(F32x8), codegen
+
+
+def _f8_cmp(op):
+    def typer(typingctx, a, b):
+        def codegen(context, builder, sig, args):
+            return builder.sext(builder.fcmp_ordered(op, args[0], args[1]), _V8I32)
+        return I32x8(F32x8, F32x8), codegen
+    return typer
+
+
+f8_gt = intrinsic(_f8_cmp(">"))
+f8_gt.__doc__ = "I32x8 mask: -1 where a > b (ordered: false for NaN), else 0."
+f8_le = intrinsic(_f8_cmp("<="))
+f8_le.__doc__ = "I32x8 mask: -1 where a <= b (ordered: false for NaN), else 0."
+
+
+@intrinsic
+def f8_select(typingctx, m, a, b):
+    """a where the I32x8 mask m is nonzero, else b, per lane."""
+    def codegen(context, builder, sig, args):
+        on = builder.icmp_signed("!=", args[0], ir.Constant(_V8I32, [0] * 8))
+        return builder.select(on, args[1], args[2])
+    return F32x8(I32x8, F32x8, F32x8), codegen
+
+
+@intrinsic
+def i32_select(typingctx, m, a, b):
+    """a where the I32x8 mask m is nonzero, else b, per lane."""
+    def codegen(context, builder, sig, args):
+        on = builder.icmp_signed("!=", args[0], ir.Constant(_V8I32, [0] * 8))
+        return builder.select(on, args[1], args[2])
+    return I32x8(I32x8, I32x8, I32x8), codegen
+
+
+@intrinsic
+def f8_bits(typingctx, v):
+    """The int32 bit patterns of the lanes (a bitcast)."""
+    return I32x8(F32x8), lambda c, b, s, a: b.bitcast(a[0], _V8I32)
+
+
+@intrinsic
+def f8_from_bits(typingctx, v):
+    """The float32 lanes whose bit patterns are v (a bitcast)."""
+    return F32x8(I32x8), lambda c, b, s, a: b.bitcast(a[0], _V8F)
+
+
+@intrinsic
+def f8_to_i32(typingctx, v):
+    """int32 of each lane, truncated toward zero (`cvttps2dq`; for
+    integral values in range, exact)."""
+    return I32x8(F32x8), lambda c, b, s, a: b.fptosi(a[0], _V8I32)
+
+
+@intrinsic
+def i32_and(typingctx, a, b):
+    """a & b per lane."""
+    return I32x8(I32x8, I32x8), lambda c, b, s, a: b.and_(a[0], a[1])
+
+
+@intrinsic
+def i32_or(typingctx, a, b):
+    """a | b per lane."""
+    return I32x8(I32x8, I32x8), lambda c, b, s, a: b.or_(a[0], a[1])
+
+
+@intrinsic
+def i32_shl(typingctx, v, k):
+    """v << k per lane (k a literal; bits shifted out are lost)."""
+    kk = _literal(k)
+    if kk is None:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.shl(args[0], ir.Constant(_V8I32, [kk] * 8))
+    return I32x8(I32x8, k), codegen
 
 
 # ------------------------------------------------------------ int32 x 8

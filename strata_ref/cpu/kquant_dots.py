@@ -42,20 +42,21 @@ exact; what ggml's builds differ in is where the float steps come
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
+from .._jitcache import cached
 from ..types import GGMLType, block_format
+from ._digest import cpu_digest
 from .fp import fma32 as _fma
 from .simd import (I32x8, _BYTES, _I8, _I16, _I32, _V8I32, _V16I8, _V16I16, _V32I8, _byte_ptr, _check_array,
                    _literal, _mod8_ir, _scaled_lanes_ir, _splat, f8_add, f8_fma, f8_hsum, f8_lane, f8_mul,
                    f8_splat, f8_zero, f16_at, i32_hsum, i32_lane, i32_load, i32_mul, i32_pairdot, i32_splat,
                    i32_sub, i32_to_f8)
 
-__all__ = ["KQUANT_TYPES", "LANES", "TILED", "REPACK", "GENERIC", "matmul_kquant"]
+__all__ = ["KQUANT_TYPES", "LANES", "TILED", "REPACK", "GENERIC", "kernels"]
 
 KQUANT_TYPES = (GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K)
 #: arithmetic modes (module docstring)
@@ -351,17 +352,18 @@ def _make_kernels(t: GGMLType, mode: int):
             for t in range(n):
                 out[t, r] = row_dot(w, r * rb, x, t * cols, xd, xbf, t * nbs, t, t < n_gemm)
 
-    @njit(cache=True)
     def serial(raw, xq, xd, xb, n_gemm, out):
         rows(raw, xq, xd, xb, n_gemm, out, 0, raw.shape[0])
 
-    @njit(parallel=True, cache=True)
     def parallel(raw, xq, xd, xb, n_gemm, out, parts):
         R = raw.shape[0]
         for p in prange(parts):
             rows(raw, xq, xd, xb, n_gemm, out, R * p // parts, R * (p + 1) // parts)
 
-    return serial, parallel
+    # closures: cached under their own names (strata_ref._jitcache)
+    name = f"kquant_{t.name}_mode{mode}"
+    return (cached(njit(serial), name + "_serial", cpu_digest),
+            cached(njit(parallel=True)(parallel), name + "_parallel", cpu_digest))
 
 
 @njit(inline="always")
@@ -374,26 +376,19 @@ def _f8_add_products(s, dd, lf):
 _KERNELS = {}
 
 
-def _kernels(t, mode):
+def kernels(t, mode: int):
+    """(serial, parallel) compiled kernels of K-quant type t in `mode`
+    (module docstring; REPACK for Q4_K only): serial(raw, xq, xd, xb,
+    n_gemm, out), parallel(..., out, parts) with raw uint8 (rows,
+    row_bytes) the GGUF super-blocks, xq int8 (n, cols), xd float32 (n,
+    cols/256), xb int32 bsums (per 16 values for Q6_K, per 32 for Q4_K /
+    Q5_K), out float32 (n, rows); n_gemm: with REPACK, the leading
+    activation rows ggml's repacked gemm takes (the others take its gemv);
+    parts: equal parts of the rows over numba's threads. Compiled at first
+    use and cached on disk. KeyError for another type."""
     key = (GGMLType(t), mode)
+    if key[0] not in KQUANT_TYPES:
+        raise KeyError(f"{key[0].name} is not a kquant_dots type")
     if key not in _KERNELS:
         _KERNELS[key] = _make_kernels(*key)
     return _KERNELS[key]
-
-
-def matmul_kquant(t: GGMLType, mode: int, raw2: np.ndarray, xq: np.ndarray, xd: np.ndarray,
-                  xb: np.ndarray, n_gemm: int, parallel: bool) -> np.ndarray:
-    """out float32 (n, rows) = the K-quant weights `raw2` (uint8 (rows,
-    row_bytes), the GGUF super-blocks of type t) times the Q8_K activations
-    (xq int8 (n, cols), xd float32 (n, cols/256), xb int32 bsums: per 16
-    values for Q6_K (n, cols/16), per 32 for Q4_K / Q5_K (n, cols/32)) in
-    arithmetic `mode` (module docstring); n_gemm: with REPACK, the
-    activation rows ggml's repacked gemm takes (the others take its gemv).
-    parallel: rows split in equal parts over numba's threads."""
-    serial, par = _kernels(t, mode)
-    out = np.empty((xq.shape[0], raw2.shape[0]), np.float32)
-    if parallel:
-        par(raw2, xq, xd, xb, int(n_gemm), out, numba.get_num_threads())
-    else:
-        serial(raw2, xq, xd, xb, int(n_gemm), out)
-    return out

@@ -33,17 +33,18 @@ to hide the FMA latency); the bits of each row are those of one row alone.
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
 from numba import njit, prange
 
+from .._jitcache import cached
 from ..types import GGMLType, block_format
+from ._digest import cpu_digest
 from .fp import fma32 as _fma
 from .simd import (HOST_VNNI, f8_fma, f8_hsum, f8_splat, f8_zero, f16_at, i8_bits16, i8_load, i8_nibbles,
                    i8_or, i8_splat, i8_xor, i8x32_dot_u, i8x32_lanes, i32_hsum, i32_neg_shl, i32_to_f8, i32_zero,
                    prefetch)
 
-__all__ = ["LEGACY_TYPES", "LANES", "WHOLE", "GENERIC", "matmul_legacy"]
+__all__ = ["LEGACY_TYPES", "LANES", "WHOLE", "GENERIC", "kernels"]
 
 LEGACY_TYPES = (GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0)
 #: arithmetic modes (module docstring)
@@ -263,17 +264,18 @@ def _make_kernels(t: GGMLType, mode: int):
                 out[t, r] = one_row(w, r * rb, x, t * cols, xs, xm, t)
             r += 1
 
-    @njit(cache=True)
     def serial(raw, xq, xs, xm, out):
         rows(raw, xq, xs, xm, out, 0, raw.shape[0])
 
-    @njit(parallel=True, cache=True)
     def parallel(raw, xq, xs, xm, out, parts):
         R = raw.shape[0]
         for p in prange(parts):
             rows(raw, xq, xs, xm, out, _split(R, parts, p), _split(R, parts, p + 1))
 
-    return serial, parallel
+    # closures: cached under their own names (strata_ref._jitcache)
+    name = f"legacy_{t.name}_mode{mode}"
+    return (cached(njit(serial), name + "_serial", cpu_digest),
+            cached(njit(parallel=True)(parallel), name + "_parallel", cpu_digest))
 
 
 @njit(inline="always")
@@ -286,18 +288,13 @@ _KERNELS = {(t, m): _make_kernels(t, m) for t in LEGACY_TYPES for m in (LANES, W
             if m != WHOLE or t == GGMLType.Q4_0}
 
 
-def matmul_legacy(t: GGMLType, mode: int, raw2: np.ndarray, xq: np.ndarray, xs: np.ndarray,
-                  xm: np.ndarray, parallel: bool) -> np.ndarray:
-    """out float32 (n, rows) = the legacy-quant weights `raw2` (uint8 (rows,
-    row_bytes), the GGUF blocks of type t) times the quantized activations
-    (xq int8 (n, cols), xs float32 (n, cols/32) the fp16-rounded scales, xm
-    the Q8_1 sums or any float32 array of that shape), in arithmetic
-    `mode` (LANES, WHOLE: Q4_0 only, GENERIC). parallel: rows split in
-    equal parts over numba's threads."""
-    serial, par = _KERNELS[(GGMLType(t), mode)]
-    out = np.empty((xq.shape[0], raw2.shape[0]), np.float32)
-    if parallel:
-        par(raw2, xq, xs, xm, out, numba.get_num_threads())
-    else:
-        serial(raw2, xq, xs, xm, out)
-    return out
+def kernels(t, mode: int):
+    """(serial, parallel) compiled kernels of weight type t in `mode`
+    (LANES, WHOLE: Q4_0 only, GENERIC): serial(raw, xq, xs, xm, out),
+    parallel(raw, xq, xs, xm, out, parts) with raw uint8 (rows, row_bytes)
+    the GGUF blocks of type t, xq int8 (n, cols) and xs float32 (n,
+    cols/32) the activations quantized to Q8_0 / Q8_1 (xs the fp16-rounded
+    scales), xm the Q8_1 sums (any float32 array of that shape for Q8_0),
+    out float32 (n, rows); parts: the rows split in that many equal parts
+    over numba's threads. KeyError for another type or mode."""
+    return _KERNELS[(GGMLType(t), mode)]

@@ -60,7 +60,7 @@ from . import act_quant
 from .families import family, mm_path
 from .fp import fma32, hsum8
 from .lanes import fma8_into, lanes8_scaled_add, lanes_scaled_add
-from . import kquant_dots, legacy_dots
+from . import matvec
 
 # A decode step launches about four parallel regions per layer, each tens of
 # microseconds long, so how idle threads wait decides the decode speed.
@@ -414,10 +414,15 @@ class QMatrix:
         raw3 = self.raw.reshape(self.rows, -1, block_format(t).block_bytes)
         kind = self._kind()
         c32 = np.ascontiguousarray
-        if kind in ("q8", "q4_k_8x8", "q4_k", "q5_k", "q6_k"):
+        if t in matvec.RUN_TYPES:
             # the legacy quants, Q4_K, Q5_K and Q6_K are multiplied on the
-            # stored blocks (`legacy_dots`, `kquant_dots`): nothing to pack
-            self._packed = (kind, self.raw.reshape(self.rows, -1))
+            # stored blocks (`legacy_dots`, `kquant_dots`), in one compiled
+            # call (`matvec`): nothing to pack
+            prof = self.profile
+            path = 0 if prof.vec_dot == "generic" else (2 if kind in ("q4_k_8x8",) or (
+                t == GGMLType.Q4_0 and self._repacked()) else 1)
+            self._packed = ("run", matvec.runner(t), path, prof.act_quant == "ref", bool(prof.tiled),
+                            self.raw.reshape(self.rows, -1))
         elif kind in ("q2_k", "q2_k_8x8"):
             qs = _field(raw3, t, "qs", None)
             r, nb, _ = qs.shape
@@ -484,26 +489,12 @@ class QMatrix:
                 par1 = self.rows * self.cols >= PARALLEL_MIN_MACS
                 return np.concatenate([fam.matmul(self, packed, x[i:i + 1], par1) for i in range(n)])
             return fam.matmul(self, packed, x, parallel)
-        if kind == "q8":
-            if VEC_DOT_TYPE[self.type] == GGMLType.Q8_0:
-                xq, xs = act_quant.q8_0_fields(x, ref=ref)
-                xm = xs
-            else:
-                xq, xs, xm = act_quant.q8_1_fields(x, ref=ref)
-            mode = (legacy_dots.GENERIC if gen else legacy_dots.WHOLE
-                    if self.type == GGMLType.Q4_0 and self._repacked() else legacy_dots.LANES)
-            return legacy_dots.matmul_legacy(self.type, mode, self._packed[1], xq, xs, xm, parallel)
+        if kind == "run":
+            _, run, path, ref, tiled, raw2 = self._packed
+            return run(path, ref, tiled, bool(mmid), raw2, x, matvec.threads() if parallel else 1)
         n = x.shape[0]
         n_gemm = n - n % 4 if kind.endswith("8x8") and not mmid else 0
         xq, xd, bsums = act_quant.q8_k_fields(x, mat_rows=n_gemm)
-        if kind in ("q4_k_8x8", "q4_k", "q5_k"):
-            bsums = bsums.reshape(n, -1, 2).sum(axis=2)
-        if kind in ("q4_k_8x8", "q4_k", "q5_k", "q6_k"):
-            K = kquant_dots
-            mode = (K.GENERIC if gen else K.REPACK if kind == "q4_k_8x8" else
-                    K.TILED if prof.tiled and n >= 8 else K.LANES)
-            return K.matmul_kquant(self.type, mode, self._packed[1], xq, xd, bsums.astype(np.int32), n_gemm,
-                                   parallel)
         out = np.empty((n, self.rows), np.float32)
         _, wq, sc, mn, d, dmin = self._packed
         mode = {"q3_k": _Q3_K, "q2_k": _Q2_K, "q2_k_8x8": _Q2_K_8X8}[kind]

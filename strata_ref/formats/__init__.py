@@ -13,15 +13,14 @@ every NaN output becomes the canonical float32 NaN 0x7FFFFFFF.
 """
 from __future__ import annotations
 
-import hashlib
 import threading
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 from numba import njit, prange
-from numba.core.caching import FunctionCache
 
+from .._jitcache import cached, sources_digest
 from ..types import GGMLType, UnsupportedTypeError, block_format, parse_type
 from . import _stream
 from ._stream import sfence, stream4
@@ -75,38 +74,11 @@ SERIAL_VALUES = 1 << 16
 STREAM_VALUES = 9 << 20
 
 
-def _sources_digest() -> str:
+def _digest() -> str:
     # Everything a driver inlines: this package's modules (block functions,
     # field readers, tables), numerics (the fp16 table) and types (offsets).
-    h = hashlib.sha256()
     here = Path(__file__).resolve().parent
-    for p in sorted(here.glob("*.py")) + [here.parent / "numerics.py", here.parent / "types.py"]:
-        h.update(p.name.encode())
-        h.update(p.read_bytes())
-    return h.hexdigest()
-
-
-_DIGEST: list[str] = []
-
-
-class _DriverCache(FunctionCache):
-    """numba's on-disk cache for one generated driver.
-
-    The drivers are closures over their block function, which numba's own
-    cache cannot key across processes (a dispatcher pickles with a random
-    uuid), and it would only watch this file for changes. Here each driver
-    has its own index file (`name`), and its key holds a digest of every
-    source file the driver inlines, so editing any format invalidates it."""
-
-    def __init__(self, py_func, name: str):
-        py_func.__qualname__ = name
-        super().__init__(py_func)
-
-    def _index_key(self, sig, codegen):
-        if not _DIGEST:
-            _DIGEST.append(_sources_digest())
-        code = hashlib.sha256(self._py_func.__code__.co_code).hexdigest()
-        return (sig, codegen.magic_tuple(), (code, _DIGEST[0]))
+    return sources_digest(here, here.parent / "numerics.py", here.parent / "types.py")
 
 
 def _make_driver(block_fn, name: str):
@@ -186,12 +158,9 @@ def _make_driver(block_fn, name: str):
     drivers = []
     for fn, parallel, what in ((drive, True, "drive"), (drive_serial, False, "drive_serial"),
                                (drive_stream, True, "drive_stream")):
-        d = njit(parallel=parallel, nogil=True)(fn)
-        try:
-            d._cache = _DriverCache(d.py_func, f"{what}_{name}")
-        except RuntimeError:
-            pass          # numba finds no writable cache location: compile per process
-        drivers.append(d)
+        # one driver per format, a closure over its block function: its own
+        # on-disk cache (strata_ref._jitcache)
+        drivers.append(cached(njit(parallel=parallel, nogil=True)(fn), f"{what}_{name}", _digest))
     return tuple(drivers)
 
 

@@ -1,0 +1,75 @@
+"""The kernels that multiply weights on their stored blocks (cpu.legacy_dots,
+cpu.kquant_dots, run through cpu.matvec) against themselves taken apart:
+the same bits for a row whatever else runs with it.
+
+The kernels walk four weight rows at once, two activation rows per weight
+block in a pass of several tokens, split the rows over threads, and fall
+back to one row at a time for the rows left over. None of that may change
+a bit: here every product is recomputed one weight row and one activation
+row at a time (the one-row path), serially, and compared bitwise, for row
+counts that leave 1 to 3 rows over, token counts that leave one over, and
+matrices large enough to run in parallel. That ggml computes those one-row
+values is tests/test_cpu_types.py's (ggml's own mul_mat per profile) and
+the model tests'.
+"""
+import numpy as np
+import pytest
+
+from strata_ref import GGMLType
+from strata_ref.cpu import matvec, select
+from strata_ref.cpu.matmul import QMatrix
+from strata_ref.routes.mmvq_inputs import sane_blocks
+from strata_ref.types import block_format
+
+
+def _bits(a):
+    return np.ascontiguousarray(a, np.float32).view(np.uint32)
+
+
+def _matrix(t, rows, cols, profile, seed):
+    fmt = block_format(t)
+    raw = sane_blocks(t, rows * cols // fmt.block_values, np.random.default_rng(seed)).reshape(-1)
+    return QMatrix(t, raw, rows, cols, t.name, profile), raw
+
+
+@pytest.mark.parametrize("profile", ["scalar", "avx2", "avx512"])
+@pytest.mark.parametrize("t", [GGMLType[n] for n in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
+                                                     "Q4_K", "Q5_K", "Q6_K")])
+def test_rows_and_tokens_are_independent(t, profile):
+    cols = 4096 if block_format(t).block_values == 256 else 2048
+    rng = np.random.default_rng(int(t))
+    for rows, n in ((37, 3), (64, 2), (9, 5), (42, 9)):
+        m, raw = _matrix(t, rows, cols, profile, seed=rows)
+        x = rng.standard_normal((n, cols)).astype(np.float32)
+        full = m.matmul(x)                  # large: the parallel kernels
+        rb = raw.size // rows
+        for i in range(n):
+            for r in range(rows):
+                one = QMatrix(t, raw[r * rb:(r + 1) * rb], 1, cols, "row", profile)
+                one.repack_rows = m.repack_rows         # the same ggml path as the whole tensor
+                y = one.matmul(x[i:i + 1])
+                if n >= 4 and not (one._packed[2] == 0):
+                    # a pass of several tokens may take another ggml path
+                    # (tinyBLAS, tiled, repacked gemm): compare with the
+                    # whole pass of that token count instead
+                    continue
+                assert _bits(y)[0, 0] == _bits(full)[i, r], (t.name, profile, rows, n, i, r)
+
+
+@pytest.mark.parametrize("t", [GGMLType[n] for n in ("Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q6_K")])
+def test_thread_split_changes_no_bit(t, monkeypatch):
+    # the same product with the rows split over 1, 2, 3 and 7 parts
+    cols = 4096 if block_format(t).block_values == 256 else 2048
+    m, raw = _matrix(t, 203, cols, "avx2", seed=3)
+    m.prepare()
+    x = np.random.default_rng(1).standard_normal((3, cols)).astype(np.float32)
+    run, path, ref, tiled, raw2 = m._packed[1:]
+    outs = [run(path, ref, tiled, False, raw2, x, parts) for parts in (1, 2, 3, 7)]
+    for o in outs[1:]:
+        assert np.array_equal(_bits(o), _bits(outs[0]))
+
+
+def test_runner_refuses_other_types():
+    with pytest.raises(KeyError, match="IQ4_XS"):
+        matvec.runner(GGMLType.IQ4_XS)
+    assert select("avx2").name == "avx2"

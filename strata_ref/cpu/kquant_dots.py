@@ -53,8 +53,8 @@ from ._digest import cpu_digest
 from .fp import fma32 as _fma
 from .simd import (I32x8, _BYTES, _I8, _I16, _I32, _V8I32, _V16I8, _V16I16, _V32I8, _byte_ptr, _check_array,
                    _literal, _mod8_ir, _scaled_lanes_ir, _splat, f8_add, f8_fma, f8_hsum, f8_lane, f8_mul,
-                   f8_splat, f8_zero, f16_at, i32_hsum, i32_lane, i32_load, i32_mul, i32_pairdot, i32_splat,
-                   i32_sub, i32_to_f8)
+                   f8_splat, f8_zero, f16_at, i8_at, i8_load, i8x32_lanes_scaled, i32_add, i32_hsum, i32_lane,
+                   i32_load, i32_mul, i32_pairdot, i32_splat, i32_sub, i32_to_f8, i32_zero)
 
 __all__ = ["KQUANT_TYPES", "LANES", "TILED", "REPACK", "GENERIC", "kernels"]
 
@@ -175,7 +175,31 @@ def _make_q45(t: GGMLType):
             return scales(context, builder, sig, args, mins=True)
         return I32x8(w, types.intp), codegen
 
-    return lanes, lanes8, mins
+    @intrinsic
+    def scales8(typingctx, w, o):
+        """I32x8 of the 8 sub-block scales."""
+        _check_array("w", w, _BYTES)
+
+        def codegen(context, builder, sig, args):
+            return scales(context, builder, sig, args)
+        return I32x8(w, types.intp), codegen
+
+    @intrinsic
+    def unpack(typingctx, w, o, dst, do):
+        """dst[do:do + 256] = the super-block's unsigned values, sub-block
+        after sub-block (the values `lanes` multiplies)."""
+        _check_array("w", w, _BYTES)
+        _check_array("dst", dst, _BYTES)
+
+        def codegen(context, builder, sig, args):
+            qh = qh_bits(context, builder, sig, args)
+            for j in range(8):
+                p = _byte_ptr(context, builder, sig.args[2], args[2], _at(builder, args[3], 32 * j), _V32I8)
+                builder.store(sub(context, builder, sig, args, j, qh), p, align=1)
+            return context.get_dummy_value()
+        return types.void(w, types.intp, dst, types.intp), codegen
+
+    return lanes, lanes8, mins, scales8, unpack
 
 
 _Q6_QL, _Q6_QH, _Q6_SC = (_off(GGMLType.Q6_K, n) for n in ("ql", "qh", "scales"))
@@ -217,6 +241,21 @@ def _q6_lanes(typingctx, w, o, x, xo):
 
 
 @intrinsic
+def _q6_unpack(typingctx, w, o, dst, do):
+    """dst[do:do + 256] = the Q6_K super-block's unsigned values (0..63),
+    chunk after chunk."""
+    _check_array("w", w, _BYTES)
+    _check_array("dst", dst, _BYTES)
+
+    def codegen(context, builder, sig, args):
+        for c in range(8):
+            p = _byte_ptr(context, builder, sig.args[2], args[2], _at(builder, args[3], 32 * c), _V32I8)
+            builder.store(_q6_chunk_ir(context, builder, sig, args, c), p, align=1)
+        return context.get_dummy_value()
+    return types.void(w, types.intp, dst, types.intp), codegen
+
+
+@intrinsic
 def _q6_lanes8(typingctx, w, o, x, xo):
     """I32x8 of the generic code: lane l = sum over the chunks of scale[2c]
     * (products of the signed values q - 32 at positions l, 8 + l) +
@@ -253,14 +292,46 @@ def _make_kernels(t: GGMLType, mode: int):
     DMIN = -1 if Q6 else _off(t, "dmin")
     MODE = mode
     if not Q6:
-        lanes, lanes8, mins = _make_q45(t)
+        lanes, lanes8, mins, scales8, unpack = _make_q45(t)
     else:
-        lanes = lanes8 = mins = None
+        lanes = lanes8 = mins = scales8 = unpack = None
 
     @njit(inline="always")
-    def row_dot(w, ow, x, ox, xd, xb, bo, t, gemm):
+    def ints(w, o, x, xo, j0, n, scr, so, scs, use_scr):
+        # Q4_K / Q5_K: sum over sub-blocks j0 .. j0+n-1 of scale_j * lanes_j,
+        # from the stored super-block, or (use_scr) from its values unpacked
+        # at so of scr and its scales at scs of the int32 array `sc8`
+        if not use_scr:
+            if n == 8:
+                return lanes(w, o, x, xo, 0, 8)
+            if j0 == 0:
+                return lanes(w, o, x, xo, 0, 2)
+            if j0 == 2:
+                return lanes(w, o, x, xo, 2, 2)
+            if j0 == 4:
+                return lanes(w, o, x, xo, 4, 2)
+            return lanes(w, o, x, xo, 6, 2)
+        acc = i32_zero()
+        for j in range(j0, j0 + n):
+            s = scr[1][scs + j]
+            acc = i32_add(acc, i8x32_lanes_scaled(i8_load(scr[0], so + 32 * j), i8_load(x, xo + 32 * j), s, s))
+        return acc
+
+    @njit(inline="always")
+    def q6_ints(w, o, x, xo, scr, so, use_scr):
+        if not use_scr:
+            return _q6_lanes(w, o, x, xo)
+        acc = i32_zero()
+        for c in range(8):
+            acc = i32_add(acc, i8x32_lanes_scaled(i8_load(scr[0], so + 32 * c), i8_load(x, xo + 32 * c),
+                                                  i8_at(w, o + _Q6_SC + 2 * c), i8_at(w, o + _Q6_SC + 2 * c + 1)))
+        return acc
+
+    @njit(inline="always")
+    def row_dot(w, ow, x, ox, xd, xb, bo, t, gemm, scr, use_scr):
         # weight row at byte ow of w, activation row t: quants at ox of x,
-        # bsums at bo of xb (flat)
+        # bsums at bo of xb (flat); use_scr: the row's values unpacked in
+        # scr (`unpack_row`)
         nb = xd.shape[1]
         acc = f8_zero()
         out = _F32(0.0)
@@ -285,7 +356,8 @@ def _make_kernels(t: GGMLType, mode: int):
                     tot = i32_hsum(i32_mul(mins(w, o), i32_load(xb, bo + 8 * b)))
                     out = _F32(out - _F32(_F32(f16_at(w, o + DMIN) * da) * _F32(tot)))
             elif Q6:
-                l6 = i32_sub(_q6_lanes(w, o, x, xo), i32_mul(i32_splat(32), i32_pairdot(w, o + _Q6_SC, xb, bo + 16 * b)))
+                l6 = i32_sub(q6_ints(w, o, x, xo, scr, 256 * b, use_scr),
+                             i32_mul(i32_splat(32), i32_pairdot(w, o + _Q6_SC, xb, bo + 16 * b)))
                 if MODE == TILED:
                     out = _fma(_F32(_F32(i32_hsum(l6)) * d), da, out)
                 else:
@@ -297,19 +369,19 @@ def _make_kernels(t: GGMLType, mode: int):
                 if gemm:
                     # per pair of sub-blocks (the pairs written out: the
                     # sub-block numbers must be constants)
-                    out = _fma(_F32(i32_hsum(lanes(w, o, x, xo, 0, 2))), ds, out)
+                    out = _fma(_F32(i32_hsum(ints(w, o, x, xo, 0, 2, scr, 256 * b, 8 * b, use_scr))), ds, out)
                     accm = _fma(_F32(i32_lane(mn, 0) + i32_lane(mn, 1)), dm, accm)
-                    out = _fma(_F32(i32_hsum(lanes(w, o, x, xo, 2, 2))), ds, out)
+                    out = _fma(_F32(i32_hsum(ints(w, o, x, xo, 2, 2, scr, 256 * b, 8 * b, use_scr))), ds, out)
                     accm = _fma(_F32(i32_lane(mn, 2) + i32_lane(mn, 3)), dm, accm)
-                    out = _fma(_F32(i32_hsum(lanes(w, o, x, xo, 4, 2))), ds, out)
+                    out = _fma(_F32(i32_hsum(ints(w, o, x, xo, 4, 2, scr, 256 * b, 8 * b, use_scr))), ds, out)
                     accm = _fma(_F32(i32_lane(mn, 4) + i32_lane(mn, 5)), dm, accm)
-                    out = _fma(_F32(i32_hsum(lanes(w, o, x, xo, 6, 2))), ds, out)
+                    out = _fma(_F32(i32_hsum(ints(w, o, x, xo, 6, 2, scr, 256 * b, 8 * b, use_scr))), ds, out)
                     accm = _fma(_F32(i32_lane(mn, 6) + i32_lane(mn, 7)), dm, accm)
                 else:
-                    out = _fma(_F32(i32_hsum(lanes(w, o, x, xo, 0, 8))), ds, out)
+                    out = _fma(_F32(i32_hsum(ints(w, o, x, xo, 0, 8, scr, 256 * b, 8 * b, use_scr))), ds, out)
                     accm = _fma(_F32(i32_hsum(mn)), dm, accm)
             else:
-                li = lanes(w, o, x, xo, 0, 8)
+                li = ints(w, o, x, xo, 0, 8, scr, 256 * b, 8 * b, use_scr)
                 dmin = f16_at(w, o + DMIN)
                 mn = i32_mul(mins(w, o), i32_load(xb, bo + 8 * b))
                 if MODE == TILED:
@@ -341,6 +413,20 @@ def _make_kernels(t: GGMLType, mode: int):
         return _F32(f8_hsum(acc) + _F32(_F32(m0 + m2) + _F32(m1 + m3)))
 
     @njit(inline="always")
+    def unpack_row(w, ow, nb, scr):
+        # the row's super-blocks unpacked once for all activation rows:
+        # values to scr[0] (256 per super-block), Q4_K / Q5_K scales to scr[1]
+        for b in range(nb):
+            o = ow + b * BB
+            if Q6:
+                _q6_unpack(w, o, scr[0], 256 * b)
+            else:
+                unpack(w, o, scr[0], 256 * b)
+                sc = scales8(w, o)
+                for j in range(8):
+                    scr[1][8 * b + j] = i32_lane(sc, j)
+
+    @njit(inline="always")
     def rows(raw, xq, xd, xb, n_gemm, out, r0, r1):
         n, cols = xq.shape
         rb = raw.shape[1]
@@ -348,9 +434,21 @@ def _make_kernels(t: GGMLType, mode: int):
         x = xq.reshape(-1)
         xbf = xb.reshape(-1)
         nbs = xb.shape[1]
-        for r in range(r0, r1):
-            for t in range(n):
-                out[t, r] = row_dot(w, r * rb, x, t * cols, xd, xbf, t * nbs, t, t < n_gemm)
+        nb = xd.shape[1]
+        # with several activation rows each weight row is unpacked once
+        # (not for the generic code, whose lanes are other sums)
+        use_scr = n >= 2 and MODE != GENERIC
+        scr = (np.empty(256 * nb if use_scr else 0, np.uint8), np.empty(8 * nb if use_scr else 0, np.int32))
+        # (two loops, so that each inlined row_dot has use_scr as a constant)
+        if use_scr:
+            for r in range(r0, r1):
+                unpack_row(w, r * rb, nb, scr)
+                for t in range(n):
+                    out[t, r] = row_dot(w, r * rb, x, t * cols, xd, xbf, t * nbs, t, t < n_gemm, scr, True)
+        else:
+            for r in range(r0, r1):
+                for t in range(n):
+                    out[t, r] = row_dot(w, r * rb, x, t * cols, xd, xbf, t * nbs, t, t < n_gemm, scr, False)
 
     def serial(raw, xq, xd, xb, n_gemm, out):
         rows(raw, xq, xd, xb, n_gemm, out, 0, raw.shape[0])

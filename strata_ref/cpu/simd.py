@@ -52,8 +52,8 @@ from ..numerics import F16_TO_F32
 
 __all__ = ["F32x8", "I32x8", "I8x32", "HOST_AVX2", "HOST_F16C",
            "f8_zero", "f8_splat", "f8_sub", "f8_div", "f8_abs", "f8_gt", "f8_le", "f8_select", "f8_bits",
-           "f8_from_bits", "f8_to_i32", "i32_and", "i32_or", "i32_shl", "i32_select", "f8_load", "f8_store", "f8_fma", "f8_add", "f8_mul", "f8_lane", "f8_hsum", "f8_hsum16", "f8_f16_load", "f8_round_f16",
-           "i8x32_lanes", "i8x32_lanes_u", "i8x32_dot_u", "HOST_VNNI", "i8_xor", "i32_neg_shl", "i32_zero", "i32_splat", "i32_set2", "i32_add", "i32_sub",
+           "f8_from_bits", "f8_to_i32", "i32_and", "i32_or", "i32_shl", "i32_select", "f8_load", "f8_store", "f8_fma", "f8_add", "f8_mul", "f8_lane", "f8_hsum", "f8_hsum16", "f8_f16_load", "f8_round_f16", "f8_f16_store", "f16_bits",
+           "i8x32_lanes", "i8x32_lanes_u", "i8x32_dot_u", "i8x32_lanes_scaled", "i8_store", "HOST_VNNI", "i8_xor", "i32_neg_shl", "i32_zero", "i32_splat", "i32_set2", "i32_add", "i32_sub",
            "i32_mul", "i32_to_f8", "i32_hsum", "i32_lane", "i32_load", "i32_pairdot", "i8_load", "i8_nibbles", "i8_bits16", "i8_or", "i8_sub",
            "i8_splat", "prefetch", "f16_at", "u16_at", "u32_at", "i8_at"]
 
@@ -366,6 +366,29 @@ def i32_shl(typingctx, v, k):
     return I32x8(I32x8, k), codegen
 
 
+@intrinsic
+def f8_f16_store(typingctx, a, off, v):
+    """a[off:off + 8] = the fp16 bits of v's lanes (a uint16 array; round to
+    nearest even, `vcvtps2ph`; needs F16C: `HOST_F16C`)."""
+    _check_array("a", a, (types.uint16, types.int16))
+
+    def codegen(context, builder, sig, args):
+        h = builder.fptrunc(args[2], ir.VectorType(ir.HalfType(), 8))
+        builder.store(h, _elem_ptr(context, builder, sig.args[0], args[0], args[1], ir.VectorType(ir.HalfType(), 8)),
+                      align=2)
+        return context.get_dummy_value()
+    return types.void(a, types.intp, F32x8), codegen
+
+
+@intrinsic
+def f16_bits(typingctx, x):
+    """The fp16 bits (uint16) of the float32 x, rounded to nearest even
+    (`vcvtps2ph`; needs F16C)."""
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), _I16)
+    return types.uint16(types.float32), codegen
+
+
 # ------------------------------------------------------------ int32 x 8
 def _lanes_ir(builder, wv, xv, unsigned_w: bool):
     """<8 x i32>: lane L = sum_{j<4} w[4L+j] * x[4L+j], exactly. unsigned_w:
@@ -433,6 +456,35 @@ def i8x32_dot_u(typingctx, acc, w, x):
     def codegen(context, builder, sig, args):
         return _dot_u_ir(builder, *args)
     return I32x8(I32x8, I8x32, I8x32), codegen
+
+
+@intrinsic
+def i8x32_lanes_scaled(typingctx, w, x, s_lo, s_hi):
+    """I32x8: lanes 0-3 = s_lo * (the exact dot lanes of the unsigned bytes w
+    with the signed x), lanes 4-7 the same times s_hi (integers; ggml's
+    K-quant `madd(maddubs(q, q8), scales)`; exact while w < 64 and |s| <
+    2^15)."""
+    def codegen(context, builder, sig, args):
+        lo = builder.trunc(args[2], _I16) if args[2].type.width > 16 else builder.sext(args[2], _I16)
+        hi = builder.trunc(args[3], _I16) if args[3].type.width > 16 else builder.sext(args[3], _I16)
+        # two broadcasts and one blend, not sixteen inserts
+        s16 = builder.shuffle_vector(_splat(builder, lo, _V16I16), _splat(builder, hi, _V16I16),
+                                     ir.Constant(ir.VectorType(_I32, 16), list(range(8)) + list(range(24, 32))))
+        return _scaled_lanes_ir(builder, args[0], args[1], s16)
+    if not (isinstance(s_lo, types.Integer) and isinstance(s_hi, types.Integer)):
+        raise TypeError("i8x32_lanes_scaled takes two integer scales")
+    return I32x8(I8x32, I8x32, s_lo, s_hi), codegen
+
+
+@intrinsic
+def i8_store(typingctx, a, off, v):
+    """a[off:off + 32] = the 32 bytes of v (a uint8 or int8 array)."""
+    _check_array("a", a, _BYTES)
+
+    def codegen(context, builder, sig, args):
+        builder.store(args[2], _byte_ptr(context, builder, sig.args[0], args[0], args[1], _V32I8), align=1)
+        return context.get_dummy_value()
+    return types.void(a, types.intp, I8x32), codegen
 
 
 @intrinsic

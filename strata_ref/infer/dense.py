@@ -156,6 +156,21 @@ class DenseModel(Model):
             L.ffn_post_norm = w.vec(p + "post_ffw_norm.weight", e) if gemma else None
             self.layers.append(L)
 
+    #: run the layers as compiled calls where `compiled.CompiledLayers`
+    #: serves the model and the cache (set False to force the Python path)
+    compiled = True
+
+    def _compiled_layers(self, cache):
+        """The model's `CompiledLayers` when they apply to `cache`, else None."""
+        if not self.compiled:
+            return None
+        from .compiled import CompiledLayers
+        if not CompiledLayers.eligible(cache):
+            return None
+        if getattr(self, "_compiled", None) is None:
+            self._compiled = CompiledLayers.build(self) or False
+        return self._compiled or None
+
     def _matrices(self) -> list:
         mats = [self.output]
         for L in self.layers:
@@ -177,6 +192,13 @@ class DenseModel(Model):
         for key in {(hp.rope_base, hp.rope_freq_scale), (hp.rope_base_swa, hp.rope_freq_scale_swa)}:
             rope[key] = rope_cos_sin(pos, hp.n_rot, key[0], key[1], self.rope_freqs)
         x = self.embed(tokens)
+        layers = self._compiled_layers(cache)
+        if layers is not None:
+            keys = [(hp.rope_base_swa, hp.rope_freq_scale_swa) if hp.swa_layers[il] else
+                    (hp.rope_base, hp.rope_freq_scale) for il in range(hp.n_layer)]
+            x = layers.run(x, pos, cache, rope, keys)
+            cache.n += n
+            return self._head(x, all_logits)
         for il, L in enumerate(self.layers):
             swa = hp.swa_layers[il]
             h = x

@@ -33,6 +33,7 @@ to hide the FMA latency); the bits of each row are those of one row alone.
 """
 from __future__ import annotations
 
+import llvmlite.binding as llb
 import numpy as np
 from numba import njit, prange
 
@@ -40,7 +41,7 @@ from .._jitcache import cached
 from ..types import GGMLType, block_format
 from ._digest import cpu_digest
 from .fp import fma32 as _fma
-from .simd import (HOST_VNNI, f8_fma, f8_hsum, f8_splat, f8_zero, f16_at, i8_bits16, i8_load, i8_nibbles,
+from .simd import (HOST_VNNI, f8_fma, f8_hsum, f8_mul, f8_splat, f8_zero, f16_at, i8_bits16, i8_load, i8_nibbles,
                    i8_or, i8_splat, i8_xor, i8x32_dot_u, i8x32_lanes, i32_hsum, i32_neg_shl, i32_to_f8, i32_zero,
                    prefetch)
 
@@ -55,6 +56,11 @@ LANES, WHOLE, GENERIC = 0, 1, 2
 #: at 5-10 GB/s on one thread of a Zen 4 VM, with it (2 KiB or more ahead)
 #: at 30 GB/s, above a plain sequential read's 26.
 _PREFETCH = 4096
+#: tiles of four weight rows by four activation rows in a pass of several
+#: tokens: 16 accumulators, which need the 32 vector registers of an
+#: AVX-512 CPU (its 256-bit instructions reach them too); with 16 registers
+#: the tiles are four by two
+_WIDE_TILES = bool(llb.get_host_cpu_features().get("avx512vl", False))
 
 
 def _offset(t: GGMLType, name: str) -> int:
@@ -82,6 +88,7 @@ def _make_kernels(t: GGMLType, mode: int):
     WITH_MIN = M >= 0
     MODE = mode
     Q4_0 = T == int(GGMLType.Q4_0)
+    TILE4 = _WIDE_TILES
 
     @njit(inline="always")
     def wbytes(w, o):
@@ -185,11 +192,13 @@ def _make_kernels(t: GGMLType, mode: int):
 
     @njit(inline="always")
     def step2(a, b, w, o, xa, xb, sa, sb, ba, bb):
-        # one weight block unpacked once, dotted with two activation rows
+        # one weight block unpacked once, dotted with two activation rows;
+        # d_w * d_a as a vector product of broadcasts (each lane the same
+        # float32 product: the broadcasts are shared by rows and tokens)
         wv = wbytes(w, o)
-        dw = f16_at(w, o + D)
-        a = f8_fma(f8_splat(np.float32(dw * sa)), i32_to_f8(lanes(wv, xa, ba)), a)
-        b = f8_fma(f8_splat(np.float32(dw * sb)), i32_to_f8(lanes(wv, xb, bb)), b)
+        dw = f8_splat(f16_at(w, o + D))
+        a = f8_fma(f8_mul(dw, sa), i32_to_f8(lanes(wv, xa, ba)), a)
+        b = f8_fma(f8_mul(dw, sb), i32_to_f8(lanes(wv, xb, bb)), b)
         return a, b
 
     @njit(inline="always")
@@ -211,12 +220,16 @@ def _make_kernels(t: GGMLType, mode: int):
             xb = i8_load(x, ob + 32 * bk)
             ba = base(xa)
             bb = base(xb)
-            sa = xs[ta, bk]
-            sb = xs[tb, bk]
+            sa = f8_splat(xs[ta, bk])
+            sb = f8_splat(xs[tb, bk])
             a0, b0 = step2(a0, b0, w, o, xa, xb, sa, sb, ba, bb)
             a1, b1 = step2(a1, b1, w, o + rb, xa, xb, sa, sb, ba, bb)
             a2, b2 = step2(a2, b2, w, o + 2 * rb, xa, xb, sa, sb, ba, bb)
             a3, b3 = step2(a3, b3, w, o + 3 * rb, xa, xb, sa, sb, ba, bb)
+            pf = ow + _PREFETCH + 4 * bk * BB
+            prefetch(w, pf)
+            prefetch(w, pf + 64)
+            prefetch(w, pf + 128)
         out[ta, r] = f8_hsum(a0)
         out[ta, r + 1] = f8_hsum(a1)
         out[ta, r + 2] = f8_hsum(a2)
@@ -238,6 +251,61 @@ def _make_kernels(t: GGMLType, mode: int):
                 out[tb, r + k] = np.float32(out[tb, r + k] + sb_)
 
     @njit(inline="always")
+    def step4(a, b, c, e, w, o, xa, xb, xc, xe, sa, sb, sc, se, ba, bb, bc, be):
+        # one weight block unpacked once, dotted with four activation rows
+        wv = wbytes(w, o)
+        dw = f8_splat(f16_at(w, o + D))
+        a = f8_fma(f8_mul(dw, sa), i32_to_f8(lanes(wv, xa, ba)), a)
+        b = f8_fma(f8_mul(dw, sb), i32_to_f8(lanes(wv, xb, bb)), b)
+        c = f8_fma(f8_mul(dw, sc), i32_to_f8(lanes(wv, xc, bc)), c)
+        e = f8_fma(f8_mul(dw, se), i32_to_f8(lanes(wv, xe, be)), e)
+        return a, b, c, e
+
+    @njit(inline="always")
+    def four_rows_four_tokens(w, ow, rb, x, cols, xs, xm, t0, out, r):
+        # four weight rows times activation rows t0 .. t0+3: 16 chains (a
+        # CPU with 32 vector registers holds them all)
+        nb = xs.shape[1]
+        a0, a1, a2, a3 = f8_zero(), f8_zero(), f8_zero(), f8_zero()
+        b0, b1, b2, b3 = f8_zero(), f8_zero(), f8_zero(), f8_zero()
+        c0, c1, c2, c3 = f8_zero(), f8_zero(), f8_zero(), f8_zero()
+        e0, e1, e2, e3 = f8_zero(), f8_zero(), f8_zero(), f8_zero()
+        oa = t0 * cols
+        for bk in range(nb):
+            o = ow + bk * BB
+            xa = i8_load(x, oa + 32 * bk)
+            xb = i8_load(x, oa + cols + 32 * bk)
+            xc = i8_load(x, oa + 2 * cols + 32 * bk)
+            xe = i8_load(x, oa + 3 * cols + 32 * bk)
+            ba, bb, bc, be = base(xa), base(xb), base(xc), base(xe)
+            sa = f8_splat(xs[t0, bk])
+            sb = f8_splat(xs[t0 + 1, bk])
+            sc = f8_splat(xs[t0 + 2, bk])
+            se = f8_splat(xs[t0 + 3, bk])
+            a0, b0, c0, e0 = step4(a0, b0, c0, e0, w, o, xa, xb, xc, xe, sa, sb, sc, se, ba, bb, bc, be)
+            a1, b1, c1, e1 = step4(a1, b1, c1, e1, w, o + rb, xa, xb, xc, xe, sa, sb, sc, se, ba, bb, bc, be)
+            a2, b2, c2, e2 = step4(a2, b2, c2, e2, w, o + 2 * rb, xa, xb, xc, xe, sa, sb, sc, se, ba, bb, bc, be)
+            a3, b3, c3, e3 = step4(a3, b3, c3, e3, w, o + 3 * rb, xa, xb, xc, xe, sa, sb, sc, se, ba, bb, bc, be)
+            pf = ow + _PREFETCH + 4 * bk * BB
+            prefetch(w, pf)
+            prefetch(w, pf + 64)
+            prefetch(w, pf + 128)
+        out[t0, r], out[t0, r + 1], out[t0, r + 2], out[t0, r + 3] = f8_hsum(a0), f8_hsum(a1), f8_hsum(a2), f8_hsum(a3)
+        out[t0 + 1, r], out[t0 + 1, r + 1], out[t0 + 1, r + 2], out[t0 + 1, r + 3] = (
+            f8_hsum(b0), f8_hsum(b1), f8_hsum(b2), f8_hsum(b3))
+        out[t0 + 2, r], out[t0 + 2, r + 1], out[t0 + 2, r + 2], out[t0 + 2, r + 3] = (
+            f8_hsum(c0), f8_hsum(c1), f8_hsum(c2), f8_hsum(c3))
+        out[t0 + 3, r], out[t0 + 3, r + 1], out[t0 + 3, r + 2], out[t0 + 3, r + 3] = (
+            f8_hsum(e0), f8_hsum(e1), f8_hsum(e2), f8_hsum(e3))
+        if WITH_MIN:
+            for k in range(4):
+                for tt in range(t0, t0 + 4):
+                    s_ = np.float32(0.0)
+                    for bk in range(nb):
+                        s_ = _fma(f16_at(w, ow + k * rb + bk * BB + M), xm[tt, bk], s_)
+                    out[tt, r + k] = np.float32(out[tt, r + k] + s_)
+
+    @njit(inline="always")
     def rows(raw, xq, xs, xm, out, r0, r1):
         # flat views made once: a view per row would cost two atomic
         # reference-count updates, more than a short row's dot
@@ -249,6 +317,9 @@ def _make_kernels(t: GGMLType, mode: int):
         if MODE == LANES:
             while r + 4 <= r1:
                 t = 0
+                while TILE4 and t + 4 <= n:
+                    four_rows_four_tokens(w, r * rb, rb, x, cols, xs, xm, t, out, r)
+                    t += 4
                 while t + 2 <= n:
                     four_rows_two_tokens(w, r * rb, rb, x, t * cols, (t + 1) * cols, xs, xm, t, t + 1, out, r)
                     t += 2

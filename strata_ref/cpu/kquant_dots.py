@@ -54,7 +54,7 @@ from .fp import fma32 as _fma
 from .simd import (I32x8, _BYTES, _I8, _I16, _I32, _V8I32, _V16I8, _V16I16, _V32I8, _byte_ptr, _check_array,
                    _literal, _mod8_ir, _scaled_lanes_ir, _splat, f8_add, f8_fma, f8_hsum, f8_lane, f8_mul,
                    f8_splat, f8_zero, f16_at, i8_at, i8_load, i8x32_lanes_scaled, i32_add, i32_hsum, i32_lane,
-                   i32_load, i32_mul, i32_pairdot, i32_splat, i32_sub, i32_to_f8, i32_zero)
+                   i32_load, i32_mul, i32_pairdot, i32_pairsum, i32_splat, i32_sub, i32_to_f8, i32_zero)
 
 __all__ = ["KQUANT_TYPES", "LANES", "TILED", "REPACK", "GENERIC", "kernels"]
 
@@ -296,111 +296,58 @@ def _make_kernels(t: GGMLType, mode: int):
     else:
         lanes = lanes8 = mins = scales8 = unpack = None
 
+    # --- the float steps of one super-block for one activation row (the
+    # module docstring's modes); st = (acc F32x8, out, accm, mv F32x8):
+    # LANES acc the 8 float lanes, mv (Q4_K) the 4 min lanes; GENERIC acc
+    # the 8 `sums`, out `sumf`; TILED / REPACK out (and accm)
     @njit(inline="always")
-    def ints(w, o, x, xo, j0, n, scr, so, scs, use_scr):
-        # Q4_K / Q5_K: sum over sub-blocks j0 .. j0+n-1 of scale_j * lanes_j,
-        # from the stored super-block, or (use_scr) from its values unpacked
-        # at so of scr and its scales at scs of the int32 array `sc8`
-        if not use_scr:
-            if n == 8:
-                return lanes(w, o, x, xo, 0, 8)
-            if j0 == 0:
-                return lanes(w, o, x, xo, 0, 2)
-            if j0 == 2:
-                return lanes(w, o, x, xo, 2, 2)
-            if j0 == 4:
-                return lanes(w, o, x, xo, 4, 2)
-            return lanes(w, o, x, xo, 6, 2)
-        acc = i32_zero()
-        for j in range(j0, j0 + n):
-            s = scr[1][scs + j]
-            acc = i32_add(acc, i8x32_lanes_scaled(i8_load(scr[0], so + 32 * j), i8_load(x, xo + 32 * j), s, s))
-        return acc
-
-    @njit(inline="always")
-    def q6_ints(w, o, x, xo, scr, so, use_scr):
-        if not use_scr:
-            return _q6_lanes(w, o, x, xo)
-        acc = i32_zero()
-        for c in range(8):
-            acc = i32_add(acc, i8x32_lanes_scaled(i8_load(scr[0], so + 32 * c), i8_load(x, xo + 32 * c),
-                                                  i8_at(w, o + _Q6_SC + 2 * c), i8_at(w, o + _Q6_SC + 2 * c + 1)))
-        return acc
-
-    @njit(inline="always")
-    def row_dot(w, ow, x, ox, xd, xb, bo, t, gemm, scr, use_scr):
-        # weight row at byte ow of w, activation row t: quants at ox of x,
-        # bsums at bo of xb (flat); use_scr: the row's values unpacked in
-        # scr (`unpack_row`)
-        nb = xd.shape[1]
-        acc = f8_zero()
-        out = _F32(0.0)
-        accm = _F32(0.0)
-        m0 = _F32(0.0)
-        m1 = _F32(0.0)
-        m2 = _F32(0.0)
-        m3 = _F32(0.0)
-        sums = f8_zero()
-        for b in range(nb):
-            o = ow + b * BB
-            xo = ox + 256 * b
-            d = f16_at(w, o + D)
-            da = xd[t, b]
-            if MODE == GENERIC:
-                li = _q6_lanes8(w, o, x, xo) if Q6 else lanes8(w, o, x, xo)
-                dd = _F32(d * da)
-                # sums[l] = sums[l] + dd * float(lane l), no FMA: one lane at a time
-                lf = i32_to_f8(li)
-                sums = _f8_add_products(sums, dd, lf)
-                if not Q6:
-                    tot = i32_hsum(i32_mul(mins(w, o), i32_load(xb, bo + 8 * b)))
-                    out = _F32(out - _F32(_F32(f16_at(w, o + DMIN) * da) * _F32(tot)))
-            elif Q6:
-                l6 = i32_sub(q6_ints(w, o, x, xo, scr, 256 * b, use_scr),
-                             i32_mul(i32_splat(32), i32_pairdot(w, o + _Q6_SC, xb, bo + 16 * b)))
-                if MODE == TILED:
-                    out = _fma(_F32(_F32(i32_hsum(l6)) * d), da, out)
-                else:
-                    acc = f8_fma(f8_splat(_F32(da * d)), i32_to_f8(l6), acc)
-            elif MODE == REPACK:
-                dm = _F32(f16_at(w, o + DMIN) * da)
-                ds = _F32(d * da)
-                mn = i32_mul(mins(w, o), i32_load(xb, bo + 8 * b))
-                if gemm:
-                    # per pair of sub-blocks (the pairs written out: the
-                    # sub-block numbers must be constants)
-                    out = _fma(_F32(i32_hsum(ints(w, o, x, xo, 0, 2, scr, 256 * b, 8 * b, use_scr))), ds, out)
-                    accm = _fma(_F32(i32_lane(mn, 0) + i32_lane(mn, 1)), dm, accm)
-                    out = _fma(_F32(i32_hsum(ints(w, o, x, xo, 2, 2, scr, 256 * b, 8 * b, use_scr))), ds, out)
-                    accm = _fma(_F32(i32_lane(mn, 2) + i32_lane(mn, 3)), dm, accm)
-                    out = _fma(_F32(i32_hsum(ints(w, o, x, xo, 4, 2, scr, 256 * b, 8 * b, use_scr))), ds, out)
-                    accm = _fma(_F32(i32_lane(mn, 4) + i32_lane(mn, 5)), dm, accm)
-                    out = _fma(_F32(i32_hsum(ints(w, o, x, xo, 6, 2, scr, 256 * b, 8 * b, use_scr))), ds, out)
-                    accm = _fma(_F32(i32_lane(mn, 6) + i32_lane(mn, 7)), dm, accm)
-                else:
-                    out = _fma(_F32(i32_hsum(ints(w, o, x, xo, 0, 8, scr, 256 * b, 8 * b, use_scr))), ds, out)
-                    accm = _fma(_F32(i32_hsum(mn)), dm, accm)
+    def fstep(st, li, p0, p1, p2, p3, mnx, d, dmin, da, gemm):
+        acc, out, accm, mv = st
+        if MODE == GENERIC:
+            # sums[l] = sums[l] + dd * float(lane l), no FMA
+            acc = _f8_add_products(acc, _F32(d * da), i32_to_f8(li))
+            if not Q6:
+                out = _F32(out - _F32(_F32(dmin * da) * _F32(i32_hsum(mnx))))
+        elif Q6:
+            if MODE == TILED:
+                out = _fma(_F32(_F32(i32_hsum(li)) * d), da, out)
             else:
-                li = ints(w, o, x, xo, 0, 8, scr, 256 * b, 8 * b, use_scr)
-                dmin = f16_at(w, o + DMIN)
-                mn = i32_mul(mins(w, o), i32_load(xb, bo + 8 * b))
-                if MODE == TILED:
-                    s2 = i32_hsum(mn)
-                    r = _fma(-dmin, _F32(s2), _F32(_F32(i32_hsum(li)) * d))
-                    out = _fma(r, da, out)
-                else:
-                    acc = f8_fma(f8_splat(_F32(da * d)), i32_to_f8(li), acc)
-                    dm = _F32(-da * dmin)
-                    if Q5:
-                        out = _fma(dm, _F32(i32_hsum(mn)), out)       # summs
-                    else:
-                        m0 = _fma(dm, _F32(i32_lane(mn, 0) + i32_lane(mn, 1)), m0)
-                        m1 = _fma(dm, _F32(i32_lane(mn, 2) + i32_lane(mn, 3)), m1)
-                        m2 = _fma(dm, _F32(i32_lane(mn, 4) + i32_lane(mn, 5)), m2)
-                        m3 = _fma(dm, _F32(i32_lane(mn, 6) + i32_lane(mn, 7)), m3)
+                acc = f8_fma(f8_splat(_F32(da * d)), i32_to_f8(li), acc)
+        elif MODE == REPACK:
+            dm = _F32(dmin * da)
+            ds = _F32(d * da)
+            if gemm:
+                # per pair of sub-blocks
+                out = _fma(_F32(i32_hsum(p0)), ds, out)
+                accm = _fma(_F32(i32_lane(mnx, 0) + i32_lane(mnx, 1)), dm, accm)
+                out = _fma(_F32(i32_hsum(p1)), ds, out)
+                accm = _fma(_F32(i32_lane(mnx, 2) + i32_lane(mnx, 3)), dm, accm)
+                out = _fma(_F32(i32_hsum(p2)), ds, out)
+                accm = _fma(_F32(i32_lane(mnx, 4) + i32_lane(mnx, 5)), dm, accm)
+                out = _fma(_F32(i32_hsum(p3)), ds, out)
+                accm = _fma(_F32(i32_lane(mnx, 6) + i32_lane(mnx, 7)), dm, accm)
+            else:
+                out = _fma(_F32(i32_hsum(li)), ds, out)
+                accm = _fma(_F32(i32_hsum(mnx)), dm, accm)
+        elif MODE == TILED:
+            r = _fma(-dmin, _F32(i32_hsum(mnx)), _F32(_F32(i32_hsum(li)) * d))
+            out = _fma(r, da, out)
+        else:
+            acc = f8_fma(f8_splat(_F32(da * d)), i32_to_f8(li), acc)
+            dm = _F32(-da * dmin)
+            if Q5:
+                out = _fma(dm, _F32(i32_hsum(mnx)), out)       # summs
+            else:
+                # lanes i < 4: m_i = fma(dm, float(pair i of min * bsum), m_i)
+                mv = f8_fma(f8_splat(dm), i32_to_f8(i32_pairsum(mnx)), mv)
+        return acc, out, accm, mv
+
+    @njit(inline="always")
+    def ffinish(st):
+        acc, out, accm, mv = st
         if MODE == GENERIC:
             for l in range(8):
-                out = _F32(out + f8_lane(sums, l))
+                out = _F32(out + f8_lane(acc, l))
             return out
         if MODE == TILED:
             return out
@@ -410,12 +357,101 @@ def _make_kernels(t: GGMLType, mode: int):
             return f8_hsum(acc)
         if Q5:
             return _F32(f8_hsum(acc) + out)
-        return _F32(f8_hsum(acc) + _F32(_F32(m0 + m2) + _F32(m1 + m3)))
+        m = _F32(_F32(f8_lane(mv, 0) + f8_lane(mv, 2)) + _F32(f8_lane(mv, 1) + f8_lane(mv, 3)))
+        return _F32(f8_hsum(acc) + m)
+
+    @njit(inline="always")
+    def fstart():
+        return f8_zero(), _F32(0.0), _F32(0.0), f8_zero()
+
+    # --- the integer lanes
+    @njit(inline="always")
+    def direct_ints(w, o, x, xo, xb, bo):
+        # one activation row, from the stored super-block: (li, mins * bsums)
+        if Q6:
+            if MODE == GENERIC:
+                return _q6_lanes8(w, o, x, xo), i32_zero()
+            return (i32_sub(_q6_lanes(w, o, x, xo), i32_mul(i32_splat(32), i32_pairdot(w, o + _Q6_SC, xb, bo))),
+                    i32_zero())
+        mnx = i32_mul(mins(w, o), i32_load(xb, bo))
+        if MODE == GENERIC:
+            return lanes8(w, o, x, xo), mnx
+        return lanes(w, o, x, xo, 0, 8), mnx
+
+    @njit(inline="always")
+    def scr_pairs(scr, so, scs, w, o, x, xa, xb_):
+        # two activation rows (quants at xa and xb_ of x) from the unpacked
+        # super-block: the 4 pair sums of each (Q4_K / Q5_K: sub-blocks 2k,
+        # 2k+1 with their scales; Q6_K: chunks 2k, 2k+1 with theirs)
+        a0, a1, a2, a3 = i32_zero(), i32_zero(), i32_zero(), i32_zero()
+        b0, b1, b2, b3 = i32_zero(), i32_zero(), i32_zero(), i32_zero()
+        for j in range(8):
+            wv = i8_load(scr[0], so + 32 * j)
+            if Q6:
+                lo = i8_at(w, o + _Q6_SC + 2 * j)
+                hi = i8_at(w, o + _Q6_SC + 2 * j + 1)
+            else:
+                lo = scr[1][scs + j]
+                hi = lo
+            la = i8x32_lanes_scaled(wv, i8_load(x, xa + 32 * j), lo, hi)
+            lb = i8x32_lanes_scaled(wv, i8_load(x, xb_ + 32 * j), lo, hi)
+            k = j // 2
+            if k == 0:
+                a0, b0 = i32_add(a0, la), i32_add(b0, lb)
+            elif k == 1:
+                a1, b1 = i32_add(a1, la), i32_add(b1, lb)
+            elif k == 2:
+                a2, b2 = i32_add(a2, la), i32_add(b2, lb)
+            else:
+                a3, b3 = i32_add(a3, la), i32_add(b3, lb)
+        return a0, a1, a2, a3, b0, b1, b2, b3
+
+    @njit(inline="always")
+    def li_of(p0, p1, p2, p3, w, o, xb, bo):
+        li = i32_add(i32_add(p0, p1), i32_add(p2, p3))
+        if Q6:
+            li = i32_sub(li, i32_mul(i32_splat(32), i32_pairdot(w, o + _Q6_SC, xb, bo)))
+        return li
+
+    @njit(inline="always")
+    def row_direct(w, ow, x, ox, xd, xb, bo, t):
+        # one weight row, one activation row, from the stored blocks
+        st = fstart()
+        z = i32_zero()
+        for b in range(xd.shape[1]):
+            o = ow + b * BB
+            li, mnx = direct_ints(w, o, x, ox + 256 * b, xb, bo + (16 if Q6 else 8) * b)
+            st = fstep(st, li, z, z, z, z, mnx, f16_at(w, o + D), f16_at(w, o + DMIN) if not Q6 else _F32(0.0),
+                       xd[t, b], False)
+        return ffinish(st)
+
+    @njit(inline="always")
+    def rows_two(w, ow, x, oa, ob, xd, xb, ba, bb, ta, tb, gemm, scr):
+        # one weight row (unpacked in scr) with activation rows ta and tb
+        sa = fstart()
+        sb = fstart()
+        for b in range(xd.shape[1]):
+            o = ow + b * BB
+            d = f16_at(w, o + D)
+            dmin = f16_at(w, o + DMIN) if not Q6 else _F32(0.0)
+            a0, a1, a2, a3, b0, b1, b2, b3 = scr_pairs(scr, 256 * b, 8 * b, w, o, x, oa + 256 * b, ob + 256 * b)
+            sb16 = (16 if Q6 else 8) * b
+            if Q6:
+                ma = i32_zero()
+                mb = ma
+            else:
+                mn = i32_load(scr[2], 8 * b)
+                ma = i32_mul(mn, i32_load(xb, ba + sb16))
+                mb = i32_mul(mn, i32_load(xb, bb + sb16))
+            sa = fstep(sa, li_of(a0, a1, a2, a3, w, o, xb, ba + sb16), a0, a1, a2, a3, ma, d, dmin, xd[ta, b], gemm)
+            sb = fstep(sb, li_of(b0, b1, b2, b3, w, o, xb, bb + sb16), b0, b1, b2, b3, mb, d, dmin, xd[tb, b], gemm)
+        return ffinish(sa), ffinish(sb)
 
     @njit(inline="always")
     def unpack_row(w, ow, nb, scr):
         # the row's super-blocks unpacked once for all activation rows:
-        # values to scr[0] (256 per super-block), Q4_K / Q5_K scales to scr[1]
+        # values to scr[0] (256 per super-block), Q4_K / Q5_K scales and
+        # mins to scr[1], scr[2] (8 per super-block)
         for b in range(nb):
             o = ow + b * BB
             if Q6:
@@ -423,8 +459,10 @@ def _make_kernels(t: GGMLType, mode: int):
             else:
                 unpack(w, o, scr[0], 256 * b)
                 sc = scales8(w, o)
+                mn = mins(w, o)
                 for j in range(8):
                     scr[1][8 * b + j] = i32_lane(sc, j)
+                    scr[2][8 * b + j] = i32_lane(mn, j)
 
     @njit(inline="always")
     def rows(raw, xq, xd, xb, n_gemm, out, r0, r1):
@@ -435,20 +473,26 @@ def _make_kernels(t: GGMLType, mode: int):
         xbf = xb.reshape(-1)
         nbs = xb.shape[1]
         nb = xd.shape[1]
-        # with several activation rows each weight row is unpacked once
-        # (not for the generic code, whose lanes are other sums)
-        use_scr = n >= 2 and MODE != GENERIC
-        scr = (np.empty(256 * nb if use_scr else 0, np.uint8), np.empty(8 * nb if use_scr else 0, np.int32))
-        # (two loops, so that each inlined row_dot has use_scr as a constant)
-        if use_scr:
-            for r in range(r0, r1):
-                unpack_row(w, r * rb, nb, scr)
-                for t in range(n):
-                    out[t, r] = row_dot(w, r * rb, x, t * cols, xd, xbf, t * nbs, t, t < n_gemm, scr, True)
-        else:
+        if n == 1 or MODE == GENERIC:
+            # straight from the stored blocks (the generic code's lanes are
+            # other sums, and one row needs each block once)
             for r in range(r0, r1):
                 for t in range(n):
-                    out[t, r] = row_dot(w, r * rb, x, t * cols, xd, xbf, t * nbs, t, t < n_gemm, scr, False)
+                    out[t, r] = row_direct(w, r * rb, x, t * cols, xd, xbf, t * nbs, t)
+            return
+        # several activation rows: each weight row unpacked once, then
+        # dotted with the activation rows two at a time
+        scr = (np.empty(256 * nb, np.uint8), np.empty(8 * nb, np.int32), np.empty(8 * nb, np.int32))
+        for r in range(r0, r1):
+            unpack_row(w, r * rb, nb, scr)
+            t = 0
+            while t < n:
+                tb = t + 1 if t + 1 < n else t     # an odd last row runs twice
+                ya, yb = rows_two(w, r * rb, x, t * cols, tb * cols, xd, xbf, t * nbs, tb * nbs, t, tb,
+                                  t < n_gemm, scr)
+                out[t, r] = ya
+                out[tb, r] = yb
+                t += 2
 
     def serial(raw, xq, xd, xb, n_gemm, out):
         rows(raw, xq, xd, xb, n_gemm, out, 0, raw.shape[0])

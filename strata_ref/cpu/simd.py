@@ -54,7 +54,7 @@ __all__ = ["F32x8", "I32x8", "I8x32", "HOST_AVX2", "HOST_F16C",
            "f8_zero", "f8_splat", "f8_sub", "f8_div", "f8_abs", "f8_gt", "f8_le", "f8_select", "f8_bits",
            "f8_from_bits", "f8_to_i32", "i32_and", "i32_or", "i32_shl", "i32_select", "f8_load", "f8_store", "f8_fma", "f8_add", "f8_mul", "f8_lane", "f8_hsum", "f8_hsum16", "f8_f16_load", "f8_round_f16", "f8_f16_store", "f16_bits",
            "i8x32_lanes", "i8x32_lanes_u", "i8x32_dot_u", "i8x32_lanes_scaled", "i8_store", "HOST_VNNI", "i8_xor", "i32_neg_shl", "i32_zero", "i32_splat", "i32_set2", "i32_add", "i32_sub",
-           "i32_mul", "i32_to_f8", "i32_hsum", "i32_lane", "i32_load", "i32_pairdot", "i8_load", "i8_nibbles", "i8_bits16", "i8_or", "i8_sub",
+           "i32_mul", "i32_to_f8", "i32_hsum", "i32_pairsum", "i32_lane", "i32_load", "i32_pairdot", "i8_load", "i8_nibbles", "i8_bits16", "i8_or", "i8_sub",
            "i8_splat", "prefetch", "f16_at", "u16_at", "u32_at", "i8_at"]
 
 _FEATURES = llb.get_host_cpu_features()
@@ -569,6 +569,19 @@ def i32_neg_shl(typingctx, v, k):
         sh = builder.shl(args[0], ir.Constant(_V8I32, [kk] * 8))
         return builder.sub(ir.Constant(_V8I32, [0] * 8), sh)
     return I32x8(I32x8, k), codegen
+
+
+@intrinsic
+def i32_pairsum(typingctx, v):
+    """I32x8 with lanes i < 4 = v[2i] + v[2i+1] and lanes 4-7 = 0."""
+    def codegen(context, builder, sig, args):
+        undef = ir.Constant(_V8I32, ir.Undefined)
+        zero = ir.Constant(_V8I32, [0] * 8)
+        ev = builder.shuffle_vector(args[0], zero, ir.Constant(_V8I32, [0, 2, 4, 6, 8, 8, 8, 8]))
+        od = builder.shuffle_vector(args[0], zero, ir.Constant(_V8I32, [1, 3, 5, 7, 8, 8, 8, 8]))
+        del undef
+        return builder.add(ev, od)
+    return I32x8(I32x8), codegen
 
 
 @intrinsic

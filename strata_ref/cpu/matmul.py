@@ -507,3 +507,14 @@ class QMatrix:
         """Row i dequantized to float32 by the oracle (ggml `get_rows`)."""
         from ..dequant import dequant_f32
         return dequant_f32(self.type, self.raw, 1, self.cols, row0=int(i))[0]
+
+    def rows_f32(self, ids) -> np.ndarray:
+        """float32 (len(ids), cols): the rows `ids` dequantized by the oracle
+        in one call (ggml `get_rows`); IndexError for an id outside the
+        matrix."""
+        from ..dequant import dequant_f32
+        ids = np.asarray(ids, np.int64).reshape(-1)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.rows):
+            raise IndexError(f"{self.name}: row ids must be in 0 .. {self.rows - 1}")
+        raw = self.raw.reshape(self.rows, -1)[ids]
+        return dequant_f32(self.type, raw.reshape(-1), ids.size, self.cols)

@@ -463,7 +463,7 @@ class Model:
 
     def embed(self, tokens) -> np.ndarray:
         """float32 (n, n_embd) token embeddings (ggml `get_rows`)."""
-        return np.stack([self.tok_embd.row_f32(int(t)) for t in tokens])
+        return self.tok_embd.rows_f32([int(t) for t in tokens])
 
     def forward(self, tokens, cache, all_logits: bool = False) -> np.ndarray:
         # A damaged model (NaN epsilon, wrong tensor type) overflows or makes

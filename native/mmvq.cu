@@ -146,99 +146,64 @@ __global__ void __launch_bounds__(128) k_mmvq_plain(const uint8_t *__restrict__ 
 
 // ---- lanes kernel (1 column): one warp per row, lane p plays threads 4p..4p+3 -------
 // (mmvq_lanes.cuh). The CUDA block stages the q8_1 column in shared memory;
-// warps then loop over rows. Each warp copies its items (BPI blocks of a
-// row) into its ring of S stages with bulk asynchronous copies, S items
-// ahead; per item, lane p reads its block from the stage and accumulates the
-// four canonical threads' dots, and per row the warp combines the 128
-// accumulators in the canonical order.
+// warps then loop over rows. Per row, lane p accumulates the four canonical
+// threads' dots over their blocks (loads one block ahead), and the warp
+// combines the 128 accumulators in the canonical order.
 template <int TYPE> constexpr bool has_lanes() { return TYPE == Q4_K || TYPE == Q6_K || TYPE == IQ4_XS; }
 
-#ifndef STRATA_LANES_WARPS_Q4K
-#define STRATA_LANES_WARPS_Q4K 8
-#endif
-#ifndef STRATA_LANES_WARPS_Q6K
-#define STRATA_LANES_WARPS_Q6K 8
-#endif
-#ifndef STRATA_LANES_WARPS_IQ4XS
-#define STRATA_LANES_WARPS_IQ4XS 8
-#endif
-#ifndef STRATA_LANES_BPSM_Q4K
-#define STRATA_LANES_BPSM_Q4K 2
-#endif
-#ifndef STRATA_LANES_BPSM_Q6K
-#define STRATA_LANES_BPSM_Q6K 4
-#endif
+constexpr int LANE_WARPS = 8;
+// Blocks per SM the register budget must allow (__launch_bounds__): the
+// kernel waits mostly on global loads, and the best trade between resident
+// warps and registers (prefetch, unrolling) was measured on the H200 for
+// each type: Q6_K 4 blocks (64 registers), Q4_K and IQ4_XS 2 (up to 128).
+// IQ4_XS with its sign-mode lookup needs 101; at 3 blocks (80 registers,
+// STRATA_LANES_BPSM_IQ4XS=3, a tuning define) it spilled and took 15-48 %
+// longer (issue 20, seventh session).
 #ifndef STRATA_LANES_BPSM_IQ4XS
 #define STRATA_LANES_BPSM_IQ4XS 2
 #endif
-#ifndef STRATA_LANES_SMAX
-#define STRATA_LANES_SMAX 8
-#endif
-#ifndef STRATA_LANES_PRE
-#define STRATA_LANES_PRE 1
-#endif
-
-// Warps per CUDA block, and the blocks per SM the register budget must allow
-// (__launch_bounds__): the kernel waits mostly on global loads, and the best
-// trade between resident warps and registers was measured on the H200 for
-// each type (docs/mmvq.md).
-template <int TYPE> __host__ __device__ constexpr int lane_warps() {
-    return TYPE == Q6_K ? STRATA_LANES_WARPS_Q6K : TYPE == Q4_K ? STRATA_LANES_WARPS_Q4K : STRATA_LANES_WARPS_IQ4XS;
+template <int TYPE> constexpr int lane_blocks_per_sm() {
+    return TYPE == Q6_K ? 4 : TYPE == IQ4_XS ? STRATA_LANES_BPSM_IQ4XS : 2;
 }
-template <int TYPE> __host__ __device__ constexpr int lane_blocks_per_sm() {
-    return TYPE == Q6_K ? STRATA_LANES_BPSM_Q6K : TYPE == Q4_K ? STRATA_LANES_BPSM_Q4K : STRATA_LANES_BPSM_IQ4XS;
-}
-// Most stages per warp, and how many items each warp copies before the block
-// stages the q8_1 column (the rest follow once the column is there).
-constexpr int LANE_SMAX = STRATA_LANES_SMAX, LANE_PRE = STRATA_LANES_PRE;
 
-// Shared memory of a block: staged column (quant ints, d, Q4_K pair sums),
-// per warp the combine's 128 floats, S mbarriers and S ring stages.
 struct LaneSmem {
-    int q, d, sum, acc, bar, ring, total;
+    int q, d, sum, acc, total;
 };
-__host__ __device__ inline LaneSmem lane_smem(int nq8, bool sums, int warps, int S, int stage_bytes) {
+__host__ __device__ inline LaneSmem lane_smem(int nq8, bool sums) {
     LaneSmem l;
     l.q = 0;
     l.d = 32 * nq8;
     l.sum = l.d + (4 * nq8 + 15) / 16 * 16;
     l.acc = l.sum + (sums ? 16 * nq8 : 0);
-    l.bar = l.acc + warps * 128 * 4;
-    l.ring = l.bar + (warps * S * 8 + 15) / 16 * 16;
-    l.total = l.ring + warps * S * stage_bytes;
+    l.total = l.acc + LANE_WARPS * 128 * 4;
     return l;
-}
-template <int TYPE> __host__ __device__ inline LaneSmem lane_smem(int nb, int S) {
-    return lane_smem(lane_q8_blocks<TYPE>(nb), Lanes<TYPE>::SUMS, lane_warps<TYPE>(), S,
-                     ring_stage_bytes<TYPE>());
 }
 
 template <int TYPE>
-__global__ void __launch_bounds__(32 * lane_warps<TYPE>(), lane_blocks_per_sm<TYPE>())
-    k_mmvq_lanes(const uint8_t *__restrict__ w, long long rows, int nb, const uint8_t *__restrict__ q8,
-                 float *__restrict__ y, int S) {
+__global__ void __launch_bounds__(32 * LANE_WARPS, lane_blocks_per_sm<TYPE>()) k_mmvq_lanes(const uint8_t *__restrict__ w,
+                                                                long long rows, int nb,
+                                                                const uint8_t *__restrict__ q8,
+                                                                float *__restrict__ y) {
     using D = Dot<TYPE>;
     using LN = Lanes<TYPE>;
-    constexpr int QB = D::QK / 32, W = lane_warps<TYPE>();
-    uint8_t *s_raw = smv_smem;
+    constexpr int QB = D::QK / 32;
+    extern __shared__ __align__(16) uint8_t s_raw[];
     const int nq8 = nb * QB, npad = lane_q8_blocks<TYPE>(nb);
-    const LaneSmem lay = lane_smem<TYPE>(nb, S);
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const long long row0 = (long long)blockIdx.x * W + warp;
-    const WarpWalk<TYPE> wk = warp_walk<TYPE>(w, rows, nb, (long long)gridDim.x * W, S,
-                                              lay.ring + warp * S * ring_stage_bytes<TYPE>(),
-                                              lay.bar + warp * S * 8);
-    // the first weight copies go out before the q8_1 column is staged
-    const int pre = LANE_PRE < S ? LANE_PRE : S;
-    const ItemCursor cur = ring_start<TYPE, 1>(wk, row0, lane, pre);
+    const LaneSmem lay = lane_smem(npad, LN::SUMS);
+    const int lane = threadIdx.x % 32, g = lane / LN::L, j = lane % LN::L;
+    const typename LN::Lane ln = LN::lane(g, j);
+    const long long row0 = (long long)blockIdx.x * LANE_WARPS + threadIdx.x / 32;
+    const LaneWalk<TYPE> wk{w, rows, (long long)gridDim.x * LANE_WARPS, (long long)nb * D::BYTES, nb, g};
+    // the first weight loads go out before the q8_1 column is staged
+    const typename LN::Raw first = LN::load(wk.first(row0), ln, j);
     stage_q8<LN::SUMS, LN::PAIRS>(q8, nq8, npad, (W4 *)(s_raw + lay.q), (float *)(s_raw + lay.d),
-                                  (W4 *)(s_raw + lay.sum), threadIdx.x, 32 * W);
+                                  (W4 *)(s_raw + lay.sum), threadIdx.x, 32 * LANE_WARPS);
     __syncthreads();
     const Q8Stage qs{(const W4 *)(s_raw + lay.q), (const float *)(s_raw + lay.d),
                      (const W4 *)(s_raw + lay.sum)};
-    float *s_acc = (float *)(s_raw + lay.acc) + 128 * warp;
+    float *s_acc = (float *)(s_raw + lay.acc) + 128 * (threadIdx.x / 32);
     const Tbl16 tbl = LN::table(register_table<TYPE>());
-    warp_rows<TYPE, 1>(wk, cur, pre, row0, lane, qs, tbl, [&](long long row, int, const float acc[4]) {
+    lane_rows<TYPE>(wk, row0, j, ln, qs, tbl, first, [&](long long row, const float acc[4]) {
         // canonical combine: lane l adds threads l, 32+l, 64+l, 96+l, then the butterfly
         *(float4 *)(s_acc + 4 * lane) = make_float4(acc[0], acc[1], acc[2], acc[3]);
         __syncwarp();
@@ -250,46 +215,21 @@ __global__ void __launch_bounds__(32 * lane_warps<TYPE>(), lane_blocks_per_sm<TY
     });
 }
 
-// Shared memory of the current device: what a block may use (the opt-in
-// limit, 227 KB on compute capability 9.0), what an SM has (228 KB) and what
-// the runtime reserves per block (1 KB); 48 KB, 48 KB and 0 where a query
-// fails. Cached per host thread and device.
-struct SmemLimits {
-    int block, sm, reserved;
-};
-SmemLimits lane_smem_limits() {
-    thread_local int c_dev = -1;
-    thread_local SmemLimits c{48 * 1024, 48 * 1024, 0};
+// Shared memory a block may use on the current device (the opt-in limit,
+// 227 KB on compute capability 9.0; 48 KB where the query fails).
+int lane_smem_limit() {
+    thread_local int c_dev = -1, c_lim = 48 * 1024;
     int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return SmemLimits{48 * 1024, 48 * 1024, 0};
+    if (cudaGetDevice(&dev) != cudaSuccess) return 48 * 1024;
     if (dev != c_dev) {
-        SmemLimits l{0, 0, 0};
-        if (cudaDeviceGetAttribute(&l.block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
-            l.block < 48 * 1024)
-            l.block = 48 * 1024;
-        if (cudaDeviceGetAttribute(&l.sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
-            l.sm < l.block)
-            l.sm = l.block;
-        if (cudaDeviceGetAttribute(&l.reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess ||
-            l.reserved < 0)
-            l.reserved = 0;
+        int lim = 0;
+        if (cudaDeviceGetAttribute(&lim, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+            lim < 48 * 1024)
+            lim = 48 * 1024;
         c_dev = dev;
-        c = l;
+        c_lim = lim;
     }
-    return c;
-}
-int lane_smem_limit() { return lane_smem_limits().block; }
-
-// Stages per warp for a column of nb blocks: the most (up to LANE_SMAX) that
-// still let lane_blocks_per_sm blocks share an SM's shared memory, and at
-// least 1 (then fewer blocks fit; lanes_fit has checked that one does).
-template <int TYPE> int lane_stages(int nb) {
-    const SmemLimits l = lane_smem_limits();
-    int budget = l.sm / lane_blocks_per_sm<TYPE>() - l.reserved;
-    if (budget > l.block) budget = l.block;
-    int S = LANE_SMAX;
-    while (S > 1 && lane_smem<TYPE>(nb, S).total > budget) --S;
-    return S;
+    return c_lim;
 }
 
 // Whether the lanes kernel serves this call: its types, 16-byte aligned
@@ -301,7 +241,7 @@ bool lanes_fit(const void *w, int nb) {
         // refuse columns of more than 2^24 blocks (K beyond 2^29, about
         // 5.4·10^8) before its sizes could overflow
         if ((uintptr_t)w & 15 || (long long)nb * (Dot<TYPE>::QK / 32) > (1LL << 24)) return false;
-        return lane_smem<TYPE>(nb, 1).total <= lane_smem_limit();
+        return lane_smem(lane_q8_blocks<TYPE>(nb), Lanes<TYPE>::SUMS).total <= lane_smem_limit();
     }
     return false;
 }
@@ -329,7 +269,9 @@ template <int TYPE>
 cudaError_t launch_lanes(const void *w, long long rows, int nb, const void *q8, float *y,
                          cudaStream_t s) {
     if constexpr (has_lanes<TYPE>()) {
-        constexpr int W = lane_warps<TYPE>();
+        // enough blocks to fill the device once (persistent warps loop over
+        // rows), or fewer when the rows run out first
+        const int smem = lane_smem(lane_q8_blocks<TYPE>(nb), Lanes<TYPE>::SUMS).total;
         // resident blocks of the device for this shared-memory size (cached per
         // thread, device, size and reset epoch: the occupancy query costs host
         // time on every call; mmvq_setup.h)
@@ -337,10 +279,7 @@ cudaError_t launch_lanes(const void *w, long long rows, int nb, const void *q8, 
         const int epoch = epoch_now();   // before the set-up: see reset_then_bump
         int dev = 0, sms = 1;
         cudaError_t e = current_sms(&dev, &sms);
-        if (e != cudaSuccess) return e;
-        const int S = lane_stages<TYPE>(nb);
-        const int smem = lane_smem<TYPE>(nb, S).total;
-        if (!cache.fresh(dev, smem, epoch)) {
+        if (e == cudaSuccess && !cache.fresh(dev, smem, epoch)) {
             int per_sm = 0;
             // allow the device's whole opt-in limit, so that launches with a
             // smaller size from other host threads never find it lowered; set
@@ -352,18 +291,16 @@ cudaError_t launch_lanes(const void *w, long long rows, int nb, const void *q8, 
                                          lane_smem_limit());
             if (e == cudaSuccess)
                 e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_mmvq_lanes<TYPE>,
-                                                                  32 * W, smem);
+                                                                  32 * LANE_WARPS, smem);
             // a failed set-up is not cached: the next call tries again
             if (e == cudaSuccess) cache.keep(dev, smem, epoch, sms * (per_sm > 0 ? per_sm : 1));
         }
         if (e != cudaSuccess) return e;
-        // enough blocks to fill the device once (persistent warps loop over
-        // rows), or fewer when the rows run out first
-        const long long need = (rows + W - 1) / W;
+        const long long need = (rows + LANE_WARPS - 1) / LANE_WARPS;
         const long long fill = cache.fill;
         const long long grid = need < fill ? need : fill;
-        k_mmvq_lanes<TYPE><<<(unsigned)grid, 32 * W, smem, s>>>(
-            (const uint8_t *)w, rows, nb, (const uint8_t *)q8, y, S);
+        k_mmvq_lanes<TYPE><<<(unsigned)grid, 32 * LANE_WARPS, smem, s>>>(
+            (const uint8_t *)w, rows, nb, (const uint8_t *)q8, y);
         return cudaGetLastError();
     }
     return cudaErrorInvalidValue;   // lanes_fit is false for the other types

@@ -67,9 +67,8 @@ extern "C" int smv_host_block_values(int type) {
 }
 
 // Lane j's four dots (threads t = 4j + k) of one 256-value weight block at
-// `blk` (as it lies in a stage of the ring) with its 8 q8_1 blocks, staged as
-// the kernel stages them. `mis` (the block's address mod 4; the loads read it
-// from the address) is unused.
+// `blk` with its 8 q8_1 blocks, staged as the kernel stages them. `mis` (the
+// block's address mod 4; the loads read it from the address) is unused.
 // Returns 0, 1 for a type without a lanes kernel, or 2 if a load was not aligned.
 template <int TYPE>
 static void lane_dots(const uint8_t *blk, const uint8_t *q8, int j, const Tbl16 &tb, float out[4]) {
@@ -100,38 +99,29 @@ extern "C" int smv_host_q8_chunk(int c) { return q8_chunk(c); }
 extern "C" float smv_host_i2f_prod(int a, int b) { return i2f_prod(a, b); }
 
 // The lanes kernel's whole 1-column mat-vec on the host: `nwarps` warps (warp
-// v takes rows v, v + nwarps, ...), each running warp_rows with its 32 lanes
-// together exactly as on the GPU (its ring of S stages, the bulk copies as
-// checked memcpys, the first `pre` items copied before the column is
-// staged), then the canonical combine of the 128 thread sums per row.
-// y: rows floats.
-template <int TYPE, int IPI>
+// v takes rows v, v + nwarps, ...), each lane walking its blocks with
+// lane_rows exactly as on the GPU, then the canonical combine of the 128
+// thread sums per row. y: rows floats.
+template <int TYPE>
 static void lanes_matvec(const uint8_t *w, long long rows, int nb, const uint8_t *q8, int nwarps,
-                         int S, int pre, const Tbl16 &tb, float *y) {
+                         const Tbl16 &tb, float *y) {
     using LN = Lanes<TYPE>;
-    // exactly the kernel's staged column and ring (ASan sees any read past them)
+    // exactly the kernel's staged column (ASan sees any read past it)
     const int nq8 = nb * (Dot<TYPE>::QK / 32), npad = lane_q8_blocks<TYPE>(nb);
     std::vector<W4> s_q(2 * npad), s_sum(npad);
     std::vector<float> s_d(npad), t(rows * 128);
-    // the warp's ring and barriers, at shared offset 0 of host_smem()
-    std::vector<W4> ring(((size_t)S * ring_stage_bytes<TYPE, IPI>() + 8 * S + 15) / 16);
-    HostReads &hr = host_reads();
-    host_smem() = (uint8_t *)ring.data();
-    hr.lo[2] = (const uint8_t *)ring.data();
-    hr.hi[2] = hr.lo[2] + (size_t)S * ring_stage_bytes<TYPE, IPI>();
     stage_q8<LN::SUMS, LN::PAIRS>(q8, nq8, npad, s_q.data(), s_d.data(), s_sum.data(), 0, 1);
     const Q8Stage qs{s_q.data(), s_d.data(), s_sum.data()};
-    for (int v = 0; v < nwarps; ++v) {
-        const WarpWalk<TYPE> wk =
-            warp_walk<TYPE, IPI>(w, rows, nb, nwarps, S, 0, S * ring_stage_bytes<TYPE, IPI>());
-        const ItemCursor c = ring_start<TYPE, 32, IPI>(wk, v, 0, pre < S ? pre : S);
-        warp_rows<TYPE, 32, IPI>(wk, c, pre < S ? pre : S, v, 0, qs, LN::table(tb),
-                            [&](long long row, int p, const float acc[4]) {
+    for (int v = 0; v < nwarps; ++v)
+        for (int p = 0; p < 32; ++p) {
+            const int g = p / LN::L, j = p % LN::L;
+            const LaneWalk<TYPE> wk{w, rows, nwarps, (long long)nb * Dot<TYPE>::BYTES, nb, g};
+            const typename LN::Lane ln = LN::lane(g, j);
+            lane_rows<TYPE>(wk, v, j, ln, qs, LN::table(tb), LN::load(wk.first(v), ln, j),
+                            [&](long long row, const float acc[4]) {
                                 for (int k = 0; k < 4; ++k) t[row * 128 + 4 * p + k] = acc[k];
                             });
-    }
-    hr.lo[2] = hr.hi[2] = nullptr;
-    host_smem() = nullptr;
+        }
     for (long long r = 0; r < rows; ++r) {
         const float *tr = &t[r * 128];
         float v[32], u[32];
@@ -145,24 +135,11 @@ static void lanes_matvec(const uint8_t *w, long long rows, int nb, const uint8_t
     }
 }
 
-// `stages` is the ring's S, `pre` the items each warp copies before the
-// column is staged (the kernel's LANE_PRE), `ipi` the iterations per item
-// (1, 2 or 4; 0: the kernel's). Returns 0; 1 for a type without
-// a lanes kernel; 2 if a load or a bulk copy was not aligned as the GPU
-// needs; 3 if a load read outside the weights, the q8_1 column and the ring.
-template <int TYPE>
-static void lanes_matvec_ipi(int ipi, const uint8_t *w, long long rows, int nb, const uint8_t *q8,
-                             int nwarps, int S, int pre, const Tbl16 &tb, float *y) {
-    switch (ipi ? ipi : lane_ipi<TYPE>()) {
-        case 1: lanes_matvec<TYPE, 1>(w, rows, nb, q8, nwarps, S, pre, tb, y); break;
-        case 2: lanes_matvec<TYPE, 2>(w, rows, nb, q8, nwarps, S, pre, tb, y); break;
-        default: lanes_matvec<TYPE, 4>(w, rows, nb, q8, nwarps, S, pre, tb, y);
-    }
-}
-
+// Returns 0; 1 for a type without a lanes kernel; 2 if a load was not
+// aligned as the GPU needs; 3 if a load read outside the weights and the
+// q8_1 column.
 extern "C" int smv_host_lanes_matvec(int type, const uint8_t *w, long long rows, long long k,
-                                     const uint8_t *q8, int nwarps, int stages, int pre, int ipi,
-                                     const int8_t *tbl, float *y) {
+                                     const uint8_t *q8, int nwarps, const int8_t *tbl, float *y) {
     const Tbl16 tb = tbl16(tbl);
     const int bytes = type == Q4_K ? Dot<Q4_K>::BYTES : type == Q6_K ? Dot<Q6_K>::BYTES
                     : type == IQ4_XS ? Dot<IQ4_XS>::BYTES : 0;
@@ -174,9 +151,9 @@ extern "C" int smv_host_lanes_matvec(int type, const uint8_t *w, long long rows,
     r.lo[1] = q8;
     r.hi[1] = q8 + k / 32 * Q8_1_BYTES;
     switch (type) {
-        case Q4_K: lanes_matvec_ipi<Q4_K>(ipi, w, rows, (int)(k / 256), q8, nwarps, stages, pre, tb, y); break;
-        case Q6_K: lanes_matvec_ipi<Q6_K>(ipi, w, rows, (int)(k / 256), q8, nwarps, stages, pre, tb, y); break;
-        default: lanes_matvec_ipi<IQ4_XS>(ipi, w, rows, (int)(k / 256), q8, nwarps, stages, pre, tb, y);
+        case Q4_K: lanes_matvec<Q4_K>(w, rows, (int)(k / 256), q8, nwarps, tb, y); break;
+        case Q6_K: lanes_matvec<Q6_K>(w, rows, (int)(k / 256), q8, nwarps, tb, y); break;
+        default: lanes_matvec<IQ4_XS>(w, rows, (int)(k / 256), q8, nwarps, tb, y);
     }
     const int st = r.misaligned ? 2 : r.outside ? 3 : 0;
     r = HostReads{};

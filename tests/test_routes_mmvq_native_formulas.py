@@ -41,7 +41,6 @@ def host(tmp_path_factory):
     lib.smv_host_q8_chunk.argtypes = [ctypes.c_int]
     lib.smv_host_lanes_matvec.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_longlong,
                                           ctypes.c_longlong, ctypes.c_void_p, ctypes.c_int,
-                                          ctypes.c_int, ctypes.c_int, ctypes.c_int,
                                           ctypes.c_void_p, ctypes.c_void_p]
     return lib
 
@@ -193,10 +192,15 @@ LANE_MATVEC_CASES = [(GGMLType.Q4_K, 29, 2560, 5), (GGMLType.Q4_K, 13, 256, 3),
                      (GGMLType.IQ4_XS, 9, 1024, 2),
                      # fewer rows than warps (idle warps load a clamped block)
                      (GGMLType.Q4_K, 3, 2560, 8), (GGMLType.Q6_K, 1, 2816, 8),
-                     (GGMLType.IQ4_XS, 5, 1280, 8),
-                     # weights whose size is not a multiple of 16 bytes: the last
-                     # item is copied by the lanes, not by a rounded-up bulk copy
-                     (GGMLType.Q6_K, 7, 768, 3), (GGMLType.IQ4_XS, 3, 256, 2)]
+                     (GGMLType.IQ4_XS, 5, 1280, 8)]
+
+
+def test_iq4nl_table_suits_the_sign_mode_lookup():
+    """Lanes<IQ4_XS> (mmvq_lanes.cuh) looks kv[q] up as the sum of two
+    sign-mode byte permutes: that needs entries 0-7 negative and entries 8-15
+    + 1 in 1..127 (so the +1 never carries into the next byte)."""
+    kv = np.asarray(iq_tables.KVALUES_IQ4NL, dtype=np.int64)
+    assert (kv[:8] < 0).all() and (kv[8:] >= 0).all() and (kv[8:] + 1 <= 127).all()
 
 
 def test_i2f_prod_is_the_conversion_of_the_product(host):
@@ -215,25 +219,15 @@ def test_i2f_prod_is_the_conversion_of_the_product(host):
         assert got.view(np.uint32) == want.view(np.uint32), (a, b, got, want)
 
 
-# (stages, items copied before the column is staged, iterations per item)
-# of the warps' rings: one stage (each item copied only after the last one
-# was read), two, more stages than some warps have items; items of 1, 2 and
-# 4 iterations (rows whose last item has fewer)
-RING_CASES = [(1, 1, 1), (2, 1, 2), (3, 3, 1), (4, 1, 2), (2, 2, 4), (3, 1, 0)]
-
-
 @pytest.mark.parametrize("t,rows,k,warps", LANE_MATVEC_CASES,
                          ids=lambda v: getattr(v, "name", str(v)))
 def test_host_lanes_matvec_equals_oracle(host, t, rows, k, warps):
-    """The lanes kernel's whole walk (native/mmvq_lanes.cuh warp_rows: each
-    warp's items copied into its ring of stages and read back by the lanes,
-    across iterations and rows, the staged q8_1 column, every lane's group and
-    iteration offsets) and the canonical combine, run on the host with each
-    warp's 32 lanes together, give routes/mmvq.py's output bit for bit, for
-    several ring sizes. The host loads and copies also check what the GPU
-    needs: status 2 is a misaligned load or bulk copy, 3 a read outside the
-    weights, the q8_1 column and the ring (exact-size buffers here: a copy
-    rounded up past the weights' end must not happen)."""
+    """The lanes kernel's whole walk (native/mmvq_lanes.cuh lane_rows: the
+    per-lane block pointers across iterations and rows, the staged q8_1 column,
+    every lane's group and iteration offsets) and the canonical combine, run
+    on the host, give routes/mmvq.py's output bit for bit. The host loads
+    also check what the GPU needs: status 2 is a misaligned load, 3 a load
+    outside the weights and the q8_1 column (exact-size buffers here)."""
     fmt = block_format(t)
     rng = np.random.default_rng(rows * k + warps)
     w = sane_blocks(t, rows * k // fmt.block_values, rng).reshape(rows, -1)
@@ -243,21 +237,11 @@ def test_host_lanes_matvec_equals_oracle(host, t, rows, k, warps):
     base = (-buf.ctypes.data) % 16                   # the kernel's 16-byte aligned weights
     buf[base:base + w.nbytes] = w.ravel()
     tbl = np.ascontiguousarray(iq_tables.KVALUES_IQ4NL, dtype=np.int8)
-    for stages, pre, ipi in RING_CASES:
-        got = np.empty(rows, np.float32)
-        st = host.smv_host_lanes_matvec(int(t), buf.ctypes.data + base, rows, k, q8.ctypes.data,
-                                        warps, stages, pre, ipi, tbl.ctypes.data, got.ctypes.data)
-        assert st == 0, (stages, ipi, {2: "misaligned", 3: "read outside the inputs"}.get(st, st))
-        assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), \
-            (stages, pre, ipi, np.flatnonzero(got != ref)[:8])
-
-
-def test_iq4nl_table_suits_the_sign_mode_lookup():
-    """Lanes<IQ4_XS> (mmvq_lanes.cuh) looks kv[q] up as the sum of two
-    sign-mode byte permutes: that needs entries 0-7 negative and entries 8-15
-    + 1 in 1..127 (so the +1 never carries into the next byte)."""
-    kv = np.asarray(iq_tables.KVALUES_IQ4NL, dtype=np.int64)
-    assert (kv[:8] < 0).all() and (kv[8:] >= 0).all() and (kv[8:] + 1 <= 127).all()
+    got = np.empty(rows, np.float32)
+    st = host.smv_host_lanes_matvec(int(t), buf.ctypes.data + base, rows, k, q8.ctypes.data,
+                                    warps, tbl.ctypes.data, got.ctypes.data)
+    assert st == 0, {2: "misaligned load", 3: "load outside the inputs"}.get(st, st)
+    assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), np.flatnonzero(got != ref)[:8]
 
 
 _ASAN_DRIVER = r"""
@@ -276,9 +260,7 @@ int main() {
         for (size_t i = 0; i < wn; ++i) w[i] = (uint8_t)(i * 37);
         for (size_t i = 0; i < qn; ++i) q[i] = (uint8_t)(i * 11);
         float *y = (float *)malloc(c.rows * sizeof(float));
-        for (int s = 1; s <= 3; ++s)
-            for (int ipi = 1; ipi <= 4; ipi *= 2)
-                bad |= smv_host_lanes_matvec(c.t, w, c.rows, c.k, q, c.warps, s, 1, ipi, tbl, y);
+        bad |= smv_host_lanes_matvec(c.t, w, c.rows, c.k, q, c.warps, tbl, y);
         free(w); free(q); free(y);
     }
     return bad;

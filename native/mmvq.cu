@@ -156,7 +156,15 @@ constexpr int LANE_WARPS = 8;
 // kernel waits mostly on global loads, and the best trade between resident
 // warps and registers (prefetch, unrolling) was measured on the H200 for
 // each type: Q6_K 4 blocks (64 registers), Q4_K and IQ4_XS 2 (up to 128).
-template <int TYPE> constexpr int lane_blocks_per_sm() { return TYPE == Q6_K ? 4 : 2; }
+// IQ4_XS with its sign-mode lookup needs 101; at 3 blocks (80 registers,
+// STRATA_LANES_BPSM_IQ4XS=3, a tuning define) it spilled and took 15-48 %
+// longer (issue 20, seventh session).
+#ifndef STRATA_LANES_BPSM_IQ4XS
+#define STRATA_LANES_BPSM_IQ4XS 2
+#endif
+template <int TYPE> constexpr int lane_blocks_per_sm() {
+    return TYPE == Q6_K ? 4 : TYPE == IQ4_XS ? STRATA_LANES_BPSM_IQ4XS : 2;
+}
 
 struct LaneSmem {
     int q, d, sum, acc, total;
@@ -194,7 +202,7 @@ __global__ void __launch_bounds__(32 * LANE_WARPS, lane_blocks_per_sm<TYPE>()) k
     const Q8Stage qs{(const W4 *)(s_raw + lay.q), (const float *)(s_raw + lay.d),
                      (const W4 *)(s_raw + lay.sum)};
     float *s_acc = (float *)(s_raw + lay.acc) + 128 * (threadIdx.x / 32);
-    const Tbl16 tbl = register_table<TYPE>();
+    const Tbl16 tbl = LN::table(register_table<TYPE>());
     lane_rows<TYPE>(wk, row0, j, ln, qs, tbl, first, [&](long long row, const float acc[4]) {
         // canonical combine: lane l adds threads l, 32+l, 64+l, 96+l, then the butterfly
         *(float4 *)(s_acc + 4 * lane) = make_float4(acc[0], acc[1], acc[2], acc[3]);

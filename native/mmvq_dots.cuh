@@ -126,7 +126,8 @@ __device__ __forceinline__ Tbl16 tbl16(const int8_t *tbl) {
 // the pair (x, y); with bit 4n+3 set it would be that byte's sign replicated.
 // Callers below only pass selectors whose bit 3 of every nibble is clear, so
 // it equals __byte_perm (which masks the selector with 0x7777 itself: one
-// instruction more per call) and the host emulation is exact.
+// instruction more per call) and the host emulation is exact. prmt_sx
+// (mmvq_lanes.cuh) uses the sign mode on purpose and emulates it itself.
 __device__ __forceinline__ uint32_t prmt(uint32_t x, uint32_t y, uint32_t s) {
 #ifdef __CUDA_ARCH__
     uint32_t r;

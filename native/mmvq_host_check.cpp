@@ -78,7 +78,7 @@ static void lane_dots(const uint8_t *blk, const uint8_t *q8, int j, const Tbl16 
     stage_q8<LN::SUMS, LN::PAIRS>(q8, 8, 8, s_q, s_d, s_sum, 0, 1);
     const Q8Stage qs{s_q, s_d, s_sum};
     const typename LN::Lane ln = LN::lane(0, j);
-    LN::dots(LN::load(blk, ln, j), qs, ln, 0, out, tb);
+    LN::dots(LN::load(blk, ln, j), qs, ln, 0, out, LN::table(tb));
 }
 
 extern "C" int smv_host_lane_dots(int type, const uint8_t *blk, int mis, const uint8_t *q8, int j,
@@ -117,7 +117,7 @@ static void lanes_matvec(const uint8_t *w, long long rows, int nb, const uint8_t
             const int g = p / LN::L, j = p % LN::L;
             const LaneWalk<TYPE> wk{w, rows, nwarps, (long long)nb * Dot<TYPE>::BYTES, nb, g};
             const typename LN::Lane ln = LN::lane(g, j);
-            lane_rows<TYPE>(wk, v, j, ln, qs, tb, LN::load(wk.first(v), ln, j),
+            lane_rows<TYPE>(wk, v, j, ln, qs, LN::table(tb), LN::load(wk.first(v), ln, j),
                             [&](long long row, const float acc[4]) {
                                 for (int k = 0; k < 4; ++k) t[row * 128 + 4 * p + k] = acc[k];
                             });

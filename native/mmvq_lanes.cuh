@@ -97,6 +97,26 @@ __device__ __forceinline__ W4 ld16_a2(const uint8_t *p, int mis) {
     return r;
 }
 
+// PTX prmt.b32 with selectors whose nibbles may have bit 3 set: that byte of
+// the result is then the sign of the byte bits 0-2 select, replicated (0x00
+// or 0xFF). The host emulates that mode too (prmt() in mmvq_dots.cuh is
+// only ever given clear bits 3). Only the selector's low 16 bits count.
+__device__ __forceinline__ uint32_t prmt_sx(uint32_t x, uint32_t y, uint32_t s) {
+#ifdef __CUDA_ARCH__
+    return prmt(x, y, s);
+#else
+    const uint64_t v = ((uint64_t)y << 32) | x;
+    uint32_t r = 0;
+    for (int n = 0; n < 4; ++n) {
+        const uint32_t c = (s >> (4 * n)) & 15;
+        uint32_t byte = (uint32_t)(v >> (8 * (c & 7))) & 0xFF;
+        if (c & 8) byte = (byte & 0x80) ? 0xFF : 0;
+        r |= byte << (8 * n);
+    }
+    return r;
+#endif
+}
+
 // Shared-memory position of 16-byte chunk c of the staged ints (block b's
 // ints 0..3 are chunk 2b, ints 4..7 chunk 2b+1). The XOR swizzle spreads
 // the chunks that the 8 lanes of one 128-bit access phase read over all 8
@@ -133,6 +153,7 @@ __device__ __forceinline__ float i2f_prod(int a, int b) {
 template <> struct Lanes<Q4_K> {
     static constexpr int L = 4, SUMS = 1, PAIRS = 0, BPI = 128 / Dot<Q4_K>::T;
     struct Raw { W4 head, a, c; };
+    __device__ static Tbl16 table(const Tbl16 &t) { return t; }
     // per-lane constants: chunk / block offsets at iteration 0 and the scale masks
     struct Lane {
         int lo[2], hi[2], s[2], d, hs, sx;
@@ -198,6 +219,7 @@ template <> struct Lanes<Q4_K> {
 template <> struct Lanes<Q6_K> {
     static constexpr int L = 8, SUMS = 0, PAIRS = 0, BPI = 128 / Dot<Q6_K>::T;
     struct Raw { W4 ql, qh; int s0, s1; uint32_t d; };
+    __device__ static Tbl16 table(const Tbl16 &t) { return t; }
     struct Lane { int u[2], d[2], vh_shift, soff, qh_off; };
     __device__ static Lane lane(int g, int j) {
         Lane l;
@@ -250,25 +272,34 @@ template <> struct Lanes<Q6_K> {
     }
 };
 
-// Table values of the eight nibbles of q in nibble order: x[i] holds those of
-// the low and high nibbles of bytes 2i and 2i+1 (L H L H): lut8 without its
-// final regrouping, for q8 ints staged in the same interleaved order.
-__device__ __forceinline__ void lut8_pairs(uint32_t q, const Tbl16 &t, uint32_t x[2]) {
-    const uint32_t idx = q & 0x77777777u;
-    const uint32_t pick = ((q >> 1) & 0x44444444u) | 0x32103210u;
-    for (int i = 0; i < 2; ++i) {
-        const uint32_t sel = idx >> (16 * i);
-        x[i] = prmt(prmt(t.w[0], t.w[1], sel), prmt(t.w[2], t.w[3], sel), pick >> (16 * i));
-    }
-}
-
 // IQ4_XS: L = 2; lane h has qs ints 16h..16h+15 (sub-blocks 4h..4h+3) and
 // the 8-byte head (d, scales_h, scales_l). Its q8_1 ints are staged in pairs
-// (PAIRS): the bytes of ints m and m+4 interleaved, matching lut8_pairs, so
-// each qs word costs two dp4a and no regrouping (the integer sum is the same).
+// (PAIRS): the bytes of ints m and m+4 interleaved (word 2m: bytes 0, 1 of
+// both, word 2m+1: bytes 2, 3), the order in which a byte permute with
+// selector nibbles L0 H0 L1 H1 returns the values of two qs bytes, so no
+// regrouping is needed (the integer sum is the same).
+//
+// The table lookup is two sign-mode byte permutes per four nibbles, summed
+// by dp4a. The IQ4_NL values are negative at indices 0-7 and in 1..113 at
+// 8-15 (a CPU test checks the table). With the table words {kv[0..7],
+// kv[8..15] + 1} (table()):
+//   A = prmt_sx(kv[0..7], q): kv[q] where q < 8; where bit 3 is set, the sign
+//       of a negative entry, -1;
+//   B = prmt_sx(kv[8..15] + 1, q ^ 8): kv[q] + 1 where q >= 8; else the sign
+//       of a positive entry, 0;
+// so A + B = kv[q] per byte, and dp4a(A, u, dp4a(B, u, s)) adds exactly the
+// integers dp4a(kv[q], u, s) adds. Per qs word that is 4 permutes, one XOR
+// and two shifts (the permute reads only its selector's low 16 bits), and
+// 4 dp4a, against 6 permutes, 6-8 masks and shifts and 2 dp4a for the
+// three-permute lookup (lut8): the lookup was the largest share of IQ4_XS's
+// integer ALU pipe, and dp4a runs on another pipe.
 template <> struct Lanes<IQ4_XS> {
     static constexpr int L = 2, SUMS = 0, PAIRS = 1, BPI = 128 / Dot<IQ4_XS>::T;
     struct Raw { uint32_t h0, h1; W4 qs[4]; };
+    // kv[8..15] + 1 stays below 128, so the bytes never carry
+    __device__ static Tbl16 table(const Tbl16 &t) {
+        return Tbl16{{t.w[0], t.w[1], t.w[2] + 0x01010101u, t.w[3] + 0x01010101u}};
+    }
     struct Lane { int lo[4], hi[4], d, h; };
     __device__ static Lane lane(int g, int h) {
         Lane l;
@@ -297,11 +328,13 @@ template <> struct Lanes<IQ4_XS> {
             const W4 p01 = q.q[l.lo[k] + cq], p23 = q.q[l.hi[k] + cq];
             int sumi = 0;
             for (int m = 0; m < 4; ++m) {
-                uint32_t x[2];
-                lut8_pairs(r.qs[k].v[m], tbl, x);
+                const uint32_t a = r.qs[k].v[m], x = a ^ 0x88888888u;
                 const W4 &pp = m < 2 ? p01 : p23;
-                sumi = __dp4a((int)x[0], (int)pp.v[2 * (m % 2)], sumi);
-                sumi = __dp4a((int)x[1], (int)pp.v[2 * (m % 2) + 1], sumi);
+                const int u0 = (int)pp.v[2 * (m % 2)], u1 = (int)pp.v[2 * (m % 2) + 1];
+                sumi = __dp4a((int)prmt_sx(tbl.w[0], tbl.w[1], a), u0, sumi);
+                sumi = __dp4a((int)prmt_sx(tbl.w[2], tbl.w[3], x), u0, sumi);
+                sumi = __dp4a((int)prmt_sx(tbl.w[0], tbl.w[1], a >> 16), u1, sumi);
+                sumi = __dp4a((int)prmt_sx(tbl.w[2], tbl.w[3], x >> 16), u1, sumi);
             }
             // scale of sub-block t = 4h + k: nibble t of scales_l, bits 2t..2t+1 of scales_h
             const int ls = (int)(((sl >> (4 * k)) & 15) | (((sh >> (2 * k)) & 3) << 4));

@@ -195,6 +195,14 @@ LANE_MATVEC_CASES = [(GGMLType.Q4_K, 29, 2560, 5), (GGMLType.Q4_K, 13, 256, 3),
                      (GGMLType.IQ4_XS, 5, 1280, 8)]
 
 
+def test_iq4nl_table_suits_the_sign_mode_lookup():
+    """Lanes<IQ4_XS> (mmvq_lanes.cuh) looks kv[q] up as the sum of two
+    sign-mode byte permutes: that needs entries 0-7 negative and entries 8-15
+    + 1 in 1..127 (so the +1 never carries into the next byte)."""
+    kv = np.asarray(iq_tables.KVALUES_IQ4NL, dtype=np.int64)
+    assert (kv[:8] < 0).all() and (kv[8:] >= 0).all() and (kv[8:] + 1 <= 127).all()
+
+
 def test_i2f_prod_is_the_conversion_of_the_product(host):
     """i2f_prod (mmvq_lanes.cuh, Q6_K's lane dots) gives float(a*b) bit for
     bit wherever |a*b| < 2^22, the range it is used in (|dq*sc| <= 2^21):

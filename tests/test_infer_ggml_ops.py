@@ -266,7 +266,7 @@ from strata_ref.quantize import quantize
 from strata_ref.cpu import simd
 from strata_ref.cpu.matmul import QMatrix
 rng = np.random.default_rng(5)
-out = {"avx2": np.array(simd.HOST_AVX2), "vnni": np.array(simd.HOST_VNNI)}
+out = {"avx2": np.array(simd.HOST_AVX2), "vnni": np.array(simd.HOST_VNNI), "f16c": np.array(simd.HOST_F16C)}
 for prof in ("scalar", "avx2", "avx512"):
   for t in ("Q8_0", "Q5_0", "Q4_0", "Q4_1", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"):
     w = rng.standard_normal((16, 512)).astype(np.float32)
@@ -276,6 +276,15 @@ for prof in ("scalar", "avx2", "avx512"):
         x = rng.standard_normal((n, 512)).astype(np.float32)
         out[f"{prof}_{t}_{n}"] = q.matmul(x)
         out[f"{prof}_{t}_{n}_9rows"] = q2.matmul(x)
+# the F16 attention (F16C conversions or the table ones)
+from strata_ref.cpu import f16_attention, ops
+from strata_ref.cpu import select as _sel
+for prof in ("scalar", "avx2", "avx512"):
+    for n, hd in ((1, 64), (3, 24)):
+        q = rng.standard_normal((n, 4, hd)).astype(np.float32)
+        kv = rng.standard_normal((2, 2, 40, hd)).astype(np.float16).view(np.uint16)
+        out[f"{prof}_attn_{n}_{hd}"] = f16_attention.attention(q, kv[0], kv[1], 37, np.arange(37 - n, 37), 0.125, _sel(prof))
+        out[f"{prof}_geglu_{n}_{hd}"] = ops.geglu(q, q * np.float32(0.5), _sel(prof))
 np.savez(sys.argv[1], **out)
 """
 
@@ -284,22 +293,26 @@ np.savez(sys.argv[1], **out)
 def test_portable_lanes_give_the_avx2_bits(tmp_path):
     # The integer lanes are exact either way; this runs the kernels with the
     # host's instructions (VNNI's vpdpbusd where the CPU has it), with
-    # ggml's AVX2 maddubs / madd (no VNNI), and with plain LLVM vector code.
+    # ggml's AVX2 maddubs / madd (no VNNI), with plain LLVM vector code and
+    # with fp16 converted by tables instead of F16C.
     res = {}
-    for mode in ("native", "novnni", "portable"):
+    for mode in ("native", "novnni", "portable", "nof16c"):
         env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / mode))
         if mode == "portable":
             env["STRATA_REF_PORTABLE_LANES"] = "1"
         if mode == "novnni":
             env["STRATA_REF_NO_VNNI"] = "1"
+        if mode == "nof16c":
+            env["STRATA_REF_NO_F16C"] = "1"
         out = tmp_path / f"{mode}.npz"
         subprocess.run([sys.executable, "-c", _PORTABLE, str(out)], check=True, env=env,
                        cwd=str(DATA.parent.parent))
         res[mode] = np.load(out)
     assert not bool(res["portable"]["avx2"]) and not bool(res["novnni"]["vnni"])
-    for mode in ("novnni", "portable"):
+    assert not bool(res["nof16c"]["f16c"])
+    for mode in ("novnni", "portable", "nof16c"):
         for k in res["native"].files:
-            if k not in ("avx2", "vnni"):
+            if k not in ("avx2", "vnni", "f16c"):
                 _same(res[mode][k], res["native"][k])
 
 

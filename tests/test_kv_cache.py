@@ -331,14 +331,14 @@ def test_f32_cache_is_cast_to_f16_for_flash_attention():
 @pytest.mark.parametrize("profile", PROFILES)
 def test_generic_attention_equals_the_f16_kernel(profile):
     # cpu.attention runs the F16 / F16 case through QMatrix as ggml's mat-mul
-    # does; ops.attention is its one-call kernel: the same bits
-    from strata_ref.cpu import ops
+    # does; f16_attention.attention is its one-call kernel: the same bits
+    from strata_ref.cpu import f16_attention
     from strata_ref.cpu.attention import attention_mm
     prof = cpu.select(profile)
     for n, T_ in ((1, 37), (5, 37), (12, 12)):
         q, k, v = _fa_inputs(n, 6, 2, 64, T_, seed=n)
         pos = np.arange(T_ - n, T_)
-        a = ops.attention(q, k.view(np.uint16), v.view(np.uint16), T_, pos, 0.125, prof)
+        a = f16_attention.attention(q, k.view(np.uint16), v.view(np.uint16), T_, pos, 0.125, prof)
         b = attention_mm(q, T.F16, k, T.F16, v, T_, kv_length(T_), pos, 0.125, prof)
         assert np.array_equal(_bits(a), _bits(b)), (profile, n)
 
@@ -350,7 +350,7 @@ def test_f16_attention_kernel_edges(profile):
     # the per-column tail) or of 64, the tinyBLAS and vec orders (1 and 2+
     # tokens), sinks, a sliding window, and stale cells past T (NaN bits),
     # which must not be read
-    from strata_ref.cpu import ops
+    from strata_ref.cpu import f16_attention
     from strata_ref.cpu.attention import attention_mm
     prof = cpu.select(profile)
     rng = np.random.default_rng(11)
@@ -363,7 +363,8 @@ def test_f16_attention_kernel_edges(profile):
         sinks = rng.standard_normal(H).astype(np.float32)
         pos = np.arange(T_ - n, T_)
         for n_swa, sk in ((0, None), (7, sinks)):
-            a = ops.attention(q, k.view(np.uint16), v.view(np.uint16), T_, pos, 0.125, prof, n_swa, sinks=sk)
+            a = f16_attention.attention(q, k.view(np.uint16), v.view(np.uint16), T_, pos, 0.125, prof, n_swa,
+                                        sinks=sk)
             b = attention_mm(q, T.F16, k[:, :T_], T.F16, v[:, :T_], T_, kv_length(T_), pos, 0.125, prof,
                              n_swa, sk)
             assert np.isfinite(a).all()

@@ -20,7 +20,7 @@ vec_dot_type before llamafile sees it; an F32 K has no conversion, and
 llamafile refuses a non-contiguous src1, so K q with an F32 cache is always
 vec_dot (found with tools/llama_dump.py on an f32 cache).
 
-The F16 / F16 case is `ops.attention` (one numba call per layer); this
+The F16 / F16 case is `f16_attention.attention` (one numba call per layer); this
 module runs every other pair through `matmul.QMatrix` per KV head, the
 query heads of one group stacked (rows are independent, and the path is
 the one ggml takes for the call's token count).

@@ -36,7 +36,7 @@ from .ops import _soft_max_row, _tinyblas_takes
 from .simd import (HOST_F16C, f8_add, f8_f16_load, f8_fma, f8_hsum, f8_hsum16, f8_lane, f8_load,
                    f8_round_f16, f8_splat, f8_store, f8_zero)
 
-__all__ = ["attention_f16"]
+__all__ = ["attention"]
 
 _F32 = np.float32
 _TABLE = F16_TO_F32
@@ -286,8 +286,22 @@ def _attention(q, kbits, vbits, T, pos, kq_scale, n_swa, batched, arch, sinks, h
                 _vp(p, Tp, T, vf, base, row, hd, arch, tiny_vp, acc, out[t], head * hd, vrow)
 
 
-def attention_f16(q, kbits, vbits, T, pos, kq_scale, profile, n_swa=0, sinks=None):
-    """`ops.attention` (its contract), computed by this module's kernels."""
+def attention(q: np.ndarray, kbits: np.ndarray, vbits: np.ndarray, T: int, pos: np.ndarray,
+              kq_scale: float, profile, n_swa: int = 0, sinks: np.ndarray | None = None) -> np.ndarray:
+    """softmax(K q * kq_scale + mask) V for every query head, as llama.cpp's
+    non-flash attention computes it on `profile`, in one call: q rounded to
+    F16, K q (`ops.f16_products` order), `ops.soft_max` with the causal /
+    sliding-window mask, p rounded to F16, V p (`ops.f16_products` order
+    over the KV length padded to a multiple of 64). Two or more tokens take
+    the tinyBLAS order where the build has it, one the `ggml_vec_dot_f16`
+    order, as in ggml.
+
+    q float32 (n, n_head, head_dim) for positions `pos` (int, n); kbits /
+    vbits: the layer's F16 cache as uint16 bits (n_head_kv, >= T,
+    head_dim), positions 0 .. T-1 valid; query head j uses KV head j //
+    (n_head / n_head_kv). sinks: float32 (n_head,) attention-sink logits
+    (`ggml_soft_max_add_sinks`, gpt-oss) or None. Returns float32 (n,
+    n_head * head_dim). ValueError for sinks of another shape."""
     q = np.ascontiguousarray(q, np.float32)
     out = np.empty((q.shape[0], q.shape[1] * q.shape[2]), np.float32)
     if sinks is not None and np.shape(sinks) != (q.shape[1],):

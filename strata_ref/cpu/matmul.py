@@ -6,12 +6,15 @@ bit. Rows run in parallel (numba `prange`) when the product is large enough.
 
 Which ggml code path a product takes is `families.mm_path` (repacked,
 tiled, llamafile or vec_dot, by type, profile, rows and activation count).
-This module implements the legacy quants and the K-quants itself; the other
-types are families of their own modules (`dots_iquants`: the 256-value
-I-quants; `dots_small`: F32, F16, BF16, Q1_0, Q2_0, MXFP4, NVFP4, IQ4_NL,
-TQ1_0, TQ2_0), reached through `families.family`. Here (llama.cpp vendored
-by llama-cpp-python 0.3.36; every path checked bitwise against ggml's own
-`ggml_mul_mat` per profile, tests/test_cpu_types.py):
+The legacy quants and Q4_K, Q5_K, Q6_K are multiplied on their stored
+blocks by `legacy_dots` / `kquant_dots`, one compiled call per product
+(`matvec`); Q2_K and Q3_K by this module's kernels on the quants unpacked
+once; the other types are families of their own modules (`dots_iquants`:
+the 256-value I-quants; `dots_small`: F32, F16, BF16, Q1_0, Q2_0, MXFP4,
+NVFP4, IQ4_NL, TQ1_0, TQ2_0), reached through `families.family`. The
+arithmetic (llama.cpp vendored by llama-cpp-python 0.3.36; every path
+checked bitwise against ggml's own `ggml_mul_mat` per profile,
+tests/test_cpu_types.py):
 
 * Q4_0, Q5_0, Q8_0 (Q8_0 activations): `ggml_vec_dot_*_q8_0` (the AVX2
   code on the avx2 and avx512 builds) for one token and llamafile's
@@ -36,15 +39,14 @@ by llama-cpp-python 0.3.36; every path checked bitwise against ggml's own
   tensors: as the other K-quants.
 
 The integer part of every dot is exact, so it is computed in whatever way is
-fastest (`lanes`: ggml's own maddubs/madd instructions on AVX2 CPUs, plain
-LLVM vector code elsewhere); the float part follows ggml's order with
-explicit FMAs (`fp`, `lanes.fma8_into`) and no fastmath.
+fastest (`simd`, `lanes`: VNNI's vpdpbusd or ggml's own maddubs/madd on
+AVX2 CPUs, plain LLVM vector code elsewhere); the float part follows ggml's
+order with explicit FMAs (`fp`, `simd`) and no fastmath.
 
-Layout: `QMatrix(t, raw, rows, cols, name, profile)` packs a tensor once, at
-first use: the integer quants widened to one int8 each (nibbles and Q5 high
-bits unpacked; Q4_0's -8 and Q5_0's -16 applied, Q4_K / Q6_K kept unsigned as
-ggml's AVX2 code multiplies them), the scales as float32, K-quant sub-block
-scales and mins as int32.
+Layout: `QMatrix(t, raw, rows, cols, name, profile)` prepares a tensor once,
+at first use: for the stored-block types nothing is copied (the kernels
+read the GGUF bytes, a memory map, as they are); Q2_K / Q3_K quants are
+widened to one int8 each with their scales as int32.
 """
 from __future__ import annotations
 

@@ -49,7 +49,7 @@ from .fp_vec import expf8, silu8
 from .lanes import fma8_vv
 from .simd import HOST_F16C, f8_f16_store, f8_hsum, f8_hsum16, f8_load, f8_mul, f8_splat, f8_store, f8_sub
 
-__all__ = ["attention", "f16_products", "soft_max", "soft_max_rows", "swiglu", "silu", "sigmoid",
+__all__ = ["f16_products", "soft_max", "soft_max_rows", "swiglu", "silu", "sigmoid",
            "softplus", "sum_rows", "swiglu_oai", "softcap", "rope_cache", "rope", "rms_norm", "geglu", "gelu_table"]
 
 _F32 = np.float32
@@ -244,27 +244,6 @@ def soft_max(s: np.ndarray, scale: float, qpos: np.ndarray, profile, n_swa: int 
     _soft_max_rows(s, _F32(scale), np.ascontiguousarray(qpos, np.int64), int(n_swa),
                    int(profile.arch), sinks is not None, sk, out)
     return out
-
-
-def attention(q: np.ndarray, kbits: np.ndarray, vbits: np.ndarray, T: int, pos: np.ndarray,
-              kq_scale: float, profile, n_swa: int = 0, sinks: np.ndarray | None = None) -> np.ndarray:
-    """softmax(K q * kq_scale + mask) V for every query head, as llama.cpp's
-    non-flash attention computes it on `profile`, in one call: q rounded to
-    F16, K q (`f16_products` order), `soft_max` with the causal /
-    sliding-window mask, p rounded to F16, V p (`f16_products` order over the
-    KV length padded to a multiple of 64). Two or more tokens take the
-    tinyBLAS order where the build has it, one the `ggml_vec_dot_f16` order,
-    as in ggml.
-
-    q float32 (n, n_head, head_dim) for positions `pos` (int, n); kbits /
-    vbits: the layer's F16 cache as uint16 bits (n_head_kv, >= T, head_dim),
-    positions 0 .. T-1 valid; query head j uses KV head j // (n_head /
-    n_head_kv). sinks: float32 (n_head,) attention-sink logits
-    (`ggml_soft_max_add_sinks`, gpt-oss) or None. Returns float32 (n,
-    n_head * head_dim). The kernels are `f16_attention`'s (vectorized: the
-    K and V rows are widened from the cache's bits as they are read)."""
-    from .f16_attention import attention_f16
-    return attention_f16(q, kbits, vbits, T, pos, kq_scale, profile, n_swa, sinks)
 
 
 @njit(cache=True)

@@ -59,11 +59,14 @@ __all__ = ["F32x8", "I32x8", "I8x32", "HOST_AVX2", "HOST_F16C",
 
 _FEATURES = llb.get_host_cpu_features()
 #: the lanes use AVX2's maddubs / madd (else portable IR); STRATA_REF_PORTABLE_LANES=1
-#: forces the portable code (tests; set it before the first kernel compiles,
-#: with its own NUMBA_CACHE_DIR)
+#: forces the portable code (tests). These switches (and STRATA_REF_NO_VNNI,
+#: STRATA_REF_NO_F16C below) are read at import and compiled in: set them
+#: before the first kernel compiles, with a NUMBA_CACHE_DIR of their own
 HOST_AVX2 = bool(_FEATURES.get("avx2", False)) and os.environ.get("STRATA_REF_PORTABLE_LANES", "") != "1"
-#: fp16 scales are widened by the F16C instruction (else by a table)
-HOST_F16C = bool(_FEATURES.get("f16c", False))
+#: fp16 values are converted by the F16C instructions (else by a table and
+#: numerics' rounding; STRATA_REF_NO_F16C=1 forces those, to test them on
+#: an F16C CPU)
+HOST_F16C = bool(_FEATURES.get("f16c", False)) and os.environ.get("STRATA_REF_NO_F16C", "") != "1"
 #: the CPU has a 256-bit `vpdpbusd` (AVX512-VNNI with AVX512-VL, or
 #: AVX-VNNI): the unsigned-by-signed byte lanes in one instruction, exact
 #: for any bytes (no int16 pair sums to saturate); STRATA_REF_PORTABLE_LANES=1

@@ -25,7 +25,7 @@ from .._jitcache import cached
 from ..cpu import matvec
 from ..cpu._digest import cpu_digest
 from ..cpu.f16_attention import _attention
-from ..cpu.matmul import PARALLEL_MIN_MACS
+from ..cpu.matmul import PARALLEL_MIN_MACS, QMatrix
 from ..cpu.ops import _geglu, _rms_norm_rows, _rope, _swiglu
 from ..cpu.simd import HOST_F16C, f8_f16_store, f8_load, f16_bits
 from ..numerics import f32_bits_to_f16_bits
@@ -199,13 +199,15 @@ def _run_info(m):
 
 class CompiledLayers:
     """The compiled layers of a `dense.DenseModel` (None from `build` when
-    some matrix is of a type `cpu.matvec` does not run)."""
+    some matrix is not a plain QMatrix of a type `cpu.matvec` runs)."""
 
     @classmethod
     def build(cls, model):
         for L in model.layers:
             mats = L.attn.matrices() + L.ffn.matrices()
-            if any(q.type not in matvec.RUN_TYPES for q in mats):
+            # only plain stored-block matrices: a wrapper (a quality probe,
+            # a float variant) has its own matmul, which must be called
+            if any(type(q) is not QMatrix or q.type not in matvec.RUN_TYPES for q in mats):
                 return None
         return cls(model)
 

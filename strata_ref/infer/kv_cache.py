@@ -277,11 +277,11 @@ class KVCache:
         `profile`: q float32 (n, n_head, head_dim), k, v float32 (n,
         n_head_kv, head_dim) of the positions `pos` (= n .. n + len - 1),
         after RoPE and q's scaling; rotation (`rot_k`, `rot_v`), store,
-        attention (flash: `cpu.flash_attn`; else F16 / F16 `cpu.ops.attention`,
+        attention (flash: `cpu.flash_attn`; else F16 / F16 `cpu.f16_attention`,
         other types `cpu.attention.attention_mm`), the output rotated back.
         sinks: float32 (n_head,) attention-sink logits (gpt-oss) or None.
         Returns float32 (n, n_head * head_dim)."""
-        from ..cpu import ops
+        from ..cpu import f16_attention
         from ..cpu.attention import attention_mm
         from ..cpu.flash_attn import flash_attn_ext
         from ..cpu.hadamard import fwht
@@ -297,7 +297,7 @@ class KVCache:
             out = flash_attn_ext(q, self.type_k, self.k[il], self.type_v, self.v[il], T, n_kv, pos,
                                  kq_scale, profile, n_swa, self.fa_threads, sinks)
         elif self.type_k == self.type_v == GGMLType.F16:
-            out = ops.attention(q, self.k[il].view(np.uint16), self.v[il].view(np.uint16), T, pos,
+            out = f16_attention.attention(q, self.k[il].view(np.uint16), self.v[il].view(np.uint16), T, pos,
                                 kq_scale, profile, n_swa, sinks=sinks)
         else:
             out = attention_mm(q, self.type_k, self.k[il], self.type_v, self.v[il], T, n_kv, pos,

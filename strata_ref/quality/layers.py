@@ -128,6 +128,9 @@ class _Probe:
     def row_f32(self, i):
         return self.fm.row_f32(i)
 
+    def rows_f32(self, ids):
+        return self.fm.rows_f32(ids)
+
     def matmul(self, x):
         y = self.fm.matmul(x)
         if self.crest is not None:

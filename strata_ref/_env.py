@@ -11,7 +11,33 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["numba_env_problem", "check_numba_env"]
+__all__ = ["numba_env_problem", "check_numba_env", "switch", "switch_problem", "SWITCHES"]
+
+#: strata-ref's own on/off switches of the CPU kernels (`cpu.simd`), read
+#: once at import: "1" turns one on; unset, "" or "0" leave it off
+SWITCHES = ("STRATA_REF_PORTABLE_LANES", "STRATA_REF_NO_VNNI", "STRATA_REF_NO_F16C")
+
+
+def switch_problem(environ=None) -> str | None:
+    """The first of SWITCHES in `environ` (default os.environ) whose value is
+    not unset, "", "0" or "1", as one line naming it, or None."""
+    env = os.environ if environ is None else environ
+    for name in SWITCHES:
+        v = env.get(name)
+        if v is not None and v.strip() not in ("", "0", "1"):
+            return f"{name}={v!r} is not a switch value: give 1 (on) or 0 (off), or unset it"
+    return None
+
+
+def switch(name: str) -> bool:
+    """True when the switch `name` (one of SWITCHES) is "1" in os.environ;
+    ValueError naming it for any value but unset, "", "0" or "1"."""
+    if name not in SWITCHES:
+        raise ValueError(f"unknown switch {name!r}")
+    problem = switch_problem({name: os.environ[name]} if name in os.environ else {})
+    if problem:
+        raise ValueError(problem)
+    return os.environ.get(name, "").strip() == "1"
 
 
 def numba_env_problem(environ=None) -> str | None:
@@ -59,7 +85,8 @@ def numba_config_problem() -> str | None:
 
 def check_numba_env() -> None:
     """Raise ImportError (naming the variable and its value) when
-    NUMBA_NUM_THREADS would make numba fail or be ignored."""
-    problem = numba_env_problem()
+    NUMBA_NUM_THREADS would make numba fail or be ignored, or a switch of
+    SWITCHES has a value that is not one."""
+    problem = numba_env_problem() or switch_problem()
     if problem:
         raise ImportError(problem)

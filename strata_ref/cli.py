@@ -900,8 +900,8 @@ def main(argv=None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.cmd == "generate" and len(args.args) > 2:
         return _err("generate takes [MODEL] PROMPT (quote the prompt)")
-    from ._env import numba_config_problem, numba_env_problem
-    bad_env = numba_env_problem() or numba_config_problem()  # before anything imports numba
+    from ._env import numba_config_problem, numba_env_problem, switch_problem
+    bad_env = numba_env_problem() or switch_problem() or numba_config_problem()  # before anything imports numba
     if bad_env:
         return _err(bad_env)
     try:

@@ -148,6 +148,28 @@ def test_numba_variable_numba_cannot_parse_is_one_line(tmp_path):
         "strata-ref: error: NUMBA_DISABLE_JIT='abc' is not a value numba can read; fix or unset it"]
 
 
+@pytest.mark.parametrize("name", ["STRATA_REF_NO_VNNI", "STRATA_REF_NO_F16C", "STRATA_REF_PORTABLE_LANES"])
+def test_bad_kernel_switch_is_one_line_exit_2(tmp_path, name):
+    # a switch read at import and compiled into the kernels: "yes" must not
+    # silently mean "off"
+    p = tmp_path / "w.gguf"
+    write_gguf(p, {}, [("w", T.F32, (4,), np.zeros(4, np.float32))])
+    env = {**os.environ, name: "yes"}
+    r = subprocess.run([sys.executable, "-m", "strata_ref.cli", "hash", str(p)], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr.splitlines() == [
+        f"strata-ref: error: {name}='yes' is not a switch value: give 1 (on) or 0 (off), or unset it"]
+
+
+def test_kernel_switch_values():
+    from strata_ref._env import switch_problem
+    for v in ("", "0", "1", " 1 "):
+        assert switch_problem({"STRATA_REF_NO_VNNI": v}) is None
+    assert switch_problem({}) is None
+    assert "STRATA_REF_NO_F16C='2'" in switch_problem({"STRATA_REF_NO_F16C": "2"})
+
+
 def _help(*argv) -> None:
     with pytest.raises(SystemExit) as e:
         build_parser().parse_args([*argv, "--help"])

@@ -32,7 +32,7 @@ from numba import njit
 from ..numerics import F16_TO_F32
 from .act_quant import round_to_f16
 from .fp import fma32, hsum8, hsum16
-from .ops import _soft_max_row, _tinyblas_takes
+from .ops import _reduce_f32x8, _soft_max_row, _tinyblas_takes
 from .simd import (HOST_F16C, f8_add, f8_f16_load, f8_fma, f8_hsum, f8_hsum16, f8_lane, f8_load,
                    f8_round_f16, f8_splat, f8_store, f8_zero)
 
@@ -201,21 +201,9 @@ def _vp(p, Tp, T, v, vo, row, hd, arch, tiny, acc, out, oo, vrow):
                 col[l] = _F32(_F32(col[l] + col[32 + l]) + _F32(col[16 + l] + col[48 + l]))
             vrow[d] = hsum16(col)
         else:
-            vrow[d] = _reduce8(col)
+            vrow[d] = _reduce_f32x8(col)
     for d in range(hd):
         out[oo + d] = vrow[d]
-
-
-@njit(inline="always", cache=True)
-def _reduce8(acc):
-    """`GGML_F32x8_REDUCE` of 32 scalar lanes acc[8j + l] (`ops._reduce_f32x8`)."""
-    for l in range(8):
-        acc[l] = _F32(_F32(acc[l] + acc[16 + l]) + _F32(acc[8 + l] + acc[24 + l]))
-    t0 = _F32(acc[0] + acc[4])
-    t1 = _F32(acc[1] + acc[5])
-    t2 = _F32(acc[2] + acc[6])
-    t3 = _F32(acc[3] + acc[7])
-    return _F32(_F32(t0 + t1) + _F32(t2 + t3))
 
 
 @njit(inline="always", cache=True)

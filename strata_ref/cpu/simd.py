@@ -39,8 +39,6 @@ CPU has it and a table otherwise; both are exact.
 """
 from __future__ import annotations
 
-import os
-
 import llvmlite.binding as llb
 import numpy as np
 from llvmlite import ir
@@ -48,6 +46,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, models, register_model
 
+from .._env import switch
 from ..numerics import F16_TO_F32
 
 __all__ = ["F32x8", "I32x8", "I8x32", "HOST_AVX2", "HOST_F16C",
@@ -62,17 +61,17 @@ _FEATURES = llb.get_host_cpu_features()
 #: forces the portable code (tests). These switches (and STRATA_REF_NO_VNNI,
 #: STRATA_REF_NO_F16C below) are read at import and compiled in: set them
 #: before the first kernel compiles, with a NUMBA_CACHE_DIR of their own
-HOST_AVX2 = bool(_FEATURES.get("avx2", False)) and os.environ.get("STRATA_REF_PORTABLE_LANES", "") != "1"
+HOST_AVX2 = bool(_FEATURES.get("avx2", False)) and not switch("STRATA_REF_PORTABLE_LANES")
 #: fp16 values are converted by the F16C instructions (else by a table and
 #: numerics' rounding; STRATA_REF_NO_F16C=1 forces those, to test them on
 #: an F16C CPU)
-HOST_F16C = bool(_FEATURES.get("f16c", False)) and os.environ.get("STRATA_REF_NO_F16C", "") != "1"
+HOST_F16C = bool(_FEATURES.get("f16c", False)) and not switch("STRATA_REF_NO_F16C")
 #: the CPU has a 256-bit `vpdpbusd` (AVX512-VNNI with AVX512-VL, or
 #: AVX-VNNI): the unsigned-by-signed byte lanes in one instruction, exact
 #: for any bytes (no int16 pair sums to saturate); STRATA_REF_PORTABLE_LANES=1
 #: turns it off with the rest, STRATA_REF_NO_VNNI=1 alone (to test the AVX2
 #: code on a VNNI CPU)
-HOST_VNNI = (HOST_AVX2 and os.environ.get("STRATA_REF_NO_VNNI", "") != "1" and
+HOST_VNNI = (HOST_AVX2 and not switch("STRATA_REF_NO_VNNI") and
              (bool(_FEATURES.get("avxvnni", False)) or
               (bool(_FEATURES.get("avx512vnni", False)) and bool(_FEATURES.get("avx512vl", False)))))
 

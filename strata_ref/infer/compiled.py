@@ -53,6 +53,15 @@ def _mm(run, path, ref, tiled, raw, x, threads):
 
 
 @njit(inline="always", cache=True)
+def _add_residual(y, x):
+    """y += x in float32 (ggml `add`), in place; returns y."""
+    for t in range(y.shape[0]):
+        for j in range(y.shape[1]):
+            y[t, j] = _F32(y[t, j] + x[t, j])
+    return y
+
+
+@njit(inline="always", cache=True)
 def _cols(a, c0, c1):
     # columns c0..c1 of a (n, m) as a contiguous array
     n = a.shape[0]
@@ -153,10 +162,7 @@ def _layer_fn(shape):
         o = _mm(ro, paths[3], ref, tiled, raws[3], a, threads)
         if GEMMA:
             o = _norm(o, attn_post_norm, eps)
-        for t in range(n):
-            for j in range(o.shape[1]):
-                o[t, j] = _F32(o[t, j] + x[t, j])
-        h1 = o
+        h1 = _add_residual(o, x)
         xn = _norm(h1, ffn_norm, eps)
         if STACKED_GU:
             gu = _mm(rg, paths[4], ref, tiled, raws[4], xn, threads)
@@ -174,10 +180,7 @@ def _layer_fn(shape):
         d = _mm(rd, paths[6], ref, tiled, raws[6], act, threads)
         if GEMMA:
             d = _norm(d, ffn_post_norm, eps)
-        for t in range(n):
-            for j in range(d.shape[1]):
-                d[t, j] = _F32(d[t, j] + h1[t, j])
-        return d
+        return _add_residual(d, h1)
 
     name = "dense_layer_" + "_".join(
         ["-".join(GGMLType(t).name for t in qkv_t), GGMLType(o_t).name, "-".join(GGMLType(t).name for t in gu_t),

@@ -40,10 +40,14 @@ def switch(name: str) -> bool:
     return os.environ.get(name, "").strip() == "1"
 
 
+#: the most threads NUMBA_NUM_THREADS may ask for
+MAX_THREADS = 1024
+
+
 def numba_env_problem(environ=None) -> str | None:
     """The problem with NUMBA_NUM_THREADS in `environ` (default os.environ),
     or None when it is unset, empty (numba treats both as unset) or a whole
-    number >= 1."""
+    number from 1 to MAX_THREADS."""
     env = os.environ if environ is None else environ
     v = env.get("NUMBA_NUM_THREADS")
     if v is None or not v.strip():
@@ -55,6 +59,11 @@ def numba_env_problem(environ=None) -> str | None:
     if n is None or n < 1:
         return (f"NUMBA_NUM_THREADS={v!r} is not a number of threads: give a whole "
                 f"number >= 1, or unset it for one thread per CPU")
+    if n > MAX_THREADS:
+        # numba's OpenMP pool crashes (SIGSEGV, no message) for some such
+        # counts (seen: 100000); none of them is a sensible setting
+        return (f"NUMBA_NUM_THREADS={v!r} is more threads than strata-ref runs: give a "
+                f"whole number from 1 to {MAX_THREADS}, or unset it for one thread per CPU")
     return None
 
 

@@ -239,15 +239,25 @@ def cmd_info(a) -> int:
             print(f"  {k + 1:>5}  {printable(os.path.basename(s.path))}  {len(s.tensors)} tensors, "
                   f"{s.file_size / 1e6:.2f} MB")
     def show(v):
-        return v.item() if hasattr(v, "item") and getattr(v, "ndim", 0) == 0 else v
+        # one value as printed: a string quoted and escaped as names are (a
+        # newline as \x0a, a byte that was not UTF-8 as \xNN), a number
+        # as Python writes it
+        v = v.item() if hasattr(v, "item") and getattr(v, "ndim", 0) == 0 else v
+        if isinstance(v, str):
+            return "'" + printable(v[:200]) + ("…'" if len(v) > 200 else "'")
+        return printable(repr(v), backslash=False)
     for k, v in f.metadata.items():
-        s = repr(show(v))
-        if hasattr(v, "__len__") and not isinstance(v, str) and len(v) > 8:
-            s = f"[{len(v)} values] " + repr([show(x) for x in v[:4]])[:-1] + ", ...]"
-        # repr() escapes the value; the key is escaped here (and cut: a
-        # damaged file can have a key of megabytes)
+        if hasattr(v, "__len__") and not isinstance(v, str):
+            if len(v) > 8:
+                s = f"[{len(v)} values] [" + ", ".join(show(x) for x in v[:4]) + ", ...]"
+            else:
+                s = "[" + ", ".join(show(x) for x in v) + "]"
+        else:
+            s = show(v)
+        # the key is escaped too (and cut: a damaged file can have a key of
+        # megabytes)
         key = printable(k if len(k) <= 200 else k[:150] + "…" + k[-20:])
-        print(f"  {key} = {printable(s[:160], backslash=False)}")
+        print(f"  {key} = {s[:160]}")
     moe = _moe_summary(f)
     if moe:
         print(moe)

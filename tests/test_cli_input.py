@@ -49,6 +49,19 @@ def test_info_escapes_keys_and_values(forged, capsys):
     assert "  plain = 7" in out.splitlines()
 
 
+def test_info_escapes_string_values_as_names_are(tmp_path, capsys):
+    # a newline as \x0a (not repr's \n) and bytes that are not UTF-8 as
+    # \xNN (not \udcff), in plain values and in arrays
+    p = tmp_path / "v.gguf"
+    write_gguf(p, {"general.name": "ab\nQQ", "list": (V.ARRAY, ["x\ny", "QQ"], V.STRING)}, [])
+    raw = p.read_bytes()
+    p.write_bytes(raw.replace(b"QQ", b"\xff\xfe"))
+    assert main(["info", str(p)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "  general.name = 'ab\\x0a\\xff\\xfe'" in lines
+    assert "  list = ['x\\x0ay', '\\xff\\xfe']" in lines
+
+
 def test_info_cuts_a_huge_key(tmp_path, capsys):
     p = tmp_path / "k.gguf"
     write_gguf(p, {"k" * 100_000: (V.UINT8, 1)}, [])
@@ -146,6 +159,19 @@ def test_numba_variable_numba_cannot_parse_is_one_line(tmp_path):
     assert (r.returncode, r.stdout) == (2, "")
     assert r.stderr.splitlines() == [
         "strata-ref: error: NUMBA_DISABLE_JIT='abc' is not a value numba can read; fix or unset it"]
+
+
+def test_huge_numba_threads_is_one_line_exit_2(tmp_path):
+    # numba's OpenMP pool segfaulted on 100000 threads
+    p = tmp_path / "w.gguf"
+    write_gguf(p, {}, [("w", T.F32, (4,), np.zeros(4, np.float32))])
+    env = {**os.environ, "NUMBA_NUM_THREADS": "100000"}
+    r = subprocess.run([sys.executable, "-m", "strata_ref.cli", "hash", str(p)], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr.splitlines() == [
+        "strata-ref: error: NUMBA_NUM_THREADS='100000' is more threads than strata-ref runs: "
+        "give a whole number from 1 to 1024, or unset it for one thread per CPU"]
 
 
 @pytest.mark.parametrize("name", ["STRATA_REF_NO_VNNI", "STRATA_REF_NO_F16C", "STRATA_REF_PORTABLE_LANES"])

@@ -87,6 +87,18 @@ def test_run_generate_streams_text_and_speed_line():
     assert "prompt: 5 tokens" in last and "tok/s" in last and "decode: 4 tokens (3 passes)" in last
 
 
+def test_run_generate_says_when_the_context_stopped_it():
+    from strata_ref.infer import run_generate
+    buf = io.StringIO()
+    # 5 prompt tokens in a context of 7: two tokens of the 5 asked for
+    assert run_generate(str(model_path(SMOL)), PROMPT, max_tokens=5, n_ctx=7, out=buf) == 0
+    last = buf.getvalue().rstrip("\n").rsplit("\n", 1)[-1]
+    assert "decode: 2 tokens (1 pass; stopped: the context of 7 tokens is full)" in last
+    buf = io.StringIO()
+    assert run_generate(str(model_path(SMOL)), PROMPT, max_tokens=1, n_ctx=7, out=buf) == 0
+    assert "stopped" not in buf.getvalue()
+
+
 def test_run_generate_chat_and_context_errors():
     from strata_ref.infer import generate, load
     from strata_ref.infer.sampling import Sampler

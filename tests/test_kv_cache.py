@@ -489,3 +489,52 @@ def test_kv_cache_logits_are_llama_cpp_bits(stem, profile, path, name):
 def test_every_profile_has_kv_reference_data():
     for p in PROFILES:
         assert (DATA / p / "llama_kv_SmolLM2-135M-Instruct.npz").is_file(), p
+
+
+def _attention_args(cells=10, n_head=4, n_kv=2, hd=32, n=2):
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((n, n_head, hd)).astype(np.float32)
+    kv = rng.standard_normal((n_kv, cells, hd)).astype(np.float16).view(np.uint16)
+    return q, kv, kv.copy()
+
+
+@pytest.mark.parametrize("bad, msg", [
+    (dict(T=11), "T = 11 is outside 1 .. 10"),
+    (dict(T=10 ** 7, pos=[10 ** 7 - 2, 10 ** 7 - 1]), "outside 1 .. 10"),
+    (dict(T=0), "outside 1 .. 10"),
+    (dict(pos=[4, 5]), "pos must be 2 positions in 0 .. 4"),
+    (dict(pos=[-1, 0]), "pos must be"),
+    (dict(pos=[0]), "pos must be"),
+    (dict(n_swa=-1), "n_swa must be >= 0"),
+    (dict(heads=3), "n_head 3 is not a multiple of n_head_kv 2"),
+    (dict(hd_kv=64), "head_dim 64 / 64 is not q's 32"),
+    (dict(f16=True), "kbits must be uint16"),
+])
+def test_attention_refuses_inputs_that_would_read_outside_the_cache(bad, msg):
+    # these used to read past the cache (a segfault for a huge T) or return
+    # NaNs silently
+    from strata_ref.cpu.f16_attention import attention
+    q, kb, vb = _attention_args(n_head=bad.get("heads", 4), hd=32)
+    if "hd_kv" in bad:
+        _, kb, vb = _attention_args(hd=bad["hd_kv"])
+    if bad.get("f16"):
+        kb = kb.view(np.float16)
+    T_, pos = bad.get("T", 5), bad.get("pos", [3, 4])
+    with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+        attention(q, kb, vb, T_, np.asarray(pos), 0.125, cpu.select("avx2"), bad.get("n_swa", 0))
+
+
+@pytest.mark.parametrize("fn", ["attention_mm", "flash_attn_ext"])
+def test_typed_cache_attention_refuses_a_length_past_the_cells(fn):
+    from strata_ref.cpu import attention as att
+    q, kb, vb = _attention_args()
+    k16, v16 = kb.view(np.float16), vb.view(np.float16)
+    f = att.attention_mm if fn == "attention_mm" else flash_attn_ext
+    with pytest.raises(ValueError, match="outside 1 .. 10"):
+        f(q, T.F16, k16, T.F16, v16, 12, 256, np.array([10, 11]), 0.125, cpu.select("avx2"))
+    if fn == "attention_mm":        # its V p runs over n_kv cells (flash: n_kv picks the path)
+        with pytest.raises(ValueError, match="n_kv = 4 is below T = 5"):
+            f(q, T.F16, k16, T.F16, v16, 5, 4, np.array([3, 4]), 0.125, cpu.select("avx2"))
+    # the valid call still runs
+    out = f(q, T.F16, k16, T.F16, v16, 5, 256, np.array([3, 4]), 0.125, cpu.select("avx2"))
+    assert out.shape == (2, 4 * 32) and np.isfinite(out).all()

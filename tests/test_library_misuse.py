@@ -107,3 +107,11 @@ def test_dequant_absurd_ld_names_it():
     with pytest.raises(ValueError, match=r"an output of rows=1 x ld=4611686018427387904 f32 values "
                                          r"cannot be allocated"):
         sr.dequant_f32("Q4_0", bytes(18), 1, 32, ld=2**62)
+
+
+@pytest.mark.parametrize("bad", [-3, 1.5])
+def test_generate_refuses_a_negative_or_fractional_token_count(bad):
+    # it returned [] for -3; checked before the model is touched
+    from strata_ref.infer import generate
+    with pytest.raises(ValueError, match="max_tokens must be a whole number >= 0"):
+        generate(None, [1], bad, None)

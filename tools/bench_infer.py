@@ -111,7 +111,10 @@ class Llama:
         first = self.p.stdout.readline()
         if not first:
             self.p.wait()
-            raise RuntimeError(f"the llama.cpp worker did not start (exit status {self.p.returncode})")
+            raise RuntimeError(f"the llama.cpp worker did not start (exit status {self.p.returncode}; "
+                               "its error is printed above; a peer build of tools/peer_build.py needs "
+                               "llama-cpp-python's own dependencies in this interpreter: "
+                               "pip install typing_extensions diskcache jinja2)")
         self.n_prompt = json.loads(first)["ready"]
 
     def round(self):
@@ -188,6 +191,12 @@ def main(argv=None) -> int:
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
           f"threads {args.threads}; best of {args.repeats} alternating rounds; load average {load:.2f} "
           f"at start; busy processes {args.busy}")
+    if not args.busy and load >= 0.5 * (os.cpu_count() or 1):
+        # other work already holds cores: llama.cpp's threads spin-wait for
+        # each other and collapse when one loses its core (docs/inference.md),
+        # so its figures, and the ratios, then say little about its code
+        print(f"warning: the machine is busy before the bench starts (load average {load:.2f} "
+              f"on {os.cpu_count()} CPUs): the figures, llama.cpp's most, will not be its idle speed")
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     rows = []
     try:

@@ -64,6 +64,7 @@ def build(profile: str, jobs: int, force: bool) -> Path:
     wheels = sorted(out.glob("llama_cpp_python-*.whl"))
     if wheels and not force:
         print(f"{profile}: reusing {wheels[-1]}")
+        _say_missing_deps()
         return wheels[-1]
     sdist = fetch_sdist()
     out.mkdir(parents=True, exist_ok=True)
@@ -82,7 +83,19 @@ def build(profile: str, jobs: int, force: bool) -> Path:
         z.extractall(site)
     print(f"{profile}: built {wheel.name} in {time.time() - t0:.0f} s; "
           f"PYTHONPATH={site}")
+    _say_missing_deps()
     return wheel
+
+
+def _say_missing_deps() -> None:
+    # The wheel is unpacked without its dependencies (--no-deps): name the
+    # ones this interpreter lacks, which `import llama_cpp` needs.
+    import importlib.util
+    missing = [m for m in ("typing_extensions", "diskcache", "jinja2")
+               if importlib.util.find_spec(m) is None]
+    if missing:
+        print(f"note: llama_cpp imports {', '.join(missing)}, missing here: "
+              f"pip install {' '.join(missing)}")
 
 
 def main(argv=None) -> int:

@@ -62,6 +62,36 @@ def cache_dots(t, data: np.ndarray, cols: int, x: np.ndarray, profile, path: str
     return qm.matmul(np.ascontiguousarray(x, np.float32))
 
 
+def check_attention_args(q, kdata, vdata, T_, pos, n_swa, n_kv=None) -> None:
+    """ValueError naming the argument when the attention kernels' inputs
+    disagree (they index the cache by them, so a wrong value would read
+    outside it): q float32 (n, n_head, head_dim), n >= 1; kdata / vdata
+    arrays (n_head_kv, cells, ...) with n_head a multiple of n_head_kv;
+    1 <= T_ <= cells; n_kv (when given) >= T_; pos n positions in
+    0 .. T_-1; n_swa >= 0."""
+    q = np.asarray(q)
+    if q.ndim != 3 or 0 in q.shape:
+        raise ValueError(f"attention: q must be (n, n_head, head_dim), got {q.shape}")
+    n, n_head = q.shape[0], q.shape[1]
+    for name, a in (("K", kdata), ("V", vdata)):
+        if not isinstance(a, np.ndarray) or a.ndim < 2:
+            raise ValueError(f"attention: the {name} cells must be an array (n_head_kv, cells, ...)")
+    if kdata.shape[:2] != vdata.shape[:2]:
+        raise ValueError(f"attention: K cells {kdata.shape[:2]} and V cells {vdata.shape[:2]} differ")
+    n_head_kv, cells = kdata.shape[0], kdata.shape[1]
+    if n_head_kv == 0 or n_head % n_head_kv:
+        raise ValueError(f"attention: n_head {n_head} is not a multiple of n_head_kv {n_head_kv}")
+    if not 1 <= int(T_) <= cells:
+        raise ValueError(f"attention: T = {T_} is outside 1 .. {cells} (the cache's cells)")
+    if n_kv is not None and int(n_kv) < int(T_):
+        raise ValueError(f"attention: n_kv = {n_kv} is below T = {T_}")
+    p = np.asarray(pos)
+    if p.shape != (n,) or p.min() < 0 or p.max() >= int(T_):
+        raise ValueError(f"attention: pos must be {n} positions in 0 .. {int(T_) - 1}")
+    if int(n_swa) < 0:
+        raise ValueError(f"attention: n_swa must be >= 0, got {n_swa}")
+
+
 def attention_mm(q: np.ndarray, type_k, kdata: np.ndarray, type_v, vdata: np.ndarray, T_: int,
                  n_kv: int, pos: np.ndarray, kq_scale: float, profile, n_swa: int = 0,
                  sinks: np.ndarray | None = None) -> np.ndarray:
@@ -73,7 +103,9 @@ def attention_mm(q: np.ndarray, type_k, kdata: np.ndarray, type_v, vdata: np.nda
     (>= T_, ggml's m for K q and the length of V p); V of type f32, f16 or
     bf16; sinks: float32 (n_head,) attention-sink logits
     (`ggml_soft_max_add_sinks`) or None. Query head j reads KV head j //
-    (n_head / n_head_kv). Returns float32 (n, n_head * head_dim)."""
+    (n_head / n_head_kv). Returns float32 (n, n_head * head_dim).
+    ValueError from `check_attention_args`."""
+    check_attention_args(q, kdata, vdata, T_, pos, n_swa, n_kv)
     type_k, type_v = T(type_k), T(type_v)
     n, H, D = q.shape
     Hkv = kdata.shape[0]

@@ -32,6 +32,7 @@ from numba import njit
 from ..numerics import F16_TO_F32
 from .act_quant import round_to_f16
 from .fp import fma32, hsum8, hsum16
+from .attention import check_attention_args
 from .ops import _reduce_f32x8, _soft_max_row, _tinyblas_takes
 from .simd import (HOST_F16C, f8_add, f8_f16_load, f8_fma, f8_hsum, f8_hsum16, f8_lane, f8_load,
                    f8_round_f16, f8_splat, f8_store, f8_zero)
@@ -274,6 +275,17 @@ def _attention(q, kbits, vbits, T, pos, kq_scale, n_swa, batched, arch, sinks, h
                 _vp(p, Tp, T, vf, base, row, hd, arch, tiny_vp, acc, out[t], head * hd, vrow)
 
 
+def _check_f16_args(q, kbits, vbits, T, pos, n_swa) -> None:
+    for name, a in (("kbits", kbits), ("vbits", vbits)):
+        if not isinstance(a, np.ndarray) or a.dtype != np.uint16 or a.ndim != 3:
+            got = f"{a.dtype} {a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
+            raise ValueError(f"attention: {name} must be uint16 (n_head_kv, cells, head_dim), got {got}")
+    check_attention_args(q, kbits, vbits, T, pos, n_swa)
+    if kbits.shape[2] != q.shape[2] or vbits.shape[2] != q.shape[2]:
+        raise ValueError(f"attention: K / V head_dim {kbits.shape[2]} / {vbits.shape[2]} "
+                         f"is not q's {q.shape[2]}")
+
+
 def attention(q: np.ndarray, kbits: np.ndarray, vbits: np.ndarray, T: int, pos: np.ndarray,
               kq_scale: float, profile, n_swa: int = 0, sinks: np.ndarray | None = None) -> np.ndarray:
     """softmax(K q * kq_scale + mask) V for every query head, as llama.cpp's
@@ -289,8 +301,12 @@ def attention(q: np.ndarray, kbits: np.ndarray, vbits: np.ndarray, T: int, pos: 
     head_dim), positions 0 .. T-1 valid; query head j uses KV head j //
     (n_head / n_head_kv). sinks: float32 (n_head,) attention-sink logits
     (`ggml_soft_max_add_sinks`, gpt-oss) or None. Returns float32 (n,
-    n_head * head_dim). ValueError for sinks of another shape."""
+    n_head * head_dim). ValueError for arrays of other shapes or dtypes
+    (q not 3-D, K and V bits not uint16 (n_head_kv, cells, head_dim) with
+    n_head a multiple of n_head_kv, sinks not (n_head,)), for T outside
+    1 .. cells and for a position outside 0 .. T-1."""
     q = np.ascontiguousarray(q, np.float32)
+    _check_f16_args(q, kbits, vbits, T, pos, n_swa)
     out = np.empty((q.shape[0], q.shape[1] * q.shape[2]), np.float32)
     if sinks is not None and np.shape(sinks) != (q.shape[1],):
         raise ValueError(f"attention: sinks must be ({q.shape[1]},), got {np.shape(sinks)}")

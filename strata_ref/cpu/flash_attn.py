@@ -52,7 +52,7 @@ from numba import njit
 
 from ..types import GGMLType as T
 from .act_quant import round_to_f16
-from .attention import cache_dots
+from .attention import cache_dots, check_attention_args
 from .fp import expf_v, fma32, hsum4, hsum8, hsum16
 
 __all__ = ["flash_attn_ext", "fa_path", "FA_TILE_Q", "FA_TILE_KV", "SPLIT_KV_MIN"]
@@ -303,7 +303,9 @@ def flash_attn_ext(q: np.ndarray, type_k, kdata: np.ndarray, type_v, vdata: np.n
     chunks); sinks: float32 (n_head,) attention-sink logits
     (`ggml_flash_attn_ext_add_sinks`, taken after the keys, by the first
     chunk only in the split path) or None. Query head j reads KV head j //
-    (n_head / n_head_kv). Returns float32 (n, n_head * head_dim)."""
+    (n_head / n_head_kv). Returns float32 (n, n_head * head_dim).
+    ValueError from `attention.check_attention_args`."""
+    check_attention_args(q, kdata, vdata, T_, pos, n_swa)
     type_k, type_v = T(type_k), T(type_v)
     n, H, D = q.shape
     Hkv = kdata.shape[0]

@@ -49,6 +49,8 @@ def generate(m, prompt_ids, max_tokens: int, sampler, n_ctx: int | None = None,
     pass are non-finite or all equal, or those of a decode step non-finite
     (a damaged model: `model.check_logits`)."""
     from .model import check_logits
+    if int(max_tokens) != max_tokens or max_tokens < 0:
+        raise ValueError(f"max_tokens must be a whole number >= 0, got {max_tokens!r}")
     cache = m.new_cache(n_ctx)
     n_prompt = len(prompt_ids)
     if n_prompt == 0:
@@ -189,8 +191,11 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     # the first generated token comes from the prompt pass: the speed is
     # that of the n_dec single-token passes, the count all generated tokens
     d_tps = n_dec / td if td > 0 and n_dec else 0.0
+    # why it stopped short of max_tokens, when the context did it
+    full = (f"; stopped: the context of {ctx} tokens is full" if len(gen) < int(max_tokens)
+            and len(ids) + len(gen) >= ctx else "")
     out.write(f"\n[prompt: {len(ids)} tokens, {p_tps:.1f} tok/s | decode: {len(gen)} tokens "
-              f"({n_dec} passes), {d_tps:.1f} tok/s | cpu: {prof.name}"
+              f"({n_dec} {'pass' if n_dec == 1 else 'passes'}{full}), {d_tps:.1f} tok/s | cpu: {prof.name}"
               f"{' (native' + ('; note: ' + note if note else '') + ')' if native else ''}"
               f"{_cache_note(m)}]\n")
     out.flush()

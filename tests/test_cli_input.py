@@ -161,15 +161,20 @@ def test_numba_variable_numba_cannot_parse_is_one_line(tmp_path):
         "strata-ref: error: NUMBA_DISABLE_JIT='abc' is not a value numba can read; fix or unset it"]
 
 
-def test_huge_numba_threads_is_one_line_exit_2(tmp_path):
-    # numba's OpenMP pool segfaulted on 100000 threads
+def _hash_with_env(tmp_path, name, value) -> list[str]:
+    # `strata-ref hash` of a tiny file in a child process with one variable
+    # set; it must exit 2 with nothing on stdout: returns stderr's lines
     p = tmp_path / "w.gguf"
     write_gguf(p, {}, [("w", T.F32, (4,), np.zeros(4, np.float32))])
-    env = {**os.environ, "NUMBA_NUM_THREADS": "100000"}
-    r = subprocess.run([sys.executable, "-m", "strata_ref.cli", "hash", str(p)], env=env,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-m", "strata_ref.cli", "hash", str(p)],
+                       env={**os.environ, name: value}, capture_output=True, text=True, timeout=120)
     assert (r.returncode, r.stdout) == (2, "")
-    assert r.stderr.splitlines() == [
+    return r.stderr.splitlines()
+
+
+def test_huge_numba_threads_is_one_line_exit_2(tmp_path):
+    # numba's OpenMP pool segfaulted on 100000 threads
+    assert _hash_with_env(tmp_path, "NUMBA_NUM_THREADS", "100000") == [
         "strata-ref: error: NUMBA_NUM_THREADS='100000' is more threads than strata-ref runs: "
         "give a whole number from 1 to 1024, or unset it for one thread per CPU"]
 
@@ -178,13 +183,7 @@ def test_huge_numba_threads_is_one_line_exit_2(tmp_path):
 def test_bad_kernel_switch_is_one_line_exit_2(tmp_path, name):
     # a switch read at import and compiled into the kernels: "yes" must not
     # silently mean "off"
-    p = tmp_path / "w.gguf"
-    write_gguf(p, {}, [("w", T.F32, (4,), np.zeros(4, np.float32))])
-    env = {**os.environ, name: "yes"}
-    r = subprocess.run([sys.executable, "-m", "strata_ref.cli", "hash", str(p)], env=env,
-                       capture_output=True, text=True, timeout=120)
-    assert (r.returncode, r.stdout) == (2, "")
-    assert r.stderr.splitlines() == [
+    assert _hash_with_env(tmp_path, name, "yes") == [
         f"strata-ref: error: {name}='yes' is not a switch value: give 1 (on) or 0 (off), or unset it"]
 
 

@@ -115,3 +115,15 @@ def test_generate_refuses_a_negative_or_fractional_token_count(bad):
     from strata_ref.infer import generate
     with pytest.raises(ValueError, match="max_tokens must be a whole number >= 0"):
         generate(None, [1], bad, None)
+
+
+def test_embedding_rows_outside_the_matrix_are_named():
+    from strata_ref import cpu
+    from strata_ref.cpu.matmul import QMatrix
+    from strata_ref.types import GGMLType
+    w = np.arange(12, dtype=np.float32)
+    m = QMatrix(GGMLType.F32, w.view(np.uint8), 3, 4, "token_embd.weight", cpu.select("avx2"))
+    assert np.array_equal(m.rows_f32([2, 0]).view(np.uint32), w.reshape(3, 4)[[2, 0]].view(np.uint32))
+    for bad in ([3], [-1]):
+        with pytest.raises(IndexError, match=r"token_embd.weight: row ids must be in 0 \.\. 2"):
+            m.rows_f32(bad)

@@ -341,6 +341,15 @@ def _q3_k_values(hmask: np.ndarray, qs: np.ndarray, s12: np.ndarray):
     return values.astype(np.int8), (lo | (hi << 4)) - 32
 
 
+def row_ids(ids, rows: int, name: str) -> np.ndarray:
+    """`ids` as int64 (n,); IndexError naming the matrix for an id outside
+    0 .. rows-1 (`rows_f32` of the weight matrices)."""
+    ids = np.asarray(ids, np.int64).reshape(-1)
+    if ids.size and (ids.min() < 0 or ids.max() >= rows):
+        raise IndexError(f"{name}: row ids must be in 0 .. {rows - 1}")
+    return ids
+
+
 class QMatrix:
     """A weight matrix of `rows` x `cols` (ggml: ne[1] x ne[0]) in type `t`.
 
@@ -515,8 +524,6 @@ class QMatrix:
         in one call (ggml `get_rows`); IndexError for an id outside the
         matrix."""
         from ..dequant import dequant_f32
-        ids = np.asarray(ids, np.int64).reshape(-1)
-        if ids.size and (ids.min() < 0 or ids.max() >= self.rows):
-            raise IndexError(f"{self.name}: row ids must be in 0 .. {self.rows - 1}")
+        ids = row_ids(ids, self.rows, self.name)
         raw = self.raw.reshape(self.rows, -1)[ids]
         return dequant_f32(self.type, raw.reshape(-1), ids.size, self.cols)

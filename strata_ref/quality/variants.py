@@ -144,10 +144,8 @@ class FloatMatrix:
     def rows_f32(self, ids):
         """float32 (len(ids), cols): the rows `ids` (ggml `get_rows`);
         IndexError for an id outside the matrix."""
-        ids = np.asarray(ids, np.int64).reshape(-1)
-        if ids.size and (ids.min() < 0 or ids.max() >= self.rows):
-            raise IndexError(f"{self.name}: row ids must be in 0 .. {self.rows - 1}")
-        return self._weights()[ids]
+        from ..cpu.matmul import row_ids
+        return self._weights()[row_ids(ids, self.rows, self.name)]
 
     def _activations(self, x):
         return x

@@ -196,14 +196,14 @@ __global__ void __launch_bounds__(32 * LANE_WARPS, lane_blocks_per_sm<TYPE>()) k
     const LaneWalk<TYPE> wk{w, rows, (long long)gridDim.x * LANE_WARPS, (long long)nb * D::BYTES, nb, g};
     // the first weight loads go out before the q8_1 column is staged
     const typename LN::Raw first = LN::load(wk.first(row0), ln, j);
-    stage_q8<LN::SUMS, LN::PAIRS>(q8, nq8, npad, (W4 *)(s_raw + lay.q), (float *)(s_raw + lay.d),
-                                  (W4 *)(s_raw + lay.sum), threadIdx.x, 32 * LANE_WARPS);
+    stage_q8<LN::SUMS, LN::PAIRS, LN::DQ4>(q8, nq8, npad, (W4 *)(s_raw + lay.q), (float *)(s_raw + lay.d),
+                                           (W4 *)(s_raw + lay.sum), threadIdx.x, 32 * LANE_WARPS);
     __syncthreads();
     const Q8Stage qs{(const W4 *)(s_raw + lay.q), (const float *)(s_raw + lay.d),
                      (const W4 *)(s_raw + lay.sum)};
     float *s_acc = (float *)(s_raw + lay.acc) + 128 * (threadIdx.x / 32);
     const Tbl16 tbl = LN::table(register_table<TYPE>());
-    lane_rows<TYPE>(wk, row0, j, ln, qs, tbl, first, [&](long long row, const float acc[4]) {
+    auto on_row = [&](long long row, const float acc[4]) {
         // canonical combine: lane l adds threads l, 32+l, 64+l, 96+l, then the butterfly
         *(float4 *)(s_acc + 4 * lane) = make_float4(acc[0], acc[1], acc[2], acc[3]);
         __syncwarp();
@@ -212,7 +212,12 @@ __global__ void __launch_bounds__(32 * LANE_WARPS, lane_blocks_per_sm<TYPE>()) k
         __syncwarp();
         v = warp_sum(v);
         if (lane == 0) y[row] = v;
-    });
+    };
+    // nb is the same in every thread: the whole grid takes one walk
+    if (lane_full<TYPE>(nb))
+        lane_rows<TYPE, true>(wk, row0, j, ln, qs, tbl, first, on_row);
+    else
+        lane_rows<TYPE, false>(wk, row0, j, ln, qs, tbl, first, on_row);
 }
 
 // Shared memory a block may use on the current device (the opt-in limit,
@@ -292,6 +297,10 @@ cudaError_t launch_lanes(const void *w, long long rows, int nb, const void *q8, 
             if (e == cudaSuccess)
                 e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_mmvq_lanes<TYPE>,
                                                                   32 * LANE_WARPS, smem);
+#ifdef STRATA_LANES_PROBE_READ
+            // the probe's grid keeps the kernel's warps (its few registers would allow more)
+            per_sm = std::min(per_sm, lane_blocks_per_sm<TYPE>());
+#endif
             // a failed set-up is not cached: the next call tries again
             if (e == cudaSuccess) cache.keep(dev, smem, epoch, sms * (per_sm > 0 ? per_sm : 1));
         }

@@ -75,7 +75,7 @@ static void lane_dots(const uint8_t *blk, const uint8_t *q8, int j, const Tbl16 
     using LN = Lanes<TYPE>;
     W4 s_q[16], s_sum[8];
     float s_d[8];
-    stage_q8<LN::SUMS, LN::PAIRS>(q8, 8, 8, s_q, s_d, s_sum, 0, 1);
+    stage_q8<LN::SUMS, LN::PAIRS, LN::DQ4>(q8, 8, 8, s_q, s_d, s_sum, 0, 1);
     const Q8Stage qs{s_q, s_d, s_sum};
     const typename LN::Lane ln = LN::lane(0, j);
     LN::dots(LN::load(blk, ln, j), qs, ln, 0, out, LN::table(tb));
@@ -96,8 +96,6 @@ extern "C" int smv_host_lane_dots(int type, const uint8_t *blk, int mis, const u
 
 extern "C" int smv_host_q8_chunk(int c) { return q8_chunk(c); }
 
-extern "C" float smv_host_i2f_prod(int a, int b) { return i2f_prod(a, b); }
-
 // The lanes kernel's whole 1-column mat-vec on the host: `nwarps` warps (warp
 // v takes rows v, v + nwarps, ...), each lane walking its blocks with
 // lane_rows exactly as on the GPU, then the canonical combine of the 128
@@ -110,17 +108,21 @@ static void lanes_matvec(const uint8_t *w, long long rows, int nb, const uint8_t
     const int nq8 = nb * (Dot<TYPE>::QK / 32), npad = lane_q8_blocks<TYPE>(nb);
     std::vector<W4> s_q(2 * npad), s_sum(npad);
     std::vector<float> s_d(npad), t(rows * 128);
-    stage_q8<LN::SUMS, LN::PAIRS>(q8, nq8, npad, s_q.data(), s_d.data(), s_sum.data(), 0, 1);
+    stage_q8<LN::SUMS, LN::PAIRS, LN::DQ4>(q8, nq8, npad, s_q.data(), s_d.data(), s_sum.data(), 0, 1);
     const Q8Stage qs{s_q.data(), s_d.data(), s_sum.data()};
     for (int v = 0; v < nwarps; ++v)
         for (int p = 0; p < 32; ++p) {
             const int g = p / LN::L, j = p % LN::L;
             const LaneWalk<TYPE> wk{w, rows, nwarps, (long long)nb * Dot<TYPE>::BYTES, nb, g};
             const typename LN::Lane ln = LN::lane(g, j);
-            lane_rows<TYPE>(wk, v, j, ln, qs, LN::table(tb), LN::load(wk.first(v), ln, j),
-                            [&](long long row, const float acc[4]) {
-                                for (int k = 0; k < 4; ++k) t[row * 128 + 4 * p + k] = acc[k];
-                            });
+            auto keep = [&](long long row, const float acc[4]) {
+                for (int k = 0; k < 4; ++k) t[row * 128 + 4 * p + k] = acc[k];
+            };
+            const typename LN::Raw first = LN::load(wk.first(v), ln, j);
+            if (lane_full<TYPE>(nb))   // the walk the kernel takes for this nb
+                lane_rows<TYPE, true>(wk, v, j, ln, qs, LN::table(tb), first, keep);
+            else
+                lane_rows<TYPE, false>(wk, v, j, ln, qs, LN::table(tb), first, keep);
         }
     for (long long r = 0; r < rows; ++r) {
         const float *tr = &t[r * 128];

@@ -138,20 +138,10 @@ struct Q8Stage {
 
 template <int TYPE> struct Lanes;
 
-// float(a * b) for |a * b| < 2^22, bit for bit __int2float_rn's: the
-// product's own integer multiply-add forms 2^23 + 2^22 + a*b as the bits of
-// a float in [2^23, 2^24) (where the floats are the integers, so that float
-// is exact), and one FADD subtracts 2^23 + 2^22 exactly. It replaces the
-// I2FP conversion after the product (measured on the H200: Q6_K about 1 %
-// less time; Q4_K none, so it keeps i2f).
-__device__ __forceinline__ float i2f_prod(int a, int b) {
-    return __fsub_rn(__uint_as_float((uint32_t)(a * b) + 0x4B400000u), 12582912.0f);
-}
-
 // Q4_K: L = 4 lanes per super-block; lane j has qs ints 8j..8j+7 (sub-blocks
 // 2j, 2j+1) and the 16-byte head (d, dmin, scales).
 template <> struct Lanes<Q4_K> {
-    static constexpr int L = 4, SUMS = 1, PAIRS = 0, BPI = 128 / Dot<Q4_K>::T;
+    static constexpr int L = 4, SUMS = 1, PAIRS = 0, DQ4 = 0, BPI = 128 / Dot<Q4_K>::T;
     struct Raw { W4 head, a, c; };
     __device__ static Tbl16 table(const Tbl16 &t) { return t; }
     // per-lane constants: chunk / block offsets at iteration 0 and the scale masks
@@ -217,7 +207,7 @@ template <> struct Lanes<Q4_K> {
 // the two scales 8(j/4)+(j%4), +4. A super-block (210 bytes) starts 2 bytes
 // off a word boundary when its index is odd: the loads realign.
 template <> struct Lanes<Q6_K> {
-    static constexpr int L = 8, SUMS = 0, PAIRS = 0, BPI = 128 / Dot<Q6_K>::T;
+    static constexpr int L = 8, SUMS = 0, PAIRS = 0, DQ4 = 1, BPI = 128 / Dot<Q6_K>::T;
     struct Raw { W4 ql, qh; int s0, s1; uint32_t d; };
     __device__ static Tbl16 table(const Tbl16 &t) { return t; }
     struct Lane { int u[2], d[2], vh_shift, soff, qh_off; };
@@ -243,29 +233,36 @@ template <> struct Lanes<Q6_K> {
         r.d = *(const uint16_t *)(b + 208);
         return r;
     }
+    // The quants enter dp4a as bytes 4·(q - 32), q = nibble + 16·h the 6-bit
+    // quant: the nibble at bits 2-5, the two bits h at 6-7 with the top one
+    // flipped (64·(h ^ 2) = 64·h - 128 mod 256). So dp4a gives 4·dq exactly,
+    // |4·dq·sc| <= 4·2^21 = 2^23 converts exactly, and the staged q8_1 scale
+    // is d8/4 (DQ4; exact): d8/4 · float(4·dq·sc) is the real number
+    // d8 · float(dq·sc), so the FMA rounds to the bits of Dot<Q6_K>::dot's.
+    // Per pair (k, i): two shifts and two LOP3, against the five of
+    // (nibble | h << 4) - 32 with its masks and the bytewise bias.
     __device__ static void dots(const Raw &r, const Q8Stage &q, const Lane &l, int it, float out[4],
                                 const Tbl16 &) {
         const int cq = 16 * BPI * it, cb = 8 * BPI * it;
         const int sc[2] = {r.s0, r.s1};
         W4 u[2];
-        float d8[2];
+        float d8q[2];
         for (int i = 0; i < 2; ++i) {
             u[i] = q.q[l.u[i] + cq];
-            d8[i] = q.dv[l.d[i] + cb];
+            d8q[i] = q.dv[l.d[i] + cb];
         }
         const float d = hb2f(r.d);
         for (int k = 0; k < 4; ++k) {
-            const int vl = (int)r.ql.v[k], vh = (int)r.qh.v[k] >> l.vh_shift;
+            const uint32_t vl = r.ql.v[k], vh = r.qh.v[k];
             float sf = 0.0f;
             for (int i = 0; i < 2; ++i) {
-                const int vil = (vl >> (4 * i)) & 0x0F0F0F0F;
-                const int vih = ((vh >> (4 * i)) << 4) & 0x30303030;
-                // __vsubss4(x, 0x20202020) for bytes x in 0..63 (never saturates):
-                // byte x + 0x60 stays below 0x100, and ^ 0x80 then gives x - 32.
-                const int vi = (int)(((uint32_t)(vil | vih) + 0x60606060u) ^ 0x80808080u);
-                const int dq = __dp4a(vi, (int)u[i].v[k], 0);
-                // |dq·sc| <= 4·32·128·128 = 2^21: inside i2f_prod's range
-                sf = __fmaf_rn(d8[i], i2f_prod(dq, sc[i]), sf);
+                // nibble i of each ql byte to bits 2-5; bits vh_shift + 4i, +1
+                // of each qh byte to bits 6-7 (shifts 6 - vh_shift and 2 - vh_shift)
+                const uint32_t lo = i == 0 ? vl << 2 : vl >> 2;
+                const uint32_t hi = ((vh << (6 - 4 * i - l.vh_shift)) & 0xC0C0C0C0u) ^ 0x80808080u;
+                const int vi = (int)((lo & 0x3C3C3C3Cu) | hi);
+                const int dq4 = __dp4a(vi, (int)u[i].v[k], 0);
+                sf = __fmaf_rn(d8q[i], i2f(dq4 * sc[i]), sf);
             }
             out[k] = __fmul_rn(d, sf);
         }
@@ -294,7 +291,7 @@ template <> struct Lanes<Q6_K> {
 // three-permute lookup (lut8): the lookup was the largest share of IQ4_XS's
 // integer ALU pipe, and dp4a runs on another pipe.
 template <> struct Lanes<IQ4_XS> {
-    static constexpr int L = 2, SUMS = 0, PAIRS = 1, BPI = 128 / Dot<IQ4_XS>::T;
+    static constexpr int L = 2, SUMS = 0, PAIRS = 1, DQ4 = 0, BPI = 128 / Dot<IQ4_XS>::T;
     struct Raw { uint32_t h0, h1; W4 qs[4]; };
     // kv[8..15] + 1 stays below 128, so the bytes never carry
     __device__ static Tbl16 table(const Tbl16 &t) {
@@ -358,6 +355,13 @@ template <int TYPE> struct LaneWalk {
     }
 };
 
+// Whether every iteration of a row of nb blocks has a block for every lane
+// (nb a multiple of BPI): lane_rows<TYPE, true> then drops the tests for a
+// lane without a block.
+template <int TYPE> __host__ __device__ constexpr bool lane_full(int nb) {
+    return nb % Lanes<TYPE>::BPI == 0;
+}
+
 // One lane of the lanes kernel over its warp's rows: per row, its four
 // threads' sums over blocks g + BPI·it (it < n_it; none when >= nb), then
 // on_row(row, acc) (the kernel combines the warp's 128 sums there; every
@@ -365,7 +369,7 @@ template <int TYPE> struct LaneWalk {
 // The next block (this row's next one, or the next row's first) is loaded
 // before the current one is used; a lane without one reloads its current
 // block, so every load reads a real block.
-template <int TYPE, class OnRow>
+template <int TYPE, bool FULL, class OnRow>
 __device__ __forceinline__ void lane_rows(const LaneWalk<TYPE> &wk, long long row, int j,
                                           const typename Lanes<TYPE>::Lane &ln, const Q8Stage &qs,
                                           const Tbl16 &tbl, typename Lanes<TYPE>::Raw cur,
@@ -384,13 +388,24 @@ __device__ __forceinline__ void lane_rows(const LaneWalk<TYPE> &wk, long long ro
         for (int it = 0; it < n_it; ++it) {
             const bool last = it + 1 == n_it;
             const uint8_t *pn = last ? (more_rows ? next_row : p)
-                                     : (g + BPI * (it + 1) < nb ? p + it_step : p);
+                                     : (FULL || g + BPI * (it + 1) < nb ? p + it_step : p);
             nxt = LN::load(pn, ln, j);
             // a lane without a block in this iteration (only the last can lack
             // one) evaluates and discards dots on the staged zero padding
             float o[4];
+#ifdef STRATA_LANES_PROBE_READ
+            // probe (tuning builds only): the walk and its loads without the
+            // dots, for the time of this access pattern alone
+            {
+                uint32_t wd[sizeof(cur) / 4], x = 0;
+                memcpy(wd, &cur, sizeof(wd));
+                for (uint32_t v : wd) x ^= v;
+                for (int k = 0; k < 4; ++k) o[k] = __uint_as_float(x & 0x3fffffffu);
+            }
+#else
             LN::dots(cur, qs, ln, it, o, tbl);
-            const bool mine = g + BPI * it < nb;
+#endif
+            const bool mine = FULL || g + BPI * it < nb;
             for (int k = 0; k < 4; ++k) acc[k] = mine ? __fadd_rn(acc[k], o[k]) : acc[k];
             cur = nxt;
             p = pn;
@@ -408,19 +423,20 @@ template <int TYPE> __host__ __device__ constexpr int lane_q8_blocks(int nb) {
 }
 
 // Stage one q8_1 column of nq8 blocks (36 bytes each, 4-byte aligned) into
-// Q8Stage's layout (s_q: 2·npad chunks, s_d: npad floats, s_sum: npad
-// chunks when SUMS), blocks nq8..npad-1 as zeros. With PAIRS the quant ints
+// Q8Stage's layout (s_q: 2·npad chunks, s_d: npad floats, d/4 with DQ4,
+// s_sum: npad chunks when SUMS), blocks nq8..npad-1 as zeros. With PAIRS the quant ints
 // u0..u7 are stored as the byte pairs of (u_m, u_m+4), m = 0..3: word 2m =
 // bytes 0, 1 of both, word 2m+1 = bytes 2, 3. One thread per q8_1 block:
 // its nine words load together.
-template <int SUMS, int PAIRS>
+template <int SUMS, int PAIRS, int DQ4>
 __device__ __forceinline__ void stage_q8(const uint8_t *q8, int nq8, int npad, W4 *s_q,
                                          float *s_d, W4 *s_sum, int i0, int step) {
     for (int b = i0; b < npad; b += step) {
         uint32_t v[9] = {};
         if (b < nq8)
             for (int m = 0; m < 9; ++m) v[m] = ld4(q8 + 36 * b + 4 * m);
-        s_d[b] = hb2f(v[0]);
+        // d/4 is exact: an fp16 value is 0, inf, nan or at least 2^-24
+        s_d[b] = DQ4 ? __fmul_rn(hb2f(v[0]), 0.25f) : hb2f(v[0]);
         if (PAIRS) {
             uint32_t p[8];
             for (int m = 0; m < 4; ++m) {

@@ -192,7 +192,11 @@ LANE_MATVEC_CASES = [(GGMLType.Q4_K, 29, 2560, 5), (GGMLType.Q4_K, 13, 256, 3),
                      (GGMLType.IQ4_XS, 9, 1024, 2),
                      # fewer rows than warps (idle warps load a clamped block)
                      (GGMLType.Q4_K, 3, 2560, 8), (GGMLType.Q6_K, 1, 2816, 8),
-                     (GGMLType.IQ4_XS, 5, 1280, 8)]
+                     (GGMLType.IQ4_XS, 5, 1280, 8),
+                     # whole iterations (lane_full: the walk without idle-lane tests)
+                     (GGMLType.Q4_K, 19, 4096, 3), (GGMLType.Q6_K, 13, 1024, 5),
+                     (GGMLType.Q6_K, 7, 4096, 2), (GGMLType.IQ4_XS, 11, 4096, 3),
+                     (GGMLType.Q6_K, 2, 1024, 8)]
 
 
 def test_iq4nl_table_suits_the_sign_mode_lookup():
@@ -203,20 +207,48 @@ def test_iq4nl_table_suits_the_sign_mode_lookup():
     assert (kv[:8] < 0).all() and (kv[8:] >= 0).all() and (kv[8:] + 1 <= 127).all()
 
 
-def test_i2f_prod_is_the_conversion_of_the_product(host):
-    """i2f_prod (mmvq_lanes.cuh, Q6_K's lane dots) gives float(a*b) bit for
-    bit wherever |a*b| < 2^22, the range it is used in (|dq*sc| <= 2^21):
-    every product of the edges and a random sample."""
-    host.smv_host_i2f_prod.restype = ctypes.c_float
-    host.smv_host_i2f_prod.argtypes = [ctypes.c_int, ctypes.c_int]
-    rng = np.random.default_rng(5)
-    dq = [0, 1, -1, 16384, -16384, 16383, -16383, 12345, -7] + list(rng.integers(-16384, 16385, 300))
-    sc = [0, 1, -1, 127, -128, 64, -3] + list(rng.integers(-128, 128, 30))
-    pairs = [(a, b) for a in dq for b in sc] + [(1 << 21, 1), (-(1 << 22), 1), ((1 << 22) - 1, 1)]
-    for a, b in pairs:
-        got = np.float32(host.smv_host_i2f_prod(int(a), int(b)))
-        want = np.float32(int(a) * int(b))
-        assert got.view(np.uint32) == want.view(np.uint32), (a, b, got, want)
+def test_host_lane_dots_q6k_extremes(host):
+    """Lanes<Q6_K> feeds dp4a the bytes 4·(q - 32) and stages d8/4: exact
+    for every byte value, up to |4·dq·sc| = 2^23 (quants 0 or 63, scales
+    -128 or 127, q8_1 ints -128 or 127; -128 is no quantizer's output but a
+    block may hold it): bitwise the oracle's thread dots, at both alignments."""
+    rng = np.random.default_rng(9)
+    blocks, q8s = [], []
+    for ql, qh, sc, u in [(0x00, 0x00, -128, -128), (0xFF, 0xFF, 127, 127), (0x00, 0x00, 127, -128),
+                          (0xFF, 0xFF, -128, -128), (0x0F, 0xAA, -1, 127), (0xF0, 0x55, 1, -1)]:
+        b = np.zeros(210, np.uint8)
+        b[:128], b[128:192] = ql, qh
+        b[192:208] = np.int8(sc).view(np.uint8)
+        b[208:210] = np.frombuffer(np.float16(1.5).tobytes(), np.uint8)
+        q = np.zeros((8, 36), np.uint8)
+        q[:, 0:2] = np.frombuffer(np.float16(0.75).tobytes(), np.uint8)
+        q[:, 4:] = np.int8(u).view(np.uint8)
+        blocks.append(b)
+        q8s.append(q)
+    for _ in range(4):          # random bytes everywhere, finite scales
+        b = rng.integers(0, 256, 210, dtype=np.uint8)
+        b[208:210] = np.frombuffer(np.float16(rng.standard_normal()).tobytes(), np.uint8)
+        q = rng.integers(0, 256, (8, 36), dtype=np.uint8)
+        q[:, 0:4] = np.frombuffer(np.float16(rng.uniform(0.5, 2)).tobytes() * 2, np.uint8)
+        blocks.append(b)
+        q8s.append(q)
+    w = np.stack(blocks)
+    q8 = np.concatenate(q8s)
+    ref = M.thread_dots(GGMLType.Q6_K, w.reshape(1, len(w), -1), q8.reshape(1, -1, 36))[0, 0]
+    tbl = np.ascontiguousarray(iq_tables.KVALUES_IQ4NL, dtype=np.int8)
+    out = np.empty(4, np.float32)
+    for mis in (0, 2):
+        buf = np.zeros(210 + 32, np.uint8)
+        base = (-buf.ctypes.data) % 16 + mis
+        got = np.empty_like(ref)
+        for i in range(len(w)):
+            buf[base:base + 210] = w[i]
+            qb = np.ascontiguousarray(q8[8 * i:8 * i + 8])
+            for j in range(8):
+                assert host.smv_host_lane_dots(int(GGMLType.Q6_K), buf.ctypes.data + base, mis,
+                                               qb.ctypes.data, j, tbl.ctypes.data, out.ctypes.data) == 0
+                got[i, 4 * j:4 * j + 4] = out
+        assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), (mis, np.argwhere(got != ref)[:5])
 
 
 @pytest.mark.parametrize("t,rows,k,warps", LANE_MATVEC_CASES,

@@ -156,9 +156,10 @@ constexpr int LANE_WARPS = 8;
 // kernel waits mostly on global loads, and the best trade between resident
 // warps and registers (prefetch, unrolling) was measured on the H200 for
 // each type: Q6_K 4 blocks (64 registers), Q4_K and IQ4_XS 2 (up to 128).
-// IQ4_XS with its sign-mode lookup needs 101; at 3 blocks (80 registers,
-// STRATA_LANES_BPSM_IQ4XS=3, a tuning define) it spilled and took 15-48 %
-// longer (issue 20, seventh session).
+// IQ4_XS with its sign-mode lookup and both walks (lane_full) needs 123,
+// Q4_K 113; at 3 blocks (80 registers, STRATA_LANES_BPSM_IQ4XS=3, a tuning
+// define) IQ4_XS spilled and took 15-48 % longer (issue 20, seventh
+// session), Q4_K 2-18 % longer (eighth).
 #ifndef STRATA_LANES_BPSM_IQ4XS
 #define STRATA_LANES_BPSM_IQ4XS 2
 #endif

@@ -139,13 +139,15 @@ static void lanes_matvec(const uint8_t *w, long long rows, int nb, const uint8_t
 
 // Returns 0; 1 for a type without a lanes kernel; 2 if a load was not
 // aligned as the GPU needs; 3 if a load read outside the weights and the
-// q8_1 column.
+// q8_1 column; 4 for a shape the kernel refuses (k not a positive multiple
+// of 256, rows or nwarps below 1).
 extern "C" int smv_host_lanes_matvec(int type, const uint8_t *w, long long rows, long long k,
                                      const uint8_t *q8, int nwarps, const int8_t *tbl, float *y) {
     const Tbl16 tb = tbl16(tbl);
     const int bytes = type == Q4_K ? Dot<Q4_K>::BYTES : type == Q6_K ? Dot<Q6_K>::BYTES
                     : type == IQ4_XS ? Dot<IQ4_XS>::BYTES : 0;
     if (!bytes) return 1;
+    if (k < 256 || k % 256 || rows < 1 || nwarps < 1) return 4;
     HostReads &r = host_reads();
     r = HostReads{};
     r.lo[0] = w;

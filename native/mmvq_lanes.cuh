@@ -13,9 +13,10 @@
 //
 // The q8_1 column is staged once per CUDA block in a repacked layout (Q8Stage):
 // the 8 quant ints of q8_1 block b as two int4 (16-byte aligned), d as float
-// (exact fp16 -> f32; for Q6_K d/4, exact too, see Lanes<Q6_K>), and for Q4_K the four integer pair sums of the block
-// that thread k of a 4-thread group takes with dp4a(0x01010101, .) (exact
-// integers, a property of the activations alone).
+// (exact fp16 -> f32; for Q6_K d/4, exact too, see Lanes<Q6_K>), and for
+// Q4_K the four integer pair sums of the block that thread k of a 4-thread
+// group takes with dp4a(0x01010101, .) (exact integers, a property of the
+// activations alone).
 //
 // Without CUDA (mmvq_host_check.cpp) the same code runs on the host, so a
 // CPU test checks every lane dot against the oracle bit for bit.

@@ -211,7 +211,9 @@ def test_host_lane_dots_q6k_extremes(host):
     """Lanes<Q6_K> feeds dp4a the bytes 4·(q - 32) and stages d8/4: exact
     for every byte value, up to |4·dq·sc| = 2^23 (quants 0 or 63, scales
     -128 or 127, q8_1 ints -128 or 127; -128 is no quantizer's output but a
-    block may hold it): bitwise the oracle's thread dots, at both alignments."""
+    block may hold it), and for fp16 scales at their edges (signed zeros,
+    subnormals, the largest, inf, NaN) in the weight's d and the q8_1 d:
+    bitwise the oracle's thread dots, at both alignments."""
     rng = np.random.default_rng(9)
     blocks, q8s = [], []
     for ql, qh, sc, u in [(0x00, 0x00, -128, -128), (0xFF, 0xFF, 127, 127), (0x00, 0x00, 127, -128),

@@ -162,6 +162,18 @@ constexpr int LANE_WARPS = 8;
 #ifndef STRATA_LANES_BPSM_IQ4XS
 #define STRATA_LANES_BPSM_IQ4XS 2
 #endif
+#ifndef STRATA_LANES_STAGED
+#define STRATA_LANES_STAGED 0
+#endif
+// whether this type's lanes kernel stages its weights through shared memory
+// (bit 0 Q4_K, 1 Q6_K, 2 IQ4_XS) and may for a row of nb blocks (the span
+// of every iteration aligned to the staging word)
+template <int TYPE> __host__ __device__ constexpr bool lane_staged() {
+    return (STRATA_LANES_STAGED >> (TYPE == Q4_K ? 0 : TYPE == Q6_K ? 1 : 2)) & 1;
+}
+template <int TYPE> __host__ __device__ inline bool staged_for(int nb) {
+    return lane_staged<TYPE>() && (long long)nb * Dot<TYPE>::BYTES % Staged<TYPE>::WB == 0;
+}
 template <int TYPE> constexpr int lane_blocks_per_sm() {
     return TYPE == Q6_K ? 4 : TYPE == IQ4_XS ? STRATA_LANES_BPSM_IQ4XS : 2;
 }
@@ -169,14 +181,24 @@ template <int TYPE> constexpr int lane_blocks_per_sm() {
 struct LaneSmem {
     int q, d, sum, acc, total;
 };
-__host__ __device__ inline LaneSmem lane_smem(int nq8, bool sums) {
+__host__ __device__ inline LaneSmem lane_smem(int nq8, bool sums, int stage = 0) {
     LaneSmem l;
     l.q = 0;
     l.d = 32 * nq8;
     l.sum = l.d + (4 * nq8 + 15) / 16 * 16;
     l.acc = l.sum + (sums ? 16 * nq8 : 0);
-    l.total = l.acc + LANE_WARPS * 128 * 4;
+    l.total = l.acc + LANE_WARPS * 128 * 4 + LANE_WARPS * stage;
     return l;
+}
+#ifndef STRATA_LANES_BATCH
+#define STRATA_LANES_BATCH 0
+#endif
+template <int TYPE> __host__ __device__ inline int lane_stage_bytes(int nb) {
+    return staged_for<TYPE>(nb) ? Staged<TYPE>::STAGE : 0;
+}
+template <int TYPE> __host__ __device__ inline LaneSmem lane_smem_of(int nb) {
+    return lane_smem(lane_q8_blocks<TYPE>(nb), Lanes<TYPE>::SUMS,
+                     lane_stage_bytes<TYPE>(nb) + (STRATA_LANES_BATCH ? 1024 : 0));
 }
 
 template <int TYPE>
@@ -189,13 +211,19 @@ __global__ void __launch_bounds__(32 * LANE_WARPS, lane_blocks_per_sm<TYPE>()) k
     constexpr int QB = D::QK / 32;
     extern __shared__ __align__(16) uint8_t s_raw[];
     const int nq8 = nb * QB, npad = lane_q8_blocks<TYPE>(nb);
-    const LaneSmem lay = lane_smem(npad, LN::SUMS);
+    const LaneSmem lay = lane_smem_of<TYPE>(nb);
+    (void)npad;
     const int lane = threadIdx.x % 32, g = lane / LN::L, j = lane % LN::L;
     const typename LN::Lane ln = LN::lane(g, j);
     const long long row0 = (long long)blockIdx.x * LANE_WARPS + threadIdx.x / 32;
     const LaneWalk<TYPE> wk{w, rows, (long long)gridDim.x * LANE_WARPS, (long long)nb * D::BYTES, nb, g};
     // the first weight loads go out before the q8_1 column is staged
-    const typename LN::Raw first = LN::load(wk.first(row0), ln, j);
+    typename LN::Raw first;
+    SpanRegs<TYPE> first_span;
+    if (staged_for<TYPE>(nb))
+        first_span = staged_first<TYPE>(w, row0 < rows ? row0 : rows - 1, nb, lane);
+    else
+        first = LN::load(wk.first(row0), ln, j);
     stage_q8<LN::SUMS, LN::PAIRS>(q8, nq8, npad, (W4 *)(s_raw + lay.q), (float *)(s_raw + lay.d),
                                   (W4 *)(s_raw + lay.sum), threadIdx.x, 32 * LANE_WARPS);
     __syncthreads();
@@ -203,7 +231,42 @@ __global__ void __launch_bounds__(32 * LANE_WARPS, lane_blocks_per_sm<TYPE>()) k
                      (const W4 *)(s_raw + lay.sum)};
     float *s_acc = (float *)(s_raw + lay.acc) + 128 * (threadIdx.x / 32);
     const Tbl16 tbl = LN::table(register_table<TYPE>());
-    lane_rows<TYPE>(wk, row0, j, ln, qs, tbl, first, [&](long long row, const float acc[4]) {
+#if STRATA_LANES_BATCH
+    // batched butterflies: the warp's per-lane sums of up to 8 rows wait in
+    // s_v (slot r: lane l's sum at 8·(l % 4) + l / 4), then lanes 4r..4r+3
+    // finish row r's butterfly together (flush)
+    float *s_v = (float *)(s_raw + lay.acc + LANE_WARPS * 128 * 4 + LANE_WARPS * lane_stage_bytes<TYPE>(nb)) +
+                 256 * (threadIdx.x / 32);
+    int nbuf = 0;
+    long long buf_row0 = row0;
+    auto flush = [&]() {
+        const int r = lane >> 2, q = lane & 3;
+        const float4 a = *(const float4 *)(s_v + 32 * r + 8 * q), b = *(const float4 *)(s_v + 32 * r + 8 * q + 4);
+        // the values of lanes q + 4m, m = 0..7: steps 16, 8, 4 of the butterfly
+        float x0 = __fadd_rn(a.x, b.x), x1 = __fadd_rn(a.y, b.y), x2 = __fadd_rn(a.z, b.z), x3 = __fadd_rn(a.w, b.w);
+        x0 = __fadd_rn(x0, x2);
+        x1 = __fadd_rn(x1, x3);
+        float v = __fadd_rn(x0, x1);
+        v = __fadd_rn(v, __shfl_xor_sync(FULL, v, 2));
+        v = __fadd_rn(v, __shfl_xor_sync(FULL, v, 1));
+        if (q == 0 && r < nbuf) y[buf_row0 + r * wk.rstep] = v;
+    };
+    auto on_row = [&](long long row, const float acc[4]) {
+        // canonical combine: lane l adds threads l, 32+l, 64+l, 96+l, then the butterfly
+        *(float4 *)(s_acc + 4 * lane) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        __syncwarp();
+        const float v = __fadd_rn(__fadd_rn(__fadd_rn(s_acc[lane], s_acc[32 + lane]), s_acc[64 + lane]),
+                                  s_acc[96 + lane]);
+        s_v[32 * nbuf + 8 * (lane & 3) + (lane >> 2)] = v;
+        __syncwarp();
+        if (++nbuf == 8) {
+            flush();
+            nbuf = 0;
+            buf_row0 = row + wk.rstep;
+        }
+    };
+#else
+    auto on_row = [&](long long row, const float acc[4]) {
         // canonical combine: lane l adds threads l, 32+l, 64+l, 96+l, then the butterfly
         *(float4 *)(s_acc + 4 * lane) = make_float4(acc[0], acc[1], acc[2], acc[3]);
         __syncwarp();
@@ -212,7 +275,20 @@ __global__ void __launch_bounds__(32 * LANE_WARPS, lane_blocks_per_sm<TYPE>()) k
         __syncwarp();
         v = warp_sum(v);
         if (lane == 0) y[row] = v;
-    });
+    };
+    auto flush = [&]() {};
+    const int nbuf = 0;
+#endif
+    if constexpr (lane_staged<TYPE>()) {
+        if (staged_for<TYPE>(nb)) {
+            uint8_t *stage = s_raw + lay.acc + LANE_WARPS * 128 * 4 + Staged<TYPE>::STAGE * (threadIdx.x / 32);
+            lane_rows_staged<TYPE>(w, rows, wk.rstep, nb, row0, lane, j, ln, qs, tbl, stage, first_span, on_row);
+            if (nbuf) flush();
+            return;
+        }
+    }
+    lane_rows<TYPE>(wk, row0, j, ln, qs, tbl, first, on_row);
+    if (nbuf) flush();
 }
 
 // Shared memory a block may use on the current device (the opt-in limit,
@@ -241,7 +317,7 @@ bool lanes_fit(const void *w, int nb) {
         // refuse columns of more than 2^24 blocks (K beyond 2^29, about
         // 5.4·10^8) before its sizes could overflow
         if ((uintptr_t)w & 15 || (long long)nb * (Dot<TYPE>::QK / 32) > (1LL << 24)) return false;
-        return lane_smem(lane_q8_blocks<TYPE>(nb), Lanes<TYPE>::SUMS).total <= lane_smem_limit();
+        return lane_smem_of<TYPE>(nb).total <= lane_smem_limit();
     }
     return false;
 }
@@ -271,7 +347,7 @@ cudaError_t launch_lanes(const void *w, long long rows, int nb, const void *q8, 
     if constexpr (has_lanes<TYPE>()) {
         // enough blocks to fill the device once (persistent warps loop over
         // rows), or fewer when the rows run out first
-        const int smem = lane_smem(lane_q8_blocks<TYPE>(nb), Lanes<TYPE>::SUMS).total;
+        const int smem = lane_smem_of<TYPE>(nb).total;
         // resident blocks of the device for this shared-memory size (cached per
         // thread, device, size and reset epoch: the occupancy query costs host
         // time on every call; mmvq_setup.h)

@@ -179,6 +179,7 @@ template <> struct Lanes<Q4_K> {
     __device__ static Raw load(const uint8_t *b, const Lane &, int j) {
         return Raw{ld16(b), ld16(b + 16 + 32 * j), ld16(b + 32 + 32 * j)};
     }
+    __device__ static Raw load_s(const uint8_t *b, const Lane &l, int j) { return load(b, l, j); }
     __device__ static void dots(const Raw &r, const Q8Stage &q, const Lane &l, int it, float out[4],
                                 const Tbl16 &) {
         // u16 scale words s[0..5] are head words 1..3; x, y, z = s[j%2], s[2+j%2], s[4+j%2]
@@ -238,6 +239,27 @@ template <> struct Lanes<Q6_K> {
         Raw r;
         r.ql = ld16_a2(b + 16 * j, mis);
         r.qh = ld16_a2(b + l.qh_off, mis);
+        r.s0 = (int8_t)b[l.soff];
+        r.s1 = (int8_t)b[l.soff + 4];
+        r.d = *(const uint16_t *)(b + 208);
+        return r;
+    }
+    // From the warp's stage in shared memory (lane_rows_staged): the 20
+    // bytes from p rounded down to 4, five 4-byte loads, realigned by byte
+    // permutes with the lane's constant selector.
+    __device__ static W4 ld16_s(const uint8_t *p, uint32_t sel) {
+        const uint32_t *a = (const uint32_t *)(p - ((uintptr_t)p & 3));
+        uint32_t x[5];
+        for (int m = 0; m < 5; ++m) x[m] = a[m];
+        W4 r;
+        for (int m = 0; m < 4; ++m) r.v[m] = prmt(x[m], x[m + 1], sel);
+        return r;
+    }
+    __device__ static Raw load_s(const uint8_t *b, const Lane &l, int j) {
+        const uint32_t sel = ((uintptr_t)b & 3) ? 0x5432u : 0x3210u;
+        Raw r;
+        r.ql = ld16_s(b + 16 * j, sel);
+        r.qh = ld16_s(b + l.qh_off, sel);
         r.s0 = (int8_t)b[l.soff];
         r.s1 = (int8_t)b[l.soff + 4];
         r.d = *(const uint16_t *)(b + 208);
@@ -318,6 +340,7 @@ template <> struct Lanes<IQ4_XS> {
         for (int m = 0; m < 4; ++m) r.qs[m] = ld8x2(b + 8 + 64 * h + 16 * m);
         return r;
     }
+    __device__ static Raw load_s(const uint8_t *b, const Lane &l, int j) { return load(b, l, j); }
     __device__ static void dots(const Raw &r, const Q8Stage &q, const Lane &l, int it, float out[4],
                                 const Tbl16 &tbl) {
         const int cq = 16 * BPI * it, cb = 8 * BPI * it;
@@ -398,6 +421,101 @@ __device__ __forceinline__ void lane_rows(const LaneWalk<TYPE> &wk, long long ro
         on_row(row, acc);
     }
 }
+
+// ---- coalesced staging (tuning experiment: STRATA_LANES_STAGED) ----------
+// The warp's BPI blocks of one iteration are SPAN contiguous bytes. The 32
+// lanes load them with coalesced WB-byte loads (lane l: words l, l + 32, ...)
+// one iteration ahead into registers, store them into the warp's stage in
+// shared memory, and each lane reads its own block's bytes from the stage
+// with the type's load().
+template <int TYPE> struct Staged {
+    static constexpr int SPAN = Lanes<TYPE>::BPI * Dot<TYPE>::BYTES;
+    static constexpr int WB = SPAN % 16 == 0 && Dot<TYPE>::BYTES % 16 == 0 ? 16 : 8;
+    static constexpr int NW = SPAN / WB, NL = (NW + 31) / 32;
+    static constexpr int STAGE = (SPAN + 15) / 16 * 16;
+};
+#ifdef __CUDACC__
+template <int WB> struct SWord;
+template <> struct SWord<16> { using T = uint4; };
+template <> struct SWord<8> { using T = uint2; };
+
+template <int TYPE> struct SpanRegs {
+    typename SWord<Staged<TYPE>::WB>::T r[Staged<TYPE>::NL];
+};
+// The first span of `row` (issued before the q8_1 column is staged).
+template <int TYPE>
+__device__ __forceinline__ SpanRegs<TYPE> staged_first(const uint8_t *__restrict__ w, long long row, int nb,
+                                                       int lane) {
+    using SG = Staged<TYPE>;
+    using WT = typename SWord<SG::WB>::T;
+    const int n_it = (nb + Lanes<TYPE>::BPI - 1) / Lanes<TYPE>::BPI;
+    const int nw = n_it == 1 ? nb * Dot<TYPE>::BYTES / SG::WB : SG::NW;
+    const WT *p = (const WT *)(w + row * (long long)nb * Dot<TYPE>::BYTES);
+    SpanRegs<TYPE> s;
+#pragma unroll
+    for (int m = 0; m < SG::NL; ++m)
+        if (lane + 32 * m < nw) s.r[m] = __ldg(p + lane + 32 * m);
+    return s;
+}
+
+template <int TYPE, class OnRow>
+__device__ __forceinline__ void lane_rows_staged(const uint8_t *__restrict__ w, long long rows, long long rstep,
+                                                 int nb, long long row, int lane, int j,
+                                                 const typename Lanes<TYPE>::Lane &ln, const Q8Stage &qs,
+                                                 const Tbl16 &tbl, uint8_t *stage, SpanRegs<TYPE> first,
+                                                 OnRow on_row) {
+    using LN = Lanes<TYPE>;
+    using SG = Staged<TYPE>;
+    using WT = typename SWord<SG::WB>::T;
+    constexpr int BPI = LN::BPI;
+    const int g = lane / LN::L, n_it = (nb + BPI - 1) / BPI;
+    const long long rbytes = (long long)nb * Dot<TYPE>::BYTES;
+    // words of the row's last (maybe partial) span
+    const int last_nw = (nb - (n_it - 1) * BPI) * Dot<TYPE>::BYTES / SG::WB;
+    WT r[SG::NL];
+#pragma unroll
+    for (int m = 0; m < SG::NL; ++m) r[m] = first.r[m];
+    const WT *p = (const WT *)(w + row * rbytes);
+    const uint8_t *blk = stage + g * Dot<TYPE>::BYTES;
+    __builtin_assume(__isShared(blk));
+    // which of the lane's words a full span and the row's last span have
+    uint32_t full_mask = 0, last_mask = 0;
+#pragma unroll
+    for (int m = 0; m < SG::NL; ++m) {
+        full_mask |= (uint32_t)(lane + 32 * m < SG::NW) << m;
+        last_mask |= (uint32_t)(lane + 32 * m < last_nw) << m;
+    }
+    uint32_t mask = n_it == 1 ? last_mask : full_mask;
+    for (; row < rows; row += rstep) {
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        const bool more_rows = row + rstep < rows;
+        const WT *next_row = (const WT *)(w + (row + rstep) * rbytes);
+#pragma unroll 2
+        for (int it = 0; it < n_it; ++it) {
+            __syncwarp();
+#pragma unroll
+            for (int m = 0; m < SG::NL; ++m)
+                if (mask >> m & 1) ((WT *)stage)[lane + 32 * m] = r[m];
+            __syncwarp();
+            const bool last = it + 1 == n_it;
+            const bool have = !last || more_rows;
+            p = last ? next_row : p + SG::NW;
+            mask = (last ? n_it == 1 : it + 2 == n_it) ? last_mask : full_mask;
+            if (have) {
+#pragma unroll
+                for (int m = 0; m < SG::NL; ++m)
+                    if (mask >> m & 1) r[m] = __ldg(p + lane + 32 * m);
+            }
+            const typename LN::Raw cur = LN::load_s(blk, ln, j);
+            float o[4];
+            LN::dots(cur, qs, ln, it, o, tbl);
+            const bool mine = g + BPI * it < nb;
+            for (int k = 0; k < 4; ++k) acc[k] = mine ? __fadd_rn(acc[k], o[k]) : acc[k];
+        }
+        on_row(row, acc);
+    }
+}
+#endif
 
 // q8_1 blocks staged for a column of nb weight blocks: whole iterations of
 // BPI weight blocks (a multiple of 8), so that the lanes without a block in

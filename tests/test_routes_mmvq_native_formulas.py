@@ -12,7 +12,7 @@ import pytest
 from strata_ref.formats import iq_tables
 from strata_ref.formats.fp4 import KVALUES_MXFP4
 from strata_ref.routes import mmvq as M
-from strata_ref.routes.mmvq_inputs import sane_blocks
+from strata_ref.routes.mmvq_inputs import inf_dot_blocks, ones_q8_1, sane_blocks
 from strata_ref.routes.q8_1 import quantize_q8_1
 from strata_ref.types import GGMLType, block_format
 
@@ -303,6 +303,39 @@ def test_host_lanes_matvec_equals_oracle(host, t, rows, k, warps):
                                     warps, tbl.ctypes.data, got.ctypes.data)
     assert st == 0, {2: "misaligned load", 3: "load outside the inputs"}.get(st, st)
     assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), np.flatnonzero(got != ref)[:8]
+
+
+@pytest.mark.parametrize("t,k", [(GGMLType.Q4_K, 256), (GGMLType.Q4_K, 2560), (GGMLType.Q6_K, 256),
+                                 (GGMLType.Q6_K, 2560), (GGMLType.IQ4_XS, 256),
+                                 (GGMLType.IQ4_XS, 1280)],
+                         ids=lambda v: getattr(v, "name", str(v)))
+def test_host_lanes_matvec_discards_idle_lanes(host, t, k):
+    """Lanes without a block in an iteration (K not a multiple of the blocks
+    per iteration) evaluate dots on a reloaded block and the staged zero
+    q8_1 padding, and the walk must discard them: with d = +inf every real
+    dot is +inf, a discarded one inf·0 = NaN. The rows' sums stay +inf, as
+    the oracle's."""
+    rows, warps = 3, 2
+    w = inf_dot_blocks(t, rows * (k // 256)).reshape(rows, -1)
+    q8 = ones_q8_1(k)
+    ref = M.mmvq(t, w, q8)[0]
+    assert np.isposinf(ref).all(), ref
+    buf = np.zeros(w.nbytes + 16, np.uint8)
+    base = (-buf.ctypes.data) % 16
+    buf[base:base + w.nbytes] = w.ravel()
+    tbl = np.ascontiguousarray(iq_tables.KVALUES_IQ4NL, dtype=np.int8)
+    got = np.empty(rows, np.float32)
+    assert host.smv_host_lanes_matvec(int(t), buf.ctypes.data + base, rows, k, q8.ctypes.data, warps,
+                                      tbl.ctypes.data, got.ctypes.data) == 0
+    assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), got
+
+
+def test_inf_dot_inputs_refuse_what_they_cannot_build():
+    with pytest.raises(ValueError, match="Q5_K is not Q4_K, Q6_K or IQ4_XS"):
+        inf_dot_blocks(GGMLType.Q5_K, 1)
+    for k in (0, 31, -32):
+        with pytest.raises(ValueError, match=f"k = {k} is not a positive multiple of 32"):
+            ones_q8_1(k)
 
 
 _ASAN_DRIVER = r"""

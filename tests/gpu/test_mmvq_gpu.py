@@ -85,6 +85,35 @@ def test_lanes_kernel_edges_bitwise(nat, name, rows, k, offset):
         assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), (name, kind)
 
 
+@pytest.mark.parametrize("name,rows,k", [("Q4_K", 5003, 2560), ("Q6_K", 4999, 2560),
+                                         ("IQ4_XS", 5001, 1280), ("Q4_K", 7, 256)])
+def test_lanes_kernel_discards_idle_lanes(nat, name, rows, k):
+    """K not a multiple of the blocks per iteration: lanes without a block in
+    the row's last iteration compute dots on a reloaded block and zero q8_1
+    padding, which the kernel must discard. With every real dot +inf
+    (inf_dot_blocks), a kept padding dot is inf·0 = NaN: every row must stay
+    +inf, bit for bit the oracle's."""
+    import numpy as np
+    from strata_ref.routes.mmvq import mmvq
+    from strata_ref.routes.mmvq_inputs import inf_dot_blocks, ones_q8_1
+    from strata_ref.types import GGMLType
+    t = GGMLType[name]
+    w = inf_dot_blocks(t, rows * (k // 256)).reshape(rows, -1)
+    q8 = ones_q8_1(k).reshape(1, -1, 36)
+    ref = mmvq(t, w, q8)
+    assert np.isposinf(ref).all()
+    dw, dq, dy = nat.put(w), nat.put(q8), nat.alloc(rows * 4)
+    f = nat.ffi
+    nat.check(nat.lib.smv_set_plain_kernel(3), "plain kernel")
+    try:
+        nat.check(nat.lib.smv_mmvq(int(t), dw.ptr, rows, k, dq.ptr, 1, f.cast("float *", dy.ptr), 0,
+                                   f.NULL), "mmvq")
+    finally:
+        nat.lib.smv_set_plain_kernel(0)
+    got = nat.get(dy, np.float32, rows).reshape(1, rows)
+    assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), name
+
+
 def test_lanes_types(nat):
     from strata_ref.types import GGMLType as T
     assert [t.name for t in T if nat.lib.smv_has_lanes(int(t))] == ["Q4_K", "Q6_K", "IQ4_XS"]

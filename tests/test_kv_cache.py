@@ -535,12 +535,11 @@ def test_typed_cache_attention_refuses_a_length_past_the_cells(fn):
     if fn == "attention_mm":        # its V p runs over n_kv cells (flash: n_kv picks the path)
         with pytest.raises(ValueError, match="n_kv = 4 is below T = 5"):
             f(q, T.F16, k16, T.F16, v16, 5, 4, np.array([3, 4]), 0.125, cpu.select("avx2"))
-    # the valid call still runs; without flash attention it is the F16
-    # kernel's arithmetic, bit for bit
-    out = f(q, T.F16, k16, T.F16, v16, 5, 256, np.array([3, 4]), 0.125, cpu.select("avx2"))
     if fn == "attention_mm":
+        # the valid call still runs, and without flash attention it is the
+        # F16 kernel's arithmetic, bit for bit (flash attention's own bits:
+        # the fa tests above and the stored llama.cpp references)
+        out = f(q, T.F16, k16, T.F16, v16, 5, 256, np.array([3, 4]), 0.125, cpu.select("avx2"))
         from strata_ref.cpu.f16_attention import attention
         want = attention(q, kb, vb, 5, np.array([3, 4]), 0.125, cpu.select("avx2"))
         assert np.array_equal(out.view(np.uint32), want.view(np.uint32))
-    else:
-        assert out.shape == (2, 4 * 32) and np.isfinite(out).all()

@@ -109,7 +109,7 @@ def test_dequant_absurd_ld_names_it():
         sr.dequant_f32("Q4_0", bytes(18), 1, 32, ld=2**62)
 
 
-@pytest.mark.parametrize("bad", [-3, 1.5])
+@pytest.mark.parametrize("bad", [-3, 1.5, float("nan"), float("inf"), None, "3"])
 def test_generate_refuses_a_negative_or_fractional_token_count(bad):
     # it returned [] for -3; checked before the model is touched
     from strata_ref.infer import generate

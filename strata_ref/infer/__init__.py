@@ -49,7 +49,11 @@ def generate(m, prompt_ids, max_tokens: int, sampler, n_ctx: int | None = None,
     pass are non-finite or all equal, or those of a decode step non-finite
     (a damaged model: `model.check_logits`)."""
     from .model import check_logits
-    if int(max_tokens) != max_tokens or max_tokens < 0:
+    try:
+        whole = int(max_tokens) == max_tokens and max_tokens >= 0
+    except (TypeError, ValueError, OverflowError):     # None, a string, nan, inf
+        whole = False
+    if not whole:
         raise ValueError(f"max_tokens must be a whole number >= 0, got {max_tokens!r}")
     cache = m.new_cache(n_ctx)
     n_prompt = len(prompt_ids)

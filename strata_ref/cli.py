@@ -350,12 +350,28 @@ def _check_generate_args(a) -> str | None:
     return None
 
 
+def _names_a_model(arg: str) -> bool:
+    """Whether a lone `generate` argument is a registry name or alias, or
+    ends in .gguf (a model file), rather than a prompt."""
+    from .models import ModelError, lookup
+    try:
+        lookup(arg)
+        return True
+    except ModelError:
+        pass
+    return arg.strip().lower().endswith(".gguf")
+
+
 def cmd_generate(a) -> int:
     from .infer import run_generate
     bad = _check_generate_args(a)
     if bad:
         return _err(bad)
     model, prompt = (None, a.args[0]) if len(a.args) == 1 else (a.args[0], a.args[1])
+    if model is None and _names_a_model(prompt):
+        # `generate gemma3` ran the default model on the prompt "gemma3"
+        return _err(f"'{prompt[:200]}' names a model but no PROMPT follows: give MODEL PROMPT "
+                    "(a prompt alone may not be a registry name or end in .gguf)")
     cache = {}
     if a.cache_type_k is not None:
         cache["type_k"] = a.cache_type_k
@@ -520,6 +536,10 @@ def cmd_rotate(a) -> int:
     out_real = os.path.realpath(a.output)
     if any(os.path.realpath(f.path) == out_real for f in read(src).shards):
         return _err("rotate: OUT must not be the input file (or one of its shards)")
+    out_dir = os.path.dirname(out_real)
+    if not os.path.isdir(out_dir) or not os.access(out_dir, os.W_OK):
+        # checked before the rotation's minutes of work, not after
+        return _err(f"rotate: cannot write OUT: {out_dir} is not a writable directory")
     if not a.measure and (a.plot or a.types or a.prompts or a.limit is not None):
         return _err("rotate: --types, --prompts, --limit and --plot go with --measure")
     if a.measure:

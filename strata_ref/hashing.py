@@ -457,6 +457,10 @@ def _open_manifest(path, shards, entries, out_dtypes, resume):
             held = _read_manifest(path, lines, head, entries, out_dtypes)
         else:
             keep = 0
+    if not keep and os.path.isfile(path) and os.path.getsize(path) and not _is_manifest(path):
+        # another file under that name: never overwrite it
+        raise ValueError(f"{path} exists and is not a strata-ref hash manifest; give another "
+                         "--manifest or remove it")
     if keep:
         w = open(path, "r+", encoding="utf-8")
         w.seek(keep)
@@ -466,6 +470,18 @@ def _open_manifest(path, shards, entries, out_dtypes, resume):
         w.write(json.dumps(head, separators=(",", ":")) + "\n")
         w.flush()
     return held, w
+
+
+def _is_manifest(path) -> bool:
+    """Whether the file's first line (read up to 1 MiB) is a strata-ref
+    hash manifest header of any version."""
+    with open(path, "rb") as f:
+        line = f.read(1 << 20).split(b"\n", 1)[0]
+    try:
+        first = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    return isinstance(first, dict) and "strata_ref_manifest" in first
 
 
 def _read_manifest(path, lines, head, entries, out_dtypes) -> dict[int, dict[str, int]]:

@@ -239,3 +239,12 @@ def test_unexpected_error_is_one_line_and_called_a_bug(monkeypatch, capsys):
     monkeypatch.setenv("STRATA_REF_DEBUG", "1")
     with pytest.raises(KeyError):
         main(["info", "x.gguf"])
+
+
+@pytest.mark.parametrize("arg", ["gemma3", "SmolLM2-135M-Instruct", "./my-model.GGUF"])
+def test_generate_with_a_model_and_no_prompt_is_refused(arg, capsys):
+    # `generate gemma3` ran the default model with "gemma3" as its prompt
+    assert main(["generate", arg]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"strata-ref: error: '{arg}' names a model but no PROMPT follows") and \
+        err.count("\n") == 1

@@ -240,6 +240,19 @@ def test_resume_refuses_another_models_or_a_damaged_manifest(mixed, tmp_path):
         hash_model(f, resume=True)
 
 
+def test_manifest_never_overwrites_another_file(mixed, tmp_path):
+    # `--manifest notes.txt` replaced the file with manifest lines
+    f = gguf.read(mixed)
+    m = tmp_path / "notes.txt"
+    m.write_text("my notes\n")
+    with pytest.raises(ValueError, match="notes.txt exists and is not a strata-ref hash manifest"):
+        hash_model(f, ("f32",), manifest=m)
+    assert m.read_text() == "my notes\n"
+    # a manifest of an earlier run is started afresh, as before
+    hash_model(f, ("f32",), manifest=m.with_suffix(".jsonl"))
+    hash_model(f, ("f32",), manifest=m.with_suffix(".jsonl"))
+
+
 def test_resume_refuses_a_file_of_the_same_name_and_size_rewritten(tmp_path):
     """A model re-quantized in place (same name, same size, other bytes) is
     not the manifest's model: resuming it must not report the old hashes."""

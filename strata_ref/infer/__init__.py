@@ -198,7 +198,9 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     # why it stopped short of max_tokens, when the context did it
     full = (f"; stopped: the context of {ctx} tokens is full" if len(gen) < int(max_tokens)
             and len(ids) + len(gen) >= ctx else "")
-    out.write(f"\n[prompt: {len(ids)} tokens, {p_tps:.1f} tok/s | decode: {len(gen)} tokens "
+    def n_of(n, what):
+        return f"{n} {what}" + ("" if n == 1 else "s")
+    out.write(f"\n[prompt: {n_of(len(ids), 'token')}, {p_tps:.1f} tok/s | decode: {n_of(len(gen), 'token')} "
               f"({n_dec} {'pass' if n_dec == 1 else 'passes'}{full}), {d_tps:.1f} tok/s | cpu: {prof.name}"
               f"{' (native' + ('; note: ' + note if note else '') + ')' if native else ''}"
               f"{_cache_note(m)}]\n")

@@ -18,6 +18,12 @@
 #include "mmvq_dots.cuh"
 #include "mmvq_lanes.cuh"
 #include "mmvq_setup.h"
+#ifdef STRATA_LANES_TMA
+#include <cudaTypedefs.h>
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#endif
 
 using namespace smv;
 
@@ -271,10 +277,22 @@ cudaError_t current_sms(int *dev, int *sms) {
     return e;
 }
 
+#ifdef STRATA_LANES_TMA
+template <int TYPE>
+int launch_tma(const void *w, long long rows, int nb, const void *q8, float *y, cudaStream_t s,
+               cudaError_t *err);
+#endif
 template <int TYPE>
 cudaError_t launch_lanes(const void *w, long long rows, int nb, const void *q8, float *y,
                          cudaStream_t s) {
     if constexpr (has_lanes<TYPE>()) {
+#ifdef STRATA_LANES_TMA
+        {
+            cudaError_t te = cudaSuccess;
+            const int t = launch_tma<TYPE>(w, rows, nb, q8, y, s, &te);
+            if (t) return te;
+        }
+#endif
         // enough blocks to fill the device once (persistent warps loop over
         // rows), or fewer when the rows run out first
         const int smem = lane_smem(lane_q8_blocks<TYPE>(nb), Lanes<TYPE>::SUMS).total;
@@ -315,6 +333,260 @@ cudaError_t launch_lanes(const void *w, long long rows, int nb, const void *q8, 
     }
     return cudaErrorInvalidValue;   // lanes_fit is false for the other types
 }
+
+#ifdef STRATA_LANES_TMA
+// ---- experiment: the lanes kernel fed by TMA (sm_90) ---------------------------
+// One producer warp per CUDA block copies each iteration's spans of TMA_C
+// consecutive rows (a 2-D box of the weights seen as rows x row_bytes/8
+// u64) into a ring of shared-memory stages; TMA_C consumer warps (one row
+// each) read their lanes' blocks from the stage and run the lanes kernel's
+// dots. Same canonical sums and combine: the bits do not change.
+#ifndef TMA_C
+#define TMA_C 8
+#endif
+#ifndef TMA_SMAX
+#define TMA_SMAX 6
+#endif
+#ifndef TMA_B_Q4K
+#define TMA_B_Q4K 2
+#endif
+#ifndef TMA_B_Q6K
+#define TMA_B_Q6K 3
+#endif
+#ifndef TMA_B_IQ4XS
+#define TMA_B_IQ4XS 2
+#endif
+template <int TYPE> __host__ __device__ constexpr int tma_bpsm() {
+    return TYPE == Q6_K ? TMA_B_Q6K : TYPE == IQ4_XS ? TMA_B_IQ4XS : TMA_B_Q4K;
+}
+// box of one stage row: u64 words per box (<= 256), boxes per iteration,
+// weight blocks per box
+// iterations per stage: Q6_K's 840-byte iteration starts 8 bytes off 16 every
+// other time (a TMA box start must be 16-byte aligned), so it takes two
+template <int TYPE> __host__ __device__ constexpr int tma_ips() { return TYPE == Q6_K ? 2 : 1; }
+template <int TYPE> __host__ __device__ constexpr int tma_nbox() { return TYPE == IQ4_XS ? 2 : 1; }
+template <int TYPE> __host__ __device__ constexpr int tma_gpb() { return tma_ips<TYPE>() * Lanes<TYPE>::BPI / tma_nbox<TYPE>(); }
+template <int TYPE> __host__ __device__ constexpr int tma_boxu() {
+    return (tma_gpb<TYPE>() * Dot<TYPE>::BYTES + 15) / 16 * 2;
+}
+template <int TYPE> __host__ __device__ constexpr int tma_boxb() { return 8 * tma_boxu<TYPE>(); }
+template <int TYPE> __host__ __device__ constexpr int tma_stage_bytes() { return TMA_C * tma_nbox<TYPE>() * tma_boxb<TYPE>(); }
+
+__device__ __forceinline__ uint32_t s_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(uint64_t *b, int n) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(s_addr(b)), "r"(n) : "memory");
+}
+__device__ __forceinline__ void mbar_expect(uint64_t *b, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(s_addr(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *b) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(s_addr(b)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
+    asm volatile(
+        "{\n .reg .pred P1;\n WAIT_%=:\n"
+        " mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+        " @!P1 bra WAIT_%=;\n}\n" ::"r"(s_addr(b)), "r"(parity) : "memory");
+}
+__device__ __forceinline__ void tma_2d(void *dst, const CUtensorMap *tm, int x, int y, uint64_t *bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+        ::"r"(s_addr(dst)), "l"((uint64_t)tm), "r"(x), "r"(y), "r"(s_addr(bar)) : "memory");
+}
+
+// Q6_K from a stage row (16-byte aligned): the block at byte `off`
+__device__ __forceinline__ W4 ld16_a2s(const uint8_t *row, int p) {
+    const int a = p & ~7;
+    const bool up = p & 4;
+    const uint32_t sel = (p & 3) ? 0x5432u : 0x3210u;
+    uint32_t x[6];
+    for (int m = 0; m < 3; ++m) {
+        const uint2 u = *(const uint2 *)(row + a + 8 * m);
+        x[2 * m] = u.x;
+        x[2 * m + 1] = u.y;
+    }
+    uint32_t w[5];
+    for (int m = 0; m < 5; ++m) w[m] = up ? x[m + 1] : x[m];
+    W4 r;
+    for (int m = 0; m < 4; ++m) r.v[m] = prmt(w[m], w[m + 1], sel);
+    return r;
+}
+template <int TYPE>
+__device__ __forceinline__ typename Lanes<TYPE>::Raw load_s(const uint8_t *row, int off,
+                                                           const typename Lanes<TYPE>::Lane &ln, int j) {
+    if constexpr (TYPE == Q6_K) {
+        typename Lanes<TYPE>::Raw r;
+        r.ql = ld16_a2s(row, off + 16 * j);
+        r.qh = ld16_a2s(row, off + ln.qh_off);
+        r.s0 = (int8_t)row[off + ln.soff];
+        r.s1 = (int8_t)row[off + ln.soff + 4];
+        r.d = *(const uint16_t *)(row + off + 208);
+        return r;
+    } else {
+        return Lanes<TYPE>::load(row + off, ln, j);
+    }
+}
+
+template <int TYPE>
+__global__ void __launch_bounds__(32 * (TMA_C + 1), tma_bpsm<TYPE>())
+    k_mmvq_tma(const __grid_constant__ CUtensorMap tm, long long rows, int nb,
+               const uint8_t *__restrict__ q8, float *__restrict__ y, int ns) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    using D = Dot<TYPE>;
+    using LN = Lanes<TYPE>;
+    constexpr int IPS = tma_ips<TYPE>(), QB = D::QK / 32, NBOX = tma_nbox<TYPE>(), GPB = tma_gpb<TYPE>(),
+                  BOXB = tma_boxb<TYPE>(), SB = tma_stage_bytes<TYPE>();
+    extern __shared__ __align__(128) uint8_t s_tma[];
+    const int nq8 = nb * QB, npad = lane_q8_blocks<TYPE>(nb);
+    const LaneSmem lay = lane_smem(npad, LN::SUMS);
+    const int st0 = (lay.total + 127) / 128 * 128;
+    uint8_t *stages = s_tma + st0;
+    uint64_t *full = (uint64_t *)(stages + ns * SB), *empty = full + ns;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const long long ngroups = (rows + TMA_C - 1) / TMA_C;
+    const int n_it = (nb + LN::BPI - 1) / LN::BPI;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < ns; ++s) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], TMA_C);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (warp == TMA_C) {   // producer
+        if (lane == 0) {
+            int s = 0;
+            uint32_t ph = 0;
+            long long n = 0;
+            for (long long G = blockIdx.x; G < ngroups; G += gridDim.x)
+                for (int it = 0; it < n_it; it += IPS, ++n) {
+                    if (n >= ns) mbar_wait(&empty[s], ph ^ 1);
+                    mbar_expect(&full[s], SB);
+                    for (int b = 0; b < NBOX; ++b)
+                        tma_2d(stages + s * SB + b * TMA_C * BOXB, &tm, (it / IPS * NBOX + b) * (GPB * D::BYTES / 8),
+                               (int)(G * TMA_C), &full[s]);
+                    if (++s == ns) {
+                        s = 0;
+                        ph ^= 1;
+                    }
+                }
+        }
+        return;
+    }
+    stage_q8<LN::SUMS, LN::PAIRS, LN::DQ4>(q8, nq8, npad, (W4 *)(s_tma + lay.q), (float *)(s_tma + lay.d),
+                                           (W4 *)(s_tma + lay.sum), threadIdx.x, 32 * TMA_C);
+    asm volatile("bar.sync 1, %0;" ::"r"(32 * TMA_C) : "memory");
+    const int g = lane / LN::L, j = lane % LN::L;
+    const typename LN::Lane ln = LN::lane(g, j);
+    const Q8Stage qs{(const W4 *)(s_tma + lay.q), (const float *)(s_tma + lay.d),
+                     (const W4 *)(s_tma + lay.sum)};
+    float *s_acc = (float *)(s_tma + lay.acc) + 128 * warp;
+    const Tbl16 tbl = LN::table(register_table<TYPE>());
+    const int roff = (g / GPB) * TMA_C * BOXB + warp * BOXB, boff = (g % GPB) * D::BYTES;
+    int s = 0;
+    uint32_t ph = 0;
+    for (long long G = blockIdx.x; G < ngroups; G += gridDim.x) {
+        const long long row = G * TMA_C + warp;
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int it = 0; it < n_it; ++it) {
+            const int sub = it % IPS;
+            if (sub == 0) mbar_wait(&full[s], ph);
+            const typename LN::Raw r =
+                load_s<TYPE>(stages + s * SB + roff, boff + sub * LN::BPI * D::BYTES, ln, j);
+            float o[4];
+            LN::dots(r, qs, ln, it, o, tbl);
+            const bool mine = g + LN::BPI * it < nb;
+            for (int k = 0; k < 4; ++k) acc[k] = mine ? __fadd_rn(acc[k], o[k]) : acc[k];
+            if (sub == IPS - 1 || it + 1 == n_it) {
+                __syncwarp();
+                if (lane == 0) mbar_arrive(&empty[s]);
+                if (++s == ns) {
+                    s = 0;
+                    ph ^= 1;
+                }
+            }
+        }
+        if (row < rows) {   // the whole warp
+            *(float4 *)(s_acc + 4 * lane) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+            __syncwarp();
+            float v = __fadd_rn(__fadd_rn(__fadd_rn(s_acc[lane], s_acc[32 + lane]), s_acc[64 + lane]),
+                                s_acc[96 + lane]);
+            __syncwarp();
+            v = warp_sum(v);
+            if (lane == 0) y[row] = v;
+        }
+    }
+#endif
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 tma_encoder() {
+    static PFN_cuTensorMapEncodeTiled_v12000 f = [] {
+        void *p = nullptr;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) !=
+                cudaSuccess ||
+            q != cudaDriverEntryPointSuccess)
+            p = nullptr;
+        return (PFN_cuTensorMapEncodeTiled_v12000)p;
+    }();
+    return f;
+}
+
+// 1: launched; 0: not served (the caller runs the lanes kernel); <0: error
+template <int TYPE>
+int launch_tma(const void *w, long long rows, int nb, const void *q8, float *y, cudaStream_t s,
+               cudaError_t *err) {
+    const long long rbytes = (long long)nb * Dot<TYPE>::BYTES;
+    static const bool dbg = getenv("STRATA_TMA_DEBUG") != nullptr;
+    if (dbg) fprintf(stderr, "tma? type %d rows %lld nb %d\n", TYPE, rows, nb);
+    if (rbytes % 16 || rows < TMA_C || rows > (1LL << 31) || ((uintptr_t)w & 15)) return 0;
+    int dev = 0, sms = 1, major = 0;
+    if (current_sms(&dev, &sms) != cudaSuccess) return 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9)
+        return 0;
+    auto enc = tma_encoder();
+    if (!enc) return 0;
+    const int fixed = (lane_smem(lane_q8_blocks<TYPE>(nb), Lanes<TYPE>::SUMS).total + 127) / 128 * 128;
+    const int per_block = 233472 / tma_bpsm<TYPE>() - 1024;
+    const int lim = std::min(per_block, lane_smem_limit());
+    int ns = (lim - fixed - 16 * TMA_SMAX) / tma_stage_bytes<TYPE>();
+    if (ns > TMA_SMAX) ns = TMA_SMAX;
+    if (ns < 2) return 0;
+    const int smem = fixed + ns * tma_stage_bytes<TYPE>() + 16 * ns;
+    thread_local SetupCache cache;
+    const int epoch = epoch_now();
+    cudaError_t e = cudaSuccess;
+    if (!cache.fresh(dev, smem, epoch)) {
+        int per_sm = 0;
+        e = cudaFuncSetAttribute(k_mmvq_tma<TYPE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 lane_smem_limit());
+        if (e == cudaSuccess)
+            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_mmvq_tma<TYPE>, 32 * (TMA_C + 1), smem);
+        if (e != cudaSuccess) {
+            *err = e;
+            return -1;
+        }
+        cache.keep(dev, smem, epoch, sms * (per_sm > 0 ? per_sm : 1));
+    }
+    CUtensorMap tm;
+    cuuint64_t dims[2] = {(cuuint64_t)(rbytes / 8), (cuuint64_t)rows};
+    cuuint64_t strides[1] = {(cuuint64_t)rbytes};
+    cuuint32_t box[2] = {(cuuint32_t)tma_boxu<TYPE>(), (cuuint32_t)TMA_C};
+    cuuint32_t es[2] = {1, 1};
+    if (enc(&tm, CU_TENSOR_MAP_DATA_TYPE_UINT64, 2, (void *)w, dims, strides, box, es,
+            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+        if (dbg) fprintf(stderr, "tma encode failed\n");
+        return 0;
+    }
+    if (dbg) fprintf(stderr, "tma launch ns %d smem %d fill %d\n", ns, smem, cache.fill);
+    const long long ngroups = (rows + TMA_C - 1) / TMA_C;
+    const long long grid = ngroups < cache.fill ? ngroups : cache.fill;
+    k_mmvq_tma<TYPE><<<(unsigned)grid, 32 * (TMA_C + 1), smem, s>>>(tm, rows, nb, (const uint8_t *)q8, y, ns);
+    *err = cudaGetLastError();
+    return *err == cudaSuccess ? 1 : -1;
+}
+#endif  // STRATA_LANES_TMA
 
 // The 1-column kernel of rows_per_warp 0 (smv_set_plain_kernel): 0 automatic
 // (the lanes kernel where it serves the call, else the plain kernel with 1 row

@@ -90,6 +90,15 @@ def cmd_hash(a) -> int:
         types = {parse_type(t) for t in _split_list(a.types) or []}
         if not types:
             return _err(f"--types {a.types!r} names no type")
+    if a.device == "cuda":
+        # before the model is fetched or read: a machine without a GPU
+        # says so at once
+        from .native import unavailable_reason
+        from .native.loader import unavailable_line
+        why = unavailable_reason()
+        if why:
+            print(unavailable_line("hash --device cuda", why), file=sys.stderr)
+            return 2
     path = resolve(a.model)
     f = read(path)
     tensors = [t for t in f.tensors if types is None or t.type in types]
@@ -167,13 +176,9 @@ def _hash_device(a, model, tensors, outs) -> int:
     per-tensor verdicts, exit 0 only if every output equals the oracle's."""
     from tqdm import tqdm
 
-    from .native import unavailable_reason
     from .native.hash_device import (compare_lines, device_json, hash_tensors_device,
                                      summary_lines, tensor_rows)
 
-    why = unavailable_reason()
-    if why:
-        return _err(f"--device cuda: native path unavailable: {why}")
     with tqdm(total=sum(t.n_bytes for t in tensors), unit="B", unit_scale=True,
               desc="hash cuda", file=sys.stderr,
               disable=True if a.no_progress else None) as bar:

@@ -55,6 +55,17 @@ def _split_list(s: str | None) -> list[str] | None:
     return [p.strip() for p in s.split(",") if p.strip()]
 
 
+def _cpu_problem(name) -> str | None:
+    """Why `--cpu NAME` (None: $STRATA_REF_CPU, else native) names no CPU
+    profile, as one line, or None; checked before any model is read."""
+    from .cpu import select
+    try:
+        select(name)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 # ---------------------------------------------------------------- hash / info
 class _Terminated(Exception):
     """SIGTERM arrived during `hash`."""
@@ -345,6 +356,9 @@ def _check_generate_args(a) -> str | None:
         return msg.replace("flash_attn ", "--flash-attn ", 1) if msg.startswith("flash_attn ") else msg
     if a.fa_threads is not None and a.fa_threads < 1:
         return f"--fa-threads must be >= 1, got {a.fa_threads}"
+    bad_cpu = _cpu_problem(a.cpu)
+    if bad_cpu:
+        return bad_cpu
     try:
         a.args[-1].encode("utf-8")
     except UnicodeEncodeError as e:
@@ -424,6 +438,9 @@ def cmd_kl(a) -> int:
         return _err(f"--max-tokens must be >= 1, got {a.max_tokens}")
     if a.limit is not None and a.limit < 1:
         return _err(f"--limit must be >= 1, got {a.limit}")
+    bad_cpu = _cpu_problem(a.cpu)
+    if bad_cpu:
+        return _err(bad_cpu)
     _check_plot(a.plot)
     plist = prompts.load_prompts(a.prompts) if a.prompts else list(prompts.DEFAULT_PROMPTS)
     if a.limit:
@@ -467,6 +484,9 @@ def cmd_layers(a) -> int:
         return _err(f"--jobs must be >= 1, got {a.jobs}")
     if a.limit is not None and a.limit < 1:
         return _err(f"--limit must be >= 1, got {a.limit}")
+    bad_cpu = _cpu_problem(a.cpu)
+    if bad_cpu:
+        return _err(bad_cpu)
     from .types import parse_type
     target = parse_type(a.type)
     _check_plot(a.plot)
@@ -494,6 +514,9 @@ def cmd_experts(a) -> int:
     from .infer.moe import check_experts
     if (a.prompt is None) == (a.activations is None):
         return _err("experts takes --prompt TEXT or --activations FILE.npy (one of them)")
+    bad_cpu = _cpu_problem(a.cpu)
+    if bad_cpu:
+        return _err(bad_cpu)
     x = None
     if a.activations is not None:
         try:
@@ -553,6 +576,9 @@ def cmd_rotate(a) -> int:
             return _err(f"--max-tokens must be >= 1, got {a.max_tokens}")
         if a.limit is not None and a.limit < 1:
             return _err(f"--limit must be >= 1, got {a.limit}")
+        bad_cpu = _cpu_problem(a.cpu)
+        if bad_cpu:
+            return _err(bad_cpu)
         for t in (a.types or "Q8_0,Q4_0").split(","):
             if t:
                 parse_type(t)

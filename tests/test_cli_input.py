@@ -195,6 +195,28 @@ def test_kernel_switch_values():
     assert "STRATA_REF_NO_F16C='2'" in switch_problem({"STRATA_REF_NO_F16C": "2"})
 
 
+_NO_PROFILE = "is not a CPU profile (known: scalar, avx2, avx512, native)"
+
+
+@pytest.mark.parametrize("argv", [["generate", "Hi"], ["kl", "a.gguf", "b.gguf"],
+                                  ["layers", "a.gguf"], ["experts", "a.gguf", "--layer", "0", "--prompt", "Hi"],
+                                  ["rotate", "{w}", "{out}", "--measure"]])
+def test_unknown_cpu_profile_is_one_line_without_a_class_name(tmp_path, monkeypatch, capsys, argv):
+    # was "strata-ref: error: ValueError: --cpu = 'sse4' ..."; named before
+    # any model is read
+    p = tmp_path / "w.gguf"
+    write_gguf(p, {}, [("w", T.F32, (4,), np.zeros(4, np.float32))])
+    argv = [a.format(w=p, out=tmp_path / "r.gguf") for a in argv]
+    monkeypatch.delenv("STRATA_REF_CPU", raising=False)
+    assert main(argv + ["--cpu", "sse4"]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err.splitlines() == [f"strata-ref: error: --cpu 'sse4' {_NO_PROFILE}"]
+    monkeypatch.setenv("STRATA_REF_CPU", "sse4")
+    assert main(argv) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"strata-ref: error: STRATA_REF_CPU='sse4' {_NO_PROFILE}"]
+
+
 def _help(*argv) -> None:
     with pytest.raises(SystemExit) as e:
         build_parser().parse_args([*argv, "--help"])

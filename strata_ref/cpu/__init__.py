@@ -71,19 +71,20 @@ def select(name=None) -> Profile:
     """The profile called `name` ("scalar", "avx2", "avx512" or "native"; a
     Profile passes through). None: `$STRATA_REF_CPU`, else "native".
     Raises ValueError naming the value (and the variable, when it came from
-    the environment) for any other name."""
+    the environment) for any other name: "--cpu 'sse4' is not a CPU
+    profile (known: ...)", "STRATA_REF_CPU='sse4' is not ..."."""
     if isinstance(name, Profile):
         return name
-    source = "--cpu"
+    source = "--cpu "
     if name is None:
         name = os.environ.get(ENV)
-        source = f"${ENV}"
+        source = f"{ENV}="
         if name is None or name == "":
             name = "native"
     key = str(name).strip().lower()
     if key == "native":
         return native()
     if key not in PROFILES:
-        raise ValueError(f"{source} = {name!r} is not a CPU profile "
+        raise ValueError(f"{source}{name!r} is not a CPU profile "
                          f"(known: {', '.join(PROFILES)}, native)")
     return PROFILES[key]

@@ -341,8 +341,6 @@ def _check_generate_args(a) -> str | None:
         return f"--seed must be >= 0, got {a.seed}"
     if a.max_tokens < 0:
         return f"--max-tokens must be >= 0, got {a.max_tokens}"
-    if a.ctx is not None and a.ctx < 2:
-        return f"--ctx must be >= 2, got {a.ctx}"
     from .infer.kv_cache import cache_type, resolve_flash_attn
     try:
         tk = cache_type(a.cache_type_k or "f16", "--cache-type-k")
@@ -740,7 +738,7 @@ def build_parser() -> argparse.ArgumentParser:
     ge.add_argument("--chat", action="store_true",
                     help="format the prompt as one user message with the model's chat template")
     ge.add_argument("--ctx", type=int, default=None, metavar="N",
-                    help="context length in tokens, at most the model's training context "
+                    help="context length in tokens, from 2 to the model's training context "
                          "(default: that, at most 4096)")
     ge.add_argument("--cpu", default=None, metavar="PROFILE",
                     help="the llama.cpp CPU build whose arithmetic to reproduce: scalar, avx2, "

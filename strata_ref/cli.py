@@ -959,7 +959,8 @@ def main(argv=None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.cmd == "generate" and len(args.args) > 2:
         return _err("generate takes [MODEL] PROMPT (quote the prompt)")
-    from ._env import numba_config_problem, numba_env_problem, switch_problem
+    from ._env import drop_blank_numba_env, numba_config_problem, numba_env_problem, switch_problem
+    drop_blank_numba_env()      # an empty variable is unset, for numba too
     bad_env = numba_env_problem() or switch_problem() or numba_config_problem()  # before anything imports numba
     if bad_env:
         return _err(bad_env)

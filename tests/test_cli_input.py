@@ -187,6 +187,42 @@ def test_bad_kernel_switch_is_one_line_exit_2(tmp_path, name):
         f"strata-ref: error: {name}='yes' is not a switch value: give 1 (on) or 0 (off), or unset it"]
 
 
+@pytest.mark.parametrize("env", [{"NUMBA_NUM_THREADS": ""}, {"NUMBA_NUM_THREADS": "  "},
+                                 {"NUMBA_THREADING_LAYER": ""}, {"STRATA_REF_NO_VNNI": ""}])
+def test_empty_variable_is_unset(tmp_path, env):
+    # one rule: `NUMBA_NUM_THREADS=` was refused ("not a value numba can
+    # read") where `STRATA_REF_NO_VNNI=` counted as unset
+    p = tmp_path / "w.gguf"
+    write_gguf(p, {}, [("w", T.F32, (4,), np.zeros(4, np.float32))])
+    r = subprocess.run([sys.executable, "-m", "strata_ref.cli", "hash", str(p), "--out", "f32"],
+                       env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stderr) == (0, "")
+    assert r.stdout.splitlines()[1].split()[:3] == ["w", "F32", "4"]
+
+
+def test_empty_variables_read_in_process(monkeypatch):
+    from strata_ref import cpu
+    from strata_ref._env import env_value, numba_env_problem
+    from strata_ref.native import dispatch, gemm, loader, mmvq_dispatch
+    for v in ("", "  "):
+        assert env_value("X", {"X": v}) is None and numba_env_problem({"NUMBA_NUM_THREADS": v}) is None
+        monkeypatch.setenv("STRATA_REF_DEVICE", v)
+        assert loader.env_device() == 0
+        monkeypatch.setenv("STRATA_REF_CPU", v)
+        assert cpu.select(None) is cpu.native()
+        assert dispatch.parse_wide_env(v) == (None, None)
+        assert gemm.parse_dense_f32_env(v) == (None, None)
+        empty = {k: v for k in ("STRATA_SM61_TABLE", "STRATA_SM70_TABLE", "STRATA_MMVQ_IL",
+                                "STRATA_EXP_MODE", "STRATA_MMVQ_IL_ROWS")}
+        assert mmvq_dispatch.select_mmvq(61, empty) == mmvq_dispatch.select_mmvq(61, {})
+    assert env_value("X", {"X": " 1 "}) == " 1 " and env_value("X", {}) is None
+    # a value that is not empty is still checked
+    monkeypatch.setenv("STRATA_REF_DEVICE", "x")
+    with pytest.raises(loader.NativeUnavailable, match="STRATA_REF_DEVICE='x' is not a CUDA device"):
+        loader.env_device()
+    assert dispatch.parse_wide_env("x")[1] is not None
+
+
 def test_kernel_switch_values():
     from strata_ref._env import switch_problem
     for v in ("", "0", "1", " 1 "):

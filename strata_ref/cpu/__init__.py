@@ -20,8 +20,7 @@ operations), the weight-type families `dots_small` / `dots_iquants`.
 """
 from __future__ import annotations
 
-import os
-
+from .._env import env_value
 from .profiles import PROFILES, Profile, host_flags
 
 __all__ = ["select", "native", "native_note", "Profile", "PROFILES", "ENV"]
@@ -69,7 +68,8 @@ def native_note(flags=None) -> str:
 
 def select(name=None) -> Profile:
     """The profile called `name` ("scalar", "avx2", "avx512" or "native"; a
-    Profile passes through). None: `$STRATA_REF_CPU`, else "native".
+    Profile passes through). None: `$STRATA_REF_CPU`, else (unset or
+    empty) "native".
     Raises ValueError naming the value (and the variable, when it came from
     the environment) for any other name: "--cpu 'sse4' is not a CPU
     profile (known: ...)", "STRATA_REF_CPU='sse4' is not ..."."""
@@ -77,10 +77,8 @@ def select(name=None) -> Profile:
         return name
     source = "--cpu "
     if name is None:
-        name = os.environ.get(ENV)
+        name = env_value(ENV) or "native"
         source = f"{ENV}="
-        if name is None or name == "":
-            name = "native"
     key = str(name).strip().lower()
     if key == "native":
         return native()

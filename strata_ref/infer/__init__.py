@@ -13,7 +13,6 @@ See docs/inference.md for the agreement with llama.cpp and the speed.
 from __future__ import annotations
 
 import codecs
-import os
 import sys
 import time
 
@@ -136,6 +135,7 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     cache: KV cache options (`kv_cache.KVCache`: type_k, type_v, flash_attn,
     fa_threads), named in the speed line when not the default.
     """
+    from .._env import env_value
     from .._progress import progress_bar
     from .chat import format_chat
     if int(max_tokens) < 0:
@@ -150,7 +150,7 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     if bad_ctx:
         print(f"strata-ref: error: {bad_ctx}", file=err or sys.stderr)
         return 2
-    name = cpu if cpu is not None else os.environ.get(_cpu.ENV) or "native"
+    name = cpu if cpu is not None else env_value(_cpu.ENV) or "native"
     native = isinstance(name, str) and name.strip().lower() == "native"
     note = _cpu.native_note() if native else ""
     tok = m.tokenizer

@@ -97,9 +97,11 @@ _CACHE: dict[int, Native] = {}
 
 
 def env_device() -> int:
-    """The CUDA device number in $STRATA_REF_DEVICE (default 0). Raises
-    NativeUnavailable naming the variable when it is not a number >= 0."""
-    v = os.environ.get("STRATA_REF_DEVICE", "0")
+    """The CUDA device number in $STRATA_REF_DEVICE (default 0, also when it
+    is empty). Raises NativeUnavailable naming the variable when it is not a
+    number >= 0."""
+    from .._env import env_value
+    v = env_value("STRATA_REF_DEVICE") or "0"
     try:
         d = int(v)
     except ValueError:

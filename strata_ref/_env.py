@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 
 __all__ = ["env_value", "drop_blank_numba_env", "numba_env_problem", "check_numba_env", "switch",
-           "switch_problem", "SWITCHES"]
+           "switch_problem", "SWITCHES", "debug_setting"]
 
 
 def env_value(name: str, environ=None) -> str | None:
@@ -62,6 +62,19 @@ def switch(name: str) -> bool:
     if problem:
         raise ValueError(problem)
     return (env_value(name) or "").strip() == "1"
+
+
+def debug_setting(environ=None) -> tuple[bool, str | None]:
+    """(on, warning) for STRATA_REF_DEBUG in `environ` (default os.environ):
+    "1" turns tracebacks on; unset, empty or "0" leaves them off; any other
+    value leaves them off too, with `warning` the line that says so."""
+    v = env_value("STRATA_REF_DEBUG", environ)
+    if v is None or v.strip() == "0":
+        return False, None
+    if v.strip() == "1":
+        return True, None
+    return False, (f"STRATA_REF_DEBUG={v!r} is ignored: give 1 to show the traceback of an "
+                   "error, or unset it")
 
 
 #: the most threads NUMBA_NUM_THREADS may ask for

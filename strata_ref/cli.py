@@ -959,7 +959,11 @@ def main(argv=None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.cmd == "generate" and len(args.args) > 2:
         return _err("generate takes [MODEL] PROMPT (quote the prompt)")
-    from ._env import drop_blank_numba_env, numba_config_problem, numba_env_problem, switch_problem
+    from ._env import (debug_setting, drop_blank_numba_env, numba_config_problem,
+                       numba_env_problem, switch_problem)
+    debug, debug_warning = debug_setting()
+    if debug_warning:
+        print(f"strata-ref: warning: {debug_warning}", file=sys.stderr)
     drop_blank_numba_env()      # an empty variable is unset, for numba too
     bad_env = numba_env_problem() or switch_problem() or numba_config_problem()  # before anything imports numba
     if bad_env:
@@ -980,12 +984,12 @@ def main(argv=None) -> int:
         # ArithmeticError (ZeroDivisionError, OverflowError) are not expected:
         # the type stays in the line so that a bug is still visible
         # (STRATA_REF_DEBUG=1 gives the traceback).
-        if os.environ.get("STRATA_REF_DEBUG", "0") not in ("", "0"):
+        if debug:
             raise
         return _err(f"{type(e).__name__}: {e}")
     except Exception as e:
         # Nothing else is expected: a bug. Still one line, saying so.
-        if os.environ.get("STRATA_REF_DEBUG", "0") not in ("", "0"):
+        if debug:
             raise
         return _err(f"internal error {type(e).__name__}: {e} (a bug in strata-ref; "
                     f"STRATA_REF_DEBUG=1 shows the traceback)")

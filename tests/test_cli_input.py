@@ -299,6 +299,41 @@ def test_unexpected_error_is_one_line_and_called_a_bug(monkeypatch, capsys):
         main(["info", "x.gguf"])
 
 
+@pytest.mark.parametrize("value, traceback, warned", [
+    ("1", True, False), (" 1 ", True, False), ("0", False, False), ("", False, False),
+    ("yes", False, True), ("2", False, True), ("true", False, True)])
+def test_debug_variable_takes_1_and_warns_on_others(monkeypatch, capsys, value, traceback, warned):
+    # README: "STRATA_REF_DEBUG=1 shows the traceback"; any value but "0"
+    # did, "yes" included
+    from strata_ref import cli
+
+    def boom(a):
+        raise KeyError("tensors")
+    monkeypatch.setattr(cli, "cmd_info", boom)
+    monkeypatch.setenv("STRATA_REF_DEBUG", value)
+    if traceback:
+        with pytest.raises(KeyError):
+            main(["info", "x.gguf"])
+        assert capsys.readouterr().err == ""
+        return
+    assert main(["info", "x.gguf"]) == 2
+    warning = [f"strata-ref: warning: STRATA_REF_DEBUG={value!r} is ignored: give 1 to show the "
+               "traceback of an error, or unset it"]
+    assert capsys.readouterr().err.splitlines() == warning * warned + [
+        "strata-ref: error: internal error KeyError: 'tensors' (a bug in strata-ref; "
+        "STRATA_REF_DEBUG=1 shows the traceback)"]
+
+
+def test_debug_warning_without_an_error(tmp_path, monkeypatch, capsys):
+    p = tmp_path / "w.gguf"
+    write_gguf(p, {}, [("w", T.F32, (4,), np.zeros(4, np.float32))])
+    monkeypatch.setenv("STRATA_REF_DEBUG", "on")
+    assert main(["info", str(p)]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "strata-ref: warning: STRATA_REF_DEBUG='on' is ignored: give 1 to show the traceback of "
+        "an error, or unset it"]
+
+
 @pytest.mark.parametrize("arg", ["gemma3", "SmolLM2-135M-Instruct", "./my-model.GGUF"])
 def test_generate_with_a_model_and_no_prompt_is_refused(arg, capsys):
     # `generate gemma3` ran the default model with "gemma3" as its prompt

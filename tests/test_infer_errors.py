@@ -22,6 +22,11 @@ from strata_ref.infer.model import HParams, ModelLoadError, ModelOutputError, ch
 from infer_helpers import model_path, tiny_model
 
 
+HASWELL = {"sse4_2", "avx", "f16c", "fma", "avx2", "bmi2"}
+ZEN4 = HASWELL | {"avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw", "avx512vbmi",
+                  "avx512_vnni", "avx512_bf16"}
+
+
 # ---------------------------------------------------------------- helpers
 def _md(arch="llama", **kw):
     # head_dim 256 / 4 = 64, as SmolLM2's
@@ -299,6 +304,37 @@ def test_bad_generate_options_name_the_option(tiny, capsys, opts, msg):
     assert main(["generate", tiny, "Hi"] + opts) == 2
     cap = capsys.readouterr()
     assert cap.out == "" and cap.err.splitlines() == [f"strata-ref: error: {msg}"]
+
+
+def test_native_note_is_one_short_line_once_per_process(tiny, capsys, monkeypatch):
+    # the AMX note was a long clause inside every speed line
+    import strata_ref.cpu as cpu
+    import strata_ref.infer as infer
+    note = cpu.native_note(ZEN4 | {"amx_tile", "amx_int8"})
+    assert note == ("native = avx512: bit for bit llama.cpp's avx512 build, not its native build "
+                    "(AMX here: no profile reproduces it)")
+    monkeypatch.setattr(cpu, "native_note", lambda flags=None: note)
+    monkeypatch.setattr(infer, "_NOTED", set())
+    monkeypatch.delenv("STRATA_REF_CPU", raising=False)
+    name = cpu.native().name
+    for run in range(2):
+        assert main(["generate", tiny, "Hi", "--max-tokens", "1"]) == 0
+        cap = capsys.readouterr()
+        assert cap.out.rstrip("\n").endswith(f"| cpu: {name} (native)]")
+        assert cap.err.splitlines() == ([f"strata-ref: note: {note}"] if run == 0 else [])
+    monkeypatch.setattr(infer, "_NOTED", set())
+    assert main(["generate", tiny, "Hi", "--max-tokens", "1", "--cpu", "avx2"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("flags", [ZEN4 | {"amx_tile", "amx_int8"}, {"sse4_2", "avx"},
+                                   HASWELL | {"avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"}])
+def test_native_notes_name_the_build_they_match(flags):
+    from strata_ref import cpu
+    p = cpu.native(flags).name
+    note = cpu.native_note(flags)
+    assert note.startswith(f"native = {p}: bit for bit llama.cpp's {p} build, not its native build (")
+    assert "\n" not in note and len(note) <= 160
 
 
 def test_non_utf8_prompt_is_named(tiny, capsys):

@@ -98,6 +98,18 @@ def _cache_note(m) -> str:
             f"{'on' if c.flash_attn else 'off'}{rot}")
 
 
+#: the notes `run_generate` has printed in this process
+_NOTED: set = set()
+
+
+def _note_once(note: str, err) -> None:
+    """Print `strata-ref: note: NOTE` on `err` (default sys.stderr) the first
+    time this process meets NOTE."""
+    if note and note not in _NOTED:
+        _NOTED.add(note)
+        print(f"strata-ref: note: {note}", file=err or sys.stderr)
+
+
 def ctx_problem(n_ctx, m) -> str | None:
     """Why `strata-ref generate --ctx n_ctx` cannot run model `m`, as one
     line stating the range it takes, or None (n_ctx None: the default).
@@ -130,8 +142,9 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     at most 4096), from 2 to the training context.
     cpu: the CPU profile (`load`), named in the speed line; when it is the
     native one and llama.cpp's native build on this CPU would take code that
-    no profile reproduces, the line says so (`strata_ref.cpu.native_note`).
-    err: where the n_ctx error goes (default sys.stderr).
+    no profile reproduces, a note on `err` says so, once per process
+    (`strata_ref.cpu.native_note`).
+    err: where the n_ctx error and the note go (default sys.stderr).
     cache: KV cache options (`kv_cache.KVCache`: type_k, type_v, flash_attn,
     fa_threads), named in the speed line when not the default.
     """
@@ -152,7 +165,6 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
         return 2
     name = cpu if cpu is not None else env_value(_cpu.ENV) or "native"
     native = isinstance(name, str) and name.strip().lower() == "native"
-    note = _cpu.native_note() if native else ""
     tok = m.tokenizer
     if chat:
         text = format_chat(m.metadata.get("tokenizer.chat_template"),
@@ -220,7 +232,10 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
         return f"{n} {what}" + ("" if n == 1 else "s")
     out.write(f"\n[prompt: {n_of(len(ids), 'token')}, {p_tps:.1f} tok/s | decode: {n_of(len(gen), 'token')} "
               f"({n_dec} {'pass' if n_dec == 1 else 'passes'}{full}), {d_tps:.1f} tok/s | cpu: {prof.name}"
-              f"{' (native' + ('; note: ' + note if note else '') + ')' if native else ''}"
+              f"{' (native)' if native else ''}"
               f"{_cache_note(m)}]\n")
     out.flush()
+    if native:
+        # after the speed line it explains (and never before an error)
+        _note_once(_cpu.native_note(), err)
     return 0

@@ -41,9 +41,9 @@ def test_gemm_parity_without_cupy(no_native, capsys):
     assert main(["parity", "gemm", "--quick"]) == 2
     cap = capsys.readouterr()
     assert cap.out == ""
-    assert cap.err.splitlines() == [
-        E + "parity gemm: native path unavailable: needs CuPy (cupy-cuda12x / cupy-cuda13x): "
-        "import of cupy halted; None in sys.modules"]
+    err = cap.err.splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        E + "parity gemm: native path unavailable: needs CuPy (cupy-cuda12x / cupy-cuda13x): ")
 
 
 def test_hash_on_device_says_so_before_fetching_the_model(no_native, monkeypatch, capsys):

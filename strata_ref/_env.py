@@ -3,7 +3,8 @@ checked before those libraries read them.
 
 One rule for every variable: set to an empty value (or only blanks) it
 counts as unset (`env_value`); any other value that is not valid is an
-error naming the variable, or for the GPU tuning variables a warning.
+error naming the variable, or a warning naming it (STRATA_REF_DEBUG,
+`debug_setting`; the GPU tuning variables).
 
 numba reads NUMBA_NUM_THREADS when it is first imported and raises from deep
 inside its threading set-up for a value below 1 (and ignores a value that is
@@ -37,6 +38,7 @@ def drop_blank_numba_env() -> None:
     (NUMBA_THREADING_LAYER). Does nothing for numba once it is imported."""
     for k in [k for k, v in os.environ.items() if k.startswith("NUMBA_") and not v.strip()]:
         del os.environ[k]
+
 
 #: strata-ref's own on/off switches of the CPU kernels (`cpu.simd`), read
 #: once at import: "1" turns one on; unset, "" or "0" leave it off

@@ -1,17 +1,44 @@
-"""Environment variables read by libraries strata-ref imports, checked before
-those libraries read them.
+"""Environment variables: strata-ref's own, and those of libraries it imports,
+checked before those libraries read them.
+
+One rule for every variable: set to an empty value (or only blanks) it
+counts as unset (`env_value`); any other value that is not valid is an
+error naming the variable, or a warning naming it (STRATA_REF_DEBUG,
+`debug_setting`; the GPU tuning variables).
 
 numba reads NUMBA_NUM_THREADS when it is first imported and raises from deep
 inside its threading set-up for a value below 1 (and ignores a value that is
-not an integer, with a warning). `numba_env_problem` says what is wrong in
-one line naming the variable, so that the command line can refuse it
-(exit 2) and the library raise a clear ImportError before numba loads.
+not an integer, an empty one included, with a warning). `numba_env_problem`
+says what is wrong in one line naming the variable, so that the command line
+can refuse it (exit 2) and the library raise a clear ImportError before
+numba loads; `drop_blank_numba_env` removes empty NUMBA_* variables first,
+so that numba, too, takes them as unset.
 """
 from __future__ import annotations
 
 import os
 
-__all__ = ["numba_env_problem", "check_numba_env", "switch", "switch_problem", "SWITCHES"]
+__all__ = ["env_value", "drop_blank_numba_env", "numba_env_problem", "check_numba_env", "switch",
+           "switch_problem", "SWITCHES", "debug_setting"]
+
+
+def env_value(name: str, environ=None) -> str | None:
+    """The value of `name` in `environ` (default os.environ), or None when it
+    is unset, empty or only blanks (the rule of every variable strata-ref
+    reads: an empty value is unset)."""
+    env = os.environ if environ is None else environ
+    v = env.get(name)
+    return v if v is not None and v.strip() else None
+
+
+def drop_blank_numba_env() -> None:
+    """Remove every NUMBA_* variable whose value is empty or only blanks from
+    os.environ, so that numba (when it is first imported) takes it as unset
+    instead of warning that it cannot parse it, or taking "" as a value
+    (NUMBA_THREADING_LAYER). Does nothing for numba once it is imported."""
+    for k in [k for k, v in os.environ.items() if k.startswith("NUMBA_") and not v.strip()]:
+        del os.environ[k]
+
 
 #: strata-ref's own on/off switches of the CPU kernels (`cpu.simd`), read
 #: once at import: "1" turns one on; unset, "" or "0" leave it off
@@ -21,10 +48,9 @@ SWITCHES = ("STRATA_REF_PORTABLE_LANES", "STRATA_REF_NO_VNNI", "STRATA_REF_NO_F1
 def switch_problem(environ=None) -> str | None:
     """The first of SWITCHES in `environ` (default os.environ) whose value is
     not unset, "", "0" or "1", as one line naming it, or None."""
-    env = os.environ if environ is None else environ
     for name in SWITCHES:
-        v = env.get(name)
-        if v is not None and v.strip() not in ("", "0", "1"):
+        v = env_value(name, environ)
+        if v is not None and v.strip() not in ("0", "1"):
             return f"{name}={v!r} is not a switch value: give 1 (on) or 0 (off), or unset it"
     return None
 
@@ -37,7 +63,20 @@ def switch(name: str) -> bool:
     problem = switch_problem({name: os.environ[name]} if name in os.environ else {})
     if problem:
         raise ValueError(problem)
-    return os.environ.get(name, "").strip() == "1"
+    return (env_value(name) or "").strip() == "1"
+
+
+def debug_setting(environ=None) -> tuple[bool, str | None]:
+    """(on, warning) for STRATA_REF_DEBUG in `environ` (default os.environ):
+    "1" turns tracebacks on; unset, empty or "0" leaves them off; any other
+    value leaves them off too, with `warning` the line that says so."""
+    v = env_value("STRATA_REF_DEBUG", environ)
+    if v is None or v.strip() == "0":
+        return False, None
+    if v.strip() == "1":
+        return True, None
+    return False, (f"STRATA_REF_DEBUG={v!r} is ignored: give 1 to show the traceback of an "
+                   "error, or unset it")
 
 
 #: the most threads NUMBA_NUM_THREADS may ask for
@@ -46,11 +85,10 @@ MAX_THREADS = 1024
 
 def numba_env_problem(environ=None) -> str | None:
     """The problem with NUMBA_NUM_THREADS in `environ` (default os.environ),
-    or None when it is unset, empty (numba treats both as unset) or a whole
-    number from 1 to MAX_THREADS."""
-    env = os.environ if environ is None else environ
-    v = env.get("NUMBA_NUM_THREADS")
-    if v is None or not v.strip():
+    or None when it is unset, empty (as unset: `drop_blank_numba_env`) or a
+    whole number from 1 to MAX_THREADS."""
+    v = env_value("NUMBA_NUM_THREADS", environ)
+    if v is None:
         return None
     try:
         n = int(v)
@@ -95,7 +133,9 @@ def numba_config_problem() -> str | None:
 def check_numba_env() -> None:
     """Raise ImportError (naming the variable and its value) when
     NUMBA_NUM_THREADS would make numba fail or be ignored, or a switch of
-    SWITCHES has a value that is not one."""
+    SWITCHES has a value that is not one. Empty NUMBA_* variables are
+    removed first (`drop_blank_numba_env`)."""
+    drop_blank_numba_env()
     problem = numba_env_problem() or switch_problem()
     if problem:
         raise ImportError(problem)

@@ -55,6 +55,17 @@ def _split_list(s: str | None) -> list[str] | None:
     return [p.strip() for p in s.split(",") if p.strip()]
 
 
+def _cpu_problem(name) -> str | None:
+    """Why `--cpu NAME` (None: $STRATA_REF_CPU, else native) names no CPU
+    profile, as one line, or None; checked before any model is read."""
+    from .cpu import select
+    try:
+        select(name)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 # ---------------------------------------------------------------- hash / info
 class _Terminated(Exception):
     """SIGTERM arrived during `hash`."""
@@ -90,6 +101,15 @@ def cmd_hash(a) -> int:
         types = {parse_type(t) for t in _split_list(a.types) or []}
         if not types:
             return _err(f"--types {a.types!r} names no type")
+    if a.device == "cuda":
+        # before the model is fetched or read: a machine without a GPU
+        # says so at once
+        from .native import unavailable_reason
+        from .native.loader import unavailable_line
+        why = unavailable_reason()
+        if why:
+            print(unavailable_line("hash --device cuda", why), file=sys.stderr)
+            return 2
     path = resolve(a.model)
     f = read(path)
     tensors = [t for t in f.tensors if types is None or t.type in types]
@@ -167,13 +187,9 @@ def _hash_device(a, model, tensors, outs) -> int:
     per-tensor verdicts, exit 0 only if every output equals the oracle's."""
     from tqdm import tqdm
 
-    from .native import unavailable_reason
     from .native.hash_device import (compare_lines, device_json, hash_tensors_device,
                                      summary_lines, tensor_rows)
 
-    why = unavailable_reason()
-    if why:
-        return _err(f"--device cuda: native path unavailable: {why}")
     with tqdm(total=sum(t.n_bytes for t in tensors), unit="B", unit_scale=True,
               desc="hash cuda", file=sys.stderr,
               disable=True if a.no_progress else None) as bar:
@@ -325,8 +341,6 @@ def _check_generate_args(a) -> str | None:
         return f"--seed must be >= 0, got {a.seed}"
     if a.max_tokens < 0:
         return f"--max-tokens must be >= 0, got {a.max_tokens}"
-    if a.ctx is not None and a.ctx < 2:
-        return f"--ctx must be >= 2, got {a.ctx}"
     from .infer.kv_cache import cache_type, resolve_flash_attn
     try:
         tk = cache_type(a.cache_type_k or "f16", "--cache-type-k")
@@ -340,6 +354,9 @@ def _check_generate_args(a) -> str | None:
         return msg.replace("flash_attn ", "--flash-attn ", 1) if msg.startswith("flash_attn ") else msg
     if a.fa_threads is not None and a.fa_threads < 1:
         return f"--fa-threads must be >= 1, got {a.fa_threads}"
+    bad_cpu = _cpu_problem(a.cpu)
+    if bad_cpu:
+        return bad_cpu
     try:
         a.args[-1].encode("utf-8")
     except UnicodeEncodeError as e:
@@ -419,6 +436,9 @@ def cmd_kl(a) -> int:
         return _err(f"--max-tokens must be >= 1, got {a.max_tokens}")
     if a.limit is not None and a.limit < 1:
         return _err(f"--limit must be >= 1, got {a.limit}")
+    bad_cpu = _cpu_problem(a.cpu)
+    if bad_cpu:
+        return _err(bad_cpu)
     _check_plot(a.plot)
     plist = prompts.load_prompts(a.prompts) if a.prompts else list(prompts.DEFAULT_PROMPTS)
     if a.limit:
@@ -462,6 +482,9 @@ def cmd_layers(a) -> int:
         return _err(f"--jobs must be >= 1, got {a.jobs}")
     if a.limit is not None and a.limit < 1:
         return _err(f"--limit must be >= 1, got {a.limit}")
+    bad_cpu = _cpu_problem(a.cpu)
+    if bad_cpu:
+        return _err(bad_cpu)
     from .types import parse_type
     target = parse_type(a.type)
     _check_plot(a.plot)
@@ -489,6 +512,9 @@ def cmd_experts(a) -> int:
     from .infer.moe import check_experts
     if (a.prompt is None) == (a.activations is None):
         return _err("experts takes --prompt TEXT or --activations FILE.npy (one of them)")
+    bad_cpu = _cpu_problem(a.cpu)
+    if bad_cpu:
+        return _err(bad_cpu)
     x = None
     if a.activations is not None:
         try:
@@ -548,6 +574,9 @@ def cmd_rotate(a) -> int:
             return _err(f"--max-tokens must be >= 1, got {a.max_tokens}")
         if a.limit is not None and a.limit < 1:
             return _err(f"--limit must be >= 1, got {a.limit}")
+        bad_cpu = _cpu_problem(a.cpu)
+        if bad_cpu:
+            return _err(bad_cpu)
         for t in (a.types or "Q8_0,Q4_0").split(","):
             if t:
                 parse_type(t)
@@ -709,7 +738,7 @@ def build_parser() -> argparse.ArgumentParser:
     ge.add_argument("--chat", action="store_true",
                     help="format the prompt as one user message with the model's chat template")
     ge.add_argument("--ctx", type=int, default=None, metavar="N",
-                    help="context length in tokens, at most the model's training context "
+                    help="context length in tokens, from 2 to the model's training context "
                          "(default: that, at most 4096)")
     ge.add_argument("--cpu", default=None, metavar="PROFILE",
                     help="the llama.cpp CPU build whose arithmetic to reproduce: scalar, avx2, "
@@ -930,7 +959,12 @@ def main(argv=None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.cmd == "generate" and len(args.args) > 2:
         return _err("generate takes [MODEL] PROMPT (quote the prompt)")
-    from ._env import numba_config_problem, numba_env_problem, switch_problem
+    from ._env import (debug_setting, drop_blank_numba_env, numba_config_problem,
+                       numba_env_problem, switch_problem)
+    debug, debug_warning = debug_setting()
+    if debug_warning:
+        print(f"strata-ref: warning: {debug_warning}", file=sys.stderr)
+    drop_blank_numba_env()      # an empty variable is unset, for numba too
     bad_env = numba_env_problem() or switch_problem() or numba_config_problem()  # before anything imports numba
     if bad_env:
         return _err(bad_env)
@@ -950,12 +984,12 @@ def main(argv=None) -> int:
         # ArithmeticError (ZeroDivisionError, OverflowError) are not expected:
         # the type stays in the line so that a bug is still visible
         # (STRATA_REF_DEBUG=1 gives the traceback).
-        if os.environ.get("STRATA_REF_DEBUG", "0") not in ("", "0"):
+        if debug:
             raise
         return _err(f"{type(e).__name__}: {e}")
     except Exception as e:
         # Nothing else is expected: a bug. Still one line, saying so.
-        if os.environ.get("STRATA_REF_DEBUG", "0") not in ("", "0"):
+        if debug:
             raise
         return _err(f"internal error {type(e).__name__}: {e} (a bug in strata-ref; "
                     f"STRATA_REF_DEBUG=1 shows the traceback)")

@@ -187,12 +187,70 @@ def test_bad_kernel_switch_is_one_line_exit_2(tmp_path, name):
         f"strata-ref: error: {name}='yes' is not a switch value: give 1 (on) or 0 (off), or unset it"]
 
 
+@pytest.mark.parametrize("env", [{"NUMBA_NUM_THREADS": ""}, {"NUMBA_NUM_THREADS": "  "},
+                                 {"NUMBA_THREADING_LAYER": ""}, {"STRATA_REF_NO_VNNI": ""}])
+def test_empty_variable_is_unset(tmp_path, env):
+    # one rule: `NUMBA_NUM_THREADS=` was refused ("not a value numba can
+    # read") where `STRATA_REF_NO_VNNI=` counted as unset
+    p = tmp_path / "w.gguf"
+    write_gguf(p, {}, [("w", T.F32, (4,), np.zeros(4, np.float32))])
+    r = subprocess.run([sys.executable, "-m", "strata_ref.cli", "hash", str(p), "--out", "f32"],
+                       env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stderr) == (0, "")
+    assert r.stdout.splitlines()[1].split()[:3] == ["w", "F32", "4"]
+
+
+def test_empty_variables_read_in_process(monkeypatch):
+    from strata_ref import cpu
+    from strata_ref._env import env_value, numba_env_problem
+    from strata_ref.native import dispatch, gemm, loader, mmvq_dispatch
+    for v in ("", "  "):
+        assert env_value("X", {"X": v}) is None and numba_env_problem({"NUMBA_NUM_THREADS": v}) is None
+        monkeypatch.setenv("STRATA_REF_DEVICE", v)
+        assert loader.env_device() == 0
+        monkeypatch.setenv("STRATA_REF_CPU", v)
+        assert cpu.select(None) is cpu.native()
+        assert dispatch.parse_wide_env(v) == (None, None)
+        assert gemm.parse_dense_f32_env(v) == (None, None)
+        empty = {k: v for k in ("STRATA_SM61_TABLE", "STRATA_SM70_TABLE", "STRATA_MMVQ_IL",
+                                "STRATA_EXP_MODE", "STRATA_MMVQ_IL_ROWS")}
+        assert mmvq_dispatch.select_mmvq(61, empty) == mmvq_dispatch.select_mmvq(61, {})
+    assert env_value("X", {"X": " 1 "}) == " 1 " and env_value("X", {}) is None
+    # a value that is not empty is still checked
+    monkeypatch.setenv("STRATA_REF_DEVICE", "x")
+    with pytest.raises(loader.NativeUnavailable, match="STRATA_REF_DEVICE='x' is not a CUDA device"):
+        loader.env_device()
+    assert dispatch.parse_wide_env("x")[1] is not None
+
+
 def test_kernel_switch_values():
     from strata_ref._env import switch_problem
     for v in ("", "0", "1", " 1 "):
         assert switch_problem({"STRATA_REF_NO_VNNI": v}) is None
     assert switch_problem({}) is None
     assert "STRATA_REF_NO_F16C='2'" in switch_problem({"STRATA_REF_NO_F16C": "2"})
+
+
+_NO_PROFILE = "is not a CPU profile (known: scalar, avx2, avx512, native)"
+
+
+@pytest.mark.parametrize("argv", [["generate", "Hi"], ["kl", "a.gguf", "b.gguf"],
+                                  ["layers", "a.gguf"], ["experts", "a.gguf", "--layer", "0", "--prompt", "Hi"],
+                                  ["rotate", "{w}", "{out}", "--measure"]])
+def test_unknown_cpu_profile_is_one_line_without_a_class_name(tmp_path, monkeypatch, capsys, argv):
+    # was "strata-ref: error: ValueError: --cpu = 'sse4' ..."; named before
+    # any model is read
+    p = tmp_path / "w.gguf"
+    write_gguf(p, {}, [("w", T.F32, (4,), np.zeros(4, np.float32))])
+    argv = [a.format(w=p, out=tmp_path / "r.gguf") for a in argv]
+    monkeypatch.delenv("STRATA_REF_CPU", raising=False)
+    assert main(argv + ["--cpu", "sse4"]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err.splitlines() == [f"strata-ref: error: --cpu 'sse4' {_NO_PROFILE}"]
+    monkeypatch.setenv("STRATA_REF_CPU", "sse4")
+    assert main(argv) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"strata-ref: error: STRATA_REF_CPU='sse4' {_NO_PROFILE}"]
 
 
 def _help(*argv) -> None:
@@ -239,6 +297,41 @@ def test_unexpected_error_is_one_line_and_called_a_bug(monkeypatch, capsys):
     monkeypatch.setenv("STRATA_REF_DEBUG", "1")
     with pytest.raises(KeyError):
         main(["info", "x.gguf"])
+
+
+@pytest.mark.parametrize("value, traceback, warned", [
+    ("1", True, False), (" 1 ", True, False), ("0", False, False), ("", False, False),
+    ("yes", False, True), ("2", False, True), ("true", False, True)])
+def test_debug_variable_takes_1_and_warns_on_others(monkeypatch, capsys, value, traceback, warned):
+    # README: "STRATA_REF_DEBUG=1 shows the traceback"; any value but "0"
+    # did, "yes" included
+    from strata_ref import cli
+
+    def boom(a):
+        raise KeyError("tensors")
+    monkeypatch.setattr(cli, "cmd_info", boom)
+    monkeypatch.setenv("STRATA_REF_DEBUG", value)
+    if traceback:
+        with pytest.raises(KeyError):
+            main(["info", "x.gguf"])
+        assert capsys.readouterr().err == ""
+        return
+    assert main(["info", "x.gguf"]) == 2
+    warning = [f"strata-ref: warning: STRATA_REF_DEBUG={value!r} is ignored: give 1 to show the "
+               "traceback of an error, or unset it"]
+    assert capsys.readouterr().err.splitlines() == warning * warned + [
+        "strata-ref: error: internal error KeyError: 'tensors' (a bug in strata-ref; "
+        "STRATA_REF_DEBUG=1 shows the traceback)"]
+
+
+def test_debug_warning_without_an_error(tmp_path, monkeypatch, capsys):
+    p = tmp_path / "w.gguf"
+    write_gguf(p, {}, [("w", T.F32, (4,), np.zeros(4, np.float32))])
+    monkeypatch.setenv("STRATA_REF_DEBUG", "on")
+    assert main(["info", str(p)]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "strata-ref: warning: STRATA_REF_DEBUG='on' is ignored: give 1 to show the traceback of "
+        "an error, or unset it"]
 
 
 @pytest.mark.parametrize("arg", ["gemma3", "SmolLM2-135M-Instruct", "./my-model.GGUF"])

@@ -1,5 +1,7 @@
-"""`strata-ref parity …` and `strata-ref bench …` without a GPU: the reason goes
-to stderr, stdout stays empty, the exit status is 2."""
+"""`strata-ref parity …`, `strata-ref bench …` and `hash --device cuda` without
+a GPU: one line on stderr, `strata-ref: error: TOOL: native path unavailable:
+REASON` as every other error of the command, stdout stays empty, the exit
+status is 2."""
 import sys
 
 import pytest
@@ -17,19 +19,76 @@ def no_native(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)          # gemm: import fails
 
 
+E = "strata-ref: error: "
+
+
 @pytest.mark.parametrize("argv, line", [
     (["parity", "dequant", "--quick"], "parity dequant: native path unavailable: no CUDA driver (test)"),
     (["parity", "mmvq", "--quick"], "parity mmvq: native path unavailable: no CUDA driver (test)"),
     (["parity", "experts", "--quick"], "parity experts: native path unavailable: no CUDA driver (test)"),
     (["bench", "mmvq"], "bench mmvq: native path unavailable: no CUDA driver (test)"),
     (["bench", "experts"], "bench experts: native path unavailable: no CUDA driver (test)"),
-    (["parity", "gemm", "--quick"], "gemm_f32_parity: needs CuPy (cupy-cuda12x / cupy-cuda13x)"),
+    (["hash", "--device", "cuda"], "hash --device cuda: native path unavailable: no CUDA driver (test)"),
 ])
 def test_unavailable_line_on_stderr_status_2(no_native, capsys, argv, line):
     assert main(argv) == 2
     cap = capsys.readouterr()
     assert cap.out == ""
-    assert cap.err.splitlines() == [line]
+    assert cap.err.splitlines() == [E + line]
+
+
+def test_gemm_parity_without_cupy(no_native, capsys):
+    assert main(["parity", "gemm", "--quick"]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == ""
+    err = cap.err.splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        E + "parity gemm: native path unavailable: needs CuPy (cupy-cuda12x / cupy-cuda13x): ")
+
+
+def test_hash_on_device_says_so_before_fetching_the_model(no_native, monkeypatch, capsys):
+    # the default model is not fetched (93 MB) only to learn there is no GPU
+    from strata_ref import models
+
+    def no_fetch(name):
+        raise AssertionError(f"resolve({name!r}) was called")
+    monkeypatch.setattr(models, "resolve", no_fetch)
+    assert main(["hash", "--device", "cuda"]) == 2
+    assert capsys.readouterr().err.startswith(E + "hash --device cuda: native path unavailable: ")
+
+
+@pytest.mark.parametrize("argv, tool", [(["parity", "mmvq", "--quick"], "parity mmvq"),
+                                        (["bench", "mmvq"], "bench mmvq"),
+                                        (["hash", "--device", "cuda"], "hash --device cuda")])
+def test_failed_build_is_one_line(monkeypatch, capsys, argv, tool):
+    # nvcc's output after the first line of the reason: joined into the one line
+    def failed(device=None):
+        raise loader.NativeUnavailable("nvcc failed (1): nvcc -c api.cu\n\napi.cu(3): error: "
+                                       "bad\n1 error detected\n")
+    monkeypatch.setattr(loader, "load", failed)
+    monkeypatch.setattr(mmvq_parity, "load_mmvq", failed)
+    assert main(argv) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        E + f"{tool}: native path unavailable: nvcc failed (1): nvcc -c api.cu | api.cu(3): error: "
+        "bad | 1 error detected"]
+
+
+def test_missing_sources_with_a_prebuilt_library_are_unavailable(monkeypatch, capsys, tmp_path):
+    # STRATA_MMVQ_LIB skips the build, but the header is still read: without
+    # the CUDA sources that was "strata-ref: error: BuildError: ..."
+    from strata_ref.native import build, mmvq
+
+    def no_sources():
+        raise build.BuildError("CUDA sources not found (test)")
+    monkeypatch.setattr(mmvq, "driver_compute_capability", lambda device: 90)
+    monkeypatch.setattr(mmvq, "_LIB", {})
+    monkeypatch.setattr(build, "source_dir", no_sources)
+    monkeypatch.setenv("STRATA_MMVQ_LIB", str(tmp_path / "libstrata_mmvq.so"))
+    assert main(["bench", "mmvq"]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == ""
+    assert cap.err.splitlines() == [
+        E + "bench mmvq: native path unavailable: CUDA sources not found (test)"]
 
 
 def test_gemm_parity_without_native_library(monkeypatch, capsys):
@@ -43,13 +102,14 @@ def test_gemm_parity_without_native_library(monkeypatch, capsys):
     assert gemm_parity.run_parity_gemm(quick=True, _cp=object()) == 2
     cap = capsys.readouterr()
     assert cap.out == ""
-    assert cap.err.splitlines() == ["gemm_f32_parity: native path unavailable: no CUDA driver (test)"]
+    assert cap.err.splitlines() == [E + "parity gemm: native path unavailable: no CUDA driver (test)"]
 
 
 @pytest.mark.parametrize("value", ["abc", "-1", "1.5"])
 @pytest.mark.parametrize("argv, prefix", [
-    (["parity", "dequant", "--quick"], "parity dequant: native path unavailable: "),
-    (["parity", "mmvq", "--quick"], "parity mmvq: native path unavailable: "),
+    (["parity", "dequant", "--quick"], E + "parity dequant: native path unavailable: "),
+    (["parity", "mmvq", "--quick"], E + "parity mmvq: native path unavailable: "),
+    (["hash", "--device", "cuda"], E + "hash --device cuda: native path unavailable: "),
 ])
 def test_bad_device_variable_is_named(monkeypatch, capsys, value, argv, prefix):
     monkeypatch.setenv("STRATA_REF_DEVICE", value)
@@ -96,5 +156,5 @@ def test_device_that_cannot_be_set_is_unavailable(monkeypatch, capsys, tmp_path)
     assert main(["bench", "mmvq"]) == 2
     cap = capsys.readouterr()
     assert cap.out == ""
-    assert cap.err.splitlines() == ["bench mmvq: native path unavailable: cudaSetDevice(0) failed: "
-                                    "CUDA error 100"]
+    assert cap.err.splitlines() == [E + "bench mmvq: native path unavailable: cudaSetDevice(0) "
+                                    "failed: CUDA error 100"]

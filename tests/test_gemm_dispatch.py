@@ -35,12 +35,19 @@ def test_opt_in_is_ignored_with_a_note_elsewhere(cc):
     assert sel.notice.startswith("note:") and f"{cc // 10}.{cc % 10}" in sel.notice
 
 
-@pytest.mark.parametrize("value", ["", "yes", "true", "2", " 1", "1 ", "on", "01"])
+@pytest.mark.parametrize("value", ["yes", "true", "2", " 1", "1 ", "on", "01"])
 @pytest.mark.parametrize("cc", (61, 90))
 def test_invalid_values_warn_and_keep_the_default(value, cc):
     sel = NG.select_route(cc, {ENV: value})
     assert sel.route == "f16"
     assert repr(value) in sel.notice and "not 0 or 1" in sel.notice
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+@pytest.mark.parametrize("cc", (61, 90))
+def test_empty_value_is_unset(value, cc):
+    # empty counts as unset, as for every strata-ref variable: no notice
+    assert NG.select_route(cc, {ENV: value}) == NG.select_route(cc, {})
 
 
 @pytest.mark.parametrize("cc", PASCAL + OTHERS)

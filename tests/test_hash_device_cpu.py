@@ -282,7 +282,7 @@ def test_no_gpu_is_one_line(model, capsys, monkeypatch):
     cap = capsys.readouterr()
     assert cap.out == ""
     assert cap.err.splitlines() == [
-        "strata-ref: error: --device cuda: native path unavailable: no CUDA driver (test)"]
+        "strata-ref: error: hash --device cuda: native path unavailable: no CUDA driver (test)"]
 
 
 @pytest.mark.parametrize("kw, msg", [

@@ -22,6 +22,11 @@ from strata_ref.infer.model import HParams, ModelLoadError, ModelOutputError, ch
 from infer_helpers import model_path, tiny_model
 
 
+HASWELL = {"sse4_2", "avx", "f16c", "fma", "avx2", "bmi2"}
+ZEN4 = HASWELL | {"avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw", "avx512vbmi",
+                  "avx512_vnni", "avx512_bf16"}
+
+
 # ---------------------------------------------------------------- helpers
 def _md(arch="llama", **kw):
     # head_dim 256 / 4 = 64, as SmolLM2's
@@ -182,14 +187,27 @@ def test_generate_on_smollm2_with_zero_heads_is_one_line(smol_copy, capsys, key)
 
 
 # ---------------------------------------------------------------- context
-def test_ctx_beyond_training_context_is_refused_before_allocating(tiny, capsys):
-    # the tiny model's context_length is 256
-    assert main(["generate", tiny, "Hi", "--ctx", "100000000"]) == 2
-    err = capsys.readouterr().err
-    assert "(--ctx) 100000000 is outside 1 .. 256" in err and "qwen3.context_length" in err
+@pytest.mark.parametrize("ctx", ["100000000", "257", "1", "0", "-3"])
+def test_ctx_outside_its_range_is_refused_before_allocating(tiny, capsys, ctx):
+    # the tiny model's context_length is 256; too small and too large were
+    # worded apart (">= 2" and "outside 1 .. 256")
+    assert main(["generate", tiny, "Hi", "--ctx", ctx]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err.splitlines() == [
+        f"strata-ref: error: --ctx {ctx} is outside 2 .. 256 (2: one prompt token and one "
+        "generated; 256: the model's training context, `qwen3.context_length`)"]
+
+
+def test_ctx_bounds_are_what_generate_runs(tiny, capsys):
+    # 2 and 256 run (2 holds a one-token prompt and one generated token)
+    from strata_ref.infer import ctx_problem
     m = load(tiny)
-    assert m.new_cache(256).n_ctx == 256
-    with pytest.raises(ValueError, match=r"\(--ctx\) 257 is outside"):
+    assert ctx_problem(2, m) is None and ctx_problem(256, m) is None and ctx_problem(None, m) is None
+    assert main(["generate", tiny, "Hi", "--ctx", "256", "--max-tokens", "1"]) == 0
+    assert m.tokenizer.encode("H", add_special=True) == [72]      # one token, no BOS
+    assert main(["generate", tiny, "H", "--ctx", "2", "--max-tokens", "1"]) == 0
+    assert m.new_cache(256).n_ctx == 256 and m.new_cache(1).n_ctx == 1
+    with pytest.raises(ValueError, match=r"^n_ctx 257 is outside 1 \.\. 256 "):
         m.new_cache(257)
 
 
@@ -281,12 +299,42 @@ def test_prompt_after_double_dash_with_model(tiny, capsys):
     (["--top-k", "-3"], "--top-k must be >= 0 (0: off), got -3"),
     (["--top-p", "nan"], "--top-p must be in (0, 1], got nan"),
     (["--max-tokens", "-1"], "--max-tokens must be >= 0, got -1"),
-    (["--ctx", "1"], "--ctx must be >= 2, got 1"),
 ])
 def test_bad_generate_options_name_the_option(tiny, capsys, opts, msg):
     assert main(["generate", tiny, "Hi"] + opts) == 2
     cap = capsys.readouterr()
     assert cap.out == "" and cap.err.splitlines() == [f"strata-ref: error: {msg}"]
+
+
+def test_native_note_is_one_short_line_once_per_process(tiny, capsys, monkeypatch):
+    # the AMX note was a long clause inside every speed line
+    import strata_ref.cpu as cpu
+    import strata_ref.infer as infer
+    note = cpu.native_note(ZEN4 | {"amx_tile", "amx_int8"})
+    assert note == ("native = avx512: bit for bit llama.cpp's avx512 build, not its native build "
+                    "(AMX here: no profile reproduces it)")
+    monkeypatch.setattr(cpu, "native_note", lambda flags=None: note)
+    monkeypatch.setattr(infer, "_NOTED", set())
+    monkeypatch.delenv("STRATA_REF_CPU", raising=False)
+    name = cpu.native().name
+    for run in range(2):
+        assert main(["generate", tiny, "Hi", "--max-tokens", "1"]) == 0
+        cap = capsys.readouterr()
+        assert cap.out.rstrip("\n").endswith(f"| cpu: {name} (native)]")
+        assert cap.err.splitlines() == ([f"strata-ref: note: {note}"] if run == 0 else [])
+    monkeypatch.setattr(infer, "_NOTED", set())
+    assert main(["generate", tiny, "Hi", "--max-tokens", "1", "--cpu", "avx2"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("flags", [ZEN4 | {"amx_tile", "amx_int8"}, {"sse4_2", "avx"},
+                                   HASWELL | {"avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"}])
+def test_native_notes_name_the_build_they_match(flags):
+    from strata_ref import cpu
+    p = cpu.native(flags).name
+    note = cpu.native_note(flags)
+    assert note.startswith(f"native = {p}: bit for bit llama.cpp's {p} build, not its native build (")
+    assert "\n" not in note and len(note) <= 160
 
 
 def test_non_utf8_prompt_is_named(tiny, capsys):

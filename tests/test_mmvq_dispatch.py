@@ -63,9 +63,13 @@ def test_il_off_everywhere_and_overrides():
 def test_exp_mode_explicit_and_invalid():
     assert D.select_mmvq(90, {"STRATA_EXP_MODE": "8"}).exp_mode == 8
     assert D.select_mmvq(61, {"STRATA_EXP_MODE": "0"}).exp_mode == 0
-    for bad in ("3", "yes", "", "9"):
+    for bad in ("3", "yes", "9"):
         s = D.select_mmvq(61, {"STRATA_EXP_MODE": bad})
         assert s.exp_mode == 8 and len(s.messages) == 1
+    # empty counts as unset, as for every strata-ref variable: no message
+    for empty in ("", " "):
+        assert D.select_mmvq(61, {"STRATA_EXP_MODE": empty, "STRATA_SM61_TABLE": empty,
+                                  "STRATA_MMVQ_IL": empty}) == D.select_mmvq(61, {})
 
 
 def test_invalid_flags_warn_once_and_use_default():

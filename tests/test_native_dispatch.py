@@ -71,13 +71,21 @@ def test_block_alignment_table():
 
 
 @pytest.mark.parametrize("cc", CCS)
-@pytest.mark.parametrize("value", ["yes", "", "2", "true", " 1", "on", "01"])
+@pytest.mark.parametrize("value", ["yes", "2", "true", " 1", "on", "01"])
 def test_invalid_env_warns_and_keeps_default(cc, value):
     for t in K_WIDE:
         s = sel(cc, t, env={"STRATA_DEQUANT_WIDE": value})
         assert s.kernel == ("wide" if cc == 61 else "generic")
         assert s.warning is not None and repr(value) in s.warning
     assert sel(cc, T.Q8_0, env={"STRATA_DEQUANT_WIDE": value}).kernel == "wide"
+
+
+@pytest.mark.parametrize("cc", CCS)
+@pytest.mark.parametrize("value", ["", "  "])
+def test_empty_env_is_unset(cc, value):
+    # empty counts as unset, as for every strata-ref variable: no warning
+    for t in K_WIDE + (T.Q8_0,):
+        assert sel(cc, t, env={"STRATA_DEQUANT_WIDE": value}) == sel(cc, t, env={})
 
 
 def test_invalid_env_warning_printed_once():

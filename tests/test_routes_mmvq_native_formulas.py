@@ -96,8 +96,8 @@ def test_tools_without_gpu_report_status_2(capsys):
     assert run_bench_experts(out=lines.append) == 2
     err = capsys.readouterr().err.splitlines()
     assert lines == [] and len(err) == 2
-    assert err[0].startswith("parity mmvq: native path unavailable: ")
-    assert err[1].startswith("bench experts: native path unavailable: ")
+    assert err[0].startswith("strata-ref: error: parity mmvq: native path unavailable: ")
+    assert err[1].startswith("strata-ref: error: bench experts: native path unavailable: ")
 
 
 LANE_TYPES = [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.IQ4_XS]

@@ -20,8 +20,7 @@ operations), the weight-type families `dots_small` / `dots_iquants`.
 """
 from __future__ import annotations
 
-import os
-
+from .._env import env_value
 from .profiles import PROFILES, Profile, host_flags
 
 __all__ = ["select", "native", "native_note", "Profile", "PROFILES", "ENV"]
@@ -45,45 +44,42 @@ def native(flags=None) -> Profile:
 
 def native_note(flags=None) -> str:
     """'' when `native(flags)` is what a native llama.cpp build computes on
-    that CPU, else one line saying why it may not be: AMX (a native build
-    multiplies Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K and IQ4_XS weights in
-    ggml's AMX buffer, `ggml-cpu/amx/`), AVX-512 without the rest of the
-    avx512 profile's set, AVX without AVX2: code paths no profile
-    reproduces."""
+    that CPU, else one short line saying which build the results are bit
+    for bit and why the native build is not: AMX (a native build multiplies
+    Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K and IQ4_XS weights in ggml's AMX
+    buffer, `ggml-cpu/amx/`), AVX-512 without the rest of the avx512
+    profile's set, AVX without AVX2: code paths no profile reproduces."""
     flags = host_flags() if flags is None else frozenset(flags)
     p = native(flags)
     if p.name == "avx512" and {"amx_int8", "amx_tile"} <= flags:
-        return ("this CPU has AMX: a native llama.cpp build (-DGGML_NATIVE=ON) multiplies "
-                "Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K/IQ4_XS weights with AMX, which no profile "
-                "reproduces; using avx512, the build with the explicit AVX-512 flags "
-                "(tools/peer_build.py avx512)")
-    if p.name == "avx2" and "avx512f" in flags:
-        missing = sorted(set(PROFILES["avx512"].cpu_flags) - flags)
-        return (f"this CPU has AVX-512 but not {' '.join(missing)}: a native llama.cpp build "
-                f"would take AVX-512 code that no profile reproduces; using avx2")
-    if p.name == "scalar" and "avx" in flags:
-        return ("this CPU has AVX but not the avx2 profile's set: a native llama.cpp build "
-                "would take AVX code that no profile reproduces; using scalar")
-    return ""
+        why = "AMX"
+    elif p.name == "avx2" and "avx512f" in flags:
+        why = "AVX-512 without " + " ".join(sorted(set(PROFILES["avx512"].cpu_flags) - flags))
+    elif p.name == "scalar" and "avx" in flags:
+        why = "AVX without the rest of the avx2 profile's flags"
+    else:
+        return ""
+    return (f"native = {p.name}: bit for bit llama.cpp's {p.name} build, not its native build "
+            f"({why} here: no profile reproduces it)")
 
 
 def select(name=None) -> Profile:
     """The profile called `name` ("scalar", "avx2", "avx512" or "native"; a
-    Profile passes through). None: `$STRATA_REF_CPU`, else "native".
+    Profile passes through). None: `$STRATA_REF_CPU`, else (unset or
+    empty) "native".
     Raises ValueError naming the value (and the variable, when it came from
-    the environment) for any other name."""
+    the environment) for any other name: "--cpu 'sse4' is not a CPU
+    profile (known: ...)", "STRATA_REF_CPU='sse4' is not ..."."""
     if isinstance(name, Profile):
         return name
-    source = "--cpu"
+    source = "--cpu "
     if name is None:
-        name = os.environ.get(ENV)
-        source = f"${ENV}"
-        if name is None or name == "":
-            name = "native"
+        name = env_value(ENV) or "native"
+        source = f"{ENV}="
     key = str(name).strip().lower()
     if key == "native":
         return native()
     if key not in PROFILES:
-        raise ValueError(f"{source} = {name!r} is not a CPU profile "
+        raise ValueError(f"{source}{name!r} is not a CPU profile "
                          f"(known: {', '.join(PROFILES)}, native)")
     return PROFILES[key]

@@ -13,11 +13,10 @@ See docs/inference.md for the agreement with llama.cpp and the speed.
 from __future__ import annotations
 
 import codecs
-import os
 import sys
 import time
 
-__all__ = ["load", "generate", "run_generate"]
+__all__ = ["load", "generate", "run_generate", "ctx_problem"]
 
 
 def load(model=None, cpu=None, **cache_options):
@@ -99,6 +98,33 @@ def _cache_note(m) -> str:
             f"{'on' if c.flash_attn else 'off'}{rot}")
 
 
+#: the notes `run_generate` has printed in this process
+_NOTED: set = set()
+
+
+def _note_once(note: str, err) -> None:
+    """Print `strata-ref: note: NOTE` on `err` (default sys.stderr) the first
+    time this process meets NOTE."""
+    if note and note not in _NOTED:
+        _NOTED.add(note)
+        print(f"strata-ref: note: {note}", file=err or sys.stderr)
+
+
+def ctx_problem(n_ctx, m) -> str | None:
+    """Why `strata-ref generate --ctx n_ctx` cannot run model `m`, as one
+    line stating the range it takes, or None (n_ctx None: the default).
+    The range is 2 .. the model's training context: `Model.new_cache` takes
+    1 .. that, but a context of 1 holds the prompt's first token and no
+    generated one."""
+    if n_ctx is None:
+        return None
+    hi = m.hp.n_ctx_train
+    if 2 <= int(n_ctx) <= hi:
+        return None
+    return (f"--ctx {n_ctx} is outside 2 .. {hi} (2: one prompt token and one generated; "
+            f"{hi}: the model's training context, `{m.hp.arch}.context_length`)")
+
+
 def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 0.0,
                  top_k: int = 40, top_p: float = 0.95, seed: int = 0, chat: bool = False,
                  out=None, n_ctx: int | None = None, cpu=None, err=None, cache=None) -> int:
@@ -107,34 +133,38 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
 
     model: registry name, alias or GGUF path (None: the default model).
     chat: format `prompt` as one user message with the model's chat template.
-    Returns 0. Raises ModelLoadError / ModelOutputError / ModelError /
-    ChatTemplateError / ValueError with a message naming the problem (prompt
-    longer than the context, unknown chat template, unsupported architecture,
-    damaged model ...).
+    Returns 0, or 2 after one line on `err` for an n_ctx outside the range
+    the model takes (`ctx_problem`). Raises ModelLoadError /
+    ModelOutputError / ModelError / ChatTemplateError / ValueError with a
+    message naming the problem (prompt longer than the context, unknown chat
+    template, unsupported architecture, damaged model ...).
     n_ctx: context length in tokens (default: the model's training context,
-    at most 4096; at most the training context, `Model.new_cache`).
+    at most 4096), from 2 to the training context.
     cpu: the CPU profile (`load`), named in the speed line; when it is the
     native one and llama.cpp's native build on this CPU would take code that
-    no profile reproduces, the line says so (`strata_ref.cpu.native_note`).
-    `err`: unused (kept for callers that pass it).
+    no profile reproduces, a note on `err` says so, once per process
+    (`strata_ref.cpu.native_note`).
+    err: where the n_ctx error and the note go (default sys.stderr).
     cache: KV cache options (`kv_cache.KVCache`: type_k, type_v, flash_attn,
     fa_threads), named in the speed line when not the default.
     """
+    from .._env import env_value
     from .._progress import progress_bar
     from .chat import format_chat
     if int(max_tokens) < 0:
         raise ValueError(f"--max-tokens must be >= 0, got {max_tokens}")
-    if n_ctx is not None and int(n_ctx) < 2:
-        raise ValueError(f"--ctx must be >= 2, got {n_ctx}")
     from .sampling import Sampler
     from .. import cpu as _cpu
     out = out or sys.stdout
     prof = _cpu.select(cpu)
     cache = dict(cache or {})
     m = load(model, cpu=prof, **cache)
-    name = cpu if cpu is not None else os.environ.get(_cpu.ENV) or "native"
+    bad_ctx = ctx_problem(n_ctx, m)
+    if bad_ctx:
+        print(f"strata-ref: error: {bad_ctx}", file=err or sys.stderr)
+        return 2
+    name = cpu if cpu is not None else env_value(_cpu.ENV) or "native"
     native = isinstance(name, str) and name.strip().lower() == "native"
-    note = _cpu.native_note() if native else ""
     tok = m.tokenizer
     if chat:
         text = format_chat(m.metadata.get("tokenizer.chat_template"),
@@ -202,7 +232,10 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
         return f"{n} {what}" + ("" if n == 1 else "s")
     out.write(f"\n[prompt: {n_of(len(ids), 'token')}, {p_tps:.1f} tok/s | decode: {n_of(len(gen), 'token')} "
               f"({n_dec} {'pass' if n_dec == 1 else 'passes'}{full}), {d_tps:.1f} tok/s | cpu: {prof.name}"
-              f"{' (native' + ('; note: ' + note if note else '') + ')' if native else ''}"
+              f"{' (native)' if native else ''}"
               f"{_cache_note(m)}]\n")
     out.flush()
+    if native:
+        # after the speed line it explains (and never before an error)
+        _note_once(_cpu.native_note(), err)
     return 0

@@ -443,16 +443,16 @@ class Model:
         off).
 
         Raises ValueError, before allocating anything, when n_ctx is below 1
-        or above the model's training context (`<arch>.context_length`, the
-        limit of `strata-ref generate --ctx`: this engine has no context
-        extension), when the cache would need more bytes than this
+        or above the model's training context (`<arch>.context_length`, also
+        the limit of `strata-ref generate --ctx`, `infer.ctx_problem`: this
+        engine has no context extension), when the cache would need more bytes than this
         machine's physical memory, or for an option KVCache refuses."""
         hp = self.hp
         opts = {**self.cache_options, **options}
         n_ctx = min(hp.n_ctx_train, 4096) if n_ctx is None else int(n_ctx)
         if not 1 <= n_ctx <= hp.n_ctx_train:
-            raise ValueError(f"context length (--ctx) {n_ctx} is outside 1 .. {hp.n_ctx_train}, "
-                             f"the model's training context (`{hp.arch}.context_length`)")
+            raise ValueError(f"n_ctx {n_ctx} is outside 1 .. {hp.n_ctx_train} ({hp.n_ctx_train}: "
+                             f"the model's training context, `{hp.arch}.context_length`)")
         need = self._cache_bytes(n_ctx, **opts)
         have = _physical_memory()
         if have and need > have:

@@ -66,10 +66,10 @@ class Selection:
 
 
 def parse_wide_env(value: str | None) -> tuple[bool | None, str | None]:
-    """(override, warning) for a STRATA_DEQUANT_WIDE value: None (unset) ->
-    (None, None); "0" -> (False, None); "1" -> (True, None); anything else ->
-    (None, warning text)."""
-    if value is None:
+    """(override, warning) for a STRATA_DEQUANT_WIDE value: None (unset) or
+    empty -> (None, None); "0" -> (False, None); "1" -> (True, None);
+    anything else -> (None, warning text)."""
+    if value is None or not value.strip():
         return None, None
     if value == "0":
         return False, None

@@ -63,10 +63,10 @@ class RouteSelection:
 
 
 def parse_dense_f32_env(value: str | None) -> tuple[bool | None, str | None]:
-    """(opt-in, warning) for a STRATA_DENSE_F32 value: unset -> (None, None);
-    "0" -> (False, None); "1" -> (True, None); anything else -> (None,
-    warning text)."""
-    if value is None:
+    """(opt-in, warning) for a STRATA_DENSE_F32 value: unset or empty ->
+    (None, None); "0" -> (False, None); "1" -> (True, None); anything else
+    -> (None, warning text)."""
+    if value is None or not value.strip():
         return None, None
     if value == "0":
         return False, None

@@ -332,17 +332,18 @@ def run_parity_gemm(quick: bool = True, full: bool = False, *, seed: int = 20261
     0 (every check held), 1 (a bound, guard or plumbing check failed) or 2
     (no CuPy, GPU or native library). `_cp`/`_backend` substitute the array
     module and the routes (CPU tests of the harness)."""
-    from .loader import NativeUnavailable
+    from .loader import NativeUnavailable, unavailable_line
     try:
         cp = _cp
         if cp is None:
             import cupy as cp
         run = _Runner(cp, out, _backend if _backend is not None else NativeBackend())
-    except ImportError:
-        print("gemm_f32_parity: needs CuPy (cupy-cuda12x / cupy-cuda13x)", file=sys.stderr)
+    except ImportError as e:
+        print(unavailable_line("parity gemm", f"needs CuPy (cupy-cuda12x / cupy-cuda13x): {e}"),
+              file=sys.stderr)
         return 2
     except NativeUnavailable as e:
-        print(f"gemm_f32_parity: native path unavailable: {e}", file=sys.stderr)
+        print(unavailable_line("parity gemm", e), file=sys.stderr)
         return 2
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)

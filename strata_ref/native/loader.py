@@ -15,11 +15,24 @@ from dataclasses import dataclass
 
 from . import build as _build
 
-__all__ = ["NativeUnavailable", "Native", "load", "cdef_text", "driver_compute_capability", "env_device"]
+__all__ = ["NativeUnavailable", "Native", "load", "cdef_text", "driver_compute_capability", "env_device",
+           "unavailable_line"]
 
 
 class NativeUnavailable(RuntimeError):
     """The native path cannot run here (no cffi, nvcc, GPU or driver)."""
+
+
+def unavailable_line(tool: str, reason) -> str:
+    """The line a command prints on stderr when the native path cannot run:
+    `strata-ref: error: TOOL: native path unavailable: REASON`, the form of
+    every other `strata-ref` error. TOOL names the command (`parity mmvq`,
+    `hash --device cuda`); a REASON of several lines (a failed build with
+    the compiler's output) is joined into one with " | ", and characters a
+    terminal would act on are escaped."""
+    from .._text import printable
+    text = " | ".join(line.strip() for line in str(reason).splitlines() if line.strip())
+    return f"strata-ref: error: {tool}: native path unavailable: {printable(text, backslash=False)}"
 
 
 @dataclass(frozen=True)
@@ -84,9 +97,11 @@ _CACHE: dict[int, Native] = {}
 
 
 def env_device() -> int:
-    """The CUDA device number in $STRATA_REF_DEVICE (default 0). Raises
-    NativeUnavailable naming the variable when it is not a number >= 0."""
-    v = os.environ.get("STRATA_REF_DEVICE", "0")
+    """The CUDA device number in $STRATA_REF_DEVICE (default 0, also when it
+    is empty). Raises NativeUnavailable naming the variable when it is not a
+    number >= 0."""
+    from .._env import env_value
+    v = env_value("STRATA_REF_DEVICE") or "0"
     try:
         d = int(v)
     except ValueError:

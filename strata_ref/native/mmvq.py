@@ -210,6 +210,8 @@ def load_mmvq(device: int | None = None) -> MmvqNative:
         cc = driver_compute_capability(device)
         try:
             path = os.environ.get("STRATA_MMVQ_LIB") or build_mmvq(cc)
+            # the header is read even when STRATA_MMVQ_LIB skips the build
+            cdef, want = _cdef(), _abi_version()
         except _b.BuildError as e:
             raise NativeUnavailable(str(e)) from None
         try:
@@ -217,12 +219,11 @@ def load_mmvq(device: int | None = None) -> MmvqNative:
         except ImportError:
             raise NativeUnavailable("cffi is not installed") from None
         ffi = cffi.FFI()
-        ffi.cdef(_cdef())
+        ffi.cdef(cdef)
         try:
             lib = ffi.dlopen(str(path))
         except OSError as e:
             raise NativeUnavailable(f"cannot load {path}: {e}") from None
-        want = _abi_version()
         if lib.smv_abi_version() != want:
             raise NativeUnavailable(f"{path}: ABI version {lib.smv_abi_version()}, this package "
                                     f"needs {want} (rebuild it or unset STRATA_MMVQ_LIB)")

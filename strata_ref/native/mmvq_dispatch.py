@@ -57,7 +57,7 @@ class MmvqSelection:
 
 def _flag(env, name, default, msgs):
     v = env.get(name)
-    if v is None:
+    if v is None or not v.strip():     # empty: unset
         return default
     if v not in _BOOL:
         msgs.append(f"{name}={v!r} is not 0 or 1; using the default ({int(default)})")
@@ -121,7 +121,7 @@ def select_mmvq(cc: int, env: Mapping[str, str] | None = None) -> MmvqSelection:
     default_mode = 8 if (cc == 61 and sm61) or (cc == 70 and sm70) else 0
     mode = default_mode
     raw = env.get("STRATA_EXP_MODE")
-    if raw is not None:
+    if raw is not None and raw.strip():
         if raw.strip() in tuple(str(x) for x in EXP_MODES):
             mode = int(raw)
         else:

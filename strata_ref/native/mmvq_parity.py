@@ -28,7 +28,7 @@ from ..routes.mmvq import mmvq
 from ..routes.mmvq_inputs import sane_blocks
 from ..routes.q8_1 import quantize_q8_1
 from ..types import GGMLType, block_format
-from .loader import NativeUnavailable
+from .loader import NativeUnavailable, unavailable_line
 from .mmvq import NATIVE_TYPES, experts_native, load_mmvq, quantize_q8_1_native
 from .mmvq_tables import IL_TYPES, LEGAL_ROWS
 
@@ -48,11 +48,12 @@ def _bits(a: np.ndarray) -> np.ndarray:
 
 def _load(out, tool: str):
     """The native mat-vec library, or None after one line on stderr naming
-    the tool (e.g. "parity mmvq") and why it is unavailable."""
+    the tool (e.g. "parity mmvq") and why it is unavailable
+    (`loader.unavailable_line`)."""
     try:
         return load_mmvq()
     except NativeUnavailable as e:
-        print(f"{tool}: native path unavailable: {e}", file=sys.stderr)
+        print(unavailable_line(tool, e), file=sys.stderr)
         return None
 
 

@@ -279,11 +279,11 @@ def run_parity_dequant(quick: bool = False, *, seed: int = 20261130, types=None,
     oracle dequantizes, plus F32, F16 and BF16)."""
     from ..formats import dequant_types
     from .dispatch import GENERIC_TYPES, WIDE_BLOCKS_ALIGN
-    from .loader import NativeUnavailable
+    from .loader import NativeUnavailable, unavailable_line
     try:
         run = _Runner(out)
     except NativeUnavailable as e:
-        print(f"parity dequant: native path unavailable: {e}", file=sys.stderr)
+        print(unavailable_line("parity dequant", e), file=sys.stderr)
         return 2
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)

@@ -187,7 +187,7 @@ def test_generate_on_smollm2_with_zero_heads_is_one_line(smol_copy, capsys, key)
 
 
 # ---------------------------------------------------------------- context
-@pytest.mark.parametrize("ctx", ["100000000", "257", "1", "0", "-3"])
+@pytest.mark.parametrize("ctx", ["100000000", "257"])
 def test_ctx_outside_its_range_is_refused_before_allocating(tiny, capsys, ctx):
     # the tiny model's context_length is 256; too small and too large were
     # worded apart (">= 2" and "outside 1 .. 256")
@@ -196,6 +196,17 @@ def test_ctx_outside_its_range_is_refused_before_allocating(tiny, capsys, ctx):
     assert cap.out == "" and cap.err.splitlines() == [
         f"strata-ref: error: --ctx {ctx} is outside 2 .. 256 (2: one prompt token and one "
         "generated; 256: the model's training context, `qwen3.context_length`)"]
+
+
+@pytest.mark.parametrize("ctx", ["1", "0", "-3"])
+def test_ctx_below_two_is_refused_before_the_model_is_read(tmp_path, capsys, ctx):
+    # no file is read (or fetched) for a context no model can take
+    missing = str(tmp_path / "absent.gguf")
+    assert main(["generate", missing, "Hi", "--ctx", ctx]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err.splitlines() == [
+        f"strata-ref: error: --ctx {ctx} is outside 2 .. the model's training context (2: one "
+        "prompt token and one generated)"]
 
 
 def test_ctx_bounds_are_what_generate_runs(tiny, capsys):

@@ -110,14 +110,20 @@ def _note_once(note: str, err) -> None:
         print(f"strata-ref: note: {note}", file=err or sys.stderr)
 
 
-def ctx_problem(n_ctx, m) -> str | None:
+def ctx_problem(n_ctx, m=None) -> str | None:
     """Why `strata-ref generate --ctx n_ctx` cannot run model `m`, as one
     line stating the range it takes, or None (n_ctx None: the default).
     The range is 2 .. the model's training context: `Model.new_cache` takes
     1 .. that, but a context of 1 holds the prompt's first token and no
-    generated one."""
+    generated one. With m None (before the model is loaded) only the lower
+    bound is checked, and the line names the upper one in words."""
     if n_ctx is None:
         return None
+    if m is None:
+        if int(n_ctx) >= 2:
+            return None
+        return (f"--ctx {n_ctx} is outside 2 .. the model's training context (2: one prompt "
+                f"token and one generated)")
     hi = m.hp.n_ctx_train
     if 2 <= int(n_ctx) <= hi:
         return None
@@ -158,8 +164,11 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     out = out or sys.stdout
     prof = _cpu.select(cpu)
     cache = dict(cache or {})
-    m = load(model, cpu=prof, **cache)
-    bad_ctx = ctx_problem(n_ctx, m)
+    # the lower bound before the model is loaded (or fetched), the upper after
+    bad_ctx = ctx_problem(n_ctx)
+    if not bad_ctx:
+        m = load(model, cpu=prof, **cache)
+        bad_ctx = ctx_problem(n_ctx, m)
     if bad_ctx:
         print(f"strata-ref: error: {bad_ctx}", file=err or sys.stderr)
         return 2

@@ -168,7 +168,7 @@ template <int TYPE> constexpr int lane_blocks_per_sm() {
 }
 
 struct LaneSmem {
-    int q, d, sum, acc, total;
+    int q, d, sum, acc, scr, total;
 };
 __host__ __device__ inline LaneSmem lane_smem(int nq8, bool sums) {
     LaneSmem l;
@@ -176,7 +176,8 @@ __host__ __device__ inline LaneSmem lane_smem(int nq8, bool sums) {
     l.d = 32 * nq8;
     l.sum = l.d + (4 * nq8 + 15) / 16 * 16;
     l.acc = l.sum + (sums ? 16 * nq8 : 0);
-    l.total = l.acc + LANE_WARPS * 128 * 4;
+    l.scr = l.acc + LANE_WARPS * 128 * 4;   // per-warp staging scratch (stage_q8)
+    l.total = l.scr + LANE_WARPS * Q8_CHUNK_WORDS * 4;
     return l;
 }
 
@@ -198,7 +199,9 @@ __global__ void __launch_bounds__(32 * LANE_WARPS, lane_blocks_per_sm<TYPE>()) k
     // the first weight loads go out before the q8_1 column is staged
     const typename LN::Raw first = LN::load(wk.first(row0), ln, j);
     stage_q8<LN::SUMS, LN::PAIRS, LN::DQ4>(q8, nq8, npad, (W4 *)(s_raw + lay.q), (float *)(s_raw + lay.d),
-                                           (W4 *)(s_raw + lay.sum), threadIdx.x, 32 * LANE_WARPS);
+                                           (W4 *)(s_raw + lay.sum),
+                                           (uint32_t *)(s_raw + lay.scr) + Q8_CHUNK_WORDS * (threadIdx.x / 32),
+                                           threadIdx.x / 32, LANE_WARPS, lane, 1);
     __syncthreads();
     const Q8Stage qs{(const W4 *)(s_raw + lay.q), (const float *)(s_raw + lay.d),
                      (const W4 *)(s_raw + lay.sum)};

@@ -75,7 +75,8 @@ static void lane_dots(const uint8_t *blk, const uint8_t *q8, int j, const Tbl16 
     using LN = Lanes<TYPE>;
     W4 s_q[16], s_sum[8];
     float s_d[8];
-    stage_q8<LN::SUMS, LN::PAIRS, LN::DQ4>(q8, 8, 8, s_q, s_d, s_sum, 0, 1);
+    uint32_t scr[Q8_CHUNK_WORDS];
+    stage_q8<LN::SUMS, LN::PAIRS, LN::DQ4>(q8, 8, 8, s_q, s_d, s_sum, scr, 0, 1, 0, 32);
     const Q8Stage qs{s_q, s_d, s_sum};
     const typename LN::Lane ln = LN::lane(0, j);
     LN::dots(LN::load(blk, ln, j), qs, ln, 0, out, LN::table(tb));
@@ -108,7 +109,9 @@ static void lanes_matvec(const uint8_t *w, long long rows, int nb, const uint8_t
     const int nq8 = nb * (Dot<TYPE>::QK / 32), npad = lane_q8_blocks<TYPE>(nb);
     std::vector<W4> s_q(2 * npad), s_sum(npad);
     std::vector<float> s_d(npad), t(rows * 128);
-    stage_q8<LN::SUMS, LN::PAIRS, LN::DQ4>(q8, nq8, npad, s_q.data(), s_d.data(), s_sum.data(), 0, 1);
+    std::vector<uint32_t> scr(Q8_CHUNK_WORDS);
+    stage_q8<LN::SUMS, LN::PAIRS, LN::DQ4>(q8, nq8, npad, s_q.data(), s_d.data(), s_sum.data(), scr.data(), 0,
+                                           1, 0, 32);
     const Q8Stage qs{s_q.data(), s_d.data(), s_sum.data()};
     for (int v = 0; v < nwarps; ++v)
         for (int p = 0; p < 32; ++p) {

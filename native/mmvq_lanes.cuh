@@ -423,39 +423,80 @@ template <int TYPE> __host__ __device__ constexpr int lane_q8_blocks(int nb) {
     return (nb + Lanes<TYPE>::BPI - 1) / Lanes<TYPE>::BPI * Lanes<TYPE>::BPI * (Dot<TYPE>::QK / 32);
 }
 
-// Stage one q8_1 column of nq8 blocks (36 bytes each, 4-byte aligned) into
-// Q8Stage's layout (s_q: 2·npad chunks, s_d: npad floats, d/4 with DQ4,
-// s_sum: npad chunks when SUMS), blocks nq8..npad-1 as zeros. With PAIRS the quant ints
-// u0..u7 are stored as the byte pairs of (u_m, u_m+4), m = 0..3: word 2m =
-// bytes 0, 1 of both, word 2m+1 = bytes 2, 3. One thread per q8_1 block:
-// its nine words load together.
+// Staging the q8_1 column (36-byte blocks, 4-byte aligned) into Q8Stage's
+// layout (s_q: 2·npad chunks, s_d: npad floats, d/4 with DQ4, s_sum: npad
+// chunks when SUMS), blocks nq8..npad-1 as zeros. A warp stages 32 blocks
+// at a time: its lanes load the chunk's 288 words coalesced (lane l words
+// l + 32m, so each load instruction reads 128 contiguous bytes) into a
+// per-warp scratch of 288 words, then lane l repacks block l from scratch
+// words 9l..9l+8 (stride 9 words: no bank conflict). One thread loading its
+// block's nine words, as before issue 20's ninth session, made every load
+// instruction touch 32 sectors for 128 bytes: on the H200 that was a quarter
+// of the Q6_K kernel's L1 sector requests on 4096 x 14336.
+//
+// With PAIRS the quant ints u0..u7 are stored as the byte pairs of
+// (u_m, u_m+4), m = 0..3: word 2m = bytes 0, 1 of both, word 2m+1 = bytes
+// 2, 3.
+constexpr int Q8_CHUNK_WORDS = 32 * 9;
+
+// Lane `lane`'s loads of the chunk of blocks b0..b0+31 into scr (zeros past
+// block nq8).
+__device__ __forceinline__ void q8_gather(const uint8_t *q8, int nq8, int b0, int lane, uint32_t *scr) {
+    const long long base = 9LL * b0, end = 9LL * nq8;
+    for (int m = 0; m < 9; ++m) {
+        const long long wi = base + lane + 32 * m;
+        scr[lane + 32 * m] = wi < end ? ld4(q8 + 4 * wi) : 0u;
+    }
+}
+
+// Block b's nine words v (d and s, then the 8 quant ints) into the layout.
 template <int SUMS, int PAIRS, int DQ4>
-__device__ __forceinline__ void stage_q8(const uint8_t *q8, int nq8, int npad, W4 *s_q,
-                                         float *s_d, W4 *s_sum, int i0, int step) {
-    for (int b = i0; b < npad; b += step) {
-        uint32_t v[9] = {};
-        if (b < nq8)
-            for (int m = 0; m < 9; ++m) v[m] = ld4(q8 + 36 * b + 4 * m);
-        // d/4 is exact: an fp16 value is 0, inf, nan or at least 2^-24
-        s_d[b] = DQ4 ? __fmul_rn(hb2f(v[0]), 0.25f) : hb2f(v[0]);
-        if (PAIRS) {
-            uint32_t p[8];
-            for (int m = 0; m < 4; ++m) {
-                p[2 * m] = prmt(v[1 + m], v[5 + m], 0x5140u);
-                p[2 * m + 1] = prmt(v[1 + m], v[5 + m], 0x7362u);
-            }
-            s_q[q8_chunk(2 * b)] = W4{{p[0], p[1], p[2], p[3]}};
-            s_q[q8_chunk(2 * b + 1)] = W4{{p[4], p[5], p[6], p[7]}};
-        } else {
-            s_q[q8_chunk(2 * b)] = W4{{v[1], v[2], v[3], v[4]}};
-            s_q[q8_chunk(2 * b + 1)] = W4{{v[5], v[6], v[7], v[8]}};
+__device__ __forceinline__ void q8_put(const uint32_t v[9], int b, W4 *s_q, float *s_d, W4 *s_sum) {
+    // d/4 is exact: an fp16 value is 0, inf, nan or at least 2^-24
+    s_d[b] = DQ4 ? __fmul_rn(hb2f(v[0]), 0.25f) : hb2f(v[0]);
+    if (PAIRS) {
+        uint32_t p[8];
+        for (int m = 0; m < 4; ++m) {
+            p[2 * m] = prmt(v[1 + m], v[5 + m], 0x5140u);
+            p[2 * m + 1] = prmt(v[1 + m], v[5 + m], 0x7362u);
         }
-        if (SUMS) {
-            W4 s;
-            for (int k = 0; k < 4; ++k)
-                s.v[k] = (uint32_t)__dp4a(0x01010101, (int)v[5 + k], __dp4a(0x01010101, (int)v[1 + k], 0));
-            s_sum[q8_chunk(b)] = s;
+        s_q[q8_chunk(2 * b)] = W4{{p[0], p[1], p[2], p[3]}};
+        s_q[q8_chunk(2 * b + 1)] = W4{{p[4], p[5], p[6], p[7]}};
+    } else {
+        s_q[q8_chunk(2 * b)] = W4{{v[1], v[2], v[3], v[4]}};
+        s_q[q8_chunk(2 * b + 1)] = W4{{v[5], v[6], v[7], v[8]}};
+    }
+    if (SUMS) {
+        W4 s;
+        for (int k = 0; k < 4; ++k)
+            s.v[k] = (uint32_t)__dp4a(0x01010101, (int)v[5 + k], __dp4a(0x01010101, (int)v[1 + k], 0));
+        s_sum[q8_chunk(b)] = s;
+    }
+}
+
+__device__ __forceinline__ void sync_lanes() {
+#ifdef __CUDA_ARCH__
+    __syncwarp();
+#endif
+}
+
+// Warp `warp` of `nwarps` stages its chunks (blocks 32·warp + 32·nwarps·i).
+// On the device each lane calls it with its own lane (lanes = 1); the host
+// emulation calls it once for all 32 lanes (lane0 = 0, lanes = 32), each
+// phase running every lane before the next phase, as __syncwarp orders them.
+template <int SUMS, int PAIRS, int DQ4>
+__device__ __forceinline__ void stage_q8(const uint8_t *q8, int nq8, int npad, W4 *s_q, float *s_d,
+                                         W4 *s_sum, uint32_t *scr, int warp, int nwarps, int lane0,
+                                         int lanes) {
+    for (int b0 = 32 * warp; b0 < npad; b0 += 32 * nwarps) {
+        for (int l = lane0; l < lane0 + lanes; ++l) q8_gather(q8, nq8, b0, l, scr);
+        sync_lanes();
+        for (int l = lane0; l < lane0 + lanes; ++l) {
+            uint32_t v[9];
+            for (int m = 0; m < 9; ++m) v[m] = scr[9 * l + m];
+            if (b0 + l < npad) q8_put<SUMS, PAIRS, DQ4>(v, b0 + l, s_q, s_d, s_sum);
         }
+        sync_lanes();
     }
 }
 

@@ -560,7 +560,16 @@ def cmd_rotate(a) -> int:
     from .gguf import read
     src = resolve(a.input)
     out_real = os.path.realpath(a.output)
-    if any(os.path.realpath(f.path) == out_real for f in read(src).shards):
+
+    def _same(path) -> bool:
+        # a symlink, or a hard link (same file under another name)
+        if os.path.realpath(path) == out_real:
+            return True
+        try:
+            return os.path.samefile(path, out_real)
+        except OSError:
+            return False          # OUT does not exist yet
+    if any(_same(f.path) for f in read(src).shards):
         return _err("rotate: OUT must not be the input file (or one of its shards)")
     out_dir = os.path.dirname(out_real)
     if not os.path.isdir(out_dir) or not os.access(out_dir, os.W_OK):
@@ -651,7 +660,7 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--json", action="store_true", help="machine-readable output")
     h.add_argument("--no-progress", action="store_true", help="no progress bar")
     h.add_argument("--jobs", type=int, default=None, metavar="N",
-                   help="tensors hashed in parallel by N worker processes (default: the "
+                   help="tensors hashed in parallel by N worker processes (default and most: the "
                         "core count; 1: in this process); with --scheduler local, N dask workers")
     h.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="run the per-tensor tasks on dask.distributed: a scheduler address "

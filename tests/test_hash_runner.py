@@ -53,7 +53,9 @@ def _reference(t) -> dict[str, int]:
 # ------------------------------------------------------------------ tasks.run
 
 @pytest.mark.parametrize("jobs", [1, 2])
-def test_run_yields_every_result_and_the_whole_progress(jobs):
+def test_run_yields_every_result_and_the_whole_progress(jobs, monkeypatch):
+    # two workers even on a one-core machine (run caps jobs at cpu_count)
+    monkeypatch.setattr(tasks, "cpu_count", lambda: 2)
     items = [5, 1, 8, 3, 2, 7]
     got = []
     res = dict(tasks.run(square_reporting, items, jobs=jobs, weights=items, progress=got.append))
@@ -62,6 +64,28 @@ def test_run_yields_every_result_and_the_whole_progress(jobs):
     pids = {r[1] for r in res.values()}
     assert (pids == {os.getpid()}) if jobs == 1 else (os.getpid() not in pids)
     assert multiprocessing.active_children() == []
+
+
+def test_run_starts_at_most_one_worker_per_core(monkeypatch):
+    # `hash --jobs 1000` on 2 cores started a process per tensor (272) and
+    # took minutes; the pool and the dask LocalCluster get cpu_count() at most
+    started = []
+
+    def pool(fn, items, jobs, weights, order, progress):
+        started.append(jobs)
+        return iter(())
+
+    monkeypatch.setattr(tasks, "_run_pool", pool)
+    monkeypatch.setattr(tasks, "cpu_count", lambda: 2)
+    list(tasks.run(square_reporting, list(range(300)), jobs=1000))
+    list(tasks.run(square_reporting, list(range(300)), jobs=2))
+    list(tasks.run(square_reporting, [1, 2, 3], jobs=1000))
+    assert started == [2, 2, 2]
+    dask_jobs = []
+    monkeypatch.setattr(tasks, "_run_dask", lambda fn, items, jobs, *rest: dask_jobs.append(jobs) or iter(()))
+    list(tasks.run(square_reporting, list(range(8)), jobs=64, scheduler=tasks.SCHEDULER_LOCAL))
+    list(tasks.run(square_reporting, list(range(8)), jobs=64, scheduler="tcp://10.0.0.1:8786"))
+    assert dask_jobs == [2, 64]      # a remote cluster's size is its own
 
 
 def test_run_in_process_keeps_item_order_and_reports_live():

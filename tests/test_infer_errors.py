@@ -209,6 +209,15 @@ def test_ctx_below_two_is_refused_before_the_model_is_read(tmp_path, capsys, ctx
         "prompt token and one generated)"]
 
 
+def test_prompt_that_fills_the_context_says_what_it_needs(tiny, capsys):
+    # "the prompt has 5 tokens; the context holds 5" read as if it fitted
+    n = len(load(tiny).tokenizer.encode("Hello", add_special=True))
+    assert main(["generate", tiny, "Hello", "--ctx", str(n)]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        f"the prompt has {n} tokens and the context holds {n}: it needs at least {n + 1} "
+        "(one generated token)")
+
+
 def test_ctx_bounds_are_what_generate_runs(tiny, capsys):
     # 2 and 256 run (2 holds a one-token prompt and one generated token)
     from strata_ref.infer import ctx_problem

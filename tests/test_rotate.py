@@ -236,6 +236,12 @@ def test_rotate_cli_refuses_before_it_writes(tmp_path, capsys):
     assert main(["rotate", str(src), str(link)]) == 2
     assert "OUT must not be the input file" in capsys.readouterr().err
     assert src.read_bytes() == before
+    # a hard link is the same file under another name: it was overwritten
+    hard = tmp_path / "hard.gguf"
+    os.link(src, hard)
+    assert main(["rotate", str(src), str(hard)]) == 2
+    assert "OUT must not be the input file" in capsys.readouterr().err
+    assert src.read_bytes() == before
     # a directory that does not exist: refused before the rotation runs
     assert main(["rotate", str(src), str(tmp_path / "nope" / "o.gguf")]) == 2
     assert capsys.readouterr().err.strip() == (f"strata-ref: error: rotate: cannot write OUT: "

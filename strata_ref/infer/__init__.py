@@ -59,7 +59,8 @@ def generate(m, prompt_ids, max_tokens: int, sampler, n_ctx: int | None = None,
     if n_prompt == 0:
         raise ValueError("the prompt is empty (no tokens)")
     if n_prompt >= cache.n_ctx:
-        raise ValueError(f"the prompt has {n_prompt} tokens; the context holds {cache.n_ctx}")
+        raise ValueError(f"the prompt has {n_prompt} tokens and the context holds {cache.n_ctx}: "
+                         f"it needs at least {n_prompt + 1} (one generated token)")
     max_tokens = min(int(max_tokens), cache.n_ctx - n_prompt)
     out = []
     n_calls = 0
@@ -189,8 +190,9 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
                          f"{tok.n_vocab} tokens) has none of its characters or bytes")
     ctx = m.new_cache(n_ctx).n_ctx if n_ctx is not None else min(m.hp.n_ctx_train, 4096)
     if len(ids) >= ctx:
-        raise ValueError(f"the prompt has {len(ids)} tokens; the context holds {ctx}"
-                         + ("" if n_ctx else f" (raise it with --ctx, up to {m.hp.n_ctx_train})"))
+        raise ValueError(f"the prompt has {len(ids)} tokens and the context holds {ctx}: it needs "
+                         f"at least {len(ids) + 1} (one generated token)"
+                         + ("" if n_ctx else f"; raise it with --ctx, up to {m.hp.n_ctx_train}"))
     sampler = Sampler(temperature, top_k, top_p, seed)
     m.prepare()
     # one throwaway token loads the compiled kernels, so the speed line

@@ -211,3 +211,24 @@ def test_activation_block_types_are_not_weight_variants(t):
     from strata_ref.quality.variants import VariantError, parse_spec
     with pytest.raises(VariantError, match="activation block type"):
         parse_spec(f"smollm2@{t}")
+
+
+def test_prompt_file_must_be_a_bounded_regular_file(tmp_path, monkeypatch):
+    # `kl --prompts /dev/zero` read until the machine ran out of memory
+    import os
+    from strata_ref.quality import prompts as P
+    with pytest.raises(P.PromptError, match="not a regular file"):
+        P.load_prompts("/dev/zero")
+    with pytest.raises(P.PromptError, match="not a regular file"):
+        P.load_prompts(tmp_path)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(P.PromptError, match="not a regular file"):
+        P.load_prompts(fifo)
+    big = tmp_path / "big.txt"
+    big.write_text("hello\n" * 20)
+    monkeypatch.setattr(P, "MAX_PROMPT_FILE", 100)
+    with pytest.raises(P.PromptError, match="120 bytes, more than a prompt file may hold"):
+        P.load_prompts(big)
+    monkeypatch.setattr(P, "MAX_PROMPT_FILE", 120)
+    assert P.load_prompts(big) == ["hello"] * 20

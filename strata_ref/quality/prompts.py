@@ -56,6 +56,10 @@ class PromptError(ValueError):
     """A prompt file that cannot be read as prompts (names the line)."""
 
 
+#: the largest prompt file `load_prompts` reads (64 MiB)
+MAX_PROMPT_FILE = 64 << 20
+
+
 def load_prompts(path) -> list:
     """Prompts from a file: JSON lines (each an object with a string
     "prompt", or a JSON string) when the first non-empty line starts with
@@ -64,8 +68,18 @@ def load_prompts(path) -> list:
     naming the line for a malformed JSON line, a missing or non-string
     prompt, a file with no prompt or one that is not UTF-8 text; OSError
     when it cannot be read. A text file whose first prompt starts with `{`
-    or `"` is read as JSON lines, so write such prompts as JSON lines."""
+    or `"` is read as JSON lines, so write such prompts as JSON lines.
+    Only a regular file of at most MAX_PROMPT_FILE bytes is read (PromptError
+    otherwise): `/dev/zero` was read until memory ran out."""
     p = Path(path)
+    import os
+    import stat
+    st = os.stat(p)
+    if not stat.S_ISREG(st.st_mode):
+        raise PromptError(f"{p}: not a regular file")
+    if st.st_size > MAX_PROMPT_FILE:
+        raise PromptError(f"{p}: {st.st_size} bytes, more than a prompt file may hold "
+                          f"({MAX_PROMPT_FILE} bytes)")
     try:
         text = p.read_text(encoding="utf-8-sig")     # a UTF-8 byte-order mark is not prompt text
     except UnicodeDecodeError as e:

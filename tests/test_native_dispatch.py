@@ -140,11 +140,11 @@ def test_env_parse():
 
 
 def test_generic_types_match_the_cuda_source():
-    # The X-macro list of native/strata_formats.cuh is the kernels' own list.
+    # The X-macro list of native/strata_blocks.h (generated) is the kernels' own list.
     import re
 
     from strata_ref.native.build import source_dir
-    text = (source_dir() / "strata_formats.cuh").read_text()
+    text = (source_dir() / "strata_blocks.h").read_text()
     macro = text.split("#define STRATA_GENERIC_TYPES(X)", 1)[1].split("\n\n", 1)[0]
     ids = {int(i) for i in re.findall(r"X\((\d+),", macro)}
     assert ids == {int(t) for t in dispatch.GENERIC_TYPES}

@@ -347,7 +347,7 @@ int main() {
     int8_t tbl[16] = {0};
     int bad = 0;
     for (auto &c : cs) {
-        const int bytes = c.t == Q4_K ? 144 : c.t == Q6_K ? 210 : 136;
+        const int bytes = c.t == T_Q4_K ? 144 : c.t == T_Q6_K ? 210 : 136;
         const size_t wn = c.rows * (c.k / 256) * bytes, qn = c.k / 32 * 36;
         uint8_t *w = (uint8_t *)aligned_alloc(16, (wn + 15) / 16 * 16);
         uint8_t *q = (uint8_t *)aligned_alloc(16, (qn + 15) / 16 * 16);

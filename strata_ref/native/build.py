@@ -36,7 +36,7 @@ LIB_NAME = "libstrata_dequant.so"
 #: translation units, compiled in parallel then linked into one shared library
 SOURCES = ("api.cu", "dequant_generic.cu", "dequant_wide.cu", "elementwise.cu")
 HEADERS = ("strata_dequant.h", "strata_launch.h", "strata_common.cuh", "strata_formats.cuh",
-           "strata_wide.cuh")
+           "strata_wide.cuh", "strata_blocks.h")
 TABLES_HEADER = "strata_iq_tables.h"
 
 #: nvcc's own defaults, written out: the arithmetic contract depends on them.

@@ -20,7 +20,7 @@ Scale ranges, per storage kind (fp16, bf16, f32, E8M0, UE4M3):
 * "valid": every value `ggml_validate_row_data` accepts, fp16 scales half
   from the narrow exponents and half from the full range, either sign;
   bf16 and f32 finite, E8M0 0..254 (so MXFP4's f32 subnormals appear), UE4M3
-  0..0x7E. The native parity runs (`native.parity`) and the format tests.
+  0..0x7E. The native parity runs (`native.dequant.parity`) and the format tests.
 
 Each range is a table of draws; a draw's exact sequence of `rng` calls is
 part of what it makes (the corpus' input hashes, the stored llama.cpp logits

@@ -10,8 +10,8 @@ import warnings
 
 import pytest
 
-from strata_ref.native import dispatch
-from strata_ref.native.dispatch import select
+from strata_ref.native.dequant import policy as dispatch
+from strata_ref.native.dequant.policy import select
 from strata_ref.types import GGMLType as T
 
 CCS = (60, 61, 70, 75, 86, 90)

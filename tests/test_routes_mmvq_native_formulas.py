@@ -72,7 +72,7 @@ def test_host_dots_equal_oracle(host, tid):
 
 
 def test_kernel_block_geometry_matches_types(host):
-    from strata_ref.native.mmvq import NATIVE_TYPES
+    from strata_ref.native.mmvq.wrapper import NATIVE_TYPES
     assert sorted(int(t) for t in NATIVE_TYPES) == sorted(TYPES)
     for tid in TYPES:
         fmt = block_format(GGMLType(tid))
@@ -90,7 +90,8 @@ def test_tools_without_gpu_report_status_2(capsys):
         pass
     else:
         pytest.skip("a CUDA device is present")
-    from strata_ref.native.mmvq_parity import run_bench_experts, run_parity_mmvq
+    from strata_ref.native.mmvq.bench import run_bench_experts
+    from strata_ref.native.mmvq.parity import run_parity_mmvq
     lines = []
     assert run_parity_mmvq(True, out=lines.append) == 2
     assert run_bench_experts(out=lines.append) == 2

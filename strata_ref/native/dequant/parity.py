@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import synth
-from ..types import GGMLType, block_format
+from ... import synth
+from ...types import GGMLType, block_format
 
 __all__ = ["run_parity_dequant", "make_blocks", "ELEMENTWISE_SPECIALS"]
 
@@ -94,8 +94,8 @@ class _Tally:
 
 class _Runner:
     def __init__(self, out):
-        from . import dequant as nd
-        from .loader import load
+        from . import wrapper as nd
+        from ..loader import load
         self.nd = nd
         self.nat = load()
         self.out = out
@@ -143,7 +143,7 @@ class _Runner:
 
 
 def _oracle(t, blocks: np.ndarray, rows: int, cols: int, dtype: str) -> np.ndarray:
-    from .. import dequant as oracle
+    from ... import dequant as oracle
     res = oracle.dequant(t, blocks.reshape(-1), rows, cols, out_dtype=dtype)
     return np.ascontiguousarray(res).view(_UINT[dtype])
 
@@ -184,7 +184,7 @@ def _plain_cases(run: _Runner, t: GGMLType, rng, quick: bool) -> None:
 
 
 def _elementwise(run: _Runner, rng, quick: bool) -> None:
-    from .. import numerics
+    from ... import numerics
     n_random = 4096 - ELEMENTWISE_SPECIALS.size
     sets = [("elementwise 4096 patterns", np.concatenate(
         [ELEMENTWISE_SPECIALS, rng.integers(0, 2**32, n_random, dtype=np.uint32)]))]
@@ -233,9 +233,9 @@ def run_parity_dequant(quick: bool = False, *, seed: int = 20261130, types=None,
     missing kernel; 2: no native path here). quick: small tensors, for
     tests/gpu. types: restrict to these GGMLTypes (default: every type the
     oracle dequantizes, plus F32, F16 and BF16)."""
-    from ..formats import dequant_types
-    from .dispatch import GENERIC_TYPES, WIDE_BLOCKS_ALIGN
-    from .loader import NativeUnavailable, unavailable_line
+    from ...formats import dequant_types
+    from ..loader import NativeUnavailable, unavailable_line
+    from .policy import GENERIC_TYPES, WIDE_BLOCKS_ALIGN
     try:
         run = _Runner(out)
     except NativeUnavailable as e:
@@ -268,5 +268,5 @@ def run_parity_dequant(quick: bool = False, *, seed: int = 20261130, types=None,
     return 0 if ok else 1
 
 
-if __name__ == "__main__":   # python -m strata_ref.native.parity [--quick]
+if __name__ == "__main__":   # python -m strata_ref.native.dequant.parity [--quick]
     sys.exit(run_parity_dequant(quick="--quick" in sys.argv[1:]))

@@ -28,7 +28,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..types import GGMLType, UnsupportedTypeError, block_format, parse_type
+from ...types import GGMLType, UnsupportedTypeError, block_format, parse_type
 
 __all__ = ["Selection", "select", "parse_wide_env", "warn_once", "GENERIC_TYPES",
            "WIDE_BLOCKS_ALIGN", "WIDE_OUT_ALIGN", "WIDE_DEFAULT_CC", "ENV_WIDE",
@@ -48,7 +48,7 @@ def _generic_types() -> frozenset:
     loads the oracle's format modules), then a module attribute."""
     g = globals()
     if "GENERIC_TYPES" not in g:
-        from ..formats import oracle_types
+        from ...formats import oracle_types
         g["GENERIC_TYPES"] = frozenset(oracle_types())
     return g["GENERIC_TYPES"]
 

@@ -14,7 +14,7 @@ instead of being repaired before hashing.
 
 Kernel per tensor (`kernel`):
 
-* "auto": `policy.select` with the device's compute capability and
+* "auto": `dequant.policy.select` with the device's compute capability and
   os.environ (on an H200: Q8_0 wide, the K-quants and IQ4_XS generic unless
   STRATA_DEQUANT_WIDE=1);
 * "wide": the wide kernel for every type that has one (Q8_0, Q4_K, Q5_K,

@@ -149,7 +149,9 @@ __global__ void __launch_bounds__(128) k_mmvq_plain(const uint8_t *__restrict__ 
 // warps then loop over rows. Per row, lane p accumulates the four canonical
 // threads' dots over their blocks (loads one block ahead), and the warp
 // combines the 128 accumulators in the canonical order.
-template <int TYPE> constexpr bool has_lanes() { return TYPE == T_Q4_K || TYPE == T_Q6_K || TYPE == T_IQ4_XS; }
+template <int TYPE> constexpr bool has_lanes() {
+    return TYPE == T_Q4_K || TYPE == T_Q6_K || TYPE == T_IQ4_XS;
+}
 
 constexpr int LANE_WARPS = 8;
 // Blocks per SM the register budget must allow (__launch_bounds__): the
@@ -444,7 +446,8 @@ cudaError_t launch_type(const void *w, long long rows, long long k, const void *
 
 int qk_of(int type) {
     switch (type) {
-        case T_Q4_0: case T_Q4_1: case T_Q5_0: case T_Q5_1: case T_Q8_0: case T_IQ4_NL: case T_MXFP4: return 32;
+        case T_Q4_0: case T_Q4_1: case T_Q5_0: case T_Q5_1: case T_Q8_0: case T_IQ4_NL: case T_MXFP4:
+            return 32;
         case T_Q2_K: case T_Q3_K: case T_Q4_K: case T_Q5_K: case T_Q6_K: case T_IQ4_XS: return 256;
         case T_IQ2_XXS: case T_IQ2_XS: case T_IQ2_S: case T_IQ3_XXS: case T_IQ3_S: case T_IQ1_S: case T_IQ1_M:
             return 256;

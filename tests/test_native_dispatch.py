@@ -1,4 +1,4 @@
-"""Kernel selection for native dequant (strata_ref.native.dispatch), on the CPU.
+"""Kernel selection for native dequant (strata_ref.native.dequant.policy), on the CPU.
 
 Every rule of ../shared/spec/kernels.md §4/§12 at compute capabilities 6.0,
 6.1, 7.0, 7.5, 8.6 and 9.0: Q8_0 wide whenever its guard holds; wide

@@ -56,7 +56,7 @@ __global__ void k_quantize_q8_1(const float *__restrict__ x, uint8_t *__restrict
 
 // ---- the 16-entry value table (IQ4_NL, IQ4_XS, MXFP4) in registers ------------
 template <int TYPE> __device__ __forceinline__ Tbl16 kernel_table() {
-    return tbl16(TYPE == MXFP4 ? tab_kvalues_mxfp4 : tab_kvalues_iq4nl);
+    return tbl16(TYPE == T_MXFP4 ? tab_kvalues_mxfp4 : tab_kvalues_iq4nl);
 }
 
 // The same table read through a pointer the compiler cannot see through, so
@@ -65,7 +65,7 @@ template <int TYPE> __device__ __forceinline__ Tbl16 kernel_table() {
 // faster there on the H200; in the 4-rows-per-warp expert kernel the four
 // held registers cost more than they save, so it keeps kernel_table).
 template <int TYPE> __device__ __forceinline__ Tbl16 register_table() {
-    const int8_t *src = (const int8_t *)(TYPE == MXFP4 ? tab_kvalues_mxfp4 : tab_kvalues_iq4nl);
+    const int8_t *src = (const int8_t *)(TYPE == T_MXFP4 ? tab_kvalues_mxfp4 : tab_kvalues_iq4nl);
 #ifdef __CUDA_ARCH__
     asm volatile("mov.b64 %0, %0;" : "+l"(src));
 #endif
@@ -149,7 +149,9 @@ __global__ void __launch_bounds__(128) k_mmvq_plain(const uint8_t *__restrict__ 
 // warps then loop over rows. Per row, lane p accumulates the four canonical
 // threads' dots over their blocks (loads one block ahead), and the warp
 // combines the 128 accumulators in the canonical order.
-template <int TYPE> constexpr bool has_lanes() { return TYPE == Q4_K || TYPE == Q6_K || TYPE == IQ4_XS; }
+template <int TYPE> constexpr bool has_lanes() {
+    return TYPE == T_Q4_K || TYPE == T_Q6_K || TYPE == T_IQ4_XS;
+}
 
 constexpr int LANE_WARPS = 8;
 // Blocks per SM the register budget must allow (__launch_bounds__): the
@@ -164,7 +166,7 @@ constexpr int LANE_WARPS = 8;
 #define STRATA_LANES_BPSM_IQ4XS 2
 #endif
 template <int TYPE> constexpr int lane_blocks_per_sm() {
-    return TYPE == Q6_K ? 4 : TYPE == IQ4_XS ? STRATA_LANES_BPSM_IQ4XS : 2;
+    return TYPE == T_Q6_K ? 4 : TYPE == T_IQ4_XS ? STRATA_LANES_BPSM_IQ4XS : 2;
 }
 
 struct LaneSmem {
@@ -444,9 +446,10 @@ cudaError_t launch_type(const void *w, long long rows, long long k, const void *
 
 int qk_of(int type) {
     switch (type) {
-        case Q4_0: case Q4_1: case Q5_0: case Q5_1: case Q8_0: case IQ4_NL: case MXFP4: return 32;
-        case Q2_K: case Q3_K: case Q4_K: case Q5_K: case Q6_K: case IQ4_XS: return 256;
-        case IQ2_XXS: case IQ2_XS: case IQ2_S: case IQ3_XXS: case IQ3_S: case IQ1_S: case IQ1_M:
+        case T_Q4_0: case T_Q4_1: case T_Q5_0: case T_Q5_1: case T_Q8_0: case T_IQ4_NL: case T_MXFP4:
+            return 32;
+        case T_Q2_K: case T_Q3_K: case T_Q4_K: case T_Q5_K: case T_Q6_K: case T_IQ4_XS: return 256;
+        case T_IQ2_XXS: case T_IQ2_XS: case T_IQ2_S: case T_IQ3_XXS: case T_IQ3_S: case T_IQ1_S: case T_IQ1_M:
             return 256;
         default: return 0;
     }
@@ -456,10 +459,10 @@ cudaError_t dispatch(int type, const void *w, long long rows, long long k, const
                      int ncols, float *y, int rpw, cudaStream_t s) {
     switch (type) {
 #define SMV_CASE(TY) case TY: return launch_type<TY>(w, rows, k, q8, ncols, y, rpw, s);
-        SMV_CASE(Q4_0) SMV_CASE(Q4_1) SMV_CASE(Q5_0) SMV_CASE(Q5_1) SMV_CASE(Q8_0)
-        SMV_CASE(IQ4_NL) SMV_CASE(MXFP4) SMV_CASE(Q2_K) SMV_CASE(Q3_K) SMV_CASE(Q4_K)
-        SMV_CASE(Q5_K) SMV_CASE(Q6_K) SMV_CASE(IQ4_XS) SMV_CASE(IQ2_XXS) SMV_CASE(IQ2_XS)
-        SMV_CASE(IQ2_S) SMV_CASE(IQ3_XXS) SMV_CASE(IQ3_S) SMV_CASE(IQ1_S) SMV_CASE(IQ1_M)
+        SMV_CASE(T_Q4_0) SMV_CASE(T_Q4_1) SMV_CASE(T_Q5_0) SMV_CASE(T_Q5_1) SMV_CASE(T_Q8_0)
+        SMV_CASE(T_IQ4_NL) SMV_CASE(T_MXFP4) SMV_CASE(T_Q2_K) SMV_CASE(T_Q3_K) SMV_CASE(T_Q4_K)
+        SMV_CASE(T_Q5_K) SMV_CASE(T_Q6_K) SMV_CASE(T_IQ4_XS) SMV_CASE(T_IQ2_XXS) SMV_CASE(T_IQ2_XS)
+        SMV_CASE(T_IQ2_S) SMV_CASE(T_IQ3_XXS) SMV_CASE(T_IQ3_S) SMV_CASE(T_IQ1_S) SMV_CASE(T_IQ1_M)
 #undef SMV_CASE
         default: return cudaErrorInvalidValue;
     }
@@ -610,10 +613,10 @@ cudaError_t exp_gu_fused(const ExpArgs &a, int entries, cudaStream_t s) {
 cudaError_t exp_rows_any(int type, const ExpArgs &a, int which, int entries, cudaStream_t s) {
     switch (type) {
 #define SMV_CASE(TY) case TY: return exp_rows<TY>(a, which, entries, s);
-        SMV_CASE(Q4_0) SMV_CASE(Q4_1) SMV_CASE(Q5_0) SMV_CASE(Q5_1) SMV_CASE(Q8_0)
-        SMV_CASE(IQ4_NL) SMV_CASE(MXFP4) SMV_CASE(Q2_K) SMV_CASE(Q3_K) SMV_CASE(Q4_K)
-        SMV_CASE(Q5_K) SMV_CASE(Q6_K) SMV_CASE(IQ4_XS) SMV_CASE(IQ2_XXS) SMV_CASE(IQ2_XS)
-        SMV_CASE(IQ2_S) SMV_CASE(IQ3_XXS) SMV_CASE(IQ3_S) SMV_CASE(IQ1_S) SMV_CASE(IQ1_M)
+        SMV_CASE(T_Q4_0) SMV_CASE(T_Q4_1) SMV_CASE(T_Q5_0) SMV_CASE(T_Q5_1) SMV_CASE(T_Q8_0)
+        SMV_CASE(T_IQ4_NL) SMV_CASE(T_MXFP4) SMV_CASE(T_Q2_K) SMV_CASE(T_Q3_K) SMV_CASE(T_Q4_K)
+        SMV_CASE(T_Q5_K) SMV_CASE(T_Q6_K) SMV_CASE(T_IQ4_XS) SMV_CASE(T_IQ2_XXS) SMV_CASE(T_IQ2_XS)
+        SMV_CASE(T_IQ2_S) SMV_CASE(T_IQ3_XXS) SMV_CASE(T_IQ3_S) SMV_CASE(T_IQ1_S) SMV_CASE(T_IQ1_M)
 #undef SMV_CASE
         default: return cudaErrorInvalidValue;
     }
@@ -622,10 +625,10 @@ cudaError_t exp_rows_any(int type, const ExpArgs &a, int which, int entries, cud
 cudaError_t exp_gu_any(int type, const ExpArgs &a, int entries, cudaStream_t s) {
     switch (type) {
 #define SMV_CASE(TY) case TY: return exp_gu_fused<TY>(a, entries, s);
-        SMV_CASE(Q4_0) SMV_CASE(Q4_1) SMV_CASE(Q5_0) SMV_CASE(Q5_1) SMV_CASE(Q8_0)
-        SMV_CASE(IQ4_NL) SMV_CASE(MXFP4) SMV_CASE(Q2_K) SMV_CASE(Q3_K) SMV_CASE(Q4_K)
-        SMV_CASE(Q5_K) SMV_CASE(Q6_K) SMV_CASE(IQ4_XS) SMV_CASE(IQ2_XXS) SMV_CASE(IQ2_XS)
-        SMV_CASE(IQ2_S) SMV_CASE(IQ3_XXS) SMV_CASE(IQ3_S) SMV_CASE(IQ1_S) SMV_CASE(IQ1_M)
+        SMV_CASE(T_Q4_0) SMV_CASE(T_Q4_1) SMV_CASE(T_Q5_0) SMV_CASE(T_Q5_1) SMV_CASE(T_Q8_0)
+        SMV_CASE(T_IQ4_NL) SMV_CASE(T_MXFP4) SMV_CASE(T_Q2_K) SMV_CASE(T_Q3_K) SMV_CASE(T_Q4_K)
+        SMV_CASE(T_Q5_K) SMV_CASE(T_Q6_K) SMV_CASE(T_IQ4_XS) SMV_CASE(T_IQ2_XXS) SMV_CASE(T_IQ2_XS)
+        SMV_CASE(T_IQ2_S) SMV_CASE(T_IQ3_XXS) SMV_CASE(T_IQ3_S) SMV_CASE(T_IQ1_S) SMV_CASE(T_IQ1_M)
 #undef SMV_CASE
         default: return cudaErrorInvalidValue;
     }
@@ -697,7 +700,7 @@ int smv_set_plain_kernel(int kind) {
 }
 
 int smv_has_lanes(int type) {
-    return type == Q4_K || type == Q6_K || type == IQ4_XS;
+    return type == T_Q4_K || type == T_Q6_K || type == T_IQ4_XS;
 }
 
 int smv_quantize_q8_1(const float *x, void *q8, long long n, void *stream) {

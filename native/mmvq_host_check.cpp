@@ -20,10 +20,10 @@ extern "C" float smv_host_dot(int type, const uint8_t *blk, const uint8_t *q8, i
     const Tbl16 tb = tbl16(tbl);
     switch (type) {
 #define SMV_CASE(TY) case TY: return Dot<TY>::dot(blk, q8, t, tb);
-        SMV_CASE(Q4_0) SMV_CASE(Q4_1) SMV_CASE(Q5_0) SMV_CASE(Q5_1) SMV_CASE(Q8_0)
-        SMV_CASE(IQ4_NL) SMV_CASE(MXFP4) SMV_CASE(Q2_K) SMV_CASE(Q3_K) SMV_CASE(Q4_K)
-        SMV_CASE(Q5_K) SMV_CASE(Q6_K) SMV_CASE(IQ4_XS) SMV_CASE(IQ2_XXS) SMV_CASE(IQ2_XS)
-        SMV_CASE(IQ2_S) SMV_CASE(IQ3_XXS) SMV_CASE(IQ3_S) SMV_CASE(IQ1_S) SMV_CASE(IQ1_M)
+        SMV_CASE(T_Q4_0) SMV_CASE(T_Q4_1) SMV_CASE(T_Q5_0) SMV_CASE(T_Q5_1) SMV_CASE(T_Q8_0)
+        SMV_CASE(T_IQ4_NL) SMV_CASE(T_MXFP4) SMV_CASE(T_Q2_K) SMV_CASE(T_Q3_K) SMV_CASE(T_Q4_K)
+        SMV_CASE(T_Q5_K) SMV_CASE(T_Q6_K) SMV_CASE(T_IQ4_XS) SMV_CASE(T_IQ2_XXS) SMV_CASE(T_IQ2_XS)
+        SMV_CASE(T_IQ2_S) SMV_CASE(T_IQ3_XXS) SMV_CASE(T_IQ3_S) SMV_CASE(T_IQ1_S) SMV_CASE(T_IQ1_M)
 #undef SMV_CASE
         default: return -1.0f;
     }
@@ -32,10 +32,10 @@ extern "C" float smv_host_dot(int type, const uint8_t *blk, const uint8_t *q8, i
 extern "C" int smv_host_threads(int type) {
     switch (type) {
 #define SMV_CASE(TY) case TY: return Dot<TY>::T;
-        SMV_CASE(Q4_0) SMV_CASE(Q4_1) SMV_CASE(Q5_0) SMV_CASE(Q5_1) SMV_CASE(Q8_0)
-        SMV_CASE(IQ4_NL) SMV_CASE(MXFP4) SMV_CASE(Q2_K) SMV_CASE(Q3_K) SMV_CASE(Q4_K)
-        SMV_CASE(Q5_K) SMV_CASE(Q6_K) SMV_CASE(IQ4_XS) SMV_CASE(IQ2_XXS) SMV_CASE(IQ2_XS)
-        SMV_CASE(IQ2_S) SMV_CASE(IQ3_XXS) SMV_CASE(IQ3_S) SMV_CASE(IQ1_S) SMV_CASE(IQ1_M)
+        SMV_CASE(T_Q4_0) SMV_CASE(T_Q4_1) SMV_CASE(T_Q5_0) SMV_CASE(T_Q5_1) SMV_CASE(T_Q8_0)
+        SMV_CASE(T_IQ4_NL) SMV_CASE(T_MXFP4) SMV_CASE(T_Q2_K) SMV_CASE(T_Q3_K) SMV_CASE(T_Q4_K)
+        SMV_CASE(T_Q5_K) SMV_CASE(T_Q6_K) SMV_CASE(T_IQ4_XS) SMV_CASE(T_IQ2_XXS) SMV_CASE(T_IQ2_XS)
+        SMV_CASE(T_IQ2_S) SMV_CASE(T_IQ3_XXS) SMV_CASE(T_IQ3_S) SMV_CASE(T_IQ1_S) SMV_CASE(T_IQ1_M)
 #undef SMV_CASE
         default: return 0;
     }
@@ -45,10 +45,10 @@ extern "C" int smv_host_threads(int type) {
 extern "C" int smv_host_block_bytes(int type) {
     switch (type) {
 #define SMV_CASE(TY) case TY: return Dot<TY>::BYTES;
-        SMV_CASE(Q4_0) SMV_CASE(Q4_1) SMV_CASE(Q5_0) SMV_CASE(Q5_1) SMV_CASE(Q8_0)
-        SMV_CASE(IQ4_NL) SMV_CASE(MXFP4) SMV_CASE(Q2_K) SMV_CASE(Q3_K) SMV_CASE(Q4_K)
-        SMV_CASE(Q5_K) SMV_CASE(Q6_K) SMV_CASE(IQ4_XS) SMV_CASE(IQ2_XXS) SMV_CASE(IQ2_XS)
-        SMV_CASE(IQ2_S) SMV_CASE(IQ3_XXS) SMV_CASE(IQ3_S) SMV_CASE(IQ1_S) SMV_CASE(IQ1_M)
+        SMV_CASE(T_Q4_0) SMV_CASE(T_Q4_1) SMV_CASE(T_Q5_0) SMV_CASE(T_Q5_1) SMV_CASE(T_Q8_0)
+        SMV_CASE(T_IQ4_NL) SMV_CASE(T_MXFP4) SMV_CASE(T_Q2_K) SMV_CASE(T_Q3_K) SMV_CASE(T_Q4_K)
+        SMV_CASE(T_Q5_K) SMV_CASE(T_Q6_K) SMV_CASE(T_IQ4_XS) SMV_CASE(T_IQ2_XXS) SMV_CASE(T_IQ2_XS)
+        SMV_CASE(T_IQ2_S) SMV_CASE(T_IQ3_XXS) SMV_CASE(T_IQ3_S) SMV_CASE(T_IQ1_S) SMV_CASE(T_IQ1_M)
 #undef SMV_CASE
         default: return 0;
     }
@@ -57,10 +57,10 @@ extern "C" int smv_host_block_bytes(int type) {
 extern "C" int smv_host_block_values(int type) {
     switch (type) {
 #define SMV_CASE(TY) case TY: return Dot<TY>::QK;
-        SMV_CASE(Q4_0) SMV_CASE(Q4_1) SMV_CASE(Q5_0) SMV_CASE(Q5_1) SMV_CASE(Q8_0)
-        SMV_CASE(IQ4_NL) SMV_CASE(MXFP4) SMV_CASE(Q2_K) SMV_CASE(Q3_K) SMV_CASE(Q4_K)
-        SMV_CASE(Q5_K) SMV_CASE(Q6_K) SMV_CASE(IQ4_XS) SMV_CASE(IQ2_XXS) SMV_CASE(IQ2_XS)
-        SMV_CASE(IQ2_S) SMV_CASE(IQ3_XXS) SMV_CASE(IQ3_S) SMV_CASE(IQ1_S) SMV_CASE(IQ1_M)
+        SMV_CASE(T_Q4_0) SMV_CASE(T_Q4_1) SMV_CASE(T_Q5_0) SMV_CASE(T_Q5_1) SMV_CASE(T_Q8_0)
+        SMV_CASE(T_IQ4_NL) SMV_CASE(T_MXFP4) SMV_CASE(T_Q2_K) SMV_CASE(T_Q3_K) SMV_CASE(T_Q4_K)
+        SMV_CASE(T_Q5_K) SMV_CASE(T_Q6_K) SMV_CASE(T_IQ4_XS) SMV_CASE(T_IQ2_XXS) SMV_CASE(T_IQ2_XS)
+        SMV_CASE(T_IQ2_S) SMV_CASE(T_IQ3_XXS) SMV_CASE(T_IQ3_S) SMV_CASE(T_IQ1_S) SMV_CASE(T_IQ1_M)
 #undef SMV_CASE
         default: return 0;
     }
@@ -86,9 +86,9 @@ extern "C" int smv_host_lane_dots(int type, const uint8_t *blk, int mis, const u
     const Tbl16 tb = tbl16(tbl);
     host_reads() = HostReads{};
     switch (type) {
-        case Q4_K: lane_dots<Q4_K>(blk, q8, j, tb, out); break;
-        case Q6_K: lane_dots<Q6_K>(blk, q8, j, tb, out); break;
-        case IQ4_XS: lane_dots<IQ4_XS>(blk, q8, j, tb, out); break;
+        case T_Q4_K: lane_dots<T_Q4_K>(blk, q8, j, tb, out); break;
+        case T_Q6_K: lane_dots<T_Q6_K>(blk, q8, j, tb, out); break;
+        case T_IQ4_XS: lane_dots<T_IQ4_XS>(blk, q8, j, tb, out); break;
         default: return 1;
     }
     return host_reads().misaligned ? 2 : 0;   // 2: a load not aligned as the GPU needs
@@ -144,8 +144,8 @@ static void lanes_matvec(const uint8_t *w, long long rows, int nb, const uint8_t
 extern "C" int smv_host_lanes_matvec(int type, const uint8_t *w, long long rows, long long k,
                                      const uint8_t *q8, int nwarps, const int8_t *tbl, float *y) {
     const Tbl16 tb = tbl16(tbl);
-    const int bytes = type == Q4_K ? Dot<Q4_K>::BYTES : type == Q6_K ? Dot<Q6_K>::BYTES
-                    : type == IQ4_XS ? Dot<IQ4_XS>::BYTES : 0;
+    const int bytes = type == T_Q4_K ? Dot<T_Q4_K>::BYTES : type == T_Q6_K ? Dot<T_Q6_K>::BYTES
+                    : type == T_IQ4_XS ? Dot<T_IQ4_XS>::BYTES : 0;
     if (!bytes) return 1;
     if (k < 256 || k % 256 || rows < 1 || nwarps < 1) return 4;
     HostReads &r = host_reads();
@@ -155,9 +155,9 @@ extern "C" int smv_host_lanes_matvec(int type, const uint8_t *w, long long rows,
     r.lo[1] = q8;
     r.hi[1] = q8 + k / 32 * Q8_1_BYTES;
     switch (type) {
-        case Q4_K: lanes_matvec<Q4_K>(w, rows, (int)(k / 256), q8, nwarps, tb, y); break;
-        case Q6_K: lanes_matvec<Q6_K>(w, rows, (int)(k / 256), q8, nwarps, tb, y); break;
-        default: lanes_matvec<IQ4_XS>(w, rows, (int)(k / 256), q8, nwarps, tb, y);
+        case T_Q4_K: lanes_matvec<T_Q4_K>(w, rows, (int)(k / 256), q8, nwarps, tb, y); break;
+        case T_Q6_K: lanes_matvec<T_Q6_K>(w, rows, (int)(k / 256), q8, nwarps, tb, y); break;
+        default: lanes_matvec<T_IQ4_XS>(w, rows, (int)(k / 256), q8, nwarps, tb, y);
     }
     const int st = r.misaligned ? 2 : r.outside ? 3 : 0;
     r = HostReads{};

@@ -141,8 +141,8 @@ template <int TYPE> struct Lanes;
 
 // Q4_K: L = 4 lanes per super-block; lane j has qs ints 8j..8j+7 (sub-blocks
 // 2j, 2j+1) and the 16-byte head (d, dmin, scales).
-template <> struct Lanes<Q4_K> {
-    static constexpr int L = 4, SUMS = 1, PAIRS = 0, DQ4 = 0, BPI = 128 / Dot<Q4_K>::T;
+template <> struct Lanes<T_Q4_K> {
+    static constexpr int L = 4, SUMS = 1, PAIRS = 0, DQ4 = 0, BPI = 128 / Dot<T_Q4_K>::T;
     struct Raw { W4 head, a, c; };
     __device__ static Tbl16 table(const Tbl16 &t) { return t; }
     // per-lane constants: chunk / block offsets at iteration 0 and the scale masks
@@ -207,8 +207,8 @@ template <> struct Lanes<Q4_K> {
 // Q6_K: L = 8; lane j has ql ints 4j..4j+3, qh ints 8(j/4)+4(j%2)+0..3 and
 // the two scales 8(j/4)+(j%4), +4. A super-block (210 bytes) starts 2 bytes
 // off a word boundary when its index is odd: the loads realign.
-template <> struct Lanes<Q6_K> {
-    static constexpr int L = 8, SUMS = 0, PAIRS = 0, DQ4 = 1, BPI = 128 / Dot<Q6_K>::T;
+template <> struct Lanes<T_Q6_K> {
+    static constexpr int L = 8, SUMS = 0, PAIRS = 0, DQ4 = 1, BPI = 128 / Dot<T_Q6_K>::T;
     struct Raw { W4 ql, qh; int s0, s1; uint32_t d; };
     __device__ static Tbl16 table(const Tbl16 &t) { return t; }
     struct Lane { int u[2], d[2], vh_shift, soff, qh_off; };
@@ -291,8 +291,8 @@ template <> struct Lanes<Q6_K> {
 // 4 dp4a, against 6 permutes, 6-8 masks and shifts and 2 dp4a for the
 // three-permute lookup (lut8): the lookup was the largest share of IQ4_XS's
 // integer ALU pipe, and dp4a runs on another pipe.
-template <> struct Lanes<IQ4_XS> {
-    static constexpr int L = 2, SUMS = 0, PAIRS = 1, DQ4 = 0, BPI = 128 / Dot<IQ4_XS>::T;
+template <> struct Lanes<T_IQ4_XS> {
+    static constexpr int L = 2, SUMS = 0, PAIRS = 1, DQ4 = 0, BPI = 128 / Dot<T_IQ4_XS>::T;
     struct Raw { uint32_t h0, h1; W4 qs[4]; };
     // kv[8..15] + 1 stays below 128, so the bytes never carry
     __device__ static Tbl16 table(const Tbl16 &t) {

@@ -14,6 +14,8 @@
 
 #include <stdint.h>
 
+#include "strata_blocks.h"
+
 #ifdef __CUDACC__
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -28,15 +30,9 @@ struct uint2 { unsigned x, y; };
 
 namespace strata {
 
-// ggml type ids (ggml include/ggml.h, enum ggml_type).
-enum GgmlType {
-    T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7,
-    T_Q8_0 = 8, T_Q8_1 = 9, T_Q2_K = 10, T_Q3_K = 11, T_Q4_K = 12,
-    T_Q5_K = 13, T_Q6_K = 14, T_Q8_K = 15, T_IQ2_XXS = 16, T_IQ2_XS = 17,
-    T_IQ3_XXS = 18, T_IQ1_S = 19, T_IQ4_NL = 20, T_IQ3_S = 21, T_IQ2_S = 22,
-    T_IQ4_XS = 23, T_IQ1_M = 29, T_BF16 = 30, T_TQ1_0 = 34, T_TQ2_0 = 35,
-    T_MXFP4 = 39, T_NVFP4 = 40, T_Q1_0 = 41, T_Q2_0 = 42
-};
+// The ggml type ids (enum GgmlType, T_Q4_K = 12, ...), the block structs and
+// Block<T> (QK, B, field offsets o_<name>) come from strata_blocks.h,
+// generated from strata_ref/types.py by tools/gen_block_header.py.
 
 enum OutDtype { OUT_F32 = 0, OUT_F16 = 1, OUT_BF16 = 2 };
 

@@ -625,12 +625,12 @@ def cmd_parity(a) -> int:
     if a.full and a.what != "gemm":
         return _err(f"--full applies to `parity gemm` only, not `parity {a.what}`")
     if a.what == "dequant":
-        from .native.parity import run_parity_dequant
+        from .native.dequant.parity import run_parity_dequant
         return run_parity_dequant(quick=a.quick)
     if a.what == "gemm":
-        from .native.gemm_parity import run_parity_gemm
+        from .native.gemm.parity import run_parity_gemm
         return run_parity_gemm(quick=a.quick, full=a.full)
-    from .native import mmvq_parity
+    from .native.mmvq import parity as mmvq_parity
     if a.what == "mmvq":
         return mmvq_parity.run_parity_mmvq(a.quick)
     return mmvq_parity.run_parity_experts(a.quick)
@@ -639,10 +639,10 @@ def cmd_parity(a) -> int:
 def cmd_bench(a) -> int:
     if a.emit_table and a.what != "mmvq":
         return _err(f"--emit-table applies to `bench mmvq` only, not `bench {a.what}`")
-    from .native import mmvq_parity
+    from .native.mmvq import bench as mmvq_bench
     if a.what == "mmvq":
-        return mmvq_parity.run_bench_mmvq(a.emit_table)
-    return mmvq_parity.run_bench_experts()
+        return mmvq_bench.run_bench_mmvq(a.emit_table)
+    return mmvq_bench.run_bench_experts()
 
 
 def build_parser() -> argparse.ArgumentParser:

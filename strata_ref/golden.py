@@ -44,7 +44,9 @@ import numpy as np
 from ._paths import data_dir
 from ._text import printable
 from .hashing import FNV64_OFFSET, fnv1a64, hash_array, hash_tensor, HASH_DTYPES
-from .types import GGMLType, UnsupportedTypeError, block_format, parse_type
+from .formats import chunk_quantize_types, oracle_types, quantize_types
+from . import synth
+from .types import PLAIN_FLOAT_TYPES, GGMLType, UnsupportedTypeError, block_format, parse_type
 
 __all__ = [
     "CORPUS_SEED", "CORPUS_VERSION", "FORMAT_VERSION", "MODEL_FORMAT_VERSION", "Case", "QuantCase",
@@ -68,14 +70,11 @@ OUT_KINDS = HASH_DTYPES
 
 T = GGMLType
 
-#: Every type the corpus covers: the 27 types with a C dequantizer, Q8_1 and
-#: Q8_K (decoded as qs*d, formats.md §12.1) and F32.
-CORPUS_TYPES = (
-    T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q8_1,
-    T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.Q8_K, T.IQ2_XXS, T.IQ2_XS,
-    T.IQ3_XXS, T.IQ1_S, T.IQ4_NL, T.IQ3_S, T.IQ2_S, T.IQ4_XS, T.IQ1_M,
-    T.TQ1_0, T.TQ2_0, T.MXFP4, T.NVFP4, T.Q1_0, T.Q2_0,
-)
+#: Every type the corpus covers, in file order: every type the oracle
+#: converts to float (`formats.oracle_types`: F32, F16, BF16, then each
+#: registered block dequantizer in id order; today the 27 types with a C
+#: dequantizer, Q8_1 and Q8_K, decoded as qs*d, formats.md §12.1).
+CORPUS_TYPES = oracle_types()
 
 
 def corpus_types() -> tuple[GGMLType, ...]:
@@ -109,94 +108,33 @@ _SPECIAL_E8M0 = tuple((f"e={e}", e) for e in (0, 1, 2, 127, 253, 254, 255))
 _SPECIAL_UE4M3 = tuple((f"0x{b:02x}", b) for b in (0x00, 0x01, 0x07, 0x08, 0x7E, 0x7F,
                                                   0x80, 0x81, 0xFE, 0xFF))
 _SPECIALS = {"f16": _SPECIAL_F16, "f32": _SPECIAL_F32, "e8m0": _SPECIAL_E8M0,
-             "ue4m3": _SPECIAL_UE4M3, "iq1m_d": _SPECIAL_F16}
-_NEG = {"f16": 0xB800, "f32": 0xBF000000, "iq1m_d": 0xB800}   # -0.5
-
-
-def _scale_fields(t: GGMLType) -> list[tuple[str, str]]:
-    """(field name, storage kind) of each scale of a quantized format. IQ1_M's
-    fp16 d lives in the top nibbles of its four u16 scales ("iq1m_d")."""
-    if t == T.IQ1_M:
-        return [("d", "iq1m_d")]
-    fmt = block_format(t)
-    return [(f.name, f.kind) for f in fmt.fields if f.kind in ("f16", "f32", "e8m0", "ue4m3")]
+             "ue4m3": _SPECIAL_UE4M3}
+_NEG = {"f16": 0xB800, "f32": 0xBF000000}   # -0.5
 
 
 def _code_mask(t: GGMLType) -> np.ndarray:
-    """bool[B]: bytes of a block that are codes (not scale bytes)."""
+    """bool[B]: bytes of a block that are codes (not scale bytes; IQ1_M's d
+    shares its bytes with codes, which stay codes)."""
     fmt = block_format(t)
     m = np.ones(fmt.block_bytes, bool)
-    for name, kind in _scale_fields(t):
-        if kind != "iq1m_d":
-            f = fmt.field(name)
+    for s in fmt.scales:
+        if s.whole_field:
+            f = fmt.field(s.field)
             m[f.offset:f.offset + f.nbytes] = False
     return m
 
 
-def _set_scale(t: GGMLType, blocks: np.ndarray, name: str, kind: str, bits) -> None:
-    """Write scale `bits` (scalar or one per block) into field `name`."""
-    n = len(blocks)
-    if kind == "iq1m_d":
-        off = block_format(t).offset("scales")
-        sc = np.ascontiguousarray(blocks[:, off:off + 8]).view("<u2").copy()
-        d = np.broadcast_to(np.asarray(bits, np.uint16), (n,))
-        for i in range(4):
-            sc[:, i] = (sc[:, i] & 0x0FFF) | (((d >> (4 * i)) & 0xF) << 12)
-        blocks[:, off:off + 8] = sc.view(np.uint8)
-        return
-    f = block_format(t).field(name)
-    ut = np.dtype(f"<u{f.dtype.itemsize}")         # raw bits of the field
-    v = np.broadcast_to(np.asarray(bits, np.uint64).astype(ut), (n,))
-    vals = np.ascontiguousarray(np.repeat(v[:, None], f.count, axis=1))
-    blocks[:, f.offset:f.offset + f.nbytes] = vals.view(np.uint8).reshape(n, -1)
-
-
-def _sane_scale_bits(rng: np.random.Generator, kind: str, n: int) -> np.ndarray:
-    """Finite scales over the whole range (subnormals and ±0 included)."""
-    if kind in ("f16", "iq1m_d"):
-        return (rng.integers(0, 0x7C00, n) | (rng.integers(0, 2, n) << 15)).astype(np.uint64)
-    if kind == "f32":
-        return (rng.integers(0, 0x7F800000, n) | (rng.integers(0, 2, n) << 31)).astype(np.uint64)
-    if kind == "e8m0":
-        return rng.integers(2, 254, n).astype(np.uint64)
-    return rng.integers(0, 0x7F, n).astype(np.uint64)          # ue4m3 0..0x7E
-
-
-def _sanitize(t: GGMLType, rng: np.random.Generator, blocks: np.ndarray) -> None:
-    for name, kind in _scale_fields(t):
-        if kind == "ue4m3":
-            f = block_format(t).field(name)
-            blocks[:, f.offset:f.offset + f.count] = rng.integers(
-                0, 0x7F, (len(blocks), f.count), dtype=np.uint8)
-        else:
-            _set_scale(t, blocks, name, kind, _sane_scale_bits(rng, kind, len(blocks)))
-
-
 def sane_blocks(t, n: int, rng: np.random.Generator) -> np.ndarray:
-    """n random blocks of type t with every scale finite (the "sane" family):
-    uint8 (n, B). Plain F32/F16/BF16 give finite values."""
-    t = parse_type(t)
-    bb = block_format(t).block_bytes
-    if t in _PLAIN:
-        return _finite_plain(t, rng, n).reshape(n, bb)
-    b = rng.integers(0, 256, (n, bb), dtype=np.uint8)
-    _sanitize(t, rng, b)
-    return b
+    """n random blocks of type t with every scale finite (the "sane" family:
+    `synth.blocks` with the "full" range): uint8 (n, B). Plain F32/F16/BF16
+    give finite values."""
+    return synth.blocks(t, n, rng, "full")
 
 
 # --------------------------------------------------------------------------
 # plain float types (one value per "block")
 
-_PLAIN = (T.F32, T.F16, T.BF16)
-
-
-def _finite_plain(t: GGMLType, rng: np.random.Generator, n: int) -> np.ndarray:
-    if t == T.F32:
-        b = rng.integers(0, 0x7F800000, n) | (rng.integers(0, 2, n) << 31)
-        return b.astype("<u4").view(np.uint8)
-    lim = 0x7C00 if t == T.F16 else 0x7F80
-    b = rng.integers(0, lim, n) | (rng.integers(0, 2, n) << 15)
-    return b.astype("<u2").view(np.uint8)
+_PLAIN = PLAIN_FLOAT_TYPES
 
 
 _SPECIAL_BF16 = (0x0000, 0x8000, 0x0001, 0x8001, 0x7F7F, 0xFF7F, 0x7F80, 0xFF80, 0x7FC0,
@@ -350,7 +288,7 @@ def _cases_for(t: GGMLType) -> list[Case]:
         w = 64                                   # values per row
 
         def sane_p(rng, n):
-            return _finite_plain(t, rng, n).reshape(n, bb)
+            return synth.blocks(t, n, rng, "full")
         add("sane", sane_p, 8, w)
         add("raw", raw, 8, w)
         add("zero", lambda rng, n: np.zeros((n, bb), np.uint8), 2, w)
@@ -362,36 +300,31 @@ def _cases_for(t: GGMLType) -> list[Case]:
         shape_make = sane_p
     else:
         def sane(rng, n):
-            b = raw(rng, n)
-            _sanitize(t, rng, b)
-            return b
+            return synth.blocks(t, n, rng, "full")
         add("sane", sane, 4, 8)
         add("raw", raw, 4, 16)
         add("zero", lambda rng, n: np.zeros((n, bb), np.uint8), 2, 4)
-        for fname, kind in _scale_fields(t):
-            for label, bits in _SPECIALS[kind]:
-                def special(rng, n, fname=fname, kind=kind, bits=bits):
+        for sc in fmt.scales:
+            for label, bits in _SPECIALS[sc.kind]:
+                def special(rng, n, sc=sc, bits=bits):
                     b = sane(rng, n)
-                    if kind == "ue4m3":
-                        f = fmt.field(fname)
-                        b[:, f.offset:f.offset + f.count] = bits
-                    else:
-                        _set_scale(t, b, fname, kind, bits)
+                    synth.put_scale(t, b, sc, bits)
                     return b
-                add(f"scale/{fname}={label}", special, 2, 4)
+                add(f"scale/{sc.name}={label}", special, 2, 4)
         mask = _code_mask(t)
+        shared = any(not sc.whole_field for sc in fmt.scales)   # a scale in code bytes
         for fill in (0x00, 0xFF, 0x80, 0x7F, 0x88, 0x55, 0xAA):
             for neg in (False, True):
-                if neg and not any(k in _NEG for _, k in _scale_fields(t)):
+                if neg and not any(sc.kind in _NEG for sc in fmt.scales):
                     continue
 
                 def filled(rng, n, fill=fill, neg=neg):
                     b = sane(rng, n)
                     b[:, mask] = fill
                     if neg:
-                        for fname, kind in _scale_fields(t):
-                            if kind in _NEG:
-                                _set_scale(t, b, fname, kind, _NEG[kind])
+                        for sc in fmt.scales:
+                            if sc.kind in _NEG:
+                                synth.put_scale(t, b, sc, _NEG[sc.kind])
                     return b
                 add(f"fill={fill:02x}" + ("/neg" if neg else ""), filled, 1, 4)
 
@@ -400,8 +333,8 @@ def _cases_for(t: GGMLType) -> list[Case]:
             pos = np.arange(bb)
             r = (np.arange(n)[:, None] + 7 * pos[None, :]) & 0xFF
             b[:, mask] = r[:, mask].astype(np.uint8)
-            if t == T.IQ1_M:     # keep the ramp in the codes, a sane d in the nibbles
-                _sanitize(t, rng, b)
+            if shared:           # keep the ramp in the codes, a sane d in IQ1_M's nibbles
+                synth.draw_scales(t, b, rng, "full")
             return b
         add("ramp", ramp, 16, 16)
         if t in _GRIDS:
@@ -410,8 +343,8 @@ def _cases_for(t: GGMLType) -> list[Case]:
             def grid(rng, n, packer=packer):
                 b = sane(rng, n)
                 _put_fields(t, b, packer(n))
-                if t == T.IQ1_M:
-                    _sanitize(t, rng, b)
+                if shared:
+                    synth.draw_scales(t, b, rng, "full")
                 return b
             add("grid", grid, 1, nb)
         shape_make = sane
@@ -461,12 +394,11 @@ def case_hashes(case: Case, kinds=OUT_KINDS) -> dict[str, int]:
 # --------------------------------------------------------------------------
 # quantizer inputs
 
-#: Types ggml quantizes without an importance matrix (spec/formats.md §3, §8).
-QUANT_TYPES = (
-    T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q8_1, T.Q2_K, T.Q3_K,
-    T.Q4_K, T.Q5_K, T.Q6_K, T.Q8_K, T.IQ3_XXS, T.IQ4_NL, T.IQ3_S, T.IQ2_S, T.IQ4_XS,
-    T.IQ1_M, T.TQ1_0, T.TQ2_0, T.MXFP4, T.NVFP4, T.Q1_0, T.Q2_0,
-)
+#: Types ggml quantizes without an importance matrix (spec/formats.md §3, §8):
+#: every registered reference quantizer and chunk-only quantizer (IQ1_M),
+#: the plain types (F16, BF16) first, then the block types in id order.
+QUANT_TYPES = tuple(sorted(set(quantize_types()) | set(chunk_quantize_types()),
+                           key=lambda t: (block_format(t).quantized, int(t))))
 
 _QCOLS = 1024     # a multiple of every QK (32, 64, 128, 256)
 

@@ -18,7 +18,7 @@ import numpy as np
 __all__ = [
     "GGMLType", "BlockFormat", "Field", "block_format", "parse_type",
     "REMOVED_TYPE_IDS", "PLAIN_TYPES", "UnsupportedTypeError", "all_formats",
-    "GGML_TYPE_COUNT",
+    "GGML_TYPE_COUNT", "Scale", "SCALE_KINDS", "PLAIN_FLOAT_TYPES",
 ]
 
 
@@ -84,6 +84,11 @@ PLAIN_TYPES = frozenset({GGMLType.I8, GGMLType.I16, GGMLType.I32,
                          GGMLType.I64, GGMLType.F64})
 
 
+#: The plain float types (one value per "block"): the oracle converts them,
+#: the corpus and the generic kernels cover them.
+PLAIN_FLOAT_TYPES = (GGMLType.F32, GGMLType.F16, GGMLType.BF16)
+
+
 class UnsupportedTypeError(ValueError):
     """A type id that is unknown, removed, or has no operation here."""
 
@@ -99,6 +104,27 @@ _KINDS = {
     "f16": np.dtype("<u2"), "bf16": np.dtype("<u2"),
     "e8m0": np.dtype("u1"), "ue4m3": np.dtype("u1"),
 }
+
+
+#: Storage kinds that hold a float: a block's scales (and a plain float
+#: type's value).
+SCALE_KINDS = frozenset({"f16", "bf16", "f32", "e8m0", "ue4m3"})
+
+
+@dataclass(frozen=True)
+class Scale:
+    """One float scale of a block: `name`, its storage `kind` (one of
+    SCALE_KINDS) and the `field` that holds it. Mostly the scale is the
+    whole field (name == field); IQ1_M's fp16 d is spread over the top
+    nibbles of its four u16 `scales` (strata_ref.blocks reads and writes it).
+    """
+    name: str
+    kind: str
+    field: str
+
+    @property
+    def whole_field(self) -> bool:
+        return self.name == self.field
 
 
 @dataclass(frozen=True)
@@ -125,13 +151,16 @@ class BlockFormat:
 
     Attributes: `type` (GGMLType), `name` (ggml type name, e.g. "Q4_K"),
     `block_values` (QK, values per block), `block_bytes` (B), `fields`
-    (tuple of Field in storage order, offsets derived), `quantized`.
+    (tuple of Field in storage order, offsets derived), `quantized`,
+    `scales` (tuple of Scale: every field of a float kind, in storage
+    order, unless the format declares them otherwise).
     """
     type: GGMLType
     block_values: int
     block_bytes: int
     fields: tuple[Field, ...]
     quantized: bool = True
+    scales: tuple[Scale, ...] = ()
     _by_name: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -170,7 +199,7 @@ class BlockFormat:
 
 
 def _fmt(t: GGMLType, qk: int, nbytes: int, *fields: tuple[str, str, int],
-         quantized: bool = True) -> BlockFormat:
+         quantized: bool = True, scales: tuple[Scale, ...] | None = None) -> BlockFormat:
     laid, off = [], 0
     for name, kind, count in fields:
         laid.append(Field(name, kind, count, off))
@@ -178,7 +207,9 @@ def _fmt(t: GGMLType, qk: int, nbytes: int, *fields: tuple[str, str, int],
     if off != nbytes:   # the static_assert of ggml-common.h
         raise AssertionError(f"{t.name}: fields add up to {off} bytes, "
                              f"the format says {nbytes}")
-    fmt = BlockFormat(t, qk, nbytes, tuple(laid), quantized)
+    if scales is None:
+        scales = tuple(Scale(f.name, f.kind, f.name) for f in laid if f.kind in SCALE_KINDS)
+    fmt = BlockFormat(t, qk, nbytes, tuple(laid), quantized, scales)
     fmt._by_name.update({f.name: f for f in laid})
     return fmt
 
@@ -230,7 +261,7 @@ _FORMATS: dict[GGMLType, BlockFormat] = {f.type: f for f in (
     _fmt(T.IQ4_XS, 256, 136, ("d", "f16", 1), ("scales_h", "u16", 1),
          ("scales_l", "u8", 4), ("qs", "u8", 128)),
     _fmt(T.IQ1_M, 256, 56, ("qs", "u8", 32), ("qh", "u8", 16),
-         ("scales", "u16", 4)),
+         ("scales", "u16", 4), scales=(Scale("d", "f16", "scales"),)),
     # ternary
     _fmt(T.TQ1_0, 256, 54, ("qs", "u8", 48), ("qh", "u8", 4), ("d", "f16", 1)),
     _fmt(T.TQ2_0, 256, 66, ("qs", "u8", 64), ("d", "f16", 1)),

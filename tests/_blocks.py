@@ -12,6 +12,7 @@ from fractions import Fraction
 import gguf
 import numpy as np
 
+from strata_ref import synth
 from strata_ref.formats import dequantize_blocks
 from strata_ref.types import GGMLType, block_format
 
@@ -20,55 +21,16 @@ CANON_NAN = 0x7FFFFFFF
 
 # --- random blocks ---------------------------------------------------------
 
-def random_halves(rng: np.random.Generator, shape, finite: bool = True) -> np.ndarray:
-    """uint16 fp16 bit patterns, uniform over all patterns or, with `finite`,
-    over the finite ones (subnormals, ±0 and ±65504 included)."""
-    h = rng.integers(0, 1 << 16, size=shape, dtype=np.uint32).astype(np.uint16)
-    if finite:
-        bad = (h & 0x7C00) == 0x7C00
-        while bad.any():
-            h[bad] = rng.integers(0, 1 << 16, size=int(bad.sum()), dtype=np.uint32)
-            bad = (h & 0x7C00) == 0x7C00
-    return h
-
-
-def random_f32_bits(rng: np.random.Generator, shape, finite: bool = True) -> np.ndarray:
-    """uint32 float32 bit patterns, uniform over all or over the finite ones."""
-    u = rng.integers(0, 1 << 32, size=shape, dtype=np.uint64).astype(np.uint32)
-    if finite:
-        bad = (u & 0x7F800000) == 0x7F800000
-        while bad.any():
-            u[bad] = rng.integers(0, 1 << 32, size=int(bad.sum()), dtype=np.uint64)
-            bad = (u & 0x7F800000) == 0x7F800000
-    return u
-
-
 def random_blocks(t, n: int, rng: np.random.Generator, sane: bool = True) -> np.ndarray:
-    """n random blocks of type t, uint8 of shape (n, block_bytes).
+    """n random blocks of type t, uint8 of shape (n, block_bytes)
+    (`strata_ref.synth.blocks`).
 
     Raw mode (sane=False): uniformly random bytes, so scales may be NaN/Inf.
-    Sane mode: also random bytes, but every field of kind "f16" holds finite
-    halves, every "f32" field finite floats, every "e8m0" byte is not 0xFF
-    (ggml_validate_row_data's rule). Fields whose validity needs more than
-    their own kind (IQ1_M's scale spread over four u16 nibbles) are left to
-    the caller.
+    Sane mode: random bytes with every scale in synth's "valid" range (what
+    ggml_validate_row_data accepts: finite fp16/f32 scales, E8M0 bytes other
+    than 0xFF, UE4M3 0..0x7E, IQ1_M's d spread over four nibbles finite).
     """
-    fmt = block_format(t)
-    blocks = rng.integers(0, 256, size=(n, fmt.block_bytes), dtype=np.uint8)
-    if not sane:
-        return blocks
-    for f in fmt.fields:
-        if f.kind == "f16":
-            vals = random_halves(rng, (n, f.count))
-        elif f.kind == "f32":
-            vals = random_f32_bits(rng, (n, f.count))
-        elif f.kind == "e8m0":
-            vals = rng.integers(0, 255, size=(n, f.count), dtype=np.uint8)
-        else:
-            continue
-        blocks[:, f.offset:f.offset + f.nbytes] = (
-            vals.astype(f.dtype).view(np.uint8).reshape(n, f.nbytes))
-    return blocks
+    return synth.blocks(t, n, rng, "valid" if sane else None)
 
 
 # --- scalar helpers for hand-computed blocks -------------------------------

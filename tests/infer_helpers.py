@@ -107,27 +107,13 @@ def tiny_model(arch: str, path, seed: int = 0) -> None:
     by tools/llama_ref.py (`synthetic`) can be checked without the file."""
     import numpy as np
     from strata_ref import GGMLType
-    from strata_ref.gguf import GGUFValueType as V, write_gguf
-    from strata_ref.infer.tokenizer import _BYTE_TO_CHAR
+    from strata_ref.gguf import GGUFValueType as V
     from strata_ref.quantize import quantize
+    from tiny_gguf import N_VOCAB as nv, metadata, norm, write
 
     rng = np.random.default_rng(seed)
     L, E, H, KV, D, F = 6, 64, 4, 2, 16, 128
-    tokens = [_BYTE_TO_CHAR[b] for b in range(256)] + ["ĠĠ", "<|bos|>", "<|eos|>"]
-    nv = len(tokens)
-    md = {"general.architecture": arch,
-          f"{arch}.block_count": (V.UINT32, L), f"{arch}.context_length": (V.UINT32, 256),
-          f"{arch}.embedding_length": (V.UINT32, E), f"{arch}.feed_forward_length": (V.UINT32, F),
-          f"{arch}.attention.head_count": (V.UINT32, H), f"{arch}.attention.head_count_kv": (V.UINT32, KV),
-          f"{arch}.attention.key_length": (V.UINT32, D), f"{arch}.attention.value_length": (V.UINT32, D),
-          f"{arch}.attention.layer_norm_rms_epsilon": (V.FLOAT32, 1e-6),
-          f"{arch}.rope.freq_base": (V.FLOAT32, 1e6),
-          "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",
-          "tokenizer.ggml.tokens": (V.ARRAY, tokens, V.STRING),
-          "tokenizer.ggml.token_type": (V.ARRAY, [1] * 257 + [3, 3], V.INT32),
-          "tokenizer.ggml.merges": (V.ARRAY, ["Ġ Ġ"], V.STRING),
-          "tokenizer.ggml.bos_token_id": (V.UINT32, 257), "tokenizer.ggml.eos_token_id": (V.UINT32, 258),
-          "tokenizer.ggml.add_bos_token": False}
+    md = metadata(arch, layers=L, embd=E, ff=F, heads=H, kv_heads=KV, head_dim=D)
     if arch == "gemma3":
         md[f"{arch}.attention.sliding_window"] = (V.UINT32, 4)
         md[f"{arch}.rope.freq_base_swa"] = (V.FLOAT32, 1e4)
@@ -138,29 +124,26 @@ def tiny_model(arch: str, path, seed: int = 0) -> None:
         w = (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
         return (GGMLType.Q8_0, (cols, rows), quantize(w, GGMLType.Q8_0).reshape(-1))
 
-    def norm(n):
-        return (GGMLType.F32, (n,), (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
-
     # gemma3 scales the embeddings by sqrt(n_embd) and ties the output to
     # them: small embeddings keep the layers' share of the residual large,
     # a large output norm keeps the logits spread.
     emb_scale, out_gain = (0.1, 30.0) if arch == "gemma3" else (1.0, 1.0)
     ts = [("token_embd.weight",) + q8(nv, E, emb_scale),
-          ("output_norm.weight", GGMLType.F32, (E,),
-           (out_gain * (1.0 + 0.1 * rng.standard_normal(E))).astype(np.float32))]
+          ("output_norm.weight",) + norm(rng, E, out_gain)]
     if arch == "qwen3":
         ts.append(("output.weight",) + q8(nv, E, 0.2))
     for i in range(L):
         p = f"blk.{i}."
-        ts += [(p + "attn_norm.weight",) + norm(E), (p + "attn_q.weight",) + q8(H * D, E, 0.2),
+        ts += [(p + "attn_norm.weight",) + norm(rng, E), (p + "attn_q.weight",) + q8(H * D, E, 0.2),
                (p + "attn_k.weight",) + q8(KV * D, E, 0.2), (p + "attn_v.weight",) + q8(KV * D, E, 0.2),
                (p + "attn_output.weight",) + q8(E, H * D, 0.2),
-               (p + "attn_q_norm.weight",) + norm(D), (p + "attn_k_norm.weight",) + norm(D),
-               (p + "ffn_norm.weight",) + norm(E), (p + "ffn_gate.weight",) + q8(F, E, 0.2),
+               (p + "attn_q_norm.weight",) + norm(rng, D), (p + "attn_k_norm.weight",) + norm(rng, D),
+               (p + "ffn_norm.weight",) + norm(rng, E), (p + "ffn_gate.weight",) + q8(F, E, 0.2),
                (p + "ffn_up.weight",) + q8(F, E, 0.2), (p + "ffn_down.weight",) + q8(E, F, 0.2)]
         if arch == "gemma3":
-            ts += [(p + "post_attention_norm.weight",) + norm(E), (p + "post_ffw_norm.weight",) + norm(E)]
-    write_gguf(path, md, ts)
+            ts += [(p + "post_attention_norm.weight",) + norm(rng, E),
+                   (p + "post_ffw_norm.weight",) + norm(rng, E)]
+    write(path, md, ts)
 
 
 # ------------------------------------------------------ tiny MoE / hybrid models
@@ -196,11 +179,6 @@ MOE_LAYERS = {
 MOE_ROUTER = {"qwen3moe": "F32", "qwen3next": "F32", "qwen35moe": "F32", "gpt-oss": "F32"}
 
 
-def _moe_tokens():
-    from strata_ref.infer.tokenizer import _BYTE_TO_CHAR
-    return [_BYTE_TO_CHAR[b] for b in range(256)] + ["ĠĠ", "<|bos|>", "<|eos|>"]
-
-
 def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
     """Write a small seeded random GGUF of architecture `arch` (qwen3moe,
     qwen3next) to `path`: n_embd 256, 4 heads of 64 over 2 KV heads, the
@@ -226,8 +204,9 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
     (the sha256 is stored with the llama.cpp logits)."""
     import numpy as np
     from strata_ref import GGMLType
-    from strata_ref.gguf import GGUFValueType as V, write_gguf
+    from strata_ref.gguf import GGUFValueType as V
     from strata_ref.quantize import quantize
+    from tiny_gguf import N_VOCAB as nv, metadata, norm, write
 
     if arch not in MOE_LAYERS:
         raise ValueError(f"no tiny MoE model for {arch!r}")
@@ -238,23 +217,10 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
     gpt = arch == "gpt-oss"
     L, E, H, KV, D = len(layers), 256, 4, 2, 64
     NX, NU, F = (20, 4, 128) if nxt else (8, 2, 256)
-    tokens = _moe_tokens()
-    nv = len(tokens)
-    md = {"general.architecture": arch,
-          f"{arch}.block_count": (V.UINT32, L), f"{arch}.context_length": (V.UINT32, 4096),
-          f"{arch}.embedding_length": (V.UINT32, E), f"{arch}.feed_forward_length": (V.UINT32, 4 * F),
-          f"{arch}.expert_feed_forward_length": (V.UINT32, F),
-          f"{arch}.expert_count": (V.UINT32, NX), f"{arch}.expert_used_count": (V.UINT32, NU),
-          f"{arch}.attention.head_count": (V.UINT32, H), f"{arch}.attention.head_count_kv": (V.UINT32, KV),
-          f"{arch}.attention.key_length": (V.UINT32, D), f"{arch}.attention.value_length": (V.UINT32, D),
-          f"{arch}.attention.layer_norm_rms_epsilon": (V.FLOAT32, 1e-6),
-          f"{arch}.rope.freq_base": (V.FLOAT32, 1e6),
-          "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",
-          "tokenizer.ggml.tokens": (V.ARRAY, tokens, V.STRING),
-          "tokenizer.ggml.token_type": (V.ARRAY, [1] * 257 + [3, 3], V.INT32),
-          "tokenizer.ggml.merges": (V.ARRAY, ["Ġ Ġ"], V.STRING),
-          "tokenizer.ggml.bos_token_id": (V.UINT32, 257), "tokenizer.ggml.eos_token_id": (V.UINT32, 258),
-          "tokenizer.ggml.add_bos_token": False}
+    md = metadata(arch, layers=L, embd=E, ff=4 * F, heads=H, kv_heads=KV, head_dim=D, ctx=4096,
+                  after_ff={f"{arch}.expert_feed_forward_length": (V.UINT32, F),
+                            f"{arch}.expert_count": (V.UINT32, NX),
+                            f"{arch}.expert_used_count": (V.UINT32, NU)})
     S, NK, NV, DC = 64, 2, 4, 4                  # qwen3next's Gated DeltaNet sizes
     if gpt:
         md.update({f"{arch}.context_length": (V.UINT32, 131072),
@@ -283,18 +249,15 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
         data = w.reshape(-1) if t == GGMLType.F32 else quantize(w.reshape(-1, w.shape[-1]), t).reshape(-1)
         return (t, tuple(reversed(w.shape)), data)
 
-    def norm(n):
-        return (GGMLType.F32, (n,), (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
-
     def f32(w):
         return (GGMLType.F32, tuple(reversed(w.shape)), np.ascontiguousarray(w, np.float32).reshape(-1))
 
-    ts = [("token_embd.weight",) + q("Q8_0", nv, E), ("output_norm.weight",) + norm(E),
+    ts = [("token_embd.weight",) + q("Q8_0", nv, E), ("output_norm.weight",) + norm(rng, E),
           ("output.weight",) + q("Q6_K", nv, E)]
     router = MOE_ROUTER.get(arch, "F32")
     for i, (ta, tgu, td) in enumerate(layers):
         p = f"blk.{i}."
-        ts.append((p + "attn_norm.weight",) + norm(E))
+        ts.append((p + "attn_norm.weight",) + norm(rng, E))
         if nxt and i % 4 != 3:
             kd, vd = S * NK, S * NV
             ts += [(p + "attn_qkv.weight",) + q(ta, 2 * kd + vd, E),
@@ -305,7 +268,7 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
                    (p + "ssm_conv1d.weight",) + f32(rng.standard_normal((2 * kd + vd, DC)) * 0.3),
                    (p + "ssm_dt.bias",) + f32(rng.uniform(-4.0, -1.0, NV)),
                    (p + "ssm_a",) + f32(-rng.uniform(1.0, 16.0, NV)),
-                   (p + "ssm_norm.weight",) + norm(S),
+                   (p + "ssm_norm.weight",) + norm(rng, S),
                    (p + "ssm_out.weight",) + q(ta, E, vd)]
         else:
             qrows = 2 * H * D if nxt else H * D
@@ -319,13 +282,13 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
                        (p + "attn_output.bias",) + f32(rng.standard_normal(E) * 0.02),
                        (p + "attn_sinks.weight",) + f32(rng.standard_normal(H) + 0.5)]
             else:
-                ts += [(p + "attn_q_norm.weight",) + norm(D), (p + "attn_k_norm.weight",) + norm(D)]
+                ts += [(p + "attn_q_norm.weight",) + norm(rng, D), (p + "attn_k_norm.weight",) + norm(rng, D)]
         r = (rng.standard_normal((NX, E)) * 0.02).astype(np.float32)
         if i == 1:
             r[5] = r[2]
             if nxt:
                 r[17] = r[11]
-        ts += [(p + ("ffn_norm.weight" if arch == "qwen3moe" else "post_attention_norm.weight"),) + norm(E),
+        ts += [(p + ("ffn_norm.weight" if arch == "qwen3moe" else "post_attention_norm.weight"),) + norm(rng, E),
                (p + "ffn_gate_inp.weight",) + raw(router, r),
                (p + "ffn_gate_exps.weight",) + q(tgu, NX, F, E),
                (p + "ffn_up_exps.weight",) + q(tgu, NX, F, E),
@@ -340,7 +303,7 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
                    (p + "ffn_down_shexp.weight",) + q(ta, E, 256),
                    (p + "ffn_gate_inp_shexp.weight",) + raw(router, (rng.standard_normal(E) * 0.02)
                                                             .astype(np.float32))]
-    write_gguf(path, md, ts)
+    write(path, md, ts)
 
 
 # ------------------------------------------------------ pre-tokenizer probe vocabularies

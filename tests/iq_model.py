@@ -23,29 +23,14 @@ def tiny_iq_model(path, seed: int = 5) -> None:
     """Write the model (module docstring) to `path`."""
     import numpy as np
     from strata_ref import GGMLType
-    from strata_ref.gguf import GGUFValueType as V, write_gguf
-    from strata_ref.infer.tokenizer import _BYTE_TO_CHAR
     from strata_ref.quantize import quantize
     from strata_ref.routes.mmvq_inputs import sane_blocks
+    from tiny_gguf import N_VOCAB as nv, metadata, norm, write
 
     rng = np.random.default_rng(seed)
     arch = "qwen3"
     L, E, H, KV, D, F = 2, 256, 4, 2, 64, 512
-    tokens = [_BYTE_TO_CHAR[b] for b in range(256)] + ["ĠĠ", "<|bos|>", "<|eos|>"]
-    nv = len(tokens)
-    md = {"general.architecture": arch,
-          f"{arch}.block_count": (V.UINT32, L), f"{arch}.context_length": (V.UINT32, 256),
-          f"{arch}.embedding_length": (V.UINT32, E), f"{arch}.feed_forward_length": (V.UINT32, F),
-          f"{arch}.attention.head_count": (V.UINT32, H), f"{arch}.attention.head_count_kv": (V.UINT32, KV),
-          f"{arch}.attention.key_length": (V.UINT32, D), f"{arch}.attention.value_length": (V.UINT32, D),
-          f"{arch}.attention.layer_norm_rms_epsilon": (V.FLOAT32, 1e-6),
-          f"{arch}.rope.freq_base": (V.FLOAT32, 1e6),
-          "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",
-          "tokenizer.ggml.tokens": (V.ARRAY, tokens, V.STRING),
-          "tokenizer.ggml.token_type": (V.ARRAY, [1] * 257 + [3, 3], V.INT32),
-          "tokenizer.ggml.merges": (V.ARRAY, ["Ġ Ġ"], V.STRING),
-          "tokenizer.ggml.bos_token_id": (V.UINT32, 257), "tokenizer.ggml.eos_token_id": (V.UINT32, 258),
-          "tokenizer.ggml.add_bos_token": False}
+    md = metadata(arch, layers=L, embd=E, ff=F, heads=H, kv_heads=KV, head_dim=D)
     n_iq = [0]
 
     def iq(rows, cols):
@@ -53,18 +38,15 @@ def tiny_iq_model(path, seed: int = 5) -> None:
         n_iq[0] += 1
         return (t, (cols, rows), sane_blocks(t, rows * cols // 256, rng).reshape(-1))
 
-    def norm(n):
-        return (GGMLType.F32, (n,), (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
-
     emb = rng.standard_normal((nv, E)).astype(np.float32)
     ts = [("token_embd.weight", GGMLType.Q8_0, (E, nv), quantize(emb, GGMLType.Q8_0).reshape(-1)),
-          ("output_norm.weight",) + norm(E), ("output.weight",) + iq(nv, E)]
+          ("output_norm.weight",) + norm(rng, E), ("output.weight",) + iq(nv, E)]
     for i in range(L):
         p = f"blk.{i}."
-        ts += [(p + "attn_norm.weight",) + norm(E), (p + "attn_q.weight",) + iq(H * D, E),
+        ts += [(p + "attn_norm.weight",) + norm(rng, E), (p + "attn_q.weight",) + iq(H * D, E),
                (p + "attn_k.weight",) + iq(KV * D, E), (p + "attn_v.weight",) + iq(KV * D, E),
                (p + "attn_output.weight",) + iq(E, H * D),
-               (p + "attn_q_norm.weight",) + norm(D), (p + "attn_k_norm.weight",) + norm(D),
-               (p + "ffn_norm.weight",) + norm(E), (p + "ffn_gate.weight",) + iq(F, E),
+               (p + "attn_q_norm.weight",) + norm(rng, D), (p + "attn_k_norm.weight",) + norm(rng, D),
+               (p + "ffn_norm.weight",) + norm(rng, E), (p + "ffn_gate.weight",) + iq(F, E),
                (p + "ffn_up.weight",) + iq(F, E), (p + "ffn_down.weight",) + iq(E, F)]
-    write_gguf(path, md, ts)
+    write(path, md, ts)

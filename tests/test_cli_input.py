@@ -203,7 +203,10 @@ def test_empty_variable_is_unset(tmp_path, env):
 def test_empty_variables_read_in_process(monkeypatch):
     from strata_ref import cpu
     from strata_ref._env import env_value, numba_env_problem
-    from strata_ref.native import dispatch, gemm, loader, mmvq_dispatch
+    from strata_ref.native import loader
+    from strata_ref.native.dequant import policy as dispatch
+    from strata_ref.native.gemm import policy as gemm
+    from strata_ref.native.mmvq import policy as mmvq_dispatch
     for v in ("", "  "):
         assert env_value("X", {"X": v}) is None and numba_env_problem({"NUMBA_NUM_THREADS": v}) is None
         monkeypatch.setenv("STRATA_REF_DEVICE", v)

@@ -7,7 +7,8 @@ import sys
 import pytest
 
 from strata_ref.cli import main
-from strata_ref.native import loader, mmvq_parity
+from strata_ref.native import loader
+from strata_ref.native.mmvq import parity as mmvq_parity
 
 
 @pytest.fixture
@@ -76,7 +77,8 @@ def test_failed_build_is_one_line(monkeypatch, capsys, argv, tool):
 def test_missing_sources_with_a_prebuilt_library_are_unavailable(monkeypatch, capsys, tmp_path):
     # STRATA_MMVQ_LIB skips the build, but the header is still read: without
     # the CUDA sources that was "strata-ref: error: BuildError: ..."
-    from strata_ref.native import build, mmvq
+    from strata_ref.native import build
+    from strata_ref.native.mmvq import wrapper as mmvq
 
     def no_sources():
         raise build.BuildError("CUDA sources not found (test)")
@@ -93,7 +95,7 @@ def test_missing_sources_with_a_prebuilt_library_are_unavailable(monkeypatch, ca
 
 def test_gemm_parity_without_native_library(monkeypatch, capsys):
     # CuPy present but the native library not: the other early exit.
-    from strata_ref.native import gemm_parity
+    from strata_ref.native.gemm import parity as gemm_parity
 
     class NoNative:
         def __init__(self):
@@ -138,12 +140,13 @@ def test_device_that_cannot_be_set_is_unavailable(monkeypatch, capsys, tmp_path)
     import re
     import shutil
     import subprocess
-    from strata_ref.native import mmvq
+    from strata_ref.native import build
+    from strata_ref.native.mmvq import wrapper as mmvq
     cc = shutil.which("gcc") or shutil.which("cc")
     if cc is None:
         pytest.skip("no C compiler")
     abi = re.search(r"#define SMV_ABI_VERSION (\d+)",
-                    (mmvq._src() / "strata_mmvq.h").read_text()).group(1)
+                    (build.source_dir() / "strata_mmvq.h").read_text()).group(1)
     (tmp_path / "stub.c").write_text(
         f"int smv_abi_version(void) {{ return {abi}; }}\n"
         "int smv_set_device(int d) { (void)d; return 6; }\n"

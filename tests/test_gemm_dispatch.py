@@ -6,10 +6,11 @@ import warnings
 import numpy as np
 import pytest
 
-from strata_ref.native import gemm as NG
-from strata_ref.native import gemm_build
+from strata_ref.native.gemm import wrapper as NG
+from strata_ref.native import build
+from strata_ref.native.gemm import policy as GP
 
-ENV = NG.ENV_DENSE_F32
+ENV = GP.ENV_DENSE_F32
 PASCAL = (60, 61, 62)
 OTHERS = (50, 52, 70, 75, 80, 86, 89, 90, 100, 120)
 
@@ -17,20 +18,20 @@ OTHERS = (50, 52, 70, 75, 80, 86, 89, 90, 100, 120)
 @pytest.mark.parametrize("cc", PASCAL + OTHERS)
 def test_default_is_the_fp16_route_on_every_card(cc):
     for env in (None, {}, {ENV: "0"}):
-        sel = NG.select_route(cc, env)
+        sel = GP.select_route(cc, env)
         assert (sel.route, sel.notice) == ("f16", None)
 
 
 @pytest.mark.parametrize("cc", PASCAL)
 def test_opt_in_sends_6x_to_the_fp32_route(cc):
-    sel = NG.select_route(cc, {ENV: "1"})
+    sel = GP.select_route(cc, {ENV: "1"})
     assert sel.route == "f32" and sel.notice is None
     assert str(cc) in sel.reason
 
 
 @pytest.mark.parametrize("cc", OTHERS)
 def test_opt_in_is_ignored_with_a_note_elsewhere(cc):
-    sel = NG.select_route(cc, {ENV: "1"})
+    sel = GP.select_route(cc, {ENV: "1"})
     assert sel.route == "f16"
     assert sel.notice.startswith("note:") and f"{cc // 10}.{cc % 10}" in sel.notice
 
@@ -38,7 +39,7 @@ def test_opt_in_is_ignored_with_a_note_elsewhere(cc):
 @pytest.mark.parametrize("value", ["yes", "true", "2", " 1", "1 ", "on", "01"])
 @pytest.mark.parametrize("cc", (61, 90))
 def test_invalid_values_warn_and_keep_the_default(value, cc):
-    sel = NG.select_route(cc, {ENV: value})
+    sel = GP.select_route(cc, {ENV: value})
     assert sel.route == "f16"
     assert repr(value) in sel.notice and "not 0 or 1" in sel.notice
 
@@ -47,42 +48,42 @@ def test_invalid_values_warn_and_keep_the_default(value, cc):
 @pytest.mark.parametrize("cc", (61, 90))
 def test_empty_value_is_unset(value, cc):
     # empty counts as unset, as for every strata-ref variable: no notice
-    assert NG.select_route(cc, {ENV: value}) == NG.select_route(cc, {})
+    assert GP.select_route(cc, {ENV: value}) == GP.select_route(cc, {})
 
 
 @pytest.mark.parametrize("cc", PASCAL + OTHERS)
 @pytest.mark.parametrize("route", ["f16", "f32"])
 def test_explicit_route_wins_on_any_card_and_any_env(cc, route):
     for env in (None, {ENV: "1"}, {ENV: "0"}, {ENV: "bogus"}):
-        sel = NG.select_route(cc, env, route)
+        sel = GP.select_route(cc, env, route)
         assert (sel.route, sel.notice) == (route, None)
-    assert NG.select_route(cc, {ENV: "1"}, "auto") == NG.select_route(cc, {ENV: "1"})
+    assert GP.select_route(cc, {ENV: "1"}, "auto") == GP.select_route(cc, {ENV: "1"})
 
 
 def test_bad_route_and_cc_are_errors():
     with pytest.raises(ValueError, match="route must be one of"):
-        NG.select_route(61, None, "bf16")
+        GP.select_route(61, None, "bf16")
     with pytest.raises(TypeError, match="cc must be an integer"):
-        NG.select_route(6.1, None)
+        GP.select_route(6.1, None)
     with pytest.raises(TypeError, match="cc must be an integer"):
-        NG.select_route(True, None)
+        GP.select_route(True, None)
 
 
 def test_parse_env():
-    assert NG.parse_dense_f32_env(None) == (None, None)
-    assert NG.parse_dense_f32_env("0") == (False, None)
-    assert NG.parse_dense_f32_env("1") == (True, None)
-    on, warn = NG.parse_dense_f32_env("y")
+    assert GP.parse_dense_f32_env(None) == (None, None)
+    assert GP.parse_dense_f32_env("0") == (False, None)
+    assert GP.parse_dense_f32_env("1") == (True, None)
+    on, warn = GP.parse_dense_f32_env("y")
     assert on is None and ENV in warn
 
 
 def test_notice_is_emitted_once_per_text():
-    sel = NG.select_route(90, {ENV: "never-seen-value-7"})
+    sel = GP.select_route(90, {ENV: "never-seen-value-7"})
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
-        NG.notice_once(sel)
-        NG.notice_once(sel)
-        NG.notice_once(NG.select_route(90, None))        # no notice: nothing emitted
+        GP.notice_once(sel)
+        GP.notice_once(sel)
+        GP.notice_once(GP.select_route(90, None))        # no notice: nothing emitted
     assert [str(w.message) for w in rec] == [sel.notice]
 
 
@@ -143,7 +144,7 @@ def test_quant_argument_errors(kw, err, match):
 
 
 def test_header_cdef_is_plain_c_and_declares_the_abi():
-    text = gemm_build.cdef_text()
+    text = build.cdef_text("strata_gemm.h")
     assert "#" not in text
     for name in ("strata_gemm_create", "strata_gemm_destroy", "strata_gemm_dense",
                  "strata_gemm_quant", "strata_gemm_cublas_version", "strata_gemm_last_error",
@@ -156,7 +157,7 @@ def test_header_cdef_is_plain_c_and_declares_the_abi():
 
 
 def test_route_codes_match_the_header():
-    text = gemm_build.cdef_text()
+    text = build.cdef_text("strata_gemm.h")
     assert "STRATA_GEMM_F16 = 0" in text and "STRATA_GEMM_F32 = 1" in text
     assert NG._ROUTE_CODE == {"f16": 0, "f32": 1}
     assert "STRATA_GEMM_X_F32 = 0" in text and "STRATA_GEMM_X_F16 = 1" in text
@@ -194,16 +195,15 @@ def test_gemm_source_compiles(tmp_path):
     """nvcc compiles gemm.cu for sm_90; where the toolkit has no cuBLAS
     headers, against a declarations-only cublas_v2.h (the real link happens
     on the GPU machine)."""
-    from strata_ref.native import build
     nvcc = build.find_nvcc()
     if nvcc is None:
         pytest.skip("nvcc not installed")
     inc = None
-    if not (gemm_build.cuda_lib_dir(nvcc).parent / "include" / "cublas_v2.h").is_file():
+    if not (build.cuda_lib_dir(nvcc).parent / "include" / "cublas_v2.h").is_file():
         inc = tmp_path / "inc"
         inc.mkdir()
         (inc / "cublas_v2.h").write_text(_CUBLAS_DECLS)
-    obj = gemm_build.compile_object(90, tmp_path / "o", nvcc, include=inc)
+    obj, = build.compile_objects(build.GEMM, 90, tmp_path / "o", nvcc, include=inc)
     assert obj.stat().st_size > 0
 
 
@@ -253,16 +253,16 @@ def standin(monkeypatch):
     cffi = pytest.importorskip("cffi")
     import types
     ffi = cffi.FFI()
-    text = gemm_build.cdef_text()
+    text = build.cdef_text("strata_gemm.h")
     ffi.cdef(text)
     lib = _StandInLib(ffi, text)
     state = types.SimpleNamespace(cc=90, lib=lib, ffi=ffi)
     dq = types.SimpleNamespace(lib=types.SimpleNamespace(strata_synchronize=lambda: 0))
 
     def fake_load(device=None):
-        return gemm_build.GemmNative(ffi, lib, ffi.cast("strata_gemm_ctx *", 0x5000), dq,
+        return NG.GemmNative(ffi, lib, ffi.cast("strata_gemm_ctx *", 0x5000), dq,
                                      state.cc, "stand-in")
-    monkeypatch.setattr(gemm_build, "load_gemm", fake_load)
+    monkeypatch.setattr(NG, "load_gemm", fake_load)
     return state
 
 
@@ -324,7 +324,7 @@ def test_quant_kernel_falls_back_to_generic_when_the_wide_guard_fails(standin):
 @pytest.mark.parametrize("status, match", [(7, "cuBLAS error .*detail 7/42"),
                                            (6, "CUDA error"), (8, "refused a slice")])
 def test_failures_raise_native_error(standin, status, match):
-    from strata_ref.native.dequant import NativeError
+    from strata_ref.native.dequant.wrapper import NativeError
     standin.lib.status = status
     n, k = 4, 64
     with pytest.raises(NativeError, match=match):

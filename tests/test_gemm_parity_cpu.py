@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from strata_ref.dequant import dequant_f16
-from strata_ref.native import gemm_parity as P
+from strata_ref.native.gemm import parity as P
 from strata_ref.routes.gemm import slice_rows
 
 

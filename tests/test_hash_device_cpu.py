@@ -15,10 +15,10 @@ import pytest
 from strata_ref.cli import main
 from strata_ref.gguf import read, write_gguf
 from strata_ref.hashing import chain_hashes, hash_tensor
-from strata_ref.native import dequant as nd
+from strata_ref.native.dequant import wrapper as nd
 from strata_ref.native import hash_device as hd
 from strata_ref.native import loader
-from strata_ref.native.parity import make_blocks
+from strata_ref.native.dequant.parity import make_blocks
 from strata_ref.types import GGMLType as T
 from strata_ref.types import block_format
 

@@ -3,8 +3,8 @@ import warnings
 
 import pytest
 
-from strata_ref.native import mmvq_dispatch as D
-from strata_ref.native import mmvq_tables as TB
+from strata_ref.native.mmvq import policy as D
+from strata_ref.native.mmvq import tables as TB
 from strata_ref.types import GGMLType as T
 
 

@@ -3,7 +3,7 @@ whose current device is per thread as the CUDA runtime's is: every call from
 any thread runs on the handle's device."""
 import threading
 
-from strata_ref.native.mmvq import OnDevice
+from strata_ref.native.mmvq.wrapper import OnDevice
 
 
 class FakeLib:

@@ -2,7 +2,6 @@
 generated I-quant table header, nvcc compiling every CUDA source (when nvcc is
 installed), and the message when no GPU is present."""
 import re
-import shutil
 import subprocess
 
 import numpy as np
@@ -56,8 +55,19 @@ def test_nvcc_compiles_every_source(tmp_path):
     if nvcc is None:
         pytest.skip("nvcc not installed")
     for arch in _nvcc_archs(nvcc):
-        objs = build.compile_objects(arch, tmp_path / f"sm{arch}", nvcc)
+        objs = build.compile_objects(build.DEQUANT, arch, tmp_path / f"sm{arch}", nvcc)
         assert all(o.stat().st_size > 0 for o in objs)
+
+
+@pytest.mark.slow
+def test_nvcc_compiles_the_mat_vec_library(tmp_path):
+    # minutes on 2 cores (every kernel instantiation of mmvq.cu)
+    nvcc = build.find_nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not installed")
+    arch = _nvcc_archs(nvcc)[-1]
+    objs = build.compile_objects(build.MMVQ, arch, tmp_path / f"sm{arch}", nvcc)
+    assert all(o.stat().st_size > 0 for o in objs)
 
 
 def test_flags_keep_ieee_arithmetic():
@@ -87,6 +97,34 @@ def test_without_gpu_the_reason_is_clear():
 
 def test_source_dir_holds_the_sources():
     d = build.source_dir()
-    for f in build.SOURCES + build.HEADERS:
-        assert (d / f).is_file()
-    assert shutil.which("true") or True
+    for lib in build.LIBRARIES:
+        for f in lib.files():
+            assert (d / f).is_file(), (lib.name, f)
+
+
+def test_every_library_is_built_by_the_one_function(monkeypatch, tmp_path):
+    # build() with a stand-in nvcc that writes its -o file: each library is
+    # compiled (one object per source) and linked into the cache under its
+    # own key, then found there without running nvcc again
+    calls = []
+
+    def fake_run(cmd, cwd):
+        calls.append(cmd)
+        out = cmd[cmd.index("-o") + 1]
+        open(out, "wb").write(b"x")
+    monkeypatch.setattr(build, "_run", fake_run)
+    monkeypatch.setattr(build, "_nvcc_or_raise", lambda: "nvcc")
+    monkeypatch.setattr(build, "_nvcc_version", lambda nvcc: "release 0.0")
+    monkeypatch.setenv("STRATA_REF_CACHE", str(tmp_path))
+    paths = set()
+    for lib in build.LIBRARIES:
+        n = len(calls)
+        path = build.build(lib, 90)
+        assert path.name == lib.name and path.is_file()
+        assert path.parent.parent == tmp_path / "native" and path.parent.name.startswith(lib.stem + "-")
+        assert len(calls) - n == len(lib.sources) + 1          # objects, then the link
+        link = calls[-1]
+        assert "-shared" in link and all(c in link for c in (lib.link("nvcc") if lib.link else []))
+        assert build.build(lib, 90) == path and len(calls) - n == len(lib.sources) + 1   # cached
+        paths.add(path)
+    assert len(paths) == len(build.LIBRARIES)

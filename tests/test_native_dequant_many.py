@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from strata_ref import dequant as oracle
-from strata_ref.native import dispatch, loader
-from strata_ref.native import dequant as nd
-from strata_ref.native import gemm as ng
-from strata_ref.native.parity import make_blocks
+from strata_ref.native import loader
+from strata_ref.native.dequant import policy as dispatch
+from strata_ref.native.dequant import wrapper as nd
+from strata_ref.native.gemm import wrapper as ng
+from strata_ref.native.dequant.parity import make_blocks
 from strata_ref.types import GGMLType as T
 from strata_ref.types import UnsupportedTypeError, block_format
 
@@ -360,7 +361,7 @@ def test_c_entry_refuses_before_any_cuda_call(tmp_path, monkeypatch):
     archs = re.findall(r"compute_(\d+)", subprocess.run([nvcc, "--list-gpu-arch"],
                                                         capture_output=True, text=True).stdout)
     monkeypatch.setenv("STRATA_REF_CACHE", str(tmp_path))
-    path = build.build(min(int(a) for a in archs))
+    path = build.build(build.DEQUANT, min(int(a) for a in archs))
     ffi = cffi.FFI()
     ffi.cdef(loader.cdef_text())
     lib = ffi.dlopen(str(path))

@@ -1,4 +1,4 @@
-"""Kernel selection for native dequant (strata_ref.native.dispatch), on the CPU.
+"""Kernel selection for native dequant (strata_ref.native.dequant.policy), on the CPU.
 
 Every rule of ../shared/spec/kernels.md §4/§12 at compute capabilities 6.0,
 6.1, 7.0, 7.5, 8.6 and 9.0: Q8_0 wide whenever its guard holds; wide
@@ -10,8 +10,8 @@ import warnings
 
 import pytest
 
-from strata_ref.native import dispatch
-from strata_ref.native.dispatch import select
+from strata_ref.native.dequant import policy as dispatch
+from strata_ref.native.dequant.policy import select
 from strata_ref.types import GGMLType as T
 
 CCS = (60, 61, 70, 75, 86, 90)
@@ -140,11 +140,11 @@ def test_env_parse():
 
 
 def test_generic_types_match_the_cuda_source():
-    # The X-macro list of native/strata_formats.cuh is the kernels' own list.
+    # The X-macro list of native/strata_blocks.h (generated) is the kernels' own list.
     import re
 
     from strata_ref.native.build import source_dir
-    text = (source_dir() / "strata_formats.cuh").read_text()
+    text = (source_dir() / "strata_blocks.h").read_text()
     macro = text.split("#define STRATA_GENERIC_TYPES(X)", 1)[1].split("\n\n", 1)[0]
     ids = {int(i) for i in re.findall(r"X\((\d+),", macro)}
     assert ids == {int(t) for t in dispatch.GENERIC_TYPES}

@@ -15,8 +15,9 @@ import pytest
 
 from strata_ref import dequant as oracle
 from strata_ref.formats import dequant_types
-from strata_ref.native import build, dispatch
-from strata_ref.native.parity import make_blocks
+from strata_ref.native import build
+from strata_ref.native.dequant import policy as dispatch
+from strata_ref.native.dequant.parity import make_blocks
 from strata_ref.types import GGMLType as T
 from strata_ref.types import block_format
 

@@ -14,9 +14,10 @@ import pytest
 
 from strata_ref import dequant as oracle
 from strata_ref import numerics
-from strata_ref.native import dispatch, loader
-from strata_ref.native import dequant as nd
-from strata_ref.native import parity
+from strata_ref.native import loader
+from strata_ref.native.dequant import policy as dispatch
+from strata_ref.native.dequant import wrapper as nd
+from strata_ref.native.dequant import parity
 from strata_ref.types import GGMLType as T
 from strata_ref.types import block_format
 

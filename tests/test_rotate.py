@@ -69,24 +69,10 @@ def _tiny(path, arch, seed=0, tied=True, biases=False, **split):
     """A tiny float model: n_embd 48 (Paley 12 x Sylvester 4), 3 heads of
     16 over 1 KV head, n_ff 96, 3 layers, random norm weights and a massive
     embedding channel."""
-    from strata_ref.gguf import GGUFValueType as V, write_gguf
-    from strata_ref.infer.tokenizer import _BYTE_TO_CHAR
+    from tiny_gguf import N_VOCAB as nv, metadata, write
     rng = np.random.default_rng(seed)
     L, E, H, KV, D, F = 3, 48, 3, 1, 16, 96
-    tokens = [_BYTE_TO_CHAR[b] for b in range(256)] + ["ĠĠ", "<|bos|>", "<|eos|>"]
-    nv = len(tokens)
-    md = {"general.architecture": arch,
-          f"{arch}.block_count": (V.UINT32, L), f"{arch}.context_length": (V.UINT32, 256),
-          f"{arch}.embedding_length": (V.UINT32, E), f"{arch}.feed_forward_length": (V.UINT32, F),
-          f"{arch}.attention.head_count": (V.UINT32, H), f"{arch}.attention.head_count_kv": (V.UINT32, KV),
-          f"{arch}.attention.layer_norm_rms_epsilon": (V.FLOAT32, 1e-5),
-          f"{arch}.rope.freq_base": (V.FLOAT32, 1e4),
-          "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",
-          "tokenizer.ggml.tokens": (V.ARRAY, tokens, V.STRING),
-          "tokenizer.ggml.token_type": (V.ARRAY, [1] * 257 + [3, 3], V.INT32),
-          "tokenizer.ggml.merges": (V.ARRAY, ["Ġ Ġ"], V.STRING),
-          "tokenizer.ggml.bos_token_id": (V.UINT32, 257), "tokenizer.ggml.eos_token_id": (V.UINT32, 258),
-          "tokenizer.ggml.add_bos_token": False}
+    md = metadata(arch, layers=L, embd=E, ff=F, heads=H, kv_heads=KV, eps=1e-5, rope_base=1e4)
     t = []
 
     def f32(name, a):
@@ -114,7 +100,7 @@ def _tiny(path, arch, seed=0, tied=True, biases=False, **split):
     f32("output_norm.weight", 0.5 + rng.random(E))
     if not tied:
         f32("output.weight", rng.standard_normal((nv, E)) * 0.3)
-    write_gguf(path, md, t, **split)
+    write(path, md, t, **split)
 
 
 def _forward64(path, ids):

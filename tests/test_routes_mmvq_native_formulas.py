@@ -72,7 +72,7 @@ def test_host_dots_equal_oracle(host, tid):
 
 
 def test_kernel_block_geometry_matches_types(host):
-    from strata_ref.native.mmvq import NATIVE_TYPES
+    from strata_ref.native.mmvq.wrapper import NATIVE_TYPES
     assert sorted(int(t) for t in NATIVE_TYPES) == sorted(TYPES)
     for tid in TYPES:
         fmt = block_format(GGMLType(tid))
@@ -90,7 +90,8 @@ def test_tools_without_gpu_report_status_2(capsys):
         pass
     else:
         pytest.skip("a CUDA device is present")
-    from strata_ref.native.mmvq_parity import run_bench_experts, run_parity_mmvq
+    from strata_ref.native.mmvq.bench import run_bench_experts
+    from strata_ref.native.mmvq.parity import run_parity_mmvq
     lines = []
     assert run_parity_mmvq(True, out=lines.append) == 2
     assert run_bench_experts(out=lines.append) == 2
@@ -347,7 +348,7 @@ int main() {
     int8_t tbl[16] = {0};
     int bad = 0;
     for (auto &c : cs) {
-        const int bytes = c.t == Q4_K ? 144 : c.t == Q6_K ? 210 : 136;
+        const int bytes = c.t == T_Q4_K ? 144 : c.t == T_Q6_K ? 210 : 136;
         const size_t wn = c.rows * (c.k / 256) * bytes, qn = c.k / 32 * 36;
         uint8_t *w = (uint8_t *)aligned_alloc(16, (wn + 15) / 16 * 16);
         uint8_t *q = (uint8_t *)aligned_alloc(16, (qn + 15) / 16 * 16);

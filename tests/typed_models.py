@@ -62,45 +62,27 @@ def typed_model(t: str, path, seed: int = 0) -> None:
     are all of weight type t (one of TYPED) to `path`; the output matrix
     and the norms F32 (module docstring). ValueError for another type."""
     from strata_ref import GGMLType
-    from strata_ref.gguf import GGUFValueType as V, write_gguf
-    from strata_ref.infer.tokenizer import _BYTE_TO_CHAR
+    from tiny_gguf import N_VOCAB as nv, metadata, norm, write
 
     if t not in TYPED:
         raise ValueError(f"no typed model for {t!r} (known: {', '.join(TYPED)})")
     rng = np.random.default_rng(seed)
     arch = "qwen3"
-    tokens = [_BYTE_TO_CHAR[b] for b in range(256)] + ["ĠĠ", "<|bos|>", "<|eos|>"]
-    nv = len(tokens)
-    md = {"general.architecture": arch,
-          f"{arch}.block_count": (V.UINT32, _L), f"{arch}.context_length": (V.UINT32, 256),
-          f"{arch}.embedding_length": (V.UINT32, _E), f"{arch}.feed_forward_length": (V.UINT32, _F),
-          f"{arch}.attention.head_count": (V.UINT32, _H), f"{arch}.attention.head_count_kv": (V.UINT32, _KV),
-          f"{arch}.attention.key_length": (V.UINT32, _D), f"{arch}.attention.value_length": (V.UINT32, _D),
-          f"{arch}.attention.layer_norm_rms_epsilon": (V.FLOAT32, 1e-6),
-          f"{arch}.rope.freq_base": (V.FLOAT32, 1e6),
-          "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",
-          "tokenizer.ggml.tokens": (V.ARRAY, tokens, V.STRING),
-          "tokenizer.ggml.token_type": (V.ARRAY, [1] * 257 + [3, 3], V.INT32),
-          "tokenizer.ggml.merges": (V.ARRAY, ["Ġ Ġ"], V.STRING),
-          "tokenizer.ggml.bos_token_id": (V.UINT32, 257), "tokenizer.ggml.eos_token_id": (V.UINT32, 258),
-          "tokenizer.ggml.add_bos_token": False}
+    md = metadata(arch, layers=_L, embd=_E, ff=_F, heads=_H, kv_heads=_KV, head_dim=_D)
     ty = GGMLType[t]
 
     def mat(rows, cols, gain):
         return (ty, (cols, rows), _blocks(t, rows, cols, gain, rng))
 
-    def norm(n):
-        return (GGMLType.F32, (n,), (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
-
     out = (0.05 * rng.standard_normal((nv, _E))).astype(np.float32)
-    ts = [("token_embd.weight",) + mat(nv, _E, 0.3), ("output_norm.weight",) + norm(_E),
+    ts = [("token_embd.weight",) + mat(nv, _E, 0.3), ("output_norm.weight",) + norm(rng, _E),
           ("output.weight", GGMLType.F32, (_E, nv), out)]
     for i in range(_L):
         p = f"blk.{i}."
-        ts += [(p + "attn_norm.weight",) + norm(_E), (p + "attn_q.weight",) + mat(_H * _D, _E, 0.05),
+        ts += [(p + "attn_norm.weight",) + norm(rng, _E), (p + "attn_q.weight",) + mat(_H * _D, _E, 0.05),
                (p + "attn_k.weight",) + mat(_KV * _D, _E, 0.05), (p + "attn_v.weight",) + mat(_KV * _D, _E, 0.05),
                (p + "attn_output.weight",) + mat(_E, _H * _D, 0.05),
-               (p + "attn_q_norm.weight",) + norm(_D), (p + "attn_k_norm.weight",) + norm(_D),
-               (p + "ffn_norm.weight",) + norm(_E), (p + "ffn_gate.weight",) + mat(_F, _E, 0.05),
+               (p + "attn_q_norm.weight",) + norm(rng, _D), (p + "attn_k_norm.weight",) + norm(rng, _D),
+               (p + "ffn_norm.weight",) + norm(rng, _E), (p + "ffn_gate.weight",) + mat(_F, _E, 0.05),
                (p + "ffn_up.weight",) + mat(_F, _E, 0.05), (p + "ffn_down.weight",) + mat(_E, _F, 0.03)]
-    write_gguf(path, md, ts)
+    write(path, md, ts)

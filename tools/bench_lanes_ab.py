@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from strata_ref.native import mmvq_parity as P
-from strata_ref.native.mmvq import load_mmvq
+from strata_ref.native.mmvq import bench as P
+from strata_ref.native.mmvq.wrapper import load_mmvq
 from strata_ref.routes.mmvq_inputs import sane_blocks
 from strata_ref.routes.q8_1 import quantize_q8_1
 from strata_ref.types import GGMLType as T, block_format

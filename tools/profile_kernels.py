@@ -25,7 +25,7 @@ def dequant(types, dtypes) -> None:
     import cupy as cp
 
     from strata_ref.native.loader import load
-    from strata_ref.native.parity import make_blocks
+    from strata_ref.native.dequant.parity import make_blocks
     from strata_ref.types import block_format, parse_type
 
     nat = load()
@@ -47,7 +47,7 @@ def dequant(types, dtypes) -> None:
 
 
 def mmvq(types) -> None:
-    from strata_ref.native.mmvq import load_mmvq
+    from strata_ref.native.mmvq.wrapper import load_mmvq
     from strata_ref.routes.mmvq_inputs import sane_blocks
     from strata_ref.routes.q8_1 import quantize_q8_1
     from strata_ref.types import parse_type

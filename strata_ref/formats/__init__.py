@@ -21,16 +21,18 @@ import numpy as np
 from numba import njit, prange
 
 from .._jitcache import cached, sources_digest
-from ..types import GGMLType, UnsupportedTypeError, block_format, parse_type
+from ..types import PLAIN_FLOAT_TYPES, GGMLType, UnsupportedTypeError, block_format, parse_type
 from . import _stream
 from ._stream import sfence, stream4
 
-__all__ = ["register_dequant", "register_quantize", "dequantize_blocks",
-           "dequant_types", "quantize_types", "get_quantizer"]
+__all__ = ["register_dequant", "register_quantize", "register_chunk_quantize",
+           "dequantize_blocks", "dequant_types", "quantize_types", "chunk_quantize_types",
+           "oracle_types", "get_quantizer"]
 
 _DEQUANT: dict[GGMLType, Callable] = {}
 _DRIVERS: dict[GGMLType, Callable] = {}
 _QUANT: dict[GGMLType, Callable] = {}
+_CHUNK_QUANT: dict[GGMLType, Callable] = {}
 _LOCK = threading.Lock()
 
 # float32 whose bits are the canonical NaN; assigned by load/store, which
@@ -50,6 +52,17 @@ def register_quantize(t: GGMLType):
     """Decorator: register a quantizer `fn(x: float32[n, QK]) -> uint8[n, B]`."""
     def deco(fn):
         _QUANT[GGMLType(t)] = fn
+        return fn
+    return deco
+
+
+def register_chunk_quantize(t: GGMLType):
+    """Decorator: register `fn(x: float32[n, QK]) -> uint8[n, B]` as type
+    `t`'s quantizer when ggml's only way to make `t` without an importance
+    matrix is `ggml_quantize_chunk` (no `from_float_ref` in its type traits:
+    IQ1_M). Not used by `strata_ref.quantize`; the quantizer vectors cover it."""
+    def deco(fn):
+        _CHUNK_QUANT[GGMLType(t)] = fn
         return fn
     return deco
 
@@ -76,9 +89,11 @@ STREAM_VALUES = 9 << 20
 
 def _digest() -> str:
     # Everything a driver inlines: this package's modules (block functions,
-    # field readers, tables), numerics (the fp16 table) and types (offsets).
+    # field readers, tables), numerics (the fp16 table), types (offsets) and
+    # blocks (the integer rules).
     here = Path(__file__).resolve().parent
-    return sources_digest(here, here.parent / "numerics.py", here.parent / "types.py")
+    return sources_digest(here, here.parent / "numerics.py", here.parent / "types.py",
+                          here.parent / "blocks.py")
 
 
 def _make_driver(block_fn, name: str):
@@ -211,6 +226,21 @@ def quantize_types() -> list[GGMLType]:
     """Types the oracle has a reference quantizer for, in id order."""
     _load_families()
     return sorted(_QUANT)
+
+
+def chunk_quantize_types() -> list[GGMLType]:
+    """Types quantized here only as `ggml_quantize_chunk` does
+    (`register_chunk_quantize`), in id order."""
+    _load_families()
+    return sorted(_CHUNK_QUANT)
+
+
+def oracle_types() -> tuple[GGMLType, ...]:
+    """Every type the oracle converts to float: the plain float types F32,
+    F16, BF16, then every type with a registered block dequantizer in id
+    order. The golden corpus covers exactly these, in this order, and each
+    has a generic CUDA kernel."""
+    return PLAIN_FLOAT_TYPES + tuple(dequant_types())
 
 
 def get_quantizer(t) -> Callable:

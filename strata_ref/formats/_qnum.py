@@ -18,7 +18,7 @@ output bits. Each is written here once:
   LONG_MIN, whose low 32 bits are 0).
 * `f32_bits` / `bits_f32`: reinterpret float32 <-> uint32 (C `memcpy`).
 * `fp16_store(b, o, f)`: `GGML_FP32_TO_FP16` (ggml's NaN rule) stored little
-  endian at byte offset o; `fp16_value(b, o)`: `GGML_FP16_TO_FP32` of it.
+  endian at byte offset o (`_bytes.f16(b, o)` reads it back, `GGML_FP16_TO_FP32`).
 
 Numba promotes float32 op int64 to float64, so every function takes and
 returns float32 where C has float, and callers cast integers with

@@ -16,6 +16,7 @@ sign, which the driver canonicalises anyway.
 import numpy as np
 from numba import njit
 
+from ..blocks import iq1_m_d_bits, iq4_xs_ls
 from ..numerics import F16_TO_F32
 from ..types import GGMLType, block_format
 from . import _bytes as rd
@@ -268,9 +269,7 @@ def dequant_iq1_m(b, y):
     -0.125 where bit 3 (l even) or 7 (l odd) of that qh byte is set.
     """
     s = _IQ1_M_SCALES
-    dbits = ((rd.u16(b, s) >> 12) | ((rd.u16(b, s + 2) >> 8) & 0x00F0)
-             | ((rd.u16(b, s + 4) >> 4) & 0x0F00) | (rd.u16(b, s + 6) & 0xF000))
-    d = F16_TO_F32[dbits]
+    d = F16_TO_F32[iq1_m_d_bits(b, s)]
     for ib in range(_IQ1_M_NSUB):
         sc = rd.u16(b, s + 2 * (ib // 2))
         shift = 6 * (ib % 2)
@@ -308,11 +307,8 @@ def dequant_iq4_xs(b, y):
     y[32ib + 16 + j] = dl * kv[qs[16ib + j] >> 4] (kv = kvalues_iq4nl).
     """
     d = rd.f16(b, _IQ4_XS_D)
-    sh = rd.u16(b, _IQ4_XS_SCALES_H)
     for ib in range(_IQ4_XS_NSUB):
-        lo = (np.int64(b[_IQ4_XS_SCALES_L + ib // 2]) >> (4 * (ib % 2))) & 15
-        ls = lo | (((sh >> (2 * ib)) & 3) << 4)
-        dl = d * np.float32(ls - 32)
+        dl = d * np.float32(iq4_xs_ls(b, _IQ4_XS_SCALES_H, _IQ4_XS_SCALES_L, ib) - 32)
         for j in range(_SUB // 2):
             q = b[_IQ4_XS_QS + (_SUB // 2) * ib + j]
             y[_SUB * ib + j] = dl * np.float32(KVALUES_IQ4NL[q & 15])

@@ -48,14 +48,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
-from llvmlite import ir
 from numba import njit
-from numba.core import types as nbtypes
-from numba.extending import intrinsic
 
 from ..numerics import f32_bits_to_f16_bits
 from ..types import GGMLType, block_format
-from . import register_quantize
+from . import register_chunk_quantize, register_quantize
+from ._qnum import f32_bits, nearest_int
 from .iq_grid_maps import grid_map
 from .iq_tables import KVALUES_IQ4NL
 
@@ -66,7 +64,6 @@ __all__ = ["quantize_iq4_nl_ref", "quantize_iq4_nl_chunk", "quantize_iq4_xs_ref"
 T = GGMLType
 
 _F = np.float32
-_MAGIC = _F(12582912.0)           # 1.5 * 2^23: nearest_int's rounding constant
 _FLT_MAX = _F(np.finfo(np.float32).max)
 _HALF = _F(0.5)
 _ONE = _F(1.0)
@@ -86,30 +83,10 @@ _ABORT_REASONS = {
 
 # ---------------------------------------------------------------- scalars
 
-@intrinsic
-def _f32_bits(typingctx, x):
-    """int32 with the bits of float32 `x` (C's memcpy from float to int)."""
-    if x != nbtypes.float32:
-        return None
-
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], ir.IntType(32))
-    return nbtypes.int32(nbtypes.float32), codegen
-
-
-@njit(inline="always", cache=True)
-def nearest_int(f):
-    """ggml `nearest_int`: add 1.5*2^23 in float32 and read the low mantissa
-    bits. Round-half-even for |f| <= 2^22; other values give ggml's bits (the
-    assert that guards it is compiled out in release builds)."""
-    v = f + _MAGIC
-    return (np.int64(_f32_bits(v)) & 0x7FFFFF) - 0x400000
-
-
 @njit(inline="always", cache=True)
 def _fp16_bits(f):
     # GGML_FP32_TO_FP16: round to nearest even, NaN -> sign | 0x7E00.
-    return f32_bits_to_f16_bits(np.int64(_f32_bits(f)) & 0xFFFFFFFF, True)
+    return f32_bits_to_f16_bits(f32_bits(f), True)
 
 
 @njit(inline="always", cache=True)
@@ -990,11 +967,13 @@ def quantize_iq2_s_ref(x: np.ndarray) -> np.ndarray:
     return out
 
 
+@register_chunk_quantize(T.IQ1_M)
 def quantize_iq1_m_chunk(x: np.ndarray) -> np.ndarray:
     """IQ1_M blocks of x as ggml `ggml_quantize_chunk` makes them without an
     importance matrix (`quantize_iq1_m`, weights x^2). Not a registered
     reference quantizer: ggml's type traits have no `from_float_ref` for
-    IQ1_M (module docstring); this is for comparison with that entry point.
+    IQ1_M (module docstring); this is for comparison with that entry point
+    (registered as a chunk quantizer).
 
     x: float32 (n_blocks, 256), finite. Returns uint8 (n_blocks, 56). Per
     16-value sub-block: the exhaustive best split of the sorted values into

@@ -15,6 +15,7 @@ unroll a constant-bound loop and then leave it scalar).
 import numpy as np
 from numba import njit
 
+from ..blocks import q3_k_scale, scale_min_k4
 from ..types import GGMLType, block_format
 from . import _bytes as rd
 from . import register_dequant
@@ -80,26 +81,12 @@ def dequant_q2_k(b, y):
                     y[y0 + l] = dl * np.float32(q) - ml
 
 
-@njit(inline="always", cache=True)
-def _q3_k_scale(b, s):
-    # Signed 6-bit scale s < 16 of a Q3_K block. The 12 scale bytes hold
-    # the low 4 bits of scales 0-7 in the low nibbles of bytes 0-7, those of
-    # scales 8-15 in the high nibbles, and the 2 high bits of scale s in
-    # bits 2(s/4)..2(s/4)+1 of byte 8 + s%4 (ggml's kmask1/kmask2 shuffle).
-    if s < 8:
-        low4 = np.int64(b[_Q3_K_SC + s]) & 15
-    else:
-        low4 = np.int64(b[_Q3_K_SC + s - 8]) >> 4
-    hi2 = (np.int64(b[_Q3_K_SC + 8 + (s & 3)]) >> (2 * (s >> 2))) & 3
-    return (low4 | (hi2 << 4)) - 32
-
-
 @register_dequant(GGMLType.Q3_K)
 @njit(inline="always", cache=True)
 def dequant_q3_k(b, y):
     """Q3_K super-block (110 bytes) -> 256 float32 (ggml `dequantize_row_q3_K`).
 
-    With s = 8h+2j+k: q = ((qs[32h+16k+l] >> 2j) & 3) - (4 unless bit 4h+j
+    With s = 8h+2j+k and sc[s] the signed 6-bit scale (`blocks.q3_k_scale`): q = ((qs[32h+16k+l] >> 2j) & 3) - (4 unless bit 4h+j
     of hmask[16k+l] is set); y[i] = (d * (float)sc[s]) * (float)q.
     """
     d = rd.f16(b, _Q3_K_D)
@@ -108,7 +95,7 @@ def dequant_q3_k(b, y):
         for j in range(4):
             m = 1 << (4 * h + j)
             for k in range(2):
-                dl = d * np.float32(_q3_k_scale(b, 8 * h + 2 * j + k))
+                dl = d * np.float32(q3_k_scale(b, _Q3_K_SC, 8 * h + 2 * j + k))
                 q0 = _Q3_K_QS + 32 * h + 16 * k
                 h0 = _Q3_K_HM + 16 * k
                 y0 = 128 * h + 32 * j + 16 * k
@@ -117,22 +104,6 @@ def dequant_q3_k(b, y):
                     if (np.int64(b[h0 + l]) & m) == 0:
                         q -= 4
                     y[y0 + l] = dl * np.float32(q)
-
-
-@njit(inline="always", cache=True)
-def _scale_min_k4(b, sc0, j):
-    # ggml `get_scale_min_k4`: 6-bit scale and min j < 8 of a Q4_K/Q5_K
-    # block whose 12 scale bytes start at sc0.
-    #   j < 4:  sc = scales[j] & 63,  m = scales[j+4] & 63
-    #   j >= 4: sc = (scales[j+4] & 15) | (scales[j-4] >> 6) << 4
-    #           m  = (scales[j+4] >> 4) | (scales[j]   >> 6) << 4
-    if j < 4:
-        sc = np.int64(b[sc0 + j]) & 63
-        m = np.int64(b[sc0 + j + 4]) & 63
-    else:
-        sc = (np.int64(b[sc0 + j + 4]) & 15) | ((np.int64(b[sc0 + j - 4]) >> 6) << 4)
-        m = (np.int64(b[sc0 + j + 4]) >> 4) | ((np.int64(b[sc0 + j]) >> 6) << 4)
-    return sc, m
 
 
 @register_dequant(GGMLType.Q4_K)
@@ -148,8 +119,8 @@ def dequant_q4_k(b, y):
     dmin = rd.f16(b, _Q4_K_DMIN)
     n32 = y.shape[0] >> 3                # = 32
     for c in range(4):
-        sc1, mn1 = _scale_min_k4(b, _Q4_K_SC, 2 * c)
-        sc2, mn2 = _scale_min_k4(b, _Q4_K_SC, 2 * c + 1)
+        sc1, mn1 = scale_min_k4(b, _Q4_K_SC, 2 * c)
+        sc2, mn2 = scale_min_k4(b, _Q4_K_SC, 2 * c + 1)
         d1 = d * np.float32(sc1)
         m1 = dmin * np.float32(mn1)
         d2 = d * np.float32(sc2)
@@ -172,8 +143,8 @@ def dequant_q5_k(b, y):
     dmin = rd.f16(b, _Q5_K_DMIN)
     n32 = y.shape[0] >> 3                # = 32
     for c in range(4):
-        sc1, mn1 = _scale_min_k4(b, _Q5_K_SC, 2 * c)
-        sc2, mn2 = _scale_min_k4(b, _Q5_K_SC, 2 * c + 1)
+        sc1, mn1 = scale_min_k4(b, _Q5_K_SC, 2 * c)
+        sc2, mn2 = scale_min_k4(b, _Q5_K_SC, 2 * c + 1)
         d1 = d * np.float32(sc1)
         m1 = dmin * np.float32(mn1)
         d2 = d * np.float32(sc2)

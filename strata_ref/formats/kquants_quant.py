@@ -17,8 +17,9 @@ never wrap here because every value is clamped to a small range first.
 import numpy as np
 from numba import njit
 
-from ..numerics import F16_TO_F32
+from ..blocks import scale_min_k4
 from ..types import GGMLType, block_format
+from ._bytes import f16 as f16_value
 from ._qdrive import register_block_quantizer
 from ._qnum import f32_bits, fp16_store, nearest_int, store_u32, to_i8
 
@@ -223,29 +224,12 @@ def make_qkx2_quants(x, nmax, weights, L, Laux, rmin, rdelta, nstep, use_mad):
 
 
 @njit(inline="always", cache=True, error_model="numpy")
-def scale_min_k4(j, b, o):
-    """ggml `get_scale_min_k4(j, scales)`: the 6-bit (scale, min) of sub-block j
-    from the 12 packed scale bytes at b[o:o+12]."""
-    if j < 4:
-        return np.int64(b[o + j]) & 63, np.int64(b[o + j + 4]) & 63
-    sc = (np.int64(b[o + j + 4]) & 0xF) | ((np.int64(b[o + j - 4]) >> 6) << 4)
-    m = (np.int64(b[o + j + 4]) >> 4) | ((np.int64(b[o + j]) >> 6) << 4)
-    return sc, m
-
-
-@njit(inline="always", cache=True, error_model="numpy")
 def pack_2bit(L, b, o):
     """ggml's Q2_K/Q3_K packing: byte 32h + l holds L[128h + l + 32s] in bits 2s."""
     for h in range(0, 256, 128):
         for l in range(32):
             b[o + h // 4 + l] = (L[h + l] | (L[h + l + 32] << 2) | (L[h + l + 64] << 4)
                                  | (L[h + l + 96] << 6)) & 0xFF
-
-
-@njit(inline="always", cache=True, error_model="numpy")
-def f16_value(b, o):
-    """`GGML_FP16_TO_FP32` of the half stored at b[o:o+2]."""
-    return F16_TO_F32[np.int64(b[o]) | (np.int64(b[o + 1]) << 8)]
 
 
 @njit(inline="always", cache=True, error_model="numpy")
@@ -297,7 +281,7 @@ def affine_6bit_scales(x, b, nmax, rmin, nstep, o_d, o_dmin, o_sc, L):
     dd = fp16_store(b, o_d, max_scale / np.float32(63.0))
     dmin = fp16_store(b, o_dmin, max_min / np.float32(63.0))
     for j in range(8):
-        sc, m = scale_min_k4(j, b, o_sc)
+        sc, m = scale_min_k4(b, o_sc, j)
         d = dd * f(sc)
         if d == _F0:
             continue

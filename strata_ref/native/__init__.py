@@ -1,9 +1,18 @@
-"""Optional CUDA dequantization kernels (generic and wide), loaded with cffi.
+"""Optional CUDA kernels, built with nvcc and loaded with cffi.
+
+One folder per kernel family, each with the same modules (`policy`: the
+selection as a pure function, `wrapper`: load and entry points, `parity`:
+bitwise against the oracle, `bench`): `dequant` (generic and wide dequant
+kernels), `gemm` (the cuBLAS prompt-path routes), `mmvq` (q8_1 mat-vec and
+MoE experts). Shared by all: `build` (the one nvcc build function and the
+library declarations), `loader` (driver queries, the dequant library),
+`cai` (device arrays and streams of other libraries); `hash_device` is
+`strata-ref hash --device cuda`.
 
 * `available()` says whether the native path can run here (cffi, nvcc or a
   cached build, a CUDA GPU); `unavailable_reason()` says why not.
-* `select(...)` is the kernel-selection policy as a pure function
-  (`dispatch.select`; no GPU needed).
+* `select(...)` is the dequant kernel-selection policy as a pure function
+  (`dequant.policy.select`; no GPU needed).
 * `dequant_device(...)` runs on `__cuda_array_interface__` arrays;
   `dequant_host(...)` copies NumPy data in and out (falling back to the NumPy
   oracle when no kernel serves the call).
@@ -14,7 +23,7 @@ docs/native.md and ../shared/spec/kernels.md §§2-5, 12.
 """
 from __future__ import annotations
 
-from .dispatch import Selection, select
+from .dequant.policy import Selection, select
 from .loader import NativeUnavailable
 
 __all__ = ["available", "unavailable_reason", "select", "Selection", "NativeUnavailable",
@@ -46,6 +55,6 @@ def __getattr__(name):
     if name in ("dequant_device", "dequant_host", "f32_to_bf16_device", "f32_to_f16_device",
                 "DeviceBuffer", "NativeError", "dequant_device_many", "DequantItem", "ManyRun",
                 "split_by_type"):
-        from . import dequant
-        return getattr(dequant, name)
+        from .dequant import wrapper
+        return getattr(wrapper, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

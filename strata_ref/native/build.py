@@ -1,19 +1,30 @@
-"""Build libstrata_dequant with nvcc, cached by source hash and architecture.
+"""Build the native libraries with nvcc: one build function for all of them.
+
+Each library is declared once as a `Library` (its .so name, CUDA sources,
+the headers they include, extra compile flags and link arguments):
+`DEQUANT` (libstrata_dequant: generic and wide dequant kernels), `GEMM`
+(libstrata_gemm: the two cuBLAS routes, links cuBLAS) and `MMVQ`
+(libstrata_mmvq: q8_1 mat-vec and MoE experts). `build(lib, arch)` compiles
+the sources (in parallel), links the shared library and caches it by a key
+over every source and header, the generated headers, the flags and `nvcc
+--version`.
 
 The CUDA sources live in the repository's `native/` directory (or, in an
 installed wheel, `strata_ref/_native_src/`). The I-quant codebooks are not
 copied by hand: `iq_tables_header()` writes them as C arrays from
 `strata_ref.formats.iq_tables` (and KVALUES_MXFP4 from `formats.fp4`) into the
-build directory, and the cache key covers that generated text too.
+build directory; the block structs, type ids and field offsets are the
+committed, generated native/strata_blocks.h (tools/gen_block_header.py).
 
 Flags: no `--use_fast_math`; `-ftz=false -prec-div=true -prec-sqrt=true
 -fmad=true` spelled out (nvcc's defaults), because FTZ would flush MXFP4's f32
 subnormals (../shared/spec/kernels.md §2 "Build flags"). Code is built for the
 local GPU's architecture plus its PTX (`-gencode arch=compute_XY,code=[sm_XY,compute_XY]`).
 
-Cache: `$STRATA_REF_CACHE/native/<hash>-sm<XY>/libstrata_dequant.so`, default
-`~/.cache/strata-ref`. A build goes to a temporary directory first and is
-moved into place, so concurrent builds cannot leave a half-written library.
+Cache: `$STRATA_REF_CACHE/native/<stem>-<hash>-sm<XY>/<name>.so` (stem: the
+library name without `libstrata_`), default `~/.cache/strata-ref`. A build
+goes to a temporary directory first and is renamed into place (atomic), so
+concurrent builds cannot leave a half-written library.
 """
 from __future__ import annotations
 
@@ -23,21 +34,69 @@ import shutil
 import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from .._paths import data_dir
 
-__all__ = ["BuildError", "find_nvcc", "source_dir", "iq_tables_header", "nvcc_flags",
-           "build", "cache_root", "LIB_NAME", "SOURCES"]
+__all__ = ["BuildError", "Library", "DEQUANT", "GEMM", "MMVQ", "LIBRARIES", "find_nvcc",
+           "source_dir", "iq_tables_header", "nvcc_flags", "build", "compile_objects",
+           "cache_root", "cuda_lib_dir", "cdef_text", "TABLES_HEADER"]
 
-LIB_NAME = "libstrata_dequant.so"
-#: translation units, compiled in parallel then linked into one shared library
-SOURCES = ("api.cu", "dequant_generic.cu", "dequant_wide.cu", "elementwise.cu")
-HEADERS = ("strata_dequant.h", "strata_launch.h", "strata_common.cuh", "strata_formats.cuh",
-           "strata_wide.cuh")
 TABLES_HEADER = "strata_iq_tables.h"
+
+
+def cuda_lib_dir(nvcc: str) -> Path:
+    """The toolkit's library directory next to `nvcc` (…/bin/nvcc -> …/lib64)."""
+    root = Path(nvcc).resolve().parent.parent
+    for d in ("lib64", "lib", "targets/x86_64-linux/lib"):
+        if (root / d).is_dir():
+            return root / d
+    return root / "lib64"
+
+
+def _link_cublas(nvcc: str) -> list[str]:
+    # an rpath to the toolkit's lib64, so the library finds libcublas where
+    # nvcc found it
+    libdir = cuda_lib_dir(nvcc)
+    return ["-L", str(libdir), "-lcublas", "-Xlinker", f"-rpath={libdir}"]
+
+
+@dataclass(frozen=True)
+class Library:
+    """One native library: `name` (the .so), `sources` (translation units,
+    compiled in parallel, then linked), `headers` (what they include from
+    native/: part of the cache key), `compile_flags` (after `nvcc_flags`),
+    `link` (nvcc -> extra link arguments)."""
+    name: str
+    sources: tuple[str, ...]
+    headers: tuple[str, ...]
+    compile_flags: tuple[str, ...] = ()
+    link: Callable[[str], list[str]] | None = None
+
+    @property
+    def stem(self) -> str:
+        return self.name.removeprefix("libstrata_").removesuffix(".so")
+
+    def files(self) -> tuple[str, ...]:
+        return self.sources + self.headers
+
+
+_BLOCKS = ("strata_blocks.h",)
+DEQUANT = Library("libstrata_dequant.so",
+                  ("api.cu", "dequant_generic.cu", "dequant_wide.cu", "elementwise.cu"),
+                  ("strata_dequant.h", "strata_launch.h", "strata_common.cuh", "strata_formats.cuh",
+                   "strata_wide.cuh") + _BLOCKS)
+GEMM = Library("libstrata_gemm.so", ("gemm.cu",), ("strata_gemm.h",), link=_link_cublas)
+# --split-compile: the many kernel instantiations optimize in parallel threads
+# (the same code as a serial build)
+MMVQ = Library("libstrata_mmvq.so", ("mmvq.cu",),
+               ("strata_mmvq.h", "mmvq_dots.cuh", "mmvq_lanes.cuh", "mmvq_setup.h") + _BLOCKS,
+               compile_flags=("--split-compile=0",))
+LIBRARIES = (DEQUANT, GEMM, MMVQ)
 
 #: nvcc's own defaults, written out: the arithmetic contract depends on them.
 _IEEE_FLAGS = ("-ftz=false", "-prec-div=true", "-prec-sqrt=true", "-fmad=true")
@@ -64,7 +123,7 @@ def source_dir() -> Path:
     except FileNotFoundError as e:
         absent = f"; {e}"
     for c in cands:
-        if all((c / f).is_file() for f in SOURCES + HEADERS):
+        if all((c / f).is_file() for lib in LIBRARIES for f in lib.files()):
             return c
     raise BuildError("CUDA sources not found (looked in: "
                      + ", ".join(str(c) for c in cands) + absent + ")")
@@ -155,12 +214,12 @@ def _nvcc_version(nvcc: str) -> str:
         raise BuildError(f"cannot run {nvcc}: {e}") from None
 
 
-def _key(src: Path, tables: str, arch: int, nvcc_version: str) -> str:
-    h = hashlib.sha256()
-    for f in sorted(SOURCES + HEADERS):
+def _key(lib: Library, src: Path, tables: str, arch: int, nvcc_version: str) -> str:
+    h = hashlib.sha256(lib.name.encode() + b"\0")
+    for f in sorted(lib.files()):
         h.update(f.encode() + b"\0" + (src / f).read_bytes() + b"\0")
     h.update(tables.encode())
-    h.update(" ".join(nvcc_flags(arch)).encode())
+    h.update(" ".join(nvcc_flags(arch) + list(lib.compile_flags)).encode())
     h.update(nvcc_version.encode())
     return h.hexdigest()[:20]
 
@@ -172,57 +231,91 @@ def _run(cmd: list[str], cwd: Path) -> None:
                          f"{p.stdout}\n{p.stderr}")
 
 
-def compile_objects(arch: int, workdir: Path, nvcc: str | None = None,
-                    jobs: int | None = None) -> list[Path]:
-    """Compile every translation unit for `arch` into workdir (objects only);
-    used by `build` and by the CPU test that checks the sources compile."""
-    nvcc = nvcc or find_nvcc()
+def _nvcc_or_raise() -> str:
+    nvcc = find_nvcc()
     if nvcc is None:
-        raise BuildError("nvcc not found (set NVCC or CUDA_HOME, or put it on PATH)")
+        raise BuildError("nvcc not found (set NVCC or CUDA_HOME, or put it on PATH); "
+                         "the NumPy path keeps working without it")
+    return nvcc
+
+
+def _sources(lib: Library) -> Path:
     src = source_dir()
+    missing = [f for f in lib.files() if not (src / f).is_file()]
+    if missing:
+        raise BuildError(f"{', '.join(missing)} missing in {src}")
+    return src
+
+
+def compile_objects(lib: Library, arch: int, workdir: Path, nvcc: str | None = None, *,
+                    include: Path | None = None, jobs: int | None = None) -> list[Path]:
+    """Compile every translation unit of `lib` for compute capability `arch`
+    into workdir (objects only, with the generated IQ-table header written
+    there); used by `build` and by the CPU tests that check that the sources
+    compile. `include`: a directory searched first (the CPU test puts a
+    declarations-only cublas_v2.h there when the toolkit lacks cuBLAS).
+    Raises BuildError when nvcc is missing or fails."""
+    nvcc = nvcc or _nvcc_or_raise()
+    src = _sources(lib)
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / TABLES_HEADER).write_text(iq_tables_header())
-    flags = nvcc_flags(arch)
-    objs = [workdir / (Path(s).stem + ".o") for s in SOURCES]
-    cmds = [[nvcc, *flags, "-I", str(workdir), "-I", str(src), "-c", str(src / s), "-o", str(o)]
-            for s, o in zip(SOURCES, objs)]
+    inc = ["-I", str(include)] if include else []
+    objs = [workdir / (Path(s).stem + ".o") for s in lib.sources]
+    cmds = [[nvcc, *nvcc_flags(arch), *lib.compile_flags, *inc, "-I", str(workdir), "-I", str(src),
+             "-c", str(src / s), "-o", str(o)] for s, o in zip(lib.sources, objs)]
     with ThreadPoolExecutor(max_workers=jobs or min(len(cmds), os.cpu_count() or 1)) as ex:
         for f in [ex.submit(_run, c, workdir) for c in cmds]:
             f.result()
     return objs
 
 
-def build(arch: int, *, force: bool = False, verbose: bool = False) -> Path:
-    """Path of libstrata_dequant.so for compute capability `arch` (major·10 +
-    minor), building it with nvcc unless a cached copy with the same key
-    exists. Raises BuildError when nvcc is missing or fails."""
-    nvcc = find_nvcc()
-    if nvcc is None:
-        raise BuildError("nvcc not found (set NVCC or CUDA_HOME, or put it on PATH); "
-                         "the NumPy path keeps working without it")
-    src = source_dir()
+def build(lib: Library, arch: int, *, force: bool = False, verbose: bool = False) -> Path:
+    """Path of `lib` (DEQUANT, GEMM or MMVQ) for compute capability `arch`
+    (major·10 + minor), built with nvcc unless a cached copy with the same
+    key exists: the objects are compiled in a temporary directory beside
+    the cache entry, linked, and the result renamed into place (a build
+    that loses a race to a concurrent one keeps the winner's). Raises
+    BuildError when nvcc is missing or fails (for GEMM, also when the
+    toolkit has no cuBLAS)."""
+    nvcc = _nvcc_or_raise()
+    src = _sources(lib)
     tables = iq_tables_header()
-    key = _key(src, tables, arch, _nvcc_version(nvcc))
-    dest = cache_root() / "native" / f"{key}-sm{int(arch)}"
-    lib = dest / LIB_NAME
-    if lib.is_file() and not force:
-        return lib
+    key = _key(lib, src, tables, arch, _nvcc_version(nvcc))
+    dest = cache_root() / "native" / f"{lib.stem}-{key}-sm{int(arch)}"
+    path = dest / lib.name
+    if path.is_file() and not force:
+        return path
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".build-") as tmp:
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".build-{lib.stem}-") as tmp:
         work = Path(tmp)
         if verbose:
-            print(f"strata-ref: building {LIB_NAME} for sm_{arch} with {nvcc}")
-        objs = compile_objects(arch, work, nvcc)
+            print(f"strata-ref: building {lib.name} for sm_{arch} with {nvcc}")
+        objs = compile_objects(lib, arch, work, nvcc)
         out = work / "out"
         out.mkdir()
-        _run([nvcc, *nvcc_flags(arch), "-shared", "-o", str(out / LIB_NAME),
-              *map(str, objs)], work)
+        _run([nvcc, *nvcc_flags(arch), "-shared", "-o", str(out / lib.name), *map(str, objs),
+              *(lib.link(nvcc) if lib.link else [])], work)
         shutil.copy2(work / TABLES_HEADER, out / TABLES_HEADER)
         if force and dest.exists():
             shutil.rmtree(dest, ignore_errors=True)
         try:
             os.replace(out, dest)   # atomic; fails if another build won the race
         except OSError:
-            if not lib.is_file():
+            if not path.is_file():
                 raise BuildError(f"cannot place the build at {dest}") from None
-    return lib
+    return path
+
+
+def cdef_text(header: str) -> str:
+    """The plain-C declarations between the `/* cdef-begin */` and
+    `/* cdef-end */` markers of native/`header` (the ABI, stated once, in the
+    header). Raises BuildError when the header or its markers are missing."""
+    path = source_dir() / header
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise BuildError(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        return text.split("/* cdef-begin */", 1)[1].split("/* cdef-end */", 1)[0]
+    except IndexError:
+        raise BuildError(f"{header} lacks its cdef markers") from None

@@ -14,7 +14,7 @@ instead of being repaired before hashing.
 
 Kernel per tensor (`kernel`):
 
-* "auto": `dispatch.select` with the device's compute capability and
+* "auto": `dequant.policy.select` with the device's compute capability and
   os.environ (on an H200: Q8_0 wide, the K-quants and IQ4_XS generic unless
   STRATA_DEQUANT_WIDE=1);
 * "wide": the wide kernel for every type that has one (Q8_0, Q4_K, Q5_K,
@@ -60,7 +60,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..types import GGMLType
-from . import dispatch, loader
+from . import loader
+from .dequant import policy
 
 __all__ = ["KERNELS", "CHUNK_VALUES", "Diff", "TensorRun", "DeviceHashRun",
            "MAX_REPS", "hash_tensors_device", "copy_bandwidth", "summary_lines", "compare_lines",
@@ -168,7 +169,7 @@ class DeviceHashRun:
 # ---------------------------------------------------------------- device helpers
 
 def _check(nat, status: int, what: str) -> None:
-    from .dequant import _check as check
+    from .dequant.wrapper import _check as check
     check(nat, status, what)
 
 
@@ -225,7 +226,7 @@ def copy_bandwidth(nat, nbytes: int = 1 << 30, reps: int = 5, batch: int = 3) ->
     batches of `batch` copies, after two warm-up copies. The copy is
     `nbytes` (default 1 GiB), less when the device has under 8 times that
     free (at least 1 MiB). Raises NativeError when CUDA fails."""
-    from .dequant import DeviceBuffer
+    from .dequant.wrapper import DeviceBuffer
     n = min(int(nbytes), _mem_free(nat) // 8) >> 20 << 20
     n = max(n, 1 << 20)
     src, dst = DeviceBuffer(n, np.uint8), DeviceBuffer(n, np.uint8)
@@ -257,17 +258,17 @@ class _Choice:
 def _choose(cc: int, t, kernel: str, rows: int, cols: int, blocks_ptr: int, out_ptr: int,
             env) -> _Choice:
     tt = t.type
-    if tt not in dispatch.GENERIC_TYPES:
+    if tt not in policy.GENERIC_TYPES:
         return _Choice("oracle", f"no native kernel for {tt.name} (hashed by the NumPy oracle)",
                        None)
-    has_wide = tt in dispatch.WIDE_BLOCKS_ALIGN
+    has_wide = tt in policy.WIDE_BLOCKS_ALIGN
     if kernel == "generic":
         return _Choice("generic", "--kernel generic", "wide" if has_wide else None)
     if kernel == "wide":
         if has_wide:
             return _Choice("wide", "--kernel wide", "generic")
         return _Choice("generic", f"{tt.name} has no wide kernel", None)
-    sel = dispatch.warn_once(dispatch.select(cc, tt, rows, cols, cols, blocks_ptr, out_ptr,
+    sel = policy.warn_once(policy.select(cc, tt, rows, cols, cols, blocks_ptr, out_ptr,
                                              "f16", env))
     if sel.kernel is None:                  # cannot happen for a valid GGUF tensor
         return _Choice("oracle", f"not served natively: {sel.reason}", None)
@@ -365,7 +366,7 @@ def hash_tensors_device(tensors, out_dtypes=("f32", "f16", "bf16"), *, kernel: s
     here; NativeError when a CUDA call fails or a kernel refuses a tensor.
     """
     from ..hashing import chain_hashes, hash_tensor
-    from .dequant import _STATUS, DeviceBuffer, NativeError
+    from .dequant.wrapper import _STATUS, DeviceBuffer, NativeError
 
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
@@ -387,7 +388,7 @@ def hash_tensors_device(tensors, out_dtypes=("f32", "f16", "bf16"), *, kernel: s
     def rows_per_chunk(t) -> int:
         return max(1, chunk_values // max(t.cols, 1))
 
-    served = [t for t in tensors if t.type in dispatch.GENERIC_TYPES]
+    served = [t for t in tensors if t.type in policy.GENERIC_TYPES]
     max_vals = max([min(t.rows, rows_per_chunk(t)) * t.cols for t in served] + [1])
     max_in = max([min(t.rows, rows_per_chunk(t)) * (t.n_bytes // max(t.rows, 1))
                   for t in served] + [1])

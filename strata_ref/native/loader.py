@@ -1,22 +1,23 @@
-"""Load libstrata_dequant with cffi in ABI mode.
+"""Load libstrata_dequant with cffi in ABI mode; what every native library's loader shares.
 
 The declarations are the `cdef` block of native/strata_dequant.h, read from
-the header itself (between its `cdef-begin` / `cdef-end` markers), so the
-ABI is stated once. `load()` finds the GPU's compute capability through the
-CUDA driver (libcuda, also via cffi), builds or reuses the cached library
-(`build.build`) and dlopens it. Every failure is a `NativeUnavailable` with a
-message saying what is missing; callers fall back to the NumPy path.
+the header itself (`build.cdef_text`), so the ABI is stated once. `load()`
+finds the GPU's compute capability through the CUDA driver (libcuda, also
+via cffi), builds or reuses the cached library (`build.build(build.DEQUANT,
+cc)`) and dlopens it. Every failure is a `NativeUnavailable` with a message
+saying what is missing; callers fall back to the NumPy path. The GEMM and
+mat-vec libraries (`gemm.wrapper.load_gemm`, `mmvq.wrapper.load_mmvq`) load
+the same way with `new_ffi`, `driver_compute_capability` and `env_device`.
 """
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass
 
 from . import build as _build
 
 __all__ = ["NativeUnavailable", "Native", "load", "cdef_text", "driver_compute_capability", "env_device",
-           "unavailable_line"]
+           "unavailable_line", "new_ffi"]
 
 
 class NativeUnavailable(RuntimeError):
@@ -48,15 +49,14 @@ class Native:
 
 def cdef_text() -> str:
     """The plain-C declarations between the cdef markers of strata_dequant.h."""
-    text = (_build.source_dir() / "strata_dequant.h").read_text()
     try:
-        body = text.split("/* cdef-begin */", 1)[1].split("/* cdef-end */", 1)[0]
-    except IndexError:
-        raise NativeUnavailable("strata_dequant.h lacks its cdef markers") from None
-    return body
+        return _build.cdef_text("strata_dequant.h")
+    except _build.BuildError as e:
+        raise NativeUnavailable(str(e)) from None
 
 
-def _ffi():
+def new_ffi():
+    """A new cffi.FFI; NativeUnavailable when cffi is not installed."""
     try:
         import cffi
     except ImportError:
@@ -70,21 +70,21 @@ def driver_compute_capability(device: int = 0) -> int:
     """major·10 + minor of CUDA device `device`, read from the driver API
     (libcuda: cuInit, cuDeviceGet, cuDeviceGetAttribute 75/76).
     Raises NativeUnavailable when there is no driver or no such device."""
-    ffi = _ffi()
-    ffi.cdef("int cuInit(unsigned int flags);"
+    f = new_ffi()
+    f.cdef("int cuInit(unsigned int flags);"
              "int cuDeviceGetCount(int *count);"
              "int cuDeviceGet(int *device, int ordinal);"
              "int cuDeviceGetAttribute(int *pi, int attrib, int dev);")
     try:
-        cu = ffi.dlopen("libcuda.so.1")
+        cu = f.dlopen("libcuda.so.1")
     except OSError as e:
         raise NativeUnavailable(f"no CUDA driver (libcuda.so.1): {e}") from None
     if cu.cuInit(0) != 0:
         raise NativeUnavailable("cuInit failed: no usable CUDA device")
-    n = ffi.new("int *")
+    n = f.new("int *")
     if cu.cuDeviceGetCount(n) != 0 or n[0] <= device:
         raise NativeUnavailable(f"CUDA device {device} not present ({n[0]} devices)")
-    dev, major, minor = ffi.new("int *"), ffi.new("int *"), ffi.new("int *")
+    dev, major, minor = f.new("int *"), f.new("int *"), f.new("int *")
     if (cu.cuDeviceGet(dev, device) != 0
             or cu.cuDeviceGetAttribute(major, 75, dev[0]) != 0      # COMPUTE_CAPABILITY_MAJOR
             or cu.cuDeviceGetAttribute(minor, 76, dev[0]) != 0):    # COMPUTE_CAPABILITY_MINOR
@@ -121,17 +121,17 @@ def load(device: int | None = None) -> Native:
             return _CACHE[device]
         cc = driver_compute_capability(device)
         try:
-            path = _build.build(cc)
+            path = _build.build(_build.DEQUANT, cc)
         except _build.BuildError as e:
             raise NativeUnavailable(str(e)) from None
-        ffi = _ffi()
-        ffi.cdef(cdef_text())
+        f = new_ffi()
+        f.cdef(cdef_text())
         try:
-            lib = ffi.dlopen(str(path))
+            lib = f.dlopen(str(path))
         except OSError as e:
             raise NativeUnavailable(f"cannot load {path}: {e}") from None
         if lib.strata_set_device(device) != 0:
             raise NativeUnavailable(f"cudaSetDevice({device}) failed")
-        native = Native(ffi, lib, cc, str(path))
+        native = Native(f, lib, cc, str(path))
         _CACHE[device] = native
         return native

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..numerics import fma_f32
 from ..types import GGMLType, block_format, parse_type
-from .mmvq_quants import unpack
+from ..blocks import unpack
 from .q8_1 import QK8_1, butterfly_sum, q8_1_fields, quantize_q8_1
 
 __all__ = ["Geometry", "GEOMETRY", "SUPPORTED_TYPES", "thread_dots", "canonical_reduce",

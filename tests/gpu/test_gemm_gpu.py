@@ -18,7 +18,7 @@ def _skip_without_gpu():
     global _REASON
     if _REASON is None:
         try:
-            from strata_ref.native.gemm_build import load_gemm
+            from strata_ref.native.gemm.wrapper import load_gemm
             load_gemm()
             _REASON = ""
         except Exception as e:            # NativeUnavailable, or no cffi at all
@@ -28,7 +28,7 @@ def _skip_without_gpu():
 
 
 def _host(*args, **kw):
-    from strata_ref.native.gemm import gemm_host
+    from strata_ref.native.gemm.wrapper import gemm_host
     return gemm_host(*args, **kw)
 
 
@@ -70,7 +70,7 @@ def test_small_integers_are_exact(route, scratch):
 
 @pytest.mark.parametrize("route", G.ROUTES)
 def test_random_within_bound_beta_and_ldy(route):
-    from strata_ref.native.gemm_parity import f16_activations, q8_0_weights
+    from strata_ref.native.gemm.parity import f16_activations, q8_0_weights
     _skip_without_gpu()
     rng = np.random.default_rng(1)
     t, n, k, ldy = 37, 300, 512, 307
@@ -91,7 +91,7 @@ def test_float32_activations(route):
     """float32 X: the FP16 route rounds it to f16, the FP32 route keeps it;
     each within the bound of its own oracle."""
     _skip_without_gpu()
-    from strata_ref.native.gemm_parity import q8_0_weights
+    from strata_ref.native.gemm.parity import q8_0_weights
     rng = np.random.default_rng(2)
     t, n, k = 9, 64, 256
     w_raw = q8_0_weights(n, k, rng)
@@ -106,7 +106,7 @@ def test_slicing_within_bound_and_reported(route, capsys):
     row count (kernels.md §11), so it is printed, not asserted here (the
     parity tool reports it, docs/gemm.md records it)."""
     _skip_without_gpu()
-    from strata_ref.native.gemm_parity import f16_activations, q8_0_weights
+    from strata_ref.native.gemm.parity import f16_activations, q8_0_weights
     rng = np.random.default_rng(3)
     t, n, k = 64, 384, 512
     w_raw = q8_0_weights(n, k, rng)
@@ -148,9 +148,9 @@ def test_fp16_overflow_is_the_reason_for_the_fp32_route():
 
 def test_route_policy_on_this_card(monkeypatch):
     _skip_without_gpu()
-    from strata_ref.native import gemm as NG
-    from strata_ref.native.dequant import DeviceBuffer
-    from strata_ref.native.gemm_build import load_gemm
+    from strata_ref.native.gemm import wrapper as NG
+    from strata_ref.native.dequant.wrapper import DeviceBuffer
+    from strata_ref.native.gemm.wrapper import load_gemm
     cc = load_gemm().cc
     rng = np.random.default_rng(5)
     n, k, t = 8, 64, 3
@@ -175,8 +175,8 @@ def test_route_policy_on_this_card(monkeypatch):
 def test_cupy_arrays_and_a_stream():
     _skip_without_gpu()
     cp = pytest.importorskip("cupy")
-    from strata_ref.native import gemm as NG
-    from strata_ref.native.gemm_parity import f16_activations, q8_0_weights
+    from strata_ref.native.gemm import wrapper as NG
+    from strata_ref.native.gemm.parity import f16_activations, q8_0_weights
     rng = np.random.default_rng(6)
     t, n, k = 50, 96, 256
     w_raw = q8_0_weights(n, k, rng)
@@ -195,7 +195,7 @@ def test_cupy_arrays_and_a_stream():
 def test_small_parity_run_passes():
     _skip_without_gpu()
     pytest.importorskip("cupy")
-    from strata_ref.native.gemm_parity import run_parity_gemm
+    from strata_ref.native.gemm.parity import run_parity_gemm
     lines = []
     status = run_parity_gemm(quick=True, out=lines.append,
                              shapes=[("small", 192, 576, False)], spec_shapes=[(333, 128, 2560, 136)],

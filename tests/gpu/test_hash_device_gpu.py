@@ -62,7 +62,7 @@ def oracle(real_gguf):
 def test_device_hashes_are_the_oracles(real_gguf, oracle, kernel, chunk):
     _skip_without_gpu()
     from strata_ref.gguf import read
-    from strata_ref.native.dispatch import WIDE_BLOCKS_ALIGN
+    from strata_ref.native.dequant.policy import WIDE_BLOCKS_ALIGN
     from strata_ref.native.hash_device import CHUNK_VALUES, hash_tensors_device
     f = read(real_gguf)
     run = hash_tensors_device(f.tensors, OUTS, kernel=kernel, reps=1,

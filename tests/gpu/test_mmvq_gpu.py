@@ -8,7 +8,7 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(scope="module")
 def nat():
     from strata_ref.native.loader import NativeUnavailable
-    from strata_ref.native.mmvq import load_mmvq
+    from strata_ref.native.mmvq.wrapper import load_mmvq
     try:
         return load_mmvq()
     except (NativeUnavailable, ImportError) as e:
@@ -16,14 +16,14 @@ def nat():
 
 
 def test_quick_mmvq_parity_is_bitwise(nat):
-    from strata_ref.native.mmvq_parity import run_parity_mmvq
+    from strata_ref.native.mmvq.parity import run_parity_mmvq
     lines = []
     assert run_parity_mmvq(quick=True, out=lines.append) == 0, "\n".join(lines)
     assert lines[-1].startswith("mmvq parity: OK")
 
 
 def test_quick_experts_parity_is_bitwise(nat):
-    from strata_ref.native.mmvq_parity import run_parity_experts
+    from strata_ref.native.mmvq.parity import run_parity_experts
     lines = []
     assert run_parity_experts(quick=True, out=lines.append) == 0, "\n".join(lines)
 
@@ -152,7 +152,7 @@ def test_timed_calls_compute_the_oracle(nat, graph):
 
 _AFTER_RESET = r'''
 import numpy as np
-from strata_ref.native.mmvq import load_mmvq
+from strata_ref.native.mmvq.wrapper import load_mmvq
 from strata_ref.routes.mmvq import mmvq
 from strata_ref.routes.mmvq_inputs import sane_blocks
 from strata_ref.routes.q8_1 import quantize_q8_1
@@ -197,7 +197,7 @@ def test_handle_used_from_another_thread(nat):
     import threading
 
     import numpy as np
-    from strata_ref.native.mmvq import mmvq_native
+    from strata_ref.native.mmvq.wrapper import mmvq_native
     from strata_ref.routes.mmvq import mmvq
     from strata_ref.routes.mmvq_inputs import sane_blocks
     from strata_ref.routes.q8_1 import quantize_q8_1

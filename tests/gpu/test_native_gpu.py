@@ -21,7 +21,7 @@ def _skip_without_gpu():
 
 def test_quick_parity_is_bitwise():
     _skip_without_gpu()
-    from strata_ref.native.parity import run_parity_dequant
+    from strata_ref.native.dequant.parity import run_parity_dequant
     lines = []
     assert run_parity_dequant(quick=True, out=lines.append) == 0, "\n".join(
         ln for ln in lines if "FAIL" in ln)
@@ -29,7 +29,7 @@ def test_quick_parity_is_bitwise():
 
 
 def _q4_k_tensor(rows, cols, seed=1):
-    from strata_ref.native.parity import make_blocks
+    from strata_ref.native.dequant.parity import make_blocks
     from strata_ref.types import GGMLType
     return make_blocks(GGMLType.Q4_K, rows * cols // 256, "sane",
                        np.random.default_rng(seed)).reshape(-1)
@@ -51,7 +51,7 @@ def test_host_convenience_matches_oracle(kernel, dt):
 
 def test_refusals_launch_nothing():
     _skip_without_gpu()
-    from strata_ref.native.dequant import DeviceBuffer, dequant_device
+    from strata_ref.native.dequant.wrapper import DeviceBuffer, dequant_device
     raw = _q4_k_tensor(2, 512)
     blocks = DeviceBuffer(raw.size, np.uint8)
     blocks.upload(raw)
@@ -112,8 +112,8 @@ def _many_case(t, kind, dt, seed, shapes=None):
     what the oracle says; returns (items, out buffer, [(offset, rows, cols,
     ld, reference)])."""
     from strata_ref import dequant as oracle
-    from strata_ref.native.dequant import DequantItem, DeviceBuffer
-    from strata_ref.native.parity import make_blocks
+    from strata_ref.native.dequant.wrapper import DequantItem, DeviceBuffer
+    from strata_ref.native.dequant.parity import make_blocks
     from strata_ref.types import block_format
     fmt = block_format(t)
     shapes = shapes or _MANY_SHAPES["Q8_0" if t == "Q8_0" else "K"]
@@ -155,7 +155,7 @@ def _assert_many(out, expect, dt):
 @pytest.mark.parametrize("t", ["Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"])
 def test_dequant_many_is_bitwise_the_oracle(t, dt):
     _skip_without_gpu()
-    from strata_ref.native.dequant import dequant_device_many
+    from strata_ref.native.dequant.wrapper import dequant_device_many
     for seed, kind in enumerate(("sane", "raw")):
         items, out, expect, keep = _many_case(t, kind, dt, seed)
         run = dequant_device_many(items, dt, kernel="wide")
@@ -165,7 +165,7 @@ def test_dequant_many_is_bitwise_the_oracle(t, dt):
 
 def test_dequant_many_sixteen_items_equal_single_wide_calls():
     _skip_without_gpu()
-    from strata_ref.native.dequant import DeviceBuffer, dequant_device, dequant_device_many
+    from strata_ref.native.dequant.wrapper import DeviceBuffer, dequant_device, dequant_device_many
     shapes = [(1 + i % 5, 32 * (1 + i % 7), i % 3, 32 * (1 + i % 7)) for i in range(16)]
     items, out, expect, keep = _many_case("Q8_0", "raw", "f16", 99, shapes)
     run = dequant_device_many(items, "f16", kernel="wide")
@@ -183,7 +183,7 @@ def test_dequant_many_sixteen_items_equal_single_wide_calls():
 
 def test_dequant_many_refusal_writes_nothing():
     _skip_without_gpu()
-    from strata_ref.native.dequant import DequantItem, DeviceBuffer, dequant_device_many
+    from strata_ref.native.dequant.wrapper import DequantItem, DeviceBuffer, dequant_device_many
     items, out, expect, keep = _many_case("Q4_K", "sane", "f16", 5)
     odd = DeviceBuffer(items[2].blocks.size + 8, np.uint8)
     odd.upload(items[2].blocks.download(), offset_bytes=1)
@@ -198,9 +198,9 @@ def test_dequant_many_refusal_writes_nothing():
 def test_dequant_weights_f16_one_launch_per_type():
     _skip_without_gpu()
     from strata_ref import dequant as oracle
-    from strata_ref.native.dequant import DeviceBuffer
-    from strata_ref.native.gemm import dequant_weights_f16
-    from strata_ref.native.parity import make_blocks
+    from strata_ref.native.dequant.wrapper import DeviceBuffer
+    from strata_ref.native.gemm.wrapper import dequant_weights_f16
+    from strata_ref.native.dequant.parity import make_blocks
     from strata_ref.types import GGMLType, block_format
     rng = np.random.default_rng(3)
     shapes = [("Q8_0", 96, 64), ("Q6_K", 40, 256), ("Q8_0", 32, 64), ("Q8_0", 64, 160)]

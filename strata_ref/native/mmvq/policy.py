@@ -22,8 +22,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from ..types import GGMLType, parse_type
-from .mmvq_tables import IL_TYPES, LEGAL_ROWS, SM61_1COL, TABLES, lookup, row_class
+from ...types import GGMLType, parse_type
+from .tables import IL_TYPES, LEGAL_ROWS, SM61_1COL, TABLES, lookup, row_class
 
 __all__ = ["MmvqSelection", "select_mmvq", "parse_il_rows", "warn_once", "EXP_MODES"]
 

@@ -1,10 +1,9 @@
-"""Native q8_1 mat-vec and MoE experts: build, load, host wrappers.
+"""Native q8_1 mat-vec and MoE experts: load, host wrappers.
 
-libstrata_mmvq is built from native/mmvq.cu (+ mmvq_dots.cuh, mmvq_lanes.cuh,
-strata_mmvq.h) with the flags and generated IQ-table header of
-`strata_ref.native.build` (no fast math; IEEE division), cached by source
-hash under `build.cache_root()/native/mmvq-<hash>-sm<XY>/`, and loaded with
-cffi in ABI mode from the cdef block of strata_mmvq.h. Kernels:
+libstrata_mmvq (`build.MMVQ`: native/mmvq.cu with mmvq_dots.cuh,
+mmvq_lanes.cuh, strata_mmvq.h) is built by `build.build` (no fast math;
+IEEE division; the generated IQ-table header) and loaded with cffi in ABI
+mode from the cdef block of strata_mmvq.h. Kernels:
 ../shared/spec/kernels.md §§6-10; arithmetic: the NumPy oracle in
 strata_ref/routes/{q8_1,mmvq,experts}.py, bit for bit.
 
@@ -16,27 +15,20 @@ loader.NativeUnavailable; a failed call raises NativeError.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import shutil
-import tempfile
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from ..types import GGMLType, block_format
-from . import build as _b
-from .loader import NativeUnavailable, driver_compute_capability, env_device
+from ...types import GGMLType
+from .. import build as _b
+from ..loader import NativeUnavailable, driver_compute_capability, env_device, new_ffi
 
-__all__ = ["MmvqNative", "OnDevice", "load_mmvq", "build_mmvq", "NativeError", "quantize_q8_1_native",
-           "mmvq_native", "experts_native", "NATIVE_TYPES", "SOURCES", "HEADERS"]
+__all__ = ["MmvqNative", "OnDevice", "load_mmvq", "NativeError", "quantize_q8_1_native",
+           "mmvq_native", "experts_native", "NATIVE_TYPES"]
 
-LIB_NAME = "libstrata_mmvq.so"
-SOURCES = ("mmvq.cu",)
-HEADERS = ("strata_mmvq.h", "mmvq_dots.cuh", "mmvq_lanes.cuh", "mmvq_setup.h")
 T = GGMLType
 #: types with native mat-vec kernels (native/mmvq_dots.cuh `Dot<TYPE>`)
 NATIVE_TYPES = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.IQ4_NL, T.MXFP4, T.Q2_K, T.Q3_K,
@@ -44,67 +36,19 @@ NATIVE_TYPES = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.IQ4_NL, T.MXFP4, T.Q2_
                 T.IQ3_S, T.IQ1_S, T.IQ1_M)
 _STATUS = {1: "type not served", 2: "shape not served", 3: "null pointer",
            5: "bad argument (ncols, rows per warp or mode)", 6: "CUDA error"}
+_HEADER = "strata_mmvq.h"
 
 
 class NativeError(RuntimeError):
     """A native mat-vec call failed; the message names the call and the status."""
 
 
-def _src() -> Path:
-    d = _b.source_dir()
-    for f in SOURCES + HEADERS:
-        if not (d / f).is_file():
-            raise _b.BuildError(f"{f} missing in {d}")
-    return d
-
-
-def build_mmvq(arch: int, *, force: bool = False) -> Path:
-    """Path of libstrata_mmvq.so for compute capability `arch`, building it
-    with nvcc unless a cached copy with the same key exists."""
-    nvcc = _b.find_nvcc()
-    if nvcc is None:
-        raise _b.BuildError("nvcc not found (set NVCC or CUDA_HOME, or put it on PATH)")
-    src = _src()
-    tables = _b.iq_tables_header()
-    h = hashlib.sha256()
-    for f in SOURCES + HEADERS:
-        h.update(f.encode() + b"\0" + (src / f).read_bytes())
-    h.update(tables.encode() + " ".join(_b.nvcc_flags(arch)).encode())
-    h.update(_b._nvcc_version(nvcc).encode())
-    dest = _b.cache_root() / "native" / f"mmvq-{h.hexdigest()[:20]}-sm{int(arch)}"
-    lib = dest / LIB_NAME
-    if lib.is_file() and not force:
-        return lib
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".build-mmvq-") as tmp:
-        work = Path(tmp)
-        (work / _b.TABLES_HEADER).write_text(tables)
-        out = work / "out"
-        out.mkdir()
-        # --split-compile: the many kernel instantiations optimize in parallel
-        # threads (same code as a serial build; not part of the cache key)
-        _b._run([nvcc, *_b.nvcc_flags(arch), "--split-compile=0", "-I", str(work), "-I",
-                 str(src), "-shared", "-o", str(out / LIB_NAME),
-                 *(str(src / s) for s in SOURCES)], work)
-        if force and dest.exists():
-            shutil.rmtree(dest, ignore_errors=True)
-        try:
-            os.replace(out, dest)
-        except OSError:
-            if not lib.is_file():
-                raise _b.BuildError(f"cannot place the build at {dest}") from None
-    return lib
-
-
-def _abi_version() -> int:
+def _abi_version(cdef_header: str) -> int:
     """SMV_ABI_VERSION of the header the cdef comes from."""
-    m = re.search(r"#define SMV_ABI_VERSION (\d+)", (_src() / "strata_mmvq.h").read_text())
+    m = re.search(r"#define SMV_ABI_VERSION (\d+)", cdef_header)
+    if m is None:
+        raise _b.BuildError(f"{_HEADER} does not define SMV_ABI_VERSION")
     return int(m.group(1))
-
-
-def _cdef() -> str:
-    text = (_src() / "strata_mmvq.h").read_text()
-    return text.split("/* cdef-begin */", 1)[1].split("/* cdef-end */", 1)[0]
 
 
 class OnDevice:
@@ -209,16 +153,13 @@ def load_mmvq(device: int | None = None) -> MmvqNative:
             return _LIB[device]
         cc = driver_compute_capability(device)
         try:
-            path = os.environ.get("STRATA_MMVQ_LIB") or build_mmvq(cc)
+            path = os.environ.get("STRATA_MMVQ_LIB") or _b.build(_b.MMVQ, cc)
             # the header is read even when STRATA_MMVQ_LIB skips the build
-            cdef, want = _cdef(), _abi_version()
+            cdef = _b.cdef_text(_HEADER)
+            want = _abi_version((_b.source_dir() / _HEADER).read_text())
         except _b.BuildError as e:
             raise NativeUnavailable(str(e)) from None
-        try:
-            import cffi
-        except ImportError:
-            raise NativeUnavailable("cffi is not installed") from None
-        ffi = cffi.FFI()
+        ffi = new_ffi()
         ffi.cdef(cdef)
         try:
             lib = ffi.dlopen(str(path))

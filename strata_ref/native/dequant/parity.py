@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..types import GGMLType, block_format
+from ... import synth
+from ...types import GGMLType, block_format
 
 __all__ = ["run_parity_dequant", "make_blocks", "ELEMENTWISE_SPECIALS"]
 
@@ -46,60 +47,15 @@ _UINT = {"f32": np.uint32, "f16": np.uint16, "bf16": np.uint16}
 _HOST = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}
 
 
-def _sane_f16(rng, n: int) -> np.ndarray:
-    """Finite fp16 bits: half with exponent field 5-9 (Strata's 'sane'
-    scales), half over the whole finite range (subnormals and ±0 included)."""
-    sign = rng.integers(0, 2, n, dtype=np.uint16) << 15
-    narrow = rng.integers(5, 10, n, dtype=np.uint16)
-    wide = rng.integers(0, 31, n, dtype=np.uint16)
-    e = np.where(rng.integers(0, 2, n) == 0, narrow, wide).astype(np.uint16)
-    return (sign | (e << 10) | rng.integers(0, 1024, n, dtype=np.uint16)).astype(np.uint16)
-
-
-def _sane_wide_float(rng, n: int, exp_bits: int, man_bits: int, dtype) -> np.ndarray:
-    """Finite bits of a float with the given exponent/mantissa widths."""
-    total = 1 + exp_bits + man_bits
-    sign = rng.integers(0, 2, n, dtype=np.uint64) << np.uint64(total - 1)
-    e = rng.integers(0, (1 << exp_bits) - 1, n, dtype=np.uint64) << np.uint64(man_bits)
-    m = rng.integers(0, 1 << man_bits, n, dtype=np.uint64)
-    return (sign | e | m).astype(dtype)
-
-
 def make_blocks(t: GGMLType, n_blocks: int, kind: str, rng: np.random.Generator) -> np.ndarray:
-    """(n_blocks, B) uint8 blocks of type t. kind "raw": uniform random bytes.
-    kind "sane": random bytes, then every fp16 scale field finite (_sane_f16),
-    f32/bf16 fields finite, MXFP4's E8M0 byte != 0xFF (valid data, e = 0 and 1
-    included, so f32 subnormals appear), NVFP4 scale bytes 0..0x7E, and the
-    IQ1_M fp16 scale that its four scale words carry in their top nibbles
-    (formats.md §5) finite. Field layout from strata_ref.types."""
-    fmt = block_format(t)
-    b = rng.integers(0, 256, (n_blocks, fmt.block_bytes), dtype=np.uint8)
-    if kind == "raw":
-        return b
-    for f in fmt.fields:
-        sl = slice(f.offset, f.offset + f.nbytes)
-        n = n_blocks * f.count
-        if f.kind == "f16":
-            vals = _sane_f16(rng, n)
-        elif f.kind == "bf16":
-            vals = _sane_wide_float(rng, n, 8, 7, np.uint16)
-        elif f.kind == "f32":
-            vals = _sane_wide_float(rng, n, 8, 23, np.uint32)
-        elif f.kind == "e8m0":
-            vals = rng.integers(0, 255, n, dtype=np.uint8)
-        elif f.kind == "ue4m3":
-            vals = rng.integers(0, 0x7F, n, dtype=np.uint8)
-        else:
-            continue
-        b[:, sl] = vals.astype(vals.dtype.newbyteorder("<")).view(np.uint8).reshape(n_blocks, -1)
-    if t == T.IQ1_M:
-        off = fmt.offset("scales")
-        sc = b[:, off:off + 8].copy().view("<u2")          # (n, 4) scale words
-        d = _sane_f16(rng, n_blocks).astype(np.uint16)
-        for k in range(4):   # nibble k of d goes to the top nibble of word k
-            sc[:, k] = (sc[:, k] & 0x0FFF) | (((d >> (4 * k)) & 0xF) << 12)
-        b[:, off:off + 8] = sc.view(np.uint8)
-    return b
+    """(n_blocks, B) uint8 blocks of type t (`strata_ref.synth.blocks`).
+    kind "raw": uniform random bytes. kind "sane": random bytes, then every
+    scale from synth's "valid" range: fp16 scales finite (half with exponent
+    field 5-9, Strata's 'sane' scales, half over the whole finite range), f32
+    / bf16 finite, MXFP4's E8M0 byte != 0xFF (e = 0 and 1 included, so f32
+    subnormals appear), NVFP4 scale bytes 0..0x7E, and the IQ1_M fp16 scale
+    that its four scale words carry in their top nibbles finite."""
+    return synth.blocks(t, n_blocks, rng, None if kind == "raw" else "valid")
 
 
 # f32 bit patterns tried first by the elementwise conversions: zeros,
@@ -138,8 +94,8 @@ class _Tally:
 
 class _Runner:
     def __init__(self, out):
-        from . import dequant as nd
-        from .loader import load
+        from . import wrapper as nd
+        from ..loader import load
         self.nd = nd
         self.nat = load()
         self.out = out
@@ -187,7 +143,7 @@ class _Runner:
 
 
 def _oracle(t, blocks: np.ndarray, rows: int, cols: int, dtype: str) -> np.ndarray:
-    from .. import dequant as oracle
+    from ... import dequant as oracle
     res = oracle.dequant(t, blocks.reshape(-1), rows, cols, out_dtype=dtype)
     return np.ascontiguousarray(res).view(_UINT[dtype])
 
@@ -228,7 +184,7 @@ def _plain_cases(run: _Runner, t: GGMLType, rng, quick: bool) -> None:
 
 
 def _elementwise(run: _Runner, rng, quick: bool) -> None:
-    from .. import numerics
+    from ... import numerics
     n_random = 4096 - ELEMENTWISE_SPECIALS.size
     sets = [("elementwise 4096 patterns", np.concatenate(
         [ELEMENTWISE_SPECIALS, rng.integers(0, 2**32, n_random, dtype=np.uint32)]))]
@@ -277,9 +233,9 @@ def run_parity_dequant(quick: bool = False, *, seed: int = 20261130, types=None,
     missing kernel; 2: no native path here). quick: small tensors, for
     tests/gpu. types: restrict to these GGMLTypes (default: every type the
     oracle dequantizes, plus F32, F16 and BF16)."""
-    from ..formats import dequant_types
-    from .dispatch import GENERIC_TYPES, WIDE_BLOCKS_ALIGN
-    from .loader import NativeUnavailable, unavailable_line
+    from ...formats import dequant_types
+    from ..loader import NativeUnavailable, unavailable_line
+    from .policy import GENERIC_TYPES, WIDE_BLOCKS_ALIGN
     try:
         run = _Runner(out)
     except NativeUnavailable as e:
@@ -312,5 +268,5 @@ def run_parity_dequant(quick: bool = False, *, seed: int = 20261130, types=None,
     return 0 if ok else 1
 
 
-if __name__ == "__main__":   # python -m strata_ref.native.parity [--quick]
+if __name__ == "__main__":   # python -m strata_ref.native.dequant.parity [--quick]
     sys.exit(run_parity_dequant(quick="--quick" in sys.argv[1:]))

@@ -15,7 +15,7 @@ other lookup gives 0. Sources (../shared/spec/kernels.md §9):
 """
 from __future__ import annotations
 
-from ..types import GGMLType
+from ...types import GGMLType
 
 __all__ = ["SHARED", "SM70", "SM61", "SM61_1COL", "TABLES", "H200_MEASURED", "IL_TYPES", "LEGAL_ROWS",
            "ROW_CLASS_BOUNDS", "row_class", "lookup"]
@@ -47,7 +47,7 @@ TABLES = {"shared": SHARED, "sm_70": SM70, "sm_61": SM61}
 #: Emitted by `run_bench_mmvq(emit_table=True)` on one NVIDIA H200 (cc 9.0,
 #: 2026-11-30, K = 2560, 200 reps per arm, weights L2-cold, strata-ref's own
 #: kernels as of ABI 4; log in docs/mmvq.md). Not selected
-#: by `mmvq_dispatch` (cc >= 80 takes SHARED, as kernels.md §12 says); use it
+#: by `mmvq.policy` (cc >= 80 takes SHARED, as kernels.md §12 says); use it
 #: through STRATA_MMVQ_IL_ROWS or adopt it there.
 H200_MEASURED = {
     T.IQ4_XS: ((1, 1, 2, 2, 4), (0, 1, 4, 4, 4), (1, 1, 4, 4, 4)),

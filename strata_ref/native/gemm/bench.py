@@ -1,7 +1,7 @@
 """Prompt-path projection time on the GPU: dequant vs GEMM, per route.
 
 For the dense projection shapes of the registry's models
-(`strata_ref.native.gemm_parity.model_shapes`) and chunk sizes T, with W in
+(`strata_ref.native.gemm.parity.model_shapes`) and chunk sizes T, with W in
 Q8_0 (every shape) and Q4_K (shapes with K % 256 == 0), it times with CUDA
 events (median of `--reps` replays of a CUDA graph holding a batch of calls,
 after warm-up, so that Python's per-call cost is not timed):
@@ -18,14 +18,14 @@ after warm-up, so that Python's per-call cost is not timed):
 * per layer (types whose block size divides every K), the dequant of the
   seven projections to f16 three ways: the sum of the single calls above
   (seven launches), the seven single wide launches back to back in one
-  stream, and one launch for all seven (`native.gemm.dequant_weights_f16`,
+  stream, and one launch for all seven (`native.gemm.wrapper.dequant_weights_f16`,
   i.e. `dequant_device_many`); both layouts are checked to give the same
   bits. The layer table shows the dequant share with seven launches and with
   one launch.
 
 Goal (issue 5): dequant share <= 10 % at T = 4096 with the wide kernels.
 Needs CuPy and the native libraries. Usage:
-  python tools/bench_gemm.py [--T 1,512,4096,16384] [--types Q8_0,Q4_K] [--reps 3]
+  python -m strata_ref.native.gemm.bench [--T 1,512,4096,16384] [--types Q8_0,Q4_K] [--reps 3]
                              [--skip-heads]
 """
 from __future__ import annotations
@@ -33,11 +33,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 COPY_CEILING = 4.25e12          # bytes/s read + written, kernels.md §1 (H200)
 LAYER = {"q,o": 2, "k,v": 2, "gate,up": 2, "down": 1}
@@ -99,8 +96,8 @@ def _layer_dequant(cp, shapes: dict, t, reps: int, rng) -> tuple[float, float]:
     Exits when the one launch did not run as one, or differs in a bit from
     the single launches."""
     from strata_ref.native import dequant_device
-    from strata_ref.native.gemm import dequant_weights_f16
-    from strata_ref.native.parity import make_blocks
+    from strata_ref.native.dequant.parity import make_blocks
+    from strata_ref.native.gemm.wrapper import dequant_weights_f16
     from strata_ref.types import block_format
 
     qk = block_format(t).block_values
@@ -142,9 +139,9 @@ def main(argv=None) -> int:
     import cupy as cp
 
     from strata_ref.native import dequant_device
-    from strata_ref.native.gemm import cublas_version, gemm_dense_device
-    from strata_ref.native.gemm_parity import f16_activations, model_shapes
-    from strata_ref.native.parity import make_blocks
+    from strata_ref.native.dequant.parity import make_blocks
+    from strata_ref.native.gemm.parity import f16_activations, model_shapes
+    from strata_ref.native.gemm.wrapper import cublas_version, gemm_dense_device
     from strata_ref.types import block_format, parse_type
 
     ts = [int(v) for v in args.T.split(",")]

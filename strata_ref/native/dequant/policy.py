@@ -28,7 +28,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..types import GGMLType, UnsupportedTypeError, block_format, parse_type
+from ...types import GGMLType, UnsupportedTypeError, block_format, parse_type
 
 __all__ = ["Selection", "select", "parse_wide_env", "warn_once", "GENERIC_TYPES",
            "WIDE_BLOCKS_ALIGN", "WIDE_OUT_ALIGN", "WIDE_DEFAULT_CC", "ENV_WIDE",
@@ -37,13 +37,26 @@ __all__ = ["Selection", "select", "parse_wide_env", "warn_once", "GENERIC_TYPES"
 T = GGMLType
 ENV_WIDE = "STRATA_DEQUANT_WIDE"
 
-#: Types with a generic kernel (the STRATA_GENERIC_TYPES list of
-#: native/strata_formats.cuh; a CPU test checks the two agree).
-GENERIC_TYPES = frozenset({
-    T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q8_1,
-    T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.Q8_K, T.IQ2_XXS, T.IQ2_XS,
-    T.IQ3_XXS, T.IQ1_S, T.IQ4_NL, T.IQ3_S, T.IQ2_S, T.IQ4_XS, T.IQ1_M,
-    T.TQ1_0, T.TQ2_0, T.MXFP4, T.NVFP4, T.Q1_0, T.Q2_0})
+
+
+def _generic_types() -> frozenset:
+    """GENERIC_TYPES, the types with a generic kernel: every type the oracle
+    converts to float (`formats.oracle_types`). The STRATA_GENERIC_TYPES
+    list of the generated native/strata_blocks.h is made from the same set,
+    so a type the oracle gains without its `Fmt<>` in
+    native/strata_formats.cuh fails to compile. Computed on first use (it
+    loads the oracle's format modules), then a module attribute."""
+    g = globals()
+    if "GENERIC_TYPES" not in g:
+        from ...formats import oracle_types
+        g["GENERIC_TYPES"] = frozenset(oracle_types())
+    return g["GENERIC_TYPES"]
+
+
+def __getattr__(name):
+    if name == "GENERIC_TYPES":
+        return _generic_types()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 #: Wide kernels and the alignment (bytes) each needs of the blocks pointer
 #: (native/dequant_wide.cu `wide_blocks_align`).
@@ -121,7 +134,7 @@ def select(cc: int, t, rows: int, cols: int, ld: int, blocks_ptr: int, out_ptr: 
         qk = block_format(tt).block_values
     except UnsupportedTypeError as e:
         return Selection(None, f"no kernel: {e}", warning)
-    if tt not in GENERIC_TYPES:
+    if tt not in _generic_types():
         return Selection(None, f"no kernel for {tt.name}", warning)
     if rows <= 0 or cols <= 0:
         return Selection(None, f"empty call (rows={rows}, cols={cols})", warning)

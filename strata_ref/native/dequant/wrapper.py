@@ -22,9 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..types import GGMLType, UnsupportedTypeError, block_format, parse_type
-from . import dispatch
-from .loader import Native, NativeUnavailable, load
+from ...types import GGMLType, UnsupportedTypeError, block_format, parse_type
+from ..cai import DeviceArray, device_array, stream_handle
+from ..loader import Native, NativeUnavailable, load
+from . import policy
 
 __all__ = ["dequant_device", "dequant_device_many", "DequantItem", "ManyRun", "MANY_MAX",
            "split_by_type", "dequant_host", "f32_to_bf16_device", "f32_to_f16_device",
@@ -60,40 +61,7 @@ def device_cc(device: int | None = None) -> int:
     return load(device).cc
 
 
-@dataclass(frozen=True)
-class _Arr:
-    ptr: int
-    nbytes: int
-    typestr: str
-    size: int
-
-
-def _cai(a, name: str) -> _Arr:
-    try:
-        cai = a.__cuda_array_interface__
-    except AttributeError:
-        raise TypeError(f"{name} must export __cuda_array_interface__ (a device array), "
-                        f"got {type(a).__name__}") from None
-    shape = tuple(cai["shape"])
-    typestr = cai["typestr"]
-    item = np.dtype(typestr).itemsize if typestr[1] != "V" else int(typestr[2:])
-    size = int(np.prod(shape, dtype=np.int64)) if shape else 1
-    strides = cai.get("strides")
-    if strides is not None and size > 1:
-        expect, acc = [], item
-        for n in reversed(shape):
-            expect.insert(0, acc)
-            acc *= n
-        if tuple(s for s, n in zip(strides, shape) if n > 1) != tuple(
-                e for e, n in zip(expect, shape) if n > 1):
-            raise ValueError(f"{name} must be C-contiguous (strides {strides})")
-    ptr, readonly = cai["data"]
-    if readonly and (name == "out" or name.endswith(".out")):
-        raise ValueError(f"{name} is read-only")
-    return _Arr(int(ptr), size * item, typestr, size)
-
-
-def _out_dtype(arr: _Arr, out_dtype: str | None) -> str:
+def _out_dtype(arr: DeviceArray, out_dtype: str | None) -> str:
     t = arr.typestr[1:]
     if t == "f4":
         kind = "f32"
@@ -116,20 +84,9 @@ def _out_dtype(arr: _Arr, out_dtype: str | None) -> str:
     return kind
 
 
-def _stream_handle(stream) -> int:
-    if stream is None:
-        return 0
-    if isinstance(stream, int):
-        return stream
-    for attr in ("ptr", "handle", "cuda_stream"):
-        if hasattr(stream, attr):
-            return int(getattr(stream, attr))
-    raise TypeError(f"stream must be None, an int handle or a stream object, got {stream!r}")
-
-
 def dequant_device(t, blocks, rows: int, cols: int, out, *, row0: int = 0,
                    ld: int | None = None, out_dtype: str | None = None, stream=None,
-                   kernel: str = "auto", device: int | None = None) -> dispatch.Selection:
+                   kernel: str = "auto", device: int | None = None) -> policy.Selection:
     """Dequantize rows [row0, row0 + rows) of a quantized tensor on the GPU.
 
     t: ggml type (GGMLType, id or name). blocks: device uint8 array, C-
@@ -139,7 +96,7 @@ def dequant_device(t, blocks, rows: int, cols: int, out, *, row0: int = 0,
     (rows − 1)·ld + cols elements (uint32 with out_dtype="f32" receives the
     float32 bits). ld: output row stride in elements
     (default cols). stream: None (legacy default stream), an int handle or a
-    stream object with `.ptr` (CuPy). kernel: "auto" (dispatch.select with
+    stream object with `.ptr` (CuPy). kernel: "auto" (policy.select with
     this device's compute capability and os.environ), or "generic" / "wide"
     to force one (no fallback).
 
@@ -153,8 +110,8 @@ def dequant_device(t, blocks, rows: int, cols: int, out, *, row0: int = 0,
     CUDA call fails.
     """
     nat = load(device)
-    b = _cai(blocks, "blocks")
-    o = _cai(out, "out")
+    b = device_array(blocks, "blocks")
+    o = device_array(out, "out", writable=True)
     if b.typestr[1:] not in ("u1", "i1"):
         raise TypeError(f"blocks must be a uint8 device array, got {b.typestr}")
     kind = _out_dtype(o, out_dtype)
@@ -163,19 +120,19 @@ def dequant_device(t, blocks, rows: int, cols: int, out, *, row0: int = 0,
     try:
         fmt = block_format(parse_type(t))
     except UnsupportedTypeError as e:
-        return dispatch.Selection(None, f"no kernel: {e}")
+        return policy.Selection(None, f"no kernel: {e}")
     tt = fmt.type
     if kernel == "auto":
-        sel = dispatch.warn_once(dispatch.select(nat.cc, tt, rows, cols, ld, b.ptr, o.ptr,
+        sel = policy.warn_once(policy.select(nat.cc, tt, rows, cols, ld, b.ptr, o.ptr,
                                                  kind, os.environ))
     elif kernel in _KERNEL_CODE:
-        sel = dispatch.Selection(kernel, "forced")
+        sel = policy.Selection(kernel, "forced")
     else:
         raise ValueError(f"kernel must be 'auto', 'generic' or 'wide', got {kernel!r}")
     if sel.kernel is None:
         return sel
     if rows <= 0 or cols <= 0 or row0 < 0 or ld < cols or cols % fmt.block_values:
-        return dispatch.Selection(None, f"shape not served (rows={rows}, cols={cols}, "
+        return policy.Selection(None, f"shape not served (rows={rows}, cols={cols}, "
                                         f"row0={row0}, ld={ld})")
     row_bytes = cols // fmt.block_values * fmt.block_bytes
     if (row0 + rows) * row_bytes > b.nbytes:
@@ -188,9 +145,9 @@ def dequant_device(t, blocks, rows: int, cols: int, out, *, row0: int = 0,
     st = nat.lib.strata_dequant(int(tt), nat.ffi.cast("void *", b.ptr), row0, rows, cols, ld,
                                 _OUT_CODE[kind], nat.ffi.cast("void *", o.ptr),
                                 _KERNEL_CODE[sel.kernel],
-                                nat.ffi.cast("void *", _stream_handle(stream)))
+                                nat.ffi.cast("void *", stream_handle(stream)))
     if st in (1, 2, 4):
-        return dispatch.Selection(None, f"{sel.kernel} kernel: {_STATUS[st]}", sel.warning)
+        return policy.Selection(None, f"{sel.kernel} kernel: {_STATUS[st]}", sel.warning)
     _check(nat, st, f"dequant {tt.name}")
     return sel
 
@@ -230,8 +187,8 @@ class ManyRun:
 
 @dataclass(frozen=True)
 class _Checked:
-    b: _Arr
-    o: _Arr
+    b: DeviceArray
+    o: DeviceArray
     rows: int
     cols: int
     row0: int
@@ -264,14 +221,14 @@ def _check_item(i: int, it: DequantItem, fmt, kind: str | None) -> tuple[_Checke
     if cols % fmt.block_values:
         raise ValueError(f"{w}: cols={cols} is not a multiple of {fmt.type.name}'s "
                          f"QK={fmt.block_values}")
-    b = _cai(it.blocks, f"{w}.blocks")
+    b = device_array(it.blocks, f"{w}.blocks")
     if b.typestr[1:] not in ("u1", "i1"):
         raise TypeError(f"{w}.blocks must be a uint8 device array, got {b.typestr}")
     row_bytes = cols // fmt.block_values * fmt.block_bytes
     if (row0 + rows) * row_bytes > b.nbytes:
         raise ValueError(f"{w}.blocks holds {b.nbytes} bytes; rows [{row0}, {row0 + rows}) of "
                          f"{row_bytes} bytes each need {(row0 + rows) * row_bytes}")
-    o = _cai(it.out, f"{w}.out")
+    o = device_array(it.out, f"{w}.out", writable=True)
     try:
         kind = _out_dtype(o, kind)
     except (TypeError, ValueError) as e:
@@ -331,7 +288,7 @@ def dequant_device_many(items, out_dtype: str | None = None, *, kernel: str = "a
     single-tensor wide kernel's device code for each tensor. out_dtype:
     "f32", "f16", "bf16" or None (from the first item's out array, which
     then fixes it for all). Outputs must not overlap. kernel:
-    * "auto": each item's kernel by `dispatch.select` (this device's compute
+    * "auto": each item's kernel by `policy.select` (this device's compute
       capability, os.environ: Q8_0 wide whenever its guard holds, the
       K-quants and IQ4_XS wide on 6.1 or with STRATA_DEQUANT_WIDE=1); the
       items that select the wide kernel share one launch, every other item
@@ -354,16 +311,16 @@ def dequant_device_many(items, out_dtype: str | None = None, *, kernel: str = "a
                          "exists for the wide kernels)")
     tt, kind, args = _check_many(items, out_dtype)
     nat = load(device)
-    env = {dispatch.ENV_WIDE: "1"} if kernel == "wide" else os.environ
-    sels = [dispatch.select(nat.cc, tt, a.rows, a.cols, a.ld, a.b.ptr, a.o.ptr, kind, env)
+    env = {policy.ENV_WIDE: "1"} if kernel == "wide" else os.environ
+    sels = [policy.select(nat.cc, tt, a.rows, a.cols, a.ld, a.b.ptr, a.o.ptr, kind, env)
             for a in args]
     if kernel == "auto":
-        sels = [dispatch.warn_once(s) for s in sels]
+        sels = [policy.warn_once(s) for s in sels]
     grouped = tuple(i for i, s in enumerate(sels) if s.kernel == "wide")
     other = [i for i in range(len(args)) if i not in grouped]
     if kernel == "wide" and other:
         why = f"items[{other[0]}]: {sels[other[0]].reason}; nothing launched"
-        return ManyRun(tuple(dispatch.Selection(None, why) for _ in args), (), why)
+        return ManyRun(tuple(policy.Selection(None, why) for _ in args), (), why)
     if grouped:
         _launch_many(nat, tt, kind, [args[i] for i in grouped], grouped, stream)
     for i in other:
@@ -392,7 +349,7 @@ def _launch_many(nat: Native, tt: GGMLType, kind: str, args: list, index: tuple,
         arr[k].row0, arr[k].rows, arr[k].cols, arr[k].ld = a.row0, a.rows, a.cols, a.ld
     bad = ffi.new("int *")
     st = nat.lib.strata_dequant_many(int(tt), arr, len(args), _OUT_CODE[kind], bad,
-                                     ffi.cast("void *", _stream_handle(stream)))
+                                     ffi.cast("void *", stream_handle(stream)))
     if st not in (0, 6):
         # The checks above mirror api.cu's, so a refusal here is a bug of one side.
         where = f"items[{index[bad[0]]}]" if 0 <= bad[0] < len(index) else "the call"
@@ -403,7 +360,7 @@ def _launch_many(nat: Native, tt: GGMLType, kind: str, args: list, index: tuple,
 
 def _convert(fn_name: str, src, dst, stream) -> None:
     nat = load()
-    s, d = _cai(src, "in"), _cai(dst, "out")
+    s, d = device_array(src, "in"), device_array(dst, "out", writable=True)
     if s.typestr[1:] != "f4":
         raise TypeError(f"input must be float32, got {s.typestr}")
     if d.nbytes < 2 * s.size:
@@ -412,7 +369,7 @@ def _convert(fn_name: str, src, dst, stream) -> None:
         return
     fn = getattr(nat.lib, fn_name)
     _check(nat, fn(nat.ffi.cast("void *", s.ptr), nat.ffi.cast("void *", d.ptr), s.size,
-                   nat.ffi.cast("void *", _stream_handle(stream))), fn_name)
+                   nat.ffi.cast("void *", stream_handle(stream))), fn_name)
 
 
 def f32_to_bf16_device(src, dst, stream=None) -> None:
@@ -513,12 +470,12 @@ def dequant_host(t, blocks, rows: int, cols: int, row0: int = 0, ld: int | None 
     kernel can serve the call it returns the NumPy oracle's result instead.
     Raises NativeUnavailable when there is no GPU path at all.
     """
-    from .. import dequant as oracle
+    from ... import dequant as oracle
     tt = parse_type(t)
     fmt = block_format(tt)
     ld = cols if ld is None else int(ld)
     raw = oracle.as_bytes(blocks)
-    if rows <= 0 or cols % fmt.block_values or ld < cols or tt not in dispatch.GENERIC_TYPES:
+    if rows <= 0 or cols % fmt.block_values or ld < cols or tt not in policy.GENERIC_TYPES:
         return oracle.dequant(tt, raw, rows, cols, row0, ld, None, out_dtype)
     row_bytes = cols // fmt.block_values * fmt.block_bytes
     if raw.size % fmt.block_bytes or (row0 + rows) * row_bytes > raw.size:

@@ -4,12 +4,8 @@ Y[T, N] = X[T, K] · W[N, K]^T (+ Y when beta = 1), Y float32 with row stride
 ldy >= N (columns [N, ldy) never written); ../shared/spec/kernels.md §11,
 oracle in `strata_ref.routes.gemm`.
 
-* `select_route(cc, env, route)` is the route policy as a pure function
-  (kernels.md §12): the FP16-operand route by default; `STRATA_DENSE_F32=1`
-  opts a compute-capability 6.x card into the FP32 route and is ignored,
-  with a one-time note, on any other card; `STRATA_DENSE_F32=0` is the
-  default; any other value warns once and keeps the default; an explicit
-  `route=` forces either route on any card (for testing and parity).
+* `gemm.policy.select_route(cc, env, route)` chooses the route (the
+  FP16-operand one unless a 6.x card opts into FP32).
 * `gemm_device(...)` runs the prompt path on `__cuda_array_interface__`
   arrays (CuPy, numba, torch, `DeviceBuffer`): W dequantized to f16 by the
   native dequant kernels into a scratch, in slices of floor(scratch/K) rows
@@ -22,99 +18,34 @@ oracle in `strata_ref.routes.gemm`.
 * `gemm_host(...)` copies NumPy data in and out (signature of the oracle's
   `gemm_sliced`).
 
-The cuBLAS handle and its 32 MiB workspace are created once per device
-(`gemm_build.load_gemm`). cuBLAS documents no summation order: results are
-judged against the oracle with `routes.gemm.error_bound`, never bitwise.
+The library (`build.GEMM`) and its cuBLAS handle and 32 MiB workspace are
+loaded and created once per device (`load_gemm`). cuBLAS documents no
+summation order: results are judged against the oracle with
+`routes.gemm.error_bound`, never bitwise.
 """
 from __future__ import annotations
 
 import os
-import warnings
+import threading
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 
-from ..routes.gemm import ROUTES, slice_rows
-from ..types import UnsupportedTypeError, block_format, parse_type
-from .dequant import _stream_handle
+from ...routes.gemm import ROUTES, slice_rows
+from ...types import UnsupportedTypeError, block_format, parse_type
+from .. import build as _build
+from ..cai import device_array, stream_handle
+from ..loader import Native, NativeUnavailable, env_device, load, new_ffi
+from .policy import notice_once, select_route
 
-__all__ = ["ENV_DENSE_F32", "RouteSelection", "select_route", "parse_dense_f32_env",
-           "notice_once", "GemmRun", "gemm_device", "gemm_dense_device", "gemm_host",
+__all__ = ["GemmNative", "load_gemm", "GemmRun", "gemm_device", "gemm_dense_device", "gemm_host",
            "cublas_version", "LayerWeights", "dequant_weights_f16"]
-
-ENV_DENSE_F32 = "STRATA_DENSE_F32"
 _ROUTE_CODE = {"f16": 0, "f32": 1}
 _X_CODE = {"f4": 0, "f2": 1}                 # typestr suffix -> strata_gemm_x_dtype
 _STATUS = {2: "shape not served (t, n or k <= 0, ldy < n, a size past INT_MAX, or a "
               "scratch below one row)",
            3: "null pointer", 5: "bad route, x dtype, beta or dequant kernel",
            6: "CUDA error", 7: "cuBLAS error", 8: "strata_dequant refused a slice"}
-
-
-@dataclass(frozen=True)
-class RouteSelection:
-    """The route decision: `route` ("f16" or "f32"), `reason` in words, and
-    `notice`: the text of a one-time note (STRATA_DENSE_F32=1 ignored on
-    this card) or warning (an invalid value), else None."""
-    route: str
-    reason: str
-    notice: str | None = None
-
-
-def parse_dense_f32_env(value: str | None) -> tuple[bool | None, str | None]:
-    """(opt-in, warning) for a STRATA_DENSE_F32 value: unset or empty ->
-    (None, None); "0" -> (False, None); "1" -> (True, None); anything else
-    -> (None, warning text)."""
-    if value is None or not value.strip():
-        return None, None
-    if value == "0":
-        return False, None
-    if value == "1":
-        return True, None
-    return None, (f"{ENV_DENSE_F32}={value!r} is not 0 or 1; using the default "
-                  "(the FP16-operand route)")
-
-
-def select_route(cc: int, env: Mapping[str, str] | None = None,
-                 route: str | None = None) -> RouteSelection:
-    """The GEMM route for dense projections on a card of compute capability
-    `cc` (major·10 + minor), with the environment `env` (None: empty) and an
-    optional explicit `route` ("f16"/"f32", forced on any card; None or
-    "auto": the policy). Pure: no GPU, no global state.
-
-    Raises TypeError for a non-integer cc and ValueError for an unknown route.
-    """
-    if isinstance(cc, bool) or not hasattr(cc, "__index__"):
-        raise TypeError(f"cc must be an integer, got {cc!r}")
-    cc = int(cc)
-    if route not in (None, "auto"):
-        if route not in ROUTES:
-            raise ValueError(f"route must be one of {ROUTES} or 'auto', got {route!r}")
-        return RouteSelection(route, f"route={route!r} forced")
-    opt_in, warning = parse_dense_f32_env(None if env is None else env.get(ENV_DENSE_F32))
-    if warning:
-        return RouteSelection("f16", "default (invalid STRATA_DENSE_F32)", warning)
-    if not opt_in:
-        why = f"{ENV_DENSE_F32}=0" if opt_in is False else "default"
-        return RouteSelection("f16", why)
-    if 60 <= cc < 70:
-        return RouteSelection("f32", f"{ENV_DENSE_F32}=1 on compute capability {cc}")
-    return RouteSelection("f16", f"{ENV_DENSE_F32}=1 ignored on compute capability {cc}",
-                          f"note: {ENV_DENSE_F32}=1 applies to compute capability 6.x only; "
-                          f"this card is {cc // 10}.{cc % 10}, so the FP16-operand route is used")
-
-
-_NOTICED: set[str] = set()
-
-
-def notice_once(sel: RouteSelection) -> RouteSelection:
-    """Emit `sel.notice` as a RuntimeWarning the first time this process
-    meets it; return `sel` unchanged."""
-    if sel.notice and sel.notice not in _NOTICED:
-        _NOTICED.add(sel.notice)
-        warnings.warn(sel.notice, RuntimeWarning, stacklevel=3)
-    return sel
 
 
 @dataclass(frozen=True)
@@ -129,43 +60,63 @@ class GemmRun:
 
 
 @dataclass(frozen=True)
-class _Dev:
-    ptr: int
-    shape: tuple
-    typestr: str
-    size: int
+class GemmNative:
+    """A loaded GEMM library with its per-device context: `ffi`, `lib`, `ctx`
+    (the strata_gemm_ctx pointer, created once and kept for the process),
+    `dequant` (the dequant library's Native), `cc`, `path`."""
+    ffi: object
+    lib: object
+    ctx: object
+    dequant: Native
+    cc: int
+    path: str
 
 
-def _cai(a, name: str) -> _Dev:
-    # Like dequant._cai, but the GEMM needs the array's shape (T and ldy).
-    try:
-        cai = a.__cuda_array_interface__
-    except AttributeError:
-        raise TypeError(f"{name} must export __cuda_array_interface__ (a device array), "
-                        f"got {type(a).__name__}") from None
-    shape = tuple(int(s) for s in cai["shape"])
-    typestr = cai["typestr"]
-    item = int(typestr[2:])
-    size = int(np.prod(shape, dtype=np.int64)) if shape else 1
-    strides = cai.get("strides")
-    if strides is not None and size > 1:
-        acc, ok = item, True
-        for n, s in zip(reversed(shape), reversed(tuple(strides))):
-            if n > 1 and s != acc:
-                ok = False
-            acc *= n
-        if not ok:
-            raise ValueError(f"{name} must be C-contiguous (strides {strides})")
-    ptr, readonly = cai["data"]
-    if readonly and name == "y":
-        raise ValueError("y is read-only")
-    return _Dev(int(ptr), shape, typestr, size)
+_LOCK = threading.Lock()
+_CACHE: dict[int, GemmNative] = {}
+
+
+def load_gemm(device: int | None = None) -> GemmNative:
+    """The GEMM library and context for CUDA device `device` (default
+    $STRATA_REF_DEVICE or 0), building the library on first use. It is
+    separate from the dequant library because it links cuBLAS; it reaches
+    the dequant kernels at run time through the address of `strata_dequant`,
+    taken from the dequant library that `loader.load` opened. The context
+    (cuBLAS handle, 32 MiB workspace) lives until the process ends. Raises
+    NativeUnavailable with the reason (no GPU, cffi, nvcc or cuBLAS)."""
+    if device is None:
+        device = env_device()
+    dq = load(device)
+    with _LOCK:
+        if device in _CACHE:
+            return _CACHE[device]
+        try:
+            path = _build.build(_build.GEMM, dq.cc)
+            cdef = _build.cdef_text("strata_gemm.h")
+        except _build.BuildError as e:
+            raise NativeUnavailable(str(e)) from None
+        ffi = new_ffi()
+        ffi.cdef(cdef)
+        try:
+            lib = ffi.dlopen(str(path))
+        except OSError as e:
+            raise NativeUnavailable(f"cannot load {path}: {e}") from None
+        dequant_addr = int(dq.ffi.cast("uintptr_t", dq.lib.strata_dequant))
+        pctx = ffi.new("strata_gemm_ctx **")
+        st = lib.strata_gemm_create(device, ffi.cast("void *", dequant_addr), pctx)
+        if st != 0:
+            err = lib.strata_gemm_last_error()
+            text = ffi.string(lib.strata_gemm_error_string(st, err)).decode()
+            raise NativeUnavailable(f"strata_gemm_create failed: status {st}, {err} ({text})")
+        g = GemmNative(ffi, lib, pctx[0], dq, dq.cc, str(path))
+        _CACHE[device] = g
+        return g
 
 
 def _raise_status(g, status: int, what: str) -> None:
     if status == 0:
         return
-    from .dequant import NativeError
+    from ..dequant.wrapper import NativeError
     err = g.lib.strata_gemm_last_error()
     detail = g.ffi.string(g.lib.strata_gemm_error_string(status, err)).decode()
     raise NativeError(f"{what}: {_STATUS.get(status, status)} ({err}: {detail})")
@@ -179,7 +130,7 @@ def _operands(x, y, n: int, k: int, t: int | None, ldy: int | None, beta: int):
         raise ValueError(f"N and K must be positive, got N={n}, K={k}")
     if beta not in (0, 1):
         raise ValueError(f"beta must be 0 or 1, got {beta!r}")
-    xd, yd = _cai(x, "x"), _cai(y, "y")
+    xd, yd = device_array(x, "x"), device_array(y, "y", writable=True)
     if xd.typestr[1:] not in _X_CODE:
         raise TypeError(f"x must be float32 or float16, got {xd.typestr}")
     if yd.typestr[1:] != "f4":
@@ -214,11 +165,10 @@ def gemm_dense_device(w_f16, n: int, k: int, x, y, *, route: str, t: int | None 
     Asynchronous on `stream`. Raises TypeError/ValueError for bad arrays,
     NativeUnavailable without a GPU path, NativeError when CUDA or cuBLAS fails.
     """
-    from .gemm_build import load_gemm
     if route not in ROUTES:
         raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
     xd, yd, t, ldy, xcode = _operands(x, y, n, k, t, ldy, beta)
-    wd = _cai(w_f16, "w_f16")
+    wd = device_array(w_f16, "w_f16")
     if wd.typestr[1:] not in ("f2", "u2", "i2") or wd.size < n * k:
         raise ValueError(f"w_f16 must hold N·K={n * k} 2-byte values, got {wd.typestr} "
                          f"x {wd.size}")
@@ -226,16 +176,16 @@ def gemm_dense_device(w_f16, n: int, k: int, x, y, *, route: str, t: int | None 
     c = g.ffi.cast
     st = g.lib.strata_gemm_dense(g.ctx, _ROUTE_CODE[route], c("void *", wd.ptr), n, k,
                                  c("void *", xd.ptr), xcode, t, c("float *", yd.ptr), ldy,
-                                 beta, c("void *", _stream_handle(stream)))
+                                 beta, c("void *", stream_handle(stream)))
     _raise_status(g, st, f"gemm ({route} route)")
 
 
 def _scratch_buffer(scratch, scratch_elems, rows: int, k: int, device):
     if scratch is None:
-        from .dequant import DeviceBuffer
+        from ..dequant.wrapper import DeviceBuffer
         buf = DeviceBuffer(rows * k, np.float16, device)
-        return buf, _cai(buf, "scratch")
-    sd = _cai(scratch, "scratch")
+        return buf, device_array(buf, "scratch")
+    sd = device_array(scratch, "scratch")
     if sd.typestr[1:] not in ("f2", "u2", "i2"):
         raise TypeError(f"scratch must hold 2-byte values, got {sd.typestr}")
     if sd.size < rows * k:
@@ -259,16 +209,15 @@ def gemm_device(wtype, w_blocks, n: int, k: int, x, y, *, t: int | None = None,
     floor(budget / K) rows (`routes.gemm.slice_rows`). With no scratch, one
     of min(N·K, budget) halves is allocated for the call. route: None/"auto"
     (`select_route` with this card and os.environ) or "f16"/"f32" (forced).
-    kernel: the dequant kernel, "auto" (native `dispatch.select`), "generic"
+    kernel: the dequant kernel, "auto" (`dequant.policy.select`), "generic"
     or "wide". Asynchronous on `stream`.
 
     Returns the GemmRun. Raises ValueError for a scratch below one row, bad
     shapes or a type without a native dequant kernel; TypeError for wrong
     array kinds; NativeUnavailable / NativeError as `gemm_dense_device`.
     """
-    from . import dispatch
-    from .dequant import NativeError
-    from .gemm_build import load_gemm
+    from ..dequant import policy as kpolicy
+    from ..dequant.wrapper import NativeError
     xd, yd, t, ldy, xcode = _operands(x, y, n, k, t, ldy, beta)
     n, k = int(n), int(k)
     try:
@@ -278,7 +227,7 @@ def gemm_device(wtype, w_blocks, n: int, k: int, x, y, *, t: int | None = None,
         raise ValueError(f"W: {e}") from None
     if k % fmt.block_values:
         raise ValueError(f"K={k} is not a multiple of the {tt.name} block size {fmt.block_values}")
-    bd = _cai(w_blocks, "w_blocks")
+    bd = device_array(w_blocks, "w_blocks")
     if bd.typestr[1:] not in ("u1", "i1"):
         raise TypeError(f"w_blocks must be a uint8 device array, got {bd.typestr}")
     need = n * (k // fmt.block_values) * fmt.block_bytes
@@ -286,16 +235,16 @@ def gemm_device(wtype, w_blocks, n: int, k: int, x, y, *, t: int | None = None,
         raise ValueError(f"w_blocks holds {bd.size} bytes; N={n} rows of {tt.name} with K={k} "
                          f"need {need}")
     if scratch_elems is None:
-        scratch_elems = _cai(scratch, "scratch").size if scratch is not None else n * k
+        scratch_elems = device_array(scratch, "scratch").size if scratch is not None else n * k
     rows = slice_rows(int(scratch_elems), n, k)            # ValueError below one row
     g = load_gemm(device)
     sel = notice_once(select_route(g.cc, os.environ, route))
     keep, sd = _scratch_buffer(scratch, scratch_elems, rows, k, device)
     if kernel == "auto":
-        ksel = dispatch.warn_once(dispatch.select(g.cc, tt, rows, k, k, bd.ptr, sd.ptr, "f16",
+        ksel = kpolicy.warn_once(kpolicy.select(g.cc, tt, rows, k, k, bd.ptr, sd.ptr, "f16",
                                                   os.environ))
     elif kernel in ("generic", "wide"):
-        ksel = dispatch.Selection(kernel, "forced")
+        ksel = kpolicy.Selection(kernel, "forced")
     else:
         raise ValueError(f"kernel must be 'auto', 'generic' or 'wide', got {kernel!r}")
     if ksel.kernel is None:
@@ -305,7 +254,7 @@ def gemm_device(wtype, w_blocks, n: int, k: int, x, y, *, t: int | None = None,
                                  n, k, c("void *", xd.ptr), xcode, t, c("float *", yd.ptr), ldy,
                                  beta, c("void *", sd.ptr), int(scratch_elems),
                                  {"generic": 0, "wide": 1}[ksel.kernel],
-                                 c("void *", _stream_handle(stream)))
+                                 c("void *", stream_handle(stream)))
     if st == 8:
         raise NativeError(f"dequant of W ({tt.name}, {ksel.kernel} kernel) refused a slice: "
                           f"status {g.lib.strata_gemm_last_error()}")
@@ -348,7 +297,7 @@ def dequant_weights_f16(weights, scratch=None, *, kernel: str = "auto", stream=N
     nothing of that type was launched), TypeError for wrong array kinds,
     NativeUnavailable / NativeError as `dequant_device_many`.
     """
-    from .dequant import DequantItem, DeviceBuffer, _View, dequant_device_many, split_by_type
+    from ..dequant.wrapper import DequantItem, DeviceBuffer, _View, dequant_device_many, split_by_type
     weights = list(weights)
     offsets, total = [], 0
     for wtype, _, n, k in weights:
@@ -358,7 +307,7 @@ def dequant_weights_f16(weights, scratch=None, *, kernel: str = "auto", stream=N
         raise ValueError("weights is empty")
     if scratch is None:
         scratch = DeviceBuffer(total, np.float16, device)
-    sd = _cai(scratch, "scratch")
+    sd = device_array(scratch, "scratch")
     if sd.typestr[1:] not in ("f2", "u2", "i2"):
         raise TypeError(f"scratch must hold 2-byte values, got {sd.typestr}")
     if sd.size < total:
@@ -387,8 +336,8 @@ def gemm_host(route: str | None, x: np.ndarray, wtype, w_raw, n: int, k: int,
     T x ldy). route None/"auto" applies `select_route`. y is required for
     beta = 1; its columns [N, ldy) come back unchanged. Raises as `gemm_device`.
     """
-    from .. import dequant as oracle
-    from .dequant import DeviceBuffer
+    from ... import dequant as oracle
+    from ..dequant.wrapper import DeviceBuffer
     x = np.ascontiguousarray(x)
     if x.ndim != 2 or x.dtype not in (np.float16, np.float32):
         raise TypeError(f"X must be a 2-D float32 or float16 array, got {x.dtype} {x.shape}")
@@ -414,7 +363,6 @@ def gemm_host(route: str | None, x: np.ndarray, wtype, w_raw, n: int, k: int,
 
 def cublas_version(device: int | None = None) -> int:
     """cublasGetVersion of the device's handle (e.g. 130100 for 13.1.0)."""
-    from .gemm_build import load_gemm
     g = load_gemm(device)
     v = g.ffi.new("int *")
     _raise_status(g, g.lib.strata_gemm_cublas_version(g.ctx, v), "cublasGetVersion")

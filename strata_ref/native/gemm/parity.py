@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..routes import gemm as G
+from ...routes import gemm as G
 
 __all__ = ["MODEL_DIMS", "model_shapes", "SPEC_SHAPES", "quick_sizes", "full_sizes", "NativeBackend",
            "q8_0_weights", "f16_activations", "slice_rows_set", "run_parity_gemm"]
@@ -133,10 +133,9 @@ class NativeBackend:
     the same four members to exercise the harness."""
 
     def __init__(self):
-        from . import gemm as NG
-        from .gemm_build import load_gemm
+        from . import wrapper as NG
         self.NG = NG
-        self.cc = load_gemm().cc
+        self.cc = NG.load_gemm().cc
 
     def cublas_version(self) -> int:
         return self.NG.cublas_version()
@@ -332,7 +331,7 @@ def run_parity_gemm(quick: bool = True, full: bool = False, *, seed: int = 20261
     0 (every check held), 1 (a bound, guard or plumbing check failed) or 2
     (no CuPy, GPU or native library). `_cp`/`_backend` substitute the array
     module and the routes (CPU tests of the harness)."""
-    from .loader import NativeUnavailable, unavailable_line
+    from ..loader import NativeUnavailable, unavailable_line
     try:
         cp = _cp
         if cp is None:
@@ -387,5 +386,5 @@ def run_parity_gemm(quick: bool = True, full: bool = False, *, seed: int = 20261
     return 0 if not fails else 1
 
 
-if __name__ == "__main__":   # python -m strata_ref.native.gemm_parity [--quick|--full]
+if __name__ == "__main__":   # python -m strata_ref.native.gemm.parity [--quick|--full]
     sys.exit(run_parity_gemm(quick="--full" not in sys.argv[1:], full="--full" in sys.argv[1:]))

@@ -11,7 +11,7 @@ the wide kernel, timed with CUDA events (median of `--reps` batches of
 * the wide/generic speedup.
 
 Needs CuPy (events, copy) and the native library (strata_ref.native).
-Usage: python tools/bench_dequant_cuda.py [--types Q8_0,Q4_K] [--dtypes f16,bf16]
+Usage: python -m strata_ref.native.dequant.bench [--types Q8_0,Q4_K] [--dtypes f16,bf16]
        [--all] [--mib 256] [--markdown] [--wide-only]
 Goal (issues 4 and 20): wide >= 90 % of copy for Q8_0, Q4_K, Q5_K, Q6_K,
 IQ4_XS to f16, bf16 and f32, and >= 5x the generic kernel. The last lines
@@ -78,9 +78,9 @@ def main(argv=None) -> int:
 
     import cupy as cp
 
-    from strata_ref.native.dispatch import GENERIC_TYPES, WIDE_BLOCKS_ALIGN
+    from strata_ref.native.dequant.parity import make_blocks
+    from strata_ref.native.dequant.policy import GENERIC_TYPES, WIDE_BLOCKS_ALIGN
     from strata_ref.native.loader import load
-    from strata_ref.native.parity import make_blocks
     from strata_ref.types import block_format, parse_type
 
     nat = load()

@@ -8,6 +8,7 @@ stderr when it is a terminal; Ctrl-C stops any command with status 130.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import signal
@@ -47,6 +48,27 @@ def _err(msg: str) -> int:
     # one line, whatever the message holds (a name taken from a file)
     print(f"strata-ref: error: {printable(msg, backslash=False)}", file=sys.stderr)
     return 2
+
+
+def _error_line(e: BaseException) -> str:
+    """The message of an error caught at the top, as the line after
+    `strata-ref: error: `. The library's errors (ValueError, RuntimeError,
+    ImportError and their kinds: GGUFError, ModelError ...) are sentences
+    that name what went wrong: their message alone. An OSError: its path(s)
+    and reason ("out.npz: is a directory"; a symbolic link loop or a link to
+    nothing said so), no class name or errno. Any other error (TypeError,
+    MemoryError, ArithmeticError: not expected) keeps its class name, so
+    that a bug still shows as one."""
+    msg = str(e)
+    if isinstance(e, OSError) and e.strerror:
+        names = [os.fsdecode(n) for n in (e.filename, e.filename2) if n is not None]
+        from ._paths import unreachable
+        why = unreachable(names[0]) if names and e.errno in (errno.ELOOP, errno.ENOENT) else None
+        reason = why or e.strerror[:1].lower() + e.strerror[1:]
+        return f"{' -> '.join(names)}: {reason}" if names else reason
+    if isinstance(e, (ValueError, RuntimeError, ImportError, OSError)) and msg:
+        return msg
+    return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
 
 
 def _split_list(s: str | None) -> list[str] | None:
@@ -989,13 +1011,12 @@ def main(argv=None) -> int:
     except (ValueError, TypeError, RuntimeError, OSError, ImportError,
             MemoryError, ArithmeticError) as e:
         # Library errors (GGUFError, ModelError, UnsupportedTypeError...) name
-        # what went wrong; show that line, not a traceback. MemoryError and
-        # ArithmeticError (ZeroDivisionError, OverflowError) are not expected:
-        # the type stays in the line so that a bug is still visible
-        # (STRATA_REF_DEBUG=1 gives the traceback).
+        # what went wrong; show that line, not a traceback (`_error_line`:
+        # TypeError, MemoryError and ArithmeticError are not expected and
+        # keep their class name; STRATA_REF_DEBUG=1 gives the traceback).
         if debug:
             raise
-        return _err(f"{type(e).__name__}: {e}")
+        return _err(_error_line(e))
     except Exception as e:
         # Nothing else is expected: a bug. Still one line, saying so.
         if debug:

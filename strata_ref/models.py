@@ -243,6 +243,11 @@ def resolve(name_or_path: str | os.PathLike | None = None, *, fetch_missing: boo
     p = Path(name_or_path).expanduser()
     if p.is_file() or p.is_dir():
         return p
+    from ._paths import unreachable
+    why = unreachable(p)
+    if why:
+        # is_file() says False for a link loop: not "no such file"
+        raise ModelError(f"{name_or_path}: {why}")
     if p.exists():
         raise ModelError(f"{name_or_path} is not a regular file (a device or a pipe)")
     try:

@@ -1,0 +1,80 @@
+"""The command line on careless and hostile input, round 3 (issue 29):
+manifests locked and appended line by line, output paths checked before
+the work and never a user's file overwritten, results printed when a chart
+fails, NaN-aware comparisons, a stream that cannot encode a character,
+symbolic link loops, a scheduler that does not answer, and the small ones.
+Models are made here (tests/infer_helpers) unless a test says otherwise."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from strata_ref.cli import main
+from strata_ref.gguf import GGUFValueType as V, write_gguf
+from strata_ref.types import GGMLType as T
+
+
+def _err_line(capsys) -> str:
+    """The one stderr line of a refused command, without its prefix."""
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("strata-ref: error: "), err
+    return err[0][len("strata-ref: error: "):]
+
+
+@pytest.fixture
+def small(tmp_path):
+    p = tmp_path / "small.gguf"
+    write_gguf(p, {}, [("a", T.F32, (32,), np.ones(32, np.float32)),
+                       ("b", T.F32, (32, 2), np.arange(64, dtype=np.float32))])
+    return p
+
+
+# ---------------------------------------------------------------- 14: error lines
+def test_library_and_os_errors_have_no_class_or_errno_prefix(tmp_path, capsys):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"hi\n")
+    assert main(["info", str(bad)]) == 2
+    assert _err_line(capsys) == (f"{bad}: file truncated in the magic: needs 4 bytes, the file "
+                                 f"ends after 3 (at byte offset 0)")
+    assert main(["info", str(tmp_path / "nope.gguf")]) == 2
+    assert _err_line(capsys) == f"no such file: {tmp_path / 'nope.gguf'}"
+    # an OSError: the path and the reason, no `IsADirectoryError: [Errno 21]`
+    from strata_ref.cli import _error_line
+    assert _error_line(IsADirectoryError(21, "Is a directory", "out/x")) == "out/x: is a directory"
+    assert _error_line(PermissionError(13, "Permission denied", "a b")) == "a b: permission denied"
+    assert _error_line(OSError(18, "Invalid cross-device link", "a", None, "b")) == \
+        "a -> b: invalid cross-device link"
+    assert _error_line(ValueError("plain words")) == "plain words"
+    assert _error_line(ValueError()) == "ValueError"
+
+
+def test_unexpected_errors_keep_their_class(monkeypatch, capsys):
+    # a TypeError is a bug, not a sentence for the user: its class stays
+    import strata_ref.cli as cli
+
+    def boom(a):
+        raise TypeError("unsupported operand")
+    monkeypatch.setattr(cli, "cmd_info", boom)
+    monkeypatch.delenv("STRATA_REF_DEBUG", raising=False)
+    assert main(["info", "x"]) == 2
+    assert _err_line(capsys) == "TypeError: unsupported operand"
+
+
+# ---------------------------------------------------------------- 11: symbolic link loops
+def test_symlink_loop_is_named(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    os.symlink("loop.gguf", "loop.gguf")
+    for argv in (["info", "loop.gguf"], ["hash", "loop.gguf"], ["generate", "loop.gguf", "Hi"]):
+        assert main(argv) == 2
+        assert _err_line(capsys) == "loop.gguf: a symbolic link loop (it leads back to itself)"
+    os.symlink("gone.gguf", "dangling.gguf")
+    assert main(["info", "dangling.gguf"]) == 2
+    assert _err_line(capsys) == "dangling.gguf: a symbolic link to 'gone.gguf', which does not exist"
+    # a loop met as an OSError (a prompts file) reads the same
+    assert main(["kl", "a.gguf", "b.gguf", "--prompts", "loop.gguf"]) == 2
+    assert _err_line(capsys) == "loop.gguf: a symbolic link loop (it leads back to itself)"

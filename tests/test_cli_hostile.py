@@ -78,3 +78,70 @@ def test_symlink_loop_is_named(tmp_path, capsys, monkeypatch):
     # a loop met as an OSError (a prompts file) reads the same
     assert main(["kl", "a.gguf", "b.gguf", "--prompts", "loop.gguf"]) == 2
     assert _err_line(capsys) == "loop.gguf: a symbolic link loop (it leads back to itself)"
+
+
+# ---------------------------------------------------------------- 2, 7: manifests
+def test_a_second_writer_of_a_manifest_is_refused(small, tmp_path, capsys):
+    """Two `hash --manifest m.jsonl` at once interleaved their lines and
+    the manifest was lost: the first holds the file's lock, the second is
+    refused in one line and leaves the file as it was."""
+    import fcntl
+    m = tmp_path / "m.jsonl"
+    assert main(["hash", str(small), "--out", "f32", "--manifest", str(m)]) == 0
+    capsys.readouterr()
+    before = m.read_bytes()
+    fd = os.open(m, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)    # another run, writing it
+        for extra in ([], ["--resume"]):
+            assert main(["hash", str(small), "--out", "f32", "--manifest", str(m), *extra]) == 2
+            assert _err_line(capsys) == (f"{m} is being written by another strata-ref hash (it "
+                                         f"holds the file's lock); wait for it, or give another "
+                                         f"--manifest")
+            assert m.read_bytes() == before
+    finally:
+        os.close(fd)
+    # the lock goes with the run: a later run takes it
+    assert main(["hash", str(small), "--out", "f32", "--manifest", str(m), "--resume"]) == 0
+
+
+def test_manifest_records_are_appended_whole(small, tmp_path):
+    """Each record goes to the end of the file in one write (O_APPEND):
+    bytes another writer added are never overwritten by a record."""
+    from strata_ref import gguf
+    from strata_ref.hashing import _open_manifest
+    f = gguf.read(small)
+    m = tmp_path / "m.jsonl"
+    entries = [(0, t) for t in f.tensors]
+    held, w = _open_manifest(m, f.shards, entries, ("f32",), False)
+    try:
+        with open(m, "ab") as other:
+            other.write(b'{"x":1}\n')
+        w.write_record(0, entries[0][1], {"f32": 7})
+    finally:
+        w.close()
+    lines = m.read_bytes().split(b"\n")
+    assert lines[-1] == b"" and lines[1] == b'{"x":1}' and json.loads(lines[2])["hash"] == {
+        "f32": "0000000000000007"}
+
+
+def test_a_manifest_of_another_model_is_refused_without_resume(small, tmp_path, capsys):
+    """`hash gemma3 --manifest m1.jsonl` (no --resume) truncated a complete
+    manifest of another model; now refused as --resume refuses it, with the
+    way to start afresh named."""
+    other = tmp_path / "other.gguf"
+    write_gguf(other, {}, [("z", T.F32, (32,), np.zeros(32, np.float32))])
+    m = tmp_path / "m1.jsonl"
+    assert main(["hash", str(other), "--out", "f32", "--manifest", str(m)]) == 0
+    capsys.readouterr()
+    before = m.read_bytes()
+    for extra in ([], ["--resume"]):
+        assert main(["hash", str(small), "--out", "f32", "--manifest", str(m), *extra]) == 2
+        line = _err_line(capsys)
+        assert line.startswith(f"{m}: the manifest is of other.gguf (")
+        assert ", not of small.gguf (" in line
+        assert line.endswith("; give another --manifest, or remove it to start afresh")
+        assert m.read_bytes() == before
+    # its own model's manifest still starts afresh without --resume
+    assert main(["hash", str(other), "--out", "f32", "--manifest", str(m)]) == 0
+    assert m.read_bytes() == before

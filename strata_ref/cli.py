@@ -442,12 +442,57 @@ def _json_out(doc) -> None:
     print()
 
 
-def _check_plot(plot_dir) -> None:
-    """--plot asks for charts: make sure matplotlib is there before the
-    measurement runs, not after it (ImportError, a one-line error)."""
-    if plot_dir:
-        from .quality.charts import _plt
-        _plt()
+def _plot_problem(plot_dir) -> str | None:
+    """Why the charts of `--plot DIR` could not be written, as one line, or
+    None; checked before the measurement runs, not after it: matplotlib
+    must be there (ImportError, a one-line error), DIR must be a directory
+    this process can write, or one it can create. Directories made for the
+    check are removed again (the charts make them)."""
+    if not plot_dir:
+        return None
+    from .quality.charts import _plt
+    _plt()
+    import tempfile
+    d = os.path.abspath(plot_dir)
+    if os.path.exists(d) and not os.path.isdir(d):
+        return f"--plot {plot_dir}: not a directory (a file of that name exists)"
+    missing = []
+    while not os.path.isdir(d):
+        if os.path.lexists(d):
+            return f"--plot {plot_dir}: {d} is not a directory"
+        missing.append(d)
+        d = os.path.dirname(d)
+    made = []
+    try:
+        for m in reversed(missing):
+            try:
+                os.mkdir(m)
+            except OSError as e:
+                return f"--plot {plot_dir}: cannot create {m}: {e.strerror[:1].lower() + e.strerror[1:]}"
+            made.append(m)
+        probe = missing[0] if missing else os.path.abspath(plot_dir)
+        try:
+            with tempfile.TemporaryFile(dir=probe):
+                pass
+        except OSError as e:
+            return f"--plot {plot_dir}: cannot write into it: {e.strerror[:1].lower() + e.strerror[1:]}"
+    finally:
+        for m in reversed(made):
+            os.rmdir(m)
+    return None
+
+
+def _write_charts(plot_dir, *charts) -> int:
+    """Call each chart writer (no arguments) after the results are
+    printed: 0, or 2 after one error line when one fails (the results
+    stand)."""
+    for chart in charts:
+        try:
+            chart()
+        except Exception as e:
+            return _err(f"--plot {plot_dir}: the chart was not written: {_error_line(e)} "
+                        f"(the results are above)")
+    return 0
 
 
 def cmd_kl(a) -> int:
@@ -461,7 +506,9 @@ def cmd_kl(a) -> int:
     bad_cpu = _cpu_problem(a.cpu)
     if bad_cpu:
         return _err(bad_cpu)
-    _check_plot(a.plot)
+    bad_plot = _plot_problem(a.plot)
+    if bad_plot:
+        return _err(bad_plot)
     plist = prompts.load_prompts(a.prompts) if a.prompts else list(prompts.DEFAULT_PROMPTS)
     if a.limit:
         plist = plist[:a.limit]
@@ -473,23 +520,26 @@ def cmd_kl(a) -> int:
     meta = {"ref": a.ref, "cpu": ref.cpu.name, "prompts_file": a.prompts,
             "max_tokens": a.max_tokens, "temperature": a.temperature, "top_k": a.top_k,
             "top_p": a.top_p, "seed": a.seed, "chat": a.chat}
-    if a.plot:
-        from .quality import charts
-        for spec, res in zip(a.test, results):
-            charts.kl_distribution(a.plot, res, f"{spec} vs {a.ref}",
-                                   name=None if len(a.test) == 1 else f"kl_{charts.slug(spec)}.png")
     if a.json:
         docs = [report.kl_json({**meta, "test_spec": spec}, res, st, fl)
                 for spec, res, st in zip(a.test, results, sts)]
         _json_out(docs[0] if len(docs) == 1 else {**meta, "floor": fl, "tests": docs})
+    else:
+        mode = "greedy" if a.temperature <= 0 else f"temperature {a.temperature}, seed {a.seed}"
+        for i, (spec, res, st) in enumerate(zip(a.test, results, sts)):
+            header = (f"KL(REF || TEST)  REF={printable(a.ref)}  TEST={printable(spec)}  cpu {ref.cpu.name}, "
+                      f"{len(plist)} prompts, {st.get('n', 0)} generated positions, {mode}"
+                      + (", chat" if a.chat else ""))
+            print(("\n" if i else "") + report.kl_text(header, res, st, fl))
+    if not a.plot:
         return 0
-    mode = "greedy" if a.temperature <= 0 else f"temperature {a.temperature}, seed {a.seed}"
-    for i, (spec, res, st) in enumerate(zip(a.test, results, sts)):
-        header = (f"KL(REF || TEST)  REF={printable(a.ref)}  TEST={printable(spec)}  cpu {ref.cpu.name}, "
-                  f"{len(plist)} prompts, {st.get('n', 0)} generated positions, {mode}"
-                  + (", chat" if a.chat else ""))
-        print(("\n" if i else "") + report.kl_text(header, res, st, fl))
-    return 0
+    sys.stdout.flush()
+    from .quality import charts
+    return _write_charts(a.plot, *(
+        lambda spec=spec, res=res: charts.kl_distribution(
+            a.plot, res, f"{spec} vs {a.ref}",
+            name=None if len(a.test) == 1 else f"kl_{charts.slug(spec)}.png")
+        for spec, res in zip(a.test, results)))
 
 
 def cmd_layers(a) -> int:
@@ -509,22 +559,25 @@ def cmd_layers(a) -> int:
         return _err(bad_cpu)
     from .types import parse_type
     target = parse_type(a.type)
-    _check_plot(a.plot)
+    bad_plot = _plot_problem(a.plot)
+    if bad_plot:
+        return _err(bad_plot)
     plist = prompts.load_prompts(a.prompts) if a.prompts else list(prompts.DEFAULT_PROMPTS)
     if a.limit:
         plist = plist[:a.limit]
     with progress_bar(None, "layers", "task", enabled=not a.json) as bar:
         study = layers.run_layers(a.model, target, plist, a.max_tokens, a.cpu,
                                   jobs=a.jobs or 1, scheduler=a.scheduler, progress=bar.update)
-    if a.plot:
-        from .quality import charts
-        charts.layer_kl(a.plot, study)
-        charts.crest(a.plot, study)
     if a.json:
         _json_out(study)
+    else:
+        print(report.layers_text(study))
+    if not a.plot:
         return 0
-    print(report.layers_text(study))
-    return 0
+    sys.stdout.flush()
+    from .quality import charts
+    return _write_charts(a.plot, lambda: charts.layer_kl(a.plot, study),
+                         lambda: charts.crest(a.plot, study))
 
 
 def cmd_experts(a) -> int:
@@ -611,7 +664,9 @@ def cmd_rotate(a) -> int:
         for t in (a.types or "Q8_0,Q4_0").split(","):
             if t:
                 parse_type(t)
-        _check_plot(a.plot)
+        bad_plot = _plot_problem(a.plot)
+        if bad_plot:
+            return _err(bad_plot)
     with progress_bar(None, "rotate", "layer", enabled=not a.json) as bar:
         summary = rotate_gguf(src, a.output, a.type, a.seed, bar.update)
     if a.measure:
@@ -622,25 +677,26 @@ def cmd_rotate(a) -> int:
         types = [t for t in (a.types or "Q8_0,Q4_0").split(",") if t]
         with progress_bar(None, "measure", "step", enabled=not a.json) as bar:
             study = rotation_study(src, a.output, plist, a.max_tokens, types, a.cpu, bar.update)
-        if a.plot:
-            from .quality import charts
-            charts.rotation_crest(a.plot, study)
-            charts.rotation_a8(a.plot, study)
-            charts.rotation_kl(a.plot, study)
         summary["study"] = study
         if not a.json:
             print(report.rotation_text(study))
     if a.json:
         _json_out(summary)
+    else:
+        types = {}
+        for _, t in summary["tensors"]:
+            types[t] = types.get(t, 0) + 1
+        print(f"{printable(a.output)}: {summary['arch']}, residual stream {summary['n_embd']} rotated by "
+              f"a randomized Hadamard ({' x '.join(map(str, summary['hadamard']))}, seed {summary['seed']}), "
+              f"heads of {summary['head_dim']} ({' x '.join(map(str, summary['head_hadamard']))}); "
+              f"tensors: " + ", ".join(f"{t} x{n}" for t, n in sorted(types.items())))
+    if not a.plot:
         return 0
-    types = {}
-    for _, t in summary["tensors"]:
-        types[t] = types.get(t, 0) + 1
-    print(f"{printable(a.output)}: {summary['arch']}, residual stream {summary['n_embd']} rotated by "
-          f"a randomized Hadamard ({' x '.join(map(str, summary['hadamard']))}, seed {summary['seed']}), "
-          f"heads of {summary['head_dim']} ({' x '.join(map(str, summary['head_hadamard']))}); "
-          f"tensors: " + ", ".join(f"{t} x{n}" for t, n in sorted(types.items())))
-    return 0
+    sys.stdout.flush()
+    from .quality import charts
+    return _write_charts(a.plot, *(lambda fn=fn: fn(a.plot, summary["study"])
+                                   for fn in (charts.rotation_crest, charts.rotation_a8,
+                                              charts.rotation_kl)))
 
 
 def cmd_parity(a) -> int:

@@ -145,3 +145,70 @@ def test_a_manifest_of_another_model_is_refused_without_resume(small, tmp_path, 
     # its own model's manifest still starts afresh without --resume
     assert main(["hash", str(other), "--out", "f32", "--manifest", str(m)]) == 0
     assert m.read_bytes() == before
+
+
+# ---------------------------------------------------------------- 3: --plot
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from infer_helpers import tiny_model
+    p = tmp_path_factory.mktemp("tiny") / "tiny.gguf"
+    tiny_model("qwen3", p, seed=0)
+    return str(p)
+
+
+def _no_work(monkeypatch):
+    """Make the measurement itself fail loudly if it is reached."""
+    import strata_ref.quality.layers as layers
+    import strata_ref.quality.rotate as rotate
+    import strata_ref.quality.variants as variants
+
+    def reached(*a, **k):
+        raise AssertionError("the work ran before --plot was checked")
+    monkeypatch.setattr(variants, "load_variant", reached)
+    monkeypatch.setattr(layers, "run_layers", reached)
+    monkeypatch.setattr(rotate, "rotate_gguf", reached)
+
+
+def test_plot_is_checked_before_the_work(tiny, tmp_path, capsys, monkeypatch):
+    pytest.importorskip("matplotlib")
+    _no_work(monkeypatch)
+    precious = tmp_path / "precious.txt"
+    precious.write_text("mine\n")
+    runs = (["kl", tiny + "@float", tiny], ["layers", tiny],
+            ["rotate", tiny, str(tmp_path / "r.gguf"), "--measure"])
+    for argv in runs:
+        assert main([*argv, "--plot", str(precious)]) == 2
+        assert _err_line(capsys) == f"--plot {precious}: not a directory (a file of that name exists)"
+        assert main([*argv, "--plot", str(precious / "sub")]) == 2
+        assert _err_line(capsys) == f"--plot {precious / 'sub'}: {precious} is not a directory"
+        assert precious.read_text() == "mine\n"
+    if os.path.isdir("/proc/self"):
+        # /proc takes no new directory, even from root
+        assert main(["kl", tiny, tiny, "--plot", "/proc/nope/dir"]) == 2
+        assert _err_line(capsys).startswith("--plot /proc/nope/dir: cannot create /proc/nope: ")
+    # a directory that does not exist yet is fine, and is not made before the charts
+    monkeypatch.undo()
+    new = tmp_path / "charts" / "kl"
+    assert main(["kl", tiny + "@float", tiny, "--limit", "1", "--max-tokens", "2", "--cpu", "avx2",
+                 "--plot", str(new)]) == 0
+    assert (new / "kl_distribution.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_results_are_printed_when_a_chart_fails(tiny, tmp_path, capsys, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import strata_ref.quality.charts as charts
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device", str(tmp_path / "kl_distribution.png"))
+    monkeypatch.setattr(charts, "kl_distribution", full)
+    for extra in ([], ["--json"]):
+        assert main(["kl", tiny + "@float", tiny, "--limit", "1", "--max-tokens", "2", "--cpu", "avx2",
+                     "--plot", str(tmp_path), *extra]) == 2
+        cap = capsys.readouterr()
+        if extra:
+            assert json.loads(cap.out)["test"]["n"] == 2
+        else:
+            assert cap.out.startswith("KL(REF || TEST)")
+        assert cap.err.splitlines()[-1] == (
+            f"strata-ref: error: --plot {tmp_path}: the chart was not written: "
+            f"{tmp_path / 'kl_distribution.png'}: no space left on device (the results are above)")

@@ -580,37 +580,109 @@ def cmd_layers(a) -> int:
                          lambda: charts.crest(a.plot, study))
 
 
-def cmd_experts(a) -> int:
-    import numpy as np
+_NPY_ASK = "give float32 (n, n_embd) saved with numpy.save"
 
+
+def _load_activations(path):
+    """(array, None) of `experts --activations FILE`, or (None, the line
+    that says why not): a regular file in NumPy's .npy format holding a
+    2-D float32 array; never unpickled."""
+    import stat
+
+    import numpy as np
+    where = f"--activations {path}"
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        return None, f"{where}: not a regular file"
+    with open(path, "rb") as f:
+        magic = f.read(6)
+    if magic[:4] == b"PK\x03\x04":
+        return None, f"{where}: a .npz archive, not a .npy array; {_NPY_ASK}"
+    if magic != b"\x93NUMPY":
+        return None, f"{where}: not a .npy file (no NumPy header); {_NPY_ASK}"
+    fmt = np.lib.format
+    with open(path, "rb") as f:
+        try:
+            version = fmt.read_magic(f)
+            read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+            shape, _, dtype = read(f)
+        except ValueError as e:
+            return None, f"{where}: a damaged .npy header ({e}); {_NPY_ASK}"
+        data_at = f.tell()
+    if dtype.hasobject:
+        return None, f"{where}: holds Python objects, not numbers; {_NPY_ASK}"
+    if dtype != np.float32 or len(shape) != 2:
+        return None, f"{where}: needs a float32 .npy array (n, n_embd), got {dtype} {shape}"
+    need = data_at + shape[0] * shape[1] * 4
+    size = os.path.getsize(path)
+    if size < need:
+        return None, (f"{where}: the header says float32 {shape}, {need - data_at} bytes, the file "
+                      f"holds {size - data_at}; is it cut short?")
+    return np.load(path, allow_pickle=False), None
+
+
+def _npz_out_problem(path) -> str | None:
+    """Why `experts --out PATH` would not be written, or None: PATH must not
+    be a directory, nor a file other than a .npz (zip) archive, and its
+    directory must exist; checked before the work."""
+    where = f"--out {path}"
+    if os.path.isdir(path):
+        return f"{where}: a directory; give a file name, such as {os.path.join(path, 'experts.npz')}"
+    if os.path.lexists(path):
+        if not os.path.isfile(path):
+            return f"{where}: not a regular file"
+        with open(path, "rb") as f:
+            if f.read(4) not in (b"PK\x03\x04", b""):
+                return f"{where}: the file exists and is not a .npz archive; give another --out, or remove it"
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        return f"{where}: {parent} is not a directory"
+    return None
+
+
+def _save_npz(path, **arrays) -> None:
+    """numpy.savez into exactly `path` (savez given a name adds `.npz`),
+    through a temporary file beside it, so that a failure leaves no half
+    archive and the old one, if any, whole."""
+    import tempfile
+
+    import numpy as np
+    real = os.path.realpath(path)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(real), prefix=".strata-ref-", suffix=".npz")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, real)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def cmd_experts(a) -> int:
     from .hashing import hash_array
-    from .infer.moe import check_experts
+    from .infer import moe
     if (a.prompt is None) == (a.activations is None):
         return _err("experts takes --prompt TEXT or --activations FILE.npy (one of them)")
     bad_cpu = _cpu_problem(a.cpu)
     if bad_cpu:
         return _err(bad_cpu)
+    bad_out = _npz_out_problem(a.out) if a.out else None
+    if bad_out:
+        return _err(bad_out)
     x = None
     if a.activations is not None:
-        try:
-            x = np.load(a.activations, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            return _err(f"--activations {printable(a.activations)}: {e}")
-        if not isinstance(x, np.ndarray) or x.dtype != np.float32:
-            return _err(f"--activations {printable(a.activations)}: needs a float32 .npy array "
-                        f"(n, n_embd), got {getattr(x, 'dtype', type(x).__name__)}")
-    c = check_experts(a.model, a.layer, x=x, prompt=a.prompt, profile=a.cpu)
-    d = np.abs(c.cpu.astype(np.float64) - c.route)
-    rel = float(d.max() / max(np.abs(c.cpu).max(), np.finfo(np.float32).tiny))
+        x, bad = _load_activations(a.activations)
+        if bad:
+            return _err(bad)
+    c = moe.check_experts(a.model, a.layer, x=x, prompt=a.prompt, profile=a.cpu)
+    agree = c.agreement()
     doc = {"arch": c.arch, "layer": c.layer, "cpu_profile": c.profile, "tokens": int(c.x.shape[0]),
            "experts_used": int(c.ids.shape[1]),
            "fnv1a64": {"x": f"{hash_array(c.x):016x}", "cpu": f"{hash_array(c.cpu):016x}",
-                       "route": f"{hash_array(c.route):016x}"},
-           "max_abs_diff": float(d.max()), "max_rel_diff": rel,
-           "equal_values": float(np.mean(c.cpu.view(np.uint32) == c.route.view(np.uint32)))}
+                       "route": f"{hash_array(c.route):016x}"}, **agree}
     if a.out:
-        np.savez(a.out, x=c.x, ids=c.ids, weights=c.weights, cpu=c.cpu, route=c.route,
-                 **{k: np.array(str(v)) for k, v in doc.items() if k != "fnv1a64"})
+        import numpy as np
+        _save_npz(a.out, x=c.x, ids=c.ids, weights=c.weights, cpu=c.cpu, route=c.route,
+                  **{k: np.array(str(v)) for k, v in doc.items() if k != "fnv1a64"})
         doc["out"] = a.out
     if a.json:
         print(json.dumps(doc, indent=1))
@@ -619,8 +691,13 @@ def cmd_experts(a) -> int:
           f"(ids of token 0: {c.ids[0].tolist()})")
     print(f"  llama.cpp CPU ({c.profile}):  fnv1a64 {doc['fnv1a64']['cpu']}")
     print(f"  mode-8 expert route:    fnv1a64 {doc['fnv1a64']['route']}")
-    print(f"  max |cpu - route| {doc['max_abs_diff']:.3g} ({rel:.3g} of max |cpu|), "
-          f"{100 * doc['equal_values']:.1f} % of values equal")
+    nan = []
+    if agree["nan_both"]:
+        nan.append(f"{agree['nan_both']} NaN on both sides, counted equal as in the hashes")
+    if agree["nan_vs_number"]:
+        nan.append(f"{agree['nan_vs_number']} NaN on one side only")
+    print(f"  max |cpu - route| {agree['max_abs_diff']:.3g} ({agree['max_rel_diff']:.3g} of max |cpu|), "
+          f"{100 * agree['equal_values']:.1f} % of values equal" + (f" ({'; '.join(nan)})" if nan else ""))
     if a.out:
         print(f"  written: {printable(a.out)} (x, ids, weights, cpu, route)")
     return 0

@@ -212,3 +212,113 @@ def test_results_are_printed_when_a_chart_fails(tiny, tmp_path, capsys, monkeypa
         assert cap.err.splitlines()[-1] == (
             f"strata-ref: error: --plot {tmp_path}: the chart was not written: "
             f"{tmp_path / 'kl_distribution.png'}: no space left on device (the results are above)")
+
+
+# ---------------------------------------------------------------- 4, 8, 9: experts
+def _fake_check(monkeypatch, cpu, route):
+    """`check_experts` replaced by one that returns these outputs (the
+    reporting is what is tested; the kernels have their own tests)."""
+    import strata_ref.infer.moe as moe
+    n, d = cpu.shape
+    c = moe.ExpertCheck("qwen3moe", 0, "scalar", np.zeros((n, d), np.float32),
+                        np.zeros((n, 2), np.int32), np.full((n, 2), 0.5, np.float32), cpu, route)
+    calls = []
+
+    def fake(model, layer, x=None, prompt=None, profile=None):
+        calls.append(model)
+        return c
+    monkeypatch.setattr(moe, "check_experts", fake)
+    return calls
+
+
+def test_experts_out_is_the_path_given_and_never_a_directory_or_a_users_file(
+        tmp_path, capsys, monkeypatch):
+    calls = _fake_check(monkeypatch, np.ones((2, 8), np.float32), np.ones((2, 8), np.float32))
+    precious = tmp_path / "precious.txt"
+    precious.write_text("mine\n")
+    d = tmp_path / "dir"
+    d.mkdir()
+    argv = ["experts", "m.gguf", "--layer", "0", "--prompt", "Hi", "--out"]
+    assert main([*argv, str(precious)]) == 2
+    assert _err_line(capsys) == (f"--out {precious}: the file exists and is not a .npz archive; "
+                                 f"give another --out, or remove it")
+    assert precious.read_text() == "mine\n"
+    assert main([*argv, str(d)]) == 2
+    assert _err_line(capsys) == f"--out {d}: a directory; give a file name, such as {d / 'experts.npz'}"
+    assert main([*argv, str(tmp_path / "nope" / "x.npz")]) == 2
+    assert _err_line(capsys) == f"--out {tmp_path / 'nope' / 'x.npz'}: {tmp_path / 'nope'} is not a directory"
+    assert calls == [] and sorted(os.listdir(tmp_path)) == ["dir", "precious.txt"]
+    # written under exactly the name given, and said so
+    out = tmp_path / "result"
+    assert main([*argv, str(out)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"  written: {out} (x, ids, weights, cpu, route)"
+    assert sorted(os.listdir(tmp_path)) == ["dir", "precious.txt", "result"]
+    assert np.array_equal(np.load(out)["cpu"], np.ones((2, 8), np.float32))
+    # an archive of an earlier run is replaced
+    assert main([*argv, str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["out"] == str(out)
+
+
+def test_experts_compares_nan_as_the_hashes_do(capsys, monkeypatch):
+    """All-NaN outputs hashed equal and were then reported as `max |cpu -
+    route| nan ... 0.0 % of values equal`: any NaN equals any NaN, as in
+    the hashes (whose NaNs are canonical)."""
+    nan_a = np.full((2, 4), np.nan, np.float32)
+    nan_b = np.array(np.full((2, 4), 0x7FC00001, np.uint32)).view(np.float32)   # another NaN
+    _fake_check(monkeypatch, nan_a, nan_b)
+    argv = ["experts", "m.gguf", "--layer", "0", "--prompt", "Hi"]
+    assert main([*argv, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["fnv1a64"]["cpu"] == doc["fnv1a64"]["route"]
+    assert (doc["max_abs_diff"], doc["max_rel_diff"], doc["equal_values"], doc["nan_vs_number"]) == \
+        (0.0, 0.0, 1.0, 0)
+    assert main(argv) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "  max |cpu - route| 0 (0 of max |cpu|), 100.0 % of values equal (8 NaN on both sides, "
+        "counted equal as in the hashes)")
+    # a NaN against a number is a difference; the numbers' difference is over numbers only
+    cpu = np.array([[1.0, 2.0, np.nan, 4.0]], np.float32)
+    route = np.array([[1.0, 2.5, np.nan, np.nan]], np.float32)
+    _fake_check(monkeypatch, cpu, route)
+    assert main([*argv, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["max_abs_diff"], doc["max_rel_diff"], doc["equal_values"], doc["nan_vs_number"]) == \
+        (0.5, 0.125, 0.5, 1)
+    assert main(argv) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "  max |cpu - route| 0.5 (0.125 of max |cpu|), 50.0 % of values equal (1 NaN on both "
+        "sides, counted equal as in the hashes; 1 NaN on one side only)")
+
+
+def test_experts_activations_that_are_not_a_npy_array(tmp_path, capsys, monkeypatch):
+    calls = _fake_check(monkeypatch, np.ones((1, 8), np.float32), np.ones((1, 8), np.float32))
+    argv = ["experts", "m.gguf", "--layer", "0", "--activations"]
+    text = tmp_path / "precious.txt"
+    text.write_text("1 2 3\n")
+    assert main([*argv, str(text)]) == 2
+    assert _err_line(capsys) == (f"--activations {text}: not a .npy file (no NumPy header); give "
+                                 f"float32 (n, n_embd) saved with numpy.save")
+    z = tmp_path / "x.npz"
+    np.savez(z, x=np.zeros((1, 8), np.float32))
+    assert main([*argv, str(z)]) == 2
+    assert _err_line(capsys) == (f"--activations {z}: a .npz archive, not a .npy array; give "
+                                 f"float32 (n, n_embd) saved with numpy.save")
+    assert main([*argv, str(tmp_path)]) == 2
+    assert _err_line(capsys) == f"--activations {tmp_path}: not a regular file"
+    obj = tmp_path / "o.npy"
+    np.save(obj, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    assert main([*argv, str(obj)]) == 2
+    assert _err_line(capsys) == (f"--activations {obj}: holds Python objects, not numbers; give "
+                                 f"float32 (n, n_embd) saved with numpy.save")
+    one = tmp_path / "one.npy"
+    np.save(one, np.zeros(8, np.float32))
+    assert main([*argv, str(one)]) == 2
+    assert _err_line(capsys) == (f"--activations {one}: needs a float32 .npy array (n, n_embd), "
+                                 f"got float32 (8,)")
+    cut = tmp_path / "cut.npy"
+    np.save(cut, np.zeros((4, 8), np.float32))
+    cut.write_bytes(cut.read_bytes()[:-10])
+    assert main([*argv, str(cut)]) == 2
+    assert _err_line(capsys) == (f"--activations {cut}: the header says float32 (4, 8), 128 bytes, "
+                                 f"the file holds 118; is it cut short?")
+    assert calls == []

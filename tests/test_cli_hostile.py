@@ -322,3 +322,54 @@ def test_experts_activations_that_are_not_a_npy_array(tmp_path, capsys, monkeypa
     assert _err_line(capsys) == (f"--activations {cut}: the header says float32 (4, 8), 128 bytes, "
                                  f"the file holds 118; is it cut short?")
     assert calls == []
+
+
+# ---------------------------------------------------------------- 13: the first run, concurrent
+_RACE_WORKER = r'''
+import sys, time
+import strata_ref._jitcache          # what every strata-ref kernel module imports
+from numba.core import caching
+mode = sys.argv[1]
+if len(sys.argv) > 2:
+    # force the interleaving numba allows: both processes read the empty
+    # index, then the int64 run's data file lands after the float64 run saved
+    load, save_data = caching.IndexDataCacheFile._load_index, caching.IndexDataCacheFile._save_data
+    def slow_load(self):
+        r = load(self)
+        time.sleep(1.0)
+        return r
+    def slow_data(self, name, data):
+        if mode == "i":
+            time.sleep(2.0)
+        return save_data(self, name, data)
+    caching.IndexDataCacheFile._load_index = slow_load
+    caching.IndexDataCacheFile._save_data = slow_data
+import racemod
+print(repr(racemod.f({"i": 1, "f": 1.5}[mode])))
+'''
+
+
+def test_numba_cache_survives_two_first_runs_at_once(tmp_path):
+    """numba's cache saves an entry as an unlocked read-modify-write of the
+    index (numba issue 10128): two processes compiling two signatures of
+    one function at once could leave the index naming the other
+    signature's code, and a later process got float64 f(1.5) = 2 from the
+    int64 entry, as a cache hit. With strata_ref._jitcache imported, saves
+    and loads hold a lock of the cache directory: both entries are right."""
+    (tmp_path / "racemod.py").write_text("from numba import njit\n\n\n@njit(cache=True)\n"
+                                         "def f(x):\n    return x + 1\n")
+    (tmp_path / "worker.py").write_text(_RACE_WORKER)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path)] + sys.path)}
+    env.pop("NUMBA_CACHE_DIR", None)
+
+    def start(mode, *slow):
+        return subprocess.Popen([sys.executable, "worker.py", mode, *slow], cwd=tmp_path,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    import time
+    a = start("i", "slow")
+    time.sleep(0.5)
+    b = start("f", "slow")
+    assert [p.communicate(timeout=120)[0].strip() for p in (a, b)] == ["2", "2.5"]
+    # a later run loads both from the cache
+    # (numba alone: ["2", "2"], the float64 call runs the int64 machine code)
+    assert [start(m).communicate(timeout=120)[0].strip() for m in ("f", "i")] == ["2.5", "2"]

@@ -47,6 +47,7 @@ import math
 import numpy as np
 from numba import njit
 
+from .. import _jitcache  # noqa: F401  (numba's cache, locked across processes)
 from ..types import GGMLType
 
 __all__ = ["RotateError", "hadamard_factors", "hadamard_matrix", "RandomizedHadamard",

@@ -26,6 +26,7 @@ import os
 import numpy as np
 from numba import njit, prange
 
+from .. import _jitcache  # noqa: F401  (numba's cache, locked across processes)
 from ..types import GGMLType, block_format
 
 __all__ = ["parse_spec", "load_variant", "fallback_type", "FloatMatrix", "A8TokenMatrix",

@@ -703,12 +703,43 @@ def cmd_experts(a) -> int:
     return 0
 
 
+def _seed_problem(seed) -> str | None:
+    """A seed is llama.cpp's uint32_t (`llama_sampler_init_dist`); the
+    rotation's is written as a UINT32 key."""
+    if not 0 <= seed < 1 << 32:
+        return f"--seed must be from 0 to {(1 << 32) - 1}, got {seed}"
+    return None
+
+
+def _rotate_out_problem(out, force: bool) -> str | None:
+    """Why `rotate IN OUT` must not write OUT, as one line, or None; checked
+    before the work: a directory, something that is not a regular file, or
+    a file that is not a GGUF without --force (an earlier rotation, a GGUF,
+    is replaced)."""
+    if os.path.isdir(out):
+        return (f"rotate: OUT {out} is a directory; give a file name, such as "
+                f"{os.path.join(out, 'rotated.gguf')}")
+    if not os.path.exists(out):
+        return None
+    if not os.path.isfile(out):
+        return f"rotate: OUT {out} is not a regular file"
+    with open(out, "rb") as f:
+        if f.read(4) != b"GGUF" and not force:
+            return (f"rotate: OUT {out} exists and is not a GGUF file; give another OUT, or "
+                    f"--force to replace it")
+    return None
+
+
 def cmd_rotate(a) -> int:
     from ._progress import progress_bar
     from .models import resolve
     from .quality.rotate import rotate_gguf
-    if a.seed < 0:
-        return _err(f"--seed must be >= 0, got {a.seed}")
+    bad_seed = _seed_problem(a.seed)
+    if bad_seed:
+        return _err(bad_seed)
+    bad_out = _rotate_out_problem(a.output, a.force)
+    if bad_out:
+        return _err(bad_out)
     from .gguf import read
     src = resolve(a.input)
     out_real = os.path.realpath(a.output)
@@ -1006,7 +1037,11 @@ def build_parser() -> argparse.ArgumentParser:
     ro.add_argument("output", metavar="OUT", help="the rotated .gguf to write")
     ro.add_argument("--type", default=None, metavar="TYPE",
                     help="ggml type of every 2-D weight (default: each tensor keeps its type)")
-    ro.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the Hadamard signs (>= 0)")
+    ro.add_argument("--seed", type=int, default=0, metavar="S",
+                    help="seed of the Hadamard signs, 0 .. 2^32 - 1")
+    ro.add_argument("--force", action="store_true",
+                    help="replace OUT even when it exists and is not a GGUF file (an earlier "
+                         "GGUF is replaced without it)")
     ro.add_argument("--json", action="store_true", help="machine-readable summary")
     ro.add_argument("--measure", action="store_true",
                     help="then compare OUT with IN (crest factors, per-linear int8 errors, KL "

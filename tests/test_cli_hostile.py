@@ -373,3 +373,34 @@ def test_numba_cache_survives_two_first_runs_at_once(tmp_path):
     # a later run loads both from the cache
     # (numba alone: ["2", "2"], the float64 call runs the int64 machine code)
     assert [start(m).communicate(timeout=120)[0].strip() for m in ("f", "i")] == ["2.5", "2"]
+
+
+# ---------------------------------------------------------------- 5, 6: rotate OUT
+def test_rotate_checks_out_before_the_work_and_keeps_a_users_file(tiny, tmp_path, capsys,
+                                                                  monkeypatch):
+    import strata_ref.quality.rotate as rotate
+    real = rotate.rotate_gguf
+    _no_work(monkeypatch)
+    precious = tmp_path / "existing.gguf"
+    precious.write_text("my notes\n")
+    d = tmp_path / "dir"
+    d.mkdir()
+    assert main(["rotate", tiny, str(precious)]) == 2
+    assert _err_line(capsys) == (f"rotate: OUT {precious} exists and is not a GGUF file; give "
+                                 f"another OUT, or --force to replace it")
+    assert precious.read_text() == "my notes\n"
+    assert main(["rotate", tiny, str(d)]) == 2
+    assert _err_line(capsys) == (f"rotate: OUT {d} is a directory; give a file name, such as "
+                                 f"{d / 'rotated.gguf'}")
+    assert main(["rotate", tiny, str(tmp_path / "o.gguf"), "--seed", str(1 << 32)]) == 2
+    assert _err_line(capsys) == "--seed must be from 0 to 4294967295, got 4294967296"
+    monkeypatch.setattr(rotate, "rotate_gguf", real)
+    # --force replaces the file; an earlier GGUF (a rerun) is replaced without it
+    assert main(["rotate", tiny, str(precious), "--force", "--json"]) == 0
+    assert precious.read_bytes()[:4] == b"GGUF"
+    first = precious.read_bytes()
+    assert main(["rotate", tiny, str(precious), "--seed", "1", "--json"]) == 0
+    assert precious.read_bytes()[:4] == b"GGUF" and precious.read_bytes() != first
+    capsys.readouterr()
+    # no temporary file is left beside it
+    assert sorted(os.listdir(tmp_path)) == ["dir", "existing.gguf"]

@@ -65,15 +65,17 @@ def test_randomized_hadamard_is_orthogonal_and_seeded():
 
 
 # ------------------------------------------------------------ tiny models
-def _tiny(path, arch, seed=0, tied=True, biases=False, **split):
+def _tiny(path, arch, seed=0, tied=True, biases=False, extra_tokens=0, **split):
     """A tiny float model: n_embd 48 (Paley 12 x Sylvester 4), 3 heads of
     16 over 1 KV head, n_ff 96, 3 layers, random norm weights and a massive
-    embedding channel."""
+    embedding channel; `extra_tokens` more (control) tokens make the
+    embedding as large as asked."""
     from strata_ref.gguf import GGUFValueType as V, write_gguf
     from strata_ref.infer.tokenizer import _BYTE_TO_CHAR
     rng = np.random.default_rng(seed)
     L, E, H, KV, D, F = 3, 48, 3, 1, 16, 96
     tokens = [_BYTE_TO_CHAR[b] for b in range(256)] + ["ĠĠ", "<|bos|>", "<|eos|>"]
+    tokens += [f"<|x{i}|>" for i in range(extra_tokens)]
     nv = len(tokens)
     md = {"general.architecture": arch,
           f"{arch}.block_count": (V.UINT32, L), f"{arch}.context_length": (V.UINT32, 256),
@@ -83,7 +85,7 @@ def _tiny(path, arch, seed=0, tied=True, biases=False, **split):
           f"{arch}.rope.freq_base": (V.FLOAT32, 1e4),
           "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",
           "tokenizer.ggml.tokens": (V.ARRAY, tokens, V.STRING),
-          "tokenizer.ggml.token_type": (V.ARRAY, [1] * 257 + [3, 3], V.INT32),
+          "tokenizer.ggml.token_type": (V.ARRAY, [1] * 257 + [3, 3] + [3] * extra_tokens, V.INT32),
           "tokenizer.ggml.merges": (V.ARRAY, ["Ġ Ġ"], V.STRING),
           "tokenizer.ggml.bos_token_id": (V.UINT32, 257), "tokenizer.ggml.eos_token_id": (V.UINT32, 258),
           "tokenizer.ggml.add_bos_token": False}
@@ -206,6 +208,32 @@ def test_rotated_file_layout(tmp_path):
     # the same seed gives the same bytes
     rotate_gguf(src, tmp_path / "r2.gguf", type="Q8_0", seed=1)
     assert (tmp_path / "r2.gguf").read_bytes() == dst.read_bytes()
+
+
+def test_rotate_streams_its_output(tmp_path):
+    """The rotated tensors are computed and written one at a time (the
+    embedding and every linear that reads the stream in chunks of rows):
+    `rotate` held every tensor of the model in float64 before it wrote the
+    file, 2.0 GB of RSS on SmolLM2-135M for a 128 MB output. Here a tied
+    embedding of 33027 x 48 (F32: 6.3 MB, float64 12.7 MB, written twice:
+    as output.weight and token_embd.weight): the peak of traced
+    allocations must stay below the largest output tensor plus 16 MiB of
+    chunk scratch (a chunk of 2^18 values in float64 is 2 MiB; the
+    transform holds a few copies), where holding the model's rotated
+    float64 tensors takes over 25 MB."""
+    import tracemalloc
+    src, dst = tmp_path / "m.gguf", tmp_path / "r.gguf"
+    _tiny(src, "llama", extra_tokens=32768)
+    rotate_gguf(src, tmp_path / "warm.gguf", type="F32", seed=0)      # compiled before measuring
+    emb_bytes = 33027 * 48 * 4
+    tracemalloc.start()
+    try:
+        rotate_gguf(src, dst, type="F32", seed=0)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < emb_bytes + (16 << 20), peak
+    assert dst.read_bytes() == (tmp_path / "warm.gguf").read_bytes()
 
 
 def test_rotate_errors(tmp_path):

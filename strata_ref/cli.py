@@ -1137,6 +1137,17 @@ def _keep_interrupts() -> None:
     sys.unraisablehook = hook
 
 
+def _escape_unencodable() -> None:
+    """Write what stdout / stderr cannot encode (PYTHONIOENCODING=ascii, a
+    C locale) as backslash escapes (`caf\\xe9`, `\\u0120`) instead of
+    dying with UnicodeEncodeError in the middle of the output. A stream
+    that already has an error handler other than strict keeps it."""
+    import io
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv=None) -> int:
     """The `strata-ref` command: returns the exit status. With argv None
     (the console script, `python -m strata_ref.cli`) the process is the
@@ -1144,6 +1155,7 @@ def main(argv=None) -> int:
     a caller passing argv keeps its own."""
     if argv is None:
         _keep_interrupts()
+    _escape_unencodable()
     parser = build_parser()
     # argparse stops filling a positional list at the first option, so
     # `generate MODEL --chat PROMPT` leaves PROMPT over: take it back here.

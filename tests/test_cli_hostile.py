@@ -404,3 +404,29 @@ def test_rotate_checks_out_before_the_work_and_keeps_a_users_file(tiny, tmp_path
     capsys.readouterr()
     # no temporary file is left beside it
     assert sorted(os.listdir(tmp_path)) == ["dir", "existing.gguf"]
+
+
+# ---------------------------------------------------------------- 10: a stream that cannot encode
+def test_output_is_escaped_where_the_stream_cannot_encode_it(tiny, tmp_path):
+    """With PYTHONIOENCODING=ascii `info` died at the first token 'Ġ' and
+    `generate "Le café est très"` at its echo: what the stream cannot
+    encode is written as a backslash escape instead."""
+    p = tmp_path / "u.gguf"
+    write_gguf(p, {"general.name": "café Ġ", "list": (V.ARRAY, ["Ġa", "b"], V.STRING)}, [])
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    r = subprocess.run([sys.executable, "-m", "strata_ref.cli", "info", str(p)], env=env,
+                       capture_output=True, text=True, encoding="ascii", timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "  general.name = 'caf\\xe9 \\u0120'" in lines
+    assert "  list = ['\\u0120a', 'b']" in lines
+    r = subprocess.run([sys.executable, "-m", "strata_ref.cli", "generate", tiny, "Le café est très",
+                        "--max-tokens", "2", "--cpu", "avx2"], env=env, capture_output=True,
+                       encoding="ascii", errors="strict", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("Le caf\\xe9 est tr\\xe8s")
+    # an error line that holds such a character
+    r = subprocess.run([sys.executable, "-m", "strata_ref.cli", "info", str(tmp_path / "né.gguf")],
+                       env=env, capture_output=True, encoding="ascii", timeout=120)
+    assert r.returncode == 2
+    assert r.stderr == f"strata-ref: error: no such file: {tmp_path}/n\\xe9.gguf\n"

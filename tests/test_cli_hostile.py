@@ -430,3 +430,22 @@ def test_output_is_escaped_where_the_stream_cannot_encode_it(tiny, tmp_path):
                        env=env, capture_output=True, encoding="ascii", timeout=120)
     assert r.returncode == 2
     assert r.stderr == f"strata-ref: error: no such file: {tmp_path}/n\\xe9.gguf\n"
+
+
+# ---------------------------------------------------------------- 12: a scheduler that does not answer
+def test_a_scheduler_that_does_not_answer_fails_fast_naming_it(small, capsys, monkeypatch):
+    """`--scheduler bogus:1234` took 32 s (dask's 30 s connect timeout) to
+    say `Timed out trying to connect`: now a short timeout, and the line
+    names the address and what to check."""
+    pytest.importorskip("distributed")
+    import socket
+    from strata_ref import tasks
+    with socket.socket() as s:                  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert tasks.CONNECT_TIMEOUT_S <= 10
+    monkeypatch.setattr(tasks, "CONNECT_TIMEOUT_S", 1)
+    assert main(["hash", str(small), "--out", "f32", "--scheduler", f"127.0.0.1:{port}"]) == 2
+    assert _err_line(capsys) == (
+        f"--scheduler 127.0.0.1:{port}: no dask scheduler answered at tcp://127.0.0.1:{port} "
+        f"within 1 s (is it running, and is the address right?)")

@@ -15,7 +15,7 @@ import signal
 import sys
 
 from . import __version__
-from ._text import printable
+from ._text import count, printable
 
 DESCRIPTION = """\
 The bitwise reference for GGML/GGUF quantized weights: hash every tensor's
@@ -194,7 +194,7 @@ def _print_hashes(model, rows: list, chained: dict, outs: list, as_json: bool,
     if split:
         print(f"split set: {len(shards)} shards, {printable(os.path.basename(shards[0]))} ... "
               f"{printable(os.path.basename(shards[-1]))}")
-    print(f"chained ({len(rows)} tensors, {_model_order(model)}): "
+    print(f"chained ({count(len(rows), 'tensor')}, {_model_order(model)}): "
           + "  ".join(f"{d}={chained[d]}" for d in outs))
 
 
@@ -227,7 +227,7 @@ def _hash_device(a, model, tensors, outs) -> int:
         return 0 if not a.compare or run.all_equal else 1
     if a.compare:
         print("\n".join(compare_lines(run)))
-        print(f"chained ({len(rows)} tensors, {_model_order(model)}, device): "
+        print(f"chained ({count(len(rows), 'tensor')}, {_model_order(model)}, device): "
               + "  ".join(f"{d}={chained[d]}" for d in outs))
     else:
         _print_hashes(model, rows, chained, outs, False)
@@ -262,6 +262,31 @@ def _moe_summary(f) -> str:
     return "; ".join(parts)
 
 
+#: characters of a metadata value `info` shows on its line
+INFO_VALUE_CHARS = 150
+
+
+def _print_key(f, key: str, where) -> int:
+    """`info MODEL --key KEY`: the one value, whole. A string as its text,
+    line by line, each line escaped (a control character as \\xNN, so
+    that the file cannot drive the terminal); an array one value per line
+    (strings escaped as names are); a number as Python writes it."""
+    if key not in f.metadata:
+        return _err(f"no metadata key '{key}' in {where} (it has {count(len(f.metadata), 'key')}; "
+                    f"`strata-ref info {where}` lists them)")
+    v = f.metadata[key]
+    v = v.item() if hasattr(v, "item") and getattr(v, "ndim", 0) == 0 else v
+    if isinstance(v, str):
+        print("\n".join(printable(line, backslash=False) for line in v.split("\n")))
+    elif hasattr(v, "__len__"):
+        for x in v:
+            x = x.item() if hasattr(x, "item") else x
+            print(printable(x) if isinstance(x, str) else printable(repr(x), backslash=False))
+    else:
+        print(printable(repr(v), backslash=False))
+    return 0
+
+
 def cmd_info(a) -> int:
     from collections import Counter
 
@@ -269,6 +294,8 @@ def cmd_info(a) -> int:
     from .models import resolve
 
     f = read(resolve(a.file))
+    if a.key is not None:
+        return _print_key(f, a.key, a.file)
     print(f"file: {printable(f.path)}\nGGUF version {f.version}, alignment {f.alignment}, "
           f"{len(f.metadata)} metadata keys, {len(f.tensors)} tensors")
     if len(f.shards) > 1:
@@ -282,20 +309,27 @@ def cmd_info(a) -> int:
         # as Python writes it
         v = v.item() if hasattr(v, "item") and getattr(v, "ndim", 0) == 0 else v
         if isinstance(v, str):
-            return "'" + printable(v[:200]) + ("…'" if len(v) > 200 else "'")
+            return "'" + printable(v[:INFO_VALUE_CHARS + 1]) + "'"
         return printable(repr(v), backslash=False)
     for k, v in f.metadata.items():
+        cut = False
         if hasattr(v, "__len__") and not isinstance(v, str):
-            if len(v) > 8:
-                s = f"[{len(v)} values] [" + ", ".join(show(x) for x in v[:4]) + ", ...]"
-            else:
-                s = "[" + ", ".join(show(x) for x in v) + "]"
+            cut = len(v) > 8
+            shown = v[:4] if cut else v
+            s = (f"[{len(v)} values] " if cut else "") + "[" + ", ".join(show(x) for x in shown)
+            s += ", ...]" if cut else "]"
         else:
             s = show(v)
+        if len(s) > INFO_VALUE_CHARS:
+            # one line: '…' where it is cut, and the way to see all of it
+            s = s[:INFO_VALUE_CHARS] + ("…'" if s.startswith("'") else "…")
+            cut = True
+        if cut:
+            s += " (cut; --key prints it whole)"
         # the key is escaped too (and cut: a damaged file can have a key of
         # megabytes)
         key = printable(k if len(k) <= 200 else k[:150] + "…" + k[-20:])
-        print(f"  {key} = {s[:160]}")
+        print(f"  {key} = {s}")
     moe = _moe_summary(f)
     if moe:
         print(moe)
@@ -326,7 +360,8 @@ def cmd_models(a) -> int:
                 state = "cached copy fails its sha256; `models fetch` replaces it"
             else:
                 state = "not fetched"
-            print(f"{m.name:<30} {m.architecture:<6} {m.size / 1e6:7.1f} MB  {m.note}  [{state}]")
+            print(f"{m.name:<30} {m.architecture:<6} {m.size / 1e6:7.1f} MB  {m.note}; aliases: "
+                  f"{', '.join(m.aliases)}  [{state}]")
         return 0
     if not a.name:
         return _err("models fetch needs a NAME")
@@ -359,8 +394,8 @@ def _check_generate_args(a) -> str | None:
         return f"--top-p must be in (0, 1], got {a.top_p}"
     if a.top_k < 0:
         return f"--top-k must be >= 0 (0: off), got {a.top_k}"
-    if a.seed < 0:
-        return f"--seed must be >= 0, got {a.seed}"
+    if _seed_problem(a.seed):
+        return _seed_problem(a.seed)
     if a.max_tokens < 0:
         return f"--max-tokens must be >= 0, got {a.max_tokens}"
     from .infer.kv_cache import cache_type, resolve_flash_attn
@@ -495,6 +530,18 @@ def _write_charts(plot_dir, *charts) -> int:
     return 0
 
 
+def _native_note(cpu) -> None:
+    """After the results of a run in the native profile (`--cpu` None: as
+    $STRATA_REF_CPU, else native): the note on what native means on this
+    CPU, once per model cache (as `generate` prints it)."""
+    from . import cpu as _cpu
+    from ._env import env_value
+    from .infer import _note_once
+    name = cpu if cpu is not None else env_value(_cpu.ENV) or "native"
+    if name.strip().lower() == "native":
+        _note_once(_cpu.native_note(), None)
+
+
 def cmd_kl(a) -> int:
     from ._progress import progress_bar
     from .infer.sampling import Sampler
@@ -503,6 +550,8 @@ def cmd_kl(a) -> int:
         return _err(f"--max-tokens must be >= 1, got {a.max_tokens}")
     if a.limit is not None and a.limit < 1:
         return _err(f"--limit must be >= 1, got {a.limit}")
+    if _seed_problem(a.seed):
+        return _err(_seed_problem(a.seed))
     bad_cpu = _cpu_problem(a.cpu)
     if bad_cpu:
         return _err(bad_cpu)
@@ -515,22 +564,32 @@ def cmd_kl(a) -> int:
     sampler = Sampler(a.temperature, a.top_k, a.top_p, a.seed)
     ref = variants.load_variant(a.ref, a.cpu)
     tests = [variants.load_variant(t, a.cpu) for t in a.test]
+    for spec, m in zip([a.ref] + a.test, [ref] + tests):
+        # `@Q4_K` of a model whose rows do not fit its blocks is mostly another type
+        note = variants.fallback_note(spec, m)
+        if note:
+            print(f"strata-ref: note: {note}", file=sys.stderr)
     with progress_bar(len(plist), "kl", "prompt", enabled=not a.json) as bar:
         results, sts, fl = kl.run_kl_many(ref, tests, plist, a.max_tokens, sampler, a.chat, bar.update)
     meta = {"ref": a.ref, "cpu": ref.cpu.name, "prompts_file": a.prompts,
             "max_tokens": a.max_tokens, "temperature": a.temperature, "top_k": a.top_k,
             "top_p": a.top_p, "seed": a.seed, "chat": a.chat}
     if a.json:
-        docs = [report.kl_json({**meta, "test_spec": spec}, res, st, fl)
-                for spec, res, st in zip(a.test, results, sts)]
+        def fallback(m):
+            fb = getattr(m, "fallback", None)
+            return {"matrices": fb["matrices"], "types": fb["types"]} if fb else None
+        docs = [report.kl_json({**meta, "test_spec": spec, "fallback": fallback(m)}, res, st, fl)
+                for spec, m, res, st in zip(a.test, tests, results, sts)]
         _json_out(docs[0] if len(docs) == 1 else {**meta, "floor": fl, "tests": docs})
     else:
         mode = "greedy" if a.temperature <= 0 else f"temperature {a.temperature}, seed {a.seed}"
         for i, (spec, res, st) in enumerate(zip(a.test, results, sts)):
             header = (f"KL(REF || TEST)  REF={printable(a.ref)}  TEST={printable(spec)}  cpu {ref.cpu.name}, "
-                      f"{len(plist)} prompts, {st.get('n', 0)} generated positions, {mode}"
+                      f"{count(len(plist), 'prompt')}, {count(st.get('n', 0), 'generated position')}, "
+                      f"{mode}"
                       + (", chat" if a.chat else ""))
             print(("\n" if i else "") + report.kl_text(header, res, st, fl))
+    _native_note(a.cpu)
     if not a.plot:
         return 0
     sys.stdout.flush()
@@ -868,8 +927,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "DIFFERENT with the first differing value; exit 0 only if all equal")
     h.set_defaults(func=cmd_hash)
 
-    i = sub.add_parser("info", help="metadata and a per-type tensor summary")
-    i.add_argument("file", metavar="MODEL", help="a .gguf file, or a registry model name")
+    i = sub.add_parser("info", help="metadata and a per-type tensor summary",
+                       description="The metadata of a GGUF model (values longer than a line "
+                                   "are cut, ending in '…'; --key prints one whole), the expert "
+                                   "counts of an MoE file, and a per-type tensor summary.")
+    i.add_argument("file", metavar="MODEL",
+                   help="a .gguf file (any shard of a split set), a directory holding one model, "
+                        "or a registry model name or alias")
+    i.add_argument("--key", default=None, metavar="KEY",
+                   help="print only this metadata key's value, whole: a string as its text (its "
+                        "lines as lines, other control characters escaped), an array one value "
+                        "per line")
     i.set_defaults(func=cmd_info)
 
     m = sub.add_parser("models", help="the registry of real GGUF models")
@@ -929,7 +997,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="sample among the most likely tokens whose probabilities add "
                          "up to P, in (0, 1] (1: all)")
     ge.add_argument("--seed", type=int, default=0, metavar="S",
-                    help="seed of the sampler's random numbers (>= 0)")
+                    help="seed of the sampler's random numbers, 0 .. 2^32 - 1 (a 32-bit seed, "
+                         "as llama.cpp's)")
     ge.add_argument("--chat", action="store_true",
                     help="format the prompt as one user message with the model's chat template")
     ge.add_argument("--ctx", type=int, default=None, metavar="N",
@@ -978,7 +1047,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="REF's sampling temperature; 0 is greedy")
     kq.add_argument("--top-k", type=int, default=0, metavar="K", help="REF samples among the K most likely (0: all)")
     kq.add_argument("--top-p", type=float, default=1.0, metavar="P", help="REF's top-p, in (0, 1]")
-    kq.add_argument("--seed", type=int, default=0, metavar="S", help="REF's sampling seed")
+    kq.add_argument("--seed", type=int, default=0, metavar="S",
+                    help="REF's sampling seed, 0 .. 2^32 - 1")
     kq.add_argument("--chat", action="store_true",
                     help="each prompt is a user message in the model's chat template")
     kq.add_argument("--cpu", default=None, metavar="PROFILE",

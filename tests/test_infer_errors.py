@@ -312,7 +312,7 @@ def test_prompt_after_double_dash_with_model(tiny, capsys):
 
 
 @pytest.mark.parametrize("opts, msg", [
-    (["--seed", "-1"], "--seed must be >= 0, got -1"),
+    (["--seed", "-1"], "--seed must be from 0 to 4294967295, got -1"),
     (["--temperature", "inf"], "--temperature must be a finite number >= 0 (0: greedy), got inf"),
     (["--temperature", "nan"], "--temperature must be a finite number >= 0 (0: greedy), got nan"),
     (["--temperature", "-1"], "--temperature must be a finite number >= 0 (0: greedy), got -1.0"),
@@ -326,8 +326,9 @@ def test_bad_generate_options_name_the_option(tiny, capsys, opts, msg):
     assert cap.out == "" and cap.err.splitlines() == [f"strata-ref: error: {msg}"]
 
 
-def test_native_note_is_one_short_line_once_per_process(tiny, capsys, monkeypatch):
-    # the AMX note was a long clause inside every speed line
+def test_native_note_is_one_short_line_once_per_cache(tiny, capsys, monkeypatch, tmp_path):
+    # the AMX note was a long clause inside every speed line, and then a
+    # line after every run (issue 29): now once per model cache
     import strata_ref.cpu as cpu
     import strata_ref.infer as infer
     note = cpu.native_note(ZEN4 | {"amx_tile", "amx_int8"})
@@ -336,8 +337,10 @@ def test_native_note_is_one_short_line_once_per_process(tiny, capsys, monkeypatc
     monkeypatch.setattr(cpu, "native_note", lambda flags=None: note)
     monkeypatch.setattr(infer, "_NOTED", set())
     monkeypatch.delenv("STRATA_REF_CPU", raising=False)
+    monkeypatch.setenv("STRATA_REF_CACHE", str(tmp_path))
     name = cpu.native().name
     for run in range(2):
+        infer._NOTED.clear()            # a new process: the cache remembers
         assert main(["generate", tiny, "Hi", "--max-tokens", "1"]) == 0
         cap = capsys.readouterr()
         assert cap.out.rstrip("\n").endswith(f"| cpu: {name} (native)]")

@@ -483,8 +483,11 @@ def _plot_problem(plot_dir) -> str | None:
     must be there (ImportError, a one-line error), DIR must be a directory
     this process can write, or one it can create. Directories made for the
     check are removed again (the charts make them)."""
-    if not plot_dir:
+    if plot_dir is None:
         return None
+    if not plot_dir.strip():
+        # an unset shell variable: say so rather than draw no chart
+        return "--plot is empty; give a directory for the charts (or leave --plot out)"
     from .quality.charts import _plt
     _plt()
     import tempfile

@@ -182,6 +182,8 @@ def test_plot_is_checked_before_the_work(tiny, tmp_path, capsys, monkeypatch):
         assert main([*argv, "--plot", str(precious / "sub")]) == 2
         assert _err_line(capsys) == f"--plot {precious / 'sub'}: {precious} is not a directory"
         assert precious.read_text() == "mine\n"
+        assert main([*argv, "--plot", ""]) == 2
+        assert _err_line(capsys) == "--plot is empty; give a directory for the charts (or leave --plot out)"
     if os.path.isdir("/proc/self"):
         # /proc takes no new directory, even from root
         assert main(["kl", tiny, tiny, "--plot", "/proc/nope/dir"]) == 2

@@ -9,15 +9,73 @@ its own: the index file is named after `name` (which must say what the
 closure's constants are), and the key holds, besides the signature and the
 CPU, a digest of every source file the closure inlines (`sources_digest`),
 so that editing any of them invalidates the entry.
+
+Importing this module also makes numba's on-disk cache safe for several
+processes at once (`lock_numba_cache`): numba saves a cache entry as a
+read-modify-write of the function's index file with no lock (numba issue
+10128), so two processes compiling two signatures of one function at the
+same time could both take data file 1, and the index could name the other
+signature's machine code: here a later process got float64 f(1.5) = 2
+from the int64 entry, reported as a cache hit (tests/test_cli_hostile.py).
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
+import os
 from pathlib import Path
 
+from numba.core import caching
 from numba.core.caching import FunctionCache
 
-__all__ = ["cached", "sources_digest"]
+__all__ = ["cached", "sources_digest", "lock_numba_cache"]
+
+
+@contextlib.contextmanager
+def _dir_lock(path: str, exclusive: bool):
+    """flock on the cache directory itself (no lock file is left behind):
+    exclusive for a save, shared for a load. Where the directory is missing
+    or the file system has no locks, nothing is locked."""
+    try:
+        import fcntl
+        fd = os.open(path, os.O_RDONLY)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(fd)            # and with it the lock
+
+
+def _locked(method, exclusive: bool):
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with _dir_lock(self._cache_path, exclusive):
+            return method(self, *args, **kwargs)
+    run._strata_ref_locked = True
+    return run
+
+
+def lock_numba_cache() -> None:
+    """Run every save of numba's on-disk cache (`IndexDataCacheFile.save`:
+    read the index, pick a data file, write both) under an exclusive lock
+    of the cache directory and every load under a shared one, so that no
+    process sees another's save half done. Applies to every cached numba
+    function of this process; idempotent; the files are numba's own, so a
+    process without the lock still reads them."""
+    cls = caching.IndexDataCacheFile
+    if not getattr(cls.save, "_strata_ref_locked", False):
+        cls.save = _locked(cls.save, True)
+        cls.load = _locked(cls.load, False)
+
+
+lock_numba_cache()
 
 _DIGESTS: dict[tuple, str] = {}
 

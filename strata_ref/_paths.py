@@ -1,4 +1,5 @@
-"""Where the repository's data directories are, in a checkout or an installed wheel.
+"""Where the repository's data directories are, in a checkout or an installed
+wheel; and what a path that cannot be reached is (`unreachable`).
 
 The CUDA sources (`native/`) and the golden files (`golden/`) live at the top of
 the repository (DESIGN.md fixes that layout). A checkout (or `pip install -e .`)
@@ -9,10 +10,12 @@ chooses between the two layouts.
 """
 from __future__ import annotations
 
+import errno
+import os
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["DATA_DIRS", "data_dir"]
+__all__ = ["DATA_DIRS", "data_dir", "unreachable"]
 
 #: repository directory -> its name inside an installed package
 DATA_DIRS = {"native": "_native_src", "golden": "_golden"}
@@ -39,3 +42,24 @@ def data_dir(name: str, *, checkout_only: bool = False) -> Path:
             return c
     where = ", ".join(str(c) for c in cands) if cands else f"{pkg} is not in a source checkout"
     raise FileNotFoundError(f"no {name}/ directory ({where})")
+
+
+def unreachable(path) -> str | None:
+    """Why `path` cannot be reached although a directory entry of that name
+    exists, in words, or None: "a symbolic link loop (it leads back to
+    itself)" (ELOOP), or "a symbolic link to 'TARGET', which does not
+    exist". None when there is no such entry or the path can be reached."""
+    path = os.fspath(path)
+    try:
+        os.stat(path)
+        return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "a symbolic link loop (it leads back to itself)"
+        if e.errno != errno.ENOENT or not os.path.islink(path):
+            return None
+    try:
+        target = os.readlink(path)
+    except OSError:
+        return None
+    return f"a symbolic link to {target!r}, which does not exist"

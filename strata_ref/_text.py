@@ -6,7 +6,7 @@ a table or move the cursor. `printable` escapes what a terminal would act on.
 """
 from __future__ import annotations
 
-__all__ = ["printable"]
+__all__ = ["printable", "count"]
 
 
 def _escape(c: str) -> str:
@@ -34,3 +34,9 @@ def printable(s: str, backslash: bool = True) -> str:
         return s
     return "".join("\\\\" if c == "\\" and backslash else
                    (c if c.isprintable() else _escape(c)) for c in s)
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """"1 tensor", "2 tensors", "0 tensors": n and the noun in the number
+    n asks for (`plural`: when it is not noun + "s")."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"

@@ -8,13 +8,14 @@ stderr when it is a terminal; Ctrl-C stops any command with status 130.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import signal
 import sys
 
 from . import __version__
-from ._text import printable
+from ._text import count, printable
 
 DESCRIPTION = """\
 The bitwise reference for GGML/GGUF quantized weights: hash every tensor's
@@ -47,6 +48,27 @@ def _err(msg: str) -> int:
     # one line, whatever the message holds (a name taken from a file)
     print(f"strata-ref: error: {printable(msg, backslash=False)}", file=sys.stderr)
     return 2
+
+
+def _error_line(e: BaseException) -> str:
+    """The message of an error caught at the top, as the line after
+    `strata-ref: error: `. The library's errors (ValueError, RuntimeError,
+    ImportError and their kinds: GGUFError, ModelError ...) are sentences
+    that name what went wrong: their message alone. An OSError: its path(s)
+    and reason ("out.npz: is a directory"; a symbolic link loop or a link to
+    nothing said so), no class name or errno. Any other error (TypeError,
+    MemoryError, ArithmeticError: not expected) keeps its class name, so
+    that a bug still shows as one."""
+    msg = str(e)
+    if isinstance(e, OSError) and e.strerror:
+        names = [os.fsdecode(n) for n in (e.filename, e.filename2) if n is not None]
+        from ._paths import unreachable
+        why = unreachable(names[0]) if names and e.errno in (errno.ELOOP, errno.ENOENT) else None
+        reason = why or e.strerror[:1].lower() + e.strerror[1:]
+        return f"{' -> '.join(names)}: {reason}" if names else reason
+    if isinstance(e, (ValueError, RuntimeError, ImportError, OSError)) and msg:
+        return msg
+    return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
 
 
 def _split_list(s: str | None) -> list[str] | None:
@@ -172,7 +194,7 @@ def _print_hashes(model, rows: list, chained: dict, outs: list, as_json: bool,
     if split:
         print(f"split set: {len(shards)} shards, {printable(os.path.basename(shards[0]))} ... "
               f"{printable(os.path.basename(shards[-1]))}")
-    print(f"chained ({len(rows)} tensors, {_model_order(model)}): "
+    print(f"chained ({count(len(rows), 'tensor')}, {_model_order(model)}): "
           + "  ".join(f"{d}={chained[d]}" for d in outs))
 
 
@@ -205,7 +227,7 @@ def _hash_device(a, model, tensors, outs) -> int:
         return 0 if not a.compare or run.all_equal else 1
     if a.compare:
         print("\n".join(compare_lines(run)))
-        print(f"chained ({len(rows)} tensors, {_model_order(model)}, device): "
+        print(f"chained ({count(len(rows), 'tensor')}, {_model_order(model)}, device): "
               + "  ".join(f"{d}={chained[d]}" for d in outs))
     else:
         _print_hashes(model, rows, chained, outs, False)
@@ -240,6 +262,31 @@ def _moe_summary(f) -> str:
     return "; ".join(parts)
 
 
+#: characters of a metadata value `info` shows on its line
+INFO_VALUE_CHARS = 150
+
+
+def _print_key(f, key: str, where) -> int:
+    """`info MODEL --key KEY`: the one value, whole. A string as its text,
+    line by line, each line escaped (a control character as \\xNN, so
+    that the file cannot drive the terminal); an array one value per line
+    (strings escaped as names are); a number as Python writes it."""
+    if key not in f.metadata:
+        return _err(f"no metadata key '{key}' in {where} (it has {count(len(f.metadata), 'key')}; "
+                    f"`strata-ref info {where}` lists them)")
+    v = f.metadata[key]
+    v = v.item() if hasattr(v, "item") and getattr(v, "ndim", 0) == 0 else v
+    if isinstance(v, str):
+        print("\n".join(printable(line, backslash=False) for line in v.split("\n")))
+    elif hasattr(v, "__len__"):
+        for x in v:
+            x = x.item() if hasattr(x, "item") else x
+            print(printable(x) if isinstance(x, str) else printable(repr(x), backslash=False))
+    else:
+        print(printable(repr(v), backslash=False))
+    return 0
+
+
 def cmd_info(a) -> int:
     from collections import Counter
 
@@ -247,6 +294,8 @@ def cmd_info(a) -> int:
     from .models import resolve
 
     f = read(resolve(a.file))
+    if a.key is not None:
+        return _print_key(f, a.key, a.file)
     print(f"file: {printable(f.path)}\nGGUF version {f.version}, alignment {f.alignment}, "
           f"{len(f.metadata)} metadata keys, {len(f.tensors)} tensors")
     if len(f.shards) > 1:
@@ -260,20 +309,27 @@ def cmd_info(a) -> int:
         # as Python writes it
         v = v.item() if hasattr(v, "item") and getattr(v, "ndim", 0) == 0 else v
         if isinstance(v, str):
-            return "'" + printable(v[:200]) + ("…'" if len(v) > 200 else "'")
+            return "'" + printable(v[:INFO_VALUE_CHARS + 1]) + "'"
         return printable(repr(v), backslash=False)
     for k, v in f.metadata.items():
+        cut = False
         if hasattr(v, "__len__") and not isinstance(v, str):
-            if len(v) > 8:
-                s = f"[{len(v)} values] [" + ", ".join(show(x) for x in v[:4]) + ", ...]"
-            else:
-                s = "[" + ", ".join(show(x) for x in v) + "]"
+            cut = len(v) > 8
+            shown = v[:4] if cut else v
+            s = (f"[{len(v)} values] " if cut else "") + "[" + ", ".join(show(x) for x in shown)
+            s += ", ...]" if cut else "]"
         else:
             s = show(v)
+        if len(s) > INFO_VALUE_CHARS:
+            # one line: '…' where it is cut, and the way to see all of it
+            s = s[:INFO_VALUE_CHARS] + ("…'" if s.startswith("'") else "…")
+            cut = True
+        if cut:
+            s += " (cut; --key prints it whole)"
         # the key is escaped too (and cut: a damaged file can have a key of
         # megabytes)
         key = printable(k if len(k) <= 200 else k[:150] + "…" + k[-20:])
-        print(f"  {key} = {s[:160]}")
+        print(f"  {key} = {s}")
     moe = _moe_summary(f)
     if moe:
         print(moe)
@@ -304,7 +360,8 @@ def cmd_models(a) -> int:
                 state = "cached copy fails its sha256; `models fetch` replaces it"
             else:
                 state = "not fetched"
-            print(f"{m.name:<30} {m.architecture:<6} {m.size / 1e6:7.1f} MB  {m.note}  [{state}]")
+            print(f"{m.name:<30} {m.architecture:<6} {m.size / 1e6:7.1f} MB  {m.note}; aliases: "
+                  f"{', '.join(m.aliases)}  [{state}]")
         return 0
     if not a.name:
         return _err("models fetch needs a NAME")
@@ -337,8 +394,8 @@ def _check_generate_args(a) -> str | None:
         return f"--top-p must be in (0, 1], got {a.top_p}"
     if a.top_k < 0:
         return f"--top-k must be >= 0 (0: off), got {a.top_k}"
-    if a.seed < 0:
-        return f"--seed must be >= 0, got {a.seed}"
+    if _seed_problem(a.seed):
+        return _seed_problem(a.seed)
     if a.max_tokens < 0:
         return f"--max-tokens must be >= 0, got {a.max_tokens}"
     from .infer.kv_cache import cache_type, resolve_flash_attn
@@ -420,12 +477,72 @@ def _json_out(doc) -> None:
     print()
 
 
-def _check_plot(plot_dir) -> None:
-    """--plot asks for charts: make sure matplotlib is there before the
-    measurement runs, not after it (ImportError, a one-line error)."""
-    if plot_dir:
-        from .quality.charts import _plt
-        _plt()
+def _plot_problem(plot_dir) -> str | None:
+    """Why the charts of `--plot DIR` could not be written, as one line, or
+    None; checked before the measurement runs, not after it: matplotlib
+    must be there (ImportError, a one-line error), DIR must be a directory
+    this process can write, or one it can create. Directories made for the
+    check are removed again (the charts make them)."""
+    if plot_dir is None:
+        return None
+    if not plot_dir.strip():
+        # an unset shell variable: say so rather than draw no chart
+        return "--plot is empty; give a directory for the charts (or leave --plot out)"
+    from .quality.charts import _plt
+    _plt()
+    import tempfile
+    d = os.path.abspath(plot_dir)
+    if os.path.exists(d) and not os.path.isdir(d):
+        return f"--plot {plot_dir}: not a directory (a file of that name exists)"
+    missing = []
+    while not os.path.isdir(d):
+        if os.path.lexists(d):
+            return f"--plot {plot_dir}: {d} is not a directory"
+        missing.append(d)
+        d = os.path.dirname(d)
+    made = []
+    try:
+        for m in reversed(missing):
+            try:
+                os.mkdir(m)
+            except OSError as e:
+                return f"--plot {plot_dir}: cannot create {m}: {e.strerror[:1].lower() + e.strerror[1:]}"
+            made.append(m)
+        probe = missing[0] if missing else os.path.abspath(plot_dir)
+        try:
+            with tempfile.TemporaryFile(dir=probe):
+                pass
+        except OSError as e:
+            return f"--plot {plot_dir}: cannot write into it: {e.strerror[:1].lower() + e.strerror[1:]}"
+    finally:
+        for m in reversed(made):
+            os.rmdir(m)
+    return None
+
+
+def _write_charts(plot_dir, *charts) -> int:
+    """Call each chart writer (no arguments) after the results are
+    printed: 0, or 2 after one error line when one fails (the results
+    stand)."""
+    for chart in charts:
+        try:
+            chart()
+        except Exception as e:
+            return _err(f"--plot {plot_dir}: the chart was not written: {_error_line(e)} "
+                        f"(the results are above)")
+    return 0
+
+
+def _native_note(cpu) -> None:
+    """After the results of a run in the native profile (`--cpu` None: as
+    $STRATA_REF_CPU, else native): the note on what native means on this
+    CPU, once per model cache (as `generate` prints it)."""
+    from . import cpu as _cpu
+    from ._env import env_value
+    from .infer import _note_once
+    name = cpu if cpu is not None else env_value(_cpu.ENV) or "native"
+    if name.strip().lower() == "native":
+        _note_once(_cpu.native_note(), None)
 
 
 def cmd_kl(a) -> int:
@@ -436,38 +553,55 @@ def cmd_kl(a) -> int:
         return _err(f"--max-tokens must be >= 1, got {a.max_tokens}")
     if a.limit is not None and a.limit < 1:
         return _err(f"--limit must be >= 1, got {a.limit}")
+    if _seed_problem(a.seed):
+        return _err(_seed_problem(a.seed))
     bad_cpu = _cpu_problem(a.cpu)
     if bad_cpu:
         return _err(bad_cpu)
-    _check_plot(a.plot)
+    bad_plot = _plot_problem(a.plot)
+    if bad_plot:
+        return _err(bad_plot)
     plist = prompts.load_prompts(a.prompts) if a.prompts else list(prompts.DEFAULT_PROMPTS)
     if a.limit:
         plist = plist[:a.limit]
     sampler = Sampler(a.temperature, a.top_k, a.top_p, a.seed)
     ref = variants.load_variant(a.ref, a.cpu)
     tests = [variants.load_variant(t, a.cpu) for t in a.test]
+    for spec, m in zip([a.ref] + a.test, [ref] + tests):
+        # `@Q4_K` of a model whose rows do not fit its blocks is mostly another type
+        note = variants.fallback_note(spec, m)
+        if note:
+            print(f"strata-ref: note: {note}", file=sys.stderr)
     with progress_bar(len(plist), "kl", "prompt", enabled=not a.json) as bar:
         results, sts, fl = kl.run_kl_many(ref, tests, plist, a.max_tokens, sampler, a.chat, bar.update)
     meta = {"ref": a.ref, "cpu": ref.cpu.name, "prompts_file": a.prompts,
             "max_tokens": a.max_tokens, "temperature": a.temperature, "top_k": a.top_k,
             "top_p": a.top_p, "seed": a.seed, "chat": a.chat}
-    if a.plot:
-        from .quality import charts
-        for spec, res in zip(a.test, results):
-            charts.kl_distribution(a.plot, res, f"{spec} vs {a.ref}",
-                                   name=None if len(a.test) == 1 else f"kl_{charts.slug(spec)}.png")
     if a.json:
-        docs = [report.kl_json({**meta, "test_spec": spec}, res, st, fl)
-                for spec, res, st in zip(a.test, results, sts)]
+        def fallback(m):
+            fb = getattr(m, "fallback", None)
+            return {"matrices": fb["matrices"], "types": fb["types"]} if fb else None
+        docs = [report.kl_json({**meta, "test_spec": spec, "fallback": fallback(m)}, res, st, fl)
+                for spec, m, res, st in zip(a.test, tests, results, sts)]
         _json_out(docs[0] if len(docs) == 1 else {**meta, "floor": fl, "tests": docs})
+    else:
+        mode = "greedy" if a.temperature <= 0 else f"temperature {a.temperature}, seed {a.seed}"
+        for i, (spec, res, st) in enumerate(zip(a.test, results, sts)):
+            header = (f"KL(REF || TEST)  REF={printable(a.ref)}  TEST={printable(spec)}  cpu {ref.cpu.name}, "
+                      f"{count(len(plist), 'prompt')}, {count(st.get('n', 0), 'generated position')}, "
+                      f"{mode}"
+                      + (", chat" if a.chat else ""))
+            print(("\n" if i else "") + report.kl_text(header, res, st, fl))
+    _native_note(a.cpu)
+    if not a.plot:
         return 0
-    mode = "greedy" if a.temperature <= 0 else f"temperature {a.temperature}, seed {a.seed}"
-    for i, (spec, res, st) in enumerate(zip(a.test, results, sts)):
-        header = (f"KL(REF || TEST)  REF={printable(a.ref)}  TEST={printable(spec)}  cpu {ref.cpu.name}, "
-                  f"{len(plist)} prompts, {st.get('n', 0)} generated positions, {mode}"
-                  + (", chat" if a.chat else ""))
-        print(("\n" if i else "") + report.kl_text(header, res, st, fl))
-    return 0
+    sys.stdout.flush()
+    from .quality import charts
+    return _write_charts(a.plot, *(
+        lambda spec=spec, res=res: charts.kl_distribution(
+            a.plot, res, f"{spec} vs {a.ref}",
+            name=None if len(a.test) == 1 else f"kl_{charts.slug(spec)}.png")
+        for spec, res in zip(a.test, results)))
 
 
 def cmd_layers(a) -> int:
@@ -487,55 +621,130 @@ def cmd_layers(a) -> int:
         return _err(bad_cpu)
     from .types import parse_type
     target = parse_type(a.type)
-    _check_plot(a.plot)
+    bad_plot = _plot_problem(a.plot)
+    if bad_plot:
+        return _err(bad_plot)
     plist = prompts.load_prompts(a.prompts) if a.prompts else list(prompts.DEFAULT_PROMPTS)
     if a.limit:
         plist = plist[:a.limit]
     with progress_bar(None, "layers", "task", enabled=not a.json) as bar:
         study = layers.run_layers(a.model, target, plist, a.max_tokens, a.cpu,
                                   jobs=a.jobs or 1, scheduler=a.scheduler, progress=bar.update)
-    if a.plot:
-        from .quality import charts
-        charts.layer_kl(a.plot, study)
-        charts.crest(a.plot, study)
     if a.json:
         _json_out(study)
+    else:
+        print(report.layers_text(study))
+    if not a.plot:
         return 0
-    print(report.layers_text(study))
-    return 0
+    sys.stdout.flush()
+    from .quality import charts
+    return _write_charts(a.plot, lambda: charts.layer_kl(a.plot, study),
+                         lambda: charts.crest(a.plot, study))
+
+
+_NPY_ASK = "give float32 (n, n_embd) saved with numpy.save"
+
+
+def _load_activations(path):
+    """(array, None) of `experts --activations FILE`, or (None, the line
+    that says why not): a regular file in NumPy's .npy format holding a
+    2-D float32 array; never unpickled."""
+    import stat
+
+    import numpy as np
+    where = f"--activations {path}"
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        return None, f"{where}: not a regular file"
+    with open(path, "rb") as f:
+        magic = f.read(6)
+    if magic[:4] == b"PK\x03\x04":
+        return None, f"{where}: a .npz archive, not a .npy array; {_NPY_ASK}"
+    if magic != b"\x93NUMPY":
+        return None, f"{where}: not a .npy file (no NumPy header); {_NPY_ASK}"
+    fmt = np.lib.format
+    with open(path, "rb") as f:
+        try:
+            version = fmt.read_magic(f)
+            read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+            shape, _, dtype = read(f)
+        except ValueError as e:
+            return None, f"{where}: a damaged .npy header ({e}); {_NPY_ASK}"
+        data_at = f.tell()
+    if dtype.hasobject:
+        return None, f"{where}: holds Python objects, not numbers; {_NPY_ASK}"
+    if dtype != np.float32 or len(shape) != 2:
+        return None, f"{where}: needs a float32 .npy array (n, n_embd), got {dtype} {shape}"
+    need = data_at + shape[0] * shape[1] * 4
+    size = os.path.getsize(path)
+    if size < need:
+        return None, (f"{where}: the header says float32 {shape}, {need - data_at} bytes, the file "
+                      f"holds {size - data_at}; is it cut short?")
+    return np.load(path, allow_pickle=False), None
+
+
+def _npz_out_problem(path) -> str | None:
+    """Why `experts --out PATH` would not be written, or None: PATH must not
+    be a directory, nor a file other than a .npz (zip) archive, and its
+    directory must exist; checked before the work."""
+    where = f"--out {path}"
+    if os.path.isdir(path):
+        return f"{where}: a directory; give a file name, such as {os.path.join(path, 'experts.npz')}"
+    if os.path.lexists(path):
+        if not os.path.isfile(path):
+            return f"{where}: not a regular file"
+        with open(path, "rb") as f:
+            if f.read(4) not in (b"PK\x03\x04", b""):
+                return f"{where}: the file exists and is not a .npz archive; give another --out, or remove it"
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        return f"{where}: {parent} is not a directory"
+    return None
+
+
+def _save_npz(path, **arrays) -> None:
+    """numpy.savez into exactly `path` (savez given a name adds `.npz`),
+    through a temporary file beside it, so that a failure leaves no half
+    archive and the old one, if any, whole."""
+    import tempfile
+
+    import numpy as np
+    real = os.path.realpath(path)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(real), prefix=".strata-ref-", suffix=".npz")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, real)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 def cmd_experts(a) -> int:
-    import numpy as np
-
     from .hashing import hash_array
-    from .infer.moe import check_experts
+    from .infer import moe
     if (a.prompt is None) == (a.activations is None):
         return _err("experts takes --prompt TEXT or --activations FILE.npy (one of them)")
     bad_cpu = _cpu_problem(a.cpu)
     if bad_cpu:
         return _err(bad_cpu)
+    bad_out = _npz_out_problem(a.out) if a.out else None
+    if bad_out:
+        return _err(bad_out)
     x = None
     if a.activations is not None:
-        try:
-            x = np.load(a.activations, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            return _err(f"--activations {printable(a.activations)}: {e}")
-        if not isinstance(x, np.ndarray) or x.dtype != np.float32:
-            return _err(f"--activations {printable(a.activations)}: needs a float32 .npy array "
-                        f"(n, n_embd), got {getattr(x, 'dtype', type(x).__name__)}")
-    c = check_experts(a.model, a.layer, x=x, prompt=a.prompt, profile=a.cpu)
-    d = np.abs(c.cpu.astype(np.float64) - c.route)
-    rel = float(d.max() / max(np.abs(c.cpu).max(), np.finfo(np.float32).tiny))
+        x, bad = _load_activations(a.activations)
+        if bad:
+            return _err(bad)
+    c = moe.check_experts(a.model, a.layer, x=x, prompt=a.prompt, profile=a.cpu)
+    agree = c.agreement()
     doc = {"arch": c.arch, "layer": c.layer, "cpu_profile": c.profile, "tokens": int(c.x.shape[0]),
            "experts_used": int(c.ids.shape[1]),
            "fnv1a64": {"x": f"{hash_array(c.x):016x}", "cpu": f"{hash_array(c.cpu):016x}",
-                       "route": f"{hash_array(c.route):016x}"},
-           "max_abs_diff": float(d.max()), "max_rel_diff": rel,
-           "equal_values": float(np.mean(c.cpu.view(np.uint32) == c.route.view(np.uint32)))}
+                       "route": f"{hash_array(c.route):016x}"}, **agree}
     if a.out:
-        np.savez(a.out, x=c.x, ids=c.ids, weights=c.weights, cpu=c.cpu, route=c.route,
-                 **{k: np.array(str(v)) for k, v in doc.items() if k != "fnv1a64"})
+        import numpy as np
+        _save_npz(a.out, x=c.x, ids=c.ids, weights=c.weights, cpu=c.cpu, route=c.route,
+                  **{k: np.array(str(v)) for k, v in doc.items() if k != "fnv1a64"})
         doc["out"] = a.out
     if a.json:
         print(json.dumps(doc, indent=1))
@@ -544,19 +753,55 @@ def cmd_experts(a) -> int:
           f"(ids of token 0: {c.ids[0].tolist()})")
     print(f"  llama.cpp CPU ({c.profile}):  fnv1a64 {doc['fnv1a64']['cpu']}")
     print(f"  mode-8 expert route:    fnv1a64 {doc['fnv1a64']['route']}")
-    print(f"  max |cpu - route| {doc['max_abs_diff']:.3g} ({rel:.3g} of max |cpu|), "
-          f"{100 * doc['equal_values']:.1f} % of values equal")
+    nan = []
+    if agree["nan_both"]:
+        nan.append(f"{agree['nan_both']} NaN on both sides, counted equal as in the hashes")
+    if agree["nan_vs_number"]:
+        nan.append(f"{agree['nan_vs_number']} NaN on one side only")
+    print(f"  max |cpu - route| {agree['max_abs_diff']:.3g} ({agree['max_rel_diff']:.3g} of max |cpu|), "
+          f"{100 * agree['equal_values']:.1f} % of values equal" + (f" ({'; '.join(nan)})" if nan else ""))
     if a.out:
         print(f"  written: {printable(a.out)} (x, ids, weights, cpu, route)")
     return 0
+
+
+def _seed_problem(seed) -> str | None:
+    """A seed is llama.cpp's uint32_t (`llama_sampler_init_dist`); the
+    rotation's is written as a UINT32 key."""
+    if not 0 <= seed < 1 << 32:
+        return f"--seed must be from 0 to {(1 << 32) - 1}, got {seed}"
+    return None
+
+
+def _rotate_out_problem(out, force: bool) -> str | None:
+    """Why `rotate IN OUT` must not write OUT, as one line, or None; checked
+    before the work: a directory, something that is not a regular file, or
+    a file that is not a GGUF without --force (an earlier rotation, a GGUF,
+    is replaced)."""
+    if os.path.isdir(out):
+        return (f"rotate: OUT {out} is a directory; give a file name, such as "
+                f"{os.path.join(out, 'rotated.gguf')}")
+    if not os.path.exists(out):
+        return None
+    if not os.path.isfile(out):
+        return f"rotate: OUT {out} is not a regular file"
+    with open(out, "rb") as f:
+        if f.read(4) != b"GGUF" and not force:
+            return (f"rotate: OUT {out} exists and is not a GGUF file; give another OUT, or "
+                    f"--force to replace it")
+    return None
 
 
 def cmd_rotate(a) -> int:
     from ._progress import progress_bar
     from .models import resolve
     from .quality.rotate import rotate_gguf
-    if a.seed < 0:
-        return _err(f"--seed must be >= 0, got {a.seed}")
+    bad_seed = _seed_problem(a.seed)
+    if bad_seed:
+        return _err(bad_seed)
+    bad_out = _rotate_out_problem(a.output, a.force)
+    if bad_out:
+        return _err(bad_out)
     from .gguf import read
     src = resolve(a.input)
     out_real = os.path.realpath(a.output)
@@ -589,7 +834,9 @@ def cmd_rotate(a) -> int:
         for t in (a.types or "Q8_0,Q4_0").split(","):
             if t:
                 parse_type(t)
-        _check_plot(a.plot)
+        bad_plot = _plot_problem(a.plot)
+        if bad_plot:
+            return _err(bad_plot)
     with progress_bar(None, "rotate", "layer", enabled=not a.json) as bar:
         summary = rotate_gguf(src, a.output, a.type, a.seed, bar.update)
     if a.measure:
@@ -600,25 +847,26 @@ def cmd_rotate(a) -> int:
         types = [t for t in (a.types or "Q8_0,Q4_0").split(",") if t]
         with progress_bar(None, "measure", "step", enabled=not a.json) as bar:
             study = rotation_study(src, a.output, plist, a.max_tokens, types, a.cpu, bar.update)
-        if a.plot:
-            from .quality import charts
-            charts.rotation_crest(a.plot, study)
-            charts.rotation_a8(a.plot, study)
-            charts.rotation_kl(a.plot, study)
         summary["study"] = study
         if not a.json:
             print(report.rotation_text(study))
     if a.json:
         _json_out(summary)
+    else:
+        types = {}
+        for _, t in summary["tensors"]:
+            types[t] = types.get(t, 0) + 1
+        print(f"{printable(a.output)}: {summary['arch']}, residual stream {summary['n_embd']} rotated by "
+              f"a randomized Hadamard ({' x '.join(map(str, summary['hadamard']))}, seed {summary['seed']}), "
+              f"heads of {summary['head_dim']} ({' x '.join(map(str, summary['head_hadamard']))}); "
+              f"tensors: " + ", ".join(f"{t} x{n}" for t, n in sorted(types.items())))
+    if not a.plot:
         return 0
-    types = {}
-    for _, t in summary["tensors"]:
-        types[t] = types.get(t, 0) + 1
-    print(f"{printable(a.output)}: {summary['arch']}, residual stream {summary['n_embd']} rotated by "
-          f"a randomized Hadamard ({' x '.join(map(str, summary['hadamard']))}, seed {summary['seed']}), "
-          f"heads of {summary['head_dim']} ({' x '.join(map(str, summary['head_hadamard']))}); "
-          f"tensors: " + ", ".join(f"{t} x{n}" for t, n in sorted(types.items())))
-    return 0
+    sys.stdout.flush()
+    from .quality import charts
+    return _write_charts(a.plot, *(lambda fn=fn: fn(a.plot, summary["study"])
+                                   for fn in (charts.rotation_crest, charts.rotation_a8,
+                                              charts.rotation_kl)))
 
 
 def cmd_parity(a) -> int:
@@ -682,8 +930,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "DIFFERENT with the first differing value; exit 0 only if all equal")
     h.set_defaults(func=cmd_hash)
 
-    i = sub.add_parser("info", help="metadata and a per-type tensor summary")
-    i.add_argument("file", metavar="MODEL", help="a .gguf file, or a registry model name")
+    i = sub.add_parser("info", help="metadata and a per-type tensor summary",
+                       description="The metadata of a GGUF model (values longer than a line "
+                                   "are cut, ending in '…'; --key prints one whole), the expert "
+                                   "counts of an MoE file, and a per-type tensor summary.")
+    i.add_argument("file", metavar="MODEL",
+                   help="a .gguf file (any shard of a split set), a directory holding one model, "
+                        "or a registry model name or alias")
+    i.add_argument("--key", default=None, metavar="KEY",
+                   help="print only this metadata key's value, whole: a string as its text (its "
+                        "lines as lines, other control characters escaped), an array one value "
+                        "per line")
     i.set_defaults(func=cmd_info)
 
     m = sub.add_parser("models", help="the registry of real GGUF models")
@@ -743,7 +1000,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="sample among the most likely tokens whose probabilities add "
                          "up to P, in (0, 1] (1: all)")
     ge.add_argument("--seed", type=int, default=0, metavar="S",
-                    help="seed of the sampler's random numbers (>= 0)")
+                    help="seed of the sampler's random numbers, 0 .. 2^32 - 1 (a 32-bit seed, "
+                         "as llama.cpp's)")
     ge.add_argument("--chat", action="store_true",
                     help="format the prompt as one user message with the model's chat template")
     ge.add_argument("--ctx", type=int, default=None, metavar="N",
@@ -792,7 +1050,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="REF's sampling temperature; 0 is greedy")
     kq.add_argument("--top-k", type=int, default=0, metavar="K", help="REF samples among the K most likely (0: all)")
     kq.add_argument("--top-p", type=float, default=1.0, metavar="P", help="REF's top-p, in (0, 1]")
-    kq.add_argument("--seed", type=int, default=0, metavar="S", help="REF's sampling seed")
+    kq.add_argument("--seed", type=int, default=0, metavar="S",
+                    help="REF's sampling seed, 0 .. 2^32 - 1")
     kq.add_argument("--chat", action="store_true",
                     help="each prompt is a user message in the model's chat template")
     kq.add_argument("--cpu", default=None, metavar="PROFILE",
@@ -851,7 +1110,11 @@ def build_parser() -> argparse.ArgumentParser:
     ro.add_argument("output", metavar="OUT", help="the rotated .gguf to write")
     ro.add_argument("--type", default=None, metavar="TYPE",
                     help="ggml type of every 2-D weight (default: each tensor keeps its type)")
-    ro.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the Hadamard signs (>= 0)")
+    ro.add_argument("--seed", type=int, default=0, metavar="S",
+                    help="seed of the Hadamard signs, 0 .. 2^32 - 1")
+    ro.add_argument("--force", action="store_true",
+                    help="replace OUT even when it exists and is not a GGUF file (an earlier "
+                         "GGUF is replaced without it)")
     ro.add_argument("--json", action="store_true", help="machine-readable summary")
     ro.add_argument("--measure", action="store_true",
                     help="then compare OUT with IN (crest factors, per-linear int8 errors, KL "
@@ -947,6 +1210,17 @@ def _keep_interrupts() -> None:
     sys.unraisablehook = hook
 
 
+def _escape_unencodable() -> None:
+    """Write what stdout / stderr cannot encode (PYTHONIOENCODING=ascii, a
+    C locale) as backslash escapes (`caf\\xe9`, `\\u0120`) instead of
+    dying with UnicodeEncodeError in the middle of the output. A stream
+    that already has an error handler other than strict keeps it."""
+    import io
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv=None) -> int:
     """The `strata-ref` command: returns the exit status. With argv None
     (the console script, `python -m strata_ref.cli`) the process is the
@@ -954,6 +1228,7 @@ def main(argv=None) -> int:
     a caller passing argv keeps its own."""
     if argv is None:
         _keep_interrupts()
+    _escape_unencodable()
     parser = build_parser()
     # argparse stops filling a positional list at the first option, so
     # `generate MODEL --chat PROMPT` leaves PROMPT over: take it back here.
@@ -989,13 +1264,12 @@ def main(argv=None) -> int:
     except (ValueError, TypeError, RuntimeError, OSError, ImportError,
             MemoryError, ArithmeticError) as e:
         # Library errors (GGUFError, ModelError, UnsupportedTypeError...) name
-        # what went wrong; show that line, not a traceback. MemoryError and
-        # ArithmeticError (ZeroDivisionError, OverflowError) are not expected:
-        # the type stays in the line so that a bug is still visible
-        # (STRATA_REF_DEBUG=1 gives the traceback).
+        # what went wrong; show that line, not a traceback (`_error_line`:
+        # TypeError, MemoryError and ArithmeticError are not expected and
+        # keep their class name; STRATA_REF_DEBUG=1 gives the traceback).
         if debug:
             raise
-        return _err(f"{type(e).__name__}: {e}")
+        return _err(_error_line(e))
     except Exception as e:
         # Nothing else is expected: a bug. Still one line, saying so.
         if debug:

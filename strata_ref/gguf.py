@@ -812,10 +812,10 @@ def read_split(path: "str | os.PathLike[str]", shard: GGUFFile | None = None) ->
 # ---------------------------------------------------------------- fixtures
 
 def write_gguf(path: "str | os.PathLike[str]", metadata: Mapping[str, Any],
-               tensors: Iterable[tuple[str, "GGMLType | int", Sequence[int], np.ndarray]],
+               tensors: Iterable[tuple[str, "GGMLType | int", Sequence[int], Any]],
                *, alignment: int | None = None, split_max_tensors: int = 0,
                split_max_size: int = 0, small_first_shard: bool = False) -> None:
-    """Write a little-endian GGUF v3 fixture with gguf-py's `GGUFWriter`.
+    """Write a little-endian GGUF v3 file with gguf-py's `GGUFWriter`.
 
     `metadata`: key -> value, or key -> `(GGUFValueType, value)` to fix the
     type, or `(GGUFValueType.ARRAY, list, element_type)`. Untyped values
@@ -826,13 +826,16 @@ def write_gguf(path: "str | os.PathLike[str]", metadata: Mapping[str, Any],
     where data is the raw uint8 bytes of whole blocks (any type, Q2_0
     included) or, for a plain type (F32, F16, BF16, I8..I64, F64), a
     little-endian array of that element size whose bits are written as they
-    are. `alignment`: written as `general.alignment` when given.
+    are; or a callable returning such data, called when the tensor is
+    written, in order, so that a writer can stream a model one tensor at a
+    time. `alignment`: written as `general.alignment` when given.
     `split_max_tensors` / `split_max_size` (bytes) / `small_first_shard`:
     gguf-py's split options; when they split, the shards are written as
     `PATH-STEM-00001-of-0000N.gguf` beside `path` (`path` itself is not).
-    Raises ValueError on inconsistent input.
+    Raises ValueError on inconsistent input (for a callable's data, when it
+    is written: the file is then incomplete).
     """
-    import gguf   # the official package; imported here, only fixtures need its writer
+    import gguf   # the official package; imported here, only writers need it
 
     meta = dict(metadata)
     arch = meta.pop("general.architecture", "strata-fixture")
@@ -849,15 +852,32 @@ def write_gguf(path: "str | os.PathLike[str]", metadata: Mapping[str, Any],
             w.add_key_value(key, value[1], value[0], *value[2:])
         else:
             w.add_key_value(key, value, GGUFValueType.get_type(value))
+    plan = []
     for name, t, shape, data in tensors:
-        _add_tensor(w, name, GGMLType(t), tuple(int(n) for n in shape), np.asarray(data))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+        t, shape = GGMLType(t), tuple(int(n) for n in shape)
+        n_bytes = _tensor_bytes(name, t, shape)
+        if not callable(data):          # checked before the file is opened
+            data = _raw_bytes(name, t, shape, n_bytes, np.asarray(data))
+        # the bytes as int8 with the element shape in NumPy order: gguf-py
+        # turns a uint8 shape into element counts through its own type
+        # table, which lacks Q2_0
+        w.add_tensor_info(name, shape[::-1], np.dtype(np.int8), n_bytes, raw_dtype=t)
+        plan.append((name, t, shape, n_bytes, data))
+    try:
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_ti_data_to_file()
+        for fout in w.fout:             # as gguf-py's write_tensors_to_file: every shard
+            w.write_padding(fout, fout.tell())      # padded to the data section
+        for name, t, shape, n_bytes, data in plan:
+            if callable(data):
+                data = _raw_bytes(name, t, shape, n_bytes, np.asarray(data()))
+            w.write_tensor_data(data.view(np.int8))
+    finally:
+        w.close()
 
 
-def _add_tensor(w, name: str, t: GGMLType, shape: tuple[int, ...], data: np.ndarray) -> None:
+def _tensor_bytes(name: str, t: GGMLType, shape: tuple[int, ...]) -> int:
     fmt = block_format(t)
     n = 1
     for ne in shape:
@@ -865,6 +885,13 @@ def _add_tensor(w, name: str, t: GGMLType, shape: tuple[int, ...], data: np.ndar
     if shape and shape[0] % fmt.block_values:
         raise ValueError(f"tensor {name!r}: ne[0] = {shape[0]} is not a multiple "
                          f"of the {fmt.name} block size {fmt.block_values}")
+    return n // fmt.block_values * fmt.block_bytes
+
+
+def _raw_bytes(name: str, t: GGMLType, shape, n_bytes: int, data: np.ndarray) -> np.ndarray:
+    """`data` as the tensor's uint8 bytes (1-D), checked against its type
+    and size."""
+    fmt = block_format(t)
     if data.dtype != np.uint8:
         if fmt.quantized or data.dtype.itemsize != fmt.block_bytes \
                 or data.dtype.byteorder == ">":
@@ -873,11 +900,7 @@ def _add_tensor(w, name: str, t: GGMLType, shape: tuple[int, ...], data: np.ndar
             raise ValueError(f"tensor {name!r}: {fmt.name} data must be {wanted},"
                              f" got {data.dtype}")
     raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-    n_bytes = n // fmt.block_values * fmt.block_bytes
     if raw.size != n_bytes:
         raise ValueError(f"tensor {name!r}: {fmt.name} {shape} takes {n_bytes} "
                          f"bytes, got {raw.size}")
-    # GGUFWriter turns a uint8 array's shape into element counts through its
-    # own type table, which lacks Q2_0; handing it the same bytes as int8,
-    # with the element shape given in NumPy order, skips that table.
-    w.add_tensor(name, raw.view(np.int8), raw_shape=shape[::-1], raw_dtype=t)
+    return raw

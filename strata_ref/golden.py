@@ -1123,8 +1123,12 @@ def run_compare(file, tensor, dump, dtype="f32", row0=0, rows=None, ld=None, has
     print(f"  fnv oracle {rep['fnv_oracle']}  {'--hash' if hash_hex is not None else 'dump'} {rep['fnv_dump']}",
           file=out)
     if rep["n_diff"] is not None:
+        # max ulp is over pairs of differing numbers: 0 when the bits are
+        # equal, none to measure when every difference is a NaN against a number
+        ulp = (rep["max_ulp"] if rep["max_ulp"] is not None else
+               0 if rep["n_diff"] == 0 else "- (no pair of differing numbers)")
         print(f"  values {rep['n_values']}, differing {rep['n_diff']}, NaN vs number "
-              f"{rep['nan_vs_number']}, max ulp {rep['max_ulp']}, NaN encodings differing "
+              f"{rep['nan_vs_number']}, max ulp {ulp}, NaN encodings differing "
               f"(counted equal) {rep['nan_encoding_diffs']}", file=out)
         fd = rep["first_diff"]
         if fd:

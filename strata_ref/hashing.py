@@ -23,6 +23,7 @@ state instead; `hash_tensor(chain=...)` still computes that.)
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 from dataclasses import dataclass, field
@@ -378,14 +379,18 @@ def hash_model(model, out_dtypes=HASH_DTYPES, *, types=None, jobs: int | None = 
     tensors of these GGMLTypes (None: all). jobs / scheduler: how the
     per-tensor tasks run (`strata_ref.tasks.run`: 1 in this process, N
     worker processes, or dask). manifest: a JSON-lines file that receives
-    each tensor's hashes as it completes (replaced, unless `resume`);
-    resume: take tensors the manifest already holds (with every dtype
-    asked for) from it and hash only the others; the result equals a fresh
-    run. progress(nbytes): input bytes as they are hashed (the resumed
-    tensors' bytes in one call first). producer: each chunk's output bytes
-    (`cpu_outputs`). Returns ModelHashes. Raises ValueError for a manifest
-    of another model or a damaged one (naming the file and line), for an
-    unknown dtype, or when resume is asked without a manifest.
+    each tensor's hashes as it completes, one whole line per tensor; the
+    run holds the file's lock (`flock`) while it writes it; a manifest of
+    this model is started afresh unless `resume`. resume: take tensors the
+    manifest already holds (with every dtype asked for) from it and hash
+    only the others; the result equals a fresh run. progress(nbytes):
+    input bytes as they are hashed (the resumed tensors' bytes in one call
+    first). producer: each chunk's output bytes (`cpu_outputs`). Returns
+    ModelHashes. Raises ValueError, naming the file, for a manifest another
+    run is writing, for a manifest of another model (with or without
+    resume), for a file that is not a manifest, for a damaged manifest on
+    resume (naming the line), for an unknown dtype, or when resume is asked
+    without a manifest.
     """
     out_dtypes = _check_dtypes(out_dtypes)
     if resume and manifest is None:
@@ -414,7 +419,7 @@ def hash_model(model, out_dtypes=HASH_DTYPES, *, types=None, jobs: int | None = 
             results[i] = h
             if writer is not None:
                 k, t = entries[i]
-                _write_record(writer, k, t, h)
+                writer.write_record(k, t, h)
     finally:
         if writer is not None:
             writer.close()
@@ -433,42 +438,115 @@ def _manifest_head(shards) -> dict:
                         "mtime_ns": int(os.stat(f.path).st_mtime_ns)} for f in shards]}
 
 
-def _write_record(w, k: int, t, h: dict[str, int]) -> None:
-    rec = {"name": t.name, "type": t.type.name, "shape": list(t.shape), "shard": k,
-           "offset": int(t.offset), "hash": {d: f"{v:016x}" for d, v in h.items()}}
-    w.write(json.dumps(rec, separators=(",", ":")) + "\n")
-    w.flush()
+class _ManifestWriter:
+    """The open manifest of one `hash_model` run: a descriptor opened with
+    O_APPEND that holds the file's exclusive lock (`flock`) until `close`,
+    so that a second run on the same file is refused rather than mixing
+    its lines in. Every line goes to the end of the file in one write."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def write_line(self, obj) -> None:
+        data = (json.dumps(obj, separators=(",", ":")) + "\n").encode("utf-8")
+        view = memoryview(data)
+        while view:                     # a regular file takes it in one write
+            view = view[os.write(self.fd, view):]
+
+    def write_record(self, k: int, t, h: dict[str, int]) -> None:
+        """Append tensor `t`'s (of shard k) hashes {dtype: int}."""
+        self.write_line({"name": t.name, "type": t.type.name, "shape": list(t.shape), "shard": k,
+                         "offset": int(t.offset), "hash": {d: f"{v:016x}" for d, v in h.items()}})
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)           # and with it the lock
+            self.fd = -1
+
+
+def _lock(fd: int, path: str) -> None:
+    """Take the manifest's exclusive lock without waiting; ValueError naming
+    the file when another process holds it. Where the file system has no
+    locks (some network mounts) the run goes on without one."""
+    try:
+        import fcntl
+    except ImportError:             # not on a POSIX system
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ValueError(f"{path} is being written by another strata-ref hash (it holds the "
+                         "file's lock); wait for it, or give another --manifest") from None
+    except OSError as e:
+        if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
+            os.close(fd)
+            raise
+
+
+def _read_all(fd: int) -> bytes:
+    size = os.fstat(fd).st_size
+    parts, pos = [], 0
+    while pos < size:
+        b = os.pread(fd, min(size - pos, 1 << 24), pos)
+        if not b:
+            break
+        parts.append(b)
+        pos += len(b)
+    return b"".join(parts)
+
+
+def _show_head(h) -> str:
+    return ", ".join(f"{s.get('file')} ({s.get('size')} bytes, modified {s.get('mtime_ns')} ns)"
+                     for s in h.get("shards") or [] if isinstance(s, dict))
+
+
+def _other_model(path, first: dict, head: dict) -> ValueError:
+    return ValueError(f"{path}: the manifest is of {_show_head(first) or 'no files'}, not of "
+                      f"{_show_head(head)}; give another --manifest, or remove it to start afresh")
 
 
 def _open_manifest(path, shards, entries, out_dtypes, resume):
     """(held, writer): held = {entry index: {dtype: int}} for the tensors the
     manifest holds with every dtype of `out_dtypes` (empty unless resume);
-    writer = the manifest opened for appending records."""
+    writer = a `_ManifestWriter` holding the file's lock.
+
+    The file is locked before it is read or changed. A file that is not a
+    manifest is never replaced; a manifest of another model (another
+    header) is refused with or without resume; without resume a manifest
+    of this model starts afresh."""
     path = os.fspath(path)
     head = _manifest_head(shards)
-    held: dict[int, dict[str, int]] = {}
-    keep = 0                      # bytes of the file that stay (whole lines)
-    if resume and os.path.exists(path):
-        with open(path, "rb") as f:
-            data = f.read()
-        keep = data.rfind(b"\n") + 1     # a last line cut short by a kill is dropped
-        lines = data[:keep].split(b"\n")[:-1]
-        if lines:
-            held = _read_manifest(path, lines, head, entries, out_dtypes)
-        else:
-            keep = 0
-    if not keep and os.path.isfile(path) and os.path.getsize(path) and not _is_manifest(path):
-        # another file under that name: never overwrite it
-        raise ValueError(f"{path} exists and is not a strata-ref hash manifest; give another "
-                         "--manifest or remove it")
-    if keep:
-        w = open(path, "r+", encoding="utf-8")
-        w.seek(keep)
-        w.truncate()
-    else:
-        w = open(path, "w", encoding="utf-8")
-        w.write(json.dumps(head, separators=(",", ":")) + "\n")
-        w.flush()
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise ValueError(f"{path} is not a regular file; give a file for --manifest")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
+    _lock(fd, path)
+    try:
+        held: dict[int, dict[str, int]] = {}
+        keep = 0                      # bytes of the file that stay (whole lines)
+        if os.fstat(fd).st_size:
+            if not _is_manifest(path):
+                # another file under that name: never overwrite it
+                raise ValueError(f"{path} exists and is not a strata-ref hash manifest; give "
+                                 "another --manifest or remove it")
+            data = _read_all(fd) if resume else os.pread(fd, 1 << 20, 0).split(b"\n", 1)[0] + b"\n"
+            keep = data.rfind(b"\n") + 1     # a last line cut short by a kill is dropped
+            lines = data[:keep].split(b"\n")[:-1]
+            if resume:
+                held = _read_manifest(path, lines, head, entries, out_dtypes)
+            else:
+                first = json.loads(lines[0])
+                if (first.get("strata_ref_manifest") == MANIFEST_VERSION
+                        and first.get("shards") != head["shards"]):
+                    raise _other_model(path, first, head)
+                keep = 0
+        os.ftruncate(fd, keep)
+        w = _ManifestWriter(fd)
+        if not keep:
+            w.write_line(head)
+    except BaseException:
+        os.close(fd)
+        raise
     return held, w
 
 
@@ -497,12 +575,7 @@ def _read_manifest(path, lines, head, entries, out_dtypes) -> dict[int, dict[str
         raise ValueError(f"{path}: line 1 is not a strata-ref hash manifest header "
                          f"(version {MANIFEST_VERSION})")
     if first.get("shards") != head["shards"]:
-        def show(h):
-            return ", ".join(f"{s.get('file')} ({s.get('size')} bytes, modified "
-                             f"{s.get('mtime_ns')} ns)"
-                             for s in h.get("shards") or [] if isinstance(s, dict))
-        raise ValueError(f"{path}: the manifest is of {show(first) or 'no files'}, not of "
-                         f"{show(head)}; give another --manifest or remove it")
+        raise _other_model(path, first, head)
     index = {t.name: i for i, (_, t) in enumerate(entries)}
     found: dict[int, dict[str, int]] = {}
     for no, line in enumerate(lines[1:], start=2):

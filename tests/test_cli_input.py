@@ -89,7 +89,7 @@ def test_hash_types_take_ids_and_names(forged, tmp_path, capsys):
     assert [t["name"] for t in json.loads(capsys.readouterr().out)["tensors"]] == ["a", "b"]
     assert main(["hash", str(p), "--types", "99"]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        "strata-ref: error: UnsupportedTypeError: unknown ggml type id 99 (ggml ids are 0..42)"]
+        "strata-ref: error: unknown ggml type id 99 (ggml ids are 0..42)"]
     assert main(["hash", str(p), "--types", ","]) == 2
     assert capsys.readouterr().err.splitlines() == ["strata-ref: error: --types ',' names no type"]
     assert main(["hash", str(p), "--types", ""]) == 2
@@ -109,7 +109,7 @@ def test_golden_empty_dir_is_refused(action, capsys):
 def test_empty_model_name(name, capsys):
     assert main(["hash", name]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        "strata-ref: error: ModelError: the model name is empty: give a registry name "
+        "strata-ref: error: the model name is empty: give a registry name "
         "(SmolLM2-135M-Instruct, Qwen2.5-Coder-0.5B-Instruct, gemma-3-270m) or a path to a .gguf file"]
 
 
@@ -120,7 +120,7 @@ def test_cache_variable_pointing_at_a_file_is_named(tmp_path, monkeypatch, capsy
         monkeypatch.setenv("STRATA_REF_CACHE", str(cache))
         assert main(["models", "fetch", "smollm2"]) == 2
         assert capsys.readouterr().err.splitlines() == [
-            f"strata-ref: error: ModelError: the model cache {cache} (from $STRATA_REF_CACHE) is not "
+            f"strata-ref: error: the model cache {cache} (from $STRATA_REF_CACHE) is not "
             f"a writable directory: {cache}/models: a file, not a directory, is in the way; set "
             "STRATA_REF_CACHE to a directory you can write"]
 

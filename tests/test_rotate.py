@@ -65,14 +65,21 @@ def test_randomized_hadamard_is_orthogonal_and_seeded():
 
 
 # ------------------------------------------------------------ tiny models
-def _tiny(path, arch, seed=0, tied=True, biases=False, **split):
+def _tiny(path, arch, seed=0, tied=True, biases=False, extra_tokens=0, **split):
     """A tiny float model: n_embd 48 (Paley 12 x Sylvester 4), 3 heads of
     16 over 1 KV head, n_ff 96, 3 layers, random norm weights and a massive
-    embedding channel."""
-    from tiny_gguf import N_VOCAB as nv, metadata, write
+    embedding channel; `extra_tokens` more (control) tokens make the
+    embedding as large as asked."""
+    from strata_ref.gguf import GGUFValueType as V
+    from tiny_gguf import byte_tokens, metadata, write
     rng = np.random.default_rng(seed)
     L, E, H, KV, D, F = 3, 48, 3, 1, 16, 96
     md = metadata(arch, layers=L, embd=E, ff=F, heads=H, kv_heads=KV, eps=1e-5, rope_base=1e4)
+    if extra_tokens:
+        md["tokenizer.ggml.tokens"] = (V.ARRAY, byte_tokens() + [f"<|x{i}|>" for i in range(extra_tokens)],
+                                       V.STRING)
+        md["tokenizer.ggml.token_type"] = (V.ARRAY, [1] * 257 + [3, 3] + [3] * extra_tokens, V.INT32)
+    nv = len(md["tokenizer.ggml.tokens"][1])
     t = []
 
     def f32(name, a):
@@ -192,6 +199,32 @@ def test_rotated_file_layout(tmp_path):
     # the same seed gives the same bytes
     rotate_gguf(src, tmp_path / "r2.gguf", type="Q8_0", seed=1)
     assert (tmp_path / "r2.gguf").read_bytes() == dst.read_bytes()
+
+
+def test_rotate_streams_its_output(tmp_path):
+    """The rotated tensors are computed and written one at a time (the
+    embedding and every linear that reads the stream in chunks of rows):
+    `rotate` held every tensor of the model in float64 before it wrote the
+    file, 2.0 GB of RSS on SmolLM2-135M for a 128 MB output. Here a tied
+    embedding of 33027 x 48 (F32: 6.3 MB, float64 12.7 MB, written twice:
+    as output.weight and token_embd.weight): the peak of traced
+    allocations must stay below the largest output tensor plus 16 MiB of
+    chunk scratch (a chunk of 2^18 values in float64 is 2 MiB; the
+    transform holds a few copies), where holding the model's rotated
+    float64 tensors takes over 25 MB."""
+    import tracemalloc
+    src, dst = tmp_path / "m.gguf", tmp_path / "r.gguf"
+    _tiny(src, "llama", extra_tokens=32768)
+    rotate_gguf(src, tmp_path / "warm.gguf", type="F32", seed=0)      # compiled before measuring
+    emb_bytes = 33027 * 48 * 4
+    tracemalloc.start()
+    try:
+        rotate_gguf(src, dst, type="F32", seed=0)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < emb_bytes + (16 << 20), peak
+    assert dst.read_bytes() == (tmp_path / "warm.gguf").read_bytes()
 
 
 def test_rotate_errors(tmp_path):

@@ -105,10 +105,28 @@ _NOTED: set = set()
 
 def _note_once(note: str, err) -> None:
     """Print `strata-ref: note: NOTE` on `err` (default sys.stderr) the first
-    time this process meets NOTE."""
-    if note and note not in _NOTED:
-        _NOTED.add(note)
-        print(f"strata-ref: note: {note}", file=err or sys.stderr)
+    time NOTE comes up: once per model cache (a marker file under
+    `cache_dir()/notes/`, named by the note's sha256, so that a changed
+    note is shown again), and once per process where the cache cannot be
+    written."""
+    if not note or note in _NOTED:
+        return
+    _NOTED.add(note)
+    import hashlib
+
+    from ..models import cache_dir
+    mark = cache_dir() / "notes" / hashlib.sha256(note.encode()).hexdigest()[:16]
+    try:
+        if mark.is_file():
+            return
+    except OSError:
+        pass
+    print(f"strata-ref: note: {note}", file=err or sys.stderr)
+    try:
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        mark.write_text(note + "\n")
+    except OSError:
+        pass
 
 
 def ctx_problem(n_ctx, m=None) -> str | None:
@@ -149,8 +167,8 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     at most 4096), from 2 to the training context.
     cpu: the CPU profile (`load`), named in the speed line; when it is the
     native one and llama.cpp's native build on this CPU would take code that
-    no profile reproduces, a note on `err` says so, once per process
-    (`strata_ref.cpu.native_note`).
+    no profile reproduces, a note on `err` says so, once per model cache
+    (`_note_once`, `strata_ref.cpu.native_note`).
     err: where the n_ctx error and the note go (default sys.stderr).
     cache: KV cache options (`kv_cache.KVCache`: type_k, type_v, flash_attn,
     fa_threads), named in the speed line when not the default.

@@ -341,6 +341,26 @@ class ExpertCheck:
     cpu: np.ndarray
     route: np.ndarray
 
+    def agreement(self) -> dict:
+        """How far `cpu` and `route` agree, with the NaN rule of the hashes
+        (`hashing.canonical_bytes`: any NaN equals any NaN). Returns
+        {"equal_values": the fraction of values of equal bits or NaN on
+        both sides, "max_abs_diff": max |cpu - route| over the other pairs
+        of numbers (0.0 when there are none; float64), "max_rel_diff": that
+        over max |cpu| of the numbers, "nan_both": NaN on both sides,
+        "nan_vs_number": NaN on one side only}."""
+        a, b = self.cpu, self.route
+        na, nb = np.isnan(a), np.isnan(b)
+        same = (a.view(np.uint32) == b.view(np.uint32)) | (na & nb)
+        differ = ~same & ~na & ~nb
+        with np.errstate(invalid="ignore", over="ignore"):
+            d = np.abs(a[differ].astype(np.float64) - b[differ])
+        top = float(np.abs(a[~na]).max()) if (~na).any() else 0.0
+        max_abs = float(d.max()) if d.size else 0.0
+        return {"equal_values": float(same.mean()) if same.size else 1.0, "max_abs_diff": max_abs,
+                "max_rel_diff": max_abs / max(top, float(np.finfo(np.float32).tiny)),
+                "nan_both": int((na & nb).sum()), "nan_vs_number": int((na ^ nb).sum())}
+
 
 def _expert_rows(em, e: int) -> np.ndarray:
     """Expert e's bytes of an ExpertMatrix as uint8 (rows, row bytes)."""

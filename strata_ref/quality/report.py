@@ -3,6 +3,8 @@
 names are escaped."""
 from __future__ import annotations
 
+from .._text import count
+
 __all__ = ["kl_text", "kl_json", "stats_line", "STAT_HEADER", "layers_text", "rotation_text"]
 
 STAT_HEADER = (f"{'':14s} {'KL mean':>10s} {'(se)':>9s} {'median':>9s} {'p90':>9s} {'p99':>9s} "
@@ -61,8 +63,8 @@ def layers_text(study: dict) -> str:
     single-layer KLs, then per linear its type and errors, then the sums
     beside the whole model."""
     out = [f"layers of {_esc(study['model'], 60)} requantized to {study['type']} against its "
-           f"@float baseline (cpu {study['cpu']}, {study['prompts']} prompts, "
-           f"{study['positions']} generated positions; noise floor KL {study['floor']:.3g})",
+           f"@float baseline (cpu {study['cpu']}, {count(study['prompts'], 'prompt')}, "
+           f"{count(study['positions'], 'generated position')}; noise floor KL {study['floor']:.3g})",
            f"{'layer':>5s} {'attn crest':>10s} {'ch (share, ratio)':>22s} {'ffn crest':>10s} "
            f"{'ch (share, ratio)':>22s} {'KL weight':>10s} {'KL act':>10s} {'KL full':>10s}"]
     for L in study["layers"]:
@@ -91,7 +93,7 @@ def rotation_text(study: dict) -> str:
     variant against the unrotated @float model beside the noise floor."""
     from .rotate import _INPUTS
     out = [f"rotation of {_esc(study['model'], 40)} ({_esc(study['rotated'], 40)}), cpu {study['cpu']}, "
-           f"{study['prompts']} prompts, {study['positions']} generated positions",
+           f"{count(study['prompts'], 'prompt')}, {count(study['positions'], 'generated position')}",
            f"{'layer':>5s} " + " ".join(f"{k + ' crest':>19s}" for k, _ in _INPUTS) + f" {'int8 err':>19s}"]
     for L in study["layers"]:
         cells = [f"{L['orig'][k]['crest_median']:8.3g} -> {L['rot'][k]['crest_median']:<7.3g}" for k, _ in _INPUTS]

@@ -47,6 +47,7 @@ import math
 import numpy as np
 from numba import njit
 
+from .. import _jitcache  # noqa: F401  (numba's cache, locked across processes)
 from ..types import GGMLType
 
 __all__ = ["RotateError", "hadamard_factors", "hadamard_matrix", "RandomizedHadamard",
@@ -219,48 +220,93 @@ class RandomizedHadamard:
 
 
 # ------------------------------------------------------------ the model
+#: values per chunk when a tensor is rotated and re-quantized rows at a time
+CHUNK_VALUES = 1 << 18
+
+
 def _f64(t) -> np.ndarray:
     """A tensor's values, float64 in numpy shape (rows, cols) or (n,)."""
-    from ..dequant import dequant_f32
     if len(t.shape) == 1:
-        n = t.shape[0]
-        v = (t.data.view(np.float32) if t.type == GGMLType.F32 else dequant_f32(t.type, t.data, 1, n)[0])
-        return np.asarray(v, np.float64).reshape(n)
-    rows, cols = t.rows, t.cols
+        return _rows_f64(t, 0, 1).reshape(t.shape[0])
+    return _rows_f64(t, 0, t.rows)
+
+
+def _rows_f64(t, r0: int, r1: int) -> np.ndarray:
+    """Rows [r0, r1) of tensor t, float64 (r1 - r0, cols) (a 1-D tensor is
+    one row)."""
+    from ..dequant import dequant_f32
+    cols = t.shape[0] if len(t.shape) == 1 else t.cols
     if t.type == GGMLType.F32:
-        v = t.data.view(np.float32).reshape(rows, cols)
+        v = t.data.view(np.float32).reshape(-1, cols)[r0:r1]
     else:
-        v = dequant_f32(t.type, t.data, rows, cols)
+        v = dequant_f32(t.type, t.data, r1 - r0, cols, row0=r0)
     return np.asarray(v, np.float64)
 
 
 def _encode(values: np.ndarray, t: GGMLType, name: str) -> np.ndarray:
-    """float values (rows, cols) or (n,) as the raw data of type t."""
+    """float values (rows, cols) or (n,) as the raw uint8 data of type t."""
     from ..quantize import quantize
     x32 = np.ascontiguousarray(values, np.float32)
     if t == GGMLType.F32:
-        return x32
+        return x32.reshape(-1).view(np.uint8)
     try:
         return np.asarray(quantize(x32 if x32.ndim == 2 else x32.reshape(1, -1), t), np.uint8).reshape(-1)
     except ValueError as e:
         raise RotateError(f"tensor `{name}`: {e}") from None
 
 
+def _by_rows(t, fn, tt: GGMLType, name: str) -> np.ndarray:
+    """The raw data of type tt of fn(rows of t): rows are read, transformed
+    and encoded CHUNK_VALUES values at a time (fn acts on each row alone and
+    every quantizer on whole rows, so the bytes are those of the whole
+    tensor at once), into one output buffer."""
+    from ..types import block_format
+    fmt = block_format(tt)
+    rows, cols = t.rows, t.cols
+    out = np.empty(rows * (cols // fmt.block_values) * fmt.block_bytes, np.uint8)
+    step, at = max(1, CHUNK_VALUES // cols), 0
+    for r0 in range(0, rows, step):
+        b = _encode(fn(_rows_f64(t, r0, min(rows, r0 + step))), tt, name)
+        out[at:at + b.size] = b
+        at += b.size
+    return out
+
+
+def _atomic_path(dst: str):
+    """(temporary path beside dst's real file, real path): the file is
+    written under the first and renamed to the second when complete, so
+    that a failure leaves the old file whole and no half file."""
+    import os
+    import tempfile
+    real = os.path.realpath(dst)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(real), prefix=".strata-ref-rotate-",
+                               suffix=".gguf")
+    os.close(fd)
+    return tmp, real
+
+
 def rotate_gguf(src_path, dst_path, type=None, seed: int = 0, progress=None) -> dict:
     """Write the rotated model (module docstring) of GGUF `src_path` to
     `dst_path`. type: None (each tensor keeps its type) or a ggml type (name
-    or GGMLType) for every 2-D weight; seed: the signs' seed (>= 0).
-    progress(n): called as tensors are done. Returns a summary dict (arch,
-    dims, Hadamard factors, seed, tensors and their types). Raises
-    RotateError for an architecture or shape it cannot rotate, GGUFError for
-    a malformed input, ValueError for a bad type or seed."""
+    or GGMLType) for every 2-D weight; seed: the signs' seed, 0 .. 2^32 - 1
+    (written as a UINT32 key). progress(n): called as layers are done.
+    Tensors are rotated and written one at a time (the embedding and the
+    linears that read the stream in chunks of rows), so memory holds about
+    one output tensor, not the model; the file is written beside
+    `dst_path` and renamed to it when complete. Returns a summary dict
+    (arch, dims, Hadamard factors, seed, tensors and their types). Raises
+    RotateError for an architecture or shape it cannot rotate, GGUFError
+    for a malformed input, ValueError for a bad type or seed."""
+    import os
+
     from .. import gguf
     from ..gguf import GGUFValueType as V, write_gguf
     from ..infer.model import HParams
     from ..types import parse_type
     from .variants import fallback_type
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"--seed must be a whole number >= 0, got {seed!r}")
+    if (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
+            or not 0 <= seed < 1 << 32):
+        raise ValueError(f"--seed must be a whole number from 0 to {(1 << 32) - 1}, got {seed!r}")
     target = None if type is None else parse_type(type)
     src = gguf.read(src_path)
     md = src.metadata
@@ -283,14 +329,26 @@ def rotate_gguf(src_path, dst_path, type=None, seed: int = 0, progress=None) -> 
             raise RotateError(f"rotate: missing tensor `{name}`")
         return tensors[name]
 
-    out = {}                                  # name -> float64 values
+    # name -> (ggml type, ggml shape, make): every tensor checked and typed
+    # before the file is opened, each made when it is written
+    made = {}
 
-    def reading(name, g):
-        # a linear reading normed input: (W diag(g)) Q
-        w = _f64(need(name))
-        if w.shape[1] != d:
-            raise RotateError(f"tensor `{name}` has rows of {w.shape[1]}, expected {d}")
-        out[name] = Q.right(w * g[None, :])
+    def matrix_type(t):
+        return fallback_type(target, t.cols) if target is not None else t.type
+
+    def reading(name, g_name, per_head=False, t=None):
+        # a linear reading normed input: (W diag(g)) Q, by rows
+        t = t or need(name)
+        if len(t.shape) != 2 or t.cols != d:
+            raise RotateError(f"tensor `{name}` has rows of {t.shape[0]}, expected {d}")
+        g_t, tt = need(g_name), matrix_type(t)
+
+        def make():
+            g = _f64(g_t)
+            if per_head:
+                return _encode(per_head_rows(Q.right(_f64(t) * g[None, :])), tt, name)
+            return _by_rows(t, lambda w: Q.right(w * g[None, :]), tt, name)
+        made[name] = (tt, t.shape, make)
 
     def per_head_rows(w):
         # R w_h for every head block of rows: (R W_h)^T = W_h^T R^T
@@ -298,42 +356,52 @@ def rotate_gguf(src_path, dst_path, type=None, seed: int = 0, progress=None) -> 
         blocks = w.reshape(r, hd, -1)
         return np.concatenate([R.right_t(b.T).T for b in blocks])
 
-    for i in range(hp.n_layer):
-        p = f"blk.{i}."
-        g_attn = _f64(need(p + "attn_norm.weight"))
-        g_ffn = _f64(need(p + "ffn_norm.weight"))
-        reading(p + "attn_q.weight", g_attn)
-        reading(p + "attn_k.weight", g_attn)
-        reading(p + "attn_v.weight", g_attn)
-        out[p + "attn_v.weight"] = per_head_rows(out[p + "attn_v.weight"])
-        if p + "attn_v.bias" in tensors:
-            b = _f64(tensors[p + "attn_v.bias"])
-            out[p + "attn_v.bias"] = per_head_rows(b.reshape(-1, 1)).reshape(-1)
-        wo = _f64(need(p + "attn_output.weight"))             # (d, n_head * hd)
+    def writing(name, fn):
+        # a linear writing the stream: Q^T W (columns mix: the whole tensor)
+        t = need(name)
+        tt = matrix_type(t)
+        made[name] = (tt, t.shape, lambda: _encode(fn(_f64(t)), tt, name))
+
+    def attn_output(wo):
         # columns of each query head times R^T, then Q^T on the output side
         wo = np.concatenate([R.right_t(wo[:, j * hd:(j + 1) * hd]) for j in range(wo.shape[1] // hd)],
                             axis=1)
-        out[p + "attn_output.weight"] = Q.right(wo.T).T
+        return Q.right(wo.T).T
+
+    def vector(name, fn):
+        t = tensors[name]
+        made[name] = (GGMLType.F32, (t.shape[0],), lambda: _encode(fn(_f64(t)), GGMLType.F32, name))
+
+    def ones(name):
+        need(name)
+        made[name] = (GGMLType.F32, (d,), lambda: np.ones(d, np.float32).view(np.uint8))
+
+    for i in range(hp.n_layer):
+        p = f"blk.{i}."
+        for n in ("attn_q.weight", "attn_k.weight"):
+            reading(p + n, p + "attn_norm.weight")
+        reading(p + "attn_v.weight", p + "attn_norm.weight", per_head=True)
+        if p + "attn_v.bias" in tensors:
+            vector(p + "attn_v.bias", lambda b: per_head_rows(b.reshape(-1, 1)).reshape(-1))
+        writing(p + "attn_output.weight", attn_output)
         for n in ("ffn_gate.weight", "ffn_up.weight"):
-            reading(p + n, g_ffn)
-        wd = _f64(need(p + "ffn_down.weight"))
-        out[p + "ffn_down.weight"] = Q.right(wd.T).T
+            reading(p + n, p + "ffn_norm.weight")
+        writing(p + "ffn_down.weight", lambda w: Q.right(w.T).T)
         for n in ("attn_output.bias", "ffn_down.bias"):
             if p + n in tensors:
-                out[p + n] = Q.right(_f64(tensors[p + n]).reshape(1, -1)).reshape(-1)
-        out[p + "attn_norm.weight"] = np.ones(d)
-        out[p + "ffn_norm.weight"] = np.ones(d)
-        if progress:
-            progress(1)
-    g_out = _f64(need("output_norm.weight"))
+                vector(p + n, lambda b: Q.right(b.reshape(1, -1)).reshape(-1))
+        ones(p + "attn_norm.weight")
+        ones(p + "ffn_norm.weight")
     emb_t = need("token_embd.weight")
-    emb = _f64(emb_t)
     tied = "output.weight" not in tensors
-    w_out = emb if tied else _f64(tensors["output.weight"])
-    out["output.weight"] = Q.right(w_out * g_out[None, :])
-    out["token_embd.weight"] = Q.right(emb)
-    del emb, w_out
-    out["output_norm.weight"] = np.ones(d)
+    # a tied output is written out: it needs diag(g) Q where the embedding needs Q
+    reading("output.weight", "output_norm.weight", t=emb_t if tied else None)
+    made["token_embd.weight"] = (matrix_type(emb_t), emb_t.shape,
+                                 lambda: _by_rows(emb_t, Q.right, matrix_type(emb_t),
+                                                  "token_embd.weight"))
+    ones("output_norm.weight")
+    # the layer of each tensor, for progress: a layer is done when its last one is
+    last = {f"blk.{i}.ffn_norm.weight": i for i in range(hp.n_layer)}
 
     meta = {}
     for k, v in md.items():
@@ -350,26 +418,27 @@ def rotate_gguf(src_path, dst_path, type=None, seed: int = 0, progress=None) -> 
     meta["strata_ref.rotate.seed"] = (V.UINT32, int(seed))
     meta["strata_ref.rotate.hadamard"] = (V.STRING, " x ".join(str(f.shape[0]) for f in Q.factors))
 
-    written = []
     order = [t.name for t in src.tensors]
     if tied:
         order.insert(order.index("token_embd.weight"), "output.weight")
+    written = []
     for name in order:
-        t = tensors.get(name)
-        vals = out.get(name)
-        if vals is None:
-            # untouched (rope_freqs, q/k norms, q/k biases): copied as is
-            written.append((name, t.type, t.shape, np.asarray(t.data)))
-            continue
-        if vals.ndim == 1:
-            tt = GGMLType.F32
-            shape = (vals.shape[0],)
+        if name in made:
+            tt, shape, make = made[name]
+            if name in last and progress:
+                make = (lambda mk, i: lambda: (mk(), progress(1))[0])(make, last[name])
+            written.append((name, tt, shape, make))
         else:
-            base = t.type if t is not None else emb_t.type
-            tt = fallback_type(target, vals.shape[1]) if target is not None else base
-            shape = (vals.shape[1], vals.shape[0])
-        written.append((name, tt, shape, _encode(vals, tt, name)))
-    write_gguf(dst_path, meta, written, alignment=src.alignment if src.alignment != 32 else None)
+            # untouched (rope_freqs, q/k norms, q/k biases): copied as is
+            t = tensors[name]
+            written.append((name, t.type, t.shape, t.data))
+    tmp, real = _atomic_path(os.fspath(dst_path))
+    try:
+        write_gguf(tmp, meta, written, alignment=src.alignment if src.alignment != 32 else None)
+        os.replace(tmp, real)
+    except BaseException:
+        os.unlink(tmp)
+        raise
     return {"arch": arch, "n_embd": d, "head_dim": hd, "seed": int(seed),
             "hadamard": [f.shape[0] for f in Q.factors],
             "head_hadamard": [f.shape[0] for f in R.factors], "tied_output_written": tied,

@@ -26,9 +26,10 @@ import os
 import numpy as np
 from numba import njit, prange
 
+from .. import _jitcache  # noqa: F401  (numba's cache, locked across processes)
 from ..types import GGMLType, block_format
 
-__all__ = ["parse_spec", "load_variant", "fallback_type", "FloatMatrix", "A8TokenMatrix",
+__all__ = ["parse_spec", "load_variant", "fallback_type", "fallback_note", "FloatMatrix", "A8TokenMatrix",
            "VariantError", "linear_matrices", "replace_matrices"]
 
 #: the plain suffixes; anything else after "@" must be a ggml type name
@@ -279,4 +280,35 @@ def load_variant(spec, profile=None):
         replace_matrices(m, A8TokenMatrix)
     elif isinstance(kind, GGMLType):
         replace_matrices(m, lambda qm: _requantized(qm, kind))
+        m.fallback = _fallbacks(m, kind)
     return m
+
+
+def _fallbacks(m, t: GGMLType) -> dict:
+    """What requantizing model m to t made of its matrices: {"matrices": how
+    many, "types": {fallback type name: how many} for those that are not t,
+    "cols": the row lengths that did not fit t}."""
+    seen, types, cols = set(), {}, set()
+    for _, _, qm in linear_matrices(m):
+        if id(qm) in seen or len(getattr(qm, "part_rows", ())) > 1:
+            continue            # a stacked copy (wqkv, w_gate_up) of matrices counted as parts
+        seen.add(id(qm))
+        if qm.type != t:
+            types[qm.type.name] = types.get(qm.type.name, 0) + 1
+            cols.add(int(qm.cols))
+    return {"matrices": len(seen), "types": types, "cols": sorted(cols)}
+
+
+def fallback_note(spec: str, m) -> str:
+    """One line on the matrices of variant `spec` (a `@TYPE` variant loaded
+    by `load_variant`) that llama.cpp's fallback gave another type, or ''
+    when every matrix is of the asked type (or `spec` is not `@TYPE`)."""
+    fb = getattr(m, "fallback", None)
+    if not fb or not fb["types"]:
+        return ""
+    t = GGMLType[m.variant]
+    parts = [f"{n} of {fb['matrices']} matrices are {name}" if i == 0 else f"{n} are {name}"
+             for i, (name, n) in enumerate(sorted(fb["types"].items(), key=lambda kv: -kv[1]))]
+    return (f"{spec}: {' and '.join(parts)}, llama.cpp's fallback for rows of "
+            f"{', '.join(map(str, fb['cols']))} values ({t.name}'s blocks hold "
+            f"{block_format(t).block_values})")

@@ -419,3 +419,13 @@ def test_geglu_is_the_table_rule(profile):
     nan = np.isnan(ref)
     assert np.array_equal(np.isnan(out), nan)
     _same(out[~nan], ref[~nan])
+
+
+@pytest.mark.parametrize("profile", ["scalar", "avx2", "avx512"])
+def test_geglu_below_minus_ten_is_positive_zero(profile):
+    # ggml_vec_geglu_f32 (vec.h, GGML_GELU_FP16): y = 0.0f for x <= -10,
+    # not 0 * g (which is -0.0 for a negative g and NaN for an infinite one)
+    g = np.array([-10.0, -11.0, -1e30, -10.0, -np.inf], np.float32)
+    u = np.array([-2.0, -0.5, np.inf, 3.0, -1.0], np.float32)
+    y = ops.geglu(g, u, PROFILES[profile])
+    assert y.view(np.uint32).tolist() == [0] * 5

@@ -552,3 +552,27 @@ def test_typed_cache_attention_refuses_a_length_past_the_cells(fn):
         from strata_ref.cpu.f16_attention import attention
         want = attention(q, kb, vb, 5, np.array([3, 4]), 0.125, cpu.select("avx2"))
         assert np.array_equal(out.view(np.uint32), want.view(np.uint32))
+
+
+def test_fa_split_takes_the_sink_as_the_first_chunks_maximum():
+    # ggml_compute_forward_flash_attn_ext_f16_one_chunk: a sink above the
+    # first chunk's maximum rescales that chunk's accumulator and S and
+    # becomes its M, which ggml_flash_attn_ext_reduce_partials weighs the
+    # chunk by. Scores 4 in chunk 0 (V = +1), 5 in chunk 1 (V = -1), sink
+    # 4.5: the result is the exact softmax attention, (300 e^-1 - 300) /
+    # (300 e^-1 + 300 + e^-0.5) = -0.461, up to the F16 accumulators (taking
+    # chunk 0's M as 4 would give -0.635)
+    prof = cpu.select("avx2")
+    D, T_ = 64, 600
+    q = np.zeros((1, 1, D), np.float32)
+    q[0, 0, 0] = 1.0
+    k = np.zeros((1, T_, D), np.float16)
+    k[0, :300, 0], k[0, 300:, 0] = 4.0, 5.0
+    v = np.ones((1, T_, D), np.float16)
+    v[0, 300:] = -1.0
+    assert fa_path(T.F16, T.F16, 1, T_) == "split"
+    got = flash_attn_ext(q, T.F16, k, T.F16, v, T_, T_, np.array([T_ - 1]), 1.0, prof, n_threads=2,
+                         sinks=np.array([4.5], np.float32))
+    e = np.exp(-1.0)
+    want = (300 * e - 300) / (300 * e + 300 + np.exp(-0.5))
+    assert np.abs(got - want).max() < 2e-3, (got[0, :4], want)

@@ -614,10 +614,12 @@ def gelu_table(profile) -> np.ndarray:
 
 @njit(inline="always", cache=True)
 def _geglu_one(x, h, tab, u):
-    # h: fp16 bits of x (RNE); a NaN takes numerics' 0x7FFF, as before
+    # h: fp16 bits of x (RNE); a NaN takes numerics' 0x7FFF, as before.
+    # ggml_vec_geglu_f32 stores +0.0f for x <= -10, whatever u is (not
+    # 0 * u, which is -0.0 for a negative u and NaN for an infinite one)
     if x <= _F32(-10.0):
-        a = _F32(0.0)
-    elif x >= _F32(10.0):
+        return _F32(0.0)
+    if x >= _F32(10.0):
         a = x
     else:
         a = tab[h] if x == x else tab[f32_bits_to_f16_bits(np.int64(f32_bits(x)) & 0xFFFFFFFF, False)]

@@ -87,8 +87,10 @@ def strip_view_suffixes(name: str) -> str:
 def derived_name(op: str, sources) -> str:
     """The name a trace gives a node ggml left unnamed: `OP(s0,s1,...)`
     with each source's name (already derived when it was unnamed) without
-    its view suffixes, an unnamed leaf as `_`."""
-    return f"{op}({','.join('_' if is_auto_name(s) else strip_view_suffixes(s) for s in sources)})"
+    its view suffixes; a source that has no name of its own (ggml's
+    `node_<i>`, or a view of an unnamed node, named " (view)") as `_`."""
+    names = [strip_view_suffixes(s) for s in sources]
+    return f"{op}({','.join('_' if is_auto_name(s) else s for s in names)})"
 
 
 def model_info(gf) -> dict:

@@ -101,7 +101,8 @@ not), the output projection (+ bias).
         il = self.il
         if gate is not None:
             if T.on():
-                T.emit(T.node("gate", il) + " (cont)", "CONT", gate)
+                T.emit(T.node("gate_reshaped", il) if hp.arch == "qwen35moe" else T.node("gate", il) + " (cont)",
+                       "CONT", gate)
             sg = sigmoid(gate)
             T.emit(T.node("gate_sigmoid", il), "SIGMOID", sg)
             a = (a * sg).astype(np.float32)

@@ -515,19 +515,24 @@ class Model:
         if not all_logits:
             x = x[-1:]
         x = trace.norm(x, self.output_norm, hp.eps, self.RESULT_NORM, None)
+        if self.HEAD_ROWS:
+            trace.emit(self.HEAD_ROWS, "GET_ROWS", x)
         logits = self.output.matmul(x)
         if getattr(hp, "final_softcap", 0.0):
             # ggml scale, tanh, scale (`ops.softcap` fuses them: their
             # intermediate nodes are not recorded)
-            trace.emit(trace.derived_name("MUL_MAT", [self.output.name, self.RESULT_NORM]), "MUL_MAT", logits)
+            trace.emit(trace.derived_name("MUL_MAT", [self.output.name, self.HEAD_ROWS or self.RESULT_NORM]),
+                       "MUL_MAT", logits)
             logits = ops.softcap(logits, hp.final_softcap)
             trace.emit("result_output", "SCALE", logits)
         else:
             trace.emit("result_output", "MUL_MAT", logits)
         return logits if all_logits else logits[0]
 
-    #: llama.cpp's name of the output norm's MUL node
+    #: llama.cpp's name of the output norm's MUL node, and of a GET_ROWS
+    #: node that follows it (None: none)
     RESULT_NORM = "result_norm"
+    HEAD_ROWS = None
 
     def _trace_out_rows(self, name: str, x) -> None:
         """The `get_rows(x, inp_out_ids)` llama.cpp's graph takes of the

@@ -93,18 +93,19 @@ def recording(sink, patterns=None):
 
 
 # ------------------------------------------------------------------ shared nodes
-def norm(x, w, eps: float, name: str, il: int | None, norm_il: int | None = None):
+def norm(x, w, eps: float, name: str | None, il: int | None, norm_il: int | None = None):
     """rms_norm(x) * w as the graphs compute it (`cpu.ops.rms_norm`),
     recording llama.cpp's two nodes `norm-<il>` (RMS_NORM, the plain norm)
-    and `<name>-<il>` (MUL); norm_il: the layer of the `norm` node when it
-    differs (gemma3's ffn_post_norm names it `norm`, without a layer)."""
+    and `<name>-<il>` (MUL; name None: the unnamed `MUL(norm-<il>,<weight>)`
+    is the caller's to record); norm_il: the layer of the `norm` node when
+    it differs (gemma3's ffn_post_norm names it `norm`, without a layer)."""
     from ..cpu import ops
     if _REC is not None:
         n = node("norm", il if norm_il is None else norm_il)
         if _REC.wants(n):
             _REC.emit(n, "RMS_NORM", ops.rms_norm(x, None, eps))
     y = ops.rms_norm(x, w, eps)
-    if _REC is not None:
+    if _REC is not None and name is not None:
         _REC.emit(node(name, il), "MUL", y)
     return y
 

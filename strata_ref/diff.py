@@ -247,3 +247,77 @@ def diff_traces(a: Trace, b: Trace, block: int = 32, mapping=None, n_worst: int 
                      "call": results[i].a.call}
             break
     return DiffReport(a, b, results, only_a, only_b, order, notes)
+
+
+def _fmt_first(r: TensorResult, block: int) -> list:
+    out = [f"first difference: call {r.a.call}, node {r.a.seq} `{_esc(r.a.name)}` ({r.a.op}"
+           + (f", layer {r.a.layer}" if r.a.layer is not None else "") + f"), shape {list(r.a.shape)}"]
+    if r.b.name != r.a.name:
+        out[0] += f" (B: `{_esc(r.b.name)}`)"
+    if r.problem and r.n == 0:
+        out.append(f"  {r.problem}")
+        return out
+    out.append(f"  {r.n_diff} of {r.n} values differ (NaN against a number: {r.nan_vs_number}); ulp "
+               f"max {r.max_ulp}, median {r.median_ulp:g}" if r.max_ulp is not None else
+               f"  {r.n_diff} of {r.n} values differ (NaN against a number: {r.nan_vs_number})")
+    if r.problem:
+        out.append(f"  note: {r.problem}")
+    f = r.first
+    if f:
+        where = f"index {f['index']} (at {tuple(f['at'])}; row {f['row']}, col {f['col']}: block {f['block']}, " \
+                f"offset {f['offset']} of {block})"
+        bits = f" [{f['a_bits']}] vs [{f['b_bits']}]" if "a_bits" in f else ""
+        out.append(f"  first differing element: {where}: A {f['a']!r} vs B {f['b']!r}{bits}")
+    if r.worst:
+        out.append("  worst: " + "; ".join(f"{w['ulps']} ulp at row {w['row']} col {w['col']} (block {w['block']} "
+                                           f"+{w['offset']})" for w in r.worst))
+    return out
+
+
+def _esc(s: str) -> str:
+    from ._text import printable
+    return printable(s)
+
+
+def report_text(rep: DiffReport, block: int = 32, every: bool = False) -> str:
+    """The `strata-ref diff` report (names escaped): the two traces, the
+    verdict, the first differing node with its ulp distribution and first
+    element, the growth per layer; every=True lists each node."""
+    a, b = rep.a, rep.b
+    n_diff = sum(not r.equal for r in rep.results)
+    m = a.model
+    out = [f"A: {_esc(str(a.path))} ({_esc(a.producer)})", f"B: {_esc(str(b.path))} ({_esc(b.producer)})",
+           f"model {_esc(m.get('arch', '?'))}" + (f" '{_esc(m['name'])}'" if m.get("name") else "")
+           + f", {a.tokens.size} tokens in {a.calls.size} call{'s' if a.calls.size != 1 else ''}; "
+           f"{len(rep.results)} nodes compared, {len(rep.only_a)} only in A, {len(rep.only_b)} only in B"]
+    for note in rep.notes:
+        out.append(f"note: {note}")
+    for side, lst in (("A", rep.only_a), ("B", rep.only_b)):
+        if lst:
+            names = sorted({e.name for e in lst})
+            out.append(f"only in {side}: " + ", ".join(_esc(n) for n in names[:6]) + (" ..." if len(names) > 6 else ""))
+    if rep.order:
+        o = rep.order
+        out.append(f"graph order differs: B evaluates `{_esc(o['a'])}` ({o['a_op']}) before `{_esc(o['after'])}` "
+                   f"(call {o['call']})")
+    else:
+        out.append("graph order: the same")
+    if every:
+        for r in rep.results:
+            s = "equal" if r.equal else (f"DIFF {r.n_diff}/{r.n}" + (f" max {r.max_ulp} ulp" if r.max_ulp is not None
+                                                                     else "") + (f" {r.problem}" if r.problem else ""))
+            out.append(f"  {r.a.seq:6d} {r.a.call:4d} {r.a.op:<14s} {_esc(r.a.name):<40s} "
+                       f"{'x'.join(map(str, r.a.shape)):<14s} {s}")
+    fd = rep.first_diff
+    if fd is not None:
+        out += _fmt_first(fd, block)
+        layers = rep.layers()
+        if layers:
+            out.append("by layer (nodes differing / compared, max ulp, max |A-B| / max |B| of the layer's last node):")
+            for row in layers:
+                out.append(f"  layer {row['layer']:3d}: {row['differing']:5d} / {row['nodes']:<5d} max {row['max_ulp']:>10d} ulp"
+                           f"  {_esc(row['out'])}: {row['out_rel']:.3g}")
+        out.append(f"DIFFERENT: {n_diff} of {len(rep.results)} nodes differ")
+    else:
+        out.append(f"EQUAL: all {len(rep.results)} compared nodes have the same bits")
+    return "\n".join(out)

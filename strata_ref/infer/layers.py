@@ -181,8 +181,11 @@ not), the output projection (+ bias).
         from ..types import GGMLType
         hp, il = self.hp, self.il
         if cache.flash_attn:
-            srcs = [T.node("Qcur", il), f"cache_k_l{il}", f"cache_v_l{il}",
-                    "attn_inp_kq_mask_swa" if n_swa else "attn_inp_kq_mask"]
+            # q is read through a view: of `Qcur` or, when scaled (gemma3),
+            # of the unnamed SCALE node (`_`); sliding-window layers name
+            # their mask as the others
+            srcs = ["_" if self.attn_scale != 1.0 else T.node("Qcur", il), f"cache_k_l{il}",
+                    f"cache_v_l{il}", "attn_inp_kq_mask"]
             if self.sinks is not None:
                 srcs.append(f"blk.{il}.attn_sinks.weight")
             T.emit(T.derived_name("FLASH_ATTN_EXT", srcs), "FLASH_ATTN_EXT", a.reshape(n, hp.n_head, hp.head_dim))

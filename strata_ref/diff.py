@@ -76,22 +76,29 @@ class DiffReport:
         return next((r for r in self.results if not r.equal), None)
 
     def layers(self) -> list:
-        """Per layer (graph order of first appearance): nodes compared,
-        nodes differing, the largest ulp distance, and max |A - B| / max |B|
-        of the layer's last node (its output, `l_out` in most graphs)."""
+        """Per layer (in order): nodes compared, nodes differing, the
+        largest ulp distance and the largest max |A - B| / max |B| over
+        its nodes, and that ratio at its output (the layer's last node in
+        each call, `l_out` in most graphs; the largest over the calls)."""
         rows: dict = {}
+        last: dict = {}
         for r in self.results:
             il = r.a.layer
             if il is None:
                 continue
             row = rows.setdefault(il, {"layer": il, "nodes": 0, "differing": 0, "max_ulp": 0,
-                                       "out": None, "out_rel": 0.0})
+                                       "max_rel": 0.0, "out": None, "out_rel": 0.0})
             row["nodes"] += 1
-            row["out"] = r.a.name
-            row["out_rel"] = r.rel if not r.equal and r.rel is not None else 0.0
+            last[(r.a.call, il)] = r
             if not r.equal:
                 row["differing"] += 1
                 row["max_ulp"] = max(row["max_ulp"], r.max_ulp or 0)
+                row["max_rel"] = max(row["max_rel"], r.rel or 0.0)
+        for (_, il), r in last.items():
+            row = rows[il]
+            row["out"] = r.a.name
+            if not r.equal:
+                row["out_rel"] = max(row["out_rel"], r.rel or 0.0)
         return [rows[k] for k in sorted(rows)]
 
     def json(self) -> dict:
@@ -208,6 +215,33 @@ def _hex(v) -> str:
         a.dtype.itemsize, "big").hex()
 
 
+def _tokens(name: str) -> list:
+    return [t for t in re.split(r"([(),])", name) if t != ""]
+
+
+def _loose_equal(x: str, y: str) -> bool:
+    """Two derived names (`OP(a,b)`) equal where an unnamed source `_` on
+    either side stands for any one name."""
+    if "(" not in x or "(" not in y:
+        return False
+    tx, ty = _tokens(x), _tokens(y)
+    return len(tx) == len(ty) and all(p == q or ((p == "_") != (q == "_") and p not in "(),"
+                                                 and q not in "(),") for p, q in zip(tx, ty))
+
+
+def _loose_pairs(only_a: list, only_b: list) -> list:
+    """Unmatched nodes paired in order by call, op and `_loose_equal` names."""
+    free = list(only_b)
+    pairs = []
+    for e in only_a:
+        for i, f in enumerate(free):
+            if f.call == e.call and f.op == e.op and _loose_equal(e.name, f.name):
+                pairs.append((e, f))
+                del free[i]
+                break
+    return pairs
+
+
 def diff_traces(a: Trace, b: Trace, block: int = 32, mapping=None, n_worst: int = 5, progress=None) -> DiffReport:
     """Compare trace B against trace A (module docstring). block: the
     block length the first difference is placed in (32: q8_0's blocks of
@@ -239,6 +273,18 @@ def diff_traces(a: Trace, b: Trace, block: int = 32, mapping=None, n_worst: int 
         if progress is not None:
             progress(1)
     only_b = [e for e in b.entries if e.seq not in used]
+    if only_a and only_b:
+        # derived names whose sources one build named and the other did not
+        # (`_`): llama.cpp versions name their inputs differently
+        pairs = _loose_pairs(only_a, only_b)
+        if pairs:
+            for ea, eb in pairs:
+                results.append(_compare(ea, eb, a.array(ea), b.array(eb), block, n_worst))
+            done_a, done_b = {ea.seq for ea, _ in pairs}, {eb.seq for _, eb in pairs}
+            only_a = [e for e in only_a if e.seq not in done_a]
+            only_b = [e for e in only_b if e.seq not in done_b]
+            results.sort(key=lambda r: r.a.seq)
+            notes.append(f"{len(pairs)} nodes matched with an unnamed source (`_`) standing for a named one")
     order = None
     seqs = [r.b.seq for r in results]
     for i in range(1, len(seqs)):
@@ -313,10 +359,11 @@ def report_text(rep: DiffReport, block: int = 32, every: bool = False) -> str:
         out += _fmt_first(fd, block)
         layers = rep.layers()
         if layers:
-            out.append("by layer (nodes differing / compared, max ulp, max |A-B| / max |B| of the layer's last node):")
+            out.append("by layer: nodes differing / compared, max ulp, max |A-B|/max|B| over the nodes and at "
+                       "the layer's output (its last node)")
             for row in layers:
                 out.append(f"  layer {row['layer']:3d}: {row['differing']:5d} / {row['nodes']:<5d} max {row['max_ulp']:>10d} ulp"
-                           f"  {_esc(row['out'])}: {row['out_rel']:.3g}")
+                           f"  rel {row['max_rel']:9.3g}  {_esc(row['out'])} {row['out_rel']:9.3g}")
         out.append(f"DIFFERENT: {n_diff} of {len(rep.results)} nodes differ")
     else:
         out.append(f"EQUAL: all {len(rep.results)} compared nodes have the same bits")

@@ -156,6 +156,9 @@ class TraceWriter:
     def add(self, call: int, op: str, name: str, a: np.ndarray) -> None:
         """Append one node: `a` float32, float16 or int32 (any other float
         type is stored as float32), its shape made canonical."""
+        if not op or ":" in op:
+            raise ValueError(f"op {op!r}: a trace needs a non-empty op name without ':' "
+                             f"(ggml's, or any label of another engine)")
         a = np.asarray(a)
         if a.dtype.kind == "f" and a.dtype not in (np.float32, np.float16):
             a = a.astype(np.float32)

@@ -52,6 +52,7 @@ class Candidate:
     equal_rows: int
     first_row: int | None = None          # first row that differs
     max_ulp: int | None = None            # over the differing rows' numbers
+    max_abs: float = 0.0                  # largest |engine - candidate| over every given logit
     first_col: int | None = None          # vocabulary id of the first differing logit of first_row
     values: tuple | None = None           # (engine, candidate) at that logit
     row_ulps: list = field(default_factory=list)
@@ -63,7 +64,7 @@ class Candidate:
     def json(self) -> dict:
         return {"profile": self.profile, "flash_attn": self.flash_attn, "rows": self.rows,
                 "equal_rows": self.equal_rows, "matches": self.matches, "first_differing_row": self.first_row,
-                "max_ulp": self.max_ulp, "first_differing_logit": self.first_col,
+                "max_ulp": self.max_ulp, "max_abs_diff": self.max_abs, "first_differing_logit": self.first_col,
                 "values": list(self.values) if self.values else None}
 
 
@@ -185,6 +186,9 @@ def _score(e: EngineLogits, ours: np.ndarray, profile: str, fa: bool) -> Candida
                          f"{ours.shape[1]} (a dump of another model?)")
     sel = ours if e.columns is None else np.take_along_axis(ours, e.columns, axis=1)
     c = Candidate(profile, fa, e.logits.shape[0], 0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = np.abs(e.logits.astype(np.float64) - sel.astype(np.float64))
+    c.max_abs = float(np.nanmax(d)) if d.size and not np.isnan(d).all() else 0.0
     for r in range(e.logits.shape[0]):
         cmp = compare_bits(e.logits[r], np.ascontiguousarray(sel[r]))
         if cmp["n_diff"] == 0:
@@ -219,8 +223,9 @@ def which(logits: EngineLogits, model, profiles=None, flash_attn=(False, True), 
 
 def nearest(cands: list) -> Candidate:
     """The candidate with the most equal rows, then the smallest largest
-    ulp distance."""
-    return max(cands, key=lambda c: (c.equal_rows, -(c.max_ulp if c.max_ulp is not None else 0)))
+    |engine - candidate| (an ulp count says little once values cross
+    zero)."""
+    return max(cands, key=lambda c: (c.equal_rows, -c.max_abs))
 
 
 def report_text(e: EngineLogits, cands: list) -> str:
@@ -232,8 +237,7 @@ def report_text(e: EngineLogits, cands: list) -> str:
     how = "one batched call" if e.split is None else f"{e.split} ids, then one per call"
     out = [f"{printable(e.source)}: {e.logits.shape[0]} rows ({kind} each), {how}"]
     for c in cands:
-        extra = "" if c.matches else (f"  first differing row {c.first_row}" +
-                                      (f", max {c.max_ulp} ulp" if c.max_ulp is not None else ""))
+        extra = "" if c.matches else f"  first differing row {c.first_row}, max |difference| {c.max_abs:.3g}"
         out.append(f"  {c.profile:<7s} flash attention {'on ' if c.flash_attn else 'off'}: "
                    f"{c.equal_rows:>4d}/{c.rows} rows bitwise{extra}")
     hits = [c for c in cands if c.matches]

@@ -209,7 +209,8 @@ def _model_info(llm) -> dict:
 
 
 def trace(model: str, ids: list[int], split: int | None, out: str, type_k: int = 1, type_v: int = 1,
-          flash_attn: bool = False, patterns=None, all_nodes: bool = False, compress: bool = False) -> int:
+          flash_attn: bool = False, patterns=None, all_nodes: bool = False, compress: bool = False,
+          options: dict | None = None) -> int:
     """The Python driver of the trace container (docs/trace.md): run `ids`
     through llama.cpp as `dump` does and stream every node `cb_eval`
     reports into `out` with `strata_ref.tracefile.TraceWriter`: named as
@@ -218,7 +219,9 @@ def trace(model: str, ids: list[int], split: int | None, out: str, type_k: int =
     (float32), F16 (float16) and I32 (int32) nodes. Views and the copies
     into the KV cache (`tracefile.SKIPPED_OPS`) are left out unless
     all_nodes; patterns: fnmatch globs of names to keep. Returns the
-    number of nodes written (tools/llama_trace.c writes the same)."""
+    number of nodes written (tools/llama_trace.c writes the same).
+    options: more keys for the container's `options` (the command, the
+    model's sha256)."""
     import fnmatch
     import llama_cpp
     sys.path.insert(0, str(REPO))
@@ -237,7 +240,7 @@ def trace(model: str, ids: list[int], split: int | None, out: str, type_k: int =
     def on_init(llm):
         opts = {"flash_attn": bool(flash_attn), "type_k": _KV_ID_NAMES[type_k], "type_v": _KV_ID_NAMES[type_v],
                 "n_threads": 2, "n_ctx": llm.n_ctx(), "llama_cpp_version": llama_cpp.__version__,
-                "system_info": llama_cpp.llama_print_system_info().decode()}
+                "system_info": llama_cpp.llama_print_system_info().decode(), **(options or {})}
         state["w"] = TraceWriter(out, ids, [len(c) for c in calls], _model_info(llm),
                                  "tools/llama_dump.py --trace (llama-cpp-python "
                                  f"{llama_cpp.__version__})", opts, compress)
@@ -476,7 +479,12 @@ def main(argv=None) -> int:
     fa = args.flash_attn == "on"
     if args.trace:
         pats = [p for p in (args.tensors or "").split(",") if p] or None
-        n = trace(args.model, ids, args.split, args.out, tk, tv, fa, pats, args.all, args.compress)
+        import hashlib
+        from peer_env import profile
+        argv_s = [Path(args.model).name if a == args.model else a for a in (argv or sys.argv[1:])]
+        extra = {"command": "python tools/llama_dump.py " + " ".join(argv_s), "profile": profile(),
+                 "model_sha256": hashlib.sha256(Path(args.model).read_bytes()).hexdigest()}
+        n = trace(args.model, ids, args.split, args.out, tk, tv, fa, pats, args.all, args.compress, extra)
         print(f"{args.out}: {n} tensors, {len(ids)} tokens")
         return 0
     if args.vectors or args.matrix is not None or args.attn is not None:

@@ -379,3 +379,25 @@ def test_registry_model_every_node_equals_llama_cpp(tmp_path):
     with open_trace(ref) as a, open_trace(ours) as b:
         rep = diff_traces(a, b)
         assert rep.equal and not rep.only_a and not rep.only_b and len(rep.results) == len(a.entries)
+
+
+def test_trace_bad_input_is_one_line(tmp_path, tiny, capsys):
+    q = tiny("qwen3")
+    out = str(tmp_path / "t.npz")
+    cases = [(["--tokens", "1,x"], "not a comma-separated list"),
+             (["--tokens", "1,300"], "token id 300 is outside the vocabulary (size 259)"),
+             (["--tokens", "1,2", "--prompt", "hi"], "one of them"),
+             (["--tokens", "1,2", "--tensors", "nothing*"], "matches no node"),
+             (["--tokens", "1,2", "--split", "0"], "--split must be >= 1")]
+    for extra, msg in cases:
+        assert main(["trace", q, "--out", out, *extra]) == 2
+        err = capsys.readouterr().err
+        assert msg in err and err.count("\n") == 1, (extra, err)
+    assert not (tmp_path / "t.npz").exists() and not (tmp_path / "t.npz.part").exists()
+    assert main(["trace", q, "--out", str(tmp_path), "--tokens", "1"]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    # a filter keeps what it names, in order
+    assert main(["trace", q, "--out", out, "--tokens", "1,2,3", "--tensors", "l_out-*,result_output",
+                 "--cpu", "avx2"]) == 0
+    with open_trace(out) as t:
+        assert [e.name for e in t.entries] == [f"l_out-{i}" for i in range(6)] + ["result_output"]

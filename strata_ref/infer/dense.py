@@ -217,9 +217,9 @@ class DenseModel(Model):
             if L.attn_post_norm is not None:
                 x = T.norm(x, L.attn_post_norm, hp.eps, "attn_post_norm", il)
             if il == last:
-                self._trace_out_rows(res, h)
+                self._trace_out_rows(res if res != "l_out" else T.node(res, il - 1), h)
             x = x + h
-            T.emit(T.node("sa_out" if gemma else "ffn_inp", il), "ADD", x)
+            T.emit("sa_out" if gemma else "ffn_inp", "ADD", x, il)
             h = x
             x = T.norm(x, L.ffn_norm, hp.eps, "ffn_norm", il)
             x = L.ffn(x)
@@ -227,8 +227,8 @@ class DenseModel(Model):
                 # gemma3.cpp builds this norm with layer -1: its node is `norm`
                 x = T.norm(x, L.ffn_post_norm, hp.eps, "ffn_post_norm", il, norm_il=-1)
             x = x + h
-            res = T.node("l_out", il)
-            T.emit(res, "ADD", x)
+            T.emit("l_out", "ADD", x, il)
+            res = "l_out"
         cache.n += n
         return self._head(x, all_logits)
 

@@ -203,16 +203,17 @@ class DeltaNet:
         n, S, nk, nv = x.shape[0], hp.d_state, hp.n_k_heads, hp.n_v_heads
         r = nv // nk
         qkv, z = self._qkvz(x)
-        if self.w_in is None:
+        tracing = T.on()
+        if tracing and self.w_in is None:
             T.emit(T.derived_name("MUL_MAT", [self.wqkv.name, T.node("attn_norm", il)]), "MUL_MAT", qkv)
         # the short convolution over [state | new inputs], per channel
         xin = np.concatenate([cache.conv[ri], qkv.T], axis=1)
-        T.emit(T.node("conv_input", il), "CONCAT", xin)
+        T.emit("conv_input", "CONCAT", xin, il)
         cache.conv[ri] = xin[:, n:]
         raw = ssm.ssm_conv(xin, self.conv, self.cpu)
-        T.emit(T.node("conv_output_raw", il), "SSM_CONV", raw)
+        T.emit("conv_output_raw", "SSM_CONV", raw, il)
         c = ops.silu(raw, self.cpu)      # (n, conv_dim)
-        T.emit(T.node("conv_output_silu", il), "SILU", c)
+        T.emit("conv_output_silu", "SILU", c, il)
         kd = S * nk
         q = self._l2(c[:, :kd].reshape(n, nk, S), "q_conv", r)
         k = self._l2(c[:, kd:2 * kd].reshape(n, nk, S), "k_conv", r)
@@ -233,15 +234,17 @@ class DeltaNet:
             T.emit(T.derived_name("GATED_DELTA_NET", srcs), "GATED_DELTA_NET",
                    np.concatenate([o.reshape(n, nv * S), cache.ssm[ri].reshape(-1, nv * S)]))
         o = T.norm(o, self.norm, hp.eps, None, il)
-        normed = T.derived_name("MUL", [T.node("norm", il), f"blk.{il}.ssm_norm.weight"])
+        normed = T.derived_name("MUL", [T.node("norm", il), f"blk.{il}.ssm_norm.weight"]) if tracing else ""
         T.emit(normed, "MUL", o)
-        T.emit(T.node("z", il), "MUL_MAT", z)
+        T.emit("z", "MUL_MAT", z, il)
         sz = ops.silu(z.reshape(n, nv, S), self.cpu)
-        T.emit(T.derived_name("SILU", [T.node("z", il)]), "SILU", sz)
+        silu = T.derived_name("SILU", [T.node("z", il)]) if tracing else ""
+        T.emit(silu, "SILU", sz)
         o = (o * sz).astype(np.float32)
-        T.emit(T.derived_name("MUL", [normed, T.derived_name("SILU", [T.node("z", il)])]), "MUL", o)
+        if tracing:
+            T.emit(T.derived_name("MUL", [normed, silu]), "MUL", o)
         out = self.w_out.matmul(o.reshape(n, nv * S))
-        T.emit(T.node("linear_attn_out", il), "MUL_MAT", out)
+        T.emit("linear_attn_out", "MUL_MAT", out, il)
         return out
 
     def _l2(self, x, name: str, r: int):
@@ -265,33 +268,38 @@ class DeltaNet:
         hp, il = self.hp, self.il
         nk, nv = hp.n_k_heads, hp.n_v_heads
         r = nv // nk
+        tracing = T.on()
         if self.w_ba is None:
             alpha = self.w_alpha.matmul(x)
-            T.emit(T.derived_name("MUL_MAT", [self.w_alpha.name, T.node("attn_norm", il)]), "MUL_MAT", alpha)
+            if tracing:
+                T.emit(T.derived_name("MUL_MAT", [self.w_alpha.name, T.node("attn_norm", il)]), "MUL_MAT", alpha)
             a_name = T.node("alpha", il)
         else:
             ba = self.w_ba.matmul(x)
-            T.emit(T.node("linear_attn_mixed_ba", il), "MUL_MAT", ba)
+            T.emit("linear_attn_mixed_ba", "MUL_MAT", ba, il)
             ba = ba.reshape(n, nk, 2 * r)
             b = ba[:, :, :r]
             alpha = np.ascontiguousarray(ba[:, :, r:].reshape(n, nv))
             a_name = T.node("a", il) + " (cont)"
             T.emit(a_name, "CONT", alpha)
         ad = (alpha + self.dt).astype(np.float32)
-        T.emit(T.derived_name("ADD", [a_name, f"blk.{il}.ssm_dt.bias"]), "ADD", ad)
+        if tracing:
+            T.emit(T.derived_name("ADD", [a_name, f"blk.{il}.ssm_dt.bias"]), "ADD", ad)
         sp = ops.softplus(ad)
-        T.emit(T.node("a_softplus", il), "SOFTPLUS", sp)
+        T.emit("a_softplus", "SOFTPLUS", sp, il)
         g = (sp * self.a).astype(np.float32)
-        T.emit(T.node("gate", il), "MUL", g)
+        T.emit("gate", "MUL", g, il)
         if self.w_ba is None:
             bl = self.w_beta.matmul(x)
-            T.emit(T.derived_name("MUL_MAT", [self.w_beta.name, T.node("attn_norm", il)]), "MUL_MAT", bl)
+            if tracing:
+                T.emit(T.derived_name("MUL_MAT", [self.w_beta.name, T.node("attn_norm", il)]), "MUL_MAT", bl)
             beta = sigmoid(bl)
-            T.emit(T.node("beta_sigmoid", il), "SIGMOID", beta.reshape(n, nv, 1))
+            T.emit("beta_sigmoid", "SIGMOID", beta.reshape(n, nv, 1), il)
         else:
-            T.emit(T.node("b", il) + " (cont)", "CONT", b)
             beta = sigmoid(b.reshape(n, nv))
-            T.emit(T.derived_name("SIGMOID", [T.node("b", il) + " (cont)"]), "SIGMOID", beta.reshape(n, nk, r))
+            if tracing:
+                T.emit(T.node("b", il) + " (cont)", "CONT", b)
+                T.emit(T.derived_name("SIGMOID", [T.node("b", il) + " (cont)"]), "SIGMOID", beta.reshape(n, nk, r))
         return g, beta
 
 
@@ -366,12 +374,12 @@ class Qwen3NextModel(Model):
             else:
                 x = L.attn(x, pos, cache, self.attn_slot[il], rope)
             x = x + h
-            T.emit(T.node("attn_residual", il), "ADD", x)
+            T.emit("attn_residual", "ADD", x, il)
             h = x
             x = T.norm(x, L.post_norm, hp.eps, "attn_post_norm", il)
             x = L.moe(x)
             x = x + h
-            T.emit(T.node("l_out", il), "ADD", x)
+            T.emit("l_out", "ADD", x, il)
         cache.n += n
         return self._head(x, all_logits)
 

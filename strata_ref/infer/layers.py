@@ -104,17 +104,19 @@ not), the output projection (+ bias).
                 T.emit(T.node("gate_reshaped", il) if hp.arch == "qwen35moe" else T.node("gate", il) + " (cont)",
                        "CONT", gate)
             sg = sigmoid(gate)
-            T.emit(T.node("gate_sigmoid", il), "SIGMOID", sg)
+            T.emit("gate_sigmoid", "SIGMOID", sg, il)
             a = (a * sg).astype(np.float32)
-            src = T.node("attn_gated", il)
-            T.emit(src, "MUL", a)
+            src = "attn_gated"
+            T.emit(src, "MUL", a, il)
+            src = T.node(src, il)
         out = self.wo.matmul(a)
-        # llama names the projection attn_out, qwen3next attn_output; with a
-        # bias (gpt-oss) attn_out is the sum; elsewhere ggml leaves it unnamed
-        named = {"llama": "attn_out", "qwen3next": "attn_output", "qwen35moe": "attn_output"}.get(hp.arch)
-        self.out_name = (T.node(named, il) if named and self.bo is None
-                         else T.derived_name("MUL_MAT", [self.wo.name, src]))
-        T.emit(self.out_name, "MUL_MAT", out)
+        if T.on():
+            # llama names the projection attn_out, qwen3next attn_output; with
+            # a bias (gpt-oss) attn_out is the sum; elsewhere it is unnamed
+            named = {"llama": "attn_out", "qwen3next": "attn_output", "qwen35moe": "attn_output"}.get(hp.arch)
+            self.out_name = (T.node(named, il) if named and self.bo is None
+                             else T.derived_name("MUL_MAT", [self.wo.name, src]))
+            T.emit(self.out_name, "MUL_MAT", out)
         if self.bo is not None:
             out = out + self.bo
             self.out_name = T.node("attn_out", il)
@@ -127,10 +129,10 @@ not), the output projection (+ bias).
         or None)."""
         hp, il = self.hp, self.il
         hd = hp.head_dim
-        T.emit(T.node("Qcur_full" if self.q_gate else "Qcur", il), "MUL_MAT", q)
+        T.emit("Qcur_full" if self.q_gate else "Qcur", "MUL_MAT", q, il)
         if self.bq is not None:
             q = q + self.bq
-            T.emit(T.node("Qcur", il), "ADD", q)
+            T.emit("Qcur", "ADD", q, il)
         gate = None
         if self.q_gate:
             # per head: hd query values, then hd gate values (qwen3next.cpp
@@ -142,7 +144,7 @@ not), the output projection (+ bias).
             q = T.norm(q, self.q_norm, hp.eps, "Qcur_normed", il)
         cos, sin = cos_sin
         q = ops.rope(q, cos, sin, hp.n_rot, hp.neox, self.cpu)
-        T.emit(T.node("Qcur", il), "ROPE", q)
+        T.emit("Qcur", "ROPE", q, il)
         if self.attn_scale != 1.0:
             q = (q * np.float32(self.attn_scale)).astype(np.float32)
             if T.on():
@@ -151,24 +153,24 @@ not), the output projection (+ bias).
 
     def _key(self, k, n, cos_sin):
         hp, il = self.hp, self.il
-        T.emit(T.node("Kcur", il), "MUL_MAT", k)
+        T.emit("Kcur", "MUL_MAT", k, il)
         if self.bk is not None:
             k = k + self.bk
-            T.emit(T.node("Kcur", il), "ADD", k)
+            T.emit("Kcur", "ADD", k, il)
         k = k.reshape(n, hp.n_head_kv, hp.head_dim)
         if self.k_norm is not None:
             k = T.norm(k, self.k_norm, hp.eps, "Kcur_normed", il)
         cos, sin = cos_sin
         k = ops.rope(k, cos, sin, hp.n_rot, hp.neox, self.cpu)
-        T.emit(T.node("Kcur", il), "ROPE", k)
+        T.emit("Kcur", "ROPE", k, il)
         return k
 
     def _value(self, v, n):
         hp, il = self.hp, self.il
-        T.emit(T.node("Vcur", il), "MUL_MAT", v)
+        T.emit("Vcur", "MUL_MAT", v, il)
         if self.bv is not None:
             v = v + self.bv
-            T.emit(T.node("Vcur", il), "ADD", v)
+            T.emit("Vcur", "ADD", v, il)
         return v.reshape(n, hp.n_head_kv, hp.head_dim)
 
     def _trace_attention(self, cache, ci, q, pos, n_swa, a, n) -> str:
@@ -232,10 +234,10 @@ class GatedFFN:
         else:
             g, u = self.w_gate.matmul(x), self.w_up.matmul(x)
         il = self.il
-        T.emit(T.node("ffn_gate", il), "MUL_MAT", g)
-        T.emit(T.node("ffn_up", il), "MUL_MAT", u)
+        T.emit("ffn_gate", "MUL_MAT", g, il)
+        T.emit("ffn_up", "MUL_MAT", u, il)
         act = ops.geglu(g, u, self.cpu) if self.gelu else ops.swiglu(g, u, self.cpu)
-        T.emit(T.node("ffn_geglu" if self.gelu else "ffn_swiglu", il), "GEGLU" if self.gelu else "SWIGLU", act)
+        T.emit("ffn_geglu" if self.gelu else "ffn_swiglu", "GEGLU" if self.gelu else "SWIGLU", act, il)
         out = self.w_down.matmul(act)
-        T.emit(T.node(self.down_name, il), "MUL_MAT", out)
+        T.emit(self.down_name, "MUL_MAT", out, il)
         return out

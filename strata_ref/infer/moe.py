@@ -192,26 +192,26 @@ class MoEFFN:
         selected weights, their sum, clamped sum, normalized weights."""
         hp, il = self.hp, self.il
         n, k = w.shape
-        T.emit(T.node("ffn_moe_logits", il), "MUL_MAT", logits)
+        T.emit("ffn_moe_logits", "MUL_MAT", logits, il)
         if self.router_bias is not None:
             probs = (logits + self.router_bias).astype(np.float32)
-            T.emit(T.node("ffn_moe_probs", il), "ADD", probs)
+            T.emit("ffn_moe_probs", "ADD", probs, il)
         else:
             probs = ops.soft_max_rows(logits, self.cpu)
-            T.emit(T.node("ffn_moe_probs", il), "SOFT_MAX", probs)
+            T.emit("ffn_moe_probs", "SOFT_MAX", probs, il)
         order = cmoe.argsort_desc(probs).astype(np.int32)
-        T.emit(T.node("ffn_moe_argsort", il), "ARGSORT", order)
+        T.emit("ffn_moe_argsort", "ARGSORT", order, il)
         sel = np.take_along_axis(probs, order[:, :k], axis=1)
-        T.emit(T.node("ffn_moe_weights", il), "GET_ROWS", sel.reshape(n, k, 1))
+        T.emit("ffn_moe_weights", "GET_ROWS", sel.reshape(n, k, 1), il)
         if hp.gating == "softmax_weight":
             T.emit(T.derived_name("SOFT_MAX", [T.node("ffn_moe_weights", il)]), "SOFT_MAX", w)
         if hp.norm_w:
             s = ops.sum_rows(sel)
-            T.emit(T.node("ffn_moe_weights_sum", il), "SUM_ROWS", s.reshape(n, 1))
+            T.emit("ffn_moe_weights_sum", "SUM_ROWS", s.reshape(n, 1), il)
             s = np.where(s < np.float32(np.inf), s, np.float32(np.inf))
             s = np.where(s > cmoe.WEIGHTS_SUM_MIN, s, cmoe.WEIGHTS_SUM_MIN).astype(np.float32)
-            T.emit(T.node("ffn_moe_weights_sum_clamped", il), "CLAMP", s.reshape(n, 1))
-            T.emit(T.node("ffn_moe_weights_norm", il), "DIV", w)
+            T.emit("ffn_moe_weights_sum_clamped", "CLAMP", s.reshape(n, 1), il)
+            T.emit("ffn_moe_weights_norm", "DIV", w, il)
 
     def experts(self, x, ids, weights):
         """The routed part for given ids / weights: float32 (n, n_embd)."""
@@ -225,25 +225,25 @@ class MoEFFN:
             # ggml computes up first, then gate; each is its own mul_mat_id
             u = self.up.mul_mat_id(xe, ids)
             g = self.gate.mul_mat_id(xe, ids)
-        T.emit(T.node("ffn_moe_gate", il), "MUL_MAT_ID", g)
+        T.emit("ffn_moe_gate", "MUL_MAT_ID", g, il)
         if self.b_gate is not None:
             g = (g + self.b_gate[ids]).astype(np.float32)         # ggml_add_id
-            T.emit(T.node("ffn_moe_gate_biased", il), "ADD_ID", g)
-        T.emit(T.node("ffn_moe_up", il), "MUL_MAT_ID", u)
+            T.emit("ffn_moe_gate_biased", "ADD_ID", g, il)
+        T.emit("ffn_moe_up", "MUL_MAT_ID", u, il)
         if self.b_up is not None:
             u = (u + self.b_up[ids]).astype(np.float32)
-            T.emit(T.node("ffn_moe_up_biased", il), "ADD_ID", u)
+            T.emit("ffn_moe_up_biased", "ADD_ID", u, il)
         if self.act == "swiglu_oai":
             a = swiglu_oai(g, u)
-            T.emit(T.node("ffn_moe_swiglu_oai", il), "SWIGLU_OAI", a)
+            T.emit("ffn_moe_swiglu_oai", "SWIGLU_OAI", a, il)
         else:
             a = ops.swiglu(g, u, self.cpu)
-            T.emit(T.node("ffn_moe_swiglu", il), "SWIGLU", a)
+            T.emit("ffn_moe_swiglu", "SWIGLU", a, il)
         y = self.down.mul_mat_id(a, ids)
-        T.emit(T.node("ffn_moe_down", il), "MUL_MAT_ID", y)
+        T.emit("ffn_moe_down", "MUL_MAT_ID", y, il)
         if self.b_down is not None:
             y = (y + self.b_down[ids]).astype(np.float32)
-            T.emit(T.node("ffn_moe_down_biased", il), "ADD_ID", y)
+            T.emit("ffn_moe_down_biased", "ADD_ID", y, il)
         out = cmoe.expert_sum(y, weights)
         if T.on():
             self._trace_sum(y, weights, out)
@@ -262,7 +262,7 @@ class MoEFFN:
             acc = (acc + yw[:, j]).astype(np.float32)
             acc_name = T.derived_name("ADD", [acc_name, w_name])
             T.emit(acc_name, "ADD", acc)
-        T.emit(T.node("ffn_moe_out", il), "ADD", out)
+        T.emit("ffn_moe_out", "ADD", out, il)
 
     def __call__(self, x):
         ids, weights = self.route(x)
@@ -272,13 +272,13 @@ class MoEFFN:
             il = self.il
             s = self.shared(x)
             logit = self.shared_gate.matmul(x)
-            T.emit(T.node("shared_expert_gate", il), "MUL_MAT", logit)
+            T.emit("shared_expert_gate", "MUL_MAT", logit, il)
             gate = sigmoid(logit)                                # (n, 1)
-            T.emit(T.node("shared_expert_gate_sigmoid", il), "SIGMOID", gate)
+            T.emit("shared_expert_gate_sigmoid", "SIGMOID", gate, il)
             sg = (s * gate).astype(np.float32)
-            T.emit(T.node("ffn_shexp_gated", il), "MUL", sg)
+            T.emit("ffn_shexp_gated", "MUL", sg, il)
             out = (out + sg).astype(np.float32)
-            T.emit(T.node("ffn_out", il), "ADD", out)
+            T.emit("ffn_out", "ADD", out, il)
         return out
 
 
@@ -328,15 +328,15 @@ class Qwen3MoEModel(Model):
             x = L.attn(x, pos, cache, il, rope[False])
             if il == last:
                 self._trace_out_rows(L.attn.out_name, x)
-                self._trace_out_rows(res, h)
+                self._trace_out_rows(res if res != "l_out" else T.node(res, il - 1), h)
             x = x + h
-            T.emit(T.node("ffn_inp", il), "ADD", x)
+            T.emit("ffn_inp", "ADD", x, il)
             h = x
             x = T.norm(x, L.ffn_norm, hp.eps, "ffn_norm", il)
             x = L.moe(x)
             x = x + h
-            res = T.node("l_out", il)
-            T.emit(res, "ADD", x)
+            T.emit("l_out", "ADD", x, il)
+            res = "l_out"
         cache.n += n
         return self._head(x, all_logits)
 
@@ -385,12 +385,12 @@ class GptOssModel(Model):
             x = T.norm(x, L.attn_norm, hp.eps, "attn_norm", il)
             x = L.attn(x, pos, cache, il, rope[swa], hp.n_swa if swa else 0)
             x = x + h
-            T.emit(T.node("ffn_inp", il), "ADD", x)
+            T.emit("ffn_inp", "ADD", x, il)
             h = x
             x = T.norm(x, L.post_norm, hp.eps, "attn_post_norm", il)
             x = L.moe(x)
             x = x + h
-            T.emit(T.node("l_out", il), "ADD", x)
+            T.emit("l_out", "ADD", x, il)
         # openai-moe.cpp selects the output rows after the last layer
         self._trace_out_rows(T.node("l_out", len(self.layers) - 1), x)
         cache.n += n

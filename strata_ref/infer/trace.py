@@ -50,11 +50,12 @@ def wants(name: str) -> bool:
     return _REC is not None and _REC.wants(name)
 
 
-def emit(name: str, op: str, x) -> None:
-    """Record node `name` (op `op`, values x: float32 / int32 array in
-    NumPy order) when tracing; nothing otherwise."""
+def emit(name: str, op: str, x, il: int | None = None) -> None:
+    """Record node `name` (with il: `node(name, il)`; op `op`, values x:
+    float32 / int32 array in NumPy order) when tracing; nothing otherwise
+    (the name is formatted only when tracing)."""
     if _REC is not None:
-        _REC.emit(name, op, x)
+        _REC.emit(name if il is None else node(name, il), op, x)
 
 
 class Recorder:
@@ -201,4 +202,7 @@ def run_trace(m, ids, path, split: int | None = None, patterns=None, producer: s
                 m.forward(c, cache, all_logits=True)
                 if progress is not None:
                     progress(len(c))
+        if w.n == 0:
+            raise ValueError(f"--tensors {','.join(patterns or [])!r} matches no node of the graph (names "
+                             f"as llama.cpp's: attn_norm-0, Qcur-0, ffn_out-3, result_output, ...)")
         return w.n

@@ -303,6 +303,7 @@ def test_diff_map_renames_another_engines_nodes(tmp_path, capsys):
 
 # ---------------------------------------------------------------- the drivers
 def _peer_driver(tmp_path, profile="avx2"):
+    tmp_path.mkdir(parents=True, exist_ok=True)
     import shutil
     import subprocess
     import sys
@@ -379,6 +380,17 @@ def test_registry_model_every_node_equals_llama_cpp(tmp_path):
     with open_trace(ref) as a, open_trace(ours) as b:
         rep = diff_traces(a, b)
         assert rep.equal and not rep.only_a and not rep.only_b and len(rep.results) == len(a.entries)
+    # the builds of the other variants depart from the avx2 arithmetic at
+    # layer 0: the scalar build at the q projection (its Q4_1 x q8_1 dot),
+    # the AVX-512 build at the F16 attention scores (16 lanes against 8)
+    for profile, first in (("scalar", ("Qcur-0", "MUL_MAT", 0)), ("avx512", ("kq-0", "MUL_MAT", 0))):
+        other = tmp_path / f"llama_{profile}.npz"
+        r = subprocess.run([str(_peer_driver(tmp_path / profile, profile)), path, str(other), "--tokens",
+                            ",".join(map(str, ids)), "--split", "5"], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        with open_trace(other) as a, open_trace(ours) as b:
+            fd = diff_traces(a, b).first_diff
+            assert (fd.a.name, fd.a.op, fd.a.layer, fd.a.call) == (*first, 0)
 
 
 def test_trace_bad_input_is_one_line(tmp_path, tiny, capsys):

@@ -36,7 +36,7 @@ import numpy as np
 from . import trace as T
 from .layers import Attention, GatedFFN
 from .model import (FAMILIES, ArchKeys, Model, ModelLoadError, _int_param, _shown, common_params,
-                    rms_norm, rope_cos_sin)
+                    rope_cos_sin)
 
 __all__ = ["HParams", "DenseModel", "MODELS"]
 

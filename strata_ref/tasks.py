@@ -63,6 +63,8 @@ def _call(fn: Callable, index: int, item: Any, threads: int | None) -> Any:
         # N worker processes on N cores: numba's own parallel loops
         # (dequant, conversions) get a share each instead of N threads each.
         import numba
+        from ._threads import configure
+        configure()             # the layer is fixed by the first use of numba's threads
         numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
         _threads_set = True
     q = _queue

@@ -14,11 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from strata_ref import cpu as _cpu
+
 SDIST = "llama-cpp-python==0.3.36"
 SDIST_FILE = "llama_cpp_python-0.3.36.tar.gz"
 DATA = Path(__file__).parent / "data"
-#: the CPU profiles whose llama.cpp reference data lives in DATA/<profile>/
-PROFILES = ("scalar", "avx2", "avx512")
+#: the CPU profiles whose llama.cpp reference data lives in DATA/<profile>/:
+#: every declared profile (`strata_ref.cpu.PROFILES`)
+PROFILES = tuple(_cpu.PROFILES)
 
 
 def row_hashes(rows) -> "np.ndarray":

@@ -42,18 +42,18 @@ def test_rows_and_tokens_are_independent(t, profile):
         m, raw = _matrix(t, rows, cols, profile, seed=rows)
         x = rng.standard_normal((n, cols)).astype(np.float32)
         full = m.matmul(x)                  # large: the parallel kernels
-        rb = raw.size // rows
+        run, blocks = m.packed.data
+        repacked = m.repacked()
+        path = m.segments(n)[0][2]
+        if path == "tiled" or (path == "repack" and n >= 4 and block_format(t).block_values == 256):
+            # ggml's tiled K-quant kernel (8+ tokens) and repacked gemm
+            # (groups of 4) round otherwise than one token's dot; the
+            # legacy quants' tinyBLAS rounds as vec_dot
+            continue
         for i in range(n):
             for r in range(rows):
-                one = QMatrix(t, raw[r * rb:(r + 1) * rb], 1, cols, "row", profile)
-                one.repack_rows = m.repack_rows         # the same ggml path as the whole tensor
-                y = one.matmul(x[i:i + 1])
-                kquant = block_format(t).block_values == 256
-                if kquant and one._packed[2] != 0 and (n >= 8 or (n >= 4 and one._packed[2] == 2)):
-                    # ggml's tiled K-quant kernel (8+ tokens) and repacked
-                    # gemm (groups of 4) round otherwise than one token's
-                    # dot; the legacy quants' tinyBLAS rounds as vec_dot
-                    continue
+                # one weight row, one token, serially, on the tensor's path
+                y = run(repacked, False, blocks[r:r + 1], x[i:i + 1], 1)
                 assert _bits(y)[0, 0] == _bits(full)[i, r], (t.name, profile, rows, n, i, r)
 
 
@@ -62,15 +62,14 @@ def test_thread_split_changes_no_bit(t, monkeypatch):
     # the same product with the rows split over 1, 2, 3 and 7 parts
     cols = 4096 if block_format(t).block_values == 256 else 2048
     m, raw = _matrix(t, 203, cols, "avx2", seed=3)
-    m.prepare()
     x = np.random.default_rng(1).standard_normal((3, cols)).astype(np.float32)
-    run, path, ref, tiled, raw2 = m._packed[1:]
-    outs = [run(path, ref, tiled, False, raw2, x, parts) for parts in (1, 2, 3, 7)]
+    run, raw2 = m.packed.data
+    outs = [run(m.repacked(), False, raw2, x, parts) for parts in (1, 2, 3, 7)]
     for o in outs[1:]:
         assert np.array_equal(_bits(o), _bits(outs[0]))
 
 
 def test_runner_refuses_other_types():
     with pytest.raises(KeyError, match="IQ4_XS"):
-        matvec.runner(GGMLType.IQ4_XS)
+        matvec.runner(GGMLType.IQ4_XS, select("avx2").isa)
     assert select("avx2").name == "avx2"

@@ -259,8 +259,10 @@ def test_packed_path_never_dequantizes(t, monkeypatch):
         qm = QMatrix(T[t], raw, rows, cols, t, profile)
         for n in (1, 9):
             assert qm.matmul(x[:n]).shape == (n, rows)
-        kind, _, (wq, sc, d, dl) = qm._packed
-        assert kind == "family"
+        p = qm.packed
+        from strata_ref.cpu import dots_iquants
+        assert p.family is dots_iquants.FAMILY
+        wq, sc, d, dl = p.data
         assert wq.dtype == np.int8 and wq.shape == (rows, cols)
         # the only float data is one fp16 d per super-block
         assert d.dtype == np.float32 and d.shape == (rows, cols // 256)

@@ -16,7 +16,7 @@ import pytest
 from infer_helpers import profile_files
 from strata_ref import GGMLType
 from strata_ref.cpu import moe as cmoe
-from strata_ref.cpu.families import family
+from strata_ref.cpu.traits import TRAITS
 
 _DATA = {}
 
@@ -50,15 +50,14 @@ CASES = [pytest.param(t, *p.values, id=f"{t}-{p.values[0]}")
 
 @pytest.mark.parametrize("t, profile, path", CASES)
 def test_mul_mat_id_is_ggml_bits(t, profile, path):
-    from strata_ref.cpu.matmul import INTEGER_KERNEL_TYPES
     tt = GGMLType[t]
-    if tt not in INTEGER_KERNEL_TYPES and family(tt) is None:
+    if tt not in TRAITS:
         pytest.skip(f"{t}: profile kernels not written yet")
     v = _data(path)
     E, R, C = int(v["n_expert"]), int(v["rows"]), int(v["cols"])
     em = cmoe.ExpertMatrix(tt, v[f"{t}_w"], E, R, C, t, profile)
     for q in em.experts:
-        q.repack_rows = 1            # ggml's graph API kept the plain layout
+        q.repackable = False         # ggml's graph API kept the plain layout
     x = v["mmid_x16"].astype(np.float32)[:, None, :]
     ids = v["mmid_ids"]
     assert sorted(np.bincount(ids.ravel(), minlength=E).tolist()) == sorted(v["routed"].tolist())

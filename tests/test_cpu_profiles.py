@@ -74,10 +74,8 @@ def _pending_types(man) -> list:
     """Types of a variant with no profile kernel yet (they would run on the
     dense fallback, which is not llama.cpp's arithmetic)."""
     from strata_ref import GGMLType
-    from strata_ref.cpu.families import family
-    from strata_ref.cpu.matmul import INTEGER_KERNEL_TYPES
-    return sorted({t for _, t, _ in man["tensors"]
-                   if t != "F32" and GGMLType[t] not in INTEGER_KERNEL_TYPES and family(GGMLType[t]) is None})
+    from strata_ref.cpu.traits import TRAITS
+    return sorted({t for _, t, _ in man["tensors"] if GGMLType[t] not in TRAITS})
 
 
 @functools.lru_cache(maxsize=None)

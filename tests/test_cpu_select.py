@@ -57,5 +57,10 @@ def test_profiles_declare_the_builds():
     assert (s.simd_lanes, a2.simd_lanes, a5.simd_lanes) == (0, 8, 16)
     assert (s.fma, a2.fma, a5.fma) == (False, True, True)
     assert s.repack == frozenset() and "Q2_K" in a5.repack and "Q2_K" not in a2.repack
-    assert s.act_quant == "ref" and a2.act_quant == a5.act_quant == "avx"
     assert not s.tiled and a2.tiled and a5.tiled and s.tinyblas == 0
+    # the activation quantizers: the reference ones on the baseline build,
+    # arch/x86/quants.c's on the AVX builds
+    from strata_ref.cpu import act_quant
+    assert s.isa.resolve("quantize_rows_q8") is act_quant.quantize_rows_q8_ref
+    assert a2.isa.resolve("quantize_rows_q8") is a5.isa.resolve("quantize_rows_q8") \
+        is act_quant.quantize_rows_q8_x86

@@ -65,7 +65,7 @@ def _wide_acts(n, cols, rng):
 
 def _mm(t, raw, rows, cols, x, profile):
     qm = QMatrix(t, raw, rows, cols, t.name, profile)
-    qm.repack_rows = 1
+    qm.repackable = False
     return qm.matmul(x)
 
 
@@ -123,7 +123,7 @@ def test_iq4_nl_mxfp4_orders(t):
     if t == T.IQ4_NL:        # two rows: tinyBLAS_Q0 (the Q4_0 order, not vec_dot's)
         assert np.array_equal(_bits(_mm(t, raw, rows, cols, x, "avx512")), _bits(one))
     qm = QMatrix(t, raw, rows, cols, "", "avx2")        # 24 rows: repacked
-    assert qm._repacked()
+    assert qm.repacked()
     assert np.array_equal(_bits(qm.matmul(x)), _bits(rep))
 
 
@@ -323,12 +323,12 @@ def test_vdpbf16ps_is_the_instruction():
     # exponent were unbounded and then flushes, and raw random bits
     from numba import njit
 
-    from strata_ref.cpu.dots_small import _dpbf16
+    from strata_ref.cpu.isa.x86_avx512 import dpbf16
 
     @njit
     def run(acc, a, b):
         for i in range(0, acc.shape[0], 16):
-            _dpbf16(acc, i, a, b, 2 * i)
+            dpbf16(acc, i, a, 2 * i, b, 2 * i)
 
     from infer_helpers import DATA
     v = np.load(DATA / "avx512" / "vdpbf16ps.npz")
@@ -349,7 +349,7 @@ def test_both_f16_widenings_are_the_table():
     # fp16 -> f32 value of every bit pattern (NaNs quieted, as vcvtph2ps)
     from numba import njit
 
-    from strata_ref.cpu.dots_small import _HOST_F16C, _fpext_half, _half_to_f32
+    from strata_ref.cpu.dots_float import _HOST_F16C, _fpext_half, _half_to_f32
     from strata_ref.numerics import F16_TO_F32
 
     @njit
@@ -387,5 +387,5 @@ def test_stacked_parts_keep_their_own_paths(t, parts):
     assert np.array_equal(_bits(stacked.matmul(x)), _bits(want))
     # and it matters: one path for the whole stack gives other bits
     one = QMatrix(t, stacked.raw, stacked.rows, cols, "", "avx2")
-    one.repack_rows = stacked.repack_rows
+    one.repackable = False           # as the old whole-stack rule: a part is not % 8
     assert (_bits(one.matmul(x)) != _bits(want)).any()

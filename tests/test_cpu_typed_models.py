@@ -52,7 +52,7 @@ def test_typed_model_logits_are_llama_cpp_bits(t, profile, path, model_files):
     m = load(f, profile=profile)
     layer = [m_ for m_ in m.layers[0].attn.matrices() + m.layers[0].ffn.matrices()
              if hasattr(m_, "_repacked")]
-    assert layer and all(q._repacked() == (profile != "scalar") for q in layer)
+    assert layer and all(q.repacked() == (profile != "scalar") for q in layer)
     batched = m.forward(IDS, m.new_cache(64), all_logits=True)
     cache = m.new_cache(64)
     incr = np.concatenate([m.forward(IDS[:N_PROMPT], cache, all_logits=True)]

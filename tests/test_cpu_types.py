@@ -46,7 +46,7 @@ def test_matmul_is_ggml_bits(t, profile, path):
     assert str(v["profile"]) == profile
     rows, cols = int(v["rows"]), int(v["cols"])
     w = QMatrix(GGMLType[t], v[f"{t}_w"], rows, cols, t, profile)
-    w.repack_rows = 1            # ggml's graph API kept the plain layout
+    w.repackable = False         # ggml's graph API kept the plain layout
     for n in v["ns"]:
         y = w.matmul(v[f"x{n}"])
         want = v[f"{t}_y{n}"]

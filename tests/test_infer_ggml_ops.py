@@ -18,8 +18,8 @@ import pytest
 from numba import njit
 
 from strata_ref.cpu import PROFILES, ops
-from strata_ref.cpu.fp import expf_avx512, expf_v, fma32, hsum8, hsum16, silu_v
-from strata_ref.cpu.fp_vec import expf8, silu8
+from strata_ref.cpu.fp import fma32, hsum8, hsum16
+from strata_ref.cpu.isa import x86_avx512
 from strata_ref.cpu.simd import f8_load, f8_store
 from strata_ref.numerics import fma_f32
 from infer_helpers import DATA, load_model, profile_files
@@ -53,13 +53,17 @@ def _hsums(v8, v16):
 @njit(cache=True)
 def _exp_many(x, out):
     for i in range(x.size):
-        out[i] = expf_avx512(x[i])
+        out[i] = x86_avx512.expf_v(x[i])
 
 
 @njit(cache=True)
-def _exp_v_many(x, arch, out):
+def _exp_v_many(x, isa, out):
     for i in range(x.size):
-        out[i] = expf_v(x[i], arch)
+        out[i] = isa.expf_v(x[i])
+
+
+#: the three x86 builds' instruction-set chains (SSE2, AVX2, AVX-512 exp)
+_ISAS = {p: PROFILES[p].isa for p in ("scalar", "avx2", "avx512")}
 
 
 # ---------------------------------------------------------------- by hand
@@ -102,14 +106,14 @@ def test_expf_edges():
     assert np.all(np.abs(out[3:] / np.exp(x[3:].astype(np.float64)) - 1) < 2.5e-7)
 
 
-@pytest.mark.parametrize("arch", [0, 1, 2])
+@pytest.mark.parametrize("arch", list(_ISAS))
 def test_expf_variants_edges(arch):
     # every build's ggml_v_expf: exact at 0, flushes at the ends, within 2
     # ulp of exp elsewhere, including the two-step scaling for |n| > 126
     x = np.array([0.0, -np.inf, -104.0, -120.0, 1.0, -1.0, 88.0, 88.7, -87.5, -100.0,
                   np.inf], np.float32)
     out = np.empty_like(x)
-    _exp_v_many(x, arch, out)
+    _exp_v_many(x, _ISAS[arch], out)
     assert out[0] == 1.0 and out[1] == 0.0 and out[2] == 0.0 and out[3] == 0.0
     assert out[-1] == np.inf
     ref = np.exp(x[4:-2].astype(np.float64))
@@ -119,21 +123,21 @@ def test_expf_variants_edges(arch):
 
 
 @njit(cache=True)
-def _exp8_many(x, arch, which, out):
+def _exp8_many(x, isa, which, out):
     for i in range(0, x.size, 8):
         v = f8_load(x, i)
-        f8_store(out, i, expf8(v, arch) if which == 0 else silu8(v, arch))
+        f8_store(out, i, isa.expf8(v) if which == 0 else isa.silu8(v))
 
 
 @njit(cache=True)
-def _silu_v_many(x, arch, out):
+def _silu_v_many(x, isa, out):
     for i in range(x.size):
-        out[i] = silu_v(x[i], arch)
+        out[i] = isa.silu_v(x[i])
 
 
-@pytest.mark.parametrize("arch", [0, 1, 2])
+@pytest.mark.parametrize("arch", list(_ISAS))
 def test_vector_expf_and_silu_equal_the_lane_functions(arch):
-    # cpu.fp_vec computes 8 lanes at once with masks where fp's scalar
+    # each build's expf8 / silu8 compute 8 lanes at once with masks where the scalar
     # functions branch (and scalef as two exact scalings): the same bits on
     # every float32 exponent (random bit patterns), around the branch
     # points (|n| = 126, 192: x near +-87.3, +-133) and at the specials
@@ -147,8 +151,8 @@ def test_vector_expf_and_silu_equal_the_lane_functions(arch):
     for which, scalar in ((0, _exp_v_many), (1, _silu_v_many)):
         a = np.empty_like(x)
         b = np.empty_like(x)
-        _exp8_many(x, arch, which, a)
-        scalar(x, arch, b)
+        _exp8_many(x, _ISAS[arch], which, a)
+        scalar(x, _ISAS[arch], b)
         nan = np.isnan(b)
         assert np.array_equal(np.isnan(a), nan)
         _same(a[~nan], b[~nan])
@@ -160,9 +164,9 @@ def test_expf_avx2_differs_from_avx512_somewhere():
     # one profile's expf cannot stand in for another's
     x = np.linspace(-20, 20, 20001).astype(np.float32)
     outs = []
-    for arch in (0, 1, 2):
+    for isa in _ISAS.values():
         o = np.empty_like(x)
-        _exp_v_many(x, arch, o)
+        _exp_v_many(x, isa, o)
         outs.append(o.view(np.uint32))
     assert (outs[1] != outs[2]).any() and (outs[0] != outs[1]).any()
 
@@ -415,3 +419,13 @@ def test_geglu_is_the_table_rule(profile):
     nan = np.isnan(ref)
     assert np.array_equal(np.isnan(out), nan)
     _same(out[~nan], ref[~nan])
+
+
+@pytest.mark.parametrize("profile", ["scalar", "avx2", "avx512"])
+def test_geglu_below_minus_ten_is_positive_zero(profile):
+    # ggml_vec_geglu_f32 (vec.h, GGML_GELU_FP16): y = 0.0f for x <= -10,
+    # not 0 * g (which is -0.0 for a negative g and NaN for an infinite one)
+    g = np.array([-10.0, -11.0, -1e30, -10.0, -np.inf], np.float32)
+    u = np.array([-2.0, -0.5, np.inf, 3.0, -1.0], np.float32)
+    y = ops.geglu(g, u, PROFILES[profile])
+    assert y.view(np.uint32).tolist() == [0] * 5

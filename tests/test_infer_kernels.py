@@ -8,7 +8,11 @@ import pytest
 
 from strata_ref import GGMLType, block_format, dequant_f32
 from strata_ref.cpu import act_quant
-from strata_ref.cpu.matmul import QMatrix, VEC_DOT_TYPE
+from strata_ref.cpu.matmul import QMatrix
+from strata_ref.cpu.traits import TRAITS
+
+#: the legacy quants and K-quants, with their activation types
+VEC_DOT_TYPE = {t: r.vec_dot_type for t, r in TRAITS.items() if r.family in ("matvec", "kquant_unpacked")}
 from strata_ref.quantize import quantize
 from infer_helpers import profile_files
 
@@ -70,9 +74,9 @@ def test_against_ggml_cpu_from_float(profile, path):
     # the AVX code on avx2 / avx512, the reference quantizers on scalar
     from strata_ref.cpu import PROFILES
     ref = np.load(path)
-    r = PROFILES[profile].act_quant == "ref"
-    for name, fn in (("q8_0", lambda v: act_quant.quantize_q8_0_act(v, ref=r)),
-                     ("q8_1", lambda v: act_quant.quantize_q8_1_act(v, ref=r)),
+    isa = PROFILES[profile].isa
+    for name, fn in (("q8_0", lambda v: act_quant.quantize_q8_0_act(v, isa=isa)),
+                     ("q8_1", lambda v: act_quant.quantize_q8_1_act(v, isa=isa)),
                      ("q8_k", act_quant.quantize_q8_k_act)):
         for i, row in enumerate(ref["x"]):
             got = fn(row)

@@ -237,7 +237,7 @@ def test_store_uses_the_builds_from_float(profile):
         c.store(0, k, k, prof)
         for h in range(2):
             for m in range(3):
-                want = (quantize_q8_0_act(k[m, h], ref=prof.act_quant == "ref").reshape(-1)
+                want = (quantize_q8_0_act(k[m, h], isa=prof.isa).reshape(-1)
                         if t == "q8_0" else quantize(k[m, h], t))
                 assert np.array_equal(c.k[0, h, m], want), (t, h, m)
     c = KVCache(1, 2, 64, 4, "bf16", "f32")
@@ -285,8 +285,17 @@ def test_fa_vec_accumulates_an_f16_v_in_f16():
 
 def test_fa_fma_only_on_fma_builds():
     q, k, v = _fa_inputs(2, 2, 1, 64, 30, seed=3)
+    import sys
+    import types
+    from strata_ref.cpu.isa import chain
     prof = cpu.select("avx2")
-    nofma = dataclasses.replace(prof, fma=False)
+    # the avx2 build with GCC's contraction off: a one-name module ahead of
+    # its chain (the fallback rule takes everything else from avx2)
+    mod = types.ModuleType("strata_ref.cpu.isa.nofma_for_test")
+    mod.FMA = False
+    sys.modules[mod.__name__] = mod
+    nofma = dataclasses.replace(prof, isa=chain(("nofma_for_test",) + prof.isa.names))
+    assert prof.fma and not nofma.fma
     a = flash_attn_ext(q, T.F16, k, T.F16, v, 30, 256, np.array([28, 29]), 0.125, prof)
     b = flash_attn_ext(q, T.F16, k, T.F16, v, 30, 256, np.array([28, 29]), 0.125, nofma)
     assert not np.array_equal(_bits(a), _bits(b))

@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=20)
     a = ap.parse_args(argv)
     from strata_ref import GGMLType
-    from strata_ref.cpu.matmul import QMatrix, _round_for_float_weights
+    from strata_ref.cpu.matmul import QMatrix
     from strata_ref.dequant import dequant_f32
     rng = np.random.default_rng(0)
     n, k = a.size, a.size
@@ -82,13 +82,12 @@ def main(argv=None) -> int:
     for t in a.types.split(","):
         raw = random_matrix(t, n, k, rng)
         qm = QMatrix(GGMLType[t], raw, n, k, t, a.profile)
-        qm.repack_rows = 1
+        qm.repackable = False
         qm.prepare()
         dense = dequant_f32(GGMLType[t], raw, n, k)
-        ref = a.profile == "scalar"
         kb, km = _time(lambda: qm.matmul(x), a.repeats)
-        db, dm = _time(lambda: _round_for_float_weights(GGMLType[t], x, ref) @ dense.T, a.repeats)
-        packed = qm._packed[2]
+        db, dm = _time(lambda: x @ dense.T, a.repeats)
+        packed = qm.packed.data
         mb = sum(p.nbytes for p in packed if isinstance(p, np.ndarray) and p.size > 1) / 1e6
         print(f"{t:8} {kb * 1e3:7.2f} / {km * 1e3:6.2f} {db * 1e3:7.2f} / {dm * 1e3:6.2f} "
               f"{dm / km:8.2f}x {mb:10.1f} {dense.nbytes / 1e6:9.1f}")

@@ -25,8 +25,9 @@ llama-cpp-python the reference figures of spec/models.md §5 are printed
 (a 2-core Zen 3 VM, idle).
 
 strata-ref is measured as the library and `strata-ref generate` run it:
-`strata_ref.cpu.matmul` is imported before numba's thread count is set, so
-its threading setup (layer, OpenMP wait policy) is the one in effect, and
+the library's threading setup (`strata_ref._threads.configure`: layer,
+OpenMP wait policy) runs before numba's thread count is set, so it is the
+one in effect, and
 the layer numba actually picked is printed. `--busy N` runs N busy-looping
 processes during the timings, to see the speed on a loaded machine.
 """
@@ -181,7 +182,8 @@ def main(argv=None) -> int:
         ap.error("--tokens must be >= 2, --repeats and --threads >= 1")
     # first the library's own threading setup, as `strata-ref generate` has it;
     # touching numba's threads before it would fix numba's default layer
-    import strata_ref.cpu.matmul  # noqa: F401
+    from strata_ref._threads import configure
+    configure()
     import numba
     numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
     from strata_ref import cpu

@@ -61,7 +61,7 @@ def main(argv=None) -> int:
             rng = np.random.default_rng([seed, int(tt)])
             w = sane_blocks(tt, nblk, rng).reshape(-1)
             qm = QMatrix(tt, w, a.rows, a.cols, t, profile())
-            qm.repack_rows = 1              # a plain ggml graph keeps the plain layout
+            qm.repackable = False              # a plain ggml graph keeps the plain layout
             line = []
             for n in ns:
                 x = activations(rng, n, a.cols)

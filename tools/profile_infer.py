@@ -164,7 +164,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args(argv)
-    import strata_ref.cpu.matmul  # noqa: F401  (the library's threading setup first)
+    from strata_ref._threads import configure
+    configure()                    # the library's threading setup first
     import numba
     numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
     from strata_ref import cpu

@@ -1,22 +1,32 @@
-"""ggml-cpu's arithmetic, one profile per llama.cpp CPU build.
+"""ggml-cpu's arithmetic, one profile per llama.cpp CPU build, shaped as
+ggml-cpu is.
 
-A *profile* (`profiles`) is what one llama.cpp CPU build computes: which
-SIMD width its vector loops have, where GCC fused a multiply-add, which
-code path it takes for each weight type and batch size. Every module here
-takes the profile as data and emulates that build in numba, so any profile
-runs on any CPU; the model graphs (`strata_ref.infer`) never ask which one
-runs.
+A *profile* (`profiles`) is what one llama.cpp CPU build computes: (the
+llama.cpp version, the CPU variant), the build options, and the chain of
+instruction-set modules (`isa`: `generic`, `x86_64`, `x86_avx2`,
+`x86_avx512`) that hold what its instruction sets decide: lane widths and
+reductions, `ggml_v_expf`, FMA contraction, the activation quantizers, which
+`vec_dot`, tiled, repacked and tinyBLAS kernels run. Every module here takes
+the profile (or its chain) as data and emulates that build in numba, so any
+profile runs on any CPU; the model graphs (`strata_ref.infer`) never ask
+which one runs.
 
 `select(name)` is the one place that chooses: a profile name, or None for
 `$STRATA_REF_CPU`, else "native", the profile that llama.cpp's native build
 would use on this CPU (`native`).
 
-Modules: `profiles` (the declarations), `fp` (float primitives: FMA, lane
-reductions, ggml's expf), `lanes` (8-lane integer dots), `act_quant`
-(Q8_0 / Q8_1 / Q8_K activations), `matmul` (weight-type dots and ggml's
-mat-mul paths), `ops` (attention, soft_max, SwiGLU, RoPE, norms), `moe`
-(expert selection, `mul_mat_id`, the expert sum), `ssm` (the Gated DeltaNet
-operations), the weight-type families `dots_small` / `dots_iquants`.
+Modules: `profiles` (the declarations), `isa` (the instruction sets),
+`traits` (per weight type: its activation type and kernel family; ggml's
+mat-mul dispatch), `fp` (float primitives: FMA, lane reduction trees),
+`vec` (the operands of the float dots), `simd` / `lanes` (vector values and
+exact integer lanes), `act_quant` (Q8_0 / Q8_1 / Q8_K activations),
+`matmul` (`QMatrix`), the kernel families `matvec` (over `legacy_dots`,
+`kquant_dots`), `kquant_unpacked`, `dots_iquants`, `dots_small`,
+`dots_float`; `ops` (soft_max, SwiGLU, RoPE, norms), `f16_attention`,
+`attention`, `flash_attn`, `hadamard`, `moe` (expert selection,
+`mul_mat_id`, the expert sum), `ssm` (the Gated DeltaNet operations).
+docs/extending.md says which to touch
+to add an instruction set, a CPU build or a weight type.
 """
 from __future__ import annotations
 

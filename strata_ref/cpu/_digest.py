@@ -1,15 +1,38 @@
-"""The digest of the sources the CPU kernels inline (this package, numerics,
-types), for the on-disk cache of the kernels made by factories
-(`strata_ref._jitcache`)."""
+"""numba compilation of the CPU kernels with an on-disk cache that cannot
+go stale (`strata_ref._jitcache`).
+
+numba's own cache keys a function on its file's time stamp and its
+bytecode, not on the functions it inlines from other files nor on the
+switches read at import (`simd.HOST_AVX2`, `HOST_VNNI`, `HOST_F16C`): after
+an edit of an instruction-set module, or with STRATA_REF_PORTABLE_LANES set
+differently, it would load machine code compiled from other sources. Every
+CPU kernel is therefore compiled through `jit` (or `cached` with
+`cpu_digest` for the closures made by factories), whose cache key holds a
+digest of every source the kernels inline (this package, its
+instruction-set modules, numerics, types) and of those switches.
+"""
 from __future__ import annotations
 
 from pathlib import Path
 
-from .._jitcache import sources_digest
+from numba import njit
 
-__all__ = ["cpu_digest"]
+from .._jitcache import cached, sources_digest
+
+__all__ = ["cpu_digest", "jit"]
 
 
 def cpu_digest() -> str:
+    from .simd import HOST_AVX2, HOST_F16C, HOST_VNNI
     here = Path(__file__).resolve().parent
-    return sources_digest(here, here.parent / "numerics.py", here.parent / "types.py")
+    switches = "".join("1" if s else "0" for s in (HOST_AVX2, HOST_VNNI, HOST_F16C))
+    return sources_digest(here, here / "isa", here.parent / "numerics.py",
+                          here.parent / "types.py") + "-" + switches
+
+
+def jit(fn=None, **options):
+    """`numba.njit(**options)` with the on-disk cache keyed on `cpu_digest`
+    (module docstring); as `@jit` or `@jit(parallel=True)`."""
+    def wrap(f):
+        return cached(njit(**options)(f), f.__qualname__, cpu_digest)
+    return wrap(fn) if fn is not None else wrap

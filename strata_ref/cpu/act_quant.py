@@ -37,11 +37,13 @@ import math
 import numpy as np
 from numba import njit
 
+from ._digest import jit
 from ..numerics import f32_to_f16_bits
 from ..types import GGMLType, block_format
 
 __all__ = ["quantize_q8_0_act", "quantize_q8_1_act", "quantize_q8_k_act",
-           "q8_0_fields", "q8_1_fields", "q8_k_fields", "round_to_f16"]
+           "q8_0_fields", "q8_1_fields", "q8_k_fields", "round_to_f16", "quantize_rows_q8_ref",
+           "quantize_rows_q8_x86"]
 
 
 @njit(inline="always", cache=True)
@@ -60,7 +62,7 @@ def round_to_f16(v):
     return np.float32(r if v > 0 else -r)
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def _q8_32(x, q, d, s, with_sum, ref):
     # x: (n, k) float32; q: (n, k) int8; d, s: (n, k/32) float32
     n, k = x.shape
@@ -91,6 +93,29 @@ def _q8_32(x, q, d, s, with_sum, ref):
                 s[t, i] = round_to_f16(np.float32(dd * np.float32(tot)))
 
 
+@jit
+def quantize_rows_q8_ref(x, q, d, s, with_sum):
+    """ggml `quantize_row_q8_0_ref` (with_sum False) / `quantize_row_q8_1_ref`
+    (True) of each row of x (float32 (n, k), k % 32 == 0) into q int8 (n,
+    k), d and s float32 (n, k/32) (s untouched without the sum): the
+    portable quantizer (`isa.generic`)."""
+    _q8_32(x, q, d, s, with_sum, True)
+
+
+@jit
+def quantize_rows_q8_x86(x, q, d, s, with_sum):
+    """ggml-cpu's x86 `quantize_row_q8_0` / `quantize_row_q8_1` (the
+    `__AVX2__ || __AVX__` code of `arch/x86/quants.c`), as
+    `quantize_rows_q8_ref` otherwise (`isa.x86_avx2`)."""
+    _q8_32(x, q, d, s, with_sum, False)
+
+
+def _rows_q8(ref: bool, isa):
+    if isa is not None:
+        return isa.resolve("quantize_rows_q8")
+    return quantize_rows_q8_ref if ref else quantize_rows_q8_x86
+
+
 def _check(x, qk):
     x = np.asarray(x)
     if x.dtype != np.float32:
@@ -102,31 +127,32 @@ def _check(x, qk):
     return np.ascontiguousarray(x)
 
 
-def q8_0_fields(x, qdtype=np.int8, ref: bool = False):
-    """ggml-cpu's AVX `quantize_row_q8_0` (ref: `quantize_row_q8_0_ref`) of
+def q8_0_fields(x, qdtype=np.int8, ref: bool = False, isa=None):
+    """ggml-cpu's AVX `quantize_row_q8_0` (ref: `quantize_row_q8_0_ref`; isa:
+    the quantizer of that instruction-set chain, `strata_ref.cpu.isa`) of
     each row of x (float32 (n, k), k % 32 == 0): returns q (n, k) and d
     float32 (n, k/32) holding the fp16-rounded scales. q is int8, or the same
     integers as `qdtype` (float32 for the kernels)."""
     x = _check(x, 32)
-    q = np.empty(x.shape, qdtype)
+    q = np.empty(x.shape, np.int8)
     d = np.empty((x.shape[0], x.shape[1] // 32), np.float32)
-    _q8_32(x, q, d, d, False, bool(ref))
-    return q, d
+    _rows_q8(ref, isa)(x, q, d, d, False)
+    return q.astype(qdtype, copy=False), d
 
 
-def q8_1_fields(x, qdtype=np.int8, ref: bool = False):
-    """ggml-cpu's AVX `quantize_row_q8_1` (ref: `quantize_row_q8_1_ref`):
-    q (n, k) as int8 (or `qdtype`), d and s float32 (n, k/32), both
-    fp16-rounded (s = fp16(d * sum q))."""
+def q8_1_fields(x, qdtype=np.int8, ref: bool = False, isa=None):
+    """ggml-cpu's AVX `quantize_row_q8_1` (ref: `quantize_row_q8_1_ref`;
+    isa: that chain's): q (n, k) as int8 (or `qdtype`), d and s float32 (n,
+    k/32), both fp16-rounded (s = fp16(d * sum q))."""
     x = _check(x, 32)
-    q = np.empty(x.shape, qdtype)
+    q = np.empty(x.shape, np.int8)
     d = np.empty((x.shape[0], x.shape[1] // 32), np.float32)
     s = np.empty_like(d)
-    _q8_32(x, q, d, s, True, bool(ref))
-    return q, d, s
+    _rows_q8(ref, isa)(x, q, d, s, True)
+    return q.astype(qdtype, copy=False), d, s
 
 
-@njit(cache=True)
+@jit
 def _q8_k(x, q, d, bsums, pos_rows):
     n, k = x.shape
     for t in range(n):
@@ -189,20 +215,20 @@ def _pack(t, parts):
     return out
 
 
-def quantize_q8_0_act(x, ref: bool = False) -> np.ndarray:
+def quantize_q8_0_act(x, ref: bool = False, isa=None) -> np.ndarray:
     """Q8_0 blocks (uint8 (k/32, 34)) of a float32 vector x, by ggml-cpu's
-    AVX `quantize_row_q8_0` (ref: the reference quantizer; module
-    docstring). TypeError / ValueError for a non-float32 input or a length
-    not a multiple of 32."""
-    q, d = q8_0_fields(np.asarray(x).reshape(1, -1), ref=ref)
+    AVX `quantize_row_q8_0` (ref: the reference quantizer; isa: that
+    instruction-set chain's; module docstring). TypeError / ValueError for
+    a non-float32 input or a length not a multiple of 32."""
+    q, d = q8_0_fields(np.asarray(x).reshape(1, -1), ref=ref, isa=isa)
     return _pack(GGMLType.Q8_0, {"d": f32_to_f16_bits(d.reshape(-1)),
                                  "qs": q.reshape(-1, 32)})
 
 
-def quantize_q8_1_act(x, ref: bool = False) -> np.ndarray:
+def quantize_q8_1_act(x, ref: bool = False, isa=None) -> np.ndarray:
     """Q8_1 blocks (uint8 (k/32, 36)) by ggml-cpu's AVX `quantize_row_q8_1`
-    (ref: `quantize_row_q8_1_ref`)."""
-    q, d, s = q8_1_fields(np.asarray(x).reshape(1, -1), ref=ref)
+    (ref: `quantize_row_q8_1_ref`; isa: that chain's)."""
+    q, d, s = q8_1_fields(np.asarray(x).reshape(1, -1), ref=ref, isa=isa)
     return _pack(GGMLType.Q8_1, {"d": f32_to_f16_bits(d.reshape(-1)),
                                  "s": f32_to_f16_bits(s.reshape(-1)),
                                  "qs": q.reshape(-1, 32)})

@@ -7,7 +7,7 @@ Source: llama.cpp vendored by llama-cpp-python 0.3.36,
 off: kq = ggml_mul_mat(K, q), soft_max_ext with the causal (sliding-window)
 mask, kqv = ggml_mul_mat(V^T, kq). Both products are ordinary ggml-cpu
 mat-muls (`ggml_compute_forward_mul_mat`) whose "weight" is a view of the
-cache, so they take ggml's dispatch (`families.mm_path`) with the cache as
+cache, so they take ggml's dispatch (`traits.mm_path`) with the cache as
 src0: q (and for V^T the probabilities) converted to the cache type's
 `vec_dot_type` by its `from_float` (Q8_0 / Q8_1 by the profile's activation
 quantizer, F16 by RNE, BF16 by ggml's rule), then the type's `vec_dot` or,
@@ -30,17 +30,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..types import GGMLType as T
-from .families import mm_path
 from .matmul import QMatrix
 from .ops import soft_max
+from .traits import mm_path
 
-__all__ = ["cache_dots", "cache_raw", "attention_mm", "VEC_DOT_TYPE_OF_CACHE"]
-
-#: the activation each cache type dots with (ggml-cpu `type_traits_cpu`
-#: vec_dot_type)
-VEC_DOT_TYPE_OF_CACHE = {T.F32: T.F32, T.F16: T.F16, T.BF16: T.BF16, T.Q8_0: T.Q8_0,
-                         T.Q4_0: T.Q8_0, T.Q5_0: T.Q8_0, T.IQ4_NL: T.Q8_0, T.Q4_1: T.Q8_1,
-                         T.Q5_1: T.Q8_1}
+__all__ = ["cache_dots", "cache_raw", "attention_mm"]
 
 
 def cache_raw(data: np.ndarray) -> np.ndarray:
@@ -52,7 +46,7 @@ def cache_raw(data: np.ndarray) -> np.ndarray:
 def cache_dots(t, data: np.ndarray, cols: int, x: np.ndarray, profile, path: str) -> np.ndarray:
     """out[i, r] = ggml-cpu's dot of cache row r (type t; `data` the rows
     as stored, (rows, ...)) with activation row i of x (float32 (n, cols)),
-    on the ggml `path` ("vec_dot" or "tinyblas", `families.mm_path`), the
+    on the ggml `path` ("vec_dot" or "tinyblas", `traits.mm_path`), the
     activation first converted to t's vec_dot_type as ggml does. Returns
     float32 (n, rows)."""
     rows = data.shape[0]
@@ -115,8 +109,9 @@ def attention_mm(q: np.ndarray, type_k, kdata: np.ndarray, type_v, vdata: np.nda
     # to convert, and llamafile's first attempt wants a contiguous src1, so
     # that product is vec_dot whatever the token count. kq is contiguous:
     # V p takes ggml's path for V's type.
-    path_kq = "vec_dot" if type_k == T.F32 else mm_path(profile, type_k, n, False, n_kv, D)
-    path_vp = mm_path(profile, type_v, n, False, D, n_kv)
+    isa = profile.isa
+    path_kq = "vec_dot" if type_k == T.F32 else mm_path(isa, type_k, n, False, n_kv, D)
+    path_vp = mm_path(isa, type_v, n, False, D, n_kv)
     out = np.empty((n, H, D), np.float32)
     qpos = np.tile(np.asarray(pos, np.int64), G)
     for h in range(Hkv):

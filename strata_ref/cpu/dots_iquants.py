@@ -3,10 +3,11 @@ IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, IQ4_XS) with Q8_K activations, per CPU
 profile, bit for bit.
 
 Which ggml-cpu code each path follows (llama.cpp vendored by
-llama-cpp-python 0.3.36), chosen by `families.mm_path`:
+llama-cpp-python 0.3.36), the path chosen by `traits.mm_path` and the
+variant by the instruction-set chain (`traits.kernel`):
 
-* "vec_dot", profiles with `vec_dot == "avx2"` (avx2 and avx512: the
-  AVX-512 build compiles the `__AVX2__` branch): `ggml_vec_dot_<type>_q8_K`
+* "x86", the `vec_dot` of the AVX2 builds (avx2 and avx512: the AVX-512
+  build compiles the `__AVX2__` branch): `ggml_vec_dot_<type>_q8_K`
   of `ggml-cpu/arch/x86/quants.c`. Every type has the same float skeleton:
   8 int32 lanes per super-block, lane L = sum over the 8 chunks of 32
   values of (sub-block scale) x (exact dot of values 4L..4L+3 of the
@@ -19,7 +20,7 @@ llama-cpp-python 0.3.36), chosen by `families.mm_path`:
   terms in a second set of 8 lanes (lane L: scale * delta * the sum of
   activations 4L..4L+3) with their own FMA accumulator and returns
   `hsum(acc1) + 0.125 * hsum(acc2)`, contracted to one fma.
-* "vec_dot", `vec_dot == "generic"` (scalar, no FMA): the `_generic`
+* "generic", the `vec_dot` of the baseline build (scalar, no FMA): the `_generic`
   functions of `ggml-cpu/quants.c`: one exact integer per super-block and
   `sumf += d * float(bsum)` (a multiply and an add), times 0.125 / 0.25 at
   the end; IQ1_S / IQ1_M `sumf += d * (float(sumi) + 0.125 * float(delta
@@ -54,17 +55,18 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
+from ._digest import jit
 from ..numerics import F16_TO_F32
 from ..formats.iq_tables import (IQ1S_GRID_BYTES, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID,
                                  IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS, KVALUES_IQ4NL)
 from ..types import GGMLType as T
 from ..types import block_format
 from . import act_quant
-from .families import Family, mm_path, register
+from .traits import Family, kernel
 from .fp import fma32, hsum8
 from .lanes import _check, _ptr, fma8_into, lanes_scaled_add, q8_block_dot
 
-__all__ = ["IQuantFamily", "IQ_TYPES", "pack_iquant"]
+__all__ = ["FAMILY", "IQ_TYPES", "pack_iquant"]
 
 #: kernel modes: how a type's integer parts are formed
 _GRID, _IQ4, _IQ1S, _IQ1M = 0, 1, 2, 3
@@ -389,7 +391,7 @@ def _dot_tiled(mode, tfac, w, x, sc, d, dq4, xd, xs4, sumi, sumd):
     return out
 
 
-@njit(cache=True)
+@jit
 def _rows_iq(mode, path, post, tfac, wq, sc, d, dq4, xq, xd, xs4, out, r0, r1):
     """out[t, r] for weight rows r0 <= r < r1 and every activation row t
     (module docstring for the arguments and paths)."""
@@ -413,42 +415,36 @@ def _rows_iq(mode, path, post, tfac, wq, sc, d, dq4, xq, xd, xs4, out, r0, r1):
             out[t, r] = v
 
 
-@njit(parallel=True, cache=True)
-def _mm_iq(mode, path, post, tfac, wq, sc, d, dq4, xq, xd, xs4, out):
-    """`_rows_iq` over all weight rows, tasks of `_ROWS_PER_TASK` rows in
-    parallel (each row's arithmetic is the same on any thread)."""
-    R = wq.shape[0]
-    for c in prange((R + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
-        _rows_iq(mode, path, post, tfac, wq, sc, d, dq4, xq, xd, xs4, out, c * _ROWS_PER_TASK,
-                 min(R, (c + 1) * _ROWS_PER_TASK))
+@jit(parallel=True)
+def _mm_iq(mode, path, post, tfac, wq, sc, d, dq4, xq, xd, xs4, out, r0, r1):
+    """`_rows_iq` over the weight rows r0..r1-1, tasks of `_ROWS_PER_TASK`
+    rows in parallel (each row's arithmetic is the same on any thread)."""
+    for c in prange((r1 - r0 + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
+        a = r0 + c * _ROWS_PER_TASK
+        _rows_iq(mode, path, post, tfac, wq, sc, d, dq4, xq, xd, xs4, out, a, min(r1, a + _ROWS_PER_TASK))
 
 
 _NO_DELTA = np.ones((1, 1), np.int8)
+
+
+#: the kernel path of each variant an instruction-set chain names
+_PATH_OF_VARIANT = {"x86": _AVX2, "generic": _GEN, "tiled": _TILED}
 
 
 class IQuantFamily(Family):
     """The 256-value I-quants (`IQ_TYPES`) with Q8_K activations, in the
     order of ggml-cpu's vec_dot (AVX2 or generic) and tiled paths (module
     docstring)."""
-    types = IQ_TYPES
 
     def pack(self, qm):
         """`pack_iquant` of the QMatrix's raw bytes."""
         return pack_iquant(qm.type, qm.raw, qm.rows, qm.cols)
 
-    def matmul(self, qm, packed, x, parallel: bool):
-        """float32 (n, cols) activations -> float32 (n, rows), through the
-        path `families.mm_path` picks for the profile and n."""
+    def matmul(self, qm, packed, x, segments, parallel, mmid):
+        """float32 (n, cols) activations -> float32 (n, rows), on the
+        variant the chain names for each segment's path."""
         wq, sc, d, dq4 = packed
-        prof = qm.profile
         n = x.shape[0]
-        route = mm_path(prof, qm.type, n, qm._repacked(), qm.rows, qm.cols)
-        if route == "tiled":
-            path = _TILED
-        elif route == "vec_dot":
-            path = _GEN if prof.vec_dot == "generic" else _AVX2
-        else:
-            raise ValueError(f"{qm.name}: ggml has no {route} path for {qm.type.name}")
         mode, post, tfac = _TYPE_CONST[qm.type]
         xq, xd, _ = act_quant.q8_k_fields(x)
         if dq4 is None:
@@ -456,12 +452,18 @@ class IQuantFamily(Family):
         else:
             xs4 = np.ascontiguousarray(xq.reshape(n, -1, 4).sum(axis=2, dtype=np.int32))
         out = np.empty((n, qm.rows), np.float32)
-        args = (mode, path, np.float32(post), np.float32(tfac), wq, sc, d, dq4, xq, xd, xs4, out)
-        if parallel:
-            _mm_iq(*args)
-        else:
-            _rows_iq(*args, 0, qm.rows)
+        isa = qm.profile.isa
+        for r0, r1, path in segments:
+            variant = kernel(isa, qm.type, path)
+            if variant not in _PATH_OF_VARIANT:
+                raise ValueError(f"{qm.name}: no {variant} kernel for {qm.type.name}")
+            args = (mode, _PATH_OF_VARIANT[variant], np.float32(post), np.float32(tfac), wq, sc, d, dq4,
+                    xq, xd, xs4, out)
+            if parallel:
+                _mm_iq(*args, r0, r1)
+            else:
+                _rows_iq(*args, r0, r1)
         return out
 
 
-register(IQuantFamily())
+FAMILY = IQuantFamily()

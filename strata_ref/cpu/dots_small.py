@@ -1,13 +1,14 @@
-"""ggml-cpu's mat-muls of the float weight types (F32, F16, BF16) and of the
-small block types (Q1_0, Q2_0, MXFP4, NVFP4, IQ4_NL with Q8_0 activations;
-TQ1_0, TQ2_0 with Q8_K activations), per CPU profile, bit for bit.
+"""ggml-cpu's mat-muls of the small block types (Q1_0, Q2_0, MXFP4, NVFP4,
+IQ4_NL with Q8_0 activations; TQ1_0, TQ2_0 with Q8_K activations), per CPU
+profile, bit for bit (the float weight types: `dots_float`).
 
 Source: llama.cpp vendored by llama-cpp-python 0.3.36, `ggml/src/ggml-cpu/`
 (GCC 12, `-std=gnu11`: `a * b + c` in C code and in GCC's vector
 intrinsics, whose `_mm256_mul_ps` / `_mm256_add_ps` are plain vector
 arithmetic, is contracted into an FMA on builds with FMA; the baseline
-build has none). Which code each path follows (`families.segments` picks
-the path per GGUF tensor, by `families.mm_path`):
+build has none). Which code each path follows (`QMatrix.segments` picks
+the path per GGUF tensor, by `traits.mm_path`; the instruction-set chain
+names the variant, `traits.kernel`):
 
 Block types, "vec_dot" (one weight row times one activation row; every
 activation row of MXFP4, NVFP4, Q1_0, Q2_0, TQ1_0, TQ2_0 that is not
@@ -31,7 +32,7 @@ repacked, and IQ4_NL's single row):
   super-block summing positions 4L..4L+3 of each 32 minus the Q8_K bsums
   2L and 2L+1 (the -1 offset), then acc = fma(float(lane), d_a * d_w,
   acc) (mul + add intrinsics, contracted); `hsum_float_8`.
-* the generic C code (`quants.c` `ggml_vec_dot_*_generic`; the baseline
+* "generic", the C code (`quants.c` `ggml_vec_dot_*_generic`; the baseline
   build, and Q2_0 on every x86 build, `arch-fallback.h`): one exact integer
   per block (Q1_0 / Q2_0: per Q8_0 block, summed in a float with the Q8_0
   scale, then times d_w into the total; NVFP4: per 16), added to a float
@@ -52,61 +53,30 @@ Block types, other paths:
   gemm's activations come from `ggml_quantize_mat_q8_0_4x8`, which computes
   what the AVX `quantize_row_q8_0` computes.
 
-Float types (the activation first rounded to the weight's `vec_dot_type`:
-F16 by RNE, BF16 by ggml's rule; F32 as is):
-
-* "vec_dot": `ggml_vec_dot_f32` / `_f16` / `_bf16` (`vec.cpp`) with the
-  `simd-mappings.h` macros of the build. F32 and F16: four accumulators of
-  16 lanes (AVX-512) or 8 (AVX2) over steps of 64 / 32, reduced pairwise
-  and across lanes; the rest of the row added to the float sum as GCC 12
-  vectorized that loop (F32: `_dot_vec_f32`) or in double (F16). BF16:
-  AVX512-BF16 two `vdpbf16ps` accumulators over steps of 64, each lane sum
-  added to a double; AVX2 four 8-lane FMA accumulators, (c1 + c3) + (c2 +
-  c4), `hsum`, added to a double. Baseline build: every float product
-  added in double.
-* "tinyblas" (k a multiple of the lanes, rows a multiple of 4): llamafile's
-  `tinyBLAS<KN, ...>`, one accumulator of 16 (AVX-512) or 8 (AVX2) lanes
-  per output, lane l taking elements l, l + KN, ... by FMA, then the lane
-  sum; BF16 on the AVX512-BF16 build `tinyBLAS<32, __m512, __m512bh>`, 16
-  lanes of `vdpbf16ps`.
-
-`vdpbf16ps` (Intel SDM, and checked on the instruction of an AVX512-BF16
-CPU, tools/vdpbf16ps_vectors.py): lane j of the accumulator gets the odd
-pair's product first, then the even pair's, each added with one rounding
-to nearest even; denormal inputs (the bf16 values and the accumulator)
-count as zero, and a sum is rounded to 24 bits as if the exponent were
-unbounded and flushed to zero when that is below FLT_MIN (`_dpbf16`).
-
 Weights stay as stored: the block types' codes widened to one int8 each
-(values in natural order), their scales as float32; F16 / BF16 weights as
-their 16-bit patterns, widened one row at a time inside the kernel. Integer
-parts are exact and computed in any exact way (`lanes`).
+(values in natural order), their scales as float32. Integer parts are exact
+and computed in any exact way (`lanes`).
 """
 from __future__ import annotations
 
-import platform
-
-import llvmlite.binding as llb
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-from ..numerics import F16_TO_F32, bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits
+from ._digest import jit
+from ..numerics import F16_TO_F32
 from ..types import GGMLType as T, block_format
 from . import act_quant
-from .families import Family, register, segments
-from .fp import bits_f32, f32_bits, fma32, hsum8, hsum16
+from .fp import fma32, hsum8
 # lanes' IR helpers (`_lanes`: the exact 8 int32 lanes of a block) build the
-# intrinsics below; ops' F16 dots are the verified orders of K q / V p
-from .lanes import _V8F, _V8I32, _V32I8, _check, _fn, _lanes, _ptr, fma8_into, fma8_vv, lanes_scaled_add
-from .ops import _dot_tinyblas, _dot_vec_f16
+# intrinsics below
+from .lanes import _V8F, _V8I32, _V32I8, _check, _fn, _lanes, _ptr, fma8_into, lanes_scaled_add
+from .traits import Family, kernel
 
-__all__ = ["SMALL_TYPES", "FLOAT_TYPES", "SmallFamily", "FloatFamily"]
+__all__ = ["SMALL_TYPES", "FAMILY", "pack_small"]
 
 _F32 = np.float32
-#: smallest normal float32 (vdpbf16ps's DAZ / FTZ threshold)
-_FLT_MIN = _F32(1.1754943508222875e-38)
 
 
 # ------------------------------------------------------------------ intrinsics
@@ -183,26 +153,6 @@ def _bdot_halves(typingctx, w, woff, x, xoff):
         return context.make_tuple(builder, ret, [builder.extract_element(v, ir.Constant(i32, 0)),
                                                  builder.extract_element(v, ir.Constant(i32, 4))])
     return sig, codegen
-
-
-_F16_SCALE = _F32(2.0 ** 112)
-
-
-@njit(inline="always", cache=True)
-def _half_to_f32(h):
-    # The float32 value of fp16 bits h, exact, as F16C's vcvtph2ps (ggml's
-    # F16 loads): the 15 magnitude bits moved to float32's place are the
-    # value times 2^-112 (normals and denormals alike), so one exact
-    # multiply by 2^112 rescales them; Inf / NaN (exponent 31) are rebuilt,
-    # a NaN quieted. For x86 CPUs without F16C (`_widen_f16`).
-    u = np.uint32(h)
-    mag = u & np.uint32(0x7FFF)
-    fin = np.uint32(f32_bits(_F32(bits_f32(np.int32(mag << np.uint32(13))) * _F16_SCALE)))
-    inf = (np.uint32(0x7F800000) | ((mag & np.uint32(0x3FF)) << np.uint32(13))
-           | (np.uint32(mag > np.uint32(0x7C00)) << np.uint32(22)))
-    big = np.uint32(0) - np.uint32(mag >= np.uint32(0x7C00))        # all ones for Inf / NaN
-    b = (inf & big) | (fin & ~big) | ((u & np.uint32(0x8000)) << np.uint32(16))
-    return bits_f32(np.int32(b))
 
 
 # ------------------------------------------------------------- block types
@@ -332,7 +282,7 @@ def _row_small(kind, path, fma, w, ws, x, xs, xb, sumi, acc):
     return s
 
 
-@njit(cache=True)
+@jit
 def _rows_small(kind, path, fma, wq, ws, xq, xs, xb, out, r0, r1):
     sumi = np.empty(8, np.int32)
     acc = np.empty(16, np.float32)
@@ -345,7 +295,7 @@ def _rows_small(kind, path, fma, wq, ws, xq, xs, xb, out, r0, r1):
 _ROWS_PER_TASK = 64
 
 
-@njit(parallel=True, cache=True)
+@jit(parallel=True)
 def _mm_small(kind, path, fma, wq, ws, xq, xs, xb, out, r0, r1):
     """out[t, r] = ggml's dot of block-type weight row r (int8 values wq
     (rows, cols), float32 scales ws (rows, groups)) with activation row t
@@ -443,353 +393,35 @@ def pack_small(t, raw, rows: int, cols: int):
 
 
 SMALL_TYPES = frozenset({T.Q1_0, T.Q2_0, T.MXFP4, T.NVFP4, T.IQ4_NL, T.TQ1_0, T.TQ2_0})
-#: the types with an `__AVX2__` vec_dot in arch/x86/quants.c (Q2_0 has none)
-_AVX2_VEC_DOT = SMALL_TYPES - {T.Q2_0}
 
 
 class SmallFamily(Family):
     """Q1_0, Q2_0, MXFP4, NVFP4, IQ4_NL (Q8_0 activations), TQ1_0, TQ2_0
     (Q8_K activations): module docstring."""
-    types = SMALL_TYPES
 
     def pack(self, qm):
         return pack_small(qm.type, qm.raw, qm.rows, qm.cols)
 
-    def matmul(self, qm, packed, x, parallel):
+    def matmul(self, qm, packed, x, segments, parallel, mmid):
         kind, wq, ws = packed
-        prof = qm.profile
+        isa = qm.profile.isa
         n = x.shape[0]
         if kind == _TQ:
             xq, xs, xb = act_quant.q8_k_fields(x)
         else:
-            xq, xs = act_quant.q8_0_fields(x, ref=prof.act_quant == "ref")
+            xq, xs = act_quant.q8_0_fields(x, isa=isa)
             xb = np.zeros((n, 1), np.int32)
         xb = np.ascontiguousarray(xb, np.int32)
         out = np.empty((n, qm.rows), np.float32)
-        for r0, r1, route in segments(qm, n):
-            if route == "repack":
-                path = _REPACK
-            elif route == "tinyblas":
-                path = _TINYBLAS
-            elif prof.vec_dot == "avx2" and qm.type in _AVX2_VEC_DOT:
-                path = _AVX2
-            else:
-                path = _GENERIC
-            (_mm_small if parallel else _rows_small)(kind, path, bool(prof.fma), wq, ws, xq, xs, xb, out,
-                                                     r0, r1)
+        fma = bool(isa.resolve("FMA"))
+        for r0, r1, path in segments:
+            code = _PATH_OF_VARIANT.get(kernel(isa, qm.type, path), _REPACK)
+            (_mm_small if parallel else _rows_small)(kind, code, fma, wq, ws, xq, xs, xb, out, r0, r1)
         return out
 
 
-# ------------------------------------------------------------- float types
-_KF32, _KF16, _KBF16 = 0, 1, 2
+#: the kernel path of each variant an instruction-set chain names (the
+#: repacked layouts `iq4_nl_8x8`, `mxfp4_8x8`: `_REPACK`)
+_PATH_OF_VARIANT = {"x86": _AVX2, "generic": _GENERIC, "tinyblas_q0": _TINYBLAS}
 
-
-def _daz16(builder, v):
-    # denormal lanes of <16 x float> v -> zero of the same sign
-    v16 = ir.VectorType(ir.FloatType(), 16)
-    fabs = _fn(builder, "llvm.fabs.v16f32", v16, [v16])
-    csign = _fn(builder, "llvm.copysign.v16f32", v16, [v16, v16])
-    tiny = builder.fcmp_ordered("<", builder.call(fabs, [v]), ir.Constant(v16, [float(_FLT_MIN)] * 16))
-    return builder.select(tiny, builder.call(csign, [ir.Constant(v16, [0.0] * 16), v]), v)
-
-
-@intrinsic
-def _dpbf16_fast(typingctx, acc, off, a, b, i):
-    """One `vdpbf16ps` step on 16 lanes (`_dpbf16`) as vector FMAs, for
-    when no intermediate result is +-FLT_MIN: stores the new lanes and
-    returns False; else stores nothing and returns True (that result may
-    have to be flushed, which `_dpbf16_exact` decides)."""
-    _check(acc=(acc, types.float32), a=(a, types.float32), b=(b, types.float32))
-    sig = types.boolean(acc, types.intp, a, b, types.intp)
-
-    def codegen(context, builder, signature, args):
-        A, ao, X, Y, io = args
-        ta, _, tx, ty, _ = signature.args
-        v16 = ir.VectorType(ir.FloatType(), 16)
-        v32 = ir.VectorType(ir.FloatType(), 32)
-        xv = builder.load(_ptr(context, builder, tx, X, io, v32), align=4)
-        yv = builder.load(_ptr(context, builder, ty, Y, io, v32), align=4)
-        idx = ir.IntType(32)
-        u = ir.Constant(v32, ir.Undefined)
-        pa = _ptr(context, builder, ta, A, ao, v16)
-        fma = _fn(builder, "llvm.fma.v16f32", v16, [v16, v16, v16])
-        fabs = _fn(builder, "llvm.fabs.v16f32", v16, [v16])
-        fmin = ir.Constant(v16, [float(_FLT_MIN)] * 16)
-        s = _daz16(builder, builder.load(pa, align=4))
-        edge = None
-        for first in (1, 0):                    # the odd pair, then the even pair
-            sel = ir.Constant(ir.VectorType(idx, 16), [2 * j + first for j in range(16)])
-            p = _daz16(builder, builder.shuffle_vector(xv, u, sel))
-            q = _daz16(builder, builder.shuffle_vector(yv, u, sel))
-            s = builder.call(fma, [p, q, s])
-            hit = builder.fcmp_ordered("==", builder.call(fabs, [s]), fmin)
-            edge = hit if edge is None else builder.or_(edge, hit)
-            s = _daz16(builder, s)
-        i1x16 = ir.VectorType(ir.IntType(1), 16)
-        any_edge = builder.call(_fn(builder, "llvm.vector.reduce.or.v16i1", ir.IntType(1), [i1x16]), [edge])
-        with builder.if_then(builder.not_(any_edge)):
-            builder.store(s, pa, align=4)
-        return any_edge
-    return sig, codegen
-
-
-@njit(inline="always", cache=True)
-def _daz(v):
-    # a denormal read as zero of its sign
-    if abs(v) < _FLT_MIN:
-        return _F32(v * _F32(0.0))
-    return v
-
-
-_TINY_TIE = np.float64(_FLT_MIN) - 2.0 ** -151   # half an ulp (unbounded exponent) below FLT_MIN
-
-
-@njit(inline="always", cache=True)
-def _ftz_fma(x, y, c):
-    # x * y + c rounded to 24 bits as if the exponent were unbounded, and
-    # zero (of the result's sign) when that is below FLT_MIN: vdpbf16ps's
-    # rounding and flush (checked on the instruction near FLT_MIN). fma32
-    # rounds onto the denormal grid instead, which differs only when it
-    # lands on +-FLT_MIN: then the exact sum (TwoSum in double; the product
-    # of two bf16 is exact) is compared with the tie point.
-    r = fma32(x, y, c)
-    ar = abs(r)
-    if ar < _FLT_MIN:
-        return _F32(r * _F32(0.0))
-    if ar == _FLT_MIN:
-        p = np.float64(x) * np.float64(y)
-        cc = np.float64(c)
-        s = p + cc
-        bb = s - p
-        err = (p - (s - bb)) + (cc - bb)
-        if r < 0:
-            s, err = -s, -err
-        d = s - _TINY_TIE                        # exact: s and the tie are within 2x
-        if d < 0 or (d == 0 and err < 0):
-            return _F32(r * _F32(0.0))
-    return r
-
-
-@njit(cache=True)
-def _dpbf16_exact(acc, off, a, b, i):
-    # `_dpbf16` lane by lane, with the exact flush rule
-    for j in range(16):
-        e = i + 2 * j
-        s = _ftz_fma(_daz(a[e + 1]), _daz(b[e + 1]), _daz(acc[off + j]))
-        acc[off + j] = _ftz_fma(_daz(a[e]), _daz(b[e]), s)
-
-
-@njit(inline="always", cache=True)
-def _dpbf16(acc, off, a, b, i):
-    # One `vdpbf16ps` step: lane j of acc[off:off+16] += a[i+2j+1] *
-    # b[i+2j+1], then += a[i+2j] * b[i+2j] (a, b: float32 arrays holding
-    # bf16 values), each add rounded once (an FMA of the exact product);
-    # denormal inputs, the accumulator included, read as zero and results
-    # below FLT_MIN after rounding flushed to zero (module docstring)
-    if _dpbf16_fast(acc, off, a, b, i):
-        _dpbf16_exact(acc, off, a, b, i)
-
-
-@njit(cache=True)
-def _dot_double(a, b):
-    # ggml's scalar loops: each float product added to a double
-    tot = 0.0
-    for i in range(a.shape[0]):
-        tot += np.float64(_F32(a[i] * b[i]))
-    return _F32(tot)
-
-
-@njit(cache=True)
-def _vec_dot_f16(a, b, acc, arch):
-    # one compiled copy of `ops._dot_vec_f16` (ggml_vec_dot_f16)
-    return _dot_vec_f16(a, b, acc, arch)
-
-
-@njit(cache=True)
-def _dot_vec_f32(a, b, acc, arch):
-    # ggml_vec_dot_f32 with GGML_SIMD: as `ops._dot_vec_f16`, but the rest
-    # of the row (`sumf += x[i]*y[i]` into the float sum) as GCC 12
-    # compiled it (disassembly of both builds' libggml-cpu): its vectorizer
-    # computes the products of whole vectors of 16 / 8 (AVX-512) or 8 / 4
-    # (AVX2) rounded and adds them one by one in order; the last
-    # elements, fewer than 8 (AVX-512) or 4 (AVX2), are contracted FMAs.
-    n = a.shape[0]
-    step = 64 if arch == 2 else 32
-    main = n - n % step
-    s = _vec_dot_f16(a[:main], b[:main], acc, arch)
-    fused = n - (n - main) % (8 if arch == 2 else 4)
-    for i in range(main, n):
-        if i < fused:
-            s = _F32(s + _F32(a[i] * b[i]))
-        else:
-            s = fma32(a[i], b[i], s)
-    return s
-
-
-@njit(cache=True)
-def _dot_bf16(a, b, acc, arch, hw):
-    # ggml_vec_dot_bf16 (vec.cpp) of the build; the tail in double
-    n = a.shape[0]
-    if arch == 0:
-        return _dot_double(a, b)
-    tot = 0.0
-    i = 0
-    if hw:
-        for L in range(32):
-            acc[L] = 0.0
-        while i + 64 <= n:
-            _dpbf16(acc, 0, a, b, i)
-            _dpbf16(acc, 16, a, b, i + 32)
-            i += 64
-        tot += np.float64(hsum16(acc[:16]))
-        tot += np.float64(hsum16(acc[16:32]))
-    else:
-        for L in range(32):
-            acc[L] = 0.0
-        while i + 32 <= n:
-            for k in range(4):
-                fma8_vv(acc, 8 * k, a, i + 8 * k, b, i + 8 * k)
-            i += 32
-        for L in range(8):
-            acc[L] = _F32(_F32(acc[L] + acc[16 + L]) + _F32(acc[8 + L] + acc[24 + L]))
-        tot += np.float64(hsum8(acc))
-    for j in range(i, n):
-        tot += np.float64(_F32(a[j] * b[j]))
-    return _F32(tot)
-
-
-@njit(cache=True)
-def _dot_tiny(a, b, acc, arch, dpbf16):
-    # llamafile tinyBLAS: `ops._dot_tinyblas` (16 / 8 FMA lanes), or with
-    # dpbf16 tinyBLAS<32, __m512, __m512bh>: 16 lanes of vdpbf16ps
-    if dpbf16:
-        for L in range(16):
-            acc[L] = 0.0
-        for i in range(0, a.shape[0], 32):
-            _dpbf16(acc, 0, a, b, i)
-        return hsum16(acc)
-    return _dot_tinyblas(a, b, acc, 16 if arch == 2 else 8)
-
-
-@njit(cache=True)
-def _dot_float(kind, tiny, arch, hw, a, b, acc):
-    if tiny:
-        return _dot_tiny(a, b, acc, arch, kind == _KBF16 and hw)
-    if kind == _KBF16:
-        return _dot_bf16(a, b, acc, arch, hw)
-    if arch == 0:
-        return _dot_double(a, b)
-    if kind == _KF32:
-        return _dot_vec_f32(a, b, acc, arch)
-    return _vec_dot_f16(a, b, acc, arch)
-
-
-@intrinsic
-def _fpext_half(typingctx, h):
-    """The float32 value of fp16 bits h (uint16), exact: LLVM's `fpext`,
-    F16C's vcvtph2ps on x86 (only used where the host has it: elsewhere
-    on x86 LLVM would call a runtime helper)."""
-    sig = types.float32(types.uint16)
-
-    def codegen(context, builder, signature, args):
-        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
-    return sig, codegen
-
-
-#: whether `_fpext_half` compiles to an instruction here (x86 with F16C, or
-#: another architecture, where LLVM converts halves natively)
-_HOST_F16C = bool(llb.get_host_cpu_features().get("f16c", False)) or \
-    platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686", "x86")
-
-
-@njit(cache=True)
-def _widen_f16(src, dst):
-    # one row of fp16 bits -> float32; the fpext loop vectorizes (about 15
-    # times faster than `_half_to_f32`'s, which LLVM keeps scalar)
-    if _HOST_F16C:
-        for i in range(dst.shape[0]):
-            dst[i] = _fpext_half(src[i])
-    else:
-        for i in range(dst.shape[0]):
-            dst[i] = _half_to_f32(src[i])
-
-
-@njit(cache=True)
-def _widen_bf16(src, dst):
-    # one row of bf16 bits -> float32 (exact: the bits shifted into place)
-    for i in range(dst.shape[0]):
-        dst[i] = bits_f32(np.int32(np.uint32(src[i]) << np.uint32(16)))
-
-
-@njit(cache=True)
-def _rows_float(kind, tiny, arch, hw, w32, w16, x, out, r0, r1):
-    acc = np.empty(64, np.float32)
-    wf = np.empty(x.shape[1], np.float32)
-    for r in range(r0, r1):
-        if kind == _KF32:
-            a = w32[r]
-        else:
-            if kind == _KF16:
-                _widen_f16(w16[r], wf)
-            else:
-                _widen_bf16(w16[r], wf)
-            a = wf
-        for t in range(x.shape[0]):
-            out[t, r] = _dot_float(kind, tiny, arch, hw, a, x[t], acc)
-
-
-@njit(parallel=True, cache=True)
-def _mm_float(kind, tiny, arch, hw, w32, w16, x, out, r0, r1):
-    """out[t, r] = ggml's dot of float weight row r (F32: w32 (rows, cols);
-    F16 / BF16: their bits w16 (rows, cols) uint16; the other a dummy) with
-    activation row t of x (float32 (n, cols), already rounded to the
-    weight's vec_dot_type): tinyBLAS's order when `tiny`, else the build's
-    `ggml_vec_dot_*` (arch: `profiles.ARCH_*`; hw: AVX512-BF16's
-    vdpbf16ps), for r0 <= r < r1. Tasks of `_ROWS_PER_TASK` rows run in
-    parallel."""
-    for c in prange((r1 - r0 + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
-        a = r0 + c * _ROWS_PER_TASK
-        _rows_float(kind, tiny, arch, hw, w32, w16, x, out, a, min(r1, a + _ROWS_PER_TASK))
-
-
-FLOAT_TYPES = frozenset({T.F32, T.F16, T.BF16})
-
-
-def round_activations(t, x: np.ndarray) -> np.ndarray:
-    """x float32 (n, cols) as ggml-cpu converts it to the `vec_dot_type` of
-    float weight type t, back in float32: F16 by round to nearest even
-    (`ggml_cpu_fp32_to_fp16`), BF16 by ggml's rule (`GGML_FP32_TO_BF16`),
-    F32 unchanged."""
-    t = T(t)
-    if t == T.F16:
-        return f16_bits_to_f32(f32_to_f16_bits(x)).reshape(x.shape)
-    if t == T.BF16:
-        return bf16_bits_to_f32(f32_to_bf16_bits(x)).reshape(x.shape)
-    return x
-
-
-class FloatFamily(Family):
-    """F32, F16, BF16 weights: module docstring."""
-    types = FLOAT_TYPES
-
-    def pack(self, qm):
-        if qm.type == T.F32:
-            return (_KF32, np.ascontiguousarray(qm.raw.view(np.float32).reshape(qm.rows, qm.cols)),
-                    np.zeros((1, 1), np.uint16))
-        kind = _KF16 if qm.type == T.F16 else _KBF16
-        return kind, np.zeros((1, 1), np.float32), np.ascontiguousarray(
-            qm.raw.view(np.uint16).reshape(qm.rows, qm.cols))
-
-    def matmul(self, qm, packed, x, parallel):
-        kind, w32, w16 = packed
-        prof = qm.profile
-        xr = np.ascontiguousarray(round_activations(qm.type, x), np.float32)
-        out = np.empty((x.shape[0], qm.rows), np.float32)
-        for r0, r1, route in segments(qm, x.shape[0]):
-            (_mm_float if parallel else _rows_float)(kind, route == "tinyblas", int(prof.arch),
-                                                     prof.bf16 == "avx512bf16", w32, w16, xr, out, r0, r1)
-        return out
-
-
-register(SmallFamily())
-register(FloatFamily())
+FAMILY = SmallFamily()

@@ -50,10 +50,11 @@ import math
 import numpy as np
 from numba import njit
 
+from ._digest import jit
 from ..types import GGMLType as T
 from .act_quant import round_to_f16
 from .attention import cache_dots, check_attention_args
-from .fp import expf_v, fma32, hsum4, hsum8, hsum16
+from .fp import fma32
 
 __all__ = ["flash_attn_ext", "fa_path", "FA_TILE_Q", "FA_TILE_KV", "SPLIT_KV_MIN"]
 
@@ -99,7 +100,7 @@ def _add_sink(acc, S, M, sink, fused):
     return fma32(S, ms, vs) if fused else _F32(_F32(S * ms) + vs)
 
 
-@njit(cache=True)
+@jit
 def _vec_rows(s, v, v16, scale, pos, n_swa, c0, c1, fused, final, out, Ms, Ss, has_sinks, sinks):
     # ggml_compute_forward_flash_attn_ext_f16_one_chunk over keys c0 .. c1-1
     # for every (token t, head). s (n, H, T) the raw K q dots; v (Hkv, T, DV)
@@ -153,7 +154,7 @@ def _vec_rows(s, v, v16, scale, pos, n_swa, c0, c1, fused, final, out, Ms, Ss, h
                 Ss[t, hq] = S
 
 
-@njit(cache=True)
+@jit
 def _reduce_split(parts, Ms, Ss, fused, out):
     # ggml_flash_attn_ext_reduce_partials: parts (C, H, DV), Ms / Ss (C, H),
     # chunk after chunk; out (H, DV)
@@ -184,8 +185,8 @@ def _reduce_split(parts, Ms, Ss, fused, out):
                 out[h, d] = _F32(out[h, d] * inv)
 
 
-@njit(cache=True)
-def _tiled_rows(q, k, v, scale, pos, n_swa, T_, arch, fused, out, has_sinks, sinks):
+@jit
+def _tiled_rows(q, k, v, scale, pos, n_swa, T_, isa, fused, out, has_sinks, sinks):
     # ggml_compute_forward_flash_attn_ext_tiled, one query row at a time
     # (a row's arithmetic does not depend on the rows it shares a tile
     # with). q (n, H, DK) float32 unrounded; k (Hkv, T, DK), v (Hkv, T, DV)
@@ -196,7 +197,7 @@ def _tiled_rows(q, k, v, scale, pos, n_swa, T_, arch, fused, out, has_sinks, sin
     KV = 64
     kq = np.empty(KV, np.float32)
     acc = np.empty(DV, np.float32)
-    width = 16 if arch == 2 else (8 if arch == 1 else 4)
+    width = isa.EXPF_LANES
     n_tiles = (T_ + KV - 1) // KV
     for t in range(n):
         for hq in range(H):
@@ -240,13 +241,8 @@ def _tiled_rows(q, k, v, scale, pos, n_swa, T_, arch, fused, out, has_sinks, sin
                 tot = 0.0
                 for j0 in range(0, KV, width):
                     for l in range(width):
-                        kq[j0 + l] = expf_v(_F32(kq[j0 + l] - Mn), arch)
-                    if arch == 2:
-                        tot += np.float64(hsum16(kq[j0:j0 + 16]))
-                    elif arch == 1:
-                        tot += np.float64(hsum8(kq[j0:j0 + 8]))
-                    else:
-                        tot += np.float64(hsum4(kq, j0))
+                        kq[j0 + l] = isa.expf_v(_F32(kq[j0 + l] - Mn))
+                    tot += np.float64(isa.lane_sum(kq, j0))
                 S = _F32(np.float64(S) + tot)
                 for d in range(DV):
                     a = acc[d]
@@ -325,7 +321,7 @@ def flash_attn_ext(q: np.ndarray, type_k, kdata: np.ndarray, type_v, vdata: np.n
     if path == "tiled":
         k = _f16_values(kdata, T_)
         v = _f16_values(vdata, T_)
-        _tiled_rows(q, k, v, _F32(scale), pos, int(n_swa), int(T_), int(profile.arch), fused, out,
+        _tiled_rows(q, k, v, _F32(scale), pos, int(n_swa), int(T_), profile.isa, fused, out,
                     has_sinks, sk)
         return out.reshape(n, H * D)
     s = np.empty((n, H, max(T_, 1)), np.float32)

@@ -31,7 +31,7 @@ order of the passes is the same. So `fwht` takes no profile.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from ._digest import jit
 
 __all__ = ["gen_hadamard", "fwht", "mul_mat_hadamard", "hadamard_scale"]
 
@@ -72,7 +72,7 @@ def hadamard_scale(n: int) -> np.float32:
     return _F32(_F32(1.0) / np.sqrt(_F32(n)))
 
 
-@njit(cache=True)
+@jit
 def _fwht_rows(x, n, scale, out):
     # ggml_compute_forward_fwht_impl<float> on rows of n values
     R = x.shape[0]

@@ -534,3 +534,13 @@ def kernels(t, mode: int):
     if key not in _KERNELS:
         _KERNELS[key] = _make_kernels(*key)
     return _KERNELS[key]
+
+
+#: the mode of each kernel variant an instruction-set chain names
+#: (`strata_ref.cpu.traits.kernel`)
+VARIANTS = {"x86": LANES, "generic": GENERIC, "tiled": TILED, "q4_K_8x8": REPACK}
+
+
+def variant_kernels(t, variant: str):
+    """`kernels(t, VARIANTS[variant])`."""
+    return kernels(t, VARIANTS[variant])

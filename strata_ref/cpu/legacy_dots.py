@@ -369,3 +369,14 @@ def kernels(t, mode: int):
     out float32 (n, rows); parts: the rows split in that many equal parts
     over numba's threads. KeyError for another type or mode."""
     return _KERNELS[(GGMLType(t), mode)]
+
+
+#: the mode of each kernel variant an instruction-set chain names
+#: (`strata_ref.cpu.traits.kernel`): the AVX2 `vec_dot` (= tinyBLAS_Q0_AVX),
+#: the generic C code, Q4_0's repacked `q4_0_8x8`
+VARIANTS = {"x86": LANES, "generic": GENERIC, "q4_0_8x8": WHOLE}
+
+
+def variant_kernels(t, variant: str):
+    """`kernels(t, VARIANTS[variant])`."""
+    return kernels(t, VARIANTS[variant])

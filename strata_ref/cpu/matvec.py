@@ -1,27 +1,29 @@
-"""One compiled call per mat-mul of a weight type that is multiplied on its
-stored blocks (the legacy quants, `legacy_dots`; Q4_K, Q5_K, Q6_K,
-`kquant_dots`): the activations quantized as the build does it
-(`act_quant`), the kernel of the ggml code path, the output allocated, all
-inside numba, so that a product costs one call from Python, or none from
-another compiled function (`strata_ref.infer.compiled`).
+"""The weight types multiplied on their stored blocks, one compiled call per
+mat-mul: the legacy quants (`legacy_dots`: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0)
+and Q4_K, Q5_K, Q6_K (`kquant_dots`). The activations are quantized as the
+build does it, the kernel of ggml's code path runs and the output is
+allocated, all inside numba, so that a product costs one call from Python,
+or none from another compiled function (`strata_ref.infer.compiled`).
 
-`runner(t)` is the compiled function of type t:
+`runner(t, isa)` is the compiled function of type t on the
+instruction-set chain `isa` (`strata_ref.cpu.isa`), holding exactly the
+kernels that chain runs for t (its `vec_dot` variant, its tinyBLAS_Q0,
+tiled and repacked ones where it has them) and its activation quantizer:
 
-    run(path, ref, tiled, mmid, raw, x, parts) -> out
+    run(repacked, mmid, raw, x, parts) -> out
 
 raw: uint8 (rows, row_bytes), the tensor's blocks; x: float32 (n, cols);
-out: float32 (n, rows). path: 0 the baseline build's generic C dots, 1 the
-SIMD builds' code (vec_dot / tinyBLAS, and from 8 rows on ggml's tiled
-K-quant kernel when `tiled`), 2 the CPU_REPACK layout (Q4_0's q4_0_8x8,
-Q4_K's q4_K_8x8); ref: the reference activation quantizers (the baseline
-build); mmid: the rows are one expert's share of a MUL_MAT_ID (the repacked
-path runs its gemv for every row); par: split the rows over numba's
-threads. Which path applies is the caller's (`cpu.matmul.QMatrix`), from
-`families.mm_path`'s rules.
+out: float32 (n, rows). repacked: the tensor sits in ggml's CPU_REPACK
+buffer; mmid: the rows are one expert's share of a MUL_MAT_ID (no
+tinyBLAS; the repacked path runs its gemv for every row); parts: split the
+rows over that many of numba's threads. The path is `traits.choose_path`'s,
+decided inside from n, so the compiled dense layer calls the runner as it
+is.
 """
 from __future__ import annotations
 
-import numba
+from collections import namedtuple
+
 import numpy as np
 from numba import njit
 
@@ -29,17 +31,11 @@ from .._jitcache import cached
 from ..types import GGMLType
 from . import kquant_dots, legacy_dots
 from ._digest import cpu_digest
-from .act_quant import _q8_32, _q8_k
+from .act_quant import _q8_k
+from .._threads import threads
+from .traits import REPACK, TILED, TINYBLAS, Family, choose_path, kernel, vec_dot_type
 
-__all__ = ["RUN_TYPES", "runner", "threads"]
-
-def threads() -> int:
-    """numba's current thread count (`numba.get_num_threads()`), read
-    without the lock that function takes (1.5 us a call; a decode step
-    makes about a hundred) once numba's thread pool is up."""
-    from numba.np.ufunc import parallel
-    fast = getattr(parallel, "_get_num_threads", None)     # set when the pool starts
-    return int(fast()) if fast is not None else numba.get_num_threads()
+__all__ = ["RUN_TYPES", "runner", "FAMILY", "StoredBlocks"]
 
 #: the types `runner` serves
 RUN_TYPES = legacy_dots.LEGACY_TYPES + kquant_dots.KQUANT_TYPES
@@ -47,49 +43,58 @@ RUN_TYPES = legacy_dots.LEGACY_TYPES + kquant_dots.KQUANT_TYPES
 _RUNNERS = {}
 
 
-def _legacy_runner(t: GGMLType):
-    L = legacy_dots
-    lanes_s, lanes_p = L.kernels(t, L.LANES)
-    gen_s, gen_p = L.kernels(t, L.GENERIC)
-    whole_s, whole_p = L.kernels(t, L.WHOLE) if t == GGMLType.Q4_0 else (lanes_s, lanes_p)
-    Q8_1 = t in (GGMLType.Q4_1, GGMLType.Q5_1)
+def _three(module, t, isa):
+    """The (serial, parallel) kernels of the chain's vec_dot, tinyBLAS_Q0
+    and repacked variants of t (the vec_dot ones where it has no other)."""
+    vd = module.variant_kernels(t, kernel(isa, t, "vec_dot"))
+    tb = isa.lookup("TINYBLAS_Q0", t)
+    rp = isa.resolve("REPACK").get(t)
+    return (vd, module.variant_kernels(t, tb) if tb else vd, module.variant_kernels(t, rp) if rp else vd,
+            tb is not None)
 
-    def run(path, ref, tiled, mmid, raw, x, parts):
+
+def _legacy_runner(t: GGMLType, isa):
+    (vd_s, vd_p), (tb_s, tb_p), (rp_s, rp_p), HAS_TB = _three(legacy_dots, t, isa)
+    QUANT = isa.resolve("quantize_rows_q8")
+    Q8_1 = vec_dot_type(t) == GGMLType.Q8_1
+
+    def run(repacked, mmid, raw, x, parts):
         n, k = x.shape
         xq = np.empty((n, k), np.int8)
         xs = np.empty((n, k // 32), np.float32)
         xm = np.empty((n, k // 32), np.float32) if Q8_1 else xs
-        _q8_32(x, xq, xs, xm, Q8_1, ref)
+        QUANT(x, xq, xs, xm, Q8_1)
         out = np.empty((n, raw.shape[0]), np.float32)
-        if path == 0:
+        path = choose_path(repacked, False, HAS_TB, n, mmid)
+        if path == REPACK:
             if parts > 1:
-                gen_p(raw, xq, xs, xm, out, parts)
+                rp_p(raw, xq, xs, xm, out, parts)
             else:
-                gen_s(raw, xq, xs, xm, out)
-        elif path == 2:
+                rp_s(raw, xq, xs, xm, out)
+        elif path == TINYBLAS:
             if parts > 1:
-                whole_p(raw, xq, xs, xm, out, parts)
+                tb_p(raw, xq, xs, xm, out, parts)
             else:
-                whole_s(raw, xq, xs, xm, out)
+                tb_s(raw, xq, xs, xm, out)
         elif parts > 1:
-            lanes_p(raw, xq, xs, xm, out, parts)
+            vd_p(raw, xq, xs, xm, out, parts)
         else:
-            lanes_s(raw, xq, xs, xm, out)
+            vd_s(raw, xq, xs, xm, out)
         return out
     return run
 
 
-def _kquant_runner(t: GGMLType):
+def _kquant_runner(t: GGMLType, isa):
     K = kquant_dots
-    lanes_s, lanes_p = K.kernels(t, K.LANES)
-    tiled_s, tiled_p = K.kernels(t, K.TILED)
-    gen_s, gen_p = K.kernels(t, K.GENERIC)
-    rep_s, rep_p = K.kernels(t, K.REPACK) if t == GGMLType.Q4_K else (lanes_s, lanes_p)
+    (vd_s, vd_p), _, (rp_s, rp_p), _ = _three(K, t, isa)
+    HAS_TILED = t in isa.resolve("TILED")
+    tl_s, tl_p = K.variant_kernels(t, "tiled") if HAS_TILED else (vd_s, vd_p)
     PER32 = t != GGMLType.Q6_K
 
-    def run(path, ref, tiled, mmid, raw, x, parts):
+    def run(repacked, mmid, raw, x, parts):
         n, k = x.shape
-        n_gemm = n - n % 4 if path == 2 and not mmid else 0
+        path = choose_path(repacked, HAS_TILED, False, n, mmid)
+        n_gemm = n - n % 4 if path == REPACK and not mmid else 0
         xq = np.empty((n, k), np.int8)
         xd = np.empty((n, k // 256), np.float32)
         b16 = np.empty((n, k // 16), np.int32)
@@ -102,40 +107,57 @@ def _kquant_runner(t: GGMLType):
         else:
             xb = b16
         out = np.empty((n, raw.shape[0]), np.float32)
-        if path == 0:
+        if path == REPACK:
             if parts > 1:
-                gen_p(raw, xq, xd, xb, n_gemm, out, parts)
+                rp_p(raw, xq, xd, xb, n_gemm, out, parts)
             else:
-                gen_s(raw, xq, xd, xb, n_gemm, out)
-        elif path == 2:
+                rp_s(raw, xq, xd, xb, n_gemm, out)
+        elif path == TILED:
             if parts > 1:
-                rep_p(raw, xq, xd, xb, n_gemm, out, parts)
+                tl_p(raw, xq, xd, xb, n_gemm, out, parts)
             else:
-                rep_s(raw, xq, xd, xb, n_gemm, out)
-        elif tiled and n >= 8:
-            if parts > 1:
-                tiled_p(raw, xq, xd, xb, n_gemm, out, parts)
-            else:
-                tiled_s(raw, xq, xd, xb, n_gemm, out)
+                tl_s(raw, xq, xd, xb, n_gemm, out)
         elif parts > 1:
-            lanes_p(raw, xq, xd, xb, n_gemm, out, parts)
+            vd_p(raw, xq, xd, xb, n_gemm, out, parts)
         else:
-            lanes_s(raw, xq, xd, xb, n_gemm, out)
+            vd_s(raw, xq, xd, xb, n_gemm, out)
         return out
     return run
 
 
-def runner(t):
-    """The compiled `run` of weight type t (module docstring); KeyError for
-    a type not in `RUN_TYPES`."""
+def runner(t, isa):
+    """The compiled `run` of weight type t on chain `isa` (module
+    docstring); KeyError for a type not in `RUN_TYPES`."""
     t = GGMLType(t)
-    r = _RUNNERS.get(t)
+    key = (t, isa)
+    r = _RUNNERS.get(key)
     if r is None:
         if t in legacy_dots.LEGACY_TYPES:
-            fn = _legacy_runner(t)
+            fn = _legacy_runner(t, isa)
         elif t in kquant_dots.KQUANT_TYPES:
-            fn = _kquant_runner(t)
+            fn = _kquant_runner(t, isa)
         else:
             raise KeyError(f"no compiled mat-mul runner for {t.name}")
-        r = _RUNNERS[t] = cached(njit(fn), f"matvec_{t.name}", cpu_digest)
+        r = _RUNNERS[key] = cached(njit(fn), f"matvec_{t.name}_{isa.key}", cpu_digest)
     return r
+
+
+#: the packed form of a stored-block matrix: its runner and its blocks as
+#: uint8 (rows, row_bytes), read in place (a memory map of the GGUF file)
+StoredBlocks = namedtuple("StoredBlocks", "runner blocks")
+
+
+class _StoredFamily(Family):
+    """The types of `RUN_TYPES`: nothing is copied, the kernels read the
+    GGUF bytes as they are."""
+
+    def pack(self, qm):
+        return StoredBlocks(runner(qm.type, qm.profile.isa), qm.raw.reshape(qm.rows, -1))
+
+    def matmul(self, qm, packed, x, segments, parallel, mmid):
+        parts = threads() if parallel else 1
+        return self.by_segment(qm, segments, lambda r0, r1, path, variant: packed.runner(
+            path == "repack", bool(mmid), packed.blocks[r0:r1], x, parts))
+
+
+FAMILY = _StoredFamily()

@@ -39,6 +39,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ._digest import jit
 from . import ops
 from .matmul import QMatrix
 from ..types import block_format
@@ -157,7 +158,7 @@ def _insertion_sort(x, v, first, last, guarded):
         v[j] = val
 
 
-@njit(cache=True)
+@jit
 def _std_sort_desc(x, v):
     # libstdc++'s std::sort (bits/stl_algo.h, GCC 12): introsort with depth
     # limit 2 floor(log2 n), ranges of at most 16 left to the final
@@ -194,7 +195,7 @@ def _std_sort_desc(x, v):
         _insertion_sort(x, v, 0, n, True)
 
 
-@njit(cache=True)
+@jit
 def _argsort_rows(x, out):
     for r in range(x.shape[0]):
         for j in range(x.shape[1]):
@@ -281,7 +282,7 @@ class ExpertMatrix:
             # a 2-D MUL_MAT_ID weight is not taken by the CPU_REPACK buffer
             # (its supports_op asks for 3 dimensions)
             for q in self.experts:
-                q.repack_rows = 1
+                q.repackable = False
         self.type = self.experts[0].type
         self.profile = self.experts[0].profile
 

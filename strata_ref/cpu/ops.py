@@ -4,7 +4,8 @@ that they equal llama.cpp's bit for bit.
 
 Sources: ggml-cpu of the llama.cpp vendored by llama-cpp-python 0.3.36 (GCC
 12); `fp` has the primitives (FMA, lane reductions, ggml's expf per build).
-Every function takes the profile (`profiles.Profile`), whose `arch` selects:
+Every function takes the profile (`profiles.Profile`), whose instruction-set
+chain (`strata_ref.cpu.isa`) decides:
 
 * F16 mat-muls (`f16_products`): K q and V p, whose F16 operands are exact
   in float32 and whose products are exact too, so only the order of the
@@ -42,12 +43,11 @@ import math
 import numpy as np
 from numba import njit
 
+from ._digest import jit
 from ..numerics import f32_bits_to_f16_bits
 from .act_quant import round_to_f16
-from .fp import expf_v, f32_bits, fma32, hsum4, hsum8, hsum16, silu_v
-from .fp_vec import expf8, silu8
-from .lanes import fma8_vv
-from .simd import HOST_F16C, f8_f16_store, f8_hsum, f8_hsum16, f8_load, f8_mul, f8_splat, f8_store, f8_sub
+from .fp import f32_bits, fma32
+from .simd import HOST_F16C, f8_f16_store, f8_load, f8_mul, f8_splat, f8_store, f8_sub
 
 __all__ = ["f16_products", "soft_max", "soft_max_rows", "swiglu", "silu", "sigmoid",
            "softplus", "sum_rows", "swiglu_oai", "softcap", "rope_cache", "rope", "rms_norm", "geglu", "gelu_table"]
@@ -56,92 +56,29 @@ _F32 = np.float32
 
 
 @njit(inline="always", cache=True)
-def _dot_tinyblas(a, b, acc, lanes):
-    # llamafile tinyBLAS: `lanes` (16 or 8) float32 accumulators over the
-    # length (a multiple of lanes), one FMA per element, then the lane sum
-    # (hsum16: _mm512_reduce_add_ps; hsum8: tinyBLAS's hsum(__m256))
-    for l in range(lanes):
-        acc[l] = 0.0
-    for s in range(0, a.shape[0], lanes):
-        for k in range(0, lanes, 8):
-            fma8_vv(acc, k, a, s + k, b, s + k)
-    return hsum16(acc) if lanes == 16 else hsum8(acc)
-
-
-@njit(inline="always", cache=True)
-def _reduce_f32x8(acc):
-    # GGML_F32x8_REDUCE of four 8-lane accumulators acc[0:32]: x0 + x2,
-    # x1 + x3, their sum, then (lo + hi) and two hadds
-    for l in range(8):
-        acc[l] = _F32(_F32(acc[l] + acc[16 + l]) + _F32(acc[8 + l] + acc[24 + l]))
-    t0 = _F32(acc[0] + acc[4])
-    t1 = _F32(acc[1] + acc[5])
-    t2 = _F32(acc[2] + acc[6])
-    t3 = _F32(acc[3] + acc[7])
-    return _F32(_F32(t0 + t1) + _F32(t2 + t3))
-
-
-@njit(inline="always", cache=True)
-def _dot_vec_f16(a, b, acc, arch):
-    # ggml_vec_dot_f16 of the build `arch`. AVX-512: acc 64 lanes (4
-    # accumulators of 16) over steps of 64; AVX2: 32 lanes (4 of 8) over
-    # steps of 32; either way the values past the vector loop are added in
-    # double, as ggml's scalar tail does. Baseline: every product in double.
-    n = a.shape[0]
-    if arch == 0:
-        tot = 0.0
-        for i in range(n):
-            tot += np.float64(_F32(a[i] * b[i]))
-        return _F32(tot)
-    step = 64 if arch == 2 else 32
-    main = n - n % step
-    for l in range(step):
-        acc[l] = 0.0
-    for s in range(0, main, step):
-        for k in range(0, step, 8):
-            fma8_vv(acc, k, a, s + k, b, s + k)
-    if arch == 2:
-        for l in range(16):
-            x0 = _F32(acc[l] + acc[32 + l])
-            x1 = _F32(acc[16 + l] + acc[48 + l])
-            acc[l] = _F32(x0 + x1)
-        tot = np.float64(hsum16(acc))
-    else:
-        tot = np.float64(_reduce_f32x8(acc))
-    for i in range(main, n):
-        tot += np.float64(_F32(a[i] * b[i]))
-    return _F32(tot)
-
-
-@njit(inline="always", cache=True)
-def _dot_f16(a, b, acc, arch, tiny):
-    # tiny: llamafile takes this product (tinyBLAS lanes 16 or 8 by arch)
-    if tiny:
-        return _dot_tinyblas(a, b, acc, 16 if arch == 2 else 8)
-    return _dot_vec_f16(a, b, acc, arch)
-
-
-@njit(inline="always", cache=True)
-def _tinyblas_takes(arch, batched, k, m):
-    # llamafile_sgemm's F16 case: the build has it (AVX2 or AVX-512), two
-    # or more tokens, k % lanes == 0, m % 4 == 0 (tinyBLAS::matmul)
-    if arch == 0 or not batched:
+def tinyblas_takes(isa, batched, k, m):
+    """Whether llamafile's sgemm takes an F16 product (tinyBLAS::matmul):
+    the build has it, two or more tokens, k % lanes == 0 and m % 4 == 0."""
+    if isa.TINYBLAS == 0 or not batched:
         return False
-    return k % (16 if arch == 2 else 8) == 0 and m % 4 == 0
+    return k % isa.TINYBLAS == 0 and m % 4 == 0
 
 
-@njit(cache=True)
-def _products(a, b, batched, arch, m_rows, out):
+@jit
+def _products(a, b, batched, isa, m_rows, out):
     # a (H, M, D), b (H, C, D) -> out (H, M, C); m_rows: ggml's m (rows of
     # the weight-side operand) for the tinyBLAS test
-    H, M = a.shape[0], a.shape[1]
+    H, M, D = a.shape
     C = b.shape[1]
-    tiny = _tinyblas_takes(arch, batched, a.shape[2], m_rows)
+    tiny = tinyblas_takes(isa, batched, D, m_rows)
+    acc = np.empty(64, np.float32)
     for hm in range(H * M):
         h, m = hm // M, hm % M
-        acc = np.empty(64, np.float32)
         for c in range(C):
-            out[h, m, c] = _dot_f16(a[h, m], b[h, c], acc, arch, tiny)
+            if tiny:
+                out[h, m, c] = isa.tinyblas_dot(a[h, m], 0, b[h, c], 0, D, acc)
+            else:
+                out[h, m, c] = isa.vec_dot_f16(a[h, m], 0, b[h, c], 0, D, acc)
 
 
 def _pad_last(a, D):
@@ -170,27 +107,15 @@ def f16_products(a: np.ndarray, b: np.ndarray, batched: bool, profile, m_rows: i
     D = max(a.shape[2], b.shape[2])
     a, b = _pad_last(a, D), _pad_last(b, D)
     out = np.empty((a.shape[0], a.shape[1], b.shape[1]), np.float32)
-    _products(a, b, bool(batched), int(profile.arch), int(m_rows), out)
+    _products(a, b, bool(batched), profile.isa, int(m_rows), out)
     return out
 
 
 @njit(inline="always", cache=True)
-def _lane_sum(w, c0, arch):
-    """The lane sum of one vector of the build (16, 8 or 4 float32 at
-    w[c0]): `_mm512_reduce_add_ps`, `hsum_float_8` (`fp.hsum16` / `hsum8`),
-    or the SSE2 `(v0 + v1) + (v2 + v3)`."""
-    if arch == 2:
-        return f8_hsum16(f8_load(w, c0), f8_load(w, c0 + 8))
-    if arch == 1:
-        return f8_hsum(f8_load(w, c0))
-    return hsum4(w, c0)
-
-
-@njit(inline="always", cache=True)
-def _soft_max_row(srow, T, scale, qpos, n_swa, w, out, arch, has_sink, sink):
+def _soft_max_row(srow, T, scale, qpos, n_swa, w, out, isa, has_sink, sink):
     # one row: srow (>= T) scores, w / out (Tp, a multiple of 64) scratch and
     # result; key c masked when c >= T, c > qpos or (n_swa and qpos - c >= n_swa).
-    # ggml_vec_soft_max_f32: a vector of 16 / 8 / 4 lanes (arch) at a time,
+    # ggml_vec_soft_max_f32: a vector of the build's `EXPF_LANES` at a time,
     # its lane sum added to the double sum (Tp is a multiple of every width,
     # so no scalar tail). has_sink: ggml_soft_max_add_sinks (gpt-oss): the
     # head's sink logit enters the max (MAX(max, sink)) and, through libm's
@@ -207,12 +132,11 @@ def _soft_max_row(srow, T, scale, qpos, n_swa, w, out, arch, has_sink, sink):
     if has_sink and not mx > sink:
         mx = sink
     tot = 0.0
-    width = 16 if arch == 2 else (8 if arch == 1 else 4)
     mv = f8_splat(mx)
     for c0 in range(0, Tp, 8):          # Tp is a multiple of 64
-        f8_store(w, c0, expf8(f8_sub(f8_load(w, c0), mv), arch))
-    for c0 in range(0, Tp, width):
-        tot += np.float64(_lane_sum(w, c0, arch))
+        f8_store(w, c0, isa.expf8(f8_sub(f8_load(w, c0), mv)))
+    for c0 in range(0, Tp, isa.EXPF_LANES):
+        tot += np.float64(isa.lane_sum(w, c0))
     if has_sink:
         tot += np.float64(math.exp(_F32(sink - mx)))
     inv = _F32(1.0 / tot)
@@ -220,12 +144,12 @@ def _soft_max_row(srow, T, scale, qpos, n_swa, w, out, arch, has_sink, sink):
         out[c] = _F32(w[c] * inv)
 
 
-@njit(cache=True)
-def _soft_max_rows(s, scale, qpos, n_swa, arch, has_sinks, sinks, out):
+@jit
+def _soft_max_rows(s, scale, qpos, n_swa, isa, has_sinks, sinks, out):
     # s (R, T) scores; qpos (R,) position of each row's query; sinks (R,)
     w = np.empty(out.shape[1], np.float32)
     for r in range(s.shape[0]):
-        _soft_max_row(s[r], s.shape[1], scale, qpos[r], n_swa, w, out[r], arch, has_sinks, sinks[r])
+        _soft_max_row(s[r], s.shape[1], scale, qpos[r], n_swa, w, out[r], isa, has_sinks, sinks[r])
 
 
 def soft_max(s: np.ndarray, scale: float, qpos: np.ndarray, profile, n_swa: int = 0,
@@ -242,19 +166,19 @@ def soft_max(s: np.ndarray, scale: float, qpos: np.ndarray, profile, n_swa: int 
     out = np.empty((s.shape[0], Tp), np.float32)
     sk = np.zeros(s.shape[0], np.float32) if sinks is None else np.ascontiguousarray(sinks, np.float32)
     _soft_max_rows(s, _F32(scale), np.ascontiguousarray(qpos, np.int64), int(n_swa),
-                   int(profile.arch), sinks is not None, sk, out)
+                   profile.isa, sinks is not None, sk, out)
     return out
 
 
-@njit(cache=True)
-def _soft_max_plain(x, scale, arch, out):
+@jit
+def _soft_max_plain(x, scale, isa, out):
     # ggml_compute_forward_soft_max_f32 without a mask: per row wp = x *
-    # scale, max, then ggml_vec_soft_max_f32 (whole vectors of 16 / 8 / 4
-    # lanes through ggml_v_expf, each vector's lane sum added to a double;
-    # the values past the last whole vector through libm's expf, each added
-    # to the double), every value times (float)(1 / sum)
+    # scale, max, then ggml_vec_soft_max_f32 (whole vectors of the build's
+    # EXPF_LANES through ggml_v_expf, each vector's lane sum added to a
+    # double; the values past the last whole vector through libm's expf,
+    # each added to the double), every value times (float)(1 / sum)
     R, n = x.shape
-    width = 16 if arch == 2 else (8 if arch == 1 else 4)
+    width = isa.EXPF_LANES
     main = n - n % width
     w = np.empty(max(n, 1), np.float32)
     for r in range(R):
@@ -267,11 +191,11 @@ def _soft_max_plain(x, scale, arch, out):
         mv = f8_splat(mx)
         main8 = main - main % 8
         for c0 in range(0, main8, 8):
-            f8_store(w, c0, expf8(f8_sub(f8_load(w, c0), mv), arch))
+            f8_store(w, c0, isa.expf8(f8_sub(f8_load(w, c0), mv)))
         for c in range(main8, main):
-            w[c] = expf_v(_F32(w[c] - mx), arch)
+            w[c] = isa.expf_v(_F32(w[c] - mx))
         for c0 in range(0, main, width):
-            tot += np.float64(_lane_sum(w, c0, arch))
+            tot += np.float64(isa.lane_sum(w, c0))
         for c in range(main, n):
             w[c] = math.exp(_F32(w[c] - mx))
             tot += np.float64(w[c])
@@ -287,20 +211,19 @@ def soft_max_rows(x: np.ndarray, profile, scale: float = 1.0) -> np.ndarray:
     x = np.ascontiguousarray(x, np.float32)
     out = np.empty_like(x)
     n = x.shape[-1]
-    _soft_max_plain(x.reshape(-1, n), _F32(scale), int(profile.arch), out.reshape(-1, n))
+    _soft_max_plain(x.reshape(-1, n), _F32(scale), profile.isa, out.reshape(-1, n))
     return out
 
 
-@njit(cache=True)
-def _silu(x, arch, out):
+@jit
+def _silu(x, isa, out):
     # ggml_vec_silu_f32 per row: whole vectors through ggml_v_silu, the
     # rest through ggml_silu_f32 (x / (1 + expf(-x)), libm expf)
     R, n = x.shape
-    width = 16 if arch == 2 else (8 if arch == 1 else 4)
-    main = n - n % width
+    main = n - n % isa.EXPF_LANES
     for r in range(R):
         for i in range(main):
-            out[r, i] = silu_v(x[r, i], arch)
+            out[r, i] = isa.silu_v(x[r, i])
         for i in range(main, n):
             v = x[r, i]
             out[r, i] = _F32(v / _F32(_F32(1.0) + math.exp(-v)))
@@ -313,11 +236,11 @@ def silu(x: np.ndarray, profile) -> np.ndarray:
     x = np.ascontiguousarray(x, np.float32)
     out = np.empty_like(x)
     n = x.shape[-1]
-    _silu(x.reshape(-1, n), int(profile.arch), out.reshape(-1, n))
+    _silu(x.reshape(-1, n), profile.isa, out.reshape(-1, n))
     return out
 
 
-@njit(cache=True)
+@jit
 def _sigmoid(x, out):
     for i in range(x.size):
         out[i] = _F32(_F32(1.0) / _F32(_F32(1.0) + math.exp(-x[i])))
@@ -332,7 +255,7 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
     return out
 
 
-@njit(cache=True)
+@jit
 def _softplus(x, out):
     for i in range(x.size):
         v = x[i]
@@ -348,7 +271,7 @@ def softplus(x: np.ndarray) -> np.ndarray:
     return out
 
 
-@njit(cache=True)
+@jit
 def _sum_rows(x, out):
     for r in range(x.shape[0]):
         tot = 0.0
@@ -367,7 +290,7 @@ def sum_rows(x: np.ndarray) -> np.ndarray:
     return out
 
 
-@njit(cache=True)
+@jit
 def _swiglu_oai(g, u, alpha, limit, out):
     for i in range(g.size):
         x = g[i] if not limit < g[i] else limit            # std::min(g, limit)
@@ -395,15 +318,14 @@ def swiglu_oai(g: np.ndarray, u: np.ndarray, alpha: float, limit: float) -> np.n
     return out
 
 
-@njit(cache=True)
-def _swiglu(g, u, arch, out):
-    # rows of n values: the first n - n % lanes (16 AVX-512, 8 AVX2, 4
-    # SSE2) through the vector SiLU, the tail through the scalar
-    # `ggml_silu_f32` (libm expf; numba lowers float32 math.exp to it)
-    # (8 lanes at a time through `fp_vec.silu8`: the same bits as silu_v)
+@jit
+def _swiglu(g, u, isa, out):
+    # rows of n values: the first n - n % EXPF_LANES through the build's
+    # vector SiLU, the tail through the scalar `ggml_silu_f32` (libm expf;
+    # numba lowers float32 math.exp to it) (8 lanes at a time through the
+    # chain's `silu8`: the same bits as its silu_v)
     R, n = g.shape
-    width = 16 if arch == 2 else (8 if arch == 1 else 4)
-    main = n - n % width
+    main = n - n % isa.EXPF_LANES
     main8 = main - main % 8
     gf = g.reshape(-1)
     uf = u.reshape(-1)
@@ -411,9 +333,9 @@ def _swiglu(g, u, arch, out):
     for r in range(R):
         o = r * n
         for i in range(0, main8, 8):
-            f8_store(of, o + i, f8_mul(silu8(f8_load(gf, o + i), arch), f8_load(uf, o + i)))
+            f8_store(of, o + i, f8_mul(isa.silu8(f8_load(gf, o + i)), f8_load(uf, o + i)))
         for i in range(main8, main):
-            out[r, i] = _F32(silu_v(g[r, i], arch) * u[r, i])
+            out[r, i] = _F32(isa.silu_v(g[r, i]) * u[r, i])
         for i in range(main, n):
             x = g[r, i]
             out[r, i] = _F32(_F32(x / _F32(_F32(1.0) + math.exp(-x))) * u[r, i])
@@ -427,11 +349,11 @@ def swiglu(g: np.ndarray, u: np.ndarray, profile) -> np.ndarray:
     u = np.ascontiguousarray(u, np.float32)
     out = np.empty_like(g)
     n = g.shape[-1]
-    _swiglu(g.reshape(-1, n), u.reshape(-1, n), int(profile.arch), out.reshape(-1, n))
+    _swiglu(g.reshape(-1, n), u.reshape(-1, n), profile.isa, out.reshape(-1, n))
     return out
 
 
-@njit(cache=True)
+@jit
 def _softcap(x, inv, c, out):
     for i in range(x.size):
         out[i] = _F32(math.tanh(_F32(x[i] * inv)) * c)
@@ -454,7 +376,7 @@ def _check_n_rot(n_rot) -> int:
     return int(n_rot) // 2
 
 
-@njit(cache=True)
+@jit
 def _rope_cache(pos, n_rot, base, freq_scale, freq_factors, has_ff, ext, mscale, low, high, fused,
                 cos, sin):
     # ggml_rope_cache_init with rope_yarn per pair (ops.cpp): theta_interp =
@@ -492,7 +414,7 @@ def _rope_cache(pos, n_rot, base, freq_scale, freq_factors, has_ff, ext, mscale,
             theta = _F32(theta * ts)
 
 
-@njit(cache=True)
+@jit
 def _yarn_corr_dims(n_dims, n_ctx_orig, base, beta_fast, beta_slow, out):
     # ggml.c ggml_rope_yarn_corr_dims (ggml-base: built without FMA):
     # n_dims * logf(n_ctx_orig / (beta * 2 * pi)) / (2 * logf(base)),
@@ -587,7 +509,7 @@ def rope_cache(pos: np.ndarray, n_rot: int, base: float, freq_scale: float,
     return cos, sin
 
 
-@njit(cache=True)
+@jit
 def _rope(x, cos, sin, n_rot, neox, fused, out):
     n, H, D = x.shape
     half = n_rot // 2
@@ -631,7 +553,7 @@ def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, n_rot: int, neox: bool
     return out
 
 
-@njit(cache=True)
+@jit
 def _rms_norm_rows(x, w, eps, out):
     n = x.shape[1]
     for r in range(x.shape[0]):
@@ -661,7 +583,7 @@ _SQRT_2_OVER_PI = _F32(0.79788456080286535587989211986876)
 _GELU_COEF_A = _F32(0.044715)
 
 
-@njit(cache=True)
+@jit
 def _gelu_table(f16, fused, out):
     # ggml_cpu_init: table[i] = fp16(ggml_gelu_f32(fp16 i)), ggml_gelu_f32 =
     # 0.5f*x*(1.0f + tanhf(SQRT_2_OVER_PI*x*(1.0f + GELU_COEF_A*x*x))); GCC
@@ -692,17 +614,19 @@ def gelu_table(profile) -> np.ndarray:
 
 @njit(inline="always", cache=True)
 def _geglu_one(x, h, tab, u):
-    # h: fp16 bits of x (RNE); a NaN takes numerics' 0x7FFF, as before
+    # h: fp16 bits of x (RNE); a NaN takes numerics' 0x7FFF, as before.
+    # ggml_vec_geglu_f32 stores +0.0f for x <= -10, whatever u is (not
+    # 0 * u, which is -0.0 for a negative u and NaN for an infinite one)
     if x <= _F32(-10.0):
-        a = _F32(0.0)
-    elif x >= _F32(10.0):
+        return _F32(0.0)
+    if x >= _F32(10.0):
         a = x
     else:
         a = tab[h] if x == x else tab[f32_bits_to_f16_bits(np.int64(f32_bits(x)) & 0xFFFFFFFF, False)]
     return _F32(a * u)
 
 
-@njit(cache=True)
+@jit
 def _geglu(g, u, tab, out):
     # the fp16 conversion 8 values at a time where the CPU has F16C
     n = g.size

@@ -1,55 +1,42 @@
 """The CPU profiles: one per llama.cpp CPU build whose float order strata-ref
 reproduces, each declared once, as data.
 
-A profile names the ggml x86 build options that define it (the `GGML_*`
-CMake options of `ggml/src/ggml-cpu/CMakeLists.txt`, llama.cpp vendored by
-llama-cpp-python 0.3.36), the CPU flags (as `/proc/cpuinfo` spells them) a
-CPU needs to execute that build, and what the build's choice of code paths
-is, as fields the kernels read. Every profile's arithmetic is emulated in
-numba, so every profile runs on any CPU; only making its reference data
+A profile is (llama.cpp version, CPU variant): the ggml x86 build options
+that define the variant (the `GGML_*` CMake options of
+`ggml/src/ggml-cpu/CMakeLists.txt`), the CPU flags (as `/proc/cpuinfo`
+spells them) a CPU needs to execute that build, and the instruction-set
+chain (`strata_ref.cpu.isa`) whose modules hold everything the build's
+instruction sets decide: lane widths and reductions, `ggml_v_expf`, FMA
+contraction, the activation quantizers, each weight type's `vec_dot`, the
+tiled, repacked and tinyBLAS paths. Every profile's arithmetic is emulated
+in numba, so every profile runs on any CPU; only making its reference data
 needs a CPU with its flags.
 
 The three profiles are three of ggml's own CPU variants
-(`ggml_add_cpu_backend_variant` in `ggml/src/CMakeLists.txt`):
+(`ggml_add_cpu_backend_variant` in `ggml/src/CMakeLists.txt`) of the
+llama.cpp vendored by llama-cpp-python 0.3.36:
 
-| profile | ggml variant | build options ON (all other x86 options OFF) |
-|---|---|---|
-| `scalar` | `x64` | none: ggml's generic C code (x86-64 baseline: SSE2, no FMA) |
-| `avx2` | `haswell` | SSE42 AVX F16C FMA AVX2 BMI2 |
-| `avx512` | `zen4` | those, AVX512 (F, CD, VL, DQ, BW), AVX512_VBMI, AVX512_VNNI, AVX512_BF16 |
+| profile | ggml variant | build options ON (all other x86 options OFF) | instruction sets |
+|---|---|---|---|
+| `scalar` | `x64` | none: x86-64 baseline (SSE2, no FMA) | x86_64, generic |
+| `avx2` | `haswell` | SSE42 AVX F16C FMA AVX2 BMI2 | x86_avx2, x86_64, generic |
+| `avx512` | `zen4` | those, AVX512 (F, CD, VL, DQ, BW), AVX512_VBMI, AVX512_VNNI, AVX512_BF16 | x86_avx512, x86_avx2, x86_64, generic |
 
-What differs between them (ggml-cpu source, same version):
-
-* `arch` selects the SIMD width of ggml's vector code (`simd-mappings.h`,
-  `vec.h`, `vec.cpp`): 16 float lanes on AVX-512, 8 on AVX2, and on the
-  baseline build the SSE2 versions of `ggml_v_expf` / `ggml_v_silu` (4
-  lanes, no FMA) while every other vector loop is plain C.
-* `fma`: GCC contracts `a * b + c` in ggml's C code into an FMA only when
-  the build may use FMA instructions.
-* `act_quant`: the AVX builds quantize activations to Q8_0 / Q8_1 with
-  `127 / amax` and round half to even (`arch/x86/quants.c`), the baseline
-  build with ggml's reference quantizers (`1 / d`, `roundf`).
-* `vec_dot`: the weight types' one-row dot products, the `__AVX2__` code of
-  `arch/x86/quants.c` (the AVX-512 build takes the same code) or the
-  generic C code of `quants.c`.
-* `tinyblas`: llamafile's `tinyBLAS` lane count for float mat-muls (0: the
-  build has no llamafile path: it needs AVX).
-* `tiled`: ggml's tiled K-quant / I-quant mat-mul (`tiled/`), AVX2 and up.
-* `repack`: the weight types ggml-cpu's CPU_REPACK buffer rearranges
-  (`ggml_repack_get_optimal_repack_type`: Q4_0, Q4_K, IQ4_NL, MXFP4 when the
-  build has AVX2, Q2_K only with AVX-512).
-* `bf16`: the BF16 dot (`ggml_vec_dot_bf16`, tinyBLAS): AVX512-BF16's
-  `vdpbf16ps`, or float32 FMA lanes.
+The build options every profile leaves at ggml's default: GGML_LLAMAFILE
+(llamafile's sgemm: used where the instruction set has a tinyBLAS) and
+GGML_CPU_REPACK (the repacked layouts the instruction set picks) ON,
+OpenMP ON.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Profile", "PROFILES", "ARCH_SSE2", "ARCH_AVX2", "ARCH_AVX512", "X86_OPTIONS",
-           "OPTION_CPU_FLAGS", "host_flags"]
+from .isa import Isa, chain
 
-#: `Profile.arch` values, read by the numba kernels
-ARCH_SSE2, ARCH_AVX2, ARCH_AVX512 = 0, 1, 2
+__all__ = ["Profile", "PROFILES", "LLAMA_CPP", "X86_OPTIONS", "OPTION_CPU_FLAGS", "host_flags"]
+
+#: the llama.cpp whose arithmetic the profiles reproduce
+LLAMA_CPP = "llama.cpp vendored by llama-cpp-python 0.3.36"
 
 # every x86 instruction-set option of ggml-cpu's CMakeLists (GGML_NATIVE=OFF)
 X86_OPTIONS = ("SSE42", "AVX", "AVX_VNNI", "AVX2", "BMI2", "FMA", "F16C", "AVX512",
@@ -69,19 +56,16 @@ OPTION_CPU_FLAGS = {
 
 @dataclass(frozen=True)
 class Profile:
-    """One llama.cpp CPU build (module docstring for the fields' meaning)."""
+    """One llama.cpp CPU build: `variant` (ggml's ALL_VARIANTS name) of
+    `version`, built with the x86 `options` ON, computing with the
+    instruction-set chain `isa`. The properties below read what the chain
+    decides, for reports and tests; the kernels ask the chain itself."""
     name: str
     variant: str
+    version: str
     options: tuple
     summary: str
-    arch: int
-    fma: bool
-    act_quant: str           # "avx" or "ref"
-    vec_dot: str             # "avx2" or "generic"
-    tinyblas: int            # float lanes of llamafile's tinyBLAS, 0 = no llamafile path
-    tiled: bool
-    repack: frozenset        # ggml type names
-    bf16: str                # "avx512bf16", "avx2" or "generic"
+    isa: Isa
 
     @property
     def cpu_flags(self) -> tuple:
@@ -102,26 +86,42 @@ class Profile:
     def simd_lanes(self) -> int:
         """Float lanes of ggml's `GGML_F32_VEC` (0: the build has no
         `GGML_SIMD`, its vector loops are plain C)."""
-        return {ARCH_SSE2: 0, ARCH_AVX2: 8, ARCH_AVX512: 16}[self.arch]
+        return int(self.isa.resolve("F32_EPR"))
+
+    @property
+    def fma(self) -> bool:
+        """Whether GCC contracts `a * b + c` in ggml's C code (FMA builds)."""
+        return bool(self.isa.resolve("FMA"))
+
+    @property
+    def tinyblas(self) -> int:
+        """Float lanes of llamafile's tinyBLAS (0: no llamafile path)."""
+        return int(self.isa.resolve("TINYBLAS"))
+
+    @property
+    def tiled(self) -> bool:
+        """Whether the build has ggml's tiled K-quant / I-quant mat-mul."""
+        return bool(self.isa.resolve("TILED"))
+
+    @property
+    def repack(self) -> frozenset:
+        """The names of the weight types CPU_REPACK rearranges."""
+        return frozenset(t.name for t in self.isa.resolve("REPACK"))
 
     def __str__(self) -> str:
         return self.name
 
 
 _AVX2 = ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2")
-_REPACK_AVX2 = frozenset({"Q4_0", "Q4_K", "IQ4_NL", "MXFP4"})
 
 PROFILES = {p.name: p for p in (
-    Profile("scalar", "x64", (), "ggml's generic C code, no SIMD build flag",
-            arch=ARCH_SSE2, fma=False, act_quant="ref", vec_dot="generic", tinyblas=0,
-            tiled=False, repack=frozenset(), bf16="generic"),
-    Profile("avx2", "haswell", _AVX2, "AVX2 + FMA + F16C, no AVX-512",
-            arch=ARCH_AVX2, fma=True, act_quant="avx", vec_dot="avx2", tinyblas=8,
-            tiled=True, repack=_REPACK_AVX2, bf16="avx2"),
-    Profile("avx512", "zen4", _AVX2 + ("AVX512", "AVX512_VBMI", "AVX512_VNNI", "AVX512_BF16"),
+    Profile("scalar", "x64", LLAMA_CPP, (), "ggml's generic C code, no SIMD build flag",
+            chain(("x86_64", "generic"))),
+    Profile("avx2", "haswell", LLAMA_CPP, _AVX2, "AVX2 + FMA + F16C, no AVX-512",
+            chain(("x86_avx2", "x86_64", "generic"))),
+    Profile("avx512", "zen4", LLAMA_CPP, _AVX2 + ("AVX512", "AVX512_VBMI", "AVX512_VNNI", "AVX512_BF16"),
             "AVX-512 F/CD/VL/DQ/BW + VBMI + VNNI + BF16",
-            arch=ARCH_AVX512, fma=True, act_quant="avx", vec_dot="avx2", tinyblas=16,
-            tiled=True, repack=_REPACK_AVX2 | {"Q2_K"}, bf16="avx512bf16"),
+            chain(("x86_avx512", "x86_avx2", "x86_64", "generic"))),
 )}
 
 

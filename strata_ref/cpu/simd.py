@@ -40,7 +40,6 @@ CPU has it and a table otherwise; both are exact.
 from __future__ import annotations
 
 import llvmlite.binding as llb
-import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -51,7 +50,7 @@ from ..numerics import F16_TO_F32
 
 __all__ = ["F32x8", "I32x8", "I8x32", "HOST_AVX2", "HOST_F16C",
            "f8_zero", "f8_splat", "f8_sub", "f8_div", "f8_abs", "f8_gt", "f8_le", "f8_select", "f8_bits",
-           "f8_from_bits", "f8_to_i32", "i32_and", "i32_or", "i32_shl", "i32_select", "f8_load", "f8_store", "f8_fma", "f8_add", "f8_mul", "f8_lane", "f8_hsum", "f8_hsum16", "f8_f16_load", "f8_round_f16", "f8_f16_store", "f16_bits",
+           "f8_from_bits", "f8_to_i32", "f8_set", "i32_and", "i32_or", "i32_shl", "i32_select", "f8_load", "f8_store", "f8_fma", "f8_add", "f8_mul", "f8_lane", "f8_hsum", "f8_hsum16", "f8_f16_load", "f8_round_f16", "f8_f16_store", "f16_bits",
            "i8x32_lanes", "i8x32_lanes_u", "i8x32_dot_u", "i8x32_lanes_scaled", "i8_store", "HOST_VNNI", "i8_xor", "i32_neg_shl", "i32_zero", "i32_splat", "i32_set2", "i32_add", "i32_sub",
            "i32_mul", "i32_to_f8", "i32_hsum", "i32_pairsum", "i32_lane", "i32_load", "i32_pairdot", "i8_load", "i8_nibbles", "i8_bits16", "i8_or", "i8_sub",
            "i8_splat", "prefetch", "f16_at", "u16_at", "u32_at", "i8_at"]
@@ -60,7 +59,8 @@ _FEATURES = llb.get_host_cpu_features()
 #: the lanes use AVX2's maddubs / madd (else portable IR); STRATA_REF_PORTABLE_LANES=1
 #: forces the portable code (tests). These switches (and STRATA_REF_NO_VNNI,
 #: STRATA_REF_NO_F16C below) are read at import and compiled in: set them
-#: before the first kernel compiles, with a NUMBA_CACHE_DIR of their own
+#: before the process imports this module (the kernels' on-disk cache is
+#: keyed on them, `_digest.cpu_digest`)
 HOST_AVX2 = bool(_FEATURES.get("avx2", False)) and not switch("STRATA_REF_PORTABLE_LANES")
 #: fp16 values are converted by the F16C instructions (else by a table and
 #: numerics' rounding; STRATA_REF_NO_F16C=1 forces those, to test them on
@@ -223,6 +223,17 @@ def f8_lane(typingctx, v, i):
     def codegen(context, builder, sig, args):
         return builder.extract_element(args[0], builder.trunc(args[1], _I32))
     return types.float32(F32x8, types.intp), codegen
+
+
+@intrinsic
+def f8_set(typingctx, a, b, c, d, e, f, g, h):
+    """F32x8 of the 8 float32 values, lane 0 first."""
+    def codegen(context, builder, sig, args):
+        v = ir.Constant(_V8F, ir.Undefined)
+        for i, x in enumerate(args):
+            v = builder.insert_element(v, x, ir.Constant(_I32, i))
+        return v
+    return F32x8(*([types.float32] * 8)), codegen
 
 
 @intrinsic

@@ -31,17 +31,17 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
+from ._digest import jit
 from .fp import fma32
-from .ops import _dot_vec_f16, rms_norm
+from .ops import rms_norm
 
 __all__ = ["ssm_conv", "gated_delta_net", "l2_norm"]
 
 _F32 = np.float32
 
 
-@njit(cache=True)
+@jit
 def _ssm_conv(xin, w, n_vec, out):
     # xin (C, d_conv - 1 + T), w (C, d_conv), out (T, C); the first n_vec
     # products rounded and added in order, the rest by FMA (`ssm_conv`)
@@ -67,7 +67,7 @@ def _vectorized_products(n: int, profile) -> int:
     # the rest are contracted FMAs. The baseline build has no FMA at all.
     if not profile.fma:
         return n
-    narrow = 8 if profile.simd_lanes == 16 else 4
+    narrow = profile.isa.resolve("F32_TAIL_FMA")
     return n - n % narrow
 
 
@@ -85,18 +85,8 @@ def ssm_conv(xin: np.ndarray, w: np.ndarray, profile) -> np.ndarray:
     return out
 
 
-@njit(inline="always", cache=True)
-def _dot_f32(a, b, acc, arch):
-    # ggml_vec_dot_f32 for a length that is a multiple of its SIMD step
-    # (64 on AVX-512, 32 on AVX2; checked by the caller): four FMA
-    # accumulators, reduced as for ggml_vec_dot_f16, no leftovers (which
-    # are the only part where the F32 and F16 dots differ); the baseline
-    # build adds each float product to a double, as the F16 dot does
-    return _dot_vec_f16(a, b, acc, arch)
-
-
-@njit(cache=True)
-def _gated_delta_net(q, k, v, g, beta, state, arch, fused, out, new_state):
+@jit
+def _gated_delta_net(q, k, v, g, beta, state, isa, out, new_state):
     T, H, S = v.shape
     scale = _F32(_F32(1.0) / _F32(math.sqrt(_F32(S))))
     acc = np.empty(64, np.float32)
@@ -113,18 +103,15 @@ def _gated_delta_net(q, k, v, g, beta, state, arch, fused, out, new_state):
                     M[j, i] = _F32(M[j, i] * eg)
             kt = k[t, h]
             for j in range(S):
-                s = _dot_f32(M[j], kt, acc, arch)
+                s = isa.vec_dot_f32(M[j], 0, kt, 0, S, acc)
                 delta[j] = _F32(_F32(v[t, h, j] - s) * beta[t, h])
             for j in range(S):
                 dj = delta[j]
                 for i in range(S):
-                    if fused:
-                        M[j, i] = fma32(kt[i], dj, M[j, i])
-                    else:
-                        M[j, i] = _F32(M[j, i] + _F32(kt[i] * dj))
+                    M[j, i] = isa.madd(kt[i], dj, M[j, i])
             qt = q[t, h]
             for j in range(S):
-                out[t, h, j] = _F32(_dot_f32(M[j], qt, acc, arch) * scale)
+                out[t, h, j] = _F32(isa.vec_dot_f32(M[j], 0, qt, 0, S, acc) * scale)
 
 
 def gated_delta_net(q, k, v, g, beta, state, profile):
@@ -135,9 +122,9 @@ def gated_delta_net(q, k, v, g, beta, state, profile):
     heads); g, beta: float32 (T, H) (g scalar per head: not the KDA form);
     state: float32 (H, S, S), row j of head h holding column j of its state
     (ggml's layout). Returns (out float32 (T, H, S), new state (H, S, S)).
-    Raises ValueError on shapes that do not fit, and NotImplementedError
-    for an S the SIMD dot of the profile would split (not a multiple of 64
-    on AVX-512 or of 32 on AVX2)."""
+    The dots are the build's `ggml_vec_dot_f32`, the state update
+    `s += k * delta` as GCC compiles it (contracted on FMA builds). Raises
+    ValueError on shapes that do not fit."""
     q, k, v = (np.ascontiguousarray(a, np.float32) for a in (q, k, v))
     g, beta = np.ascontiguousarray(g, np.float32), np.ascontiguousarray(beta, np.float32)
     state = np.ascontiguousarray(state, np.float32)
@@ -146,13 +133,9 @@ def gated_delta_net(q, k, v, g, beta, state, profile):
             or state.shape != (H, S, S):
         raise ValueError(f"gated_delta_net: q {q.shape}, k {k.shape}, v {v.shape}, g {g.shape}, "
                          f"beta {beta.shape}, state {state.shape} do not fit")
-    step = {0: 1, 1: 32, 2: 64}[int(profile.arch)]
-    if S % step:
-        raise NotImplementedError(f"gated_delta_net: state size {S} is not a multiple of the "
-                                  f"{profile.name} F32 dot's step {step}")
     out = np.empty((T, H, S), np.float32)
     new_state = np.empty_like(state)
-    _gated_delta_net(q, k, v, g, beta, state, int(profile.arch), bool(profile.fma), out, new_state)
+    _gated_delta_net(q, k, v, g, beta, state, profile.isa, out, new_state)
     return out, new_state
 
 

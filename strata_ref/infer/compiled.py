@@ -24,6 +24,7 @@ from numba import njit
 from .._jitcache import cached
 from ..cpu import matvec
 from ..cpu._digest import cpu_digest
+from .._threads import threads
 from ..cpu.f16_attention import _attention
 from ..cpu.matmul import PARALLEL_MIN_MACS, QMatrix
 from ..cpu.ops import _geglu, _rms_norm_rows, _rope, _swiglu
@@ -45,11 +46,11 @@ def _norm(x, w, eps):
 
 
 @njit(inline="always", cache=True)
-def _mm(run, path, ref, tiled, raw, x, threads):
+def _mm(run, repacked, raw, x, threads):
     # one projection: quantize x, multiply (cpu.matvec); parallel from
     # PARALLEL_MIN_MACS multiply-adds on, as QMatrix.matmul decides
     macs = x.shape[0] * raw.shape[0] * x.shape[1]
-    return run(path, ref, tiled, False, raw, x, threads if macs >= PARALLEL_MIN_MACS else 1)
+    return run(repacked, False, raw, x, threads if macs >= PARALLEL_MIN_MACS else 1)
 
 
 @njit(inline="always", cache=True)
@@ -90,42 +91,43 @@ def _store_f16(cache, cells, src, n0):
                                f32_bits_to_f16_bits(np.int64(f32_bits(row[d])) & 0xFFFFFFFF, False))
 
 
-def _layer_fn(shape):
-    """The compiled layer of one shape (module docstring): `shape` =
-    (qkv types: one for a stacked q|k|v or three, o type, gate|up types:
-    one or two, down type, bias flags (q, k, v), qk_norm, gemma)."""
+def _layer_fn(shape, isa):
+    """The compiled layer of one shape (module docstring) on the
+    instruction-set chain `isa`: `shape` = (qkv types: one for a stacked
+    q|k|v or three, o type, gate|up types: one or two, down type, bias flags
+    (q, k, v), qk_norm, gemma)."""
     qkv_t, o_t, gu_t, down_t, (has_bq, has_bk, has_bv), QK_NORM, GEMMA = shape
     STACKED_QKV = len(qkv_t) == 1
     STACKED_GU = len(gu_t) == 1
-    rq = matvec.runner(qkv_t[0])
-    rk = matvec.runner(qkv_t[-2] if not STACKED_QKV else qkv_t[0])
-    rv = matvec.runner(qkv_t[-1])
-    ro = matvec.runner(o_t)
-    rg = matvec.runner(gu_t[0])
-    ru = matvec.runner(gu_t[-1])
-    rd = matvec.runner(down_t)
+    rq = matvec.runner(qkv_t[0], isa)
+    rk = matvec.runner(qkv_t[-2] if not STACKED_QKV else qkv_t[0], isa)
+    rv = matvec.runner(qkv_t[-1], isa)
+    ro = matvec.runner(o_t, isa)
+    rg = matvec.runner(gu_t[0], isa)
+    ru = matvec.runner(gu_t[-1], isa)
+    rd = matvec.runner(down_t, isa)
     HAS_BQ, HAS_BK, HAS_BV = has_bq, has_bk, has_bv
 
-    def layer(x, pos, threads, ref, tiled, arch, fused, eps,
-              attn_norm, raws, paths, bq, bk, bv, q_norm, k_norm,
+    def layer(x, pos, threads, isa, eps,
+              attn_norm, raws, repacked, bq, bk, bv, q_norm, k_norm,
               n_head, n_head_kv, head_dim, n_rot, neox, cos, sin, attn_scale,
               kbits, vbits, n0, kq_scale, n_swa, attn_post_norm, ffn_norm, ffn_post_norm, gelu):
         # x (n, E) float32, the layer's input; returns its output. raws /
-        # paths: q, k, v, o, gate, up, down (q = the stacked q|k|v and gate
-        # = gate|up when stacked; the unused slots hold anything).
+        # repacked: q, k, v, o, gate, up, down (q = the stacked q|k|v and
+        # gate = gate|up when stacked; the unused slots hold anything).
         n = x.shape[0]
         nq = n_head * head_dim
         nkv = n_head_kv * head_dim
         xn = _norm(x, attn_norm, eps)
         if STACKED_QKV:
-            qkv = _mm(rq, paths[0], ref, tiled, raws[0], xn, threads)
+            qkv = _mm(rq, repacked[0], raws[0], xn, threads)
             q = _cols(qkv, 0, nq)
             k = _cols(qkv, nq, nq + nkv)
             v = _cols(qkv, nq + nkv, nq + 2 * nkv)
         else:
-            q = _mm(rq, paths[0], ref, tiled, raws[0], xn, threads)
-            k = _mm(rk, paths[1], ref, tiled, raws[1], xn, threads)
-            v = _mm(rv, paths[2], ref, tiled, raws[2], xn, threads)
+            q = _mm(rq, repacked[0], raws[0], xn, threads)
+            k = _mm(rk, repacked[1], raws[1], xn, threads)
+            v = _mm(rv, repacked[2], raws[2], xn, threads)
         if HAS_BQ:
             for t in range(n):
                 for j in range(nq):
@@ -145,9 +147,9 @@ def _layer_fn(shape):
             q3 = _norm(q.reshape(n * n_head, head_dim), q_norm, eps).reshape(n, n_head, head_dim)
             k3 = _norm(k.reshape(n * n_head_kv, head_dim), k_norm, eps).reshape(n, n_head_kv, head_dim)
         qr = np.empty_like(q3)
-        _rope(q3, cos, sin, n_rot, neox, fused, qr)
+        _rope(q3, cos, sin, n_rot, neox, isa.FMA, qr)
         kr = np.empty_like(k3)
-        _rope(k3, cos, sin, n_rot, neox, fused, kr)
+        _rope(k3, cos, sin, n_rot, neox, isa.FMA, kr)
         if GEMMA:
             for t in range(n):
                 for h in range(n_head):
@@ -157,27 +159,27 @@ def _layer_fn(shape):
         _store_f16(kbits, cells, kr, n0)
         _store_f16(vbits, cells, v3, n0)
         a = np.empty((n, nq), np.float32)
-        _attention(qr, kbits, vbits, n0 + n, pos, kq_scale, n_swa, n >= 2, arch,
+        _attention(qr, kbits, vbits, n0 + n, pos, kq_scale, n_swa, n >= 2, isa,
                    np.zeros(n_head, np.float32), False, a)
-        o = _mm(ro, paths[3], ref, tiled, raws[3], a, threads)
+        o = _mm(ro, repacked[3], raws[3], a, threads)
         if GEMMA:
             o = _norm(o, attn_post_norm, eps)
         h1 = _add_residual(o, x)
         xn = _norm(h1, ffn_norm, eps)
         if STACKED_GU:
-            gu = _mm(rg, paths[4], ref, tiled, raws[4], xn, threads)
+            gu = _mm(rg, repacked[4], raws[4], xn, threads)
             n_ff = gu.shape[1] // 2
             g = _cols(gu, 0, n_ff)
             u = _cols(gu, n_ff, 2 * n_ff)
         else:
-            g = _mm(rg, paths[4], ref, tiled, raws[4], xn, threads)
-            u = _mm(ru, paths[5], ref, tiled, raws[5], xn, threads)
+            g = _mm(rg, repacked[4], raws[4], xn, threads)
+            u = _mm(ru, repacked[5], raws[5], xn, threads)
         act = np.empty_like(g)
         if GEMMA:
             _geglu(g.reshape(-1), u.reshape(-1), gelu, act.reshape(-1))
         else:
-            _swiglu(g, u, arch, act)
-        d = _mm(rd, paths[6], ref, tiled, raws[6], act, threads)
+            _swiglu(g, u, isa, act)
+        d = _mm(rd, repacked[6], raws[6], act, threads)
         if GEMMA:
             d = _norm(d, ffn_post_norm, eps)
         return _add_residual(d, h1)
@@ -185,7 +187,7 @@ def _layer_fn(shape):
     name = "dense_layer_" + "_".join(
         ["-".join(GGMLType(t).name for t in qkv_t), GGMLType(o_t).name, "-".join(GGMLType(t).name for t in gu_t),
          GGMLType(down_t).name, "b" + "".join("1" if b else "0" for b in (has_bq, has_bk, has_bv)),
-         "qkn" if QK_NORM else "", "gemma" if GEMMA else ""])
+         "qkn" if QK_NORM else "", "gemma" if GEMMA else "", isa.key])
     return cached(njit(layer), name, cpu_digest)
 
 
@@ -193,11 +195,8 @@ _FNS = {}
 
 
 def _run_info(m):
-    """(raw2, path) of a prepared QMatrix of a `cpu.matvec` type."""
-    m.prepare()
-    kind, _run, path, _ref, _tiled, raw2 = m._packed
-    assert kind == "run"
-    return raw2, path
+    """(blocks, repacked) of a QMatrix of a `cpu.matvec` type."""
+    return m.packed.data.blocks, m.repacked()
 
 
 class CompiledLayers:
@@ -210,17 +209,16 @@ class CompiledLayers:
             mats = L.attn.matrices() + L.ffn.matrices()
             # only plain stored-block matrices: a wrapper (a quality probe,
             # a float variant) has its own matmul, which must be called
-            if any(type(q) is not QMatrix or q.type not in matvec.RUN_TYPES for q in mats):
+            # and one ggml path per matrix (no stack of repacked and plain parts)
+            if any(type(q) is not QMatrix or q.type not in matvec.RUN_TYPES or q.path is not None
+                   or len({q.repacked(r) for r in q.part_rows}) > 1 for q in mats):
                 return None
         return cls(model)
 
     def __init__(self, model):
         self.m = model
         hp, prof = model.hp, model.cpu
-        self.ref = prof.act_quant == "ref"
-        self.tiled = bool(prof.tiled)
-        self.arch = int(prof.arch)
-        self.fused = bool(prof.fma)
+        self.isa = prof.isa
         self.gemma = hp.arch == "gemma3"
         self.layers = []
         empty = np.zeros(0, np.float32)
@@ -237,11 +235,12 @@ class CompiledLayers:
             shape = (tuple(int(q.type) for q in qkv), int(at.wo.type), tuple(int(q.type) for q in gu),
                      int(ff.w_down.type), (at.bq is not None, at.bk is not None, at.bv is not None),
                      at.q_norm is not None, self.gemma)
-            if shape not in _FNS:
-                _FNS[shape] = _layer_fn(shape)
+            key = (shape, self.isa)
+            if key not in _FNS:
+                _FNS[key] = _layer_fn(shape, self.isa)
             vec = lambda a: empty if a is None else np.ascontiguousarray(a, np.float32)  # noqa: E731
             self.layers.append(dict(
-                fn=_FNS[shape], raws=tuple(r for r, _ in info), paths=np.array([p for _, p in info], np.int64),
+                fn=_FNS[key], raws=tuple(r for r, _ in info), repacked=np.array([p for _, p in info], np.bool_),
                 attn_norm=vec(L.attn_norm), bq=vec(at.bq), bk=vec(at.bk), bv=vec(at.bv),
                 q_norm=vec(at.q_norm), k_norm=vec(at.k_norm), attn_post_norm=vec(L.attn_post_norm),
                 ffn_norm=vec(L.ffn_norm), ffn_post_norm=vec(L.ffn_post_norm), gelu=gelu))
@@ -260,7 +259,7 @@ class CompiledLayers:
         il. Returns the last layer's output; cache.n is the caller's to
         advance."""
         hp = self.m.hp
-        threads = matvec.threads()
+        nth = threads()
         pos64 = np.ascontiguousarray(pos, np.int64)
         x = np.ascontiguousarray(x, np.float32)
         kview = cache.k.view(np.uint16)
@@ -268,8 +267,8 @@ class CompiledLayers:
         for il, d in enumerate(self.layers):
             cos, sin = rope[keys[il]]
             n_swa = hp.n_swa if hp.swa_layers[il] else 0
-            x = d["fn"](x, pos64, threads, self.ref, self.tiled, self.arch, self.fused, _F32(hp.eps),
-                        d["attn_norm"], d["raws"], d["paths"], d["bq"], d["bk"], d["bv"], d["q_norm"],
+            x = d["fn"](x, pos64, nth, self.isa, _F32(hp.eps),
+                        d["attn_norm"], d["raws"], d["repacked"], d["bq"], d["bk"], d["bv"], d["q_norm"],
                         d["k_norm"], hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_rot, hp.neox, cos, sin,
                         _F32(self.m.layers[il].attn.attn_scale), kview[il], vview[il], cache.n,
                         _F32(hp.kq_scale), n_swa, d["attn_post_norm"], d["ffn_norm"], d["ffn_post_norm"],

@@ -231,7 +231,7 @@ class KVCache:
             # the build's `quantize_row_q8_0` (AVX or reference)
             from ..cpu.act_quant import q8_0_fields
             from ..numerics import f32_to_f16_bits
-            q, d = q8_0_fields(rows, ref=profile.act_quant == "ref")
+            q, d = q8_0_fields(rows, isa=profile.isa)
             nb = D // 32
             blocks = np.empty((Hkv * m, nb, 34), np.uint8)
             blocks[:, :, :2] = f32_to_f16_bits(d).reshape(Hkv * m, nb, 1).view(np.uint8)

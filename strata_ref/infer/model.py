@@ -588,7 +588,9 @@ def load(path, profile=None, **cache_options) -> Model:
     cache option KVCache refuses for this model (checked on a one-cell
     cache)."""
     from .. import gguf
+    from .._threads import configure
     prof = cpu.select(profile)
+    configure()
     gf = gguf.read(path)
     cls = model_class(architecture(gf.metadata))
     m = cls(gf, path=str(path), profile=prof)

@@ -64,15 +64,15 @@ def _blocks(x, vdt: GGMLType, profile):
     """x's values after ggml's activation quantization to `vdt` (q * d,
     float32), as the profile quantizes them."""
     from ..cpu import act_quant
-    ref = profile.act_quant == "ref"
+    isa = profile.isa
     if vdt == GGMLType.Q8_K:
         q, d, _ = act_quant.q8_k_fields(x, np.float32)
         qk = 256
     elif vdt == GGMLType.Q8_1:
-        q, d, _ = act_quant.q8_1_fields(x, np.float32, ref=ref)
+        q, d, _ = act_quant.q8_1_fields(x, np.float32, isa=isa)
         qk = 32
     elif vdt == GGMLType.Q8_0:
-        q, d = act_quant.q8_0_fields(x, np.float32, ref=ref)
+        q, d = act_quant.q8_0_fields(x, np.float32, isa=isa)
         qk = 32
     else:
         return np.asarray(x, np.float32)        # F16 / BF16 / F32 weights: no blocks
@@ -109,14 +109,14 @@ class _Probe:
     accumulates the error statistics of one linear (module docstring)."""
 
     def __init__(self, fm, target: GGMLType, profile, sink: dict, key: str, crest: list | None):
-        from ..cpu.families import VEC_DOT_TYPE
+        from ..cpu.traits import TRAITS
         self.fm, self.sink, self.key, self.crest = fm, sink, key, crest
         self.rows, self.cols, self.type, self.name, self.profile = fm.rows, fm.cols, fm.type, fm.name, profile
         w = fm._weights()
         tq = variants.fallback_type(target, fm.cols)
         wq = variants._requantized(fm._qm, target)
         self.wq = variants.FloatMatrix(wq)._weights()
-        self.vdt = VEC_DOT_TYPE.get(tq, GGMLType.F32)
+        self.vdt = TRAITS[tq].vec_dot_type if tq in TRAITS else GGMLType.F32
         d = self.wq - w
         sink.setdefault(key, {"type": tq.name, "w_err": float(np.sqrt((d.astype(np.float64) ** 2).sum()
                                                                           / max((w.astype(np.float64) ** 2).sum(), 1e-300))),

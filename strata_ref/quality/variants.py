@@ -258,7 +258,7 @@ def _requantized(qm, t: GGMLType):
         except ValueError as e:
             raise VariantError(f"@{t.name}: {e}") from None
     out = QMatrix(tt, raw, qm.rows, qm.cols, qm.name, qm.profile)
-    out.repack_rows = getattr(qm, "repack_rows", qm.rows)
+    out.repackable = getattr(qm, "repackable", True)
     if hasattr(qm, "part_rows"):
         out.part_rows = qm.part_rows
     return out

@@ -87,17 +87,23 @@ def _visible(c, qpos, n_swa):
 def _add_sink(acc, S, M, sink, fused):
     # the sink logit after the loop (`sinks` in both flash-attention
     # kernels): a larger sink rescales the float32 accumulator and S by
-    # expf(M - sink), else adds expf(sink - M) to S; M itself is left as
-    # it was, as ggml leaves it
+    # expf(M - sink) and becomes the maximum (the one-chunk kernel keeps it
+    # as M for the partials), else adds expf(sink - M) to S. Returns (S,
+    # M). fused: `S = S*ms + vs` contracted into one FMA; the one-chunk
+    # kernel's is not, on any build (llama.cpp's own output with sinks,
+    # tests/data/avx2/llama_trace_tiny_gpt-oss_fa.npz: only the rows whose
+    # sink exceeds M differ, by 1 or 2 ulp, when it is contracted)
     ms = _F32(1.0)
     vs = _F32(1.0)
     if sink > M:
         ms = math.exp(_F32(M - sink))
+        M = sink
         for d in range(acc.shape[0]):
             acc[d] = _F32(acc[d] * ms)
     else:
         vs = math.exp(_F32(sink - M))
-    return fma32(S, ms, vs) if fused else _F32(_F32(S * ms) + vs)
+    S = fma32(S, ms, vs) if fused else _F32(_F32(S * ms) + vs)
+    return S, M
 
 
 @jit
@@ -142,7 +148,7 @@ def _vec_rows(s, v, v16, scale, pos, n_swa, c0, c1, fused, final, out, Ms, Ss, h
                     acc[d] = round_to_f16(a) if v16 else a
                 S = fma32(S, ms, vs) if fused else _F32(_F32(S * ms) + vs)
             if has_sinks and c0 == 0:
-                S = _add_sink(acc, S, M, sinks[hq], fused)
+                S, M = _add_sink(acc, S, M, sinks[hq], False)
             if final:
                 inv = _F32(0.0) if S == 0.0 else _F32(_F32(1.0) / S)
                 for d in range(DV):
@@ -255,7 +261,7 @@ def _tiled_rows(q, k, v, scale, pos, n_swa, T_, isa, fused, out, has_sinks, sink
                             a = _F32(a + _F32(kq[j] * vv))
                     acc[d] = a
             if has_sinks:
-                S = _add_sink(acc, S, M, sinks[hq], fused)
+                S, M = _add_sink(acc, S, M, sinks[hq], fused)
             inv = _F32(0.0) if S == 0.0 else _F32(_F32(1.0) / S)
             for d in range(DV):
                 out[t, hq, d] = _F32(acc[d] * inv)

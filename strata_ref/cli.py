@@ -134,7 +134,12 @@ def cmd_hash(a) -> int:
             return 2
     path = resolve(a.model)
     f = read(path)
-    tensors = [t for t in f.tensors if types is None or t.type in types]
+    select = None
+    if a.tensors is not None:
+        select = _name_filter(a.tensors)
+        if select is None or not any(select(t.name) for t in f.tensors):
+            return _err(f"--tensors {a.tensors!r} matches no tensor of {path.name}")
+    tensors = [t for t in f.tensors if (types is None or t.type in types) and (select is None or select(t.name))]
     if types is not None and not tensors:
         print(f"strata-ref: note: no tensor of type {', '.join(sorted(t.name for t in types))} "
               f"in {path.name}", file=sys.stderr)
@@ -149,7 +154,7 @@ def cmd_hash(a) -> int:
     try:
         with progress_bar(total, "hash", "B", enabled=not (a.no_progress or a.json),
                           unit_scale=True) as bar:
-            res = hash_model(f, outs, types=types, jobs=a.jobs or cpu_count(),
+            res = hash_model(f, outs, types=types, select=select, jobs=a.jobs or cpu_count(),
                              scheduler=a.scheduler, manifest=a.manifest, resume=a.resume,
                              progress=bar.update)
     except _Terminated:
@@ -165,6 +170,16 @@ def cmd_hash(a) -> int:
     chained = {d: f"{res.chained[d]:016x}" for d in outs}
     _print_hashes(f, rows, chained, outs, a.json)
     return 0
+
+
+def _name_filter(patterns: str):
+    """A predicate on tensor names from comma-separated fnmatch patterns
+    (None when the list names no pattern)."""
+    import fnmatch
+    pats = _split_list(patterns)
+    if not pats:
+        return None
+    return lambda name: any(fnmatch.fnmatchcase(name, p) for p in pats)
 
 
 def _print_hashes(model, rows: list, chained: dict, outs: list, as_json: bool,
@@ -296,6 +311,8 @@ def cmd_info(a) -> int:
     f = read(resolve(a.file))
     if a.key is not None:
         return _print_key(f, a.key, a.file)
+    if a.tensors:
+        return _info_tensors(f)
     print(f"file: {printable(f.path)}\nGGUF version {f.version}, alignment {f.alignment}, "
           f"{len(f.metadata)} metadata keys, {len(f.tensors)} tensors")
     if len(f.shards) > 1:
@@ -344,6 +361,21 @@ def cmd_info(a) -> int:
     return 0
 
 
+def _info_tensors(f) -> int:
+    """`info --tensors`: one line per tensor in file order (shard order for a
+    split set): index, name, type, ggml shape, absolute byte offset, bytes."""
+    split = len(f.shards) > 1
+    rows = [(k, t) for k, s in enumerate(f.shards) for t in s.tensors]
+    names = [printable(t.name) for _, t in rows]
+    w = max([len(n) for n in names] + [4])
+    print(f"{'#':>5}  {'name':<{w}}  {'type':<8} {'shape':<20} {'offset':>14} {'bytes':>12}"
+          + ("  shard" if split else ""))
+    for i, ((k, t), name) in enumerate(zip(rows, names)):
+        print(f"{i:>5}  {name:<{w}}  {t.type.name:<8} {'x'.join(map(str, t.shape)):<20} {t.offset:>14} "
+              f"{t.n_bytes:>12}" + (f"  {k + 1}" if split else ""))
+    return 0
+
+
 # ---------------------------------------------------------------- models
 def cmd_models(a) -> int:
     from .models import REGISTRY, cache_dir, cached_path, fetch
@@ -382,7 +414,10 @@ def cmd_golden(a) -> int:
 
 def cmd_compare(a) -> int:
     from .golden import run_compare
-    return run_compare(a.file, a.tensor, a.dump, a.dtype, a.row0, a.rows, a.ld, a.hash)
+    if a.worst < 0:
+        return _err(f"--worst must be >= 0, got {a.worst}")
+    return run_compare(a.file, a.tensor, a.dump, a.dtype, a.row0, a.rows, a.ld, a.hash,
+                       n_worst=a.worst, max_ulp=a.max_ulp)
 
 
 def _check_generate_args(a) -> str | None:
@@ -561,11 +596,15 @@ def cmd_kl(a) -> int:
     bad_plot = _plot_problem(a.plot)
     if bad_plot:
         return _err(bad_plot)
+    if sum(map(bool, (a.test, a.test_logits, a.tokens_out))) != 1:
+        return _err("kl takes TEST models, --test-logits FILE or --tokens-out FILE (one of them)")
     plist = prompts.load_prompts(a.prompts) if a.prompts else list(prompts.DEFAULT_PROMPTS)
     if a.limit:
         plist = plist[:a.limit]
     sampler = Sampler(a.temperature, a.top_k, a.top_p, a.seed)
     ref = variants.load_variant(a.ref, a.cpu)
+    if a.tokens_out or a.test_logits:
+        return _kl_external(a, ref, plist, sampler)
     tests = [variants.load_variant(t, a.cpu) for t in a.test]
     for spec, m in zip([a.ref] + a.test, [ref] + tests):
         # `@Q4_K` of a model whose rows do not fit its blocks is mostly another type
@@ -602,6 +641,31 @@ def cmd_kl(a) -> int:
             a.plot, res, f"{spec} vs {a.ref}",
             name=None if len(a.test) == 1 else f"kl_{charts.slug(spec)}.png")
         for spec, res in zip(a.test, results)))
+
+
+def _kl_external(a, ref, plist, sampler) -> int:
+    """`kl REF --tokens-out FILE` (REF's generations for another engine) and
+    `kl REF --test-logits FILE` (that engine's logits measured)."""
+    from ._progress import progress_bar
+    from .quality import kl, report
+    if a.tokens_out:
+        with progress_bar(len(plist), "kl", "prompt", enabled=not a.json) as bar:
+            n = kl.write_reference_tokens(a.tokens_out, ref, plist, a.max_tokens, sampler, a.chat, bar.update)
+        print(f"{printable(a.tokens_out)}: REF's tokens for {n} prompts (tokens:<i>, n_prompt:<i>, prompt:<i>); "
+              f"add logits:<i> from the engine and run `strata-ref kl REF --test-logits FILE`")
+        return 0
+    seqs = kl.load_test_logits(a.test_logits, ref.n_vocab)
+    with progress_bar(len(seqs), "kl", "sequence", enabled=not a.json) as bar:
+        res, st, fl = kl.run_kl_external(ref, seqs, sampler, bar.update)
+    meta = {"ref": a.ref, "cpu": ref.cpu.name, "test_logits": a.test_logits, "temperature": a.temperature,
+            "seed": a.seed}
+    if a.json:
+        _json_out(report.kl_json(meta, res, st, fl))
+        return 0
+    header = (f"KL(REF || TEST)  REF={printable(a.ref)}  TEST={printable(a.test_logits)} (another engine's "
+              f"logits)  cpu {ref.cpu.name}, {len(seqs)} sequences, {st.get('n', 0)} generated positions")
+    print(report.kl_text(header, res, st, fl))
+    return 0
 
 
 def cmd_layers(a) -> int:
@@ -869,6 +933,156 @@ def cmd_rotate(a) -> int:
                                               charts.rotation_kl)))
 
 
+# ---------------------------------------------------------------- trace / diff / which
+def _token_ids(text: str) -> list | None:
+    """Comma-separated token ids, None when the text is not such a list."""
+    parts = [p.strip() for p in text.split(",")]
+    if not parts or not all(p.isdigit() for p in parts):
+        return None
+    return [int(p) for p in parts]
+
+
+def cmd_trace(a) -> int:
+    from .infer import load
+    from .infer.trace import run_trace
+    if (a.prompt is None) == (a.tokens is None):
+        return _err("trace takes --prompt TEXT or --tokens IDS (one of them)")
+    ids = None
+    if a.tokens is not None:
+        ids = _token_ids(a.tokens)
+        if ids is None:
+            return _err(f"--tokens {a.tokens[:80]!r} is not a comma-separated list of token ids")
+    if a.split is not None and a.split < 1:
+        return _err(f"--split must be >= 1, got {a.split}")
+    if os.path.isdir(a.out):
+        return _err(f"--out {a.out} is a directory; give the trace file to write")
+    bad = _cpu_problem(a.cpu)
+    if bad:
+        return _err(bad)
+    cache = {k: v for k, v in (("type_k", a.cache_type_k), ("type_v", a.cache_type_v),
+                               ("flash_attn", a.flash_attn), ("fa_threads", a.fa_threads)) if v is not None}
+    m = load(a.model, cpu=a.cpu, **cache)
+    if ids is None:
+        ids = m.tokenizer.encode(a.prompt, add_special=True, parse_special=False)
+    n = run_trace(m, ids, a.out, split=a.split, patterns=_split_list(a.tensors),
+                  producer=f"strata-ref trace --cpu {m.cpu.name}", compress=a.compress)
+    c = m.new_cache(1)
+    print(f"{printable(a.out)}: {n} tensors, {len(ids)} tokens"
+          + (f", {len(ids) - a.split + 1} calls" if a.split and a.split < len(ids) else ", one call")
+          + f"; cpu {m.cpu.name}, flash attention {'on' if c.flash_attn else 'off'}, "
+            f"cache {c.type_k.name.lower()}/{c.type_v.name.lower()}")
+    return 0
+
+
+def cmd_diff(a) -> int:
+    from .diff import diff_traces, load_map, report_text
+    from .tracefile import open_trace
+    if a.block < 1 or a.worst < 0:
+        return _err("--block must be >= 1 and --worst >= 0")
+    mapping = load_map(a.map) if a.map else None
+    with open_trace(a.a) as ta, open_trace(a.b) as tb:
+        rep = diff_traces(ta, tb, block=a.block, mapping=mapping, n_worst=a.worst)
+        if not rep.results:
+            return _err(f"no node of {a.a} has a namesake in {a.b} (another naming? give --map FILE)")
+        if a.json:
+            _json_out(rep.json())
+        else:
+            print(report_text(rep, a.block, a.all))
+    return 0 if rep.equal else 1
+
+
+def cmd_which(a) -> int:
+    from ._progress import progress_bar
+    from .which import load_logits, report_text, which
+    from .cpu import PROFILES
+    toks = None
+    if a.tokens is not None:
+        toks = _token_ids(a.tokens)
+        if toks is None:
+            return _err(f"--tokens {a.tokens[:80]!r} is not a comma-separated list of token ids")
+    profiles = _split_list(a.cpu) or list(PROFILES)
+    unknown = [p for p in profiles if p not in PROFILES]
+    if unknown:
+        return _err(f"--cpu {unknown[0]!r} is not a profile ({', '.join(PROFILES)})")
+    fa = {"off": (False,), "on": (True,), "both": (False, True)}[a.flash_attn]
+    e = load_logits(a.logits, toks, a.split)
+    cache = {k: v for k, v in (("type_k", a.cache_type_k), ("type_v", a.cache_type_v)) if v is not None}
+    with progress_bar(len(profiles) * len(fa), "which", "candidate", enabled=not a.json) as bar:
+        cands = which(e, a.model, profiles, fa, bar.update, **cache)
+    if a.json:
+        _json_out({"logits": a.logits, "rows": int(e.logits.shape[0]), "split": e.split,
+                   "candidates": [c.json() for c in cands],
+                   "matches": [c.json() for c in cands if c.matches]})
+    else:
+        print(report_text(e, cands))
+    return 0 if any(c.matches for c in cands) else 1
+
+
+def cmd_dequant(a) -> int:
+    import numpy as np
+
+    from .hashing import hash_array
+    from .probe import dequant_rows
+    y = dequant_rows(a.model, a.tensor, a.dtype, a.row0, a.rows)
+    bits = y.view({"f32": np.uint32, "f16": np.uint16, "bf16": np.uint16}[a.dtype])
+    if a.out.endswith(".npy"):
+        np.save(a.out, y if a.dtype != "bf16" else bits, allow_pickle=False)
+    else:
+        with open(a.out, "wb") as f:
+            f.write(np.ascontiguousarray(bits).astype(bits.dtype.newbyteorder("<")).tobytes())
+    print(f"{printable(a.out)}: {printable(a.tensor)} rows [{a.row0}, {a.row0 + y.shape[0]}) x {y.shape[1]}, "
+          f"{a.dtype}{' (uint16 bits)' if a.dtype == 'bf16' and a.out.endswith('.npy') else ''}, "
+          f"{bits.nbytes} bytes, fnv1a64 {hash_array(y):016x}")
+    return 0
+
+
+def cmd_matmul(a) -> int:
+    import numpy as np
+
+    from .hashing import hash_array
+    from .probe import compare_output, load_activations, open_tensor, route_matmul
+    if (a.out is None) == (a.compare is None):
+        return _err("matmul takes --out Y.npy or --compare Y.npy (one of them)")
+    if a.route != "cpu" and a.cpu is not None:
+        return _err("--cpu goes with --route cpu")
+    bad = _cpu_problem(a.cpu) if a.route == "cpu" else None
+    if bad:
+        return _err(bad)
+    _, t = open_tensor(a.model, a.tensor)
+    x = load_activations(a.activations, t.cols)
+    y, bound = route_matmul(a.model, a.tensor, x, a.route, a.cpu)
+    head = (f"{printable(a.tensor)} ({t.type.name}, {t.rows} x {t.cols}) x {x.shape[0]} activation rows, "
+            f"route {a.route}: fnv1a64 {hash_array(y):016x}")
+    if a.out is not None:
+        np.save(a.out, y, allow_pickle=False)
+        print(f"{head}; written {printable(a.out)} (float32 {y.shape[0]} x {y.shape[1]})")
+        return 0
+    try:
+        got = np.load(a.compare, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        return _err(f"--compare {a.compare}: cannot be read as .npy ({e})")
+    if not isinstance(got, np.ndarray) or got.dtype != np.float32:
+        return _err(f"--compare {a.compare}: needs float32 values, got {getattr(got, 'dtype', '?')}")
+    if got.ndim == 1 and y.shape[0] == 1:
+        got = got[None]
+    rep = compare_output(got, y, bound, n_worst=a.worst)
+    if a.json:
+        _json_out({"tensor": a.tensor, "type": t.type.name, "route": a.route, **rep})
+        return 0 if rep["equal"] else 1
+    print(head)
+    print(f"  {rep['n_diff']} of {rep['n']} values differ from the route's bits"
+          + (f" (max {rep['max_ulp']} ulp, median {rep['median_ulp']:g})" if "max_ulp" in rep else ""))
+    for w in rep["worst"]:
+        print(f"    {w['ulps']:>10} ulp at token {w['row']}, output row {w['col']}")
+    if bound is None:
+        print("  EQUAL" if rep["equal"] else "  DIFFERENT")
+    else:
+        print(f"  largest |y - oracle| / bound {rep['max_ratio']:.3g} (token {rep['at']['row']}, output row "
+              f"{rep['at']['col']}); NaN positions differing {rep['nan_mismatch']}")
+        print("  WITHIN the route's error bound" if rep["within"] else "  OUTSIDE the route's error bound")
+    return 0 if rep["equal"] else 1
+
+
 def cmd_parity(a) -> int:
     if a.full and a.what != "gemm":
         return _err(f"--full applies to `parity gemm` only, not `parity {a.what}`")
@@ -905,6 +1119,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "directory holding one model (default: SmolLM2-135M-Instruct)")
     h.add_argument("--out", default="f32,f16,bf16", help="output dtypes (default f32,f16,bf16)")
     h.add_argument("--types", default=None, help="only tensors of these ggml types, e.g. Q4_1,Q8_0")
+    h.add_argument("--tensors", default=None, metavar="PATTERN",
+                   help="only tensors whose names match these comma-separated fnmatch patterns, "
+                        "e.g. 'blk.0.*,output.weight'")
     h.add_argument("--json", action="store_true", help="machine-readable output")
     h.add_argument("--no-progress", action="store_true", help="no progress bar")
     h.add_argument("--jobs", type=int, default=None, metavar="N",
@@ -941,6 +1158,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print only this metadata key's value, whole: a string as its text (its "
                         "lines as lines, other control characters escaped), an array one value "
                         "per line")
+    i.add_argument("--tensors", action="store_true",
+                   help="list every tensor instead: name, type, ggml shape, byte offset in the file, bytes")
     i.set_defaults(func=cmd_info)
 
     m = sub.add_parser("models", help="the registry of real GGUF models")
@@ -976,6 +1195,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="values from one dump row to the next (default: the tensor's row length)")
     c.add_argument("--hash", default=None, metavar="HEX",
                    help="compare against this FNV-1a 64 (hex) of the rows instead of a dump")
+    c.add_argument("--worst", type=int, default=5, metavar="N",
+                   help="list the N largest ulp distances with row, block and offset in the block")
+    c.add_argument("--max-ulp", type=int, default=None, metavar="K",
+                   help="an opt-in tolerance: exit 0 also when every differing value is a number within "
+                        "K ulps (the report still says it is not bitwise)")
     c.set_defaults(func=cmd_compare)
 
     ge = sub.add_parser(
@@ -1038,8 +1262,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "per-token int8 activations).",
         formatter_class=_Help)
     kq.add_argument("ref", metavar="REF", help="the reference model[@variant]")
-    kq.add_argument("test", metavar="TEST", nargs="+",
+    kq.add_argument("test", metavar="TEST", nargs="*",
                     help="the model[@variant] measured against REF (several: one REF generation for all)")
+    kq.add_argument("--test-logits", default=None, metavar="FILE",
+                    help="instead of TEST: another engine's logits at REF's tokens (.npz of tokens:<i>, "
+                         "n_prompt:<i>, logits:<i>; docs/trace.md); REF's generation must give its ids")
+    kq.add_argument("--tokens-out", default=None, metavar="FILE",
+                    help="write REF's generation per prompt (tokens:<i>, n_prompt:<i>, prompt:<i>) for "
+                         "another engine to be teacher-forced on, and stop")
     kq.add_argument("--prompts", default=None, metavar="FILE",
                     help="prompts, one per line or JSON lines with \"prompt\" (default: the "
                          "built-in set of strata_ref.quality.prompts)")
@@ -1130,6 +1360,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="write rotation_crest.png, rotation_a8.png and rotation_kl.png into DIR")
     ro.set_defaults(func=cmd_rotate)
 
+    _add_trace_parsers(sub)
+
     pa = sub.add_parser("parity", help="native kernels against the oracle (needs a GPU)")
     pa.add_argument("what", choices=["dequant", "gemm", "mmvq", "experts"],
                     help="which native kernels")
@@ -1143,6 +1375,103 @@ def build_parser() -> argparse.ArgumentParser:
                    help="mmvq: print the rows-per-warp table in the source's format")
     b.set_defaults(func=cmd_bench)
     return p
+
+
+def _add_trace_parsers(sub) -> None:
+    """The parsers of trace, diff, which, dequant and matmul (docs/trace.md)."""
+    kv_types = "f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1"
+    tr = sub.add_parser(
+        "trace", help="every intermediate tensor of a forward pass, named as llama.cpp's graph",
+        description="Run token ids through MODEL on the CPU as llama.cpp does and write every node of "
+                    "the graph (named and ordered as llama.cpp's: attn_norm-0, Qcur-0, kq_soft_max-0, "
+                    "ffn_out-3, result_output, ...) with its ggml op into a trace container "
+                    "(docs/trace.md), streamed to disk.", formatter_class=_Help)
+    tr.add_argument("model", metavar="MODEL", help="registry model or .gguf path")
+    tr.add_argument("--prompt", metavar="TEXT", help="the text, tokenized as `generate` does")
+    tr.add_argument("--tokens", metavar="IDS", help="or comma-separated token ids")
+    tr.add_argument("--split", type=int, default=None, metavar="N",
+                    help="the first N ids in one call, then one id per call (default: one batched call)")
+    tr.add_argument("--tensors", default=None, metavar="PATTERNS",
+                    help="only nodes whose names match these comma-separated fnmatch patterns")
+    tr.add_argument("--out", required=True, metavar="TRACE", help="the trace file to write (.npz)")
+    tr.add_argument("--cpu", default=None, metavar="PROFILE",
+                    help="the llama.cpp CPU build to reproduce (default: $STRATA_REF_CPU, else native)")
+    tr.add_argument("--cache-type-k", default=None, metavar="T", help=f"KV cache type of K: {kv_types}")
+    tr.add_argument("--cache-type-v", default=None, metavar="T", help="KV cache type of V")
+    tr.add_argument("--flash-attn", default=None, metavar="on|off|auto", help="flash attention (default off)")
+    tr.add_argument("--fa-threads", type=int, default=None, metavar="N",
+                    help="llama.cpp's thread count for flash attention's split (default 2)")
+    tr.add_argument("--compress", action="store_true", help="deflate the entries (smaller, slower)")
+    tr.set_defaults(func=cmd_trace)
+
+    df = sub.add_parser(
+        "diff", help="two traces node by node: where they depart",
+        description="Compare trace B with trace A node by node in A's graph order: equal bits or not, "
+                    "the first differing node with its op and layer, its ulp distribution and first "
+                    "differing element (row, block, offset), the growth layer by layer. Exit 0 only "
+                    "if every compared node is equal, 1 when some differ, 2 on bad input.",
+        formatter_class=_Help)
+    df.add_argument("a", metavar="A", help="trace (e.g. llama.cpp's, tools/llama_trace.c)")
+    df.add_argument("b", metavar="B", help="trace compared with A")
+    df.add_argument("--map", default=None, metavar="FILE",
+                    help="JSON {\"B name\": \"A name\"} ({il}: any layer) for a B of other naming")
+    df.add_argument("--block", type=int, default=32, metavar="N",
+                    help="block length the first difference is placed in (32: q8_0, 256: q8_K)")
+    df.add_argument("--worst", type=int, default=5, metavar="N", help="largest ulp distances listed per node")
+    df.add_argument("--all", action="store_true", help="a line for every compared node")
+    df.add_argument("--json", action="store_true", help="machine-readable report, every node")
+    df.set_defaults(func=cmd_diff)
+
+    wh = sub.add_parser(
+        "which", help="which CPU profile and flash-attention setting reproduce an engine's logits",
+        description="Run LOGITS' token ids through MODEL in every candidate (CPU profile x flash "
+                    "attention) and count the rows equal bit for bit; name the candidates that "
+                    "reproduce every row, else the nearest and its first differing row. Exit 0 when "
+                    "one matches, 1 when none does, 2 on bad input (docs/trace.md).",
+        formatter_class=_Help)
+    wh.add_argument("logits", metavar="LOGITS",
+                    help=".npz (tokens, logits[, columns, split]), a trace, or .npy with --tokens")
+    wh.add_argument("model", metavar="MODEL", help="registry model or .gguf path")
+    wh.add_argument("--tokens", default=None, metavar="IDS", help="the token ids of an .npy")
+    wh.add_argument("--split", type=int, default=None, metavar="N",
+                    help="the engine ran the first N ids in one call, then one per call")
+    wh.add_argument("--cpu", default=None, metavar="P1,P2", help="candidate profiles (default: all)")
+    wh.add_argument("--flash-attn", choices=["off", "on", "both"], default="both",
+                    help="candidate flash-attention settings")
+    wh.add_argument("--cache-type-k", default=None, metavar="T", help=f"KV cache type of K: {kv_types}")
+    wh.add_argument("--cache-type-v", default=None, metavar="T", help="KV cache type of V")
+    wh.add_argument("--json", action="store_true", help="machine-readable output")
+    wh.set_defaults(func=cmd_which)
+
+    dq = sub.add_parser("dequant", help="the oracle's output of a tensor's rows, to a file",
+                        formatter_class=_Help)
+    dq.add_argument("model", metavar="MODEL", help="registry model or .gguf path")
+    dq.add_argument("tensor", metavar="TENSOR", help="tensor name (`info --tensors` lists them)")
+    dq.add_argument("--dtype", choices=["f32", "f16", "bf16"], default="f32", help="output value type")
+    dq.add_argument("--row0", type=int, default=0, metavar="R", help="first row")
+    dq.add_argument("--rows", type=int, default=None, metavar="N", help="rows (default: to the end)")
+    dq.add_argument("--out", required=True, metavar="FILE",
+                    help="raw little-endian values, or .npy (bf16 as uint16 bits)")
+    dq.set_defaults(func=cmd_dequant)
+
+    mm = sub.add_parser(
+        "matmul", help="one weight times activations through a route, or an engine's result checked",
+        description="y = x W^T for weight TENSOR and --activations X.npy (float32, tokens x cols) through "
+                    "a route: cpu (ggml-cpu's mat-mul of a profile, bitwise), mmvq (the CUDA q8_1 "
+                    "mat-vec, bitwise), gemm-f16 / gemm-f32 (the cuBLAS routes, within their derived "
+                    "error bound). --out writes the route's y; --compare checks an engine's y. Exit 0 "
+                    "when equal (within the bound), 1 when not, 2 on bad input.",
+        formatter_class=_Help)
+    mm.add_argument("model", metavar="MODEL", help="registry model or .gguf path")
+    mm.add_argument("tensor", metavar="TENSOR", help="a 2-D weight tensor")
+    mm.add_argument("--activations", required=True, metavar="X.npy", help="float32 (tokens, cols) or (cols,)")
+    mm.add_argument("--route", required=True, choices=["mmvq", "gemm-f16", "gemm-f32", "cpu"], help="the route")
+    mm.add_argument("--cpu", default=None, metavar="PROFILE", help="the profile of --route cpu")
+    mm.add_argument("--out", default=None, metavar="Y.npy", help="write the route's float32 (tokens, rows)")
+    mm.add_argument("--compare", default=None, metavar="Y.npy", help="an engine's float32 (tokens, rows)")
+    mm.add_argument("--worst", type=int, default=5, metavar="N", help="largest ulp distances listed")
+    mm.add_argument("--json", action="store_true", help="machine-readable comparison")
+    mm.set_defaults(func=cmd_matmul)
 
 
 #: Seconds the main thread has, after Ctrl-C, to stop the job cleanly.

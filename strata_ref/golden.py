@@ -831,7 +831,7 @@ def _read_dump(dump_path, sizes: tuple[int, ...], describe) -> bytes:
 
 def compare_dump(gguf_path, tensor_name: str, dump_path=None, dtype: str = "f32",
                  row0: int = 0, rows: int | None = None, ld: int | None = None,
-                 hash_hex: str | None = None) -> dict:
+                 hash_hex: str | None = None, n_worst: int = 5) -> dict:
     """Compare another engine's raw output of one tensor with the oracle.
 
     gguf_path: the GGUF file (or a registry model name); tensor_name: a
@@ -850,6 +850,8 @@ def compare_dump(gguf_path, tensor_name: str, dump_path=None, dtype: str = "f32"
     canonical bytes), n_values, n_diff, first_diff (index, row, col, both
     values and bit patterns) or None, max_ulp (over pairs of numbers; None if
     no numeric pair differs), nan_vs_number (pairs where one side is NaN),
+    worst (the `n_worst` largest ulp distances, largest first: index, row,
+    col, block and offset in the tensor type's block, both values, ulps),
     also_fits (other (dtype, rows) the dump's size would hold, a hint when
     the values differ).
     Raises ValueError for an unknown tensor, a bad dtype, a dump that is not
@@ -946,7 +948,7 @@ def compare_dump(gguf_path, tensor_name: str, dump_path=None, dtype: str = "f32"
               "n_values": rows * cols, "fnv_oracle": _hex(fnv_ref), "also_fits": also_fits}
     if dump is None:
         report.update(equal=want_hash == fnv_ref, fnv_dump=_hex(want_hash), n_diff=None,
-                      first_diff=None, max_ulp=None, nan_vs_number=None, nan_encoding_diffs=None)
+                      first_diff=None, max_ulp=None, nan_vs_number=None, nan_encoding_diffs=None, worst=[])
         return report
     got_raw = np.lib.stride_tricks.as_strided(dump, (rows, cols), (ld * bits_dt.itemsize, bits_dt.itemsize))
     got_raw = np.ascontiguousarray(got_raw)
@@ -962,8 +964,18 @@ def compare_dump(gguf_path, tensor_name: str, dump_path=None, dtype: str = "f32"
     if both_num.any():
         ulp = np.abs(_ordered(got[both_num], width) - _ordered(ref_bits[both_num], width))
         report["max_ulp"] = int(ulp.max())
+        from .ulp import worst
+        qk = block_format(t.type).block_values
+        report["worst"] = []
+        for i, u in worst(ulp, np.flatnonzero(both_num.reshape(-1)), n_worst):
+            r, c = divmod(i, cols)
+            report["worst"].append({"index": i, "row": row0 + r, "col": c, "block": c // qk,
+                                    "offset": c % qk, "ulps": u,
+                                    "oracle": _bits_to_float(int(ref_bits[r, c]), dtype),
+                                    "dump": _bits_to_float(int(got_raw[r, c]), dtype)})
     else:
         report["max_ulp"] = None
+        report["worst"] = []
     if n_diff:
         i = int(np.flatnonzero(diff.reshape(-1))[0])
         r, c = divmod(i, cols)
@@ -1108,12 +1120,19 @@ def run_golden_check(golden_dir=None) -> int:
 
 
 def run_compare(file, tensor, dump, dtype="f32", row0=0, rows=None, ld=None, hash_hex=None,
-                out=None) -> int:
+                out=None, n_worst: int = 5, max_ulp: int | None = None) -> int:
     """`strata-ref compare`: print the report of `compare_dump`; exit status
-    0 only when the bits are equal, 1 when they differ, 2 on bad input."""
+    0 only when the bits are equal (or, with max_ulp K, every differing
+    pair is a number pair within K ulps: an opt-in tolerance), 1 when they
+    differ, 2 on bad input. n_worst: how many of the largest ulp distances
+    to list."""
     from .models import ModelError
+    if max_ulp is not None and (max_ulp < 0 or hash_hex is not None):
+        print("strata-ref: error: " + ("--max-ulp must be >= 0" if max_ulp < 0 else
+              "--max-ulp needs a dump (a hash has no ulps)"), file=sys.stderr)
+        return 2
     try:
-        rep = compare_dump(file, tensor, dump, dtype, row0, rows, ld, hash_hex)
+        rep = compare_dump(file, tensor, dump, dtype, row0, rows, ld, hash_hex, n_worst=n_worst)
     except (ValueError, OSError, ModelError) as e:
         print(f"strata-ref: error: {printable(str(e), backslash=False)}", file=sys.stderr)
         return 2
@@ -1135,9 +1154,24 @@ def run_compare(file, tensor, dump, dtype="f32", row0=0, rows=None, ld=None, has
             print(f"  first difference at index {fd['index']} (row {fd['row']}, col {fd['col']}): "
                   f"oracle {fd['oracle']!r} [{fd['oracle_bits']}], dump {fd['dump']!r} "
                   f"[{fd['dump_bits']}]", file=out)
+    if rep["worst"]:
+        print(f"  worst {len(rep['worst'])} (ulps, row, block/offset in the {rep['type']} block, oracle vs dump):",
+              file=out)
+        for w in rep["worst"]:
+            print(f"    {w['ulps']:>10} ulp  row {w['row']} col {w['col']} (block {w['block']}, offset "
+                  f"{w['offset']})  {w['oracle']!r} vs {w['dump']!r}", file=out)
     if not rep["equal"] and rep.get("also_fits"):
         # a dump of another dtype or row count can have the size of this one
         alt = " or ".join(f"--dtype {a['dtype']} --rows {a['rows']}" for a in rep["also_fits"])
         print(f"  note: the dump's size also fits {alt}; is --dtype right?", file=out)
-    print("  EQUAL" if rep["equal"] else "  DIFFERENT", file=out)
-    return 0 if rep["equal"] else 1
+    if rep["equal"]:
+        print("  EQUAL", file=out)
+        return 0
+    within = (max_ulp is not None and rep["nan_vs_number"] == 0
+              and (rep["max_ulp"] is None or rep["max_ulp"] <= max_ulp))
+    if within:
+        print(f"  WITHIN --max-ulp {max_ulp} (not bitwise: {rep['n_diff']} values differ, max "
+              f"{rep['max_ulp']} ulp)", file=out)
+        return 0
+    print("  DIFFERENT" + (f" (beyond --max-ulp {max_ulp})" if max_ulp is not None else ""), file=out)
+    return 1

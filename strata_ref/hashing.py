@@ -368,7 +368,7 @@ class ModelHashes:
 MANIFEST_VERSION = 1
 
 
-def hash_model(model, out_dtypes=HASH_DTYPES, *, types=None, jobs: int | None = 1,
+def hash_model(model, out_dtypes=HASH_DTYPES, *, types=None, select=None, jobs: int | None = 1,
                scheduler: str | None = None, manifest=None, resume: bool = False,
                progress: Callable[[int], None] | None = None,
                producer: Callable = cpu_outputs) -> ModelHashes:
@@ -376,8 +376,9 @@ def hash_model(model, out_dtypes=HASH_DTYPES, *, types=None, jobs: int | None = 
 
     model: what `strata_ref.gguf.read` returns (one file or a split set:
     anything with `.shards`, each with `.path` and `.tensors`). types: only
-    tensors of these GGMLTypes (None: all). jobs / scheduler: how the
-    per-tensor tasks run (`strata_ref.tasks.run`: 1 in this process, N
+    tensors of these GGMLTypes (None: all). select(name) -> bool: only the
+    tensors it accepts (None: all). jobs / scheduler: how the per-tensor
+    tasks run (`strata_ref.tasks.run`: 1 in this process, N
     worker processes, or dask). manifest: a JSON-lines file that receives
     each tensor's hashes as it completes, one whole line per tensor; the
     run holds the file's lock (`flock`) while it writes it; a manifest of
@@ -397,7 +398,7 @@ def hash_model(model, out_dtypes=HASH_DTYPES, *, types=None, jobs: int | None = 
         raise ValueError("resume needs a manifest to resume from")
     shards = list(model.shards)
     entries = [(k, t) for k, f in enumerate(shards) for t in f.tensors
-               if types is None or t.type in types]
+               if (types is None or t.type in types) and (select is None or select(t.name))]
     n = len(entries)
     results: list[dict[str, int] | None] = [None] * n
     writer = None

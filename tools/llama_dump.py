@@ -21,6 +21,10 @@ llama.cpp computes, in evaluation order, with its name (e.g. `attn_norm-0`,
       --attn 2 --calls 1,8 --cache-type-k q8_0 --cache-type-v q8_0
       --flash-attn on
       (one layer's flash attention and Hadamard rotations: `attn_vectors`)
+  python tools/llama_dump.py MODEL.gguf OUT.npz --trace (--tokens IDS | --prompt TEXT)
+      [--split N] [--tensors PATTERNS] [--all] [--compress] [--flash-attn on]
+      (the Python driver of the trace container, docs/trace.md: `trace` below;
+      tools/llama_trace.c is the C one)
 
 `--profile P` runs against the llama.cpp peer built for CPU profile P
 (tools/peer_build.py, tools/peer_env.py): OUT may then be a bare file name,
@@ -79,6 +83,7 @@ _KV_TYPE_BLOCK = {0: (1, 4), 1: (1, 2), 30: (1, 2), 8: (32, 34), 2: (32, 18), 3:
                   6: (32, 22), 7: (32, 24), 20: (32, 18)}
 _KV_TYPE_NAMES = {"f32": 0, "f16": 1, "bf16": 30, "q8_0": 8, "q4_0": 2, "q4_1": 3, "q5_0": 6,
                   "q5_1": 7, "iq4_nl": 20}
+_KV_ID_NAMES = {v: k for k, v in _KV_TYPE_NAMES.items()}
 #: ggml ops (`enum ggml_op`, ggml.h) and the mul_mat hint the dumps look for
 OP_MUL_MAT, OP_FLASH_ATTN_EXT, HINT_SRC0_IS_HADAMARD = 29, 74, 1
 
@@ -103,16 +108,19 @@ def _src(t: GGMLTensor, i: int) -> GGMLTensor | None:
 
 
 def dump(model: str, ids: list[int], split: int | None, type_k: int = 1, type_v: int = 1,
-         flash_attn: bool = False, capture=None):
-    """Run `ids` through llama.cpp (n_ctx 512, 2 threads; KV cache types
-    `type_k` / `type_v` as ggml type ids, flash attention on or off) and
-    return {key: array} of every F32/F16 node (`<call>:<index>:<name>`,
-    `...:op`), or what `capture(t, call, store)` stores for each evaluated
-    node when given; plus "logits" and "ids"."""
+         flash_attn: bool = False, capture=None, on_init=None):
+    """Run `ids` through llama.cpp (n_ctx 512, or the next multiple of 256
+    that holds the ids; 2 threads; KV cache types `type_k` / `type_v` as
+    ggml type ids, flash attention on or off) and return {key: array} of
+    every F32/F16 node (`<call>:<index>:<name>`, `...:op`), or what
+    `capture(t, call, store)` stores for each evaluated node when given;
+    plus "logits" and "ids". on_init(llm): called once the model is
+    loaded, before the first call."""
     import llama_cpp
     from llama_cpp import llama_cpp as C
     path = Path(model)
-    llm = llama_cpp.Llama(model_path=str(path), n_ctx=512, n_batch=512, n_threads=2,
+    n_ctx = max(512, -(-len(ids) // 256) * 256)
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_ctx, n_threads=2,
                           n_threads_batch=2, seed=0, logits_all=True, verbose=False)
     store: dict[str, np.ndarray] = {}
     state = {"call": 0, "i": 0}
@@ -144,6 +152,8 @@ def dump(model: str, ids: list[int], split: int | None, type_k: int = 1, type_v:
     if not ctx:
         raise RuntimeError(f"llama.cpp refused the context (type_k {type_k}, type_v {type_v}, "
                            f"flash_attn {flash_attn})")
+    if on_init is not None:
+        on_init(llm)
     calls = [ids] if split is None else [ids[:split]] + [[t] for t in ids[split:]]
     pos = 0
     logits = []
@@ -170,6 +180,107 @@ def dump(model: str, ids: list[int], split: int | None, type_k: int = 1, type_v:
     store["logits"] = np.concatenate(logits).astype(np.float32)
     store["ids"] = np.array(ids, np.int32)
     return store
+
+
+def _ggml_base():
+    """libggml-base of the llama_cpp package this process imports, with
+    `ggml_op_desc` declared."""
+    import os
+    import llama_cpp
+    lib = ctypes.CDLL(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", "libggml-base.so"))
+    lib.ggml_op_desc.restype = ctypes.c_char_p
+    lib.ggml_op_desc.argtypes = [ctypes.c_void_p]
+    return lib
+
+
+def _model_info(llm) -> dict:
+    """The model identity llama.cpp reports (`strata_ref.tracefile.MODEL_KEYS`)."""
+    from llama_cpp import llama_cpp as C
+    m = llm.model
+
+    def meta(key):
+        buf = ctypes.create_string_buffer(512)
+        n = C.llama_model_meta_val_str(m, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "backslashreplace") if n >= 0 else ""
+    return {"arch": meta("general.architecture"), "name": meta("general.name"),
+            "n_params": int(C.llama_model_n_params(m)), "size": int(C.llama_model_size(m)),
+            "n_vocab": int(llm.n_vocab()), "n_embd": int(C.llama_model_n_embd(m)),
+            "n_layer": int(C.llama_model_n_layer(m))}
+
+
+def trace(model: str, ids: list[int], split: int | None, out: str, type_k: int = 1, type_v: int = 1,
+          flash_attn: bool = False, patterns=None, all_nodes: bool = False, compress: bool = False,
+          options: dict | None = None) -> int:
+    """The Python driver of the trace container (docs/trace.md): run `ids`
+    through llama.cpp as `dump` does and stream every node `cb_eval`
+    reports into `out` with `strata_ref.tracefile.TraceWriter`: named as
+    llama.cpp named it, a node ggml left unnamed by its op and sources
+    (`tracefile.derived_name`), its op by `ggml_op_desc`, values of F32
+    (float32), F16 (float16) and I32 (int32) nodes. Views and the copies
+    into the KV cache (`tracefile.SKIPPED_OPS`) are left out unless
+    all_nodes; patterns: fnmatch globs of names to keep. Returns the
+    number of nodes written (tools/llama_trace.c writes the same).
+    options: more keys for the container's `options` (the command, the
+    model's sha256)."""
+    import fnmatch
+    import llama_cpp
+    sys.path.insert(0, str(REPO))
+    from strata_ref.tracefile import SKIPPED_OPS, TraceWriter, derived_name, is_auto_name
+    lib = _ggml_base()
+    calls = [ids] if split is None else [ids[:split]] + [[t] for t in ids[split:]]
+    names: dict = {}
+    state: dict = {}
+
+    def name_of(addr) -> str:
+        if addr in names:
+            return names[addr]
+        t = ctypes.cast(addr, ctypes.POINTER(GGMLTensor)).contents
+        return t.name.decode("utf-8", "backslashreplace")
+
+    def on_init(llm):
+        opts = {"flash_attn": bool(flash_attn), "type_k": _KV_ID_NAMES[type_k], "type_v": _KV_ID_NAMES[type_v],
+                "n_threads": 2, "n_ctx": llm.n_ctx(), "llama_cpp_version": llama_cpp.__version__,
+                "system_info": llama_cpp.llama_print_system_info().decode(), **(options or {})}
+        state["w"] = TraceWriter(out, ids, [len(c) for c in calls], _model_info(llm),
+                                 "tools/llama_dump.py --trace (llama-cpp-python "
+                                 f"{llama_cpp.__version__})", opts, compress)
+
+    def capture(t, call, store):
+        addr = ctypes.addressof(t)
+        op = lib.ggml_op_desc(addr).decode()
+        name = t.name.decode("utf-8", "backslashreplace")
+        if is_auto_name(name):
+            name = derived_name(op, [name_of(s) for s in t.src if s])
+            names[addr] = name
+        else:
+            names.pop(addr, None)
+        if not all_nodes and op in SKIPPED_OPS:
+            return
+        if patterns and not any(fnmatch.fnmatchcase(name, p) for p in patterns):
+            return
+        if 0 in list(t.ne):
+            a = np.zeros(list(t.ne)[::-1], {26: np.int32, 1: np.float16}.get(t.type, np.float32))
+        elif t.type == 26:                            # GGML_TYPE_I32
+            ne, nb = list(t.ne), list(t.nb)
+            span = sum((n - 1) * b for n, b in zip(ne, nb)) + 4
+            raw = np.frombuffer(bytes((ctypes.c_char * span).from_address(t.data)), np.uint8)
+            a = np.array(np.lib.stride_tricks.as_strided(raw.view(np.int32), shape=ne[::-1],
+                                                         strides=nb[::-1]))
+        elif t.type in (0, 1) and t.data:
+            a = _read(t)
+            a = a if t.type == 0 else a.astype(np.float16)
+        else:
+            return
+        state["w"].add(call, op, name, a)
+
+    try:
+        dump(model, ids, split, type_k, type_v, flash_attn, capture=capture, on_init=on_init)
+    except BaseException:
+        if "w" in state:
+            state["w"].abort()
+        raise
+    state["w"].close()
+    return state["w"].n
 
 
 def _by_name(store: dict, call: int) -> dict:
@@ -337,6 +448,13 @@ def main(argv=None) -> int:
                     help="take the ids (prompt + greedy) of this configuration of "
                          "tests/data/<profile>/llama_kv_<stem of MODEL>.npz")
     ap.add_argument("--profile", help="run against the peer built for this CPU profile")
+    ap.add_argument("--trace", action="store_true",
+                    help="write OUT as a trace container (docs/trace.md; `trace` above) instead of a dump")
+    ap.add_argument("--prompt", help="--trace: the ids of this text, tokenized by llama.cpp (BOS added "
+                                     "as the model says, special tokens not parsed)")
+    ap.add_argument("--tensors", help="--trace: comma-separated fnmatch patterns of node names to keep")
+    ap.add_argument("--all", action="store_true", help="--trace: keep views and cache copies too")
+    ap.add_argument("--compress", action="store_true", help="--trace: deflate the entries")
     if argv is None:
         from peer_env import ensure_profile
         ensure_profile(__file__)
@@ -347,6 +465,10 @@ def main(argv=None) -> int:
     if args.prompt_ref:
         ref = np.load(data_dir() / f"llama_ref_{Path(args.model).stem}.npz")
         ids = [int(t) for t in np.concatenate([ref["prompt_ids"], ref["greedy_ids"]])]
+    elif args.prompt is not None:
+        import llama_cpp
+        ids = llama_cpp.Llama(model_path=args.model, vocab_only=True, verbose=False).tokenize(
+            args.prompt.encode(), add_bos=True, special=False)
     elif args.kv_ref:
         ref = np.load(data_dir() / f"llama_kv_{Path(args.model).stem}.npz")
         ids = [int(t) for t in np.concatenate([ref[f"{args.kv_ref}:prompt_ids"],
@@ -355,6 +477,16 @@ def main(argv=None) -> int:
         ids = [int(t) for t in args.tokens.split(",")]
     tk, tv = _KV_TYPE_NAMES[args.cache_type_k], _KV_TYPE_NAMES[args.cache_type_v]
     fa = args.flash_attn == "on"
+    if args.trace:
+        pats = [p for p in (args.tensors or "").split(",") if p] or None
+        import hashlib
+        from peer_env import profile
+        argv_s = [Path(args.model).name if a == args.model else a for a in (argv or sys.argv[1:])]
+        extra = {"command": "python tools/llama_dump.py " + " ".join(argv_s), "profile": profile(),
+                 "model_sha256": hashlib.sha256(Path(args.model).read_bytes()).hexdigest()}
+        n = trace(args.model, ids, args.split, args.out, tk, tv, fa, pats, args.all, args.compress, extra)
+        print(f"{args.out}: {n} tensors, {len(ids)} tokens")
+        return 0
     if args.vectors or args.matrix is not None or args.attn is not None:
         import llama_cpp
         if args.attn is not None:

@@ -33,9 +33,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import trace as T
 from .layers import Attention, GatedFFN
 from .model import (FAMILIES, ArchKeys, Model, ModelLoadError, _int_param, _shown, common_params,
-                    rms_norm, rope_cos_sin)
+                    rope_cos_sin)
 
 __all__ = ["HParams", "DenseModel", "MODELS"]
 
@@ -182,6 +183,7 @@ class DenseModel(Model):
         x = super().embed(tokens)
         if self.hp.embd_scale != 1.0:
             x = (x * np.float32(self.hp.embd_scale)).astype(np.float32)
+            T.emit("inp_scaled", "SCALE", x)
         return x
 
     def _forward(self, tokens, cache, all_logits):
@@ -192,28 +194,41 @@ class DenseModel(Model):
         for key in {(hp.rope_base, hp.rope_freq_scale), (hp.rope_base_swa, hp.rope_freq_scale_swa)}:
             rope[key] = rope_cos_sin(pos, hp.n_rot, key[0], key[1], self.rope_freqs)
         x = self.embed(tokens)
-        layers = self._compiled_layers(cache)
+        # tracing takes the Python path (the compiled layers give the same
+        # bits but cannot be hooked)
+        layers = None if T.on() else self._compiled_layers(cache)
         if layers is not None:
             keys = [(hp.rope_base_swa, hp.rope_freq_scale_swa) if hp.swa_layers[il] else
                     (hp.rope_base, hp.rope_freq_scale) for il in range(hp.n_layer)]
             x = layers.run(x, pos, cache, rope, keys)
             cache.n += n
             return self._head(x, all_logits)
+        gemma = hp.arch == "gemma3"
+        res = "inp_scaled" if hp.embd_scale != 1.0 else self.EMBD_NAME   # the residual's node
+        last = len(self.layers) - 1
         for il, L in enumerate(self.layers):
             swa = hp.swa_layers[il]
             h = x
-            x = rms_norm(x, L.attn_norm, hp.eps)
+            x = T.norm(x, L.attn_norm, hp.eps, "attn_norm", il)
             key = (hp.rope_base_swa, hp.rope_freq_scale_swa) if swa else (hp.rope_base, hp.rope_freq_scale)
             x = L.attn(x, pos, cache, il, rope[key], hp.n_swa if swa else 0)
+            if il == last:
+                self._trace_out_rows(L.attn.out_name, x)
             if L.attn_post_norm is not None:
-                x = rms_norm(x, L.attn_post_norm, hp.eps)
+                x = T.norm(x, L.attn_post_norm, hp.eps, "attn_post_norm", il)
+            if il == last:
+                self._trace_out_rows(res if res != "l_out" else T.node(res, il - 1), h)
             x = x + h
+            T.emit("sa_out" if gemma else "ffn_inp", "ADD", x, il)
             h = x
-            x = rms_norm(x, L.ffn_norm, hp.eps)
+            x = T.norm(x, L.ffn_norm, hp.eps, "ffn_norm", il)
             x = L.ffn(x)
             if L.ffn_post_norm is not None:
-                x = rms_norm(x, L.ffn_post_norm, hp.eps)
+                # gemma3.cpp builds this norm with layer -1: its node is `norm`
+                x = T.norm(x, L.ffn_post_norm, hp.eps, "ffn_post_norm", il, norm_il=-1)
             x = x + h
+            T.emit("l_out", "ADD", x, il)
+            res = "l_out"
         cache.n += n
         return self._head(x, all_logits)
 

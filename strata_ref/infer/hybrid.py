@@ -49,9 +49,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..cpu import ops, ssm
+from . import trace as T
 from .kv_cache import HybridCache
 from .layers import Attention, GatedFFN, sigmoid
-from .model import ArchKeys, Model, ModelLoadError, architecture, common_params, rms_norm
+from .model import ArchKeys, Model, ModelLoadError, architecture, common_params
 from .moe import MoEFFN, expert_params
 
 __all__ = ["HybridHParams", "Qwen3NextModel", "MODELS"]
@@ -155,6 +156,7 @@ class DeltaNet:
     def __init__(self, w, prefix: str, hp, profile):
         e, S, nk, nv = hp.n_embd, hp.d_state, hp.n_k_heads, hp.n_v_heads
         self.hp, self.cpu = hp, profile
+        self.il = int(prefix.split(".")[1])
         key_dim, value_dim = S * nk, S * nv
         self.conv_dim = 2 * key_dim + value_dim
         self.q35 = hp.arch == "qwen35moe"
@@ -197,26 +199,26 @@ class DeltaNet:
         return np.concatenate([q, k, v], axis=1), np.ascontiguousarray(z)
 
     def __call__(self, x, cache, ri):
-        hp = self.hp
+        hp, il = self.hp, self.il
         n, S, nk, nv = x.shape[0], hp.d_state, hp.n_k_heads, hp.n_v_heads
         r = nv // nk
         qkv, z = self._qkvz(x)
-        if self.w_ba is None:
-            beta = sigmoid(self.w_beta.matmul(x))
-            alpha = self.w_alpha.matmul(x)
-        else:
-            ba = self.w_ba.matmul(x).reshape(n, nk, 2 * r)
-            beta = sigmoid(ba[:, :, :r].reshape(n, nv))
-            alpha = np.ascontiguousarray(ba[:, :, r:].reshape(n, nv))
-        g = (ops.softplus((alpha + self.dt).astype(np.float32)) * self.a).astype(np.float32)
+        tracing = T.on()
+        if tracing and self.w_in is None:
+            T.emit(T.derived_name("MUL_MAT", [self.wqkv.name, T.node("attn_norm", il)]), "MUL_MAT", qkv)
         # the short convolution over [state | new inputs], per channel
         xin = np.concatenate([cache.conv[ri], qkv.T], axis=1)
+        T.emit("conv_input", "CONCAT", xin, il)
         cache.conv[ri] = xin[:, n:]
-        c = ops.silu(ssm.ssm_conv(xin, self.conv, self.cpu), self.cpu)      # (n, conv_dim)
+        raw = ssm.ssm_conv(xin, self.conv, self.cpu)
+        T.emit("conv_output_raw", "SSM_CONV", raw, il)
+        c = ops.silu(raw, self.cpu)      # (n, conv_dim)
+        T.emit("conv_output_silu", "SILU", c, il)
         kd = S * nk
-        q = ssm.l2_norm(c[:, :kd].reshape(n, nk, S), hp.eps)
-        k = ssm.l2_norm(c[:, kd:2 * kd].reshape(n, nk, S), hp.eps)
+        q = self._l2(c[:, :kd].reshape(n, nk, S), "q_conv", r)
+        k = self._l2(c[:, kd:2 * kd].reshape(n, nk, S), "k_conv", r)
         v = c[:, 2 * kd:].reshape(n, nv, S)
+        g, beta = self._gates(x, n)
         if r > 1 and self.q35:
             # value head h reads key head h % H_k (gated_delta_net's broadcast)
             q = np.tile(q, (1, r, 1))
@@ -226,15 +228,93 @@ class DeltaNet:
             q = np.repeat(q, r, axis=1)
             k = np.repeat(k, r, axis=1)
         o, cache.ssm[ri] = ssm.gated_delta_net(q, k, v, g, beta, cache.ssm[ri], self.cpu)
-        o = rms_norm(o, self.norm, hp.eps)
-        o = (o * ops.silu(z.reshape(n, nv, S), self.cpu)).astype(np.float32)
-        return self.w_out.matmul(o.reshape(n, nv * S))
+        if T.on():
+            srcs = [T.node(f"{a}_conv_predelta", il) for a in "qkv"] + [
+                T.node("gate", il), T.node("beta_sigmoid", il) if self.q35 else "_", T.node("state_predelta", il)]
+            T.emit(T.derived_name("GATED_DELTA_NET", srcs), "GATED_DELTA_NET",
+                   np.concatenate([o.reshape(n, nv * S), cache.ssm[ri].reshape(-1, nv * S)]))
+        o = T.norm(o, self.norm, hp.eps, None, il)
+        normed = T.derived_name("MUL", [T.node("norm", il), f"blk.{il}.ssm_norm.weight"]) if tracing else ""
+        T.emit(normed, "MUL", o)
+        T.emit("z", "MUL_MAT", z, il)
+        sz = ops.silu(z.reshape(n, nv, S), self.cpu)
+        silu = T.derived_name("SILU", [T.node("z", il)]) if tracing else ""
+        T.emit(silu, "SILU", sz)
+        o = (o * sz).astype(np.float32)
+        if tracing:
+            T.emit(T.derived_name("MUL", [normed, silu]), "MUL", o)
+        out = self.w_out.matmul(o.reshape(n, nv * S))
+        T.emit("linear_attn_out", "MUL_MAT", out, il)
+        return out
+
+    def _l2(self, x, name: str, r: int):
+        """`ssm.l2_norm` of q or k (n, H_k, S), recording llama.cpp's
+        RMS_NORM and SCALE nodes (and qwen3next's REPEAT to the value
+        heads)."""
+        hp, il = self.hp, self.il
+        y = ssm.l2_norm(x, hp.eps)
+        if T.on():
+            rn = T.derived_name("RMS_NORM", [T.node(name, il)])
+            n_ = np.float32(x.shape[-1])
+            T.emit(rn, "RMS_NORM", ops.rms_norm(x, None, np.float32(np.float32(hp.eps) / n_)))
+            T.emit(T.node(f"{name}_predelta", il) if self.q35 else T.derived_name("SCALE", [rn]), "SCALE", y)
+            if r > 1 and not self.q35:
+                T.emit("REPEAT(_)", "REPEAT", np.repeat(y, r, axis=1).reshape(y.shape[0], y.shape[1], r, -1))
+        return y
+
+    def _gates(self, x, n):
+        """(g, beta) float32 (n, H_v): the decay and the delta rule's
+        beta, from ssm_ba (split per key head) or ssm_beta / ssm_alpha."""
+        hp, il = self.hp, self.il
+        nk, nv = hp.n_k_heads, hp.n_v_heads
+        r = nv // nk
+        tracing = T.on()
+        if self.w_ba is None:
+            alpha = self.w_alpha.matmul(x)
+            if tracing:
+                T.emit(T.derived_name("MUL_MAT", [self.w_alpha.name, T.node("attn_norm", il)]), "MUL_MAT", alpha)
+            a_name = T.node("alpha", il)
+        else:
+            ba = self.w_ba.matmul(x)
+            T.emit("linear_attn_mixed_ba", "MUL_MAT", ba, il)
+            ba = ba.reshape(n, nk, 2 * r)
+            b = ba[:, :, :r]
+            alpha = np.ascontiguousarray(ba[:, :, r:].reshape(n, nv))
+            a_name = T.node("a", il) + " (cont)"
+            T.emit(a_name, "CONT", alpha)
+        ad = (alpha + self.dt).astype(np.float32)
+        if tracing:
+            T.emit(T.derived_name("ADD", [a_name, f"blk.{il}.ssm_dt.bias"]), "ADD", ad)
+        sp = ops.softplus(ad)
+        T.emit("a_softplus", "SOFTPLUS", sp, il)
+        g = (sp * self.a).astype(np.float32)
+        T.emit("gate", "MUL", g, il)
+        if self.w_ba is None:
+            bl = self.w_beta.matmul(x)
+            if tracing:
+                T.emit(T.derived_name("MUL_MAT", [self.w_beta.name, T.node("attn_norm", il)]), "MUL_MAT", bl)
+            beta = sigmoid(bl)
+            T.emit("beta_sigmoid", "SIGMOID", beta.reshape(n, nv, 1), il)
+        else:
+            beta = sigmoid(b.reshape(n, nv))
+            if tracing:
+                T.emit(T.node("b", il) + " (cont)", "CONT", b)
+                T.emit(T.derived_name("SIGMOID", [T.node("b", il) + " (cont)"]), "SIGMOID", beta.reshape(n, nk, r))
+        return g, beta
 
 
 class Qwen3NextModel(Model):
     """qwen3next and qwen35moe (module docstring)."""
 
     HPARAMS = HybridHParams
+    #: the output norm's MUL is `h_nextn`; a GET_ROWS named `result_norm`
+    #: follows it (qwen3next.cpp, qwen35moe.cpp)
+    RESULT_NORM = "h_nextn"
+    HEAD_ROWS = "result_norm"
+
+    @property
+    def EMBD_NAME(self):
+        return "model.input_embed" if self.hp.arch == "qwen35moe" else "model.embed_tokens"
 
     def _load_layers(self) -> None:
         hp, w = self.hp, self.w
@@ -288,16 +368,18 @@ class Qwen3NextModel(Model):
         x = self.embed(tokens)
         for il, L in enumerate(self.layers):
             h = x
-            x = rms_norm(x, L.attn_norm, hp.eps)
+            x = T.norm(x, L.attn_norm, hp.eps, "attn_norm", il)
             if L.attn is None:
                 x = L.mixer(x, cache, self.recr_slot[il])
             else:
                 x = L.attn(x, pos, cache, self.attn_slot[il], rope)
             x = x + h
+            T.emit("attn_residual", "ADD", x, il)
             h = x
-            x = rms_norm(x, L.post_norm, hp.eps)
+            x = T.norm(x, L.post_norm, hp.eps, "attn_post_norm", il)
             x = L.moe(x)
             x = x + h
+            T.emit("l_out", "ADD", x, il)
         cache.n += n
         return self._head(x, all_logits)
 

@@ -461,9 +461,15 @@ class Model:
                              f"{have / 2**30:.1f} GiB of memory")
         return self._make_cache(n_ctx, **opts)
 
+    #: llama.cpp's name of the embedding node (`get_rows` of token_embd)
+    EMBD_NAME = "embd"
+
     def embed(self, tokens) -> np.ndarray:
         """float32 (n, n_embd) token embeddings (ggml `get_rows`)."""
-        return self.tok_embd.rows_f32([int(t) for t in tokens])
+        from . import trace
+        x = self.tok_embd.rows_f32([int(t) for t in tokens])
+        trace.emit(self.EMBD_NAME, "GET_ROWS", x)
+        return x
 
     def forward(self, tokens, cache, all_logits: bool = False) -> np.ndarray:
         # A damaged model (NaN epsilon, wrong tensor type) overflows or makes
@@ -504,14 +510,37 @@ class Model:
         """The output head: RMSNorm with output_norm, the output mat-mul,
         gemma's final soft-capping; x float32 (n, n_embd) after the last
         layer. Returns (n, n_vocab), or (n_vocab,) for the last row."""
+        from . import trace
         hp = self.hp
         if not all_logits:
             x = x[-1:]
-        x = rms_norm(x, self.output_norm, hp.eps)
+        x = trace.norm(x, self.output_norm, hp.eps, self.RESULT_NORM, None)
+        if self.HEAD_ROWS:
+            trace.emit(self.HEAD_ROWS, "GET_ROWS", x)
         logits = self.output.matmul(x)
         if getattr(hp, "final_softcap", 0.0):
+            # ggml scale, tanh, scale (`ops.softcap` fuses them: their
+            # intermediate nodes are not recorded)
+            trace.emit(trace.derived_name("MUL_MAT", [self.output.name, self.HEAD_ROWS or self.RESULT_NORM]),
+                       "MUL_MAT", logits)
             logits = ops.softcap(logits, hp.final_softcap)
+            trace.emit("result_output", "SCALE", logits)
+        else:
+            trace.emit("result_output", "MUL_MAT", logits)
         return logits if all_logits else logits[0]
+
+    #: llama.cpp's name of the output norm's MUL node, and of a GET_ROWS
+    #: node that follows it (None: none)
+    RESULT_NORM = "result_norm"
+    HEAD_ROWS = None
+
+    def _trace_out_rows(self, name: str, x) -> None:
+        """The `get_rows(x, inp_out_ids)` llama.cpp's graph takes of the
+        last layer's tensors (every row in a trace: all logits are
+        computed), recorded as its unnamed node."""
+        from . import trace
+        if trace.on():
+            trace.emit(trace.derived_name("GET_ROWS", [name, "out_ids"]), "GET_ROWS", x)
 
 
 def _physical_memory() -> int:

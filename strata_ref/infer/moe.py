@@ -29,8 +29,9 @@ import numpy as np
 
 from ..cpu import moe as cmoe
 from ..cpu import ops
+from . import trace as T
 from .layers import Attention, GatedFFN, sigmoid
-from .model import (ArchKeys, Model, ModelLoadError, architecture, common_params, rms_norm)
+from .model import ArchKeys, Model, ModelLoadError, architecture, common_params
 
 __all__ = ["MoEHParams", "MoEFFN", "Qwen3MoEModel", "GptOssModel", "MODELS", "expert_params",
            "ExpertCheck", "check_experts"]
@@ -143,6 +144,7 @@ class MoEFFN:
                  shared: bool = False, n_ff_shexp: int = 0):
         e, E, F = hp.n_embd, hp.n_expert, hp.n_ff_exp
         self.hp, self.cpu, self.act, self.n_ff = hp, profile, act, F
+        self.il = int(prefix.split(".")[1]) if prefix.startswith("blk.") else -1
         self.router = w.mat(prefix + "ffn_gate_inp.weight", E, e)
         self.router_bias = w.vec(prefix + "ffn_gate_inp.bias", E) if biases else None
         if w.has(prefix + "ffn_gate_up_exps.weight"):
@@ -176,12 +178,45 @@ class MoEFFN:
         """(ids, weights) of `build_moe_ffn` for x float32 (n, n_embd)."""
         hp = self.hp
         logits = self.router.matmul(x)
-        return cmoe.routing_weights(logits, hp.n_expert_used, hp.gating, hp.norm_w, 0.0, self.cpu,
-                                    bias=self.router_bias)
+        ids, w = cmoe.routing_weights(logits, hp.n_expert_used, hp.gating, hp.norm_w, 0.0, self.cpu,
+                                      bias=self.router_bias)
+        if T.on():
+            self._trace_route(logits, w)
+        return ids, w
+
+    def _trace_route(self, logits, w) -> None:
+        """The routing nodes of llama.cpp's `build_moe_ffn` up to the final
+        weights `w` (the engine's), its intermediate ones recomputed with
+        `cpu.moe`'s own steps: logits, probabilities (or the biased
+        logits), the full ARGSORT (int32, descending, ggml's tie order), the
+        selected weights, their sum, clamped sum, normalized weights."""
+        hp, il = self.hp, self.il
+        n, k = w.shape
+        T.emit("ffn_moe_logits", "MUL_MAT", logits, il)
+        if self.router_bias is not None:
+            probs = (logits + self.router_bias).astype(np.float32)
+            T.emit("ffn_moe_probs", "ADD", probs, il)
+        else:
+            probs = ops.soft_max_rows(logits, self.cpu)
+            T.emit("ffn_moe_probs", "SOFT_MAX", probs, il)
+        order = cmoe.argsort_desc(probs).astype(np.int32)
+        T.emit("ffn_moe_argsort", "ARGSORT", order, il)
+        sel = np.take_along_axis(probs, order[:, :k], axis=1)
+        T.emit("ffn_moe_weights", "GET_ROWS", sel.reshape(n, k, 1), il)
+        if hp.gating == "softmax_weight":
+            T.emit(T.derived_name("SOFT_MAX", [T.node("ffn_moe_weights", il)]), "SOFT_MAX", w)
+        if hp.norm_w:
+            s = ops.sum_rows(sel)
+            T.emit("ffn_moe_weights_sum", "SUM_ROWS", s.reshape(n, 1), il)
+            s = np.where(s < np.float32(np.inf), s, np.float32(np.inf))
+            s = np.where(s > cmoe.WEIGHTS_SUM_MIN, s, cmoe.WEIGHTS_SUM_MIN).astype(np.float32)
+            T.emit("ffn_moe_weights_sum_clamped", "CLAMP", s.reshape(n, 1), il)
+            T.emit("ffn_moe_weights_norm", "DIV", w, il)
 
     def experts(self, x, ids, weights):
         """The routed part for given ids / weights: float32 (n, n_embd)."""
         F = self.n_ff
+        il = self.il
         xe = x[:, None, :]
         if self.gate_up is not None:
             gu = self.gate_up.mul_mat_id(xe, ids)
@@ -190,26 +225,60 @@ class MoEFFN:
             # ggml computes up first, then gate; each is its own mul_mat_id
             u = self.up.mul_mat_id(xe, ids)
             g = self.gate.mul_mat_id(xe, ids)
+        T.emit("ffn_moe_gate", "MUL_MAT_ID", g, il)
+        if self.b_gate is not None:
+            g = (g + self.b_gate[ids]).astype(np.float32)         # ggml_add_id
+            T.emit("ffn_moe_gate_biased", "ADD_ID", g, il)
+        T.emit("ffn_moe_up", "MUL_MAT_ID", u, il)
         if self.b_up is not None:
-            u = (u + self.b_up[ids]).astype(np.float32)           # ggml_add_id
-            g = (g + self.b_gate[ids]).astype(np.float32)
+            u = (u + self.b_up[ids]).astype(np.float32)
+            T.emit("ffn_moe_up_biased", "ADD_ID", u, il)
         if self.act == "swiglu_oai":
             a = swiglu_oai(g, u)
+            T.emit("ffn_moe_swiglu_oai", "SWIGLU_OAI", a, il)
         else:
             a = ops.swiglu(g, u, self.cpu)
+            T.emit("ffn_moe_swiglu", "SWIGLU", a, il)
         y = self.down.mul_mat_id(a, ids)
+        T.emit("ffn_moe_down", "MUL_MAT_ID", y, il)
         if self.b_down is not None:
             y = (y + self.b_down[ids]).astype(np.float32)
-        return cmoe.expert_sum(y, weights)
+            T.emit("ffn_moe_down_biased", "ADD_ID", y, il)
+        out = cmoe.expert_sum(y, weights)
+        if T.on():
+            self._trace_sum(y, weights, out)
+        return out
+
+    def _trace_sum(self, y, weights, out) -> None:
+        """`ffn_moe_weighted` (MUL) and the slot additions of
+        `build_moe_ffn` (`cpu.moe.expert_sum`'s steps): the first k - 2
+        unnamed, the last `ffn_moe_out` (the engine's sum, `out`)."""
+        il = self.il
+        yw = (y * weights[:, :, None]).astype(np.float32)
+        w_name = T.node("ffn_moe_weighted", il)
+        T.emit(w_name, "MUL", yw)
+        acc, acc_name = yw[:, 0], w_name
+        for j in range(1, yw.shape[1] - 1):
+            acc = (acc + yw[:, j]).astype(np.float32)
+            acc_name = T.derived_name("ADD", [acc_name, w_name])
+            T.emit(acc_name, "ADD", acc)
+        T.emit("ffn_moe_out", "ADD", out, il)
 
     def __call__(self, x):
         ids, weights = self.route(x)
         self.last_x, self.last_ids, self.last_weights = x, ids, weights
         out = self.experts(x, ids, weights)
         if self.shared is not None:
+            il = self.il
             s = self.shared(x)
-            gate = sigmoid(self.shared_gate.matmul(x))          # (n, 1)
-            out = (out + (s * gate).astype(np.float32)).astype(np.float32)
+            logit = self.shared_gate.matmul(x)
+            T.emit("shared_expert_gate", "MUL_MAT", logit, il)
+            gate = sigmoid(logit)                                # (n, 1)
+            T.emit("shared_expert_gate_sigmoid", "SIGMOID", gate, il)
+            sg = (s * gate).astype(np.float32)
+            T.emit("ffn_shexp_gated", "MUL", sg, il)
+            out = (out + sg).astype(np.float32)
+            T.emit("ffn_out", "ADD", out, il)
         return out
 
 
@@ -252,15 +321,22 @@ class Qwen3MoEModel(Model):
         pos = np.arange(cache.n, cache.n + n)
         rope = self._rope(pos)
         x = self.embed(tokens)
+        res, last = self.EMBD_NAME, len(self.layers) - 1
         for il, L in enumerate(self.layers):
             h = x
-            x = rms_norm(x, L.attn_norm, hp.eps)
+            x = T.norm(x, L.attn_norm, hp.eps, "attn_norm", il)
             x = L.attn(x, pos, cache, il, rope[False])
+            if il == last:
+                self._trace_out_rows(L.attn.out_name, x)
+                self._trace_out_rows(res if res != "l_out" else T.node(res, il - 1), h)
             x = x + h
+            T.emit("ffn_inp", "ADD", x, il)
             h = x
-            x = rms_norm(x, L.ffn_norm, hp.eps)
+            x = T.norm(x, L.ffn_norm, hp.eps, "ffn_norm", il)
             x = L.moe(x)
             x = x + h
+            T.emit("l_out", "ADD", x, il)
+            res = "l_out"
         cache.n += n
         return self._head(x, all_logits)
 
@@ -306,13 +382,17 @@ class GptOssModel(Model):
         for il, L in enumerate(self.layers):
             swa = hp.swa_layers[il]
             h = x
-            x = rms_norm(x, L.attn_norm, hp.eps)
+            x = T.norm(x, L.attn_norm, hp.eps, "attn_norm", il)
             x = L.attn(x, pos, cache, il, rope[swa], hp.n_swa if swa else 0)
             x = x + h
+            T.emit("ffn_inp", "ADD", x, il)
             h = x
-            x = rms_norm(x, L.post_norm, hp.eps)
+            x = T.norm(x, L.post_norm, hp.eps, "attn_post_norm", il)
             x = L.moe(x)
             x = x + h
+            T.emit("l_out", "ADD", x, il)
+        # openai-moe.cpp selects the output rows after the last layer
+        self._trace_out_rows(T.node("l_out", len(self.layers) - 1), x)
         cache.n += n
         return self._head(x, all_logits)
 

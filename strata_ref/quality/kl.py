@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["PromptResult", "log_softmax", "kl_rows", "summarize", "reference_pass", "teacher_forced",
-           "run_kl", "run_kl_many"]
+           "run_kl", "run_kl_many", "write_reference_tokens", "load_test_logits", "run_kl_external"]
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -149,3 +149,112 @@ def run_kl(ref, test, prompts, max_tokens: int = 32, sampler=None, chat: bool = 
     models' vocabularies differ."""
     res, st, fl = run_kl_many(ref, [test], prompts, max_tokens, sampler, chat, progress)
     return res[0], st[0], fl
+
+
+# ------------------------------------------------------------------ another engine's logits
+def _encode(ref, text: str, chat: bool) -> list:
+    from ..infer.chat import format_chat
+    if chat:
+        text = format_chat(ref.metadata.get("tokenizer.chat_template"), [{"role": "user", "content": text}])
+        return ref.tokenizer.encode(text, add_special=True, parse_special=True)
+    return ref.tokenizer.encode(text, add_special=True, parse_special=False)
+
+
+def write_reference_tokens(path, ref, prompts, max_tokens: int = 32, sampler=None, chat: bool = False,
+                           progress=None) -> int:
+    """REF's generation from each prompt, for another engine to be
+    teacher-forced on (`kl REF --tokens-out FILE`): an .npz with, per prompt
+    i, `tokens:<i>` int32 (prompt ids + generated ids), `n_prompt:<i>` and
+    `prompt:<i>` (the text). The engine adds `logits:<i>` (`load_test_logits`).
+    Returns the number of prompts."""
+    from ..infer.sampling import Sampler
+    sampler = sampler or Sampler(0.0)
+    out = {}
+    for i, text in enumerate(prompts):
+        ids = _encode(ref, text, chat)
+        toks, _ = reference_pass(ref, ids, max_tokens, sampler)
+        out[f"tokens:{i}"] = np.array(list(ids) + list(toks), np.int32)
+        out[f"n_prompt:{i}"] = np.int64(len(ids))
+        out[f"prompt:{i}"] = np.array(text)
+        if progress:
+            progress(1)
+    np.savez(path, **out)
+    return len(prompts)
+
+
+def load_test_logits(path, n_vocab: int) -> list:
+    """Another engine's logits at REF's positions (`kl REF --test-logits
+    FILE`): an .npz with, per sequence i, `tokens:<i>` int (the ids it
+    was teacher-forced on: prompt + REF's generation), `n_prompt:<i>` and
+    `logits:<i>` float32, either one row per position (len(tokens),
+    n_vocab) or only the rows that predict the generated ids (len(tokens)
+    - n_prompt, n_vocab); `prompt:<i>` (text) optional. A single sequence
+    may leave out the `:0`. Returns [(prompt text, ids, n_prompt, rows
+    (G, n_vocab))]. Raises ValueError (one line) for missing keys, rows of
+    another vocabulary or count."""
+    try:
+        d = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--test-logits {path}: cannot be read as .npz ({e})") from None
+    with d:
+        keys = set(d.files)
+        idx = sorted({int(k.split(":", 1)[1]) for k in keys if k.startswith("tokens:") and k[7:].isdigit()})
+        single = not idx and "tokens" in keys
+        if single:
+            idx = [0]
+        if not idx:
+            raise ValueError(f"--test-logits {path}: no `tokens:<i>` (or `tokens`) arrays")
+        out = []
+        for i in idx:
+            sfx = "" if single else f":{i}"
+            for k in ("tokens", "n_prompt", "logits"):
+                if k + sfx not in keys:
+                    raise ValueError(f"--test-logits {path}: `{k}{sfx}` is missing")
+            ids = np.asarray(d["tokens" + sfx])
+            n_prompt = int(d["n_prompt" + sfx])
+            rows = d["logits" + sfx]
+            if ids.ndim != 1 or ids.dtype.kind not in "iu":
+                raise ValueError(f"--test-logits {path}: `tokens{sfx}` must be 1-D integers")
+            if not 1 <= n_prompt < ids.size:
+                raise ValueError(f"--test-logits {path}: `n_prompt{sfx}` = {n_prompt} leaves no generated "
+                                 f"token among {ids.size}")
+            if rows.dtype != np.float32 or rows.ndim != 2 or rows.shape[1] != n_vocab:
+                raise ValueError(f"--test-logits {path}: `logits{sfx}` is {rows.dtype} {rows.shape}; "
+                                 f"REF needs float32 rows of {n_vocab} logits")
+            g = ids.size - n_prompt
+            if rows.shape[0] == ids.size:
+                rows = rows[n_prompt - 1:-1]
+            elif rows.shape[0] != g:
+                raise ValueError(f"--test-logits {path}: `logits{sfx}` has {rows.shape[0]} rows for "
+                                 f"{ids.size} ids of which {g} generated (give one row per position or per "
+                                 f"generated id)")
+            text = str(d["prompt" + sfx]) if "prompt" + sfx in keys else f"#{i}"
+            out.append((text, [int(t) for t in ids], n_prompt, np.ascontiguousarray(rows)))
+    return out
+
+
+def run_kl_external(ref, seqs, sampler=None, progress=None):
+    """KL(REF || another engine) at REF's generated positions: `seqs` from
+    `load_test_logits`. REF regenerates each sequence from its prompt ids
+    (the same sampler as made them) and must give the file's ids, else
+    ValueError naming the sequence and position (the engine's rows belong
+    to other positions). Returns (PromptResult list, test statistics,
+    floor statistics) as `run_kl`."""
+    from ..infer.sampling import Sampler
+    sampler = sampler or Sampler(0.0)
+    results = []
+    for i, (text, ids, n_prompt, rows) in enumerate(seqs):
+        want = ids[n_prompt:]
+        toks, rlog = reference_pass(ref, ids[:n_prompt], len(want), sampler)
+        if toks != want:
+            j = next((k for k, (a, b) in enumerate(zip(toks, want)) if a != b), min(len(toks), len(want)))
+            got = toks[j] if j < len(toks) else "end of generation"
+            raise ValueError(f"sequence {i}: REF generates {got} at generated position {j}, the file has "
+                             f"{want[j] if j < len(want) else 'nothing'} (mismatched ids: the logits must come "
+                             f"from REF's own tokens, `strata-ref kl REF --tokens-out FILE`)")
+        floor = kl_rows(rlog, teacher_forced(ref, ids[:n_prompt], toks), toks)
+        results.append(PromptResult(text, n_prompt, toks, kl_rows(rlog, rows, toks), floor))
+        if progress:
+            progress(1)
+    cat = lambda key: {k: np.concatenate([getattr(r, key)[k] for r in results]) for k in ("kl", "dp", "top1")}
+    return results, summarize(cat("test")), summarize(cat("floor"))

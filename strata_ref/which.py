@@ -1,0 +1,253 @@
+"""`strata-ref which LOGITS MODEL`: which CPU profile and flash-attention
+setting reproduce another engine's logits bit for bit.
+
+Each candidate (a `strata_ref.cpu` profile: scalar, avx2, avx512; flash
+attention off or on) runs the same token ids through MODEL, with every
+logit row computed, batched or split into calls as the engine ran them;
+a row matches when every given logit has the candidate's bits. The result
+lists the candidates that match every row, else the nearest (most rows
+matching, then the smallest largest ulp distance) with its first
+differing row.
+
+LOGITS is (docs/trace.md, "which"):
+
+* an .npz with `tokens` int (n,) and `logits` float32 (n, n_vocab), one
+  row per position, or (n, k) with `columns` int (n, k): the vocabulary
+  ids of the k values given per row (a top-k dump); optional `split` (int:
+  the engine ran the first `split` ids in one call, then one per call);
+* a trace container (`strata_ref.tracefile`): its tokens, calls and
+  `result_output` nodes;
+* an .npy of logits (n, n_vocab), with the ids given apart (`tokens=`).
+"""
+from __future__ import annotations
+
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .ulp import compare_bits
+
+__all__ = ["EngineLogits", "Candidate", "load_logits", "which", "candidate_logits", "nearest"]
+
+
+@dataclass
+class EngineLogits:
+    """Logits of another engine: tokens int64 (n,), logits float32 (n, m),
+    columns int64 (n, m) or None (m = n_vocab, every column in order),
+    split (the first call's ids; None: one batched call)."""
+    tokens: np.ndarray
+    logits: np.ndarray
+    columns: np.ndarray | None = None
+    split: int | None = None
+    source: str = ""
+
+
+@dataclass
+class Candidate:
+    profile: str
+    flash_attn: bool
+    rows: int
+    equal_rows: int
+    first_row: int | None = None          # first row that differs
+    max_ulp: int | None = None            # over the differing rows' numbers
+    max_abs: float = 0.0                  # largest |engine - candidate| over every given logit
+    first_col: int | None = None          # vocabulary id of the first differing logit of first_row
+    values: tuple | None = None           # (engine, candidate) at that logit
+    row_ulps: list = field(default_factory=list)
+
+    @property
+    def matches(self) -> bool:
+        return self.equal_rows == self.rows
+
+    def json(self) -> dict:
+        return {"profile": self.profile, "flash_attn": self.flash_attn, "rows": self.rows,
+                "equal_rows": self.equal_rows, "matches": self.matches, "first_differing_row": self.first_row,
+                "max_ulp": self.max_ulp, "max_abs_diff": self.max_abs, "first_differing_logit": self.first_col,
+                "values": list(self.values) if self.values else None}
+
+
+def _ids(a, what: str, src) -> np.ndarray:
+    a = np.asarray(a)
+    if a.dtype.kind not in "iu" or a.ndim != 1 or a.size == 0:
+        raise ValueError(f"{src}: `{what}` must be a non-empty 1-D integer array, got {a.dtype} {a.shape}")
+    return a.astype(np.int64)
+
+
+def load_logits(path, tokens=None, split: int | None = None) -> EngineLogits:
+    """Read LOGITS (module docstring); `tokens` (ids) is required for an
+    .npy and overrides nothing else; `split` overrides the file's. Raises
+    ValueError (one line) for a file of another shape or dtype, rows that
+    do not match the ids, columns out of order."""
+    path = Path(path)
+    src = str(path)
+    if not path.is_file():
+        raise ValueError(f"{src}: no such file")
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as z:
+            is_trace = "format.npy" in z.namelist()
+        if is_trace:
+            return _from_trace(path, tokens, split)
+        try:
+            d = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{src}: cannot be read as .npz ({e})") from None
+        with d:
+            if "logits" not in d.files:
+                raise ValueError(f"{src}: no `logits` array (keys: {', '.join(d.files[:8])})")
+            logits = d["logits"]
+            toks = _ids(d["tokens"], "tokens", src) if "tokens" in d.files else None
+            cols = d["columns"] if "columns" in d.files else None
+            fsplit = int(d["split"]) if "split" in d.files else None
+    else:
+        try:
+            logits = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{src}: not an .npy or .npz file ({e})") from None
+        if not isinstance(logits, np.ndarray):
+            raise ValueError(f"{src}: not an .npy array")
+        toks, cols, fsplit = None, None, None
+    if tokens is not None:
+        given = _ids(tokens, "--tokens", src)
+        if toks is not None and (toks.size != given.size or (toks != given).any()):
+            raise ValueError(f"{src}: its `tokens` differ from --tokens")
+        toks = given
+    if toks is None:
+        raise ValueError(f"{src}: no token ids: give --tokens IDS (an .npy holds only logits)")
+    if logits.dtype != np.float32:
+        raise ValueError(f"{src}: logits are {logits.dtype}; bitwise rows need the engine's float32 values")
+    if logits.ndim != 2:
+        raise ValueError(f"{src}: logits must be 2-D (a row per position), got shape {logits.shape}")
+    if logits.shape[0] != toks.size:
+        raise ValueError(f"{src}: {logits.shape[0]} logit rows for {toks.size} token ids (mismatched ids: "
+                         f"one row per position)")
+    if cols is not None:
+        cols = np.asarray(cols)
+        if cols.shape != logits.shape or cols.dtype.kind not in "iu":
+            raise ValueError(f"{src}: `columns` must be integers of the logits' shape {logits.shape}, "
+                             f"got {cols.dtype} {cols.shape}")
+        cols = cols.astype(np.int64)
+    sp = split if split is not None else fsplit
+    return EngineLogits(toks, np.ascontiguousarray(logits), cols, sp, src)
+
+
+def _from_trace(path, tokens, split) -> EngineLogits:
+    from .tracefile import open_trace
+    with open_trace(path) as t:
+        outs = t.find("result_output")
+        if not outs:
+            raise ValueError(f"{path}: the trace has no `result_output` node")
+        if len(outs) != len(t.calls):
+            raise ValueError(f"{path}: {len(outs)} `result_output` nodes for {len(t.calls)} calls")
+        rows = [a.reshape(-1, a.shape[-1]) for a in (t.array(e) for e in outs)]
+        toks = t.tokens
+        calls = t.calls.tolist()
+    logits = np.concatenate(rows).astype(np.float32)
+    if tokens is not None:
+        g = _ids(tokens, "--tokens", path)
+        if g.size != toks.size or (g != toks).any():
+            raise ValueError(f"{path}: the trace's tokens differ from --tokens")
+    sp = split if split is not None else (calls[0] if len(calls) > 1 else None)
+    if len(calls) > 1 and any(c != 1 for c in calls[1:]):
+        raise ValueError(f"{path}: calls {calls[:6]}...: only a batched pass or N then one id per call "
+                         f"is reproduced")
+    return EngineLogits(toks, np.ascontiguousarray(logits), None, sp, str(path))
+
+
+def candidate_logits(model, profile: str, flash_attn: bool, tokens, split: int | None, **cache) -> np.ndarray:
+    """float32 (n, n_vocab): every logit row of `tokens` through MODEL (a
+    registry name or path) in `profile` with flash attention on or off,
+    one batched call or split as given."""
+    from .infer import load
+    from .infer.trace import trace_calls
+    m = load(model, cpu=profile, flash_attn="on" if flash_attn else "off", **cache)
+    ids = [int(t) for t in tokens]
+    bad = [t for t in ids if not 0 <= t < m.n_vocab]
+    if bad:
+        raise ValueError(f"token id {bad[0]} is outside the model's vocabulary (size {m.n_vocab})")
+    n_ctx = min(m.hp.n_ctx_train, max(512, -(-len(ids) // 256) * 256))
+    if len(ids) > n_ctx:
+        raise ValueError(f"{len(ids)} tokens do not fit the model's context of {n_ctx}")
+    cache_ = m.new_cache(n_ctx)
+    rows = []
+    for call in trace_calls(ids, split):
+        out = m.forward(call, cache_, all_logits=True)
+        rows.append(out.reshape(len(call), -1))
+    return np.concatenate(rows)
+
+
+def _score(e: EngineLogits, ours: np.ndarray, profile: str, fa: bool) -> Candidate:
+    if ours.shape[1] <= (e.columns.max() if e.columns is not None else e.logits.shape[1] - 1):
+        raise ValueError(f"{e.source}: logits for {e.logits.shape[1] if e.columns is None else 'ids up to ' + str(int(e.columns.max()))} "
+                         f"vocabulary entries, the model has {ours.shape[1]}")
+    if e.columns is None and e.logits.shape[1] != ours.shape[1]:
+        raise ValueError(f"{e.source}: rows of {e.logits.shape[1]} logits, the model's vocabulary has "
+                         f"{ours.shape[1]} (a dump of another model?)")
+    sel = ours if e.columns is None else np.take_along_axis(ours, e.columns, axis=1)
+    c = Candidate(profile, fa, e.logits.shape[0], 0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = np.abs(e.logits.astype(np.float64) - sel.astype(np.float64))
+    c.max_abs = float(np.nanmax(d)) if d.size and not np.isnan(d).all() else 0.0
+    for r in range(e.logits.shape[0]):
+        cmp = compare_bits(e.logits[r], np.ascontiguousarray(sel[r]))
+        if cmp["n_diff"] == 0:
+            c.equal_rows += 1
+            continue
+        mu = int(cmp["ulps"].max()) if cmp["ulps"].size else None
+        c.row_ulps.append(mu)
+        if mu is not None:
+            c.max_ulp = mu if c.max_ulp is None else max(c.max_ulp, mu)
+        if c.first_row is None:
+            c.first_row = r
+            j = cmp["first"]
+            c.first_col = int(j if e.columns is None else e.columns[r, j])
+            c.values = (float(e.logits[r, j]), float(sel[r, j]))
+    return c
+
+
+def which(logits: EngineLogits, model, profiles=None, flash_attn=(False, True), progress=None, **cache) -> list:
+    """Every candidate (profile x flash attention) scored against the
+    engine's logits (`Candidate`), in the order tried. profiles: names
+    (default every `strata_ref.cpu.PROFILES`)."""
+    from .cpu import PROFILES
+    out = []
+    for p in profiles or list(PROFILES):
+        for fa in flash_attn:
+            ours = candidate_logits(model, p, fa, logits.tokens, logits.split, **cache)
+            out.append(_score(logits, ours, p, fa))
+            if progress is not None:
+                progress(1)
+    return out
+
+
+def nearest(cands: list) -> Candidate:
+    """The candidate with the most equal rows, then the smallest largest
+    |engine - candidate| (an ulp count says little once values cross
+    zero)."""
+    return max(cands, key=lambda c: (c.equal_rows, -c.max_abs))
+
+
+def report_text(e: EngineLogits, cands: list) -> str:
+    """The `strata-ref which` report: one line per candidate, then the
+    profiles that reproduce every row, or the nearest and its first
+    differing row."""
+    from ._text import printable
+    kind = "every logit" if e.columns is None else f"{e.logits.shape[1]} logits"
+    how = "one batched call" if e.split is None else f"{e.split} ids, then one per call"
+    out = [f"{printable(e.source)}: {e.logits.shape[0]} rows ({kind} each), {how}"]
+    for c in cands:
+        extra = "" if c.matches else f"  first differing row {c.first_row}, max |difference| {c.max_abs:.3g}"
+        out.append(f"  {c.profile:<7s} flash attention {'on ' if c.flash_attn else 'off'}: "
+                   f"{c.equal_rows:>4d}/{c.rows} rows bitwise{extra}")
+    hits = [c for c in cands if c.matches]
+    if hits:
+        out.append("reproduced by: " + ", ".join(f"{c.profile} (flash attention {'on' if c.flash_attn else 'off'})"
+                                                 for c in hits))
+    else:
+        n = nearest(cands)
+        out.append(f"no candidate reproduces every row; nearest: {n.profile} (flash attention "
+                   f"{'on' if n.flash_attn else 'off'}), {n.equal_rows}/{n.rows} rows; its first differing row "
+                   f"{n.first_row} (token {int(e.tokens[n.first_row])}): logit of id {n.first_col}, engine "
+                   f"{n.values[0]!r} vs {n.values[1]!r}")
+    return "\n".join(out)

@@ -1,0 +1,274 @@
+"""The one-liners of docs/trace.md, each checked with real values:
+`which` (against llama.cpp's stored logits of every profile), `dequant`
+and `hash --tensors` (against gguf-py's dequantizers), `compare --worst /
+--max-ulp`, `matmul` (against llama.cpp's stored mat-mul outputs, the
+route oracles, a float32 GEMM within the cuBLAS routes' bound), `info
+--tensors` (against gguf-py's reader), `kl --tokens-out / --test-logits`."""
+from __future__ import annotations
+
+import json
+
+import gguf as gguf_py
+import numpy as np
+import pytest
+
+from infer_helpers import DATA, PROFILES, tiny_model
+from strata_ref import hash_array
+from strata_ref.cli import main
+from strata_ref.hashing import fnv1a64
+
+
+def _bits(a):
+    return np.ascontiguousarray(a, np.float32).view(np.uint32)
+
+
+@pytest.fixture(scope="module")
+def qwen3(tmp_path_factory):
+    p = tmp_path_factory.mktemp("tiny") / "tiny_qwen3.gguf"
+    tiny_model("qwen3", p, seed=0)
+    return str(p)
+
+
+def _gguf_py_rows(path, name):
+    r = gguf_py.GGUFReader(path)
+    t = next(t for t in r.tensors if t.name == name)
+    data = np.asarray(t.data)
+    f = gguf_py.quants.dequantize(data.reshape(-1).view(np.uint8) if t.tensor_type != 0 else data, t.tensor_type)
+    return np.asarray(f, np.float32).reshape(-1, int(t.shape[0]))
+
+
+# ---------------------------------------------------------------- which
+@pytest.mark.parametrize("profile", PROFILES)
+def test_which_names_the_profile_of_stored_llama_cpp_logits(tmp_path, qwen3, capsys, profile):
+    # llama.cpp's logits of the tiny qwen3 (tools/llama_ref.py synthetic,
+    # one batched call, flash attention off); the Q8_0 model gives the avx2
+    # and avx512 builds the same bits, the scalar build others
+    ref = np.load(DATA / profile / "llama_ref_tiny.npz")
+    f = tmp_path / "logits.npz"
+    np.savez(f, tokens=ref["ids"], logits=ref["qwen3_logits"])
+    assert main(["which", str(f), qwen3, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    hits = {(c["profile"], c["flash_attn"]) for c in doc["matches"]}
+    want = {("scalar", False)} if profile == "scalar" else {("avx2", False), ("avx512", False)}
+    assert hits == want
+    assert all(c["equal_rows"] < 12 for c in doc["candidates"] if (c["profile"], c["flash_attn"]) not in want)
+
+
+def test_which_nearest_and_bad_input(tmp_path, qwen3, capsys):
+    ref = np.load(DATA / "avx2" / "llama_ref_tiny.npz")
+    logits = ref["qwen3_logits"].copy()
+    logits[7, 100] = np.nextafter(logits[7, 100], np.float32(1e9))      # one logit 1 ulp off
+    f = tmp_path / "l.npz"
+    np.savez(f, tokens=ref["ids"], logits=logits)
+    assert main(["which", str(f), qwen3, "--cpu", "avx2", "--flash-attn", "off"]) == 1
+    out = capsys.readouterr().out
+    assert "11/12 rows bitwise  first differing row 7" in out
+    assert "nearest: avx2 (flash attention off), 11/12 rows; its first differing row 7 (token 119): logit of id 100" in out
+    np.save(tmp_path / "l.npy", ref["qwen3_logits"])
+    assert main(["which", str(tmp_path / "l.npy"), qwen3]) == 2
+    assert "give --tokens IDS" in capsys.readouterr().err
+    assert main(["which", str(tmp_path / "l.npy"), qwen3, "--tokens", "257,72"]) == 2
+    assert "12 logit rows for 2 token ids (mismatched ids" in capsys.readouterr().err
+    np.savez(f, tokens=ref["ids"], logits=ref["qwen3_logits"].astype(np.float64))
+    assert main(["which", str(f), qwen3]) == 2
+    assert "float64" in capsys.readouterr().err
+    np.savez(f, tokens=ref["ids"], logits=ref["qwen3_logits"][:, :200])
+    assert main(["which", str(f), qwen3, "--cpu", "avx2", "--flash-attn", "off"]) == 2
+    assert "rows of 200 logits, the model's vocabulary has 259" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("profile", PROFILES)
+def test_which_on_a_registry_model_with_flash_attention(tmp_path, capsys, profile):
+    # SmolLM2: llama.cpp's top-k logits of 37 positions, batched and
+    # incremental (5 ids, then one per call), flash attention off
+    # (llama_ref) and on (llama_kv f16-f16-fa); each is reproduced by its
+    # own profile and setting only
+    from infer_helpers import model_path
+    path = str(model_path("SmolLM2-135M-Instruct"))
+    cases = []
+    r = np.load(DATA / profile / "llama_ref_SmolLM2-135M-Instruct.npz")
+    ids = np.concatenate([r["prompt_ids"], r["greedy_ids"]])
+    cases.append((ids, r["incr_logits"], r["incr_ids"], 5, False))
+    kv = np.load(DATA / profile / "llama_kv_SmolLM2-135M-Instruct.npz")
+    k = "f16-f16-fa:"
+    cases.append((np.concatenate([kv[k + "prompt_ids"], kv[k + "greedy_ids"]]), kv[k + "batched_logits"],
+                  kv[k + "batched_ids"], None, True))
+    for toks, logits, cols, split, fa in cases:
+        f = tmp_path / "l.npz"
+        extra = {} if split is None else {"split": np.int64(split)}
+        np.savez(f, tokens=toks, logits=logits, columns=cols, **extra)
+        assert main(["which", str(f), path, "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert [(c["profile"], c["flash_attn"]) for c in doc["matches"]] == [(profile, fa)]
+
+
+# ---------------------------------------------------------------- dequant / hash / compare / info
+def test_dequant_writes_the_oracles_rows(tmp_path, qwen3, capsys):
+    want = _gguf_py_rows(qwen3, "blk.1.ffn_down.weight")[3:7]
+    assert main(["dequant", qwen3, "blk.1.ffn_down.weight", "--row0", "3", "--rows", "4",
+                 "--out", str(tmp_path / "r.bin")]) == 0
+    got = np.fromfile(tmp_path / "r.bin", "<f4").reshape(4, -1)
+    assert np.array_equal(_bits(got), _bits(want))
+    assert f"fnv1a64 {hash_array(want):016x}" in capsys.readouterr().out
+    assert main(["dequant", qwen3, "blk.1.ffn_down.weight", "--dtype", "bf16", "--out", str(tmp_path / "r.npy")]) == 0
+    bits = np.load(tmp_path / "r.npy")
+    import ml_dtypes
+    full = _gguf_py_rows(qwen3, "blk.1.ffn_down.weight")
+    assert bits.dtype == np.uint16 and np.array_equal(bits, full.astype(ml_dtypes.bfloat16).view(np.uint16))
+    capsys.readouterr()
+    assert main(["dequant", qwen3, "blk.1.ffn_dwn.weight", "--out", str(tmp_path / "x")]) == 2
+    assert "nearest: blk.1.ffn_down.weight" in capsys.readouterr().err
+    assert main(["dequant", qwen3, "blk.1.ffn_down.weight", "--row0", "64", "--out", str(tmp_path / "x")]) == 2
+
+
+def test_hash_tensors_filter(qwen3, capsys):
+    assert main(["hash", qwen3, "--tensors", "blk.0.ffn_*,output_norm.weight", "--out", "f32", "--json",
+                 "--no-progress"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    names = [t["name"] for t in doc["tensors"]]
+    assert names == ["output_norm.weight", "blk.0.ffn_norm.weight", "blk.0.ffn_gate.weight",
+                     "blk.0.ffn_up.weight", "blk.0.ffn_down.weight"]
+    hs = [hash_array(_gguf_py_rows(qwen3, n)) for n in names]
+    assert [t["hash"]["f32"] for t in doc["tensors"]] == [f"{h:016x}" for h in hs]
+    assert doc["chained"]["f32"] == f"{fnv1a64(b''.join(h.to_bytes(8, 'little') for h in hs)):016x}"
+    assert main(["hash", qwen3, "--tensors", "blk.9*"]) == 2
+    assert "matches no tensor" in capsys.readouterr().err
+
+
+def test_compare_lists_the_worst_ulps_and_takes_a_tolerance(tmp_path, qwen3, capsys):
+    rows = _gguf_py_rows(qwen3, "blk.0.attn_q.weight")[2:5].copy()
+    flat = rows.reshape(-1)
+    flat[5] = np.nextafter(flat[5], np.float32(10))                       # 1 ulp, block 0 offset 5
+    flat[64 + 40] = flat[64 + 40].view(np.uint32).__add__(np.uint32(3)).view(np.float32)  # 3 ulp, row 3 block 1 +8
+    rows.tofile(tmp_path / "d.bin")
+    args = ["compare", qwen3, "blk.0.attn_q.weight", str(tmp_path / "d.bin"), "--row0", "2", "--rows", "3"]
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert "3 ulp  row 3 col 40 (block 1, offset 8)" in out and "1 ulp  row 2 col 5 (block 0, offset 5)" in out
+    assert out.index("3 ulp") < out.index("1 ulp") and out.rstrip().endswith("DIFFERENT")
+    assert main(args + ["--max-ulp", "3"]) == 0
+    assert "WITHIN --max-ulp 3 (not bitwise: 2 values differ, max 3 ulp)" in capsys.readouterr().out
+    assert main(args + ["--max-ulp", "2"]) == 1
+    assert "beyond --max-ulp 2" in capsys.readouterr().out
+    assert main(args + ["--worst", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "worst 1 " in out and "1 ulp  row 2" not in out
+
+
+def test_info_tensors_lists_offsets_and_bytes(qwen3, capsys):
+    assert main(["info", qwen3, "--tensors"]) == 0
+    lines = capsys.readouterr().out.splitlines()[1:]
+    r = gguf_py.GGUFReader(qwen3)
+    assert len(lines) == len(r.tensors)
+    for line, t in zip(lines, r.tensors):
+        i, name, typ, shape, off, nbytes = line.split()
+        assert (name, typ, off, nbytes) == (t.name, t.tensor_type.name, str(t.data_offset), str(t.n_bytes))
+        assert shape == "x".join(str(int(d)) for d in t.shape)
+
+
+# ---------------------------------------------------------------- matmul
+def _matrix_gguf(tmp_path, name="llama_matrix_q4_k.npz"):
+    from strata_ref.gguf import write_gguf
+    from strata_ref import GGMLType
+    p = DATA / "avx512" / name
+    if not p.is_file():
+        pytest.skip(f"no {name}")
+    v = np.load(p)
+    path = tmp_path / "w.gguf"
+    write_gguf(path, {"general.architecture": "llama"},
+               [("w", GGMLType(int(v["w_type"])), (int(v["w_cols"]), int(v["w_rows"])), v["w_raw"])])
+    return str(path), v
+
+
+@pytest.mark.parametrize("tag", ["b", "d"])
+def test_matmul_cpu_route_is_llama_cpps_mat_mul(tmp_path, capsys, tag):
+    # llama.cpp's own input and output rows of a Q4_K matrix (avx512
+    # build, tests/test_infer_ggml_ops.py MATRIX_TYPES): 12 tokens (the
+    # tiled kernel) and one (vec_dot)
+    path, v = _matrix_gguf(tmp_path)
+    np.save(tmp_path / "x.npy", v[f"{tag}_x"])
+    np.save(tmp_path / "y.npy", v[f"{tag}_y"])
+    args = ["matmul", path, "w", "--activations", str(tmp_path / "x.npy"), "--route", "cpu", "--cpu", "avx512"]
+    assert main(args + ["--compare", str(tmp_path / "y.npy")]) == 0
+    assert "0 of" in capsys.readouterr().out
+    assert main(args + ["--out", str(tmp_path / "o.npy")]) == 0
+    assert np.array_equal(_bits(np.load(tmp_path / "o.npy")), _bits(v[f"{tag}_y"]).reshape(-1, v[f"{tag}_y"].shape[-1]))
+    # the scalar build's arithmetic gives other bits
+    assert main(args[:-1] + ["scalar", "--compare", str(tmp_path / "y.npy")]) == 1
+
+
+def test_matmul_routes_and_their_agreement(tmp_path, qwen3, capsys):
+    from strata_ref.routes.mmvq import mmvq_f32
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((10, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    w = _gguf_py_rows(qwen3, "blk.0.attn_q.weight")                       # 64 x 64, Q8_0
+    base = ["matmul", qwen3, "blk.0.attn_q.weight", "--activations", str(tmp_path / "x.npy")]
+    # mmvq: the route oracle, 8 columns per call, bitwise the library's
+    assert main(base + ["--route", "mmvq", "--out", str(tmp_path / "m.npy")]) == 0
+    m = np.load(tmp_path / "m.npy")
+    from strata_ref import gguf
+    t = gguf.read(qwen3).tensor("blk.0.attn_q.weight")
+    raw = np.asarray(t.data).reshape(64, -1)
+    assert np.array_equal(_bits(m), _bits(np.concatenate([mmvq_f32(t.type, raw, x[:8]), mmvq_f32(t.type, raw, x[8:])])))
+    # q8_1 activations: within a few percent of the exact product
+    exact = x.astype(np.float64) @ w.T.astype(np.float64)
+    assert np.abs(m - exact).max() < 0.02 * np.abs(exact).max()
+    m2 = m.copy()
+    m2[9, 33] = np.nextafter(np.nextafter(m2[9, 33], np.float32(9)), np.float32(9))
+    np.save(tmp_path / "m2.npy", m2)
+    capsys.readouterr()
+    assert main(base + ["--route", "mmvq", "--compare", str(tmp_path / "m2.npy")]) == 1
+    out = capsys.readouterr().out
+    assert "1 of 640 values differ" in out and "2 ulp at token 9, output row 33" in out
+    # the GEMM routes: a float32-accumulating product of the same f16
+    # operands is within the derived bound, a result off by 1e-3 is not
+    xf = x.astype(np.float16).astype(np.float32)
+    y32 = (xf @ w.astype(np.float16).astype(np.float32).T).astype(np.float32)
+    np.save(tmp_path / "g.npy", y32)
+    assert main(base + ["--route", "gemm-f16", "--compare", str(tmp_path / "g.npy")]) == 0
+    assert "WITHIN the route's error bound" in capsys.readouterr().out
+    np.save(tmp_path / "g2.npy", y32 + np.float32(1e-3))
+    assert main(base + ["--route", "gemm-f16", "--compare", str(tmp_path / "g2.npy")]) == 1
+    assert "OUTSIDE" in capsys.readouterr().out
+    # bad input: one line each
+    np.save(tmp_path / "bad.npy", x[:, :32])
+    assert main(["matmul", qwen3, "blk.0.attn_q.weight", "--activations", str(tmp_path / "bad.npy"),
+                 "--route", "cpu", "--out", str(tmp_path / "o.npy")]) == 2
+    assert "the weight needs (tokens, 64)" in capsys.readouterr().err
+    assert main(base + ["--route", "mmvq", "--cpu", "avx2", "--out", str(tmp_path / "o.npy")]) == 2
+    assert main(base + ["--route", "cpu", "--out", str(tmp_path / "o.npy"), "--compare", str(tmp_path / "m.npy")]) == 2
+
+
+# ---------------------------------------------------------------- kl with another engine's logits
+def test_kl_with_an_external_engines_logits(tmp_path, qwen3, capsys):
+    from strata_ref.infer.model import load
+    tok = tmp_path / "tokens.npz"
+    assert main(["kl", qwen3, "--tokens-out", str(tok), "--limit", "2", "--max-tokens", "5", "--cpu", "avx2"]) == 0
+    capsys.readouterr()
+    d = dict(np.load(tok))
+    m = load(qwen3, profile="avx2")
+    # the "engine": this one's batched pass over REF's tokens, one row per position
+    for i in range(2):
+        ids = d[f"tokens:{i}"].tolist()
+        d[f"logits:{i}"] = m.forward(ids, m.new_cache(64), all_logits=True)
+    f = tmp_path / "test.npz"
+    np.savez(f, **d)
+    assert main(["kl", qwen3, "--test-logits", str(f), "--cpu", "avx2", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    # that engine is REF's own batched pass: KL is the noise floor, exactly
+    assert doc["test"] == doc["floor"] and doc["test"]["n"] == 10
+    # rows of the generated positions only give the same
+    for i in range(2):
+        d[f"logits:{i}"] = d[f"logits:{i}"][int(d[f"n_prompt:{i}"]) - 1:-1]
+    np.savez(f, **d)
+    assert main(["kl", qwen3, "--test-logits", str(f), "--cpu", "avx2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["test"] == doc["test"]
+    d["tokens:1"] = d["tokens:1"].copy()
+    d["tokens:1"][-2] = (d["tokens:1"][-2] + 1) % 259
+    np.savez(f, **d)
+    assert main(["kl", qwen3, "--test-logits", str(f), "--cpu", "avx2"]) == 2
+    assert "sequence 1: REF generates" in capsys.readouterr().err
+    assert main(["kl", qwen3]) == 2
+    assert "one of them" in capsys.readouterr().err

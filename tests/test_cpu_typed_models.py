@@ -51,7 +51,7 @@ def test_typed_model_logits_are_llama_cpp_bits(t, profile, path, model_files):
     assert hashlib.sha256(f.read_bytes()).hexdigest() == str(ref[f"{t}_sha256"])
     m = load(f, profile=profile)
     layer = [m_ for m_ in m.layers[0].attn.matrices() + m.layers[0].ffn.matrices()
-             if hasattr(m_, "_repacked")]
+             if hasattr(m_, "repacked")]
     assert layer and all(q.repacked() == (profile != "scalar") for q in layer)
     batched = m.forward(IDS, m.new_cache(64), all_logits=True)
     cache = m.new_cache(64)

@@ -400,8 +400,9 @@ def test_softcap_is_scale_tanhf_scale():
 
 @pytest.mark.parametrize("profile", ["scalar", "avx2", "avx512"])
 def test_geglu_is_the_table_rule(profile):
-    # ggml_vec_geglu_f32 with GGML_GELU_FP16: 0 at or below -10, g at or
-    # above 10, else the table at fp16(g) (RNE), times u; restated with
+    # ggml_vec_geglu_f32 with GGML_GELU_FP16: the literal +0.0 at or below
+    # -10 (not multiplied by u, so never -0.0), g*u at or above 10, else the
+    # table at fp16(g) (RNE) times u; restated with
     # numpy over the whole range, the thresholds, fp16 overflow and NaN
     from strata_ref import cpu
     from strata_ref.cpu import ops
@@ -413,8 +414,8 @@ def test_geglu_is_the_table_rule(profile):
                                  np.float32)])
     u = rng.standard_normal(g.size).astype(np.float32)
     t = ops.gelu_table(prof)[f32_to_f16_bits(g)]
-    act = np.where(g <= F32(-10.0), F32(0.0), np.where(g >= F32(10.0), g, t))
-    ref = (act * u).astype(np.float32)
+    act = np.where(g >= F32(10.0), g, t)
+    ref = np.where(g <= F32(-10.0), F32(0.0), act * u).astype(np.float32)
     out = ops.geglu(g.reshape(4, -1), u.reshape(4, -1), prof).reshape(-1)
     nan = np.isnan(ref)
     assert np.array_equal(np.isnan(out), nan)

@@ -1,8 +1,10 @@
-"""The threading setup `strata_ref.infer.kernels` makes at import
+"""The threading setup `strata_ref._threads.configure()` makes, called
+explicitly by `strata_ref.infer.load`, the task workers and the command line
 (docs/inference.md, "Threading layer"): numba's OpenMP layer with libgomp
 spinning GOMP_SPINCOUNT=2000 rounds, the user's own settings left alone, and
 workqueue when libgomp was loaded before the spin could be set. Each case
-imports the module in a fresh interpreter, since the setup happens once."""
+runs in a fresh interpreter, since the setup happens once; importing
+the CPU kernels alone changes nothing (checked below)."""
 from __future__ import annotations
 
 import ctypes
@@ -21,6 +23,7 @@ import json, os, sys
 {pre}
 import numba, numpy as np
 import strata_ref.cpu.matmul
+{configure}
 @numba.njit(parallel=True)
 def f(a):
     for i in numba.prange(a.size):
@@ -30,11 +33,11 @@ print(json.dumps({{"spin": os.environ.get("GOMP_SPINCOUNT"), "layer": numba.thre
 """
 
 
-def _probe(env_extra: dict, pre: str = "") -> dict:
+def _probe(env_extra: dict, pre: str = "", configure: bool = True) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in KEYS}
     env.update(env_extra)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    r = subprocess.run([sys.executable, "-c", PROBE.format(pre=pre)], env=env, capture_output=True,
+    r = subprocess.run([sys.executable, "-c", PROBE.format(pre=pre, configure="import strata_ref._threads as t; t.configure()" if configure else "")], env=env, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -69,3 +72,10 @@ def test_libgomp_loaded_first_falls_back_to_workqueue():
         pytest.skip("no libgomp.so.1 here")
     got = _probe({}, pre="import ctypes; ctypes.CDLL('libgomp.so.1')")
     assert got == {"spin": None, "layer": "workqueue"}
+
+
+def test_importing_the_cpu_kernels_sets_nothing():
+    # issue 28: no threading side effect at import; the layer numba picks by
+    # itself and no spin count
+    got = _probe({}, configure=False)
+    assert got["spin"] is None

@@ -23,10 +23,13 @@ variant's target (`compile_commands.json`, `-DGGML_CPU_ALL_VARIANTS=ON
 the compiler swapped and `-g` added (debug information does not change
 code generation). Objects go to a temporary folder.
 
-A listed line is a place where the two builds can round differently; a line
-where both fuse the same number of operations can still pair them
-differently (rare; the listed lines are where to look first, the bits are
-the judge: tools/prebuilt_ref.py `compare`).
+Listed are groups of adjacent source lines where the share of multiplies
+and adds left apart differs between the two compilers (`differing`): places
+where the two builds can round differently. Both compilers can also fuse
+the same number of operations but pair them differently (rare), and a
+listed group can be harmless (a product by a power of two, a loop whose
+copies differ); the listed lines are where to look, the bits are the judge
+(tools/prebuilt_ref.py `compare`).
 """
 from __future__ import annotations
 
@@ -68,14 +71,14 @@ def counts(obj: Path) -> dict:
                           check=True, capture_output=True, text=True).stdout
     where, chain, out = None, [], {}
     for line in text.splitlines():
-        m = re.match(r"^(?:inlined by )?(/\S+):(\d+)", line)
+        m = re.match(r"^(?:inlined by )?([^\s:][^\s:]*):(\d+)", line)
         if m:
             # a location, innermost first, then the "inlined by" callers:
             # the innermost one in ggml's own source (not a compiler header)
             if not line.startswith("inlined by "):
                 chain = []
             chain.append(f"{m.group(1)}:{m.group(2)}")
-            own = [c for c in chain if "/ggml/src/" in c]
+            own = [c for c in chain if not c.startswith("/usr/")]
             where = own[0] if own else chain[0]
             continue
         parts = line.split("\t")
@@ -115,6 +118,45 @@ def build(cmds, compiler: str, files, outdir: Path) -> dict:
     return total
 
 
+def differing(ca: dict, cb: dict) -> list:
+    """[(file, [lines], counts a, counts b)] of the places where one
+    compiler leaves a multiply and an add apart and the other does not.
+
+    Per source line the two compilers can attribute instructions to
+    neighbouring lines and keep a different number of inlined or unrolled
+    copies, so lines whose counts differ are merged with adjacent differing
+    lines (gaps of one line) and a group is kept only if its share of unfused
+    operations differs: a group whose operations are all fused (explicit
+    FMA intrinsics) in both, or whose fused / unfused ratio is the same,
+    is not a contraction difference."""
+    diff = {}
+    for k in set(ca) | set(cb):
+        x, y = ca.get(k, Counter()), cb.get(k, Counter())
+        if (x["fused"], x["unfused"]) != (y["fused"], y["unfused"]):
+            path, line = k.rsplit(":", 1)
+            diff.setdefault(path, []).append(int(line))
+    out = []
+    for path, lines in sorted(diff.items()):
+        lines.sort()
+        groups = [[lines[0]]]
+        for ln in lines[1:]:
+            if ln - groups[-1][-1] <= 2:
+                groups[-1].append(ln)
+            else:
+                groups.append([ln])
+        for g in groups:
+            x, y = Counter(), Counter()
+            for ln in g:
+                x.update(ca.get(f"{path}:{ln}", Counter()))
+                y.update(cb.get(f"{path}:{ln}", Counter()))
+            # unfused share: a*b+c left apart counts 2 unfused, fused 1
+            ra = x["unfused"] * (y["fused"] + y["unfused"])
+            rb = y["unfused"] * (x["fused"] + x["unfused"])
+            if ra != rb:
+                out.append((path, g, x, y))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -122,41 +164,46 @@ def main(argv=None) -> int:
     ap.add_argument("--a", default="g++-11", help="first C++ compiler (its gcc is used for C)")
     ap.add_argument("--b", default="g++", help="second C++ compiler")
     ap.add_argument("--files", help="comma-separated source file names (default: all)")
-    ap.add_argument("--json", help="also write the table as JSON")
+    ap.add_argument("--json", help="also write the table and every line's counts as JSON")
+    ap.add_argument("--load", help="recompute the table from a --json file's counts")
     a = ap.parse_args(argv)
-    from prebuilt_ref import root
-    src = root() / "llama.cpp"
-    if not (src / "ggml").is_dir():
-        raise SystemExit("no llama.cpp source: run python tools/prebuilt_ref.py fetch")
-    files = set(a.files.split(",")) if a.files else None
-    with tempfile.TemporaryDirectory(prefix="contract_") as t:
-        t = Path(t)
-        cmds = compile_commands(src, a.variant, t / "cmake")
-        if not cmds:
-            raise SystemExit(f"no compile commands for ggml-cpu-{a.variant}")
-        (t / "a").mkdir()
-        (t / "b").mkdir()
-        ca = build(cmds, a.a, files, t / "a")
-        cb = build(cmds, a.b, files, t / "b")
+    if a.load:
+        saved = json.loads(Path(a.load).read_text())
+        ca = {k: Counter(v) for k, v in saved["a"].items()}
+        cb = {k: Counter(v) for k, v in saved["b"].items()}
+    else:
+        from prebuilt_ref import root
+        src = root() / "llama.cpp"
+        if not (src / "ggml").is_dir():
+            raise SystemExit("no llama.cpp source: run python tools/prebuilt_ref.py fetch")
+        files = set(a.files.split(",")) if a.files else None
+        with tempfile.TemporaryDirectory(prefix="contract_") as t:
+            t = Path(t)
+            cmds = compile_commands(src, a.variant, t / "cmake")
+            if not cmds:
+                raise SystemExit(f"no compile commands for ggml-cpu-{a.variant}")
+            (t / "a").mkdir()
+            (t / "b").mkdir()
+            ca = build(cmds, a.a, files, t / "a")
+            cb = build(cmds, a.b, files, t / "b")
     rows = []
-    for k in sorted(set(ca) | set(cb)):
-        x, y = ca.get(k, Counter()), cb.get(k, Counter())
-        if x["fused"] != y["fused"]:
-            path, line = k.rsplit(":", 1)
-            try:
-                code = Path(path).read_text().splitlines()[int(line) - 1].strip()
-            except (OSError, IndexError):
-                code = ""
-            rel = path.split("/ggml/src/")[-1]
-            rows.append({"where": f"{rel}:{line}", "a_fused": x["fused"], "a_unfused": x["unfused"],
-                         "b_fused": y["fused"], "b_unfused": y["unfused"], "code": code})
+    for path, lines, x, y in differing(ca, cb):
+        try:
+            code = " / ".join(Path(path).read_text().splitlines()[i - 1].strip() for i in lines)
+        except (OSError, IndexError):
+            code = ""
+        rel = path.split("/ggml/src/")[-1]
+        span = f"{lines[0]}" if len(lines) == 1 else f"{lines[0]}-{lines[-1]}"
+        rows.append({"where": f"{rel}:{span}", "a_fused": x["fused"], "a_unfused": x["unfused"],
+                     "b_fused": y["fused"], "b_unfused": y["unfused"], "code": code})
     print(f"| source line | {a.a}: fused / unfused | {a.b}: fused / unfused | code |")
     print("|---|---|---|---|")
     for r in rows:
         print(f"| {r['where']} | {r['a_fused']} / {r['a_unfused']} | {r['b_fused']} / "
               f"{r['b_unfused']} | `{r['code'][:90]}` |")
     if a.json:
-        Path(a.json).write_text(json.dumps(rows, indent=1) + "\n")
+        Path(a.json).write_text(json.dumps({"variant": a.variant, "a_compiler": a.a, "b_compiler": a.b,
+                                            "rows": rows, "a": ca, "b": cb}) + "\n")
     return 0
 
 

@@ -50,8 +50,8 @@ and the CPU backend's feature list next to the data.
 Each run: the prompt `PROMPT` tokenized by that llama.cpp (BOS added), then
 llama.cpp's own settings of that version (`llama_context_default_params`)
 with n_ctx 512, n_batch 512, n_ubatch 512, 2 threads, F16 K and V, a logit
-at every position, flash attention on and off (and `auto`, for the registry
-models, to show what it resolves to):
+at every position, flash attention on and off (and `auto`, for SmolLM2,
+to show what it resolves to):
   incr     the prompt in one llama_decode, then `N_GEN` greedy ids one per
            call (argmax, lowest id on ties);
   batched  prompt + greedy ids in one teacher-forced llama_decode.
@@ -490,6 +490,25 @@ def classes(version: str = VERSION) -> dict:
     return out
 
 
+def alias_classes(version: str = VERSION) -> list:
+    """[[variants]]: the variants that give the same bits for every model
+    and flash-attention setting run for both (the finest partition that
+    every per-model grouping of `classes` refines), in X86_VARIANTS order."""
+    per_model = classes(version)
+    out = []
+    for v in X86_VARIANTS:
+        for cls in out:
+            w = cls[0]
+            if all(any(v in g and w in g for g in groups) or
+                   not any(v in g for g in groups) or not any(w in g for g in groups)
+                   for groups in per_model.values()):
+                cls.append(v)
+                break
+        else:
+            out.append([v])
+    return out
+
+
 # ---------------------------------------------------------------- comparing
 
 #: llama-cpp-python 0.3.36 profiles (tools/peer_build.py) and the ggml
@@ -601,8 +620,8 @@ def _selected(a):
 
 
 def cmd_run(a) -> None:
-    fetch(a.version)
     variants, models = _selected(a)
+    fetch(a.version)
     wrapper = shlex.split(a.wrapper or "")
     skipped = [v for v in variants if not executes(v, a.version, wrapper)]
     for v in skipped:
@@ -627,7 +646,9 @@ def cmd_store(a) -> None:
         for m in models:
             f = root(a.version) / "runs" / v / f"{m}.npz"
             if f.is_file():
-                cmd = (f"python tools/prebuilt_ref.py run --variants {v} --models {m} && "
+                wrapper = str(np.load(f)["wrapper"])
+                w = f" --wrapper {shlex.quote(wrapper)}" if wrapper else ""
+                cmd = (f"python tools/prebuilt_ref.py run --variants {v} --models {m}{w} && "
                        f"python tools/prebuilt_ref.py store --variants {v} --models {m}")
                 for out in store_one(f, cmd, a.version):
                     print(out.relative_to(REPO))
@@ -664,6 +685,8 @@ def cmd_peer(a) -> None:
 
 
 def cmd_classes(a) -> None:
+    print("alias classes over every model run: "
+          + " / ".join(", ".join(c) for c in alias_classes(a.version)) + "\n")
     cl = classes(a.version)
     print("| model | flash attention | classes (bitwise equal logits) |")
     print("|---|---|---|")
@@ -701,14 +724,18 @@ def main(argv=None) -> int:
         from peer_env import ensure_profile
         ensure_profile(__file__)
     a = ap.parse_args(argv)
-    if a.cmd == "all":
-        cmd_variants(a)
-        cmd_run(a)
-        cmd_store(a)
-        cmd_classes(a)
-    else:
-        {"fetch": cmd_fetch, "variants": cmd_variants, "run": cmd_run, "store": cmd_store,
-         "classes": cmd_classes, "compare": cmd_compare, "peer": cmd_peer}[a.cmd](a)
+    try:
+        if a.cmd == "all":
+            cmd_variants(a)
+            cmd_run(a)
+            cmd_store(a)
+            cmd_classes(a)
+        else:
+            {"fetch": cmd_fetch, "variants": cmd_variants, "run": cmd_run, "store": cmd_store,
+             "classes": cmd_classes, "compare": cmd_compare, "peer": cmd_peer}[a.cmd](a)
+    except (OSError, subprocess.CalledProcessError, RuntimeError) as e:
+        # a missing npm / git / cc, a failed download or build, a driver failure
+        raise SystemExit(f"prebuilt_ref: error: {e}")
     return 0
 
 

@@ -39,7 +39,8 @@ rotated one, the tiny dense / typed / I-quant / MoE models, every weight
 type through ggml_mul_mat and the activation quantizers. The registry
 logits files also keep an 8-byte hash of every whole row (`*_hash`,
 tests/infer_helpers.py `row_hashes`). Jobs: `actquant`, `mm`, `tiny`,
-`typed`, `iq`, `moe:ARCH`, `logits:MODEL` (default: all, `jobs_all`).
+`typed`, `iq`, `moe:ARCH`, `logits:MODEL`, `kv:MODEL` (the `KV_ARM`
+configurations of tools/llama_ref.py `kvcache`; default: all, `jobs_all`).
 
 `classes` groups the variants by bitwise-equal stored results, file by
 file, and counts the rows equal to each x86 profile's; `--keys FILE` does it
@@ -438,7 +439,7 @@ def job_logits(name: str, model: str) -> None:
             path = resolve(model)
             stem = Path(path).stem
         prompt = Path(d) / "prompt.txt"
-        prompt.write_text(PROMPT)
+        prompt.write_text(PROMPT, encoding="utf-8")
         r = run_llama(name, path, greedy_plan([f"tok:{prompt}"], N_GEN))
         sha = hashlib.sha256(Path(path).read_bytes()).hexdigest()
     g = split_greedy(r, N_GEN)
@@ -452,6 +453,51 @@ def job_logits(name: str, model: str) -> None:
     np.savez_compressed(out, **res, **provenance(name, f"logits:{model}", r["system_info"],
                                                  r["sve_bytes"], r["repack"]))
     print(f"{out.name}: greedy {g['greedy_ids'].tolist()}", flush=True)
+
+
+#: the KV-cache configurations made per ARM variant (a subset of
+#: tools/llama_ref.py KV_CONFIGS: flash attention over F16 and Q8_0 caches,
+#: and the long prompt's tiled / split-KV paths)
+KV_ARM = ("f16-f16-fa", "q8_0-q8_0-fa", "f16-f16-fa-long")
+
+
+def job_kv(name: str, model: str, configs: tuple = KV_ARM) -> None:
+    """tools/llama_ref.py `kvcache MODEL --configs ...`: per configuration
+    (cache types, flash attention, rotation, prompt) a fresh context, the
+    incremental pass with greedy tokens, then the batched one; each row as
+    top-32 ids / logits, log-sum-exp and whole-row hash."""
+    from llama_ref import KV_CONFIGS, N_GEN_LONG, N_LONG, _GGML_TYPE_ID
+    from strata_ref.models import resolve
+    from strata_ref.quality.prompts import DEFAULT_PROMPTS
+    path = resolve(model)
+    stem = Path(path).stem
+    res, info = {"configs": np.array(list(configs))}, None
+    with tempfile.TemporaryDirectory() as d:
+        short, long_ = Path(d) / "short.txt", Path(d) / "long.txt"
+        short.write_text(PROMPT, encoding="utf-8")
+        long_.write_text("\n".join(DEFAULT_PROMPTS), encoding="utf-8")
+        for cfg in configs:
+            tk, tv, fa, norot, prompt = KV_CONFIGS[cfg]
+            steps, n_gen = ((f"tok:{short}", N_GEN) if prompt == "short"
+                            else (f"tok:{long_}:{N_LONG}", N_GEN_LONG))
+            env = {"LLAMA_ATTN_ROT_DISABLE": "1"} if norot else {}
+            info = run_llama(name, path, greedy_plan([steps], n_gen), env=env,
+                             kv=(_GGML_TYPE_ID[tk], _GGML_TYPE_ID[tv], int(fa)))
+            g = split_greedy(info, n_gen)
+            res.update({f"{cfg}:type_k": np.array(tk), f"{cfg}:type_v": np.array(tv),
+                        f"{cfg}:flash_attn": np.bool_(fa), f"{cfg}:rot_disable": np.bool_(norot),
+                        f"{cfg}:prompt": np.array(prompt), f"{cfg}:prompt_ids": g["prompt_ids"],
+                        f"{cfg}:greedy_ids": g["greedy_ids"]})
+            for kind in ("batched", "incr"):
+                i, v, l = topk(g[kind], 32)
+                res.update({f"{cfg}:{kind}_ids": i, f"{cfg}:{kind}_logits": v,
+                            f"{cfg}:{kind}_lse": l, f"{cfg}:{kind}_hash": row_hashes(g[kind])})
+            print(f"  {cfg}: greedy {g['greedy_ids'].tolist()}", flush=True)
+    out = data_dir(name) / f"llama_kv_{stem}.npz"
+    np.savez_compressed(out, n_threads=np.int64(2), n_ctx=np.int64(512), **res,
+                        **provenance(name, f"kv:{model}", info["system_info"], info["sve_bytes"],
+                                     info["repack"]))
+    print(out.name, flush=True)
 
 
 def job_tiny(name: str) -> None:
@@ -600,12 +646,15 @@ def jobs_all() -> list:
     return (["actquant", "mm", "tiny", "typed", "iq"] + [f"moe:{a}" for a in MOE_LAYERS]
             + [f"logits:{m}" for m in ("SmolLM2-135M-Instruct", "gemma-3-270m",
                                        "Qwen2.5-Coder-0.5B-Instruct")]
-            + [f"logits:{v}" for v in MV] + ["logits:smollm2-rot-q8_0"])
+            + [f"logits:{v}" for v in MV] + ["logits:smollm2-rot-q8_0", "kv:SmolLM2-135M-Instruct"])
 
 
 def job_file(job: str) -> str:
     """The file a job writes under tests/data/<variant>/."""
     kind, _, arg = job.partition(":")
+    if kind == "kv":
+        from strata_ref.models import lookup
+        return f"llama_kv_{lookup(arg).name}.npz"
     if kind == "logits":
         from model_variants import VARIANTS as MV
         from strata_ref.models import lookup
@@ -621,6 +670,8 @@ def run_job(name: str, job: str) -> None:
     t0 = time.time()
     if kind == "logits":
         job_logits(name, arg)
+    elif kind == "kv":
+        job_kv(name, arg)
     elif kind == "moe":
         job_moe(name, arg)
     else:
@@ -830,7 +881,7 @@ def main(argv=None) -> int:
     p.add_argument("variants", nargs="*")
     p.add_argument("--only", help="comma-separated jobs (default: all): actquant, mm, tiny, "
                    "typed, iq, moe:ARCH, logits:MODEL (registry model, variant name or "
-                   "smollm2-rot-q8_0)")
+                   "smollm2-rot-q8_0), kv:MODEL")
     p.add_argument("--missing", action="store_true",
                    help="skip jobs whose file exists (a run cut short goes on)")
     p = sub.add_parser("classes")

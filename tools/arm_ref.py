@@ -5,6 +5,7 @@ variant (`VARIANTS`), run under qemu user emulation (docs/arm64.md).
     python tools/arm_ref.py check [--install]
     python tools/arm_ref.py build [VARIANT ...] [--jobs N] [--cpu-only]
     python tools/arm_ref.py data [VARIANT ...] [--only JOB,...] [--missing]
+    python tools/arm_ref.py validate [--peer avx2] [--only JOB,...]
     python tools/arm_ref.py classes [VARIANT ...] [--keys FILE ...]
     python tools/arm_ref.py disasm VARIANT FUNCTION ...
     python tools/arm_ref.py list
@@ -41,6 +42,11 @@ logits files also keep an 8-byte hash of every whole row (`*_hash`,
 tests/infer_helpers.py `row_hashes`). Jobs: `actquant`, `mm`, `tiny`,
 `typed`, `iq`, `moe:ARCH`, `logits:MODEL`, `kv:MODEL` (the `KV_ARM`
 configurations of tools/llama_ref.py `kvcache`; default: all, `jobs_all`).
+
+`validate` checks the drivers against llama-cpp-python itself: it compiles
+them natively against an x86 peer build's shared libraries
+(tools/peer_build.py) and compares what they compute with that peer's stored
+data (tests/data/avx2/) array by array, bitwise.
 
 `classes` groups the variants by bitwise-equal stored results, file by
 file, and counts the rows equal to each x86 profile's; `--keys FILE` does it
@@ -319,7 +325,7 @@ def qemu(name: str, prog: str, args: list, env: dict | None = None, log: list | 
     """Run one of the variant's static drivers under qemu-aarch64-static with
     the variant's CPU model; returns stdout (stderr appended to `log`).
     Raises RuntimeError with the driver's stderr tail on failure."""
-    v = VARIANTS[name]
+    v = VARIANTS.get(name) or NATIVE[name]
     exe = variant_dir(name) / prog
     if not exe.is_file():
         raise SystemExit(f"no {exe}: run python tools/arm_ref.py build {name}")
@@ -327,8 +333,8 @@ def qemu(name: str, prog: str, args: list, env: dict | None = None, log: list | 
     # under qemu on a loaded machine, and the same bits (ggml splits work by
     # thread index, never by timing)
     env = dict(os.environ, OMP_WAIT_POLICY="passive", **(env or {}))
-    r = subprocess.run(nice(["qemu-aarch64-static", "-cpu", v.qemu_cpu, exe] + list(args)),
-                       capture_output=True, text=True, env=env)
+    emu = ["qemu-aarch64-static", "-cpu", v.qemu_cpu] if v.qemu_cpu else []
+    r = subprocess.run(nice(emu + [exe] + list(args)), capture_output=True, text=True, env=env)
     if r.returncode != 0:
         raise RuntimeError(f"{name} {prog} {' '.join(map(str, args))[:200]}: exit {r.returncode}: "
                            f"{r.stderr.strip()[-800:]}")
@@ -379,7 +385,7 @@ def repack_summary(log: str) -> str:
 def provenance(name: str, job: str, system_info: str, sve_bytes: int, repack: str = "") -> dict:
     """The keys every stored file carries (those of tools/peer_env.py, and
     the ARM build: CMake flags, qemu CPU model, SVE vector length)."""
-    v = VARIANTS[name]
+    v = VARIANTS.get(name) or NATIVE[name]
     return dict(llama_cpp_version=np.array("0.3.36"), system_info=np.array(system_info),
                 profile=np.array(name), cmake_args=np.array(" ".join(cmake_flags(v.march))),
                 qemu_cpu=np.array(v.qemu_cpu), sve_bytes=np.int64(sve_bytes),
@@ -401,7 +407,7 @@ def row_hashes(rows: np.ndarray) -> np.ndarray:
 
 
 def data_dir(name: str) -> Path:
-    d = REPO / "tests" / "data" / name
+    d = NATIVE_OUT[name] if name in NATIVE else REPO / "tests" / "data" / name
     d.mkdir(parents=True, exist_ok=True)
     return d
 
@@ -694,6 +700,59 @@ def cmd_data(a) -> int:
     return 0
 
 
+# ------------------------------------------------------------- validate ---
+
+#: pseudo-variants running the drivers natively against an x86 peer build
+#: (`validate`), and where their files go
+NATIVE: dict = {}
+NATIVE_OUT: dict = {}
+VALIDATE_JOBS = ("tiny", "typed", "iq", "moe:qwen3moe", "moe:qwen3next", "moe:qwen35moe",
+                 "moe:gpt-oss", "actquant", "mm", "logits:SmolLM2-135M-Instruct",
+                 "logits:smollm2-q4_0", "kv:SmolLM2-135M-Instruct")
+
+
+def cmd_validate(a) -> int:
+    """The drivers against llama-cpp-python itself: compile them natively
+    against the x86 peer build of tools/peer_build.py (its shared
+    libraries), run the same jobs and compare every computed array with the
+    peer's stored data under tests/data/<profile>/ bitwise. Equal files mean
+    the drivers make the calls llama-cpp-python's `Llama` makes."""
+    sys.path.insert(0, str(REPO / "tools"))
+    from peer_build import peer_dir
+    from strata_ref.cpu.profiles import PROFILES, host_flags
+    prof = a.peer
+    missing = sorted(set(PROFILES[prof].cpu_flags) - set(host_flags()))
+    if missing:
+        raise SystemExit(f"this CPU cannot run the {prof} peer (missing {' '.join(missing)})")
+    lib = peer_dir(prof) / "site" / "llama_cpp" / "lib"
+    if not (lib / "libllama.so").is_file():
+        raise SystemExit(f"no {prof} peer build: run python tools/peer_build.py {prof}")
+    name = f"x86-{prof}"
+    NATIVE[name] = Variant(name, "", "", "", f"the {prof} peer, natively")
+    out = variant_dir(name)
+    out.mkdir(parents=True, exist_ok=True)
+    src = source_dir()
+    for prog, libs in (("llama_logits", ["-lllama", "-lggml", "-lggml-base", "-lggml-cpu"]),
+                       ("ggml_ops", ["-lggml", "-lggml-base", "-lggml-cpu"])):
+        subprocess.run(nice(["gcc", "-O2", "-I", src / "include", "-I", src / "ggml" / "include",
+                             DRIVER_DIR / f"{prog}.c", "-o", out / prog, f"-L{lib}"] + libs
+                            + [f"-Wl,-rpath,{lib}"]), check=True)
+    bad = 0
+    with tempfile.TemporaryDirectory() as d:
+        NATIVE_OUT[name] = Path(d)
+        for job in (a.only.split(",") if a.only else VALIDATE_JOBS):
+            run_job(name, job)
+            f = job_file(job)
+            ours, theirs = _results(Path(d) / f), _results(REPO / "tests" / "data" / prof / f)
+            keys = [k for k in theirs if k != "configs" and (k in ours or not job.startswith("kv"))]
+            diff = [k for k in keys if k not in ours or ours[k].tobytes() != theirs[k].tobytes()
+                    or ours[k].shape != theirs[k].shape]
+            bad += bool(diff)
+            print(f"{job}: {len(keys) - len(diff)}/{len(keys)} arrays bitwise equal to "
+                  f"tests/data/{prof}/{f}" + (f"; differ: {diff[:5]}" if diff else ""), flush=True)
+    return 1 if bad else 0
+
+
 # -------------------------------------------------------------- classes ---
 
 #: keys that describe how a file was made, not what llama.cpp computed
@@ -884,6 +943,9 @@ def main(argv=None) -> int:
                    "smollm2-rot-q8_0), kv:MODEL")
     p.add_argument("--missing", action="store_true",
                    help="skip jobs whose file exists (a run cut short goes on)")
+    p = sub.add_parser("validate")
+    p.add_argument("--peer", default="avx2", help="the x86 peer build to check against")
+    p.add_argument("--only", help="comma-separated jobs (default: VALIDATE_JOBS)")
     p = sub.add_parser("classes")
     p.add_argument("variants", nargs="*")
     p.add_argument("--keys", nargs="*", metavar="FILE",
@@ -897,6 +959,7 @@ def main(argv=None) -> int:
         if v not in VARIANTS:
             ap.error(f"unknown variant {v!r} (known: {', '.join(VARIANTS)})")
     return {"check": cmd_check, "build": cmd_build, "data": cmd_data, "classes": cmd_classes, "disasm": cmd_disasm,
+            "validate": cmd_validate,
             "list": cmd_list}[a.cmd](a)
 
 

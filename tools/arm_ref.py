@@ -41,7 +41,9 @@ type through ggml_mul_mat and the activation quantizers. The registry
 logits files also keep an 8-byte hash of every whole row (`*_hash`,
 tests/infer_helpers.py `row_hashes`). Jobs: `actquant`, `mm`, `tiny`,
 `typed`, `iq`, `moe:ARCH`, `logits:MODEL`, `kv:MODEL` (the `KV_ARM`
-configurations of tools/llama_ref.py `kvcache`; default: all, `jobs_all`).
+configurations of tools/llama_ref.py `kvcache`), `ops:FILE` (the op-level
+vectors of tools/llama_dump.py `--vectors`, `OPS`; needs the model's logits
+file first); default: all, `jobs_all`.
 
 `validate` checks the drivers against llama-cpp-python itself: it compiles
 them natively against an x86 peer build's shared libraries
@@ -290,8 +292,10 @@ def link_drivers(name: str, cpu_lib: Path) -> None:
         obj = out / f"{prog}.o"
         subprocess.run(nice([f"{TRIPLE}-gcc", "-O2", "-c", DRIVER_DIR / f"{prog}.c", "-o", obj] + inc),
                        check=True)
-        subprocess.run(nice([f"{TRIPLE}-g++", "-static", "-o", out / prog, obj] + libs
+        # link beside and rename: runs under way keep the file they started with
+        subprocess.run(nice([f"{TRIPLE}-g++", "-static", "-o", out / f"{prog}.new", obj] + libs
                             + ["-fopenmp", "-lpthread", "-lm"]), check=True)
+        os.replace(out / f"{prog}.new", out / prog)
     (out / "cmake_args.txt").write_text(" ".join(cmake_flags(v.march)) + "\n")
 
 
@@ -356,21 +360,42 @@ def read_logits(path: Path) -> tuple:
 
 
 def run_llama(name: str, model: Path, steps: list, *, n_ctx: int = 512, kv: tuple = (),
-              env: dict | None = None) -> dict:
-    """llama_logits under qemu: {'ids', 'rows', 'system_info', 'sve_bytes'}.
-    `kv`: (type_k id, type_v id, flash_attn 0/1) when not the default."""
+              env: dict | None = None, dump: tuple = ()) -> dict:
+    """llama_logits under qemu: {'ids', 'rows', 'system_info', 'sve_bytes',
+    'repack'}. `kv`: (type_k id, type_v id, flash_attn 0/1) when not the
+    default; `dump`: (file, layers) to record those layers' nodes
+    (`read_dump`)."""
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "out.bin"
-        steps = [s.replace("@TMP", d) if isinstance(s, str) else s for s in steps]
         opts = ["--n-ctx", n_ctx, "--n-batch", n_ctx]
         if kv:
             opts += ["--type-k", kv[0], "--type-v", kv[1], "--flash-attn", kv[2]]
+        if dump:
+            opts += ["--dump", dump[0], "--dump-layer", ",".join(map(str, dump[1]))]
         log = []
         text = qemu(name, "llama_logits", opts + [model, out] + steps, env, log)
         ids, rows = read_logits(out)
     info = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
     return {"ids": ids, "rows": rows, "system_info": info.get("system_info", ""),
             "sve_bytes": int(info.get("sve_bytes", "0")), "repack": repack_summary(log[0])}
+
+
+def read_dump(path: Path) -> dict:
+    """The nodes of a `llama_logits --dump` file as tools/llama_dump.py
+    `dump` keys them: `<call>:<index>:<name>` -> float32 (ne3, ne2, ne1,
+    ne0), `<...>:op` -> int32."""
+    raw = path.read_bytes()
+    store, pos = {}, 0
+    while pos < len(raw):
+        call, index, op, _type = np.frombuffer(raw, np.int32, 4, pos)
+        ne = np.frombuffer(raw, np.int64, 4, pos + 16)
+        name = raw[pos + 48:pos + 112].split(b"\0", 1)[0].decode()
+        n = int(np.prod(ne))
+        key = f"{call}:{index:04d}:{name}"
+        store[key] = np.frombuffer(raw, np.float32, n, pos + 112).reshape(ne[::-1]).copy()
+        store[key + ":op"] = np.int32(op)
+        pos += 112 + 4 * n
+    return store
 
 
 def repack_summary(log: str) -> str:
@@ -504,6 +529,49 @@ def job_kv(name: str, model: str, configs: tuple = KV_ARM) -> None:
                         **provenance(name, f"kv:{model}", info["system_info"], info["sve_bytes"],
                                      info["repack"]))
     print(out.name, flush=True)
+
+
+#: the op-level vectors of tools/llama_dump.py `--vectors` per x86 profile:
+#: file -> (model, layers); split 5, decode call 7, ids from the variant's own
+#: llama_ref file (`--prompt-ref`)
+OPS = {"llama_ops_smollm2.npz": ("SmolLM2-135M-Instruct", (0,)),
+       "llama_ops_qwen.npz": ("Qwen2.5-Coder-0.5B-Instruct", (2, 3))}
+
+
+def job_ops(name: str, fname: str) -> None:
+    """tools/llama_dump.py MODEL FILE --prompt-ref --split 5 --vectors
+    LAYERS: the inputs and outputs of one or two layers' operations, from
+    the build's own nodes (its cb_eval), reusing llama_dump.vectors."""
+    import llama_dump
+    from strata_ref.models import resolve
+    model, layers = OPS[fname]
+    path = resolve(model)
+    ref = np.load(data_dir(name) / f"llama_ref_{Path(path).stem}.npz")
+    ids = [int(t) for t in np.concatenate([ref["prompt_ids"], ref["greedy_ids"]])]
+    seen = {}
+
+    def dump(model_path, ids_, split, type_k=1, type_v=1, flash_attn=False, capture=None):
+        # llama_dump.dump's contract: a fresh context, ids in one call or the
+        # first `split` then one per call
+        steps = ["ids:" + ",".join(map(str, ids_))]
+        if split is None:
+            steps.append("eval:0:")
+        else:
+            steps += [f"eval:0:{split}"] + [f"eval:{k}:{k + 1}" for k in range(split, len(ids_))]
+        with tempfile.TemporaryDirectory() as d:
+            f = Path(d) / "dump.bin"
+            r = run_llama(name, Path(model_path), steps, dump=(f, layers))
+            store = read_dump(f)
+        seen.update(r)
+        store["logits"], store["ids"] = r["rows"], np.array(ids_, np.int32)
+        return store
+
+    llama_dump.dump = dump
+    out = llama_dump.vectors(str(path), ids, list(layers), 5, 7)
+    np.savez_compressed(data_dir(name) / fname, **out,
+                        **provenance(name, f"ops:{fname}", seen["system_info"], seen["sve_bytes"],
+                                     seen["repack"]))
+    print(fname, flush=True)
 
 
 def job_tiny(name: str) -> None:
@@ -652,7 +720,8 @@ def jobs_all() -> list:
     return (["actquant", "mm", "tiny", "typed", "iq"] + [f"moe:{a}" for a in MOE_LAYERS]
             + [f"logits:{m}" for m in ("SmolLM2-135M-Instruct", "gemma-3-270m",
                                        "Qwen2.5-Coder-0.5B-Instruct")]
-            + [f"logits:{v}" for v in MV] + ["logits:smollm2-rot-q8_0", "kv:SmolLM2-135M-Instruct"])
+            + [f"logits:{v}" for v in MV] + ["logits:smollm2-rot-q8_0", "kv:SmolLM2-135M-Instruct"]
+            + [f"ops:{f}" for f in OPS])
 
 
 def job_file(job: str) -> str:
@@ -661,6 +730,8 @@ def job_file(job: str) -> str:
     if kind == "kv":
         from strata_ref.models import lookup
         return f"llama_kv_{lookup(arg).name}.npz"
+    if kind == "ops":
+        return arg
     if kind == "logits":
         from model_variants import VARIANTS as MV
         from strata_ref.models import lookup
@@ -678,6 +749,8 @@ def run_job(name: str, job: str) -> None:
         job_logits(name, arg)
     elif kind == "kv":
         job_kv(name, arg)
+    elif kind == "ops":
+        job_ops(name, arg)
     elif kind == "moe":
         job_moe(name, arg)
     else:
@@ -708,7 +781,7 @@ NATIVE: dict = {}
 NATIVE_OUT: dict = {}
 VALIDATE_JOBS = ("tiny", "typed", "iq", "moe:qwen3moe", "moe:qwen3next", "moe:qwen35moe",
                  "moe:gpt-oss", "actquant", "mm", "logits:SmolLM2-135M-Instruct",
-                 "logits:smollm2-q4_0", "kv:SmolLM2-135M-Instruct")
+                 "logits:smollm2-q4_0", "kv:SmolLM2-135M-Instruct", "ops:llama_ops_smollm2.npz")
 
 
 def cmd_validate(a) -> int:
@@ -940,7 +1013,7 @@ def main(argv=None) -> int:
     p.add_argument("variants", nargs="*")
     p.add_argument("--only", help="comma-separated jobs (default: all): actquant, mm, tiny, "
                    "typed, iq, moe:ARCH, logits:MODEL (registry model, variant name or "
-                   "smollm2-rot-q8_0), kv:MODEL")
+                   "smollm2-rot-q8_0), kv:MODEL, ops:FILE")
     p.add_argument("--missing", action="store_true",
                    help="skip jobs whose file exists (a run cut short goes on)")
     p = sub.add_parser("validate")

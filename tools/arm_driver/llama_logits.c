@@ -26,6 +26,16 @@
  * order computed), little-endian. stdout gets llama_print_system_info() and
  * the SVE vector length in bytes (0 without SVE); llama.cpp's log goes to
  * stderr.
+ *
+ * --dump FILE [--dump-layer L,...]: a graph-evaluation callback (cb_eval) as
+ * tools/llama_dump.py installs it (every node evaluated one by one) writes
+ * each F32 / F16 node with data to FILE: int32 call (the llama_decode call,
+ * from 0), int32 index (the node's number among the F32 / F16 nodes of the
+ * call), int32 op, int32 type, int64 ne[4], char name[64], then its values
+ * as float32 in (ne3, ne2, ne1, ne0) order, strides followed. With
+ * --dump-layer L[,L...] only those layers' nodes are written (name ending in
+ * "-L" before any " (", or holding "_lL "); the index still counts every
+ * node.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -69,6 +79,60 @@ static void push_rows(rows_t *r, const float *src, size_t n) {
     r->rows += n;
 }
 
+static FILE *dump_file;
+static int dump_layers[16], n_dump_layers, dump_call, dump_index;
+
+static int layer_wanted(const char *name, int layer) {
+    char tag[32];
+    snprintf(tag, sizeof tag, "_l%d ", layer);
+    if (strstr(name, tag)) return 1;
+    size_t n = strcspn(name, " ");         /* "Qcur-3 (view) (permuted)" -> "Qcur-3" */
+    const char *dash = NULL;
+    for (size_t i = 0; i < n; i++) if (name[i] == '-') dash = name + i;
+    if (!dash) return 0;
+    char *end;
+    long v = strtol(dash + 1, &end, 10);
+    return end == name + n && end != dash + 1 && v == layer;
+}
+
+static int dump_wanted(const char *name) {
+    if (!n_dump_layers) return 1;
+    for (int k = 0; k < n_dump_layers; k++)
+        if (layer_wanted(name, dump_layers[k])) return 1;
+    return 0;
+}
+
+static float elem(const struct ggml_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+    const char *p = (const char *)t->data + i0 * t->nb[0] + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3];
+    if (t->type == GGML_TYPE_F32) { float f; memcpy(&f, p, 4); return f; }
+    ggml_fp16_t h; memcpy(&h, p, 2);
+    return ggml_fp16_to_fp32(h);
+}
+
+/* tools/llama_dump.py `dump`'s callback: every node asked for, F32 / F16
+ * nodes with data read after they are computed */
+static bool dump_cb(struct ggml_tensor *t, bool ask, void *ud) {
+    (void)ud;
+    if (ask) return true;
+    if ((t->type != GGML_TYPE_F32 && t->type != GGML_TYPE_F16) || !t->data) return true;
+    int index = dump_index++;
+    if (!dump_wanted(t->name)) return true;
+    int32_t head[4] = {dump_call, index, (int32_t)t->op, (int32_t)t->type};
+    char name[64] = {0};
+    memcpy(name, t->name, sizeof name - 1);
+    fwrite(head, sizeof head, 1, dump_file);
+    fwrite(t->ne, sizeof(int64_t), 4, dump_file);
+    fwrite(name, 1, sizeof name, dump_file);
+    for (int64_t i3 = 0; i3 < t->ne[3]; i3++)
+        for (int64_t i2 = 0; i2 < t->ne[2]; i2++)
+            for (int64_t i1 = 0; i1 < t->ne[1]; i1++)
+                for (int64_t i0 = 0; i0 < t->ne[0]; i0++) {
+                    float f = elem(t, i0, i1, i2, i3);
+                    fwrite(&f, 4, 1, dump_file);
+                }
+    return true;
+}
+
 static struct llama_context *ctx;
 static struct llama_model *model;
 static llama_pos n_past;
@@ -89,7 +153,9 @@ static void eval_ids(const int32_t *ids, size_t n, int n_batch) {
             b.seq_id[k][0] = 0;
             b.logits[k] = 1;
         }
+        dump_index = 0;
         int rc = llama_decode(ctx, b);
+        dump_call++;
         if (rc != 0) {
             fprintf(stderr, "llama_logits: error: llama_decode returned %d\n", rc);
             exit(1);
@@ -156,10 +222,21 @@ static void write_out(const char *path, const ivec *p) {
 int main(int argc, char **argv) {
     int n_ctx = 512, n_batch = 512, threads = 2, type_k = GGML_TYPE_F16, type_v = GGML_TYPE_F16;
     int flash = 0;
+    const char *dump_path = NULL;
     int i = 1;
     for (; i < argc && strncmp(argv[i], "--", 2) == 0; i += 2) {
         if (i + 1 >= argc) die("option without a value");
         int v = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--dump")) { dump_path = argv[i + 1]; continue; }
+        if (!strcmp(argv[i], "--dump-layer")) {
+            for (const char *c = argv[i + 1]; *c && n_dump_layers < 16;) {
+                char *end;
+                dump_layers[n_dump_layers++] = (int)strtol(c, &end, 10);
+                if (end == c) die("--dump-layer: not a number");
+                c = *end == ',' ? end + 1 : end;
+            }
+            continue;
+        }
         if (!strcmp(argv[i], "--n-ctx")) n_ctx = v;
         else if (!strcmp(argv[i], "--n-batch")) n_batch = v;
         else if (!strcmp(argv[i], "--threads")) threads = v;
@@ -185,6 +262,12 @@ int main(int argc, char **argv) {
     cp.flash_attn_type = flash ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
     cp.type_k = (enum ggml_type)type_k;
     cp.type_v = (enum ggml_type)type_v;
+    if (dump_path) {
+        dump_file = fopen(dump_path, "wb");
+        if (!dump_file) die("cannot create the dump file");
+        cp.cb_eval = dump_cb;
+        cp.cb_eval_user_data = NULL;
+    }
     ctx = llama_init_from_model(model, cp);
     if (!ctx) die("cannot create the context");
     out_rows.width = (size_t)llama_vocab_n_tokens(llama_model_get_vocab(model));
@@ -229,6 +312,7 @@ int main(int argc, char **argv) {
         }
     }
     write_out(out_path, &p);
+    if (dump_file && fclose(dump_file) != 0) die("cannot write the dump file");
     llama_free(ctx);
     llama_model_free(model);
     llama_backend_free();

@@ -913,9 +913,38 @@ def cmd_classes(a) -> int:
             seen |= set(cls)
             classes.append(cls)
     print("\nclasses over every file: " + " / ".join("{" + ", ".join(c) + "}" for c in classes))
+    _greedy_table(names, files)
     for f in a.keys or []:
         _key_classes(names, f)
     return 0
+
+
+def _greedy_table(names: list, files: list) -> None:
+    """For each logits file: the first generated token at which a variant's
+    greedy continuation leaves the x86 avx2 build's ('=' when it never
+    does)."""
+    rows = []
+    for f in files:
+        x86 = REPO / "tests" / "data" / "avx2" / f
+        if not f.startswith("llama_ref_") or not x86.is_file():
+            continue
+        want = np.load(x86)
+        if "greedy_ids" not in want.files:
+            continue
+        want = want["greedy_ids"].tolist()
+        cells = []
+        for n in names:
+            p = REPO / "tests" / "data" / n / f
+            if not p.is_file():
+                cells.append("")
+                continue
+            got = np.load(p)["greedy_ids"].tolist()
+            cells.append(next((str(i) for i, (u, v) in enumerate(zip(got, want)) if u != v), "="))
+        rows.append(f"| {f[len('llama_ref_'):-4]} | " + " | ".join(cells) + " |")
+    if rows:
+        print("\nfirst generated token that differs from the avx2 build's (0-based; = none):\n")
+        print("| model | " + " | ".join(names) + " |\n|---|" + "---|" * len(names))
+        print("\n".join(rows))
 
 
 def _key_classes(names: list, fname: str) -> None:

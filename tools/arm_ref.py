@@ -977,7 +977,7 @@ def _key_classes(names: list, fname: str) -> None:
 
 #: float instructions kept in `disasm`'s skeletons (A64 and SVE mnemonics)
 FLOAT_OPS = re.compile(r"^(f(mla|mls|mul|add|sub|madd|msub|nmadd|nmsub|addp|addv|adda|neg|div|"
-                       r"cvt|cvtz\w*|mlal\w*|dot|mmla|recpe|sqrt)|[su]cvtf|bf\w+)$")
+                       r"cvt|cvtz\w*|mlal\w*|dot|mmla|recpe|sqrt)|[su]cvtf|bf(dot|mmla|cvt\w*|mlal\w*))$")
 
 
 def cpu_objects(name: str) -> Path:

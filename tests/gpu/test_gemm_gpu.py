@@ -151,6 +151,7 @@ def test_route_policy_on_this_card(monkeypatch):
     from strata_ref.native.gemm import wrapper as NG
     from strata_ref.native.dequant.wrapper import DeviceBuffer
     from strata_ref.native.gemm.wrapper import load_gemm
+    from strata_ref.native.gemm.policy import ENV_DENSE_F32
     cc = load_gemm().cc
     rng = np.random.default_rng(5)
     n, k, t = 8, 64, 3
@@ -160,7 +161,7 @@ def test_route_policy_on_this_card(monkeypatch):
     xb = DeviceBuffer(t * k, np.float16)
     xb.upload(np.ones((t, k), np.float16))
     yb = DeviceBuffer(t * n, np.float32)
-    monkeypatch.setenv(NG.ENV_DENSE_F32, "1")
+    monkeypatch.setenv(ENV_DENSE_F32, "1")
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         run = NG.gemm_device("Q8_0", wb, n, k, xb, yb, t=t)

@@ -17,6 +17,9 @@ read-modify-write of the function's index file with no lock (numba issue
 same time could both take data file 1, and the index could name the other
 signature's machine code: here a later process got float64 f(1.5) = 2
 from the int64 entry, reported as a cache hit (tests/test_cli_hostile.py).
+It also loads a cached function's callees before the function itself
+(`callees_before_cached_code`): a cached caller of a parallel function
+could otherwise jump to a kernel nothing had defined.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ from pathlib import Path
 from numba.core import caching
 from numba.core.caching import FunctionCache
 
-__all__ = ["cached", "sources_digest", "lock_numba_cache"]
+__all__ = ["cached", "sources_digest", "lock_numba_cache", "callees_before_cached_code"]
 
 
 @contextlib.contextmanager
@@ -75,7 +78,77 @@ def lock_numba_cache() -> None:
         cls.load = _locked(cls.load, False)
 
 
+def _callees(py_func) -> list:
+    """The numba dispatchers a function's code can call: its closure's
+    cells and the globals it names."""
+    from numba.core.dispatcher import Dispatcher
+    found = []
+    for cell in py_func.__closure__ or ():
+        try:
+            found.append(cell.cell_contents)
+        except ValueError:          # an empty cell
+            pass
+    g = getattr(py_func, "__globals__", {})
+    found += [g[n] for n in py_func.__code__.co_names if n in g]
+    return [d for d in found if isinstance(d, Dispatcher)]
+
+
+_PRELOADED: set = set()
+
+
+def _preload(dispatcher) -> None:
+    """Load every current entry of `dispatcher`'s on-disk cache (the
+    signatures its index holds for this code, sources and CPU), and with
+    them, by the hook below, those of its own callees."""
+    if id(dispatcher) in _PRELOADED:
+        return
+    _PRELOADED.add(id(dispatcher))
+    cache = dispatcher._cache
+    if not isinstance(cache, caching.Cache):
+        for d in _callees(dispatcher.py_func):      # an uncached helper: its callees
+            _preload(d)
+        return
+    codegen = dispatcher.targetctx.codegen()
+    try:
+        keys = list(cache._cache_file._load_index())
+    except Exception:       # no index yet, or one numba cannot read: nothing to load
+        return
+    for key in keys:
+        try:
+            if cache._index_key(key[0], codegen) == key and key[0] not in dispatcher.overloads:
+                dispatcher.compile(key[0])
+        except Exception:   # an entry numba refuses is compiled when it is needed
+            pass
+
+
+def _with_callees(load):
+    @functools.wraps(load)
+    def run(self, sig, target_context):
+        for d in _callees(self._py_func):
+            _preload(d)
+        return load(self, sig, target_context)
+    run._strata_ref_callees = True
+    return run
+
+
+def callees_before_cached_code() -> None:
+    """Before a function is loaded from numba's on-disk cache
+    (`Cache.load_overload`), load the cached entries of the dispatchers it
+    calls. A cached function compiled in a process that had loaded a
+    parallel callee (or a caller of one) from the cache holds only a
+    reference to the callee's parfor kernel (the gufunc numba lowers
+    beside it), not its code; loaded in a fresh process where nothing
+    defines that symbol, it jumped to address 0: a segmentation fault
+    (numba issues 4807, 8578; tests/test_jitcache.py: a mat-mul runner
+    calling the parallel row kernels, a compiled layer calling the
+    runners). Loading the callees first defines it. Idempotent."""
+    cls = caching.Cache
+    if not getattr(cls.load_overload, "_strata_ref_callees", False):
+        cls.load_overload = _with_callees(cls.load_overload)
+
+
 lock_numba_cache()
+callees_before_cached_code()
 
 _DIGESTS: dict[tuple, str] = {}
 

@@ -54,7 +54,7 @@ def model_path(name: str) -> Path:
 @functools.lru_cache(maxsize=None)
 def load_model(name: str, profile: str = "avx512"):
     """A registry model loaded to run in CPU profile `profile`."""
-    from strata_ref.infer.model import load
+    from strata_ref.infer.loader import load
     return load(model_path(name), profile=profile)
 
 

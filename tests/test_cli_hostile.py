@@ -44,7 +44,7 @@ def test_library_and_os_errors_have_no_class_or_errno_prefix(tmp_path, capsys):
     assert main(["info", str(tmp_path / "nope.gguf")]) == 2
     assert _err_line(capsys) == f"no such file: {tmp_path / 'nope.gguf'}"
     # an OSError: the path and the reason, no `IsADirectoryError: [Errno 21]`
-    from strata_ref.cli import _error_line
+    from strata_ref.cli.common import error_line as _error_line
     assert _error_line(IsADirectoryError(21, "Is a directory", "out/x")) == "out/x: is a directory"
     assert _error_line(PermissionError(13, "Permission denied", "a b")) == "a b: permission denied"
     assert _error_line(OSError(18, "Invalid cross-device link", "a", None, "b")) == \
@@ -55,7 +55,7 @@ def test_library_and_os_errors_have_no_class_or_errno_prefix(tmp_path, capsys):
 
 def test_unexpected_errors_keep_their_class(monkeypatch, capsys):
     # a TypeError is a bug, not a sentence for the user: its class stays
-    import strata_ref.cli as cli
+    import strata_ref.cli.inspect as cli
 
     def boom(a):
         raise TypeError("unsupported operand")
@@ -218,18 +218,21 @@ def test_results_are_printed_when_a_chart_fails(tiny, tmp_path, capsys, monkeypa
 
 # ---------------------------------------------------------------- 4, 8, 9: experts
 def _fake_check(monkeypatch, cpu, route):
-    """`check_experts` replaced by one that returns these outputs (the
+    """`check_experts` replaced by one that returns these outputs, and the
+    model load it is given by a stand-in that only records the name (the
     reporting is what is tested; the kernels have their own tests)."""
-    import strata_ref.infer.moe as moe
+    import strata_ref.infer as infer
+    import strata_ref.infer.expert_check as ec
     n, d = cpu.shape
-    c = moe.ExpertCheck("qwen3moe", 0, "scalar", np.zeros((n, d), np.float32),
-                        np.zeros((n, 2), np.int32), np.full((n, 2), 0.5, np.float32), cpu, route)
+    c = ec.ExpertCheck("qwen3moe", 0, "scalar", np.zeros((n, d), np.float32),
+                       np.zeros((n, 2), np.int32), np.full((n, 2), 0.5, np.float32), cpu, route)
     calls = []
 
-    def fake(model, layer, x=None, prompt=None, profile=None):
+    def fake(model, layer, x=None, prompt=None):
         calls.append(model)
         return c
-    monkeypatch.setattr(moe, "check_experts", fake)
+    monkeypatch.setattr(infer, "load", lambda model, cpu=None, **kw: model)
+    monkeypatch.setattr(ec, "check_experts", fake)
     return calls
 
 
@@ -543,18 +546,18 @@ def test_a_cached_model_failing_its_sha256_is_refetched_with_the_reason(tmp_path
 
 
 def test_native_note_is_printed_once_per_cache(tmp_path, monkeypatch, capsys):
-    import strata_ref.infer as infer
+    import strata_ref.cli.common as infer
     monkeypatch.setenv("STRATA_REF_CACHE", str(tmp_path))
     monkeypatch.setattr(infer, "_NOTED", set())
-    infer._note_once("native = avx512: a test note", None)
+    infer.note_once("native = avx512: a test note", None)
     infer._NOTED.clear()                    # a new process
-    infer._note_once("native = avx512: a test note", None)
+    infer.note_once("native = avx512: a test note", None)
     assert capsys.readouterr().err == "strata-ref: note: native = avx512: a test note\n"
     # a cache it cannot write: the note every time rather than never
     monkeypatch.setenv("STRATA_REF_CACHE", "/proc/strata-ref-nope")
     for _ in range(2):
         infer._NOTED.clear()
-        infer._note_once("native = avx512: a test note", None)
+        infer.note_once("native = avx512: a test note", None)
     assert capsys.readouterr().err.count("strata-ref: note:") == 2
 
 

@@ -287,7 +287,7 @@ def test_help_texts(capsys):
 
 
 def test_unexpected_error_is_one_line_and_called_a_bug(monkeypatch, capsys):
-    from strata_ref import cli
+    from strata_ref.cli import inspect as cli
 
     def boom(a):
         raise KeyError("tensors")
@@ -308,7 +308,7 @@ def test_unexpected_error_is_one_line_and_called_a_bug(monkeypatch, capsys):
 def test_debug_variable_takes_1_and_warns_on_others(monkeypatch, capsys, value, traceback, warned):
     # README: "STRATA_REF_DEBUG=1 shows the traceback"; any value but "0"
     # did, "yes" included
-    from strata_ref import cli
+    from strata_ref.cli import inspect as cli
 
     def boom(a):
         raise KeyError("tensors")

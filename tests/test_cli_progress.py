@@ -124,7 +124,7 @@ def test_ctrl_c_stops_golden_check_with_130():
 def test_generate_reports_prompt_progress_by_chunk(tmp_path):
     from infer_helpers import TINY_IDS, tiny_model
     from strata_ref.infer import generate
-    from strata_ref.infer.model import load
+    from strata_ref.infer.loader import load
     from strata_ref.infer.sampling import greedy
     path = tmp_path / "t.gguf"
     tiny_model("qwen3", path)
@@ -153,7 +153,7 @@ def test_ctrl_c_during_a_long_call_into_c_ends_within_the_grace_time(tmp_path):
         "        s = s * 0.999999 + i\n"
         "    return s\n"
         "spin(10)\n"
-        "cli.cmd_info = lambda a: print('ready', flush=True) or spin(10**12)\n"
+        "cli.inspect.cmd_info = lambda a: print('ready', flush=True) or spin(10**12)\n"
         "sys.argv = ['strata-ref', 'info', 'x']\n"
         "sys.exit(cli.main())\n")
     p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,

@@ -56,7 +56,7 @@ _CHILD = textwrap.dedent('''
 
     mm.QMatrix.__init__, mm.QMatrix.matmul = g_init, g_matmul
     from strata_ref.infer import load
-    from strata_ref.infer.moe import check_experts
+    from strata_ref.infer.expert_check import check_experts
     d = sys.argv[1]
     tiny_moe_model("qwen3moe", d + "/moe.gguf")
     m = load(d + "/moe.gguf", cpu={profile!r})

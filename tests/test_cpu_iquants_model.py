@@ -16,7 +16,7 @@ from iq_model import PASSES, tiny_iq_model
 
 @pytest.mark.parametrize("profile, path", profile_files("llama_ref_tiny_iq.npz"))
 def test_tiny_iq_model_is_llama_cpp_bits(profile, path, tmp_path):
-    from strata_ref.infer.model import load
+    from strata_ref.infer.loader import load
     ref = np.load(path)
     assert str(ref["profile"]) == profile
     f = tmp_path / "tiny_iq.gguf"

@@ -81,7 +81,7 @@ def _pending_types(man) -> list:
 @functools.lru_cache(maxsize=None)
 def _variant_model(name, profile):
     from model_variants import build_variant
-    from strata_ref.infer.model import load
+    from strata_ref.infer.loader import load
     return load(build_variant(name), profile=profile)
 
 
@@ -163,7 +163,7 @@ def test_tiny_random_models_are_llama_cpp_bits(arch, profile, path, tmp_path):
     # qwen3 (q/k norms, NeoX RoPE, separate output) and gemma3 (embedding
     # scale, post norms, GELU, sliding-window layers with their own RoPE base,
     # tied output): every logit of one batched pass
-    from strata_ref.infer.model import load
+    from strata_ref.infer.loader import load
     ref = np.load(path)
     f = tmp_path / f"tiny_{arch}.gguf"
     tiny_model(arch, f, seed=0)

@@ -43,7 +43,7 @@ def model_files(tmp_path_factory):
 @pytest.mark.parametrize("t", TYPED)
 @pytest.mark.parametrize("profile, path", profile_files("llama_ref_typed.npz"))
 def test_typed_model_logits_are_llama_cpp_bits(t, profile, path, model_files):
-    from strata_ref.infer.model import load
+    from strata_ref.infer.loader import load
     ref = np.load(path)
     assert str(ref["profile"]) == profile
     assert ref["ids"].tolist() == IDS and int(ref["n_prompt"]) == N_PROMPT

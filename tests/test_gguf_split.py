@@ -124,8 +124,8 @@ def test_golden_make_and_check_on_a_split_model(whole, tmp_path):
 def test_generate_on_a_split_model_gives_the_unsplit_logits(tmp_path):
     from infer_helpers import TINY_IDS, tiny_model
 
-    from strata_ref.infer import run_generate
-    from strata_ref.infer.model import load
+    from strata_ref.cli.inference import run_generate
+    from strata_ref.infer.loader import load
     whole = tmp_path / "tiny.gguf"
     tiny_model("qwen3", whole, seed=0)
     d = tmp_path / "set"

@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 
 from strata_ref import golden
+from strata_ref.cli.golden import run_golden_check, run_golden_make
+from strata_ref.cli.inspect import run_compare
 from strata_ref.gguf import write_gguf
 from strata_ref.hashing import hash_array
 from strata_ref.types import GGMLType as T, block_format
@@ -251,9 +253,9 @@ def test_run_golden_check_exit_status(tmp_path, capsys):
     golden.make_corpus(d / "corpus.json", types=[T.F16])
     doc = json.loads((d / "corpus.json").read_text())
     # a check of the full corpus against a one-type file: every other case is "new"
-    assert golden.run_golden_check(d) == 1
+    assert run_golden_check(d) == 1
     assert "FAIL" in capsys.readouterr().out
-    assert golden.run_golden_check(tmp_path / "nowhere") == 2
+    assert run_golden_check(tmp_path / "nowhere") == 2
     assert doc["cases"]
 
 
@@ -325,7 +327,7 @@ def test_compare_equal_then_one_flipped_bit(model, tmp_path, dtype):
     want = int(y.view(bits.dtype).reshape(-1)[i])
     assert int(fd["oracle_bits"], 16) == want and int(fd["dump_bits"], 16) == want ^ 1
     assert rep["fnv_dump"] != rep["fnv_oracle"]
-    assert golden.run_compare(model, "blk.0.w", dump, dtype, 1, 4) == 1
+    assert run_compare(model, "blk.0.w", dump, dtype, 1, 4) == 1
 
 
 def test_compare_with_ld_padding_and_hash(model, tmp_path, capsys):
@@ -335,11 +337,11 @@ def test_compare_with_ld_padding_and_hash(model, tmp_path, capsys):
     buf[:, :64] = y
     dump = tmp_path / "p.bin"
     dump.write_bytes(buf.reshape(-1)[:2 * ld + 64].tobytes())     # (rows-1)*ld + cols
-    assert golden.run_compare(model, "blk.0.h", dump, "f32", 0, None, ld) == 0
+    assert run_compare(model, "blk.0.h", dump, "f32", 0, None, ld) == 0
     assert "EQUAL" in capsys.readouterr().out
     h = f"{hash_array(y):016x}"
-    assert golden.run_compare(model, "blk.0.h", None, "f32", hash_hex=h) == 0
-    assert golden.run_compare(model, "blk.0.h", None, "f32", hash_hex="0x" + "1" * 16) == 1
+    assert run_compare(model, "blk.0.h", None, "f32", hash_hex=h) == 0
+    assert run_compare(model, "blk.0.h", None, "f32", hash_hex="0x" + "1" * 16) == 1
 
 
 def test_compare_nan_encodings_count_as_equal(model, tmp_path):
@@ -362,15 +364,15 @@ def test_compare_nan_encodings_count_as_equal(model, tmp_path):
 def test_compare_bad_input(model, tmp_path, capsys):
     dump = tmp_path / "x.bin"
     dump.write_bytes(b"\0" * 10)
-    assert golden.run_compare(model, "nope", dump) == 2
+    assert run_compare(model, "nope", dump) == 2
     assert "no tensor 'nope'" in capsys.readouterr().err
-    assert golden.run_compare(model, "norm", dump) == 2           # 2.5 f32 values
+    assert run_compare(model, "norm", dump) == 2           # 2.5 f32 values
     dump.write_bytes(b"\0" * 4 * 41)
-    assert golden.run_compare(model, "norm", dump) == 2           # 41 values, cols 40
-    assert golden.run_compare(model, "blk.0.w", None, "f32", 0, None, None, None) == 2
-    assert golden.run_compare(model, "norm", dump, "f64") == 2
-    assert golden.run_compare(model, "norm", None, "f32", 5, None, None, "00") == 2
-    assert golden.run_compare(tmp_path / "missing.gguf", "norm", dump) == 2
+    assert run_compare(model, "norm", dump) == 2           # 41 values, cols 40
+    assert run_compare(model, "blk.0.w", None, "f32", 0, None, None, None) == 2
+    assert run_compare(model, "norm", dump, "f64") == 2
+    assert run_compare(model, "norm", None, "f32", 5, None, None, "00") == 2
+    assert run_compare(tmp_path / "missing.gguf", "norm", dump) == 2
     assert "no such file" in capsys.readouterr().err
     # each bad input names itself
     for args, kw, text in [
@@ -382,7 +384,7 @@ def test_compare_bad_input(model, tmp_path, capsys):
             (("blk.0.w", dump, "f32"), {"rows": 0}, "at least one row"),
             (("blk.0.w", dump, "f32"), {"rows": -3}, "at least one row")]:
         (tmp_path / "empty.bin").write_bytes(b"")
-        assert golden.run_compare(model, *args, **kw) == 2, text
+        assert run_compare(model, *args, **kw) == 2, text
         assert text in capsys.readouterr().err
 
 
@@ -411,7 +413,7 @@ def test_compare_dump_one_row_short_is_refused(model, tmp_path, capsys):
     y = _oracle(model, "blk.0.h", "f32")
     dump = tmp_path / "short.bin"
     dump.write_bytes(y[:2].tobytes())
-    assert golden.run_compare(model, "blk.0.h", dump) == 2
+    assert run_compare(model, "blk.0.h", dump) == 2
     assert capsys.readouterr().err.splitlines() == [
         f"strata-ref: error: the dump {dump} has 512 bytes, but rows [0, 3) of 'blk.0.h' in f32 "
         "take 768 bytes (64 values a row); its size fits --dtype f32 --rows 2"]
@@ -430,7 +432,7 @@ def test_compare_dump_of_another_dtype_names_the_dtype(model, tmp_path, capsys, 
     # failed on rows outside the tensor
     dump = tmp_path / "d.bin"
     dump.write_bytes(_oracle(model, "blk.0.h", dump_dtype, rows=2).tobytes())
-    assert golden.run_compare(model, "blk.0.h", dump, flag, 0, 2) == 2
+    assert run_compare(model, "blk.0.h", dump, flag, 0, 2) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.rstrip().endswith(f"its size fits {fits}")
 
@@ -439,7 +441,7 @@ def test_compare_values_that_differ_mention_a_size_that_fits_another_dtype(model
     # 2 rows of f16 have the size of 1 row of f32: compared, DIFFERENT, with a note
     dump = tmp_path / "h.bin"
     dump.write_bytes(_oracle(model, "blk.0.h", "f16", rows=2).tobytes())
-    assert golden.run_compare(model, "blk.0.h", dump, "f32", 0, 1) == 1
+    assert run_compare(model, "blk.0.h", dump, "f32", 0, 1) == 1
     out = capsys.readouterr().out
     assert "note: the dump's size also fits --dtype f16 --rows 2 or --dtype bf16 --rows 2" in out
     assert out.rstrip().endswith("DIFFERENT")
@@ -451,7 +453,7 @@ def test_compare_refuses_devices_pipes_and_directories_without_reading(model, tm
     os.mkfifo(fifo)
     for dump in ("/dev/zero", fifo, tmp_path):
         done = []
-        th = threading.Thread(target=lambda: done.append(golden.run_compare(model, "norm", dump)),
+        th = threading.Thread(target=lambda: done.append(run_compare(model, "norm", dump)),
                               daemon=True)
         th.start()
         th.join(20)          # a FIFO without a writer blocked forever; /dev/zero never ended
@@ -466,7 +468,7 @@ def test_compare_huge_dump_is_refused_by_its_size(model, tmp_path, capsys):
     big = tmp_path / "big.bin"
     with open(big, "wb") as f:
         f.truncate(1 << 40)
-    assert golden.run_compare(model, "norm", big) == 2
+    assert run_compare(model, "norm", big) == 2
     err = capsys.readouterr().err
     assert f"has {1 << 40} bytes, but rows [0, 1) of 'norm' in f32 take 160 bytes" in err
 
@@ -477,8 +479,8 @@ def test_compare_plain_and_empty_tensors_are_named(tmp_path, capsys):
                        ("none", T.F32, (16, 0), np.zeros(0, np.float32))])
     dump = tmp_path / "d.bin"
     dump.write_bytes(bytes(32))
-    assert golden.run_compare(p, "ids", dump) == 2
-    assert golden.run_compare(p, "none", dump) == 2
+    assert run_compare(p, "ids", dump) == 2
+    assert run_compare(p, "none", dump) == 2
     assert capsys.readouterr().err.splitlines() == [
         "strata-ref: error: tensor 'ids' is I32, a plain array of i32 values, not a float format: "
         "there is no f32/f16/bf16 output to compare",
@@ -500,7 +502,7 @@ def test_golden_make_checks_its_directory_first(tmp_path, capsys, monkeypatch, w
         d, why = tmp_path / where, "a file, not a directory, is in the way"
     monkeypatch.setattr(golden, "make_corpus", lambda *a, **k: pytest.fail("computed first"))
     t0 = time.monotonic()
-    assert golden.run_golden_make(d) == 2
+    assert run_golden_make(d) == 2
     assert time.monotonic() - t0 < 5
     assert capsys.readouterr().err.splitlines() == [
         f"strata-ref: error: cannot write golden files into {d}: {why}"]
@@ -530,7 +532,7 @@ def test_golden_files_that_are_no_golden_files(tmp_path, capsys):
     d.mkdir()
     os.mkfifo(d / "corpus.json")
     done = []
-    th = threading.Thread(target=lambda: done.append(golden.run_golden_check(d)), daemon=True)
+    th = threading.Thread(target=lambda: done.append(run_golden_check(d)), daemon=True)
     th.start()
     th.join(20)
     assert done == [2]

@@ -41,7 +41,7 @@ def _check(m, ids):
 @pytest.mark.parametrize("profile", PROFILES)
 @pytest.mark.parametrize("arch", ["qwen3", "gemma3"])
 def test_tiny_models(arch, profile, tmp_path):
-    from strata_ref.infer.model import load
+    from strata_ref.infer.loader import load
     path = tmp_path / f"{arch}.gguf"
     tiny_model(arch, path)
     m = load(path, profile=profile)
@@ -51,14 +51,14 @@ def test_tiny_models(arch, profile, tmp_path):
 @pytest.mark.parametrize("profile", PROFILES)
 @pytest.mark.parametrize("name", ["SmolLM2-135M-Instruct", "Qwen2.5-Coder-0.5B-Instruct", "gemma-3-270m"])
 def test_registry_models(name, profile):
-    from strata_ref.infer.model import load
+    from strata_ref.infer.loader import load
     m = load(model_path(name), profile=profile)
     _check(m, m.tokenizer.encode("The capital of France is"))
 
 
 def test_other_caches_take_the_python_path(tmp_path):
     from strata_ref.infer.compiled import CompiledLayers
-    from strata_ref.infer.model import load
+    from strata_ref.infer.loader import load
     path = tmp_path / "q.gguf"
     tiny_model("qwen3", path)
     m = load(path, profile="avx2")

@@ -17,7 +17,9 @@ from strata_ref import cli
 from strata_ref.cli import main
 from strata_ref.gguf import GGUFValueType as V
 from strata_ref.cpu import PROFILES, ops
-from strata_ref.infer.model import HParams, ModelLoadError, ModelOutputError, check_logits, load
+from strata_ref.infer.dense import HParams
+from strata_ref.infer.loader import load
+from strata_ref.infer.model import ModelLoadError, ModelOutputError, check_logits
 
 from infer_helpers import model_path, tiny_model
 
@@ -329,8 +331,8 @@ def test_bad_generate_options_name_the_option(tiny, capsys, opts, msg):
 def test_native_note_is_one_short_line_once_per_cache(tiny, capsys, monkeypatch, tmp_path):
     # the AMX note was a long clause inside every speed line, and then a
     # line after every run (issue 29): now once per model cache
+    import strata_ref.cli.common as infer      # where the notes printed once are kept
     import strata_ref.cpu as cpu
-    import strata_ref.infer as infer
     note = cpu.native_note(ZEN4 | {"amx_tile", "amx_int8"})
     assert note == ("native = avx512: bit for bit llama.cpp's avx512 build, not its native build "
                     "(AMX here: no profile reproduces it)")
@@ -392,7 +394,7 @@ def test_decode_count_is_the_generated_tokens(tiny, capsys, monkeypatch):
 def test_memory_and_arithmetic_errors_are_one_line(monkeypatch, capsys, exc, line):
     def boom(a):
         raise exc
-    monkeypatch.setattr(cli, "cmd_generate", boom)
+    monkeypatch.setattr(cli.inference, "cmd_generate", boom)
     monkeypatch.delenv("STRATA_REF_DEBUG", raising=False)
     assert main(["generate", "Hi"]) == 2
     assert capsys.readouterr().err.splitlines() == [f"strata-ref: error: {line}"]
@@ -515,6 +517,26 @@ def test_plain_type_tensor_is_named(tmp_path, capsys, t, dt):
         "model weights are float or quantized types")
 
 
+def _tiny_llama(path, edit=None):
+    """The tiny qwen3 model as a llama one: its keys renamed, without the
+    q / k norms llama.cpp's llama graph does not load."""
+    def as_llama(ts):
+        ts = [t for t in ts if not t[0].endswith(("attn_q_norm.weight", "attn_k_norm.weight"))]
+        return edit(ts) if edit else ts
+    real = sgguf.write_gguf
+
+    def renamed(p, meta, ts, **kw):
+        meta = {k.replace("qwen3.", "llama.", 1): v for k, v in meta.items()}
+        meta["general.architecture"] = "llama"
+        real(p, meta, ts, **kw)
+    sgguf.write_gguf = renamed
+    try:
+        _tiny(path, edit=as_llama)
+    finally:
+        sgguf.write_gguf = real
+    return path
+
+
 @pytest.mark.parametrize("value, shown", [(0.0, "0.0"), (-1.0, "-1.0"), (np.inf, "inf"), (np.nan, "nan")])
 def test_rope_freqs_must_be_positive(tmp_path, capsys, value, shown):
     # 12: zeros gave a ZeroDivisionError from the RoPE kernel
@@ -524,7 +546,7 @@ def test_rope_freqs_must_be_positive(tmp_path, capsys, value, shown):
 
     def edit(ts):
         return ts + [("rope_freqs.weight", GGMLType.F32, (8,), f)]
-    path = _tiny(tmp_path / "r.gguf", edit=edit)
+    path = _tiny_llama(tmp_path / "r.gguf", edit=edit)
     assert _gen_err(path, capsys) == (
         f"tensor `rope_freqs.weight` value [3] = {shown}: RoPE frequency "
         "factors must be finite and > 0")
@@ -571,3 +593,26 @@ def test_hparams_window_pattern_of_strings_is_refused():
     with pytest.raises(ModelLoadError, match=r"sliding_window_pattern` must be an array of BOOL or integers"):
         HParams.from_metadata(_md("gemma3", **{"attention.sliding_window": 4,
                                                "attention.sliding_window_pattern": ["false", "true"]}))
+
+
+def test_dense_model_refuses_a_tensor_it_does_not_use(tmp_path, capsys):
+    # the MoE and hybrid graphs refused a file with a tensor their graph does
+    # not load, as llama.cpp does ("wrong number of tensors"); the dense one
+    # ran such a file, ignoring the tensor
+    from strata_ref import GGMLType
+    extra = ("blk.2.ffn_gate_shexp.weight", GGMLType.F32, (64, 8), np.zeros(512, np.float32))
+    path = _tiny(tmp_path / "x.gguf", edit=lambda ts: ts + [extra])
+    assert _gen_err(path, capsys) == ("qwen3: tensor `blk.2.ffn_gate_shexp.weight` is not part of llama.cpp's "
+                                      "qwen3 graph (llama.cpp refuses files with tensors it does not load)")
+    # llama.cpp's qwen3 has no RoPE frequency factors (llama's has): refused, not ignored
+    ones = ("rope_freqs.weight", GGMLType.F32, (8,), np.ones(8, np.float32))
+    path = _tiny(tmp_path / "f.gguf", edit=lambda ts: ts + [ones])
+    with pytest.raises(ModelLoadError, match=r"qwen3: tensor `rope_freqs.weight` is not part of"):
+        load(path)
+    # a name from the file is escaped in the error line
+    odd = ("blk.0.x\nforged.weight", GGMLType.F32, (8,), np.ones(8, np.float32))
+    path = _tiny(tmp_path / "o.gguf", edit=lambda ts: ts + [odd])
+    assert _gen_err(path, capsys).startswith("qwen3: tensor `blk.0.x\\x0aforged.weight` is not part of")
+    # the llama form of the model, with its rope_freqs, loads
+    m = load(_tiny_llama(tmp_path / "l.gguf", edit=lambda ts: ts + [ones]))
+    assert m.spec.name == "llama" and m.rope_freqs is not None

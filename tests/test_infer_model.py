@@ -10,7 +10,8 @@ import io
 import numpy as np
 import pytest
 
-from strata_ref.infer.model import HParams, ModelLoadError, apply_rope, rms_norm, rope_cos_sin
+from strata_ref.infer.dense import HParams
+from strata_ref.infer.model import ModelLoadError, apply_rope, rms_norm, rope_cos_sin
 from infer_helpers import load_model, model_path
 
 PROMPT = "The capital of France is"
@@ -78,7 +79,7 @@ def test_batched_equals_incremental_argmax():
 
 
 def test_run_generate_streams_text_and_speed_line():
-    from strata_ref.infer import run_generate
+    from strata_ref.cli.inference import run_generate
     buf = io.StringIO()
     assert run_generate(str(model_path(SMOL)), PROMPT, max_tokens=4, out=buf) == 0
     text = buf.getvalue()
@@ -88,7 +89,7 @@ def test_run_generate_streams_text_and_speed_line():
 
 
 def test_run_generate_says_when_the_context_stopped_it():
-    from strata_ref.infer import run_generate
+    from strata_ref.cli.inference import run_generate
     buf = io.StringIO()
     # 5 prompt tokens in a context of 7: two tokens of the 5 asked for
     assert run_generate(str(model_path(SMOL)), PROMPT, max_tokens=5, n_ctx=7, out=buf) == 0
@@ -105,7 +106,7 @@ def test_run_generate_chat_and_context_errors():
     m = load_model(SMOL)
     with pytest.raises(ValueError, match="context holds 8"):
         generate(m, list(range(100, 120)), 4, Sampler(), n_ctx=8)
-    from strata_ref.infer import run_generate
+    from strata_ref.cli.inference import run_generate
     buf = io.StringIO()
     run_generate(str(model_path(SMOL)), "Say hi", max_tokens=2, chat=True, out=buf)
     assert "tok/s" in buf.getvalue()

@@ -42,7 +42,7 @@ _MODELS = {}
 
 
 def _model(path, profile):
-    from strata_ref.infer.model import load
+    from strata_ref.infer.loader import load
     key = (str(path), profile)
     if key not in _MODELS:
         _MODELS[key] = load(path, profile=profile)
@@ -158,7 +158,7 @@ def test_hash_of_3d_expert_tensors_is_in_ggml_element_order(tiny_files, capsys):
     from strata_ref import dequant_f32
     from strata_ref.cli import main
     from strata_ref.hashing import hash_array
-    from strata_ref.infer.model import load
+    from strata_ref.infer.loader import load
     f = tiny_files["qwen3moe"]
     assert main(["hash", str(f), "--json", "--no-progress", "--out", "f32"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["tensors"]}
@@ -182,7 +182,7 @@ def test_hash_of_3d_expert_tensors_is_in_ggml_element_order(tiny_files, capsys):
 
 # ---------------------------------------------------------------- the GPU route link
 def test_check_experts_gives_the_layers_cpu_bits_and_the_route(tiny_files):
-    from strata_ref.infer.moe import check_experts
+    from strata_ref.infer.expert_check import check_experts
     from strata_ref.routes import experts as route_experts
     m = _model(tiny_files["qwen3moe"], "avx2")
     c = check_experts(m, 1, prompt="Hello world")
@@ -280,14 +280,15 @@ MOE_BAD = [
 
 @pytest.mark.parametrize("arch, change, msg", MOE_BAD)
 def test_moe_hparams_name_the_key(arch, change, msg):
-    from strata_ref.infer.model import ModelLoadError, model_class
+    from strata_ref.infer.loader import model_class
+    from strata_ref.infer.model import ModelLoadError
     with pytest.raises(ModelLoadError) as e:
         model_class(arch).HPARAMS.from_metadata(_moe_md(arch, **change))
     assert msg in str(e.value)
 
 
 def test_moe_hparams_defaults():
-    from strata_ref.infer.model import model_class
+    from strata_ref.infer.loader import model_class
     hp = model_class("gpt-oss").HPARAMS.from_metadata(_moe_md("gpt-oss", block_count=4))
     assert hp.swa_layers == (True, False, True, False) and hp.gating == "softmax_weight"
     assert not hp.norm_w and hp.rope_yarn is None and hp.kq_scale == 0.125
@@ -300,6 +301,21 @@ def test_moe_hparams_defaults():
     hp = model_class("qwen3moe").HPARAMS.from_metadata(
         _moe_md(expert_feed_forward_length=None, feed_forward_length=1024))
     assert hp.n_ff_exp == 512            # llama.cpp: n_ff / n_expert_used
+
+
+def test_gpt_oss_window_pattern_as_a_number():
+    # llama.cpp's load_swa_pattern takes an array of BOOL or the pattern p
+    # (layer il local when il % p < p - 1); a number was refused here as
+    # "not an array"
+    from strata_ref.infer.loader import model_class
+    hps = model_class("gpt-oss").HPARAMS
+    hp = hps.from_metadata(_moe_md("gpt-oss", block_count=5, **{"attention.sliding_window_pattern": 4}))
+    assert hp.swa_layers == (True, True, True, False, True)
+    hp = hps.from_metadata(_moe_md("gpt-oss", block_count=3, **{"attention.sliding_window_pattern": 0}))
+    assert hp.swa_layers == (True, True, True)
+    hp = hps.from_metadata(_moe_md("gpt-oss", block_count=2,
+                                   **{"attention.sliding_window_pattern": np.array([0, 1], np.uint8)}))
+    assert hp.swa_layers == (False, True)
 
 
 def _patched_moe(path, arch, tensor_fn=None, extra=()):
@@ -320,7 +336,8 @@ def _patched_moe(path, arch, tensor_fn=None, extra=()):
 
 def test_moe_tensor_errors_name_the_tensor(tmp_path):
     from strata_ref import GGMLType
-    from strata_ref.infer.model import ModelLoadError, load
+    from strata_ref.infer.loader import load
+    from strata_ref.infer.model import ModelLoadError
     # llama.cpp's qwen3moe has no shared expert: a file with one is refused
     f = _patched_moe(tmp_path / "a.gguf", "qwen3moe",
                      extra=[("blk.0.ffn_up_shexp.weight", GGMLType.F32, (256, 8),

@@ -190,7 +190,7 @@ def test_json_output_is_strict_json():
     """`kl --json` with one generated position has no standard error: it is
     written as null, never as NaN (which strict JSON readers refuse)."""
     import json
-    from strata_ref.cli import _finite
+    from strata_ref.cli.common import finite as _finite
     doc = {"kl_se": float("nan"), "v": [1.5, float("inf")], "n": 1}
     assert json.dumps(_finite(doc), allow_nan=False) == '{"kl_se": null, "v": [1.5, null], "n": 1}'
 

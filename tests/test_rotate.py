@@ -114,7 +114,7 @@ def _forward64(path, ids):
     """float64 logits of the llama / qwen2 graph over `ids` (a restatement
     of infer.model in numpy float64: rms_norm, RoPE normal / NeoX, causal
     GQA attention, SwiGLU)."""
-    from strata_ref.infer.model import HParams
+    from strata_ref.infer.dense import HParams
     from strata_ref.quality.rotate import _f64
     f = gguf.read(path)
     hp = HParams.from_metadata(f.metadata)
@@ -371,7 +371,7 @@ def rotated_smollm2(tmp_path_factory):
 @pytest.mark.parametrize("profile, path", [pytest.param(*p.values, id=p.values[0])
                                            for p in profile_files(ROT_REF)])
 def test_llama_cpp_runs_the_rotated_file_as_strata_ref_does(profile, path, rotated_smollm2):
-    from strata_ref.infer.model import load
+    from strata_ref.infer.loader import load
     ref = np.load(path)
     assert str(ref["profile"]) == profile
     assert hashlib.sha256(rotated_smollm2.read_bytes()).hexdigest() == str(ref["sha256"]), \

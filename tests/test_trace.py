@@ -203,7 +203,7 @@ def test_first_departing_node_against_another_build(tmp_path, tiny, capsys):
 def test_tracing_changes_no_bit(tmp_path, tiny, arch):
     # the trace's result_output rows are the logits of an untraced pass
     # (the compiled layers where they apply)
-    from strata_ref.infer.model import load
+    from strata_ref.infer.loader import load
     m = load(tiny(arch), profile="avx2")
     want = m.forward(IDS6, m.new_cache(64), all_logits=True)
     ours = _our_trace(tmp_path, tiny(arch), "avx2", split=None)

@@ -243,7 +243,7 @@ def test_matmul_routes_and_their_agreement(tmp_path, qwen3, capsys):
 
 # ---------------------------------------------------------------- kl with another engine's logits
 def test_kl_with_an_external_engines_logits(tmp_path, qwen3, capsys):
-    from strata_ref.infer.model import load
+    from strata_ref.infer.loader import load
     tok = tmp_path / "tokens.npz"
     assert main(["kl", qwen3, "--tokens-out", str(tok), "--limit", "2", "--max-tokens", "5", "--cpu", "avx2"]) == 0
     capsys.readouterr()

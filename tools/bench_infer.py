@@ -56,7 +56,7 @@ class Ours:
     """strata-ref on one model and profile; `round()` -> (prompt s, decode s)."""
 
     def __init__(self, path, n_tokens, profile):
-        from strata_ref.infer.model import load
+        from strata_ref.infer.loader import load
         self.m = load(path, profile=profile)
         self.m.prepare()
         self.ids = self.m.tokenizer.encode(PROMPT)

@@ -119,7 +119,7 @@ class Timers:
 def install(timers: Timers) -> None:
     from strata_ref.cpu import ops
     from strata_ref.cpu.matmul import QMatrix
-    from strata_ref.infer import kv_cache, layers, model
+    from strata_ref.infer import eager, kv_cache, model
 
     def mm_name(a):
         m = a[0]
@@ -127,7 +127,7 @@ def install(timers: Timers) -> None:
         return f"mat-mul {m.type.name}{' (n=1)' if n == 1 else ''}"
     timers.wrap(QMatrix, "matmul", mm_name)
     timers.wrap(kv_cache.KVCache, "attend", lambda a: "attention (store, K q, soft_max, V p)")
-    for mod in (ops, model, layers):
+    for mod in (ops, model, eager):
         for fn in ("rms_norm",):
             if hasattr(mod, fn):
                 timers.wrap(mod, fn, lambda a: "rms_norm")
@@ -135,9 +135,6 @@ def install(timers: Timers) -> None:
     timers.wrap(ops, "swiglu", lambda a: "swiglu / geglu")
     timers.wrap(ops, "geglu", lambda a: "swiglu / geglu")
     timers.wrap(model.Model, "embed", lambda a: "embedding rows")
-    # the dense graph imported rms_norm by name
-    from strata_ref.infer import dense
-    timers.wrap(dense, "rms_norm", lambda a: "rms_norm")
 
 
 def run_once(m, ids, n_tokens):
@@ -169,7 +166,7 @@ def main(argv=None) -> int:
     import numba
     numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
     from strata_ref import cpu
-    from strata_ref.infer.model import load
+    from strata_ref.infer.loader import load
     from strata_ref.models import resolve
     prof = cpu.select(args.cpu)
     bw = _read_bandwidth(args.threads)

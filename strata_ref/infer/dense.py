@@ -19,31 +19,31 @@ One layer, in llama.cpp's operation order:
     x   = x + h
     logits = Wout(rms_norm(x) * output_norm)   # Wout = token_embd when tied
 
-The arithmetic of each step is `strata_ref.cpu`'s (the shared blocks of
-`layers`): activation quantization and the mat-muls (`cpu.matmul`), the F16
-KV cache and the F16 rounding of q and of the softmax probabilities that
-ggml's F16 mat-muls apply to their float32 operand, K q / V p in tinyBLAS
-or `vec_dot_f16` order, soft_max with ggml's expf, SwiGLU, GeGLU and RoPE
-(`cpu.ops`); RMSNorm's sum of squares in double.
+The layer's arithmetic is written once (`blocks.dense_layer_fn`, from the
+shape of its tensors and the architecture's `archs.ArchSpec`) and run
+either eagerly (`eager`: every weight, cache and trace) or as one compiled
+call per layer (`compiled`: stored-block matrices over an F16 cache). Each
+step is `strata_ref.cpu`'s: activation quantization and the mat-muls
+(`cpu.matmul`), the F16 KV cache and the F16 rounding of q and of the
+softmax probabilities that ggml's F16 mat-muls apply to their float32
+operand, K q / V p in tinyBLAS or `vec_dot_f16` order, soft_max with
+ggml's expf, SwiGLU, GeGLU and RoPE (`cpu.ops`); RMSNorm's sum of squares
+in double.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from . import blocks, eager
 from . import trace as T
 from .layers import Attention, GatedFFN
-from .model import (FAMILIES, ArchKeys, Model, ModelLoadError, _int_param, _shown, common_params,
-                    rope_cos_sin)
+from .model import ArchKeys, Model, ModelLoadError, arch_spec, common_params, rope_cos_sin, swa_params
 
-__all__ = ["HParams", "DenseModel", "MODELS"]
-
-DENSE_ARCHS = tuple(a for a, f in FAMILIES.items() if f == "dense")
-# RoPE style by architecture (llama.cpp `llama_model_rope_type`): llama uses
-# consecutive pairs, the others NeoX (pairs offset by n_rot / 2).
-_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "gemma3": True}
+__all__ = ["HParams", "DenseModel"]
 
 
 @dataclass(frozen=True)
@@ -72,55 +72,36 @@ class HParams:
 
     @classmethod
     def from_metadata(cls, md) -> "HParams":
-        from .model import architecture
-        arch = architecture(md)
-        if arch not in DENSE_ARCHS:
-            raise ModelLoadError(f"architecture {arch!r} is not a dense one "
-                                 f"({', '.join(DENSE_ARCHS)}): load it with strata_ref.infer.load")
-        k = ArchKeys(md, arch)
-        c = common_params(k)
+        """The hyperparameters of metadata `md` of a dense architecture, read
+        as its `archs.ArchSpec` says (llama.cpp `src/models/<arch>.cpp`
+        `load_arch_hparams`); ModelLoadError naming the key for a bad one."""
+        spec = arch_spec(md, "dense")
+        k = ArchKeys(md, spec.name)
+        c = common_params(k, spec)
         n_layer, n_embd, n_head, head_dim = c["n_layer"], c["n_embd"], c["n_head"], c["head_dim"]
-        base = c["rope_base"]
-        n_swa, swa_layers = 0, (False,) * n_layer
-        attn_scale, kq_scale, embd_scale = 1.0, 1.0 / math.sqrt(head_dim), 1.0
-        softcap = 0.0
-        base_swa = base
-        if arch == "gemma3":
-            if "attention.sliding_window" in k:
-                n_swa = k.int("attention.sliding_window")
-            if n_swa > 0:
-                kp = f"{arch}.attention.sliding_window_pattern"
-                pattern = md.get(kp, 6)
-                if isinstance(pattern, (list, np.ndarray)):
-                    if not (pattern.dtype.kind in "bui" if isinstance(pattern, np.ndarray) else
-                            all(isinstance(b, (bool, int, np.integer, np.bool_)) for b in pattern)):
-                        raise ModelLoadError(f"`{kp}` must be an array of BOOL or integers, "
-                                             f"got {_shown(pattern)}")
-                    if len(pattern) != n_layer:
-                        raise ModelLoadError(f"`{kp}` has {len(pattern)} values for {n_layer} layers")
-                    swa_layers = tuple(bool(b) for b in pattern)
-                else:
-                    p = _int_param(kp, pattern, 0)  # llama.cpp set_swa_pattern: il % p < p - 1
-                    swa_layers = tuple(p == 0 or il % p < p - 1 for il in range(n_layer))
-                # llama.cpp's default `rope_freq_base_train_swa` is 10000
-                # (llama-hparams.h), kept when the file has no key
-                base_swa = k.float("rope.freq_base_swa", 10000.0)
-            softcap = k.float("final_logit_softcapping", 0.0, positive=False)
-            # llama.cpp: 1/sqrt(n_embd/n_head) for the 27B (62 layers), else 1/sqrt(head_dim)
+        swa = swa_params(k, spec.swa, n_layer, c["rope_base"], c["rope_freq_scale"])
+        attn_scale, kq_scale = 1.0, 1.0 / math.sqrt(head_dim)
+        if spec.scale_q:
+            # gemma3.cpp: f_attention_scale 1/sqrt(n_embd/n_head) for the 27B
+            # (62 layers), else 1/sqrt(head_dim); the softmax scale is then 1
             attn_scale = (1.0 / math.sqrt(float(n_embd // n_head)) if n_layer == 62
                           else 1.0 / math.sqrt(float(head_dim)))
             kq_scale = 1.0
-            embd_scale = float(np.sqrt(np.float32(n_embd)))
-        return cls(**c, rope_base_swa=base_swa,
-                   # sliding-window layers rotate with `rope_freq_scale_train_swa`,
-                   # 1 unless an architecture sets it (llama_model::get_rope_freq_scale)
-                   rope_freq_scale_swa=1.0, neox=_NEOX[arch],
-                   n_swa=n_swa, swa_layers=swa_layers, attn_scale=attn_scale,
-                   kq_scale=kq_scale, embd_scale=embd_scale, final_softcap=softcap)
+        softcap = k.float("final_logit_softcapping", 0.0, positive=False) if spec.softcap else 0.0
+        embd_scale = float(np.sqrt(np.float32(n_embd))) if spec.embd_scale else 1.0
+        return cls(**c, **swa, neox=spec.neox, attn_scale=attn_scale, kq_scale=kq_scale,
+                   embd_scale=embd_scale, final_softcap=softcap)
 
 
 class _Layer:
-    pass
+    """One dense layer's weights: attn_norm, attn (`layers.Attention`),
+    attn_post_norm, ffn_norm, ffn (`layers.GatedFFN`), ffn_post_norm (the
+    post norms None where the architecture has none)."""
+
+
+@functools.lru_cache(maxsize=None)
+def _eager_layer(shape):
+    return blocks.dense_layer_fn(shape, eager.KIT)
 
 
 class DenseModel(Model):
@@ -129,11 +110,11 @@ class DenseModel(Model):
     HPARAMS = HParams
 
     def _load_layers(self) -> None:
-        hp, w = self.hp, self.w
+        hp, w, spec = self.hp, self.w, self.spec
         e = hp.n_embd
-        ff = w.get("rope_freqs.weight", required=False)
-        self.rope_freqs = w.vec("rope_freqs.weight", hp.n_rot // 2) if ff is not None else None
-        if self.rope_freqs is not None:
+        self.rope_freqs = None
+        if spec.rope_freqs and w.has("rope_freqs.weight"):
+            self.rope_freqs = w.vec("rope_freqs.weight", hp.n_rot // 2)
             # ggml divides each pair's angle by its factor
             bad = np.flatnonzero(~(np.isfinite(self.rope_freqs) & (self.rope_freqs > 0)))
             if bad.size:
@@ -141,8 +122,6 @@ class DenseModel(Model):
                 raise ModelLoadError(f"tensor `rope_freqs.weight` value [{i}] = "
                                      f"{float(self.rope_freqs[i])!r}: RoPE frequency factors "
                                      f"must be finite and > 0")
-        qk_norm = hp.arch in ("qwen3", "gemma3")
-        gemma = hp.arch == "gemma3"
         if w.has("blk.0.attn_qkv.weight"):
             raise ModelLoadError(f"{hp.arch}: fused `attn_qkv` tensors are not supported")
         self.layers = []
@@ -150,15 +129,21 @@ class DenseModel(Model):
             p = f"blk.{i}."
             L = _Layer()
             L.attn_norm = w.vec(p + "attn_norm.weight", e)
-            L.attn = Attention(w, p, hp, self.cpu, qk_norm=qk_norm, attn_scale=hp.attn_scale)
-            L.attn_post_norm = w.vec(p + "post_attention_norm.weight", e) if gemma else None
+            L.attn = Attention(w, p, hp, spec, self.cpu)
+            L.attn_post_norm = w.vec(p + "post_attention_norm.weight", e) if spec.post_norms else None
             L.ffn_norm = w.vec(p + "ffn_norm.weight", e)
-            L.ffn = GatedFFN(w, p, "", e, hp.n_ff, self.cpu, gelu=gemma)
-            L.ffn_post_norm = w.vec(p + "post_ffw_norm.weight", e) if gemma else None
+            L.ffn = GatedFFN(w, p, "", e, hp.n_ff, self.cpu, gelu=spec.ffn == "geglu")
+            L.ffn_post_norm = w.vec(p + "post_ffw_norm.weight", e) if spec.post_norms else None
             self.layers.append(L)
+        w.check_all_used()
+
+    def layer_shape(self, L) -> blocks.DenseShape:
+        """The constants of layer L's function (`blocks.dense_layer_fn`)."""
+        return blocks.DenseShape(L.attn.shape(), L.ffn.shape(), L.attn_post_norm is not None,
+                                 self.spec.names.residual)
 
     #: run the layers as compiled calls where `compiled.CompiledLayers`
-    #: serves the model and the cache (set False to force the Python path)
+    #: serves the model and the cache (set False to force the eager path)
     compiled = True
 
     def _compiled_layers(self, cache):
@@ -193,44 +178,21 @@ class DenseModel(Model):
         rope = {}
         for key in {(hp.rope_base, hp.rope_freq_scale), (hp.rope_base_swa, hp.rope_freq_scale_swa)}:
             rope[key] = rope_cos_sin(pos, hp.n_rot, key[0], key[1], self.rope_freqs)
+        keys = [(hp.rope_base_swa, hp.rope_freq_scale_swa) if hp.swa_layers[il] else
+                (hp.rope_base, hp.rope_freq_scale) for il in range(hp.n_layer)]
         x = self.embed(tokens)
-        # tracing takes the Python path (the compiled layers give the same
-        # bits but cannot be hooked)
+        # tracing takes the eager path (the compiled layers give the same
+        # bits but record nothing)
         layers = None if T.on() else self._compiled_layers(cache)
         if layers is not None:
-            keys = [(hp.rope_base_swa, hp.rope_freq_scale_swa) if hp.swa_layers[il] else
-                    (hp.rope_base, hp.rope_freq_scale) for il in range(hp.n_layer)]
             x = layers.run(x, pos, cache, rope, keys)
-            cache.n += n
-            return self._head(x, all_logits)
-        gemma = hp.arch == "gemma3"
-        res = "inp_scaled" if hp.embd_scale != 1.0 else self.EMBD_NAME   # the residual's node
-        last = len(self.layers) - 1
-        for il, L in enumerate(self.layers):
-            swa = hp.swa_layers[il]
-            h = x
-            x = T.norm(x, L.attn_norm, hp.eps, "attn_norm", il)
-            key = (hp.rope_base_swa, hp.rope_freq_scale_swa) if swa else (hp.rope_base, hp.rope_freq_scale)
-            x = L.attn(x, pos, cache, il, rope[key], hp.n_swa if swa else 0)
-            if il == last:
-                self._trace_out_rows(L.attn.out_name, x)
-            if L.attn_post_norm is not None:
-                x = T.norm(x, L.attn_post_norm, hp.eps, "attn_post_norm", il)
-            if il == last:
-                self._trace_out_rows(res if res != "l_out" else T.node(res, il - 1), h)
-            x = x + h
-            T.emit("sa_out" if gemma else "ffn_inp", "ADD", x, il)
-            h = x
-            x = T.norm(x, L.ffn_norm, hp.eps, "ffn_norm", il)
-            x = L.ffn(x)
-            if L.ffn_post_norm is not None:
-                # gemma3.cpp builds this norm with layer -1: its node is `norm`
-                x = T.norm(x, L.ffn_post_norm, hp.eps, "ffn_post_norm", il, norm_il=-1)
-            x = x + h
-            T.emit("l_out", "ADD", x, il)
-            res = "l_out"
+        else:
+            res = "inp_scaled" if hp.embd_scale != 1.0 else self.spec.names.embd   # the residual's node
+            last = len(self.layers) - 1
+            for il, L in enumerate(self.layers):
+                c = eager.Ctx(hp, self.spec, self.cpu, il, pos, cache, il, rope[keys[il]],
+                              hp.n_swa if hp.swa_layers[il] else 0, last=il == last, res_name=res)
+                x = _eager_layer(self.layer_shape(L))(L, x, c)
+                res = T.node("l_out", il)
         cache.n += n
         return self._head(x, all_logits)
-
-
-MODELS = {a: DenseModel for a in DENSE_ARCHS}

@@ -51,13 +51,11 @@ import numpy as np
 from ..cpu import ops, ssm
 from . import trace as T
 from .kv_cache import HybridCache
-from .layers import Attention, GatedFFN, sigmoid
-from .model import ArchKeys, Model, ModelLoadError, architecture, common_params
+from .layers import Attention, sigmoid
+from .model import ArchKeys, Model, ModelLoadError, arch_spec, common_params
 from .moe import MoEFFN, expert_params
 
-__all__ = ["HybridHParams", "Qwen3NextModel", "MODELS"]
-
-HYBRID_ARCHS = ("qwen3next", "qwen35moe")
+__all__ = ["HybridHParams", "Qwen3NextModel"]
 
 
 @dataclass(frozen=True)
@@ -94,11 +92,10 @@ class HybridHParams:
 
     @classmethod
     def from_metadata(cls, md) -> "HybridHParams":
-        arch = architecture(md)
-        if arch not in HYBRID_ARCHS:
-            raise ModelLoadError(f"architecture {arch!r} is not a hybrid one ({', '.join(HYBRID_ARCHS)})")
+        spec = arch_spec(md, "hybrid")
+        arch = spec.name
         k = ArchKeys(md, arch)
-        c = common_params(k, ff_required=False)
+        c = common_params(k, spec, ff_required=False)
         n_all = c["n_layer"]
         nextn = k.int("nextn_predict_layers", 0, lo=0, hi=n_all - 1)
         c["n_layer"] = n_layer = n_all - nextn
@@ -124,7 +121,7 @@ class HybridHParams:
             rec = tuple((i + 1) % interval != 0 for i in range(n_all))
         rec = tuple(rec[i] and i < n_layer for i in range(n_layer))
         sections = None
-        if arch == "qwen35moe":
+        if spec.rope == "imrope":
             ks = k.full("rope.dimension_sections")
             v = md.get(ks)
             if v is None:
@@ -141,7 +138,8 @@ class HybridHParams:
         kq_scale = 1.0 / math.sqrt(float(c["head_dim"]))
         return cls(**c, **e, n_ff_shexp=n_ff_shexp, kq_scale=kq_scale, recurrent=rec,
                    d_conv=d_conv, d_inner=d_inner, d_state=d_state, n_v_heads=nv, n_k_heads=nk,
-                   n_layer_all=n_all, rope_sections=sections)
+                   n_layer_all=n_all, rope_sections=sections, gating=spec.experts.gating,
+                   norm_w=spec.experts.norm_w, neox=spec.neox)
 
 
 class _Layer:
@@ -153,13 +151,15 @@ class DeltaNet:
     `__call__(x, cache, ri)`: x float32 (n, n_embd) normed input, ri the
     layer's recurrent slot in the cache. Returns float32 (n, n_embd)."""
 
-    def __init__(self, w, prefix: str, hp, profile):
+    def __init__(self, w, prefix: str, hp, spec, profile):
         e, S, nk, nv = hp.n_embd, hp.d_state, hp.n_k_heads, hp.n_v_heads
         self.hp, self.cpu = hp, profile
         self.il = int(prefix.split(".")[1])
         key_dim, value_dim = S * nk, S * nv
         self.conv_dim = 2 * key_dim + value_dim
-        self.q35 = hp.arch == "qwen35moe"
+        #: the qwen35 variant (`archs.ArchSpec.ssm`): ssm_beta / ssm_alpha,
+        #: key heads tiled over the value heads
+        self.q35 = spec.ssm == "qwen35"
         if w.has(prefix + "attn_qkv.weight") or self.q35:
             self.wqkv = w.mat(prefix + "attn_qkv.weight", self.conv_dim, e)
             self.wz = w.mat(prefix + "attn_gate.weight", value_dim, e)
@@ -307,14 +307,6 @@ class Qwen3NextModel(Model):
     """qwen3next and qwen35moe (module docstring)."""
 
     HPARAMS = HybridHParams
-    #: the output norm's MUL is `h_nextn`; a GET_ROWS named `result_norm`
-    #: follows it (qwen3next.cpp, qwen35moe.cpp)
-    RESULT_NORM = "h_nextn"
-    HEAD_ROWS = "result_norm"
-
-    @property
-    def EMBD_NAME(self):
-        return "model.input_embed" if self.hp.arch == "qwen35moe" else "model.embed_tokens"
 
     def _load_layers(self) -> None:
         hp, w = self.hp, self.w
@@ -327,14 +319,14 @@ class Qwen3NextModel(Model):
             L.attn_norm = w.vec(p + "attn_norm.weight", e)
             if hp.recurrent[i]:
                 self.recr_slot[i] = len(self.recr_slot)
-                L.mixer = DeltaNet(w, p, hp, self.cpu)
+                L.mixer = DeltaNet(w, p, hp, self.spec, self.cpu)
                 L.attn = None
             else:
                 self.attn_slot[i] = len(self.attn_slot)
-                L.attn = Attention(w, p, hp, self.cpu, qk_norm=True, q_gate=True)
+                L.attn = Attention(w, p, hp, self.spec, self.cpu)
                 L.mixer = None
             L.post_norm = w.vec(p + "post_attention_norm.weight", e)
-            L.moe = MoEFFN(w, p, hp, self.cpu, shared=True, n_ff_shexp=hp.n_ff_shexp)
+            L.moe = MoEFFN(w, p, hp, self.spec, self.cpu)
             self.layers.append(L)
         # the MTP layers (blk.n_layer and after) are loaded by llama.cpp but not run
         w.check_all_used(ignore=lambda name: name.startswith("blk.") and
@@ -383,5 +375,3 @@ class Qwen3NextModel(Model):
         cache.n += n
         return self._head(x, all_logits)
 
-
-MODELS = {a: Qwen3NextModel for a in HYBRID_ARCHS}

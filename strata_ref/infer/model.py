@@ -1,12 +1,15 @@
-"""What every architecture graph shares: loading a GGUF file into a model
-object, reading its hyperparameters, the forward-pass driver (chunks of
-llama.cpp's ubatch size, the output head), the error types and `load`,
-which picks the family module of the file's `general.architecture`.
+"""What every architecture graph shares: reading a GGUF file's
+hyperparameters (`ArchKeys`, `common_params`, `swa_params`), its tensors
+(`Weights`: shape checks, and that every tensor was used), the `Model`
+base class (the forward-pass driver in chunks of llama.cpp's ubatch size,
+the output head) and the error types.
 
-Families (one module each, after llama.cpp vendored by llama-cpp-python
-0.3.36, `src/llama-model.cpp` and `src/models/*.cpp`):
+Which graph runs which architecture is the table of `archs` (`ARCHS`);
+`loader.load` picks it. The graphs (one module each, after llama.cpp
+vendored by llama-cpp-python 0.3.36, `src/llama-model.cpp` and
+`src/models/*.cpp`):
 
-| family | module | architectures |
+| graph | module | architectures |
 |---|---|---|
 | dense | `dense` | llama, qwen2, qwen3, gemma3 |
 | mixture of experts | `moe` | qwen3moe, gpt-oss (llama.cpp's `openai-moe`) |
@@ -28,17 +31,13 @@ from .. import cpu
 from ..cpu import ops
 from ..cpu.matmul import QMatrix
 from ..types import PLAIN_TYPES, GGMLType, block_format
+from . import trace
+from .archs import ARCHS, SUPPORTED_ARCHS, ArchSpec, Swa
 from .kv_cache import KVCache
 from .tokenizer import Tokenizer
 
-__all__ = ["Model", "HParams", "ModelLoadError", "ModelOutputError", "SUPPORTED_ARCHS",
-           "ArchKeys", "Weights", "check_logits", "load", "model_class"]
-
-#: architecture -> family module (`general.architecture` as llama.cpp's
-#: `LLM_ARCH_NAMES` spells it)
-FAMILIES = {"llama": "dense", "qwen2": "dense", "qwen3": "dense", "gemma3": "dense",
-            "qwen3moe": "moe", "gpt-oss": "moe", "qwen3next": "hybrid", "qwen35moe": "hybrid"}
-SUPPORTED_ARCHS = tuple(FAMILIES)
+__all__ = ["Model", "ModelLoadError", "ModelOutputError", "SUPPORTED_ARCHS", "ArchKeys", "Weights",
+           "architecture", "arch_spec", "common_params", "swa_params", "check_logits"]
 
 
 class ModelLoadError(ValueError):
@@ -91,16 +90,28 @@ def _float_param(k: str, v, positive: bool = True) -> float:
 
 def architecture(md) -> str:
     """`general.architecture` of metadata `md`; ModelLoadError when it is
-    missing or names an architecture no family module runs."""
+    missing or names an architecture `archs.ARCHS` has no row for."""
     arch = md.get("general.architecture")
     if arch is None:
         raise ModelLoadError("GGUF metadata has no `general.architecture`")
     if not isinstance(arch, str):
         raise ModelLoadError(f"`general.architecture` = {_shown(arch)} is not a string")
-    if arch not in FAMILIES:
+    if arch not in ARCHS:
         raise ModelLoadError(f"unsupported architecture {arch!r} "
                              f"(supported: {', '.join(SUPPORTED_ARCHS)})")
     return arch
+
+
+def arch_spec(md, module: str) -> ArchSpec:
+    """The `archs.ArchSpec` of metadata `md`'s architecture (`architecture`),
+    which must run in graph module `module` (a family's `from_metadata`
+    given another family's file raises ModelLoadError saying so)."""
+    spec = ARCHS[architecture(md)]
+    if spec.module != module:
+        ours = ", ".join(a for a, s in ARCHS.items() if s.module == module)
+        raise ModelLoadError(f"architecture {spec.name!r} is not one of the {module} graph's "
+                             f"({ours}): load it with strata_ref.infer.load")
+    return spec
 
 
 class ArchKeys:
@@ -152,14 +163,15 @@ class ArchKeys:
         return tuple(bool(b) for b in v)
 
 
-def common_params(k: ArchKeys, ff_required: bool = True, yarn: bool = False) -> dict:
+def common_params(k: ArchKeys, spec: ArchSpec, ff_required: bool = True) -> dict:
     """The hyperparameters every family reads, in llama.cpp's order and with
     its defaults (`llama_model_base::load_hparams`): n_layer, n_embd, n_ff
     (0 when absent and not `ff_required`), n_head, n_head_kv, head_dim,
     n_rot, n_ctx_train, eps, rope_base and the RoPE scaling: freq_scale
-    (linear or YaRN factor) and, with `yarn` (a family that runs YaRN), the
-    YaRN fields of `rope_yarn_params`. A RoPE scaling the caller does not
-    run raises ModelLoadError naming the key."""
+    (linear or YaRN factor) and, for an architecture whose `spec` runs YaRN
+    (`ArchSpec.rope_scaling`), the YaRN fields of `rope_yarn_params`. A
+    RoPE scaling the architecture does not run raises ModelLoadError naming
+    the key."""
     arch = k.arch
     n_layer = k.int("block_count", required=True, hi=MAX_LAYERS)
     n_embd = k.int("embedding_length", required=True)
@@ -187,8 +199,8 @@ def common_params(k: ArchKeys, ff_required: bool = True, yarn: bool = False) -> 
     if not isinstance(scaling, str):
         raise ModelLoadError(f"`{arch}.rope.scaling.type` = {_shown(scaling)} is not a string")
     factor = k.float("rope.scaling.factor", 0.0, positive=False)
-    runs = ("none", "linear", "yarn") if yarn else ("none", "linear")
-    if scaling not in runs and factor not in (0.0, 1.0):
+    yarn = "yarn" in spec.rope_scaling
+    if scaling not in spec.rope_scaling and factor not in (0.0, 1.0):
         raise ModelLoadError(f"RoPE scaling `{arch}.rope.scaling.type` = {scaling!r} is not supported")
     freq_scale = 1.0 / factor if scaling in ("linear", "yarn") and factor > 0 else 1.0
     out = dict(arch=arch, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head,
@@ -197,6 +209,45 @@ def common_params(k: ArchKeys, ff_required: bool = True, yarn: bool = False) -> 
     if yarn:
         out["rope_yarn"] = rope_yarn_params(k, scaling, freq_scale, n_ctx_train)
     return out
+
+
+def swa_params(k: ArchKeys, swa: Swa | None, n_layer: int, rope_base: float, rope_freq_scale: float) -> dict:
+    """The sliding-window hyperparameters of an architecture whose layers
+    follow `swa` (`archs.Swa`; None: no window), as llama.cpp reads them:
+    n_swa (`attention.sliding_window`; 0: none), swa_layers (a bool per
+    layer, `llama_model_base::load_swa_pattern`: an array of BOOL, or the
+    pattern p of `llama_hparams::set_swa_pattern`), rope_base_swa and
+    rope_freq_scale_swa (the local layers' RoPE: `rope.freq_base_swa`, else
+    the full layers' or llama.cpp's defaults 10000 and 1, as `swa` says).
+    Every bad value is a ModelLoadError naming the key."""
+    out = dict(n_swa=0, swa_layers=(False,) * n_layer, rope_base_swa=rope_base,
+               rope_freq_scale_swa=rope_freq_scale)
+    if swa is None:
+        return out
+    n_swa = 0
+    if swa.required or "attention.sliding_window" in k:
+        n_swa = k.int("attention.sliding_window", required=True)
+    if n_swa == 0:
+        return out
+    kp = k.full("attention.sliding_window_pattern")
+    pattern = k.md.get(kp, swa.pattern)
+    if isinstance(pattern, (list, np.ndarray)):
+        if not (pattern.dtype.kind in "bui" if isinstance(pattern, np.ndarray) else
+                all(isinstance(b, (bool, int, np.integer, np.bool_)) for b in pattern)):
+            raise ModelLoadError(f"`{kp}` must be an array of BOOL or integers, got {_shown(pattern)}")
+        if len(pattern) != n_layer:
+            raise ModelLoadError(f"`{kp}` has {len(pattern)} values for {n_layer} layers")
+        layers = tuple(bool(b) for b in pattern)
+    else:
+        p = _int_param(kp, pattern, 0)
+        layers = tuple(p == 0 or il % p < p - 1 for il in range(n_layer))
+    # llama.cpp's `rope_freq_base_train_swa` / `rope_freq_scale_train_swa`
+    # default to 10000 and 1 (llama-hparams.h), kept unless the
+    # architecture sets them to the full layers' (gpt-oss)
+    base = rope_base if swa.rope_of_full else 10000.0
+    return dict(n_swa=n_swa, swa_layers=layers,
+                rope_base_swa=k.float("rope.freq_base_swa", base),
+                rope_freq_scale_swa=rope_freq_scale if swa.rope_of_full else 1.0)
 
 
 def rope_yarn_params(k: ArchKeys, scaling: str, freq_scale: float, n_ctx_train: int) -> tuple:
@@ -330,15 +381,6 @@ class Weights:
         return ExpertMatrix(t.type, t.data, n_expert, rows, cols, name, self.profile)
 
 
-def __getattr__(name):
-    # `HParams` is the dense family's (kept importable from here, where it
-    # was before the families were split into modules)
-    if name == "HParams":
-        from .dense import HParams
-        return HParams
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 # ------------------------------------------------------------------ ops
 #: ggml `rms_norm` then `mul`, the same in every build (`cpu.ops.rms_norm`)
 rms_norm = ops.rms_norm
@@ -365,11 +407,13 @@ def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, n_rot: int, neox
 
 # ------------------------------------------------------------------ model
 class Model:
-    """A loaded GGUF model: `hp` (the family's hyperparameters), `tokenizer`,
-    weights. A family module subclasses it with `HPARAMS` (a class with
-    `from_metadata(md)`), `_load_layers()`, `_forward(tokens, cache,
-    all_logits)` and `_matrices()`; `_make_cache(n_ctx)` / `_cache_bytes`
-    when its cache is not the plain KV cache.
+    """A loaded GGUF model: `spec` (its architecture's `archs.ArchSpec`),
+    `hp` (the graph's hyperparameters), `tokenizer`, weights. A graph module
+    subclasses it with `HPARAMS` (a class with `from_metadata(md)`),
+    `_load_layers()` (which ends with `self.w.check_all_used()`),
+    `_forward(tokens, cache, all_logits)` and `_matrices()`;
+    `_make_cache(n_ctx)` / `_cache_bytes` when its cache is not the plain
+    KV cache.
 
     `forward(tokens, cache, all_logits=False)` runs the tokens (int list)
     at positions cache.n .. cache.n + len - 1, appends their K/V (and
@@ -386,14 +430,17 @@ class Model:
         md = gf.metadata
         self.metadata = md
         self.hp = hp = self.HPARAMS.from_metadata(md)
+        #: the architecture's row of the spec table (`archs.ARCHS`)
+        self.spec = ARCHS[hp.arch]
         self.tokenizer = Tokenizer.from_metadata(md)
         self.w = Weights(gf, hp.arch, self.cpu)
         self._load_io()
         self._load_layers()
 
-    def _load_io(self, output_required: bool = False) -> None:
+    def _load_io(self) -> None:
         """token_embd, output_norm and output (tied to token_embd when the
-        file has none), as llama.cpp's `load_arch_tensors`."""
+        file has none and the spec's `output` is "tied"), as llama.cpp's
+        `load_arch_tensors`."""
         w, e = self.w, self.hp.n_embd
         # the vocabulary is the tokenizer's (llama.cpp: n_vocab = the number
         # of tokens); the embedding and the output have exactly that many rows
@@ -405,7 +452,7 @@ class Model:
                                      f"(`tokenizer.ggml.tokens`) has {nv} tokens")
         self.tok_embd = w.mat("token_embd.weight", nv, e)
         self.output_norm = w.vec("output_norm.weight", e)
-        out = w.mat("output.weight", nv, e, required=output_required)
+        out = w.mat("output.weight", nv, e, required=self.spec.output == "own")
         self.output = out if out is not None else self.tok_embd
 
     def _load_layers(self) -> None:
@@ -461,14 +508,11 @@ class Model:
                              f"{have / 2**30:.1f} GiB of memory")
         return self._make_cache(n_ctx, **opts)
 
-    #: llama.cpp's name of the embedding node (`get_rows` of token_embd)
-    EMBD_NAME = "embd"
-
     def embed(self, tokens) -> np.ndarray:
-        """float32 (n, n_embd) token embeddings (ggml `get_rows`)."""
-        from . import trace
+        """float32 (n, n_embd) token embeddings (ggml `get_rows`; llama.cpp's
+        node name: the spec's `names.embd`)."""
         x = self.tok_embd.rows_f32([int(t) for t in tokens])
-        trace.emit(self.EMBD_NAME, "GET_ROWS", x)
+        trace.emit(self.spec.names.embd, "GET_ROWS", x)
         return x
 
     def forward(self, tokens, cache, all_logits: bool = False) -> np.ndarray:
@@ -510,18 +554,17 @@ class Model:
         """The output head: RMSNorm with output_norm, the output mat-mul,
         gemma's final soft-capping; x float32 (n, n_embd) after the last
         layer. Returns (n, n_vocab), or (n_vocab,) for the last row."""
-        from . import trace
-        hp = self.hp
+        hp, names = self.hp, self.spec.names
         if not all_logits:
             x = x[-1:]
-        x = trace.norm(x, self.output_norm, hp.eps, self.RESULT_NORM, None)
-        if self.HEAD_ROWS:
-            trace.emit(self.HEAD_ROWS, "GET_ROWS", x)
+        x = trace.norm(x, self.output_norm, hp.eps, names.result_norm, None)
+        if names.head_rows:
+            trace.emit(names.head_rows, "GET_ROWS", x)
         logits = self.output.matmul(x)
         if getattr(hp, "final_softcap", 0.0):
             # ggml scale, tanh, scale (`ops.softcap` fuses them: their
             # intermediate nodes are not recorded)
-            trace.emit(trace.derived_name("MUL_MAT", [self.output.name, self.HEAD_ROWS or self.RESULT_NORM]),
+            trace.emit(trace.derived_name("MUL_MAT", [self.output.name, names.head_rows or names.result_norm]),
                        "MUL_MAT", logits)
             logits = ops.softcap(logits, hp.final_softcap)
             trace.emit("result_output", "SCALE", logits)
@@ -529,16 +572,10 @@ class Model:
             trace.emit("result_output", "MUL_MAT", logits)
         return logits if all_logits else logits[0]
 
-    #: llama.cpp's name of the output norm's MUL node, and of a GET_ROWS
-    #: node that follows it (None: none)
-    RESULT_NORM = "result_norm"
-    HEAD_ROWS = None
-
     def _trace_out_rows(self, name: str, x) -> None:
         """The `get_rows(x, inp_out_ids)` llama.cpp's graph takes of the
         last layer's tensors (every row in a trace: all logits are
         computed), recorded as its unnamed node."""
-        from . import trace
         if trace.on():
             trace.emit(trace.derived_name("GET_ROWS", [name, "out_ids"]), "GET_ROWS", x)
 
@@ -567,34 +604,3 @@ def check_logits(logits: np.ndarray, where: str, spread: bool = True) -> None:
         raise ModelOutputError(f"the logits of {where} are all equal ({float(logits[0])!r}): "
                                f"the model file is damaged (zero weights, or a tensor stored "
                                f"with the wrong type)")
-
-
-def model_class(arch: str) -> type:
-    """The Model subclass that runs architecture `arch` (ModelLoadError for
-    one no family module runs)."""
-    import importlib
-    architecture({"general.architecture": arch})
-    mod = importlib.import_module(f"{__package__}.{FAMILIES[arch]}")
-    return mod.MODELS[arch]
-
-
-def load(path, profile=None, **cache_options) -> Model:
-    """Load a GGUF model file (via `strata_ref.gguf.read`) to run in the CPU
-    profile `profile` (a name or `strata_ref.cpu.Profile`; None:
-    `strata_ref.cpu.select()`); `cache_options` (type_k, type_v,
-    flash_attn, rotate, fa_threads: `KVCache`) become the model's
-    `cache_options`. Raises ModelLoadError for what the engine cannot run,
-    GGUFError for a malformed file, ValueError for an unknown profile or a
-    cache option KVCache refuses for this model (checked on a one-cell
-    cache)."""
-    from .. import gguf
-    from .._threads import configure
-    prof = cpu.select(profile)
-    configure()
-    gf = gguf.read(path)
-    cls = model_class(architecture(gf.metadata))
-    m = cls(gf, path=str(path), profile=prof)
-    if cache_options:
-        m.cache_options = dict(cache_options)
-        m.new_cache(1)
-    return m

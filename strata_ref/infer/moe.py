@@ -31,10 +31,9 @@ from ..cpu import moe as cmoe
 from ..cpu import ops
 from . import trace as T
 from .layers import Attention, GatedFFN, sigmoid
-from .model import ArchKeys, Model, ModelLoadError, architecture, common_params
+from .model import ArchKeys, Model, ModelLoadError, arch_spec, common_params, swa_params
 
-__all__ = ["MoEHParams", "MoEFFN", "Qwen3MoEModel", "GptOssModel", "MODELS", "expert_params",
-           "ExpertCheck", "check_experts"]
+__all__ = ["MoEHParams", "MoEFFN", "Qwen3MoEModel", "GptOssModel", "expert_params"]
 
 
 def expert_params(k: ArchKeys, n_ff: int, ff_key_required: bool = False) -> dict:
@@ -88,41 +87,26 @@ class MoEHParams:
 
     @classmethod
     def from_metadata(cls, md) -> "MoEHParams":
-        arch = architecture(md)
-        if arch not in ("qwen3moe", "gpt-oss"):
-            raise ModelLoadError(f"architecture {arch!r} is not one of the MoE family (qwen3moe, gpt-oss)")
+        """The hyperparameters of metadata `md` of a mixture-of-experts
+        architecture, read as its `archs.ArchSpec` says (llama.cpp
+        `src/models/{qwen3moe,openai-moe}.cpp`); ModelLoadError naming the
+        key for a bad one."""
+        spec = arch_spec(md, "moe")
+        arch, ex = spec.name, spec.experts
         k = ArchKeys(md, arch)
-        gpt = arch == "gpt-oss"
-        c = common_params(k, ff_required=False, yarn=gpt)
+        c = common_params(k, spec, ff_required=False)
         yarn = c.pop("rope_yarn", None)
         if yarn is not None and yarn[0] == 0.0:
             yarn = None
-        if gpt and c["n_rot"] != c["head_dim"]:
-            raise ModelLoadError(f"gpt-oss: `{k.full('rope.dimension_count')}` = {c['n_rot']} differs "
-                                 f"from the head size {c['head_dim']}")
-        if arch == "qwen3moe" and c["n_rot"] != c["head_dim"]:
-            raise ModelLoadError(f"qwen3moe: `{k.full('rope.dimension_count')}` = {c['n_rot']} differs "
+        if c["n_rot"] != c["head_dim"]:
+            raise ModelLoadError(f"{arch}: `{k.full('rope.dimension_count')}` = {c['n_rot']} differs "
                                  f"from the head size {c['head_dim']} (llama.cpp asserts they agree)")
-        e = expert_params(k, c["n_ff"], ff_key_required=gpt)
-        n_layer = c["n_layer"]
-        extra = {}
-        if gpt:
-            n_swa = k.int("attention.sliding_window", required=True)
-            pat = k.per_layer_bools("attention.sliding_window_pattern", n_layer)
-            if pat is None:
-                # llama.cpp load_swa_pattern(ml, 2): layer il is local when il % p < p - 1
-                p = k.int("attention.sliding_window_pattern", 2, lo=0)
-                pat = tuple(p == 0 or il % p < p - 1 for il in range(n_layer))
-            extra = dict(n_swa=n_swa, swa_layers=pat,
-                         rope_base_swa=k.float("rope.freq_base_swa", c["rope_base"]),
-                         rope_freq_scale_swa=c["rope_freq_scale"], rope_yarn=yarn)
-        else:
-            extra = dict(swa_layers=(False,) * n_layer, rope_base_swa=c["rope_base"],
-                         rope_freq_scale_swa=c["rope_freq_scale"])
-        # gpt-oss: 1/sqrt(n_rot); qwen3moe: 1/sqrt(head_dim) (n_rot == head_dim)
-        kq_scale = 1.0 / math.sqrt(float(c["n_rot"] if gpt else c["head_dim"]))
-        return cls(**c, **e, kq_scale=kq_scale, gating="softmax_weight" if gpt else "softmax",
-                   norm_w=not gpt, **extra)
+        e = expert_params(k, c["n_ff"], ff_key_required=ex.ff_required)
+        swa = swa_params(k, spec.swa, c["n_layer"], c["rope_base"], c["rope_freq_scale"])
+        # 1/sqrt(head_dim) (gpt-oss: 1/sqrt(n_rot), the same here)
+        kq_scale = 1.0 / math.sqrt(float(c["head_dim"]))
+        return cls(**c, **e, **swa, kq_scale=kq_scale, gating=ex.gating, norm_w=ex.norm_w,
+                   neox=spec.neox, rope_yarn=yarn)
 
 
 def swiglu_oai(g: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -140,10 +124,13 @@ class MoEFFN:
     for tools (`check_experts`).
     """
 
-    def __init__(self, w, prefix: str, hp, profile, *, act: str = "silu", biases: bool = False,
-                 shared: bool = False, n_ff_shexp: int = 0):
+    def __init__(self, w, prefix: str, hp, spec, profile):
+        """The FFN of the layer whose tensors start with `prefix`, with the
+        options of `spec.experts` (`archs.Experts`)."""
         e, E, F = hp.n_embd, hp.n_expert, hp.n_ff_exp
-        self.hp, self.cpu, self.act, self.n_ff = hp, profile, act, F
+        ex = spec.experts
+        biases, shared = ex.biases, ex.shared
+        self.hp, self.cpu, self.act, self.n_ff = hp, profile, ex.act, F
         self.il = int(prefix.split(".")[1]) if prefix.startswith("blk.") else -1
         self.router = w.mat(prefix + "ffn_gate_inp.weight", E, e)
         self.router_bias = w.vec(prefix + "ffn_gate_inp.bias", E) if biases else None
@@ -163,7 +150,7 @@ class MoEFFN:
             self.b_down = w.table(prefix + "ffn_down_exps.bias", E, e)
         self.shared = None
         if shared:
-            self.shared = GatedFFN(w, prefix, "_shexp", e, n_ff_shexp, profile)
+            self.shared = GatedFFN(w, prefix, "_shexp", e, hp.n_ff_shexp, profile)
             self.shared_gate = w.mat(prefix + "ffn_gate_inp_shexp.weight", 1, e)
         self.last_x = self.last_ids = self.last_weights = None
 
@@ -299,9 +286,9 @@ class Qwen3MoEModel(Model):
             p = f"blk.{i}."
             L = _Layer()
             L.attn_norm = w.vec(p + "attn_norm.weight", e)
-            L.attn = Attention(w, p, hp, self.cpu, qk_norm=True)
+            L.attn = Attention(w, p, hp, self.spec, self.cpu)
             L.ffn_norm = w.vec(p + "ffn_norm.weight", e)
-            L.moe = MoEFFN(w, p, hp, self.cpu)
+            L.moe = MoEFFN(w, p, hp, self.spec, self.cpu)
             self.layers.append(L)
         w.check_all_used()
 
@@ -321,7 +308,7 @@ class Qwen3MoEModel(Model):
         pos = np.arange(cache.n, cache.n + n)
         rope = self._rope(pos)
         x = self.embed(tokens)
-        res, last = self.EMBD_NAME, len(self.layers) - 1
+        res, last = self.spec.names.embd, len(self.layers) - 1
         for il, L in enumerate(self.layers):
             h = x
             x = T.norm(x, L.attn_norm, hp.eps, "attn_norm", il)
@@ -346,9 +333,6 @@ class GptOssModel(Model):
 
     HPARAMS = MoEHParams
 
-    def _load_io(self, output_required: bool = True) -> None:
-        super()._load_io(output_required=True)
-
     def _load_layers(self) -> None:
         hp, w = self.hp, self.w
         e = hp.n_embd
@@ -357,9 +341,9 @@ class GptOssModel(Model):
             p = f"blk.{i}."
             L = _Layer()
             L.attn_norm = w.vec(p + "attn_norm.weight", e)
-            L.attn = Attention(w, p, hp, self.cpu, sinks=True, out_bias=True)
+            L.attn = Attention(w, p, hp, self.spec, self.cpu)
             L.post_norm = w.vec(p + "post_attention_norm.weight", e)
-            L.moe = MoEFFN(w, p, hp, self.cpu, act="swiglu_oai", biases=True)
+            L.moe = MoEFFN(w, p, hp, self.spec, self.cpu)
             self.layers.append(L)
         w.check_all_used()
 
@@ -395,116 +379,3 @@ class GptOssModel(Model):
         self._trace_out_rows(T.node("l_out", len(self.layers) - 1), x)
         cache.n += n
         return self._head(x, all_logits)
-
-
-MODELS = {"qwen3moe": Qwen3MoEModel, "gpt-oss": GptOssModel}
-
-
-# ------------------------------------------------------------------ GPU route link
-@dataclass
-class ExpertCheck:
-    """The routed-expert FFN of one layer computed two ways (`check_experts`).
-
-    x: float32 (n, n_embd), the FFN input (after the layer's FFN norm);
-    ids int32 / weights float32 (n, k): llama.cpp's routing of x (ggml-cpu's
-    order); cpu float32 (n, n_embd): the routed experts' weighted sum as
-    llama.cpp's CPU build computes it (`profile`); route float32 (n, n_embd):
-    the same experts and weights through `routes.experts.moe_ffn`, the
-    mode-8 expert oracle that the CUDA expert kernels reproduce bit for bit.
-    (The shared expert of qwen3next is not part of either.)"""
-    arch: str
-    layer: int
-    profile: str
-    x: np.ndarray
-    ids: np.ndarray
-    weights: np.ndarray
-    cpu: np.ndarray
-    route: np.ndarray
-
-    def agreement(self) -> dict:
-        """How far `cpu` and `route` agree, with the NaN rule of the hashes
-        (`hashing.canonical_bytes`: any NaN equals any NaN). Returns
-        {"equal_values": the fraction of values of equal bits or NaN on
-        both sides, "max_abs_diff": max |cpu - route| over the other pairs
-        of numbers (0.0 when there are none; float64), "max_rel_diff": that
-        over max |cpu| of the numbers, "nan_both": NaN on both sides,
-        "nan_vs_number": NaN on one side only}."""
-        a, b = self.cpu, self.route
-        na, nb = np.isnan(a), np.isnan(b)
-        same = (a.view(np.uint32) == b.view(np.uint32)) | (na & nb)
-        differ = ~same & ~na & ~nb
-        with np.errstate(invalid="ignore", over="ignore"):
-            d = np.abs(a[differ].astype(np.float64) - b[differ])
-        top = float(np.abs(a[~na]).max()) if (~na).any() else 0.0
-        max_abs = float(d.max()) if d.size else 0.0
-        return {"equal_values": float(same.mean()) if same.size else 1.0, "max_abs_diff": max_abs,
-                "max_rel_diff": max_abs / max(top, float(np.finfo(np.float32).tiny)),
-                "nan_both": int((na & nb).sum()), "nan_vs_number": int((na ^ nb).sum())}
-
-
-def _expert_rows(em, e: int) -> np.ndarray:
-    """Expert e's bytes of an ExpertMatrix as uint8 (rows, row bytes)."""
-    q = em.experts[e]
-    return np.asarray(q.raw).reshape(q.rows, -1)
-
-
-def check_experts(model, layer: int, x: np.ndarray | None = None, prompt: str | None = None,
-                  profile=None) -> ExpertCheck:
-    """The routed experts of `layer` of `model` (a loaded Model, a registry
-    name or a GGUF path) for activations x (float32 (n, n_embd), the FFN
-    input), or for the FFN input llama.cpp's graph has at that layer when
-    it runs `prompt` (tokenized as `strata-ref generate` does), computed
-    the llama.cpp-CPU way and through the mode-8 route (`ExpertCheck`).
-
-    Raises ValueError for a layer out of range, x of the wrong shape, both
-    or neither of x / prompt, and ModelLoadError for an architecture whose
-    expert FFN is not the route's SwiGLU (gpt-oss: clamped SwiGLU, biases),
-    or expert types the route has no kernel for (`routes.mmvq`)."""
-    from ..routes import experts as route_experts
-    from ..routes.mmvq import SUPPORTED_TYPES
-    from . import load
-    m = model if isinstance(model, Model) else load(model, cpu=profile)
-    hp = m.hp
-    if not hasattr(hp, "n_expert"):
-        raise ModelLoadError(f"{hp.arch}: not a mixture-of-experts model")
-    if not 0 <= int(layer) < hp.n_layer:
-        raise ValueError(f"layer {layer} is outside 0 .. {hp.n_layer - 1}")
-    moe = m.layers[int(layer)].moe
-    if moe.act != "silu" or moe.b_up is not None:
-        raise ModelLoadError(f"{hp.arch}: its expert FFN (clamped SwiGLU with biases) is not the "
-                             f"SwiGLU of the mode-8 expert route")
-    if (x is None) == (prompt is None):
-        raise ValueError("check_experts takes activations x or a prompt, not both or neither")
-    if prompt is not None:
-        ids = m.tokenizer.encode(prompt, add_special=True, parse_special=False)
-        if not ids:
-            raise ValueError("the prompt has no tokens")
-        moe.last_x = None
-        m.forward(ids, m.new_cache(len(ids)), all_logits=False)
-        x = moe.last_x
-    x = np.ascontiguousarray(x, np.float32)
-    if x.ndim != 2 or x.shape[1] != hp.n_embd or x.shape[0] == 0:
-        raise ValueError(f"activations must be float32 (n, {hp.n_embd}), got {x.shape}")
-    if moe.gate_up is not None and moe.gate is None:
-        gate = [_expert_rows(moe.gate_up, e)[:moe.n_ff] for e in range(hp.n_expert)]
-        up = [_expert_rows(moe.gate_up, e)[moe.n_ff:] for e in range(hp.n_expert)]
-        t_gu = moe.gate_up.type
-    else:
-        gate = [_expert_rows(moe.gate, e) for e in range(hp.n_expert)]
-        up = [_expert_rows(moe.up, e) for e in range(hp.n_expert)]
-        if moe.gate.type != moe.up.type:
-            raise ModelLoadError(f"{hp.arch} layer {layer}: gate ({moe.gate.type.name}) and up "
-                                 f"({moe.up.type.name}) experts of different types: the route "
-                                 f"takes one type for both")
-        t_gu = moe.gate.type
-    down = [_expert_rows(moe.down, e) for e in range(hp.n_expert)]
-    for t in (t_gu, moe.down.type):
-        if t not in SUPPORTED_TYPES:
-            raise ModelLoadError(f"{hp.arch} layer {layer}: expert type {t.name} has no mode-8 "
-                                 f"route (routes.mmvq types: "
-                                 f"{', '.join(s.name for s in SUPPORTED_TYPES)})")
-    with np.errstate(over="ignore", invalid="ignore"):
-        ids, weights = moe.route(x)
-        cpu_out = moe.experts(x, ids, weights)
-        route_out = route_experts.moe_ffn(x, ids, weights, gate, up, down, t_gu, moe.down.type)
-    return ExpertCheck(hp.arch, int(layer), m.cpu.name, x, ids, weights, cpu_out, route_out)

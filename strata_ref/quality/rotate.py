@@ -48,12 +48,15 @@ import numpy as np
 from numba import njit
 
 from .. import _jitcache  # noqa: F401  (numba's cache, locked across processes)
+from ..infer.archs import ARCHS
 from ..types import GGMLType
 
 __all__ = ["RotateError", "hadamard_factors", "hadamard_matrix", "RandomizedHadamard",
            "rotate_gguf", "SUPPORTED"]
 
-SUPPORTED = ("llama", "qwen2", "qwen3")
+#: the architectures whose norms can be folded: the dense graphs without
+#: norms on the residual path (`archs.ArchSpec.post_norms`)
+SUPPORTED = tuple(a for a, s in ARCHS.items() if s.module == "dense" and not s.post_norms)
 
 
 class RotateError(ValueError):
@@ -301,7 +304,7 @@ def rotate_gguf(src_path, dst_path, type=None, seed: int = 0, progress=None) -> 
 
     from .. import gguf
     from ..gguf import GGUFValueType as V, write_gguf
-    from ..infer.model import HParams
+    from ..infer.dense import HParams
     from ..types import parse_type
     from .variants import fallback_type
     if (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
@@ -312,8 +315,9 @@ def rotate_gguf(src_path, dst_path, type=None, seed: int = 0, progress=None) -> 
     md = src.metadata
     arch = md.get("general.architecture")
     if arch not in SUPPORTED:
+        spec = ARCHS.get(arch) if isinstance(arch, str) else None
         why = (": its post-attention / post-FFN norms sit on the residual path, where a norm "
-               "weight cannot be folded" if arch == "gemma3" else "")
+               "weight cannot be folded" if spec is not None and spec.post_norms else "")
         raise RotateError(f"rotate: architecture {arch!r} is not supported{why} "
                           f"(supported: {', '.join(SUPPORTED)})")
     hp = HParams.from_metadata(md)

@@ -1,0 +1,202 @@
+"""What every command shares: the one error line, argument checks that
+several commands make, JSON output, the `--plot` directory check, the notes
+printed once per model cache."""
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import os
+import sys
+
+from .._text import printable
+
+#: the KV cache types of `--cache-type-k` / `--cache-type-v` (llama.cpp's)
+KV_TYPES = "f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1"
+
+
+class Help(argparse.HelpFormatter):
+    """Shows an option's default after its help, unless there is no default
+    (None, a flag) or the help already says it."""
+
+    def _get_help_string(self, action):
+        h = action.help or ""
+        if (not action.option_strings or action.default is None or action.default is False
+                or action.default == argparse.SUPPRESS or "default" in h):
+            return h
+        return h + " (default: %(default)s)"
+
+
+def err(msg: str) -> int:
+    # one line, whatever the message holds (a name taken from a file)
+    print(f"strata-ref: error: {printable(msg, backslash=False)}", file=sys.stderr)
+    return 2
+
+
+def error_line(e: BaseException) -> str:
+    """The message of an error caught at the top, as the line after
+    `strata-ref: error: `. The library's errors (ValueError, RuntimeError,
+    ImportError and their kinds: GGUFError, ModelError ...) are sentences
+    that name what went wrong: their message alone. An OSError: its path(s)
+    and reason ("out.npz: is a directory"; a symbolic link loop or a link to
+    nothing said so), no class name or errno. Any other error (TypeError,
+    MemoryError, ArithmeticError: not expected) keeps its class name, so
+    that a bug still shows as one."""
+    msg = str(e)
+    if isinstance(e, OSError) and e.strerror:
+        names = [os.fsdecode(n) for n in (e.filename, e.filename2) if n is not None]
+        from .._paths import unreachable
+        why = unreachable(names[0]) if names and e.errno in (errno.ELOOP, errno.ENOENT) else None
+        reason = why or e.strerror[:1].lower() + e.strerror[1:]
+        return f"{' -> '.join(names)}: {reason}" if names else reason
+    if isinstance(e, (ValueError, RuntimeError, ImportError, OSError)) and msg:
+        return msg
+    return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+
+
+def split_list(s: str | None) -> list[str] | None:
+    if not s:
+        return None
+    return [p.strip() for p in s.split(",") if p.strip()]
+
+
+def cpu_problem(name) -> str | None:
+    """Why `--cpu NAME` (None: $STRATA_REF_CPU, else native) names no CPU
+    profile, as one line, or None; checked before any model is read."""
+    from ..cpu import select
+    try:
+        select(name)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def seed_problem(seed) -> str | None:
+    """A seed is llama.cpp's uint32_t (`llama_sampler_init_dist`); the
+    rotation's is written as a UINT32 key."""
+    if not 0 <= seed < 1 << 32:
+        return f"--seed must be from 0 to {(1 << 32) - 1}, got {seed}"
+    return None
+
+
+def token_ids(text: str) -> list | None:
+    """Comma-separated token ids, None when the text is not such a list."""
+    parts = [p.strip() for p in text.split(",")]
+    if not parts or not all(p.isdigit() for p in parts):
+        return None
+    return [int(p) for p in parts]
+
+
+def finite(x):
+    """x with every non-finite float (a standard error of one position)
+    as None, so that --json output is strict JSON (null, never NaN)."""
+    import math
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [finite(v) for v in x]
+    return x
+
+
+def json_out(doc) -> None:
+    json.dump(finite(doc), sys.stdout, allow_nan=False)
+    print()
+
+
+def plot_problem(plot_dir) -> str | None:
+    """Why the charts of `--plot DIR` could not be written, as one line, or
+    None; checked before the measurement runs, not after it: matplotlib
+    must be there (ImportError, a one-line error), DIR must be a directory
+    this process can write, or one it can create. Directories made for the
+    check are removed again (the charts make them)."""
+    if plot_dir is None:
+        return None
+    if not plot_dir.strip():
+        # an unset shell variable: say so rather than draw no chart
+        return "--plot is empty; give a directory for the charts (or leave --plot out)"
+    from ..quality.charts import _plt
+    _plt()
+    import tempfile
+    d = os.path.abspath(plot_dir)
+    if os.path.exists(d) and not os.path.isdir(d):
+        return f"--plot {plot_dir}: not a directory (a file of that name exists)"
+    missing = []
+    while not os.path.isdir(d):
+        if os.path.lexists(d):
+            return f"--plot {plot_dir}: {d} is not a directory"
+        missing.append(d)
+        d = os.path.dirname(d)
+    made = []
+    try:
+        for m in reversed(missing):
+            try:
+                os.mkdir(m)
+            except OSError as e:
+                return f"--plot {plot_dir}: cannot create {m}: {e.strerror[:1].lower() + e.strerror[1:]}"
+            made.append(m)
+        probe = missing[0] if missing else os.path.abspath(plot_dir)
+        try:
+            with tempfile.TemporaryFile(dir=probe):
+                pass
+        except OSError as e:
+            return f"--plot {plot_dir}: cannot write into it: {e.strerror[:1].lower() + e.strerror[1:]}"
+    finally:
+        for m in reversed(made):
+            os.rmdir(m)
+    return None
+
+
+def write_charts(plot_dir, *charts) -> int:
+    """Call each chart writer (no arguments) after the results are
+    printed: 0, or 2 after one error line when one fails (the results
+    stand)."""
+    for chart in charts:
+        try:
+            chart()
+        except Exception as e:
+            return err(f"--plot {plot_dir}: the chart was not written: {error_line(e)} "
+                        f"(the results are above)")
+    return 0
+
+
+def native_note(cpu) -> None:
+    """After the results of a run in the native profile (`--cpu` None: as
+    $STRATA_REF_CPU, else native): the note on what native means on this
+    CPU, once per model cache (as `generate` prints it)."""
+    from .. import cpu as _cpu
+    from .._env import env_value
+    name = cpu if cpu is not None else env_value(_cpu.ENV) or "native"
+    if name.strip().lower() == "native":
+        note_once(_cpu.native_note(), None)
+
+
+#: the notes printed in this process
+_NOTED: set = set()
+
+
+def note_once(note: str, err) -> None:
+    """Print `strata-ref: note: NOTE` on `err` (default sys.stderr) the first
+    time NOTE comes up: once per model cache (a marker file under
+    `cache_dir()/notes/`, named by the note's sha256, so that a changed
+    note is shown again), and once per process where the cache cannot be
+    written."""
+    if not note or note in _NOTED:
+        return
+    _NOTED.add(note)
+    import hashlib
+
+    from ..models import cache_dir
+    mark = cache_dir() / "notes" / hashlib.sha256(note.encode()).hexdigest()[:16]
+    try:
+        if mark.is_file():
+            return
+    except OSError:
+        pass
+    print(f"strata-ref: note: {note}", file=err or sys.stderr)
+    try:
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        mark.write_text(note + "\n")
+    except OSError:
+        pass

@@ -1,0 +1,154 @@
+"""`strata-ref trace`, `diff` and `which`: a forward pass's every node
+recorded under llama.cpp's names, two traces compared, the CPU profile
+that reproduces an engine's logits (docs/trace.md)."""
+from __future__ import annotations
+
+import os
+
+from .._text import printable
+from .common import Help, KV_TYPES, cpu_problem, err, json_out, split_list, token_ids
+
+
+def cmd_trace(a) -> int:
+    from ..infer import load
+    from ..infer.trace import run_trace
+    if (a.prompt is None) == (a.tokens is None):
+        return err("trace takes --prompt TEXT or --tokens IDS (one of them)")
+    ids = None
+    if a.tokens is not None:
+        ids = token_ids(a.tokens)
+        if ids is None:
+            return err(f"--tokens {a.tokens[:80]!r} is not a comma-separated list of token ids")
+    if a.split is not None and a.split < 1:
+        return err(f"--split must be >= 1, got {a.split}")
+    if os.path.isdir(a.out):
+        return err(f"--out {a.out} is a directory; give the trace file to write")
+    bad = cpu_problem(a.cpu)
+    if bad:
+        return err(bad)
+    cache = {k: v for k, v in (("type_k", a.cache_type_k), ("type_v", a.cache_type_v),
+                               ("flash_attn", a.flash_attn), ("fa_threads", a.fa_threads)) if v is not None}
+    m = load(a.model, cpu=a.cpu, **cache)
+    if ids is None:
+        ids = m.tokenizer.encode(a.prompt, add_special=True, parse_special=False)
+    n = run_trace(m, ids, a.out, split=a.split, patterns=split_list(a.tensors),
+                  producer=f"strata-ref trace --cpu {m.cpu.name}", compress=a.compress)
+    c = m.new_cache(1)
+    print(f"{printable(a.out)}: {n} tensors, {len(ids)} tokens"
+          + (f", {len(ids) - a.split + 1} calls" if a.split and a.split < len(ids) else ", one call")
+          + f"; cpu {m.cpu.name}, flash attention {'on' if c.flash_attn else 'off'}, "
+            f"cache {c.type_k.name.lower()}/{c.type_v.name.lower()}")
+    return 0
+
+
+def cmd_diff(a) -> int:
+    from ..diff import diff_traces, load_map, report_text
+    from ..tracefile import open_trace
+    if a.block < 1 or a.worst < 0:
+        return err("--block must be >= 1 and --worst >= 0")
+    mapping = load_map(a.map) if a.map else None
+    with open_trace(a.a) as ta, open_trace(a.b) as tb:
+        rep = diff_traces(ta, tb, block=a.block, mapping=mapping, n_worst=a.worst)
+        if not rep.results:
+            return err(f"no node of {a.a} has a namesake in {a.b} (another naming? give --map FILE)")
+        if a.json:
+            json_out(rep.json())
+        else:
+            print(report_text(rep, a.block, a.all))
+    return 0 if rep.equal else 1
+
+
+def cmd_which(a) -> int:
+    from .._progress import progress_bar
+    from ..which import load_logits, report_text, which
+    from ..cpu import PROFILES
+    toks = None
+    if a.tokens is not None:
+        toks = token_ids(a.tokens)
+        if toks is None:
+            return err(f"--tokens {a.tokens[:80]!r} is not a comma-separated list of token ids")
+    profiles = split_list(a.cpu) or list(PROFILES)
+    unknown = [p for p in profiles if p not in PROFILES]
+    if unknown:
+        return err(f"--cpu {unknown[0]!r} is not a profile ({', '.join(PROFILES)})")
+    fa = {"off": (False,), "on": (True,), "both": (False, True)}[a.flash_attn]
+    e = load_logits(a.logits, toks, a.split)
+    cache = {k: v for k, v in (("type_k", a.cache_type_k), ("type_v", a.cache_type_v)) if v is not None}
+    with progress_bar(len(profiles) * len(fa), "which", "candidate", enabled=not a.json) as bar:
+        cands = which(e, a.model, profiles, fa, bar.update, **cache)
+    if a.json:
+        json_out({"logits": a.logits, "rows": int(e.logits.shape[0]), "split": e.split,
+                   "candidates": [c.json() for c in cands],
+                   "matches": [c.json() for c in cands if c.matches]})
+    else:
+        print(report_text(e, cands))
+    return 0 if any(c.matches for c in cands) else 1
+
+
+def add_trace(sub) -> None:
+    tr = sub.add_parser(
+        "trace", help="every intermediate tensor of a forward pass, named as llama.cpp's graph",
+        description="Run token ids through MODEL on the CPU as llama.cpp does and write every node of "
+                    "the graph (named and ordered as llama.cpp's: attn_norm-0, Qcur-0, kq_soft_max-0, "
+                    "ffn_out-3, result_output, ...) with its ggml op into a trace container "
+                    "(docs/trace.md), streamed to disk.", formatter_class=Help)
+    tr.add_argument("model", metavar="MODEL", help="registry model or .gguf path")
+    tr.add_argument("--prompt", metavar="TEXT", help="the text, tokenized as `generate` does")
+    tr.add_argument("--tokens", metavar="IDS", help="or comma-separated token ids")
+    tr.add_argument("--split", type=int, default=None, metavar="N",
+                    help="the first N ids in one call, then one id per call (default: one batched call)")
+    tr.add_argument("--tensors", default=None, metavar="PATTERNS",
+                    help="only nodes whose names match these comma-separated fnmatch patterns")
+    tr.add_argument("--out", required=True, metavar="TRACE", help="the trace file to write (.npz)")
+    tr.add_argument("--cpu", default=None, metavar="PROFILE",
+                    help="the llama.cpp CPU build to reproduce (default: $STRATA_REF_CPU, else native)")
+    tr.add_argument("--cache-type-k", default=None, metavar="T", help=f"KV cache type of K: {KV_TYPES}")
+    tr.add_argument("--cache-type-v", default=None, metavar="T", help="KV cache type of V")
+    tr.add_argument("--flash-attn", default=None, metavar="on|off|auto", help="flash attention (default off)")
+    tr.add_argument("--fa-threads", type=int, default=None, metavar="N",
+                    help="llama.cpp's thread count for flash attention's split (default 2)")
+    tr.add_argument("--compress", action="store_true", help="deflate the entries (smaller, slower)")
+    tr.set_defaults(func=cmd_trace)
+
+
+def add_diff(sub) -> None:
+    df = sub.add_parser(
+        "diff", help="two traces node by node: where they depart",
+        description="Compare trace B with trace A node by node in A's graph order: equal bits or not, "
+                    "the first differing node with its op and layer, its ulp distribution and first "
+                    "differing element (row, block, offset), the growth layer by layer. Exit 0 only "
+                    "if every compared node is equal, 1 when some differ, 2 on bad input.",
+        formatter_class=Help)
+    df.add_argument("a", metavar="A", help="trace (e.g. llama.cpp's, tools/llama_trace.c)")
+    df.add_argument("b", metavar="B", help="trace compared with A")
+    df.add_argument("--map", default=None, metavar="FILE",
+                    help="JSON {\"B name\": \"A name\"} ({il}: any layer) for a B of other naming")
+    df.add_argument("--block", type=int, default=32, metavar="N",
+                    help="block length the first difference is placed in (32: q8_0, 256: q8_K)")
+    df.add_argument("--worst", type=int, default=5, metavar="N", help="largest ulp distances listed per node")
+    df.add_argument("--all", action="store_true", help="a line for every compared node")
+    df.add_argument("--json", action="store_true", help="machine-readable report, every node")
+    df.set_defaults(func=cmd_diff)
+
+
+def add_which(sub) -> None:
+    wh = sub.add_parser(
+        "which", help="which CPU profile and flash-attention setting reproduce an engine's logits",
+        description="Run LOGITS' token ids through MODEL in every candidate (CPU profile x flash "
+                    "attention) and count the rows equal bit for bit; name the candidates that "
+                    "reproduce every row, else the nearest and its first differing row. Exit 0 when "
+                    "one matches, 1 when none does, 2 on bad input (docs/trace.md).",
+        formatter_class=Help)
+    wh.add_argument("logits", metavar="LOGITS",
+                    help=".npz (tokens, logits[, columns, split]), a trace, or .npy with --tokens")
+    wh.add_argument("model", metavar="MODEL", help="registry model or .gguf path")
+    wh.add_argument("--tokens", default=None, metavar="IDS", help="the token ids of an .npy")
+    wh.add_argument("--split", type=int, default=None, metavar="N",
+                    help="the engine ran the first N ids in one call, then one per call")
+    wh.add_argument("--cpu", default=None, metavar="P1,P2", help="candidate profiles (default: all)")
+    wh.add_argument("--flash-attn", choices=["off", "on", "both"], default="both",
+                    help="candidate flash-attention settings")
+    wh.add_argument("--cache-type-k", default=None, metavar="T", help=f"KV cache type of K: {KV_TYPES}")
+    wh.add_argument("--cache-type-v", default=None, metavar="T", help="KV cache type of V")
+    wh.add_argument("--json", action="store_true", help="machine-readable output")
+    wh.set_defaults(func=cmd_which)

@@ -344,3 +344,15 @@ def test_generate_with_a_model_and_no_prompt_is_refused(arg, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"strata-ref: error: '{arg}' names a model but no PROMPT follows") and \
         err.count("\n") == 1
+
+
+def test_a_closed_pipe_is_not_success(forged, tmp_path):
+    # `strata-ref ... | head`: the reader leaves before the command is
+    # done; the status says so (141, as a shell reports SIGPIPE), not 0
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    p = subprocess.Popen([sys.executable, "-m", "strata_ref.cli", "info", str(forged)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    p.stdout.close()
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 141, err
+    assert b"Traceback" not in err and b"Exception ignored" not in err, err

@@ -169,6 +169,8 @@ def main(argv=None) -> int:
     bad_env = numba_env_problem() or switch_problem() or numba_config_problem()  # before anything imports numba
     if bad_env:
         return err(bad_env)
+    from .._threads import configure
+    configure()                 # numba's threading layer, before any kernel runs
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
@@ -177,7 +179,16 @@ def main(argv=None) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         return 130
     except BrokenPipeError:
-        return 0
+        # the reader left (`| head`): the command did not finish, so its
+        # verdict is unknown; 141 as a shell reports a process ended by
+        # SIGPIPE, never 0 (a `diff A B | head` under pipefail must not
+        # pass). stdout goes to /dev/null so that Python's flush at exit
+        # does not print a second error.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 141
     except (ValueError, TypeError, RuntimeError, OSError, ImportError,
             MemoryError, ArithmeticError) as e:
         # Library errors (GGUFError, ModelError, UnsupportedTypeError...) name

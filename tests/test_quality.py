@@ -3,6 +3,7 @@ at generated positions, crest factors, the per-layer study, charts."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -232,3 +233,28 @@ def test_prompt_file_must_be_a_bounded_regular_file(tmp_path, monkeypatch):
         P.load_prompts(big)
     monkeypatch.setattr(P, "MAX_PROMPT_FILE", 120)
     assert P.load_prompts(big) == ["hello"] * 20
+
+
+def test_kl_of_rows_of_huge_logits_keeps_the_normaliser():
+    # a TEST row of equal logits 3e38 is the uniform distribution: KL(p||u)
+    # = log(V) - H(p) >= 0, computed here in float64 by hand; the old
+    # log-softmax rounded log(V) away against 3e38 and gave -3.5
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal((1, 50)).astype(np.float32)
+    test = np.full((1, 50), 3e38, np.float32)
+    z = ref[0].astype(np.float64)
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    want = math.log(50) + float((p * np.log(p)).sum())
+    got = kl.kl_rows(ref, test, [0])["kl"][0]
+    assert want > 0 and abs(got - want) <= 1e-12 * want
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_test_logits_with_non_finite_rows_are_refused(tmp_path, bad):
+    rows = np.zeros((3, 8), np.float32)
+    rows[1, 2] = bad
+    f = tmp_path / "t.npz"
+    np.savez(f, tokens=np.array([1, 2, 3, 4]), n_prompt=np.array(1), logits=rows)
+    with pytest.raises(ValueError, match=r"row that predicts generated id 1 .*finite"):
+        kl.load_test_logits(f, 8)

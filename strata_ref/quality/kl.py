@@ -32,10 +32,11 @@ __all__ = ["PromptResult", "log_softmax", "kl_rows", "summarize", "reference_pas
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     """float64 log-softmax of float32 rows (n, vocab); -inf logits give
-    -inf."""
+    -inf. The maximum is taken off first, so that rows of large logits
+    (3e38) keep their normaliser: `m + log(sum)` would round the log away."""
     z = np.asarray(logits, np.float64)
-    m = z.max(axis=-1, keepdims=True)
-    return z - (m + np.log(np.exp(z - m).sum(axis=-1, keepdims=True)))
+    s = z - z.max(axis=-1, keepdims=True)
+    return s - np.log(np.exp(s).sum(axis=-1, keepdims=True))
 
 
 def kl_rows(ref_logits: np.ndarray, test_logits: np.ndarray, tokens) -> dict:
@@ -191,7 +192,7 @@ def load_test_logits(path, n_vocab: int) -> list:
     - n_prompt, n_vocab); `prompt:<i>` (text) optional. A single sequence
     may leave out the `:0`. Returns [(prompt text, ids, n_prompt, rows
     (G, n_vocab))]. Raises ValueError (one line) for missing keys, rows of
-    another vocabulary or count."""
+    another vocabulary or count, and non-finite logits in a compared row."""
     try:
         d = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as e:
@@ -228,6 +229,12 @@ def load_test_logits(path, n_vocab: int) -> list:
                 raise ValueError(f"--test-logits {path}: `logits{sfx}` has {rows.shape[0]} rows for "
                                  f"{ids.size} ids of which {g} generated (give one row per position or per "
                                  f"generated id)")
+            bad = np.flatnonzero(~np.isfinite(rows).all(axis=1))
+            if bad.size:
+                row = rows[bad[0]]
+                what = "NaN" if np.isnan(row).any() else "an infinite logit"
+                raise ValueError(f"--test-logits {path}: `logits{sfx}` has {what} in the row that predicts "
+                                 f"generated id {int(bad[0])} ({bad.size} such rows): KL needs finite logits")
             text = str(d["prompt" + sfx]) if "prompt" + sfx in keys else f"#{i}"
             out.append((text, [int(t) for t in ids], n_prompt, np.ascontiguousarray(rows)))
     return out

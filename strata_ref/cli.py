@@ -994,16 +994,16 @@ def cmd_diff(a) -> int:
 def cmd_which(a) -> int:
     from ._progress import progress_bar
     from .which import load_logits, report_text, which
-    from .cpu import PROFILES
+    from .cpu import ALIASES, PROFILES
     toks = None
     if a.tokens is not None:
         toks = _token_ids(a.tokens)
         if toks is None:
             return _err(f"--tokens {a.tokens[:80]!r} is not a comma-separated list of token ids")
     profiles = _split_list(a.cpu) or list(PROFILES)
-    unknown = [p for p in profiles if p not in PROFILES]
+    unknown = [p for p in profiles if p not in PROFILES and p not in ALIASES]
     if unknown:
-        return _err(f"--cpu {unknown[0]!r} is not a profile ({', '.join(PROFILES)})")
+        return _err(f"--cpu {unknown[0]!r} is not a profile ({', '.join(list(PROFILES) + list(ALIASES))})")
     fa = {"off": (False,), "on": (True,), "both": (False, True)}[a.flash_attn]
     e = load_logits(a.logits, toks, a.split)
     cache = {k: v for k, v in (("type_k", a.cache_type_k), ("type_v", a.cache_type_v)) if v is not None}
@@ -1233,8 +1233,12 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default: that, at most 4096)")
     ge.add_argument("--cpu", default=None, metavar="PROFILE",
                     help="the llama.cpp CPU build whose arithmetic to reproduce: scalar, avx2, "
-                         "avx512 or native (default: $STRATA_REF_CPU, else native: the profile "
-                         "of llama.cpp's native build on this CPU)")
+                         "avx512 (llama-cpp-python 0.3.36's llama.cpp), v0.4.0-x64, v0.4.0-haswell, "
+                         "v0.4.0-skylakex, v0.4.0-zen4 (prebuilt llama.cpp v0.4.0 of "
+                         "node-llama-cpp 3.21.1; aliases: v0.4.0-alderlake, -cannonlake, "
+                         "-cascadelake, -icelake, -cooperlake) or native (default: "
+                         "$STRATA_REF_CPU, else native: the profile of llama.cpp's native build "
+                         "on this CPU)")
     kv_types = "f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1"
     ge.add_argument("--cache-type-k", default=None, metavar="T",
                     help=f"KV cache type of K, as llama.cpp's -ctk: {kv_types} (default f16); a "

@@ -133,6 +133,8 @@ PROFILES = {p.name: p for p in (
     Profile("v0.4.0-x64", "x64", V0_4_0, (), "v0.4.0's generic C code (= scalar)", _SCALAR),
     Profile("v0.4.0-haswell", "haswell", V0_4_0, _AVX2, "v0.4.0, AVX2 + FMA + F16C",
             chain(("v0_4_0",) + _AVX2_CHAIN)),
+    Profile("v0.4.0-skylakex", "skylakex", V0_4_0, _AVX2 + ("AVX512",), "v0.4.0, AVX-512 without BF16",
+            chain(("v0_4_0", "x86_avx512f") + _AVX512_CHAIN)),
     Profile("v0.4.0-zen4", "zen4", V0_4_0, _ZEN4, "v0.4.0, AVX-512 + VBMI + VNNI + BF16",
             chain(("v0_4_0",) + _AVX512_CHAIN)),
 )}
@@ -141,7 +143,9 @@ PROFILES = {p.name: p for p in (
 #: stored model (docs/prebuilt.md "Alias classes": the options they add only
 #: change how exact integer sums are formed): name -> the profile computing
 #: them
-ALIASES = {"v0.4.0-alderlake": "v0.4.0-haswell", "v0.4.0-cooperlake": "v0.4.0-zen4"}
+ALIASES = {"v0.4.0-alderlake": "v0.4.0-haswell", "v0.4.0-cannonlake": "v0.4.0-skylakex",
+           "v0.4.0-cascadelake": "v0.4.0-skylakex", "v0.4.0-icelake": "v0.4.0-skylakex",
+           "v0.4.0-cooperlake": "v0.4.0-zen4"}
 
 
 def host_flags() -> frozenset:

@@ -353,8 +353,8 @@ def flash_attn_ext(q: np.ndarray, type_k, kdata: np.ndarray, type_v, vdata: np.n
         _reduce_split(parts, Ms, Ss, fused, out[0])
         return out.reshape(n, H * D)
     dummy = np.empty((1, 1), np.float32)
-    _vec_rows(s, v, v16, _F32(scale), pos, int(n_swa), 0, int(T_), fused, fused_s, True, out, dummy, dummy,
-              has_sinks, sk)
+    _vec_rows(s, v, v16, _F32(scale), pos, int(n_swa), 0, int(T_), fused, fused_s, True, out, dummy,
+              dummy, has_sinks, sk)
     return out.reshape(n, H * D)
 
 

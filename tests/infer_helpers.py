@@ -20,8 +20,9 @@ SDIST = "llama-cpp-python==0.3.36"
 SDIST_FILE = "llama_cpp_python-0.3.36.tar.gz"
 DATA = Path(__file__).parent / "data"
 #: the CPU profiles whose llama.cpp reference data lives in DATA/<profile>/:
-#: every declared profile (`strata_ref.cpu.PROFILES`)
-PROFILES = tuple(_cpu.PROFILES)
+#: every declared profile of llama-cpp-python 0.3.36's llama.cpp
+#: (`strata_ref.cpu.PROFILES`; the v0.4.0 ones: tests/test_cpu_prebuilt.py)
+PROFILES = tuple(n for n, p in _cpu.PROFILES.items() if p.version == _cpu.profiles.LLAMA_CPP)
 
 
 def row_hashes(rows) -> "np.ndarray":

@@ -234,7 +234,9 @@ def test_kernel_switch_values():
     assert "STRATA_REF_NO_F16C='2'" in switch_problem({"STRATA_REF_NO_F16C": "2"})
 
 
-_NO_PROFILE = "is not a CPU profile (known: scalar, avx2, avx512, native)"
+_NO_PROFILE = ("is not a CPU profile (known: scalar, avx2, avx512, v0.4.0-x64, v0.4.0-haswell, "
+               "v0.4.0-skylakex, v0.4.0-zen4, v0.4.0-alderlake, v0.4.0-cannonlake, v0.4.0-cascadelake, "
+               "v0.4.0-icelake, v0.4.0-cooperlake, native)")
 
 
 @pytest.mark.parametrize("argv", [["generate", "Hi"], ["kl", "a.gguf", "b.gguf"],

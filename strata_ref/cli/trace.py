@@ -61,16 +61,16 @@ def cmd_diff(a) -> int:
 def cmd_which(a) -> int:
     from .._progress import progress_bar
     from ..which import load_logits, report_text, which
-    from ..cpu import PROFILES
+    from ..cpu import ALIASES, PROFILES
     toks = None
     if a.tokens is not None:
         toks = token_ids(a.tokens)
         if toks is None:
             return err(f"--tokens {a.tokens[:80]!r} is not a comma-separated list of token ids")
     profiles = split_list(a.cpu) or list(PROFILES)
-    unknown = [p for p in profiles if p not in PROFILES]
+    unknown = [p for p in profiles if p not in PROFILES and p not in ALIASES]
     if unknown:
-        return err(f"--cpu {unknown[0]!r} is not a profile ({', '.join(PROFILES)})")
+        return err(f"--cpu {unknown[0]!r} is not a profile ({', '.join(list(PROFILES) + list(ALIASES))})")
     fa = {"off": (False,), "on": (True,), "both": (False, True)}[a.flash_attn]
     e = load_logits(a.logits, toks, a.split)
     cache = {k: v for k, v in (("type_k", a.cache_type_k), ("type_v", a.cache_type_v)) if v is not None}

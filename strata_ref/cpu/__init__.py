@@ -31,9 +31,9 @@ to add an instruction set, a CPU build or a weight type.
 from __future__ import annotations
 
 from .._env import env_value
-from .profiles import PROFILES, Profile, host_flags
+from .profiles import ALIASES, PROFILES, Profile, host_flags
 
-__all__ = ["select", "native", "native_note", "Profile", "PROFILES", "ENV"]
+__all__ = ["select", "native", "native_note", "Profile", "PROFILES", "ALIASES", "ENV"]
 
 #: the environment variable naming the default profile
 ENV = "STRATA_REF_CPU"
@@ -74,9 +74,11 @@ def native_note(flags=None) -> str:
 
 
 def select(name=None) -> Profile:
-    """The profile called `name` ("scalar", "avx2", "avx512" or "native"; a
-    Profile passes through). None: `$STRATA_REF_CPU`, else (unset or
-    empty) "native".
+    """The profile called `name` (a key of `PROFILES`, e.g. "scalar",
+    "avx2", "avx512", "v0.4.0-haswell", an alias of `ALIASES`, e.g.
+    "v0.4.0-alderlake", which gives the profile computing its bits, or
+    "native"; a Profile passes through). None: `$STRATA_REF_CPU`, else
+    (unset or empty) "native".
     Raises ValueError naming the value (and the variable, when it came from
     the environment) for any other name: "--cpu 'sse4' is not a CPU
     profile (known: ...)", "STRATA_REF_CPU='sse4' is not ..."."""
@@ -89,7 +91,8 @@ def select(name=None) -> Profile:
     key = str(name).strip().lower()
     if key == "native":
         return native()
+    key = ALIASES.get(key, key)
     if key not in PROFILES:
         raise ValueError(f"{source}{name!r} is not a CPU profile "
-                         f"(known: {', '.join(PROFILES)}, native)")
+                         f"(known: {', '.join(list(PROFILES) + list(ALIASES))}, native)")
     return PROFILES[key]

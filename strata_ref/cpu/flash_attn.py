@@ -107,10 +107,11 @@ def _add_sink(acc, S, M, sink, fused):
 
 
 @jit
-def _vec_rows(s, v, v16, scale, pos, n_swa, c0, c1, fused, final, out, Ms, Ss, has_sinks, sinks):
+def _vec_rows(s, v, v16, scale, pos, n_swa, c0, c1, fused, fused_s, final, out, Ms, Ss, has_sinks, sinks):
     # ggml_compute_forward_flash_attn_ext_f16_one_chunk over keys c0 .. c1-1
     # for every (token t, head). s (n, H, T) the raw K q dots; v (Hkv, T, DV)
     # float32 V values (F16 ones exact); v16: the accumulator is F16.
+    # fused: the accumulator update contracted; fused_s: `S = S*ms + vs`
     # final: divide by S into out (n, H, DV); else leave the partials:
     # out = the float32 accumulator, Ms / Ss (n, H) = M and S.
     n, H, _ = s.shape
@@ -146,7 +147,7 @@ def _vec_rows(s, v, v16, scale, pos, n_swa, c0, c1, fused, final, out, Ms, Ss, h
                     else:
                         a = _F32(acc[d] + _F32(v[hk, c, d] * vs))
                     acc[d] = round_to_f16(a) if v16 else a
-                S = fma32(S, ms, vs) if fused else _F32(_F32(S * ms) + vs)
+                S = fma32(S, ms, vs) if fused_s else _F32(_F32(S * ms) + vs)
             if has_sinks and c0 == 0:
                 S, M = _add_sink(acc, S, M, sinks[hq], False)
             if final:
@@ -315,6 +316,8 @@ def flash_attn_ext(q: np.ndarray, type_k, kdata: np.ndarray, type_v, vdata: np.n
     q = np.ascontiguousarray(q, np.float32)
     pos = np.ascontiguousarray(pos, np.int64)
     fused = bool(profile.fma)
+    # GCC 11 leaves the one-chunk kernel's `S = S*ms + vs` apart (FA_S_FMA)
+    fused_s = fused and bool(profile.isa.resolve("FA_S_FMA"))
     out = np.empty((n, H, D), np.float32)
     has_sinks = sinks is not None
     sk = np.zeros(H, np.float32) if sinks is None else np.ascontiguousarray(sinks, np.float32)
@@ -345,13 +348,13 @@ def flash_attn_ext(q: np.ndarray, type_k, kdata: np.ndarray, type_v, vdata: np.n
         for c in range(nth):
             c0, c1 = c * chunk, min((c + 1) * chunk, T_)
             if c0 < c1:
-                _vec_rows(s, v, v16, _F32(scale), pos, int(n_swa), c0, c1, fused, False,
+                _vec_rows(s, v, v16, _F32(scale), pos, int(n_swa), c0, c1, fused, fused_s, False,
                           parts[c:c + 1], Ms[c:c + 1], Ss[c:c + 1], has_sinks, sk)
         _reduce_split(parts, Ms, Ss, fused, out[0])
         return out.reshape(n, H * D)
     dummy = np.empty((1, 1), np.float32)
-    _vec_rows(s, v, v16, _F32(scale), pos, int(n_swa), 0, int(T_), fused, True, out, dummy, dummy,
-              has_sinks, sk)
+    _vec_rows(s, v, v16, _F32(scale), pos, int(n_swa), 0, int(T_), fused, fused_s, True, out, dummy,
+              dummy, has_sinks, sk)
     return out.reshape(n, H * D)
 
 

@@ -33,10 +33,15 @@ from dataclasses import dataclass
 
 from .isa import Isa, chain
 
-__all__ = ["Profile", "PROFILES", "LLAMA_CPP", "X86_OPTIONS", "OPTION_CPU_FLAGS", "host_flags"]
+__all__ = ["Profile", "PROFILES", "ALIASES", "LLAMA_CPP", "V0_4_0", "X86_OPTIONS", "OPTION_CPU_FLAGS",
+           "host_flags"]
 
-#: the llama.cpp whose arithmetic the profiles reproduce
+#: the llama.cpp whose arithmetic the profiles without a version prefix
+#: reproduce
 LLAMA_CPP = "llama.cpp vendored by llama-cpp-python 0.3.36"
+#: llama.cpp release v0.4.0 as node-llama-cpp 3.21.1 ships it (prebuilt by
+#: GCC 11.4 with GGML_CPU_ALL_VARIANTS; docs/prebuilt.md)
+V0_4_0 = "llama.cpp v0.4.0, prebuilt by node-llama-cpp 3.21.1"
 
 # every x86 instruction-set option of ggml-cpu's CMakeLists (GGML_NATIVE=OFF)
 X86_OPTIONS = ("SSE42", "AVX", "AVX_VNNI", "AVX2", "BMI2", "FMA", "F16C", "AVX512",
@@ -113,16 +118,34 @@ class Profile:
 
 
 _AVX2 = ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2")
+_SCALAR = chain(("x86_64", "generic"))
+_AVX2_CHAIN = ("x86_avx2", "x86_64", "generic")
+_AVX512_CHAIN = ("x86_avx512",) + _AVX2_CHAIN
+_ZEN4 = _AVX2 + ("AVX512", "AVX512_VBMI", "AVX512_VNNI", "AVX512_BF16")
 
 PROFILES = {p.name: p for p in (
-    Profile("scalar", "x64", LLAMA_CPP, (), "ggml's generic C code, no SIMD build flag",
-            chain(("x86_64", "generic"))),
-    Profile("avx2", "haswell", LLAMA_CPP, _AVX2, "AVX2 + FMA + F16C, no AVX-512",
-            chain(("x86_avx2", "x86_64", "generic"))),
-    Profile("avx512", "zen4", LLAMA_CPP, _AVX2 + ("AVX512", "AVX512_VBMI", "AVX512_VNNI", "AVX512_BF16"),
-            "AVX-512 F/CD/VL/DQ/BW + VBMI + VNNI + BF16",
-            chain(("x86_avx512", "x86_avx2", "x86_64", "generic"))),
+    Profile("scalar", "x64", LLAMA_CPP, (), "ggml's generic C code, no SIMD build flag", _SCALAR),
+    Profile("avx2", "haswell", LLAMA_CPP, _AVX2, "AVX2 + FMA + F16C, no AVX-512", chain(_AVX2_CHAIN)),
+    Profile("avx512", "zen4", LLAMA_CPP, _ZEN4, "AVX-512 F/CD/VL/DQ/BW + VBMI + VNNI + BF16",
+            chain(_AVX512_CHAIN)),
+    # v0.4.0's x64 library computes what 0.3.36's scalar build does (no FMA
+    # to contract, no tiled mat-mul there): the same chain
+    Profile("v0.4.0-x64", "x64", V0_4_0, (), "v0.4.0's generic C code (= scalar)", _SCALAR),
+    Profile("v0.4.0-haswell", "haswell", V0_4_0, _AVX2, "v0.4.0, AVX2 + FMA + F16C",
+            chain(("v0_4_0",) + _AVX2_CHAIN)),
+    Profile("v0.4.0-skylakex", "skylakex", V0_4_0, _AVX2 + ("AVX512",), "v0.4.0, AVX-512 without BF16",
+            chain(("v0_4_0", "x86_avx512f") + _AVX512_CHAIN)),
+    Profile("v0.4.0-zen4", "zen4", V0_4_0, _ZEN4, "v0.4.0, AVX-512 + VBMI + VNNI + BF16",
+            chain(("v0_4_0",) + _AVX512_CHAIN)),
 )}
+
+#: ggml variants whose library gives the bits of another one's for every
+#: stored model (docs/prebuilt.md "Alias classes": the options they add only
+#: change how exact integer sums are formed): name -> the profile computing
+#: them
+ALIASES = {"v0.4.0-alderlake": "v0.4.0-haswell", "v0.4.0-cannonlake": "v0.4.0-skylakex",
+           "v0.4.0-cascadelake": "v0.4.0-skylakex", "v0.4.0-icelake": "v0.4.0-skylakex",
+           "v0.4.0-cooperlake": "v0.4.0-zen4"}
 
 
 def host_flags() -> frozenset:

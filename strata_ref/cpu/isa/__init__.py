@@ -42,7 +42,9 @@ The names every chain resolves (`generic` defines them all):
   (float lanes of llamafile's tinyBLAS, 0: no llamafile path),
   `TINYBLAS_BF16` (elements per step of tinyBLAS on BF16 weights, 0: none),
   `F32_TAIL_FMA` (where GCC's vectorized tail of `ggml_vec_dot_f32` turns
-  into contracted FMAs: the last `n % F32_TAIL_FMA` elements).
+  into contracted FMAs: the last `n % F32_TAIL_FMA` elements),
+  `FA_S_FMA` (whether, on an FMA build, the compiler contracts flash
+  attention's one-chunk `S = S*ms + vs`: GCC 12 does, GCC 11 does not).
 * functions (numba): `madd(a, b, c)`; `expf_v(x)`, `silu_v(x)` (one lane
   of `ggml_v_expf` / `ggml_v_silu`) and `expf8(v)`, `silu8(v)` (the same on
   an `F32x8`); `lane_sum(w, c0)` (the lane sum of one `EXPF_LANES` vector
@@ -73,7 +75,7 @@ from numba.extending import (NativeValue, box, models, overload_attribute, overl
 __all__ = ["Isa", "IsaType", "chain", "CONSTANTS", "FUNCTIONS", "TABLES"]
 
 CONSTANTS = ("FMA", "F32_EPR", "F32_STEP", "F16_EPR", "F16_STEP", "EXPF_LANES", "TINYBLAS",
-             "TINYBLAS_BF16", "F32_TAIL_FMA")
+             "TINYBLAS_BF16", "F32_TAIL_FMA", "FA_S_FMA")
 FUNCTIONS = {  # name: number of arguments
     "madd": 3, "expf_v": 1, "silu_v": 1, "expf8": 1, "silu8": 1, "lane_sum": 2,
     "reduce_f32": 1, "reduce_f32_cols": 3, "hsum": 1, "hsum_cols": 3,

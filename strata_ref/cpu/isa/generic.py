@@ -32,6 +32,9 @@ EXPF_LANES = 1
 TINYBLAS = 0
 TINYBLAS_BF16 = 0
 F32_TAIL_FMA = 0
+#: whether an FMA build contracts the flash-attention one-chunk kernel's
+#: running sum `S = S*ms + vs` (ops.cpp): GCC 12 does (`FMA` decides)
+FA_S_FMA = True
 
 #: every quantized weight type's `ggml_vec_dot_*_generic` (quants.c)
 VEC_DOT = {t: "generic" for t in (

@@ -78,7 +78,7 @@ class DiffReport:
     def layers(self) -> list:
         """Per layer (in order): nodes compared, nodes differing, the
         largest ulp distance and the largest max |A - B| / max |B| over
-        its nodes, and that ratio at its output (the layer's last node in
+        its nodes, the NaN-against-number values (no ulp distance), and that ratio at its output (the layer's last node in
         each call, `l_out` in most graphs; the largest over the calls)."""
         rows: dict = {}
         last: dict = {}
@@ -87,13 +87,14 @@ class DiffReport:
             if il is None:
                 continue
             row = rows.setdefault(il, {"layer": il, "nodes": 0, "differing": 0, "max_ulp": 0,
-                                       "max_rel": 0.0, "out": None, "out_rel": 0.0})
+                                       "max_rel": 0.0, "nan_vs_number": 0, "out": None, "out_rel": 0.0})
             row["nodes"] += 1
             last[(r.a.call, il)] = r
             if not r.equal:
                 row["differing"] += 1
                 row["max_ulp"] = max(row["max_ulp"], r.max_ulp or 0)
                 row["max_rel"] = max(row["max_rel"], r.rel or 0.0)
+                row["nan_vs_number"] += r.nan_vs_number or 0
         for (_, il), r in last.items():
             row = rows[il]
             row["out"] = r.a.name
@@ -112,16 +113,29 @@ class DiffReport:
                 "order": self.order, "notes": self.notes, "tensors": [r.json() for r in self.results]}
 
 
+#: the largest --map file read (bytes): a map of node names is a few KiB
+MAP_LIMIT = 1 << 20
+
+
 def load_map(path) -> list:
     """A map of B's node names to A's (llama.cpp's): JSON, an object of
     {"B name": "A name"}, where `{il}` in both stands for any layer number
     (`"model.layers.{il}.mlp": "ffn_out-{il}"`). Returns (regex, template)
-    pairs; ValueError naming the file for anything else."""
+    pairs; ValueError naming the file for anything else: not a regular
+    file (a device or FIFO is never read), over MAP_LIMIT bytes, a B name
+    with {il} twice."""
+    from ._npio import input_problem
+    bad = input_problem(path)
+    if bad:
+        raise ValueError(f"--map {path}: {bad}")
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
+        with open(path, "rb") as f:
+            raw = f.read(MAP_LIMIT + 1)
+        if len(raw) > MAP_LIMIT:
+            raise ValueError(f"--map {path}: larger than {MAP_LIMIT} bytes; a map of names is small")
+        doc = json.loads(raw.decode("utf-8"))
     except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"--map {path}: cannot be read ({e})") from None
+        raise ValueError(f"--map {path}: cannot be read ({getattr(e, 'strerror', None) or e})") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"--map {path}: not JSON ({e.msg} at line {e.lineno})") from None
     if not isinstance(doc, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in doc.items()):
@@ -130,6 +144,8 @@ def load_map(path) -> list:
     for k, v in doc.items():
         if ("{il}" in k) != ("{il}" in v):
             raise ValueError(f"--map {path}: {k!r} -> {v!r}: {{il}} must appear on both sides or neither")
+        if k.count("{il}") > 1:
+            raise ValueError(f"--map {path}: {k!r}: {{il}} may appear once in a B name")
         rx = re.compile("^" + re.escape(k).replace(re.escape("{il}"), r"(?P<il>\d+)") + "$")
         out.append((rx, v))
     return out
@@ -363,7 +379,9 @@ def report_text(rep: DiffReport, block: int = 32, every: bool = False) -> str:
                        "the layer's output (its last node)")
             for row in layers:
                 out.append(f"  layer {row['layer']:3d}: {row['differing']:5d} / {row['nodes']:<5d} max {row['max_ulp']:>10d} ulp"
-                           f"  rel {row['max_rel']:9.3g}  {_esc(row['out'])} {row['out_rel']:9.3g}")
+                           f"  rel {row['max_rel']:9.3g}  {_esc(row['out'])} {row['out_rel']:9.3g}"
+                           # a NaN against a number has no ulp distance: said, not shown as 0
+                           + (f"  NaN vs number {row['nan_vs_number']}" if row["nan_vs_number"] else ""))
         out.append(f"DIFFERENT: {n_diff} of {len(rep.results)} nodes differ")
     else:
         out.append(f"EQUAL: all {len(rep.results)} compared nodes have the same bits")

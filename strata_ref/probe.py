@@ -20,7 +20,7 @@ import numpy as np
 
 from .ulp import compare_bits, locate, worst
 
-__all__ = ["ROUTES", "open_tensor", "dequant_rows", "load_activations", "route_matmul", "compare_output"]
+__all__ = ["ROUTES", "open_tensor", "dequant_rows", "route_matmul", "compare_output"]
 
 ROUTES = ("cpu", "mmvq", "gemm-f16", "gemm-f32")
 
@@ -44,8 +44,10 @@ def open_tensor(model, name: str):
 def _row_range(t, row0: int, rows: int | None) -> int:
     if row0 < 0 or row0 >= max(t.rows, 1):
         raise ValueError(f"--row0 {row0} is outside the tensor's {t.rows} rows")
+    if rows is not None and rows < 1:
+        raise ValueError(f"--rows must be >= 1, got {rows}")
     rows = t.rows - row0 if rows is None else rows
-    if rows < 1 or row0 + rows > t.rows:
+    if row0 + rows > t.rows:
         raise ValueError(f"rows [{row0}, {row0 + rows}) are outside the tensor's {t.rows} rows")
     return rows
 
@@ -64,22 +66,6 @@ def dequant_rows(model, name: str, dtype: str = "f32", row0: int = 0, rows: int 
         raise ValueError(f"tensor {name!r} is empty (shape {list(t.shape)})")
     rows = _row_range(t, row0, rows)
     return dequant(t.type, t.data, rows, t.cols, row0=row0, out_dtype=dtype)
-
-
-def load_activations(path, cols: int) -> np.ndarray:
-    """float32 (T, cols) activations from an .npy of float32 (T, cols) or
-    (cols,). ValueError naming the file, its dtype or shape otherwise."""
-    try:
-        x = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"--activations {path}: cannot be read as .npy ({e})") from None
-    if not isinstance(x, np.ndarray) or x.dtype != np.float32:
-        raise ValueError(f"--activations {path}: needs float32 values, got {getattr(x, 'dtype', type(x).__name__)}")
-    if x.ndim == 1:
-        x = x[None]
-    if x.ndim != 2 or x.shape[1] != cols or x.shape[0] < 1:
-        raise ValueError(f"--activations {path}: shape {x.shape}, the weight needs (tokens, {cols})")
-    return np.ascontiguousarray(x)
 
 
 def route_matmul(model, name: str, x: np.ndarray, route: str, cpu=None) -> tuple[np.ndarray, np.ndarray | None]:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,7 +125,8 @@ class TraceWriter:
     `TraceWriter(path, tokens, calls, model, producer, options)`, then
     `add(call, op, name, array)` for each node in graph order, then
     `close()` (or use it as a context manager). The file is written as
-    `<path>.part` and renamed to `path` by close(); an exception inside the
+    `<path>.<random>.part` (a unique name: two writers of one path never
+    share it) and renamed to `path` by close(); an exception inside the
     `with` removes the part file, so a half-written trace never carries the
     final name. compress: deflate each entry (smaller, slower); the
     default stores them. Memory: one array at a time."""
@@ -132,13 +134,21 @@ class TraceWriter:
     def __init__(self, path, tokens, calls, model: dict, producer: str, options: dict | None = None,
                  compress: bool = False):
         self.path = Path(path)
-        self.part = self.path.with_name(self.path.name + ".part")
         tokens = np.asarray(tokens, np.int32).reshape(-1)
         calls = np.asarray(calls, np.int32).reshape(-1)
         if int(calls.sum()) != tokens.size or (calls < 1).any():
             raise ValueError(f"calls {calls.tolist()} do not split {tokens.size} tokens")
-        self._zip = zipfile.ZipFile(self.part, "w", zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED,
-                                    allowZip64=True)
+        # a name of this writer's own (two runs writing one path never share it)
+        real = Path(os.path.realpath(self.path))
+        fd, part = tempfile.mkstemp(dir=real.parent, prefix=real.name + ".", suffix=".part")
+        os.close(fd)
+        self.part, self._final = Path(part), real
+        try:
+            self._zip = zipfile.ZipFile(self.part, "w", zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED,
+                                        allowZip64=True)
+        except BaseException:
+            self.part.unlink()
+            raise
         self.n = 0
         self._put("format", np.array(FORMAT))
         self._put("producer", np.array(str(producer)))
@@ -172,9 +182,13 @@ class TraceWriter:
         if self._zip is None:
             return
         self._put("n_tensors", np.int64(self.n))
-        self._zip.close()
-        self._zip = None
-        os.replace(self.part, self.path)
+        try:
+            self._zip.close()
+            self._zip = None
+            os.replace(self.part, self._final)
+        except BaseException:
+            self.abort()
+            raise
 
     def abort(self) -> None:
         """Drop the part file (after an error)."""
@@ -271,6 +285,8 @@ def _header(f, path, member):
             shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
         else:
             raise ValueError(f"npy version {version}")
+    except zipfile.BadZipFile as e:
+        raise TraceError(f"{path}: entry {member!r} is damaged ({e})") from None
     except (ValueError, EOFError, SyntaxError) as e:
         raise TraceError(f"{path}: entry {member!r} is not an .npy array ({e})") from None
     if fortran or dtype.hasobject:
@@ -331,9 +347,11 @@ def open_trace(path) -> Trace:
     `n_tensors`, or a count that disagrees), tokens and calls that do not
     agree, a tensor entry with a malformed name or header. The arrays
     themselves are read when asked for (`Trace.array`)."""
+    from ._npio import input_problem
     path = Path(path)
-    if not path.is_file():
-        raise TraceError(f"{path}: no such file" if not path.exists() else f"{path}: not a regular file")
+    bad = input_problem(path)
+    if bad:
+        raise TraceError(f"{path}: {bad}")
     try:
         zf = zipfile.ZipFile(path)
     except zipfile.BadZipFile:
@@ -387,8 +405,11 @@ def _entries(zf, path, n_calls: int) -> list:
         seq, call = int(parts[1]), int(parts[2])
         if call >= n_calls:
             raise TraceError(f"{path}: entry {m!r} names call {call}, but the trace has {n_calls} calls")
-        with zf.open(info) as f:
-            shape, dtype = _header(f, path, m)
+        try:
+            with zf.open(info) as f:
+                shape, dtype = _header(f, path, m)
+        except (zipfile.BadZipFile, OSError, EOFError) as e:
+            raise TraceError(f"{path}: entry {m!r} is damaged ({e})") from None
         raw.append((seq, call, parts[3], parts[4], m, tuple(int(d) for d in shape), dtype.str))
     raw.sort()
     if [r[0] for r in raw] != list(range(len(raw))):

@@ -56,6 +56,7 @@ class Candidate:
     first_col: int | None = None          # vocabulary id of the first differing logit of first_row
     values: tuple | None = None           # (engine, candidate) at that logit
     row_ulps: list = field(default_factory=list)
+    nan_vs_number: int = 0                # logits NaN on one side only (no distance to show)
 
     @property
     def matches(self) -> bool:
@@ -65,7 +66,7 @@ class Candidate:
         return {"profile": self.profile, "flash_attn": self.flash_attn, "rows": self.rows,
                 "equal_rows": self.equal_rows, "matches": self.matches, "first_differing_row": self.first_row,
                 "max_ulp": self.max_ulp, "max_abs_diff": self.max_abs, "first_differing_logit": self.first_col,
-                "values": list(self.values) if self.values else None}
+                "values": list(self.values) if self.values else None, "nan_vs_number": self.nan_vs_number}
 
 
 def _ids(a, what: str, src) -> np.ndarray:
@@ -80,33 +81,43 @@ def load_logits(path, tokens=None, split: int | None = None) -> EngineLogits:
     .npy and overrides nothing else; `split` overrides the file's. Raises
     ValueError (one line) for a file of another shape or dtype, rows that
     do not match the ids, columns out of order."""
+    from ._npio import NpyError, ZIP_MAGIC, input_problem, read_npy, read_npz
     path = Path(path)
     src = str(path)
-    if not path.is_file():
-        raise ValueError(f"{src}: no such file")
-    if zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as z:
-            is_trace = "format.npy" in z.namelist()
+    bad = input_problem(path)
+    if bad:
+        raise ValueError(f"{src}: {bad}")
+    with open(path, "rb") as f:
+        is_zip = f.read(4) == ZIP_MAGIC
+    if is_zip:
+        try:
+            with zipfile.ZipFile(path) as z:
+                is_trace = "format.npy" in z.namelist()
+        except zipfile.BadZipFile:
+            is_trace = False                     # read_npz says what is wrong
         if is_trace:
             return _from_trace(path, tokens, split)
         try:
-            d = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise ValueError(f"{src}: cannot be read as .npz ({e})") from None
-        with d:
-            if "logits" not in d.files:
-                raise ValueError(f"{src}: no `logits` array (keys: {', '.join(d.files[:8])})")
-            logits = d["logits"]
-            toks = _ids(d["tokens"], "tokens", src) if "tokens" in d.files else None
-            cols = d["columns"] if "columns" in d.files else None
-            fsplit = int(d["split"]) if "split" in d.files else None
+            d = read_npz(path, "")
+        except NpyError as e:
+            raise ValueError(str(e)) from None
+        if "logits" not in d:
+            raise ValueError(f"{src}: no `logits` array (keys: {', '.join(list(d)[:8])})")
+        logits = d["logits"]
+        toks = _ids(d["tokens"], "tokens", src) if "tokens" in d else None
+        cols = d.get("columns")
+        fsplit = None
+        if "split" in d:
+            s = d["split"]
+            if s.shape != () or s.dtype.kind not in "iu":
+                raise ValueError(f"{src}: `split` must be one integer, got {s.dtype} {s.shape}")
+            fsplit = int(s)
     else:
         try:
-            logits = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise ValueError(f"{src}: not an .npy or .npz file ({e})") from None
-        if not isinstance(logits, np.ndarray):
-            raise ValueError(f"{src}: not an .npy array")
+            logits = read_npy(path, "", "give float32 logits (tokens, n_vocab) saved with numpy.save "
+                                        "(with --tokens), or an .npz")
+        except NpyError as e:
+            raise ValueError(str(e)) from None
         toks, cols, fsplit = None, None, None
     if tokens is not None:
         given = _ids(tokens, "--tokens", src)
@@ -128,7 +139,12 @@ def load_logits(path, tokens=None, split: int | None = None) -> EngineLogits:
             raise ValueError(f"{src}: `columns` must be integers of the logits' shape {logits.shape}, "
                              f"got {cols.dtype} {cols.shape}")
         cols = cols.astype(np.int64)
+        if cols.size and cols.min() < 0:
+            raise ValueError(f"{src}: `columns` holds the id {int(cols.min())}; vocabulary ids are "
+                             f"0 .. n_vocab - 1")
     sp = split if split is not None else fsplit
+    if sp is not None and not 1 <= sp <= toks.size:
+        raise ValueError(f"{src}: split {sp} must be from 1 to the {toks.size} token ids")
     return EngineLogits(toks, np.ascontiguousarray(logits), cols, sp, src)
 
 
@@ -189,6 +205,7 @@ def _score(e: EngineLogits, ours: np.ndarray, profile: str, fa: bool) -> Candida
     with np.errstate(invalid="ignore", over="ignore"):
         d = np.abs(e.logits.astype(np.float64) - sel.astype(np.float64))
     c.max_abs = float(np.nanmax(d)) if d.size and not np.isnan(d).all() else 0.0
+    c.nan_vs_number = int((np.isnan(e.logits) != np.isnan(sel)).sum())
     for r in range(e.logits.shape[0]):
         cmp = compare_bits(e.logits[r], np.ascontiguousarray(sel[r]))
         if cmp["n_diff"] == 0:
@@ -237,7 +254,9 @@ def report_text(e: EngineLogits, cands: list) -> str:
     how = "one batched call" if e.split is None else f"{e.split} ids, then one per call"
     out = [f"{printable(e.source)}: {e.logits.shape[0]} rows ({kind} each), {how}"]
     for c in cands:
-        extra = "" if c.matches else f"  first differing row {c.first_row}, max |difference| {c.max_abs:.3g}"
+        extra = "" if c.matches else (f"  first differing row {c.first_row}, max |difference| {c.max_abs:.3g}"
+                                      + (f" over the numbers, {c.nan_vs_number} NaN against numbers"
+                                         if c.nan_vs_number else ""))
         out.append(f"  {c.profile:<7s} flash attention {'on ' if c.flash_attn else 'off'}: "
                    f"{c.equal_rows:>4d}/{c.rows} rows bitwise{extra}")
     hits = [c for c in cands if c.matches]

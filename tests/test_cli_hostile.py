@@ -309,7 +309,7 @@ def test_experts_activations_that_are_not_a_npy_array(tmp_path, capsys, monkeypa
     assert _err_line(capsys) == (f"--activations {z}: a .npz archive, not a .npy array; give "
                                  f"float32 (n, n_embd) saved with numpy.save")
     assert main([*argv, str(tmp_path)]) == 2
-    assert _err_line(capsys) == f"--activations {tmp_path}: not a regular file"
+    assert _err_line(capsys) == f"--activations {tmp_path}: a directory, not a file"
     obj = tmp_path / "o.npy"
     np.save(obj, np.array([{"a": 1}], dtype=object), allow_pickle=True)
     assert main([*argv, str(obj)]) == 2
@@ -391,11 +391,11 @@ def test_rotate_checks_out_before_the_work_and_keeps_a_users_file(tiny, tmp_path
     d = tmp_path / "dir"
     d.mkdir()
     assert main(["rotate", tiny, str(precious)]) == 2
-    assert _err_line(capsys) == (f"rotate: OUT {precious} exists and is not a GGUF file; give "
-                                 f"another OUT, or --force to replace it")
+    assert _err_line(capsys) == (f"rotate: OUT {precious}: the file exists and is not a GGUF file; "
+                                 f"give another OUT, or --force to replace it")
     assert precious.read_text() == "my notes\n"
     assert main(["rotate", tiny, str(d)]) == 2
-    assert _err_line(capsys) == (f"rotate: OUT {d} is a directory; give a file name, such as "
+    assert _err_line(capsys) == (f"rotate: OUT {d}: a directory; give a file name, such as "
                                  f"{d / 'rotated.gguf'}")
     assert main(["rotate", tiny, str(tmp_path / "o.gguf"), "--seed", str(1 << 32)]) == 2
     assert _err_line(capsys) == "--seed must be from 0 to 4294967295, got 4294967296"

@@ -253,18 +253,18 @@ def test_rotate_cli_refuses_before_it_writes(tmp_path, capsys):
     os.symlink(src, link)
     before = src.read_bytes()
     assert main(["rotate", str(src), str(link)]) == 2
-    assert "OUT must not be the input file" in capsys.readouterr().err
+    assert "must not be the input file" in capsys.readouterr().err
     assert src.read_bytes() == before
     # a hard link is the same file under another name: it was overwritten
     hard = tmp_path / "hard.gguf"
     os.link(src, hard)
     assert main(["rotate", str(src), str(hard)]) == 2
-    assert "OUT must not be the input file" in capsys.readouterr().err
+    assert "must not be the input file" in capsys.readouterr().err
     assert src.read_bytes() == before
     # a directory that does not exist: refused before the rotation runs
     assert main(["rotate", str(src), str(tmp_path / "nope" / "o.gguf")]) == 2
-    assert capsys.readouterr().err.strip() == (f"strata-ref: error: rotate: cannot write OUT: "
-                                               f"{tmp_path / 'nope'} is not a writable directory")
+    assert capsys.readouterr().err.strip() == (f"strata-ref: error: rotate: OUT {tmp_path / 'nope' / 'o.gguf'}: "
+                                               f"{tmp_path / 'nope'} is not a directory")
     out = tmp_path / "o.gguf"
     for bad, msg in ((["--limit", "0"], "--limit must be >= 1"), (["--limit", "-3"], "--limit must be >= 1"),
                      (["--max-tokens", "0"], "--max-tokens must be >= 1"), (["--types", "Q8_0,Q4_Z"], "Q4_Z")):

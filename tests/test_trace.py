@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import zipfile
 
 import numpy as np
@@ -331,6 +332,12 @@ def test_c_driver_writes_the_python_drivers_container(tmp_path, tiny):
                        capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "outside the vocabulary" in r.stderr
     assert not (tmp_path / "x.npz").exists() and not (tmp_path / "x.npz.part").exists()
+    # OUT a directory: refused before the model is read, not after the work
+    d = tmp_path / "d"
+    d.mkdir()
+    r = subprocess.run([str(exe), tiny("qwen3"), str(d), "--tokens", "1,2"], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "is not a regular file" in r.stderr
+    assert os.listdir(d) == [] and not [n for n in os.listdir(tmp_path) if n.endswith(".part")]
 
 
 @pytest.mark.slow
@@ -397,7 +404,7 @@ def test_trace_bad_input_is_one_line(tmp_path, tiny, capsys):
         assert msg in err and err.count("\n") == 1, (extra, err)
     assert not (tmp_path / "t.npz").exists() and not (tmp_path / "t.npz.part").exists()
     assert main(["trace", q, "--out", str(tmp_path), "--tokens", "1"]) == 2
-    assert "is a directory" in capsys.readouterr().err
+    assert ": a directory; give a file name" in capsys.readouterr().err
     # a filter keeps what it names, in order
     assert main(["trace", q, "--out", out, "--tokens", "1,2,3", "--tensors", "l_out-*,result_output",
                  "--cpu", "avx2"]) == 0

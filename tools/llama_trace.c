@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ggml-backend.h"
 #include "ggml.h"
@@ -503,6 +504,12 @@ int main(int argc, char ** argv) {
 #undef VAL
     }
     if (!model_path || !out_path) usage();
+    {   /* OUT checked before the work: a directory, device or FIFO is never replaced */
+        struct stat st;
+        if (stat(out_path, &st) == 0 && !S_ISREG(st.st_mode))
+            die("%s: exists and is not a regular file (a directory, device or pipe); give the trace file to write",
+                out_path);
+    }
     if (!tokens_arg == !prompt) die("give --tokens IDS or --prompt TEXT (one of them)");
     enum ggml_type tk = cache_type(ctk), tv = cache_type(ctv);
     crc_init();
@@ -550,12 +557,13 @@ int main(int argc, char ** argv) {
     else { calls[0] = (int32_t) split; for (int i = 1; i < n_calls; i++) calls[i] = 1; }
 
     /* the container's header */
-    size_t plen = strlen(out_path) + 6;
+    /* a name of this run's own (OUT.XXXXXX.part): two runs never share one */
+    size_t plen = strlen(out_path) + 13;
     char * part = xmalloc(plen);
-    snprintf(part, plen, "%s.part", out_path);
+    snprintf(part, plen, "%s.XXXXXX.part", out_path);
     zip_t z = {0};
-    z.f = fopen(part, "wb");
-    if (!z.f) die("cannot write %s", part);
+    int fd = mkstemps(part, 5);
+    if (fd < 0 || !(z.f = fdopen(fd, "wb"))) die("cannot write %s", part);
     part_path = part;
     npy_put_str(&z, "format", "strata-ref-trace 1");
     npy_put_str(&z, "producer", "tools/llama_trace.c");

@@ -200,3 +200,101 @@ def note_once(note: str, err) -> None:
         mark.write_text(note + "\n")
     except OSError:
         pass
+
+
+# ------------------------------------------------------------------ output files
+def _magic(path, n: int = 8) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(n)
+
+
+def _zip_names(path) -> list | None:
+    import zipfile
+    try:
+        with zipfile.ZipFile(path) as z:
+            return z.namelist()
+    except (zipfile.BadZipFile, OSError):
+        return None
+
+
+#: kind of output file -> (its name in messages, a test that an existing
+#: file is one: such a file may be replaced, any other is refused).
+#: A raw dump has no header to know it by: only an empty file is replaced.
+OUT_KINDS = {
+    "npz": ("a .npz archive", lambda p: _magic(p, 4) == b"PK\x03\x04"),
+    "npy": ("a .npy file", lambda p: _magic(p, 6) == b"\x93NUMPY"),
+    "gguf": ("a GGUF file", lambda p: _magic(p, 4) == b"GGUF"),
+    "trace": ("a trace container", lambda p: "format.npy" in (_zip_names(p) or ())),
+    "tokens": ("a token file of `kl --tokens-out`",
+               lambda p: (lambda n: n is not None and all(
+                   m.split(":")[0].removesuffix(".npy") in ("tokens", "n_prompt", "prompt") for m in n))(_zip_names(p))),
+    "raw": ("an empty file (a raw dump has no header to recognise)", lambda p: False),
+}
+
+
+def out_problem(path, flag: str, kind: str, example: str, inputs=(), force_flag: str | None = None,
+                forced: bool = False, prefix: str = "") -> str | None:
+    """Why the output file `path` must not be written, as one line, or
+    None; checked before the work, by every command that writes a file.
+    flag: the option or argument that names it ("--out", "OUT"; prefix:
+    what comes before, "rotate: "); kind: a key of OUT_KINDS; example: a
+    file name for a directory given; inputs: the paths the command reads
+    (an output that is one of them, by any name or link, is refused);
+    force_flag: the option that allows replacing a file of another kind
+    (None: there is none), forced: whether it was given.
+
+    Refused: an empty name; a directory; an entry that exists and is not
+    a regular file (a device, FIFO, socket, symbolic link loop or link to
+    nothing: a rename over it would replace the node); an input; an
+    existing non-empty file of another kind; a directory that does not
+    exist or cannot be written into (probed with a temporary file)."""
+    import stat
+    import tempfile
+    from .._paths import unreachable
+    p = os.fspath(path)
+    what = f"{prefix}{flag} {p}"
+    if not p.strip():
+        return f"{what}: an empty name; give the file to write"
+    if os.path.isdir(p):
+        return f"{what}: a directory; give a file name, such as {os.path.join(p, example)}"
+    if os.path.lexists(p):
+        try:
+            st = os.stat(p)
+        except OSError:
+            return f"{what}: {unreachable(p) or 'cannot be reached'}"
+        if not stat.S_ISREG(st.st_mode):
+            return f"{what}: exists and is not a regular file (a device, pipe or socket); give a file name"
+        for i in inputs:
+            try:
+                if i is not None and os.path.samefile(p, i):
+                    return f"{what}: must not be the input file {i}; give another name"
+            except OSError:
+                pass
+        name, is_kind = OUT_KINDS[kind]
+        if st.st_size and not forced and not is_kind(p):
+            return (f"{what}: the file exists and is not {name}; give another {flag}, or "
+                    + (f"{force_flag} to replace it" if force_flag else "remove it"))
+    parent = os.path.dirname(os.path.abspath(p))
+    if not os.path.isdir(parent):
+        return f"{what}: {parent} is not a directory"
+    try:
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as e:
+        return f"{what}: cannot write into {parent}: {e.strerror[:1].lower() + e.strerror[1:]}"
+    return None
+
+
+def patterns_problem(text, what: str = "--tensors") -> str | None:
+    """Why comma-separated fnmatch patterns cannot select anything, as one
+    line, or None (text None: no filter): a list of no pattern (",,"), a
+    pattern with an unclosed `[` (fnmatch would take it literally)."""
+    if text is None:
+        return None
+    pats = split_list(text)
+    if not pats:
+        return f"{what} {text!r} names no pattern; give comma-separated names or fnmatch globs"
+    for p in pats:
+        if "[" in p and "]" not in p[p.index("[") + 1:]:
+            return f"{what}: pattern {p!r} has an unclosed '['; write [[] for a literal ["
+    return None

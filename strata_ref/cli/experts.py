@@ -4,87 +4,36 @@ GPU route's oracle."""
 from __future__ import annotations
 
 import json
-import os
 
 from .._text import printable
-from .common import Help, cpu_problem, err, json_out
+from .._npio import atomic_output
+from .common import Help, cpu_problem, err, json_out, out_problem
 
 
 _NPY_ASK = "give float32 (n, n_embd) saved with numpy.save"
 
 
-def _load_activations(path):
-    """(array, None) of `experts --activations FILE`, or (None, the line
-    that says why not): a regular file in NumPy's .npy format holding a
-    2-D float32 array; never unpickled."""
-    import stat
-
+def _load_activations(path, what="--activations", cols=None, ask=_NPY_ASK):
+    """(array, None) of `experts --activations FILE` (and `matmul`'s
+    --activations / --compare, cols: the width the weight needs, a 1-D
+    array taken as one row), or (None, the line that says why not): a
+    regular file in NumPy's .npy format holding a 2-D float32 array; never
+    unpickled (`_npio.read_npy`)."""
     import numpy as np
-    where = f"--activations {path}"
-    if not stat.S_ISREG(os.stat(path).st_mode):
-        return None, f"{where}: not a regular file"
-    with open(path, "rb") as f:
-        magic = f.read(6)
-    if magic[:4] == b"PK\x03\x04":
-        return None, f"{where}: a .npz archive, not a .npy array; {_NPY_ASK}"
-    if magic != b"\x93NUMPY":
-        return None, f"{where}: not a .npy file (no NumPy header); {_NPY_ASK}"
-    fmt = np.lib.format
-    with open(path, "rb") as f:
-        try:
-            version = fmt.read_magic(f)
-            read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
-            shape, _, dtype = read(f)
-        except ValueError as e:
-            return None, f"{where}: a damaged .npy header ({e}); {_NPY_ASK}"
-        data_at = f.tell()
-    if dtype.hasobject:
-        return None, f"{where}: holds Python objects, not numbers; {_NPY_ASK}"
-    if dtype != np.float32 or len(shape) != 2:
-        return None, f"{where}: needs a float32 .npy array (n, n_embd), got {dtype} {shape}"
-    need = data_at + shape[0] * shape[1] * 4
-    size = os.path.getsize(path)
-    if size < need:
-        return None, (f"{where}: the header says float32 {shape}, {need - data_at} bytes, the file "
-                      f"holds {size - data_at}; is it cut short?")
-    return np.load(path, allow_pickle=False), None
 
-
-def _npz_out_problem(path) -> str | None:
-    """Why `experts --out PATH` would not be written, or None: PATH must not
-    be a directory, nor a file other than a .npz (zip) archive, and its
-    directory must exist; checked before the work."""
-    where = f"--out {path}"
-    if os.path.isdir(path):
-        return f"{where}: a directory; give a file name, such as {os.path.join(path, 'experts.npz')}"
-    if os.path.lexists(path):
-        if not os.path.isfile(path):
-            return f"{where}: not a regular file"
-        with open(path, "rb") as f:
-            if f.read(4) not in (b"PK\x03\x04", b""):
-                return f"{where}: the file exists and is not a .npz archive; give another --out, or remove it"
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        return f"{where}: {parent} is not a directory"
-    return None
-
-
-def _save_npz(path, **arrays) -> None:
-    """numpy.savez into exactly `path` (savez given a name adds `.npz`),
-    through a temporary file beside it, so that a failure leaves no half
-    archive and the old one, if any, whole."""
-    import tempfile
-
-    import numpy as np
-    real = os.path.realpath(path)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(real), prefix=".strata-ref-", suffix=".npz")
+    from .._npio import NpyError, read_npy
     try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, real)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+        x = read_npy(path, what, ask)
+    except NpyError as e:
+        return None, str(e)
+    if cols is not None and x.ndim == 1:
+        x = x[None]
+    if x.dtype != np.float32 or x.ndim != 2 or (cols is not None and (x.shape[1] != cols or not x.shape[0])):
+        if cols is None:
+            return None, f"{what} {path}: needs a float32 .npy array (n, n_embd), got {x.dtype} {x.shape}"
+        who = "the weight needs" if what == "--activations" else "the route's result is"
+        return None, f"{what} {path}: {x.dtype} {x.shape}, {who} (tokens, {cols}) of float32"
+    return np.ascontiguousarray(x), None
 
 
 def cmd_experts(a) -> int:
@@ -96,7 +45,7 @@ def cmd_experts(a) -> int:
     bad_cpu = cpu_problem(a.cpu)
     if bad_cpu:
         return err(bad_cpu)
-    bad_out = _npz_out_problem(a.out) if a.out else None
+    bad_out = out_problem(a.out, "--out", "npz", "experts.npz") if a.out else None
     if bad_out:
         return err(bad_out)
     x = None
@@ -112,8 +61,9 @@ def cmd_experts(a) -> int:
                        "route": f"{hash_array(c.route):016x}"}, **agree}
     if a.out:
         import numpy as np
-        _save_npz(a.out, x=c.x, ids=c.ids, weights=c.weights, cpu=c.cpu, route=c.route,
-                  **{k: np.array(str(v)) for k, v in doc.items() if k != "fnv1a64"})
+        with atomic_output(a.out) as f:
+            np.savez(f, x=c.x, ids=c.ids, weights=c.weights, cpu=c.cpu, route=c.route,
+                     **{k: np.array(str(v)) for k, v in doc.items() if k != "fnv1a64"})
         doc["out"] = a.out
     if a.json:
         print(json.dumps(doc, indent=1))
@@ -138,7 +88,7 @@ def cmd_matmul(a) -> int:
     import numpy as np
 
     from ..hashing import hash_array
-    from ..probe import compare_output, load_activations, open_tensor, route_matmul
+    from ..probe import compare_output, open_tensor, route_matmul
     if (a.out is None) == (a.compare is None):
         return err("matmul takes --out Y.npy or --compare Y.npy (one of them)")
     if a.route != "cpu" and a.cpu is not None:
@@ -146,23 +96,31 @@ def cmd_matmul(a) -> int:
     bad = cpu_problem(a.cpu) if a.route == "cpu" else None
     if bad:
         return err(bad)
+    if a.worst < 0:
+        return err(f"--worst must be >= 0, got {a.worst}")
+    if a.out is not None:
+        bad = out_problem(a.out, "--out", "npy", "y.npy", inputs=(a.model, a.activations))
+        if bad:
+            return err(bad)
     _, t = open_tensor(a.model, a.tensor)
-    x = load_activations(a.activations, t.cols)
+    ask = f"give float32 (tokens, {t.cols}) saved with numpy.save"
+    x, bad = _load_activations(a.activations, "--activations", t.cols, ask)
+    if bad:
+        return err(bad)
+    got = None
+    if a.compare is not None:
+        got, bad = _load_activations(a.compare, "--compare", t.rows,
+                                     f"give float32 (tokens, {t.rows}) saved with numpy.save")
+        if bad:
+            return err(bad)
     y, bound = route_matmul(a.model, a.tensor, x, a.route, a.cpu)
     head = (f"{printable(a.tensor)} ({t.type.name}, {t.rows} x {t.cols}) x {x.shape[0]} activation rows, "
             f"route {a.route}: fnv1a64 {hash_array(y):016x}")
     if a.out is not None:
-        np.save(a.out, y, allow_pickle=False)
+        with atomic_output(a.out) as f:
+            np.save(f, y, allow_pickle=False)
         print(f"{head}; written {printable(a.out)} (float32 {y.shape[0]} x {y.shape[1]})")
         return 0
-    try:
-        got = np.load(a.compare, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        return err(f"--compare {a.compare}: cannot be read as .npy ({e})")
-    if not isinstance(got, np.ndarray) or got.dtype != np.float32:
-        return err(f"--compare {a.compare}: needs float32 values, got {getattr(got, 'dtype', '?')}")
-    if got.ndim == 1 and y.shape[0] == 1:
-        got = got[None]
     rep = compare_output(got, y, bound, n_worst=a.worst)
     if a.json:
         json_out({"tensor": a.tensor, "type": t.type.name, "route": a.route, **rep})

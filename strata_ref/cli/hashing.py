@@ -61,6 +61,10 @@ def cmd_hash(a) -> int:
         select = _name_filter(a.tensors)
         if select is None or not any(select(t.name) for t in f.tensors):
             return err(f"--tensors {a.tensors!r} matches no tensor of {path.name}")
+        import fnmatch
+        idle = [p for p in split_list(a.tensors) if not any(fnmatch.fnmatchcase(t.name, p) for t in f.tensors)]
+        if idle:
+            return err(f"--tensors: pattern {idle[0]!r} matches no tensor of {path.name}")
     tensors = [t for t in f.tensors if (types is None or t.type in types) and (select is None or select(t.name))]
     if types is not None and not tensors:
         print(f"strata-ref: note: no tensor of type {', '.join(sorted(t.name for t in types))} "

@@ -7,7 +7,8 @@ import os
 import sys
 
 from .._text import count, printable
-from .common import Help, err
+from .._npio import atomic_output
+from .common import Help, err, out_problem
 
 
 def _moe_summary(f) -> str:
@@ -163,6 +164,12 @@ def cmd_models(a) -> int:
 def cmd_compare(a) -> int:
     if a.worst < 0:
         return err(f"--worst must be >= 0, got {a.worst}")
+    if a.dump is not None and os.path.isfile(a.dump):
+        with open(a.dump, "rb") as f:
+            head = f.read(6)
+        if head == b"\x93NUMPY" or head[:4] == b"PK\x03\x04":
+            return err(f"the dump {a.dump} is a {'.npy' if head[0] == 0x93 else '.npz'} file; compare takes "
+                       f"raw little-endian values (numpy: array.tofile(PATH); `dequant --out X.bin` writes one)")
     return run_compare(a.file, a.tensor, a.dump, a.dtype, a.row0, a.rows, a.ld, a.hash,
                        n_worst=a.worst, max_ulp=a.max_ulp)
 
@@ -172,12 +179,16 @@ def cmd_dequant(a) -> int:
 
     from ..hashing import hash_array
     from ..probe import dequant_rows
+    npy = a.out.endswith(".npy")
+    bad = out_problem(a.out, "--out", "npy" if npy else "raw", "rows.npy", inputs=(a.model,))
+    if bad:
+        return err(bad)
     y = dequant_rows(a.model, a.tensor, a.dtype, a.row0, a.rows)
     bits = y.view({"f32": np.uint32, "f16": np.uint16, "bf16": np.uint16}[a.dtype])
-    if a.out.endswith(".npy"):
-        np.save(a.out, y if a.dtype != "bf16" else bits, allow_pickle=False)
-    else:
-        with open(a.out, "wb") as f:
+    with atomic_output(a.out) as f:
+        if npy:
+            np.save(f, y if a.dtype != "bf16" else bits, allow_pickle=False)
+        else:
             f.write(np.ascontiguousarray(bits).astype(bits.dtype.newbyteorder("<")).tobytes())
     print(f"{printable(a.out)}: {printable(a.tensor)} rows [{a.row0}, {a.row0 + y.shape[0]}) x {y.shape[1]}, "
           f"{a.dtype}{' (uint16 bits)' if a.dtype == 'bf16' and a.out.endswith('.npy') else ''}, "
@@ -227,20 +238,27 @@ def run_compare(file, tensor, dump, dtype="f32", row0=0, rows=None, ld=None, has
         for w in rep["worst"]:
             print(f"    {w['ulps']:>10} ulp  row {w['row']} col {w['col']} (block {w['block']}, offset "
                   f"{w['offset']})  {w['oracle']!r} vs {w['dump']!r}", file=out)
-    if not rep["equal"] and rep.get("also_fits"):
-        # a dump of another dtype or row count can have the size of this one
+    if not rep["equal"] and rep.get("also_fits") and (rep["n_diff"] is None or 2 * rep["n_diff"] > rep["n_values"]):
+        # a dump of another dtype or row count can have the size of this one;
+        # read as the wrong dtype it differs nearly everywhere: the hint
+        # then, not for a few differing values
         alt = " or ".join(f"--dtype {a['dtype']} --rows {a['rows']}" for a in rep["also_fits"])
         print(f"  note: the dump's size also fits {alt}; is --dtype right?", file=out)
     if rep["equal"]:
         print("  EQUAL", file=out)
         return 0
-    within = (max_ulp is not None and rep["nan_vs_number"] == 0
+    # an infinity against a finite number (or -inf against +inf) is never
+    # within K ulps, however far apart their bit patterns count
+    within = (max_ulp is not None and rep["nan_vs_number"] == 0 and not rep.get("inf_vs_finite")
               and (rep["max_ulp"] is None or rep["max_ulp"] <= max_ulp))
     if within:
         print(f"  WITHIN --max-ulp {max_ulp} (not bitwise: {rep['n_diff']} values differ, max "
               f"{rep['max_ulp']} ulp)", file=out)
         return 0
-    print("  DIFFERENT" + (f" (beyond --max-ulp {max_ulp})" if max_ulp is not None else ""), file=out)
+    print("  DIFFERENT" + (f" (beyond --max-ulp {max_ulp}" + (f"; {rep['inf_vs_finite']} infinities against "
+                                                                   f"other values)" if rep.get("inf_vs_finite")
+                                                                   else ")")
+                            if max_ulp is not None else ""), file=out)
     return 1
 
 

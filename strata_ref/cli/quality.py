@@ -2,11 +2,12 @@
 measured with the CPU arithmetic (docs/quality.md)."""
 from __future__ import annotations
 
-import os
 import sys
 
 from .._text import count, printable
-from .common import Help, cpu_problem, err, json_out, plot_problem, seed_problem, write_charts, native_note
+from .._npio import atomic_output
+from .common import (Help, cpu_problem, err, json_out, native_note, out_problem, plot_problem, seed_problem,
+                     write_charts)
 
 
 def cmd_kl(a) -> int:
@@ -27,6 +28,10 @@ def cmd_kl(a) -> int:
         return err(bad_plot)
     if sum(map(bool, (a.test, a.test_logits, a.tokens_out))) != 1:
         return err("kl takes TEST models, --test-logits FILE or --tokens-out FILE (one of them)")
+    if a.tokens_out is not None:
+        bad_out = out_problem(a.tokens_out, "--tokens-out", "tokens", "tokens.npz", inputs=(a.ref, a.prompts))
+        if bad_out:
+            return err(bad_out)
     plist = prompts.load_prompts(a.prompts) if a.prompts else list(prompts.DEFAULT_PROMPTS)
     if a.limit:
         plist = plist[:a.limit]
@@ -79,7 +84,8 @@ def _kl_external(a, ref, plist, sampler) -> int:
     from ..quality import kl, report
     if a.tokens_out:
         with progress_bar(len(plist), "kl", "prompt", enabled=not a.json) as bar:
-            n = kl.write_reference_tokens(a.tokens_out, ref, plist, a.max_tokens, sampler, a.chat, bar.update)
+            with atomic_output(a.tokens_out) as f:
+                n = kl.write_reference_tokens(f, ref, plist, a.max_tokens, sampler, a.chat, bar.update)
         print(f"{printable(a.tokens_out)}: REF's tokens for {n} prompts (tokens:<i>, n_prompt:<i>, prompt:<i>); "
               f"add logits:<i> from the engine and run `strata-ref kl REF --test-logits FILE`")
         return 0
@@ -135,25 +141,6 @@ def cmd_layers(a) -> int:
                          lambda: charts.crest(a.plot, study))
 
 
-def _rotate_out_problem(out, force: bool) -> str | None:
-    """Why `rotate IN OUT` must not write OUT, as one line, or None; checked
-    before the work: a directory, something that is not a regular file, or
-    a file that is not a GGUF without --force (an earlier rotation, a GGUF,
-    is replaced)."""
-    if os.path.isdir(out):
-        return (f"rotate: OUT {out} is a directory; give a file name, such as "
-                f"{os.path.join(out, 'rotated.gguf')}")
-    if not os.path.exists(out):
-        return None
-    if not os.path.isfile(out):
-        return f"rotate: OUT {out} is not a regular file"
-    with open(out, "rb") as f:
-        if f.read(4) != b"GGUF" and not force:
-            return (f"rotate: OUT {out} exists and is not a GGUF file; give another OUT, or "
-                    f"--force to replace it")
-    return None
-
-
 def cmd_rotate(a) -> int:
     from .._progress import progress_bar
     from ..models import resolve
@@ -161,27 +148,12 @@ def cmd_rotate(a) -> int:
     bad_seed = seed_problem(a.seed)
     if bad_seed:
         return err(bad_seed)
-    bad_out = _rotate_out_problem(a.output, a.force)
-    if bad_out:
-        return err(bad_out)
     from ..gguf import read
     src = resolve(a.input)
-    out_real = os.path.realpath(a.output)
-
-    def _same(path) -> bool:
-        # a symlink, or a hard link (same file under another name)
-        if os.path.realpath(path) == out_real:
-            return True
-        try:
-            return os.path.samefile(path, out_real)
-        except OSError:
-            return False          # OUT does not exist yet
-    if any(_same(f.path) for f in read(src).shards):
-        return err("rotate: OUT must not be the input file (or one of its shards)")
-    out_dir = os.path.dirname(out_real)
-    if not os.path.isdir(out_dir) or not os.access(out_dir, os.W_OK):
-        # checked before the rotation's minutes of work, not after
-        return err(f"rotate: cannot write OUT: {out_dir} is not a writable directory")
+    bad_out = out_problem(a.output, "OUT", "gguf", "rotated.gguf", [f.path for f in read(src).shards],
+                          "--force", a.force, prefix="rotate: ")
+    if bad_out:
+        return err(bad_out)
     if not a.measure and (a.plot or a.types or a.prompts or a.limit is not None):
         return err("rotate: --types, --prompts, --limit and --plot go with --measure")
     if a.measure:

@@ -3,10 +3,9 @@ recorded under llama.cpp's names, two traces compared, the CPU profile
 that reproduces an engine's logits (docs/trace.md)."""
 from __future__ import annotations
 
-import os
-
 from .._text import printable
-from .common import Help, KV_TYPES, cpu_problem, err, json_out, split_list, token_ids
+from .common import (Help, KV_TYPES, cpu_problem, err, json_out, out_problem, patterns_problem, split_list,
+                     token_ids)
 
 
 def cmd_trace(a) -> int:
@@ -21,9 +20,10 @@ def cmd_trace(a) -> int:
             return err(f"--tokens {a.tokens[:80]!r} is not a comma-separated list of token ids")
     if a.split is not None and a.split < 1:
         return err(f"--split must be >= 1, got {a.split}")
-    if os.path.isdir(a.out):
-        return err(f"--out {a.out} is a directory; give the trace file to write")
-    bad = cpu_problem(a.cpu)
+    if a.fa_threads is not None and a.fa_threads < 1:
+        return err(f"--fa-threads must be >= 1, got {a.fa_threads}")
+    bad = (patterns_problem(a.tensors) or cpu_problem(a.cpu)
+           or out_problem(a.out, "--out", "trace", "trace.npz", inputs=(a.model,)))
     if bad:
         return err(bad)
     cache = {k: v for k, v in (("type_k", a.cache_type_k), ("type_v", a.cache_type_v),
@@ -31,6 +31,9 @@ def cmd_trace(a) -> int:
     m = load(a.model, cpu=a.cpu, **cache)
     if ids is None:
         ids = m.tokenizer.encode(a.prompt, add_special=True, parse_special=False)
+    if a.split is not None and a.split > len(ids):
+        return err(f"--split {a.split} is more than the {len(ids)} token ids (at most {len(ids)}; "
+                   f"leave it out for one batched call)")
     n = run_trace(m, ids, a.out, split=a.split, patterns=split_list(a.tensors),
                   producer=f"strata-ref trace --cpu {m.cpu.name}", compress=a.compress)
     c = m.new_cache(1)
@@ -61,16 +64,21 @@ def cmd_diff(a) -> int:
 def cmd_which(a) -> int:
     from .._progress import progress_bar
     from ..which import load_logits, report_text, which
-    from ..cpu import ALIASES, PROFILES
+    from ..cpu import PROFILES, select
     toks = None
     if a.tokens is not None:
         toks = token_ids(a.tokens)
         if toks is None:
             return err(f"--tokens {a.tokens[:80]!r} is not a comma-separated list of token ids")
-    profiles = split_list(a.cpu) or list(PROFILES)
-    unknown = [p for p in profiles if p not in PROFILES and p not in ALIASES]
-    if unknown:
-        return err(f"--cpu {unknown[0]!r} is not a profile ({', '.join(list(PROFILES) + list(ALIASES))})")
+    profiles = []
+    for p in split_list(a.cpu) or list(PROFILES):
+        # the profile names of `generate --cpu` (any case, `native`), each once
+        bad = cpu_problem(p)
+        if bad:
+            return err(bad)
+        name = select(p).name
+        if name not in profiles:
+            profiles.append(name)
     fa = {"off": (False,), "on": (True,), "both": (False, True)}[a.flash_attn]
     e = load_logits(a.logits, toks, a.split)
     cache = {k: v for k, v in (("type_k", a.cache_type_k), ("type_v", a.cache_type_v)) if v is not None}

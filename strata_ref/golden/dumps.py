@@ -22,6 +22,12 @@ def _ordered(bits: np.ndarray, width: int) -> np.ndarray:
     return np.where(u & sign, -(u & (sign - 1)), u)
 
 
+def _is_inf_bits(bits: np.ndarray, kind: str) -> np.ndarray:
+    """+-inf in IEEE binary32 / binary16 / bfloat16 bit patterns."""
+    return (bits & {"f32": 0x7FFFFFFF, "f16": 0x7FFF}.get(kind, 0x7FFF)) == \
+        {"f32": 0x7F800000, "f16": 0x7C00}.get(kind, 0x7F80)
+
+
 def _is_nan_bits(bits: np.ndarray, kind: str) -> np.ndarray:
     if kind == "f32":
         return (bits & 0x7FFFFFFF) > 0x7F800000
@@ -112,6 +118,7 @@ def compare_dump(gguf_path, tensor_name: str, dump_path=None, dtype: str = "f32"
     canonical bytes), n_values, n_diff, first_diff (index, row, col, both
     values and bit patterns) or None, max_ulp (over pairs of numbers; None if
     no numeric pair differs), nan_vs_number (pairs where one side is NaN),
+    inf_vs_finite (differing pairs of numbers where one side is +-inf),
     worst (the `n_worst` largest ulp distances, largest first: index, row,
     col, block and offset in the tensor type's block, both values, ulps),
     also_fits (other (dtype, rows) the dump's size would hold, a hint when
@@ -210,7 +217,8 @@ def compare_dump(gguf_path, tensor_name: str, dump_path=None, dtype: str = "f32"
               "n_values": rows * cols, "fnv_oracle": f"{fnv_ref:016x}", "also_fits": also_fits}
     if dump is None:
         report.update(equal=want_hash == fnv_ref, fnv_dump=f"{want_hash:016x}", n_diff=None,
-                      first_diff=None, max_ulp=None, nan_vs_number=None, nan_encoding_diffs=None, worst=[])
+                      first_diff=None, max_ulp=None, nan_vs_number=None, nan_encoding_diffs=None,
+                      inf_vs_finite=None, worst=[])
         return report
     got_raw = np.lib.stride_tricks.as_strided(dump, (rows, cols), (ld * bits_dt.itemsize, bits_dt.itemsize))
     got_raw = np.ascontiguousarray(got_raw)
@@ -222,7 +230,8 @@ def compare_dump(gguf_path, tensor_name: str, dump_path=None, dtype: str = "f32"
     n_diff = int(diff.sum())
     report.update(equal=n_diff == 0, fnv_dump=f"{fnv1a64(got.view(np.uint8).reshape(-1)):016x}",
                   n_diff=n_diff, nan_vs_number=int((diff & (nan_g ^ nan_r)).sum()),
-                  nan_encoding_diffs=int(((got_raw != ref_bits) & nan_g & nan_r).sum()))
+                  nan_encoding_diffs=int(((got_raw != ref_bits) & nan_g & nan_r).sum()),
+                  inf_vs_finite=int((both_num & (_is_inf_bits(got, dtype) | _is_inf_bits(ref_bits, dtype))).sum()))
     if both_num.any():
         ulp = np.abs(_ordered(got[both_num], width) - _ordered(ref_bits[both_num], width))
         report["max_ulp"] = int(ulp.max())

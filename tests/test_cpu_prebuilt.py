@@ -82,7 +82,7 @@ def _sha256(name: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _model(name: str, profile: str):
-    from strata_ref.infer.model import load
+    from strata_ref.infer.loader import load
     return load(_path(name), profile=profile)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from ._paths import unreachable
 
-__all__ = ["NpyError", "input_problem", "read_npy", "read_npz", "atomic_output"]
+__all__ = ["user_mode", "NpyError", "input_problem", "read_npy", "read_npz", "atomic_output"]
 
 NPY_MAGIC = b"\x93NUMPY"
 ZIP_MAGIC = b"PK\x03\x04"
@@ -138,7 +138,8 @@ def read_npz(path, what: str) -> dict:
 @contextlib.contextmanager
 def atomic_output(path):
     """A binary file object whose content becomes the file `path` (exactly
-    that name; through a symbolic link, its target) when the `with` block
+    that name; through a symbolic link, its target; with the mode a new
+    file gets under the umask, not mkstemp's 0600) when the `with` block
     ends without an error. Written to a temporary file of a unique name
     in the same directory (`NAME.<random>.part`, so that two runs never
     share one) and renamed over `path`; an error or Ctrl-C inside the
@@ -147,6 +148,7 @@ def atomic_output(path):
     d, name = os.path.split(real)
     fd, tmp = tempfile.mkstemp(dir=d, prefix=name + ".", suffix=".part")
     try:
+        user_mode(fd)
         with os.fdopen(fd, "wb") as f:
             yield f
         os.replace(tmp, real)
@@ -154,3 +156,12 @@ def atomic_output(path):
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def user_mode(fd: int) -> None:
+    """Give the file open as `fd` the mode `open()` would give a new file
+    (0666 less the umask): `tempfile.mkstemp` makes it 0600, which a
+    rename would keep, so another account could not read the output."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.fchmod(fd, 0o666 & ~mask)

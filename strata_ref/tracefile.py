@@ -141,7 +141,11 @@ class TraceWriter:
         # a name of this writer's own (two runs writing one path never share it)
         real = Path(os.path.realpath(self.path))
         fd, part = tempfile.mkstemp(dir=real.parent, prefix=real.name + ".", suffix=".part")
-        os.close(fd)
+        try:
+            from ._npio import user_mode
+            user_mode(fd)
+        finally:
+            os.close(fd)
         self.part, self._final = Path(part), real
         try:
             self._zip = zipfile.ZipFile(self.part, "w", zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED,

@@ -356,3 +356,22 @@ def test_compare_suggests_another_dtype_only_when_most_values_differ(tiny, tmp_p
     dequant_rows(tiny, "blk.0.attn_q.weight", "f16", 0, 4).tofile(tmp_path / "h.bin")
     assert main(args[:3] + [str(tmp_path / "h.bin")] + args[3:]) == 1
     assert "note: the dump's size also fits --dtype f16 --rows 4" in capsys.readouterr().out
+
+
+def test_outputs_get_the_mode_of_a_new_file(tmp_path):
+    # mkstemp makes 0600 and the rename kept it: a trace or dump another
+    # account (a llama.cpp run, a colleague) could not read
+    import stat
+    from strata_ref._npio import atomic_output
+    from strata_ref.tracefile import TraceWriter
+    old = os.umask(0o022)
+    try:
+        with atomic_output(tmp_path / "a.npy") as f:
+            f.write(b"x")
+        assert stat.S_IMODE(os.stat(tmp_path / "a.npy").st_mode) == 0o644
+        w = TraceWriter(tmp_path / "t.npz", [1, 2], [2], {}, "test")
+        w.add(0, "ADD", "x-0", np.zeros(2, np.float32))
+        w.close()
+        assert stat.S_IMODE(os.stat(tmp_path / "t.npz").st_mode) == 0o644
+    finally:
+        os.umask(old)

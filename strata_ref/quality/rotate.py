@@ -284,7 +284,11 @@ def _atomic_path(dst: str):
     real = os.path.realpath(dst)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(real), prefix=".strata-ref-rotate-",
                                suffix=".gguf")
-    os.close(fd)
+    try:
+        from .._npio import user_mode
+        user_mode(fd)
+    finally:
+        os.close(fd)
     return tmp, real
 
 

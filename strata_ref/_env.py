@@ -139,3 +139,16 @@ def check_numba_env() -> None:
     problem = numba_env_problem() or switch_problem()
     if problem:
         raise ImportError(problem)
+
+
+def zero_one(name: str, value: str | None, default: str) -> tuple[bool | None, str | None]:
+    """(setting, warning) of an opt-in switch variable `name` whose value is
+    `value`: unset or blank -> (None, None); "0" -> (False, None); "1" ->
+    (True, None); anything else -> (None, a warning that names the value
+    and says the default, `default`, is used). Used by the native kernels'
+    selection policies (STRATA_DEQUANT_WIDE, STRATA_DENSE_F32)."""
+    if value is None or not value.strip():
+        return None, None
+    if value in ("0", "1"):
+        return value == "1", None
+    return None, f"{name}={value!r} is not 0 or 1; using the default ({default})"

@@ -28,6 +28,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Mapping
 
+from ..._env import zero_one
 from ...types import GGMLType, UnsupportedTypeError, block_format, parse_type
 
 __all__ = ["Selection", "select", "parse_wide_env", "warn_once", "GENERIC_TYPES",
@@ -82,14 +83,7 @@ def parse_wide_env(value: str | None) -> tuple[bool | None, str | None]:
     """(override, warning) for a STRATA_DEQUANT_WIDE value: None (unset) or
     empty -> (None, None); "0" -> (False, None); "1" -> (True, None);
     anything else -> (None, warning text)."""
-    if value is None or not value.strip():
-        return None, None
-    if value == "0":
-        return False, None
-    if value == "1":
-        return True, None
-    return None, (f"{ENV_WIDE}={value!r} is not 0 or 1; using the default "
-                  "(wide Q4_K/Q5_K/Q6_K/IQ4_XS kernels on compute capability 6.1 only)")
+    return zero_one(ENV_WIDE, value, "wide Q4_K/Q5_K/Q6_K/IQ4_XS kernels on compute capability 6.1 only")
 
 
 _WARNED: set[str] = set()

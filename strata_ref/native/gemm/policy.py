@@ -14,6 +14,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Mapping
 
+from ..._env import zero_one
 from ...routes.gemm import ROUTES
 
 __all__ = ["ENV_DENSE_F32", "RouteSelection", "select_route", "parse_dense_f32_env", "notice_once"]
@@ -35,14 +36,7 @@ def parse_dense_f32_env(value: str | None) -> tuple[bool | None, str | None]:
     """(opt-in, warning) for a STRATA_DENSE_F32 value: unset or empty ->
     (None, None); "0" -> (False, None); "1" -> (True, None); anything else
     -> (None, warning text)."""
-    if value is None or not value.strip():
-        return None, None
-    if value == "0":
-        return False, None
-    if value == "1":
-        return True, None
-    return None, (f"{ENV_DENSE_F32}={value!r} is not 0 or 1; using the default "
-                  "(the FP16-operand route)")
+    return zero_one(ENV_DENSE_F32, value, "the FP16-operand route")
 
 
 def select_route(cc: int, env: Mapping[str, str] | None = None,

@@ -101,6 +101,20 @@ def test_tools_without_gpu_report_status_2(capsys):
     assert err[1].startswith("strata-ref: error: bench experts: native path unavailable: ")
 
 
+def test_bench_mmvq_goal_lines():
+    # Issue 34's goal is judged on the lowest of the cold and graph ratios of
+    # the 70B shapes only; a 7B shape below the goal does not fail it.
+    from strata_ref.native.mmvq.bench import goal_lines
+    rows = [("Q4_K", 4096, 14336, 0.70, 0.72, 60.0, 61.0, 71.0, 72.0),
+            ("Q4_K", 8192, 28672, 0.91, 0.90, 80.0, 81.0, 88.0, 89.0),
+            ("Q4_K", 28672, 8192, 0.93, 0.95, 82.0, 83.0, 88.5, 87.5),
+            ("Q6_K", 8192, 28672, 0.86, 0.849, 70.0, 71.0, 82.0, 83.0)]
+    assert goal_lines(rows) == [
+        "Q4_K: 70B shapes /read 0.90-0.95 (goal >= 0.90: met), 80.0-83.0 % of copy;"
+        " 7B shapes /read 0.70-0.72, the read-only kernel at 71.0-72.0 % of copy",
+        "Q6_K: 70B shapes /read 0.85-0.86 (goal >= 0.85: not met), 70.0-71.0 % of copy"]
+
+
 LANE_TYPES = [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.IQ4_XS]
 
 

@@ -19,7 +19,8 @@ from ...types import GGMLType, block_format
 from .parity import EXPERT_CONFIGS, PLAIN_KERNELS, SEED, experts_case, load_or_report, u32_bits
 from .tables import IL_TYPES, LEGAL_ROWS
 
-__all__ = ["run_bench_mmvq", "run_bench_experts", "BENCH_SHAPES", "TABLE_ROWS", "COLD_BYTES"]
+__all__ = ["run_bench_mmvq", "run_bench_experts", "goal_lines", "GOAL_70B", "BENCH_SHAPES", "TABLE_ROWS",
+           "COLD_BYTES"]
 
 T = GGMLType
 
@@ -121,6 +122,43 @@ BENCH_SHAPES = ((4096, 14336), (14336, 4096), (8192, 28672), (28672, 8192))
 TABLE_ROWS = (1024, 2560, 6144, 10240, 12288)
 
 
+#: issue 34's restated goal for the 1-column mat-vec (docs/mmvq.md): the
+#: default kernel's speed over the read-only kernel's on the 70B shapes, cold
+#: and from a CUDA graph
+GOAL_70B = {"Q4_K": 0.90, "Q6_K": 0.85, "IQ4_XS": 0.85}
+
+
+def goal_lines(ratios) -> list[str]:
+    """The summary lines of `bench mmvq`, one per type.
+
+    ratios: tuples (type name, rows, K, /read cold, /read graph, default % of
+    copy cold, graph, read-only kernel % of copy cold, graph). On the 70B
+    shapes (rows * K = 8192 * 28672) the lowest /read is set against
+    GOAL_70B ("met" / "not met"); on the 7B shapes the range of /read is
+    printed beside the read-only kernel's own share of the copy bandwidth.
+    """
+    lines = []
+    for name in dict.fromkeys(r[0] for r in ratios):
+        mine = [r for r in ratios if r[0] == name]
+        big = [r for r in mine if r[1] * r[2] >= 8192 * 28672]
+        small = [r for r in mine if r[1] * r[2] < 8192 * 28672]
+        span = lambda rs, a, b, f: (f"{f.format(min(min(r[a], r[b]) for r in rs))}-"  # noqa: E731
+                                    f"{f.format(max(max(r[a], r[b]) for r in rs))}")
+        low = min(min(r[3], r[4]) for r in big) if big else None
+        goal = GOAL_70B.get(name)
+        verdict = ("" if goal is None or low is None else
+                   f" (goal >= {goal:.2f}: {'met' if low >= goal else 'not met'})")
+        text = f"{name}:"
+        if big:
+            text += (f" 70B shapes /read {span(big, 3, 4, '{:.2f}')}{verdict},"
+                     f" {span(big, 5, 6, '{:.1f}')} % of copy;")
+        if small:
+            text += (f" 7B shapes /read {span(small, 3, 4, '{:.2f}')}, the read-only kernel at"
+                     f" {span(small, 7, 8, '{:.1f}')} % of copy")
+        lines.append(text.rstrip(";"))
+    return lines
+
+
 def run_bench_mmvq(emit_table: bool = False, out=print) -> int:
     """1-column mat-vec bandwidth against the device copy; optionally the
     rows-per-warp table cells."""
@@ -134,8 +172,10 @@ def run_bench_mmvq(emit_table: bool = False, out=print) -> int:
     out("'default' is what smv_mmvq runs for 1 column (rows_per_warp 0); 'read' is a read-only "
         "kernel over the same cold bytes; 'graph' times the same cold calls replayed from one "
         "CUDA graph (no host launch gaps, as decode engines run a step)")
-    out("'/read' is the default's speed as a fraction of the read-only kernel's (issue 20's "
-        "goal: >= 0.90 on every shape, both timings)")
+    out("'/read' is the default's speed as a fraction of the read-only kernel's (issue 34's "
+        "goal, docs/mmvq.md: on the 70B shapes, both timings, >= "
+        + ", ".join(f"{g:.2f} for {n}" for n, g in GOAL_70B.items())
+        + "; on the 7B shapes the figures beside the read-only kernel's own % of copy)")
     out("type    rows x K       | cold: default us  GB/s  % of copy | best us (arm)  % of copy "
         "| read us  % of copy  /read | graph: default us  % | read us  %  /read "
         "| one copy (L2-warm): default us")
@@ -153,15 +193,10 @@ def run_bench_mmvq(emit_table: bool = False, out=print) -> int:
                 f"{g_ms * 1e3:11.1f}  {pct(g_ms):5.1f} | {g_read * 1e3:6.1f}  {pct(g_read):5.1f}  "
                 f"{g_read / g_ms:5.2f} | {warm[0] * 1e3:8.1f}")
             ratios.append((t.name, rows, k, read_ms / times[0], g_read / g_ms, pct(times[0]),
-                           pct(g_ms)))
+                           pct(g_ms), pct(read_ms), pct(g_read)))
             out("        every arm, cold us: " + ", ".join(f"{a}: {v * 1e3:.1f}" for a, v in times.items()))
-    for name in dict.fromkeys(r[0] for r in ratios):
-        mine = [r for r in ratios if r[0] == name]
-        big = [r for r in mine if r[1] * r[2] >= 8192 * 28672]
-        out(f"{name}: default / read-only {min(min(r[3], r[4]) for r in mine):.2f}-"
-            f"{max(max(r[3], r[4]) for r in mine):.2f} (stream and graph, every shape); "
-            f"70B shapes {min(min(r[5], r[6]) for r in big):.1f}-"
-            f"{max(max(r[5], r[6]) for r in big):.1f} % of copy")
+    for line in goal_lines(ratios):
+        out(line)
     if emit_table:
         out("// emitted by strata-ref bench mmvq --emit-table (K = 2560, 200 reps per arm)")
         for t in IL_TYPES:

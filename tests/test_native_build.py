@@ -1,6 +1,7 @@
 """Native build pieces that need no GPU: the C header as cffi reads it, the
 generated I-quant table header, nvcc compiling every CUDA source (when nvcc is
 installed), and the message when no GPU is present."""
+import logging
 import re
 import subprocess
 
@@ -102,7 +103,7 @@ def test_source_dir_holds_the_sources():
             assert (d / f).is_file(), (lib.name, f)
 
 
-def test_every_library_is_built_by_the_one_function(monkeypatch, tmp_path):
+def test_every_library_is_built_by_the_one_function(monkeypatch, tmp_path, capsys, caplog):
     # build() with a stand-in nvcc that writes its -o file: each library is
     # compiled (one object per source) and linked into the cache under its
     # own key, then found there without running nvcc again
@@ -116,6 +117,9 @@ def test_every_library_is_built_by_the_one_function(monkeypatch, tmp_path):
     monkeypatch.setattr(build, "_nvcc_or_raise", lambda: "nvcc")
     monkeypatch.setattr(build, "_nvcc_version", lambda nvcc: "release 0.0")
     monkeypatch.setenv("STRATA_REF_CACHE", str(tmp_path))
+    caplog.set_level("INFO", logger="strata_ref.native.build")
+    # a command run earlier in this process shows the notes on stderr; the library alone does not
+    monkeypatch.setattr(logging.getLogger("strata_ref"), "handlers", [])
     paths = set()
     for lib in build.LIBRARIES:
         n = len(calls)
@@ -128,3 +132,7 @@ def test_every_library_is_built_by_the_one_function(monkeypatch, tmp_path):
         assert build.build(lib, 90) == path and len(calls) - n == len(lib.sources) + 1   # cached
         paths.add(path)
     assert len(paths) == len(build.LIBRARIES)
+    # each build (not the cache hits) is announced on the logger, not printed
+    assert capsys.readouterr() == ("", "")
+    assert [r.getMessage() for r in caplog.records if r.name == "strata_ref.native.build"] == [
+        f"building {lib.name} for sm_90 with nvcc" for lib in build.LIBRARIES]

@@ -171,6 +171,8 @@ def main(argv=None) -> int:
         return err(bad_env)
     from .._threads import configure
     configure()                 # numba's threading layer, before any kernel runs
+    from .common import show_library_notes
+    show_library_notes()        # fetch progress, native builds: logged by the library
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import logging
 import os
 import sys
 
@@ -31,6 +32,24 @@ def err(msg: str) -> int:
     # one line, whatever the message holds (a name taken from a file)
     print(f"strata-ref: error: {printable(msg, backslash=False)}", file=sys.stderr)
     return 2
+
+
+class _StderrNotes(logging.Handler):
+    """Shows the library's INFO notes (model fetch progress, native builds;
+    logger "strata_ref") as `strata-ref: MESSAGE` lines on the stderr of the
+    moment, the message escaped for a terminal."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"strata-ref: {printable(record.getMessage(), backslash=False)}", file=sys.stderr)
+
+
+def show_library_notes() -> None:
+    """Route the library's notes to stderr for the command line (once per
+    process); the library itself only logs them."""
+    lib = logging.getLogger("strata_ref")
+    if not any(isinstance(h, _StderrNotes) for h in lib.handlers):
+        lib.addHandler(_StderrNotes())
+    lib.setLevel(logging.INFO)
 
 
 def error_line(e: BaseException) -> str:

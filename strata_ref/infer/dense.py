@@ -41,26 +41,14 @@ import numpy as np
 from . import blocks, eager
 from . import trace as T
 from .layers import Attention, GatedFFN
-from .model import ArchKeys, Model, ModelLoadError, arch_spec, common_params, rope_cos_sin, swa_params
+from .model import CommonHParams, ArchKeys, Model, ModelLoadError, arch_spec, common_params, rope_cos_sin, swa_params
 
 __all__ = ["HParams", "DenseModel"]
 
 
 @dataclass(frozen=True)
-class HParams:
-    arch: str
-    n_layer: int
-    n_embd: int
-    n_ff: int
-    n_head: int
-    n_head_kv: int
-    head_dim: int
-    n_rot: int
-    n_ctx_train: int
-    eps: float
-    rope_base: float
+class HParams(CommonHParams):
     rope_base_swa: float
-    rope_freq_scale: float
     rope_freq_scale_swa: float
     neox: bool
     n_swa: int                 # 0: no sliding window

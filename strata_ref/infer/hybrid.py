@@ -52,26 +52,14 @@ from ..cpu import ops, ssm
 from . import trace as T
 from .kv_cache import HybridCache
 from .layers import Attention, sigmoid
-from .model import ArchKeys, Model, ModelLoadError, arch_spec, common_params
+from .model import CommonHParams, ArchKeys, Model, ModelLoadError, arch_spec, common_params
 from .moe import MoEFFN, expert_params
 
 __all__ = ["HybridHParams", "Qwen3NextModel"]
 
 
 @dataclass(frozen=True)
-class HybridHParams:
-    arch: str
-    n_layer: int
-    n_embd: int
-    n_ff: int
-    n_head: int
-    n_head_kv: int
-    head_dim: int
-    n_rot: int
-    n_ctx_train: int
-    eps: float
-    rope_base: float
-    rope_freq_scale: float
+class HybridHParams(CommonHParams):
     n_expert: int
     n_expert_used: int
     n_ff_exp: int

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -36,7 +37,7 @@ from .archs import ARCHS, SUPPORTED_ARCHS, ArchSpec, Swa
 from .kv_cache import KVCache
 from .tokenizer import Tokenizer
 
-__all__ = ["Model", "ModelLoadError", "ModelOutputError", "SUPPORTED_ARCHS", "ArchKeys", "Weights",
+__all__ = ["Model", "CommonHParams", "ModelLoadError", "ModelOutputError", "SUPPORTED_ARCHS", "ArchKeys", "Weights",
            "architecture", "arch_spec", "common_params", "swa_params", "check_logits"]
 
 
@@ -161,6 +162,26 @@ class ArchKeys:
         if len(v) != n_layer:
             raise ModelLoadError(f"`{k}` has {len(v)} values for {n_layer} layers")
         return tuple(bool(b) for b in v)
+
+
+@dataclass(frozen=True)
+class CommonHParams:
+    """The hyperparameters every family reads (`common_params`): counts,
+    head sizes, n_ctx_train, the RMSNorm eps and the RoPE base and
+    frequency scale. Each family's hyperparameters (`dense.HParams`,
+    `moe.MoEHParams`, `hybrid.HybridHParams`) extend it."""
+    arch: str
+    n_layer: int
+    n_embd: int
+    n_ff: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_rot: int
+    n_ctx_train: int
+    eps: float
+    rope_base: float
+    rope_freq_scale: float
 
 
 def common_params(k: ArchKeys, spec: ArchSpec, ff_required: bool = True) -> dict:

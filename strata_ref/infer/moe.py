@@ -31,7 +31,7 @@ from ..cpu import moe as cmoe
 from ..cpu import ops
 from . import trace as T
 from .layers import Attention, GatedFFN, sigmoid
-from .model import ArchKeys, Model, ModelLoadError, arch_spec, common_params, swa_params
+from .model import CommonHParams, ArchKeys, Model, ModelLoadError, arch_spec, common_params, swa_params
 
 __all__ = ["MoEHParams", "MoEFFN", "Qwen3MoEModel", "GptOssModel", "expert_params"]
 
@@ -58,19 +58,7 @@ def expert_params(k: ArchKeys, n_ff: int, ff_key_required: bool = False) -> dict
 
 
 @dataclass(frozen=True)
-class MoEHParams:
-    arch: str
-    n_layer: int
-    n_embd: int
-    n_ff: int
-    n_head: int
-    n_head_kv: int
-    head_dim: int
-    n_rot: int
-    n_ctx_train: int
-    eps: float
-    rope_base: float
-    rope_freq_scale: float
+class MoEHParams(CommonHParams):
     n_expert: int
     n_expert_used: int
     n_ff_exp: int
@@ -273,10 +261,13 @@ class _Layer:
     pass
 
 
-class Qwen3MoEModel(Model):
-    """qwen3moe (module docstring)."""
+class _MoELayers(Model):
+    """The layer shape both MoE families share: attn_norm, attention, a norm
+    before the experts (tensor `blk.N.<FFN_NORM>.weight`, kept as
+    `ffn_norm`) and the experts."""
 
     HPARAMS = MoEHParams
+    FFN_NORM = "ffn_norm"
 
     def _load_layers(self) -> None:
         hp, w = self.hp, self.w
@@ -287,7 +278,7 @@ class Qwen3MoEModel(Model):
             L = _Layer()
             L.attn_norm = w.vec(p + "attn_norm.weight", e)
             L.attn = Attention(w, p, hp, self.spec, self.cpu)
-            L.ffn_norm = w.vec(p + "ffn_norm.weight", e)
+            L.ffn_norm = w.vec(f"{p}{self.FFN_NORM}.weight", e)
             L.moe = MoEFFN(w, p, hp, self.spec, self.cpu)
             self.layers.append(L)
         w.check_all_used()
@@ -297,6 +288,10 @@ class Qwen3MoEModel(Model):
         for L in self.layers:
             mats += L.attn.matrices() + L.moe.matrices()
         return mats
+
+
+class Qwen3MoEModel(_MoELayers):
+    """qwen3moe (module docstring)."""
 
     def _rope(self, pos):
         hp = self.hp
@@ -328,30 +323,10 @@ class Qwen3MoEModel(Model):
         return self._head(x, all_logits)
 
 
-class GptOssModel(Model):
+class GptOssModel(_MoELayers):
     """gpt-oss, llama.cpp's openai-moe (module docstring)."""
 
-    HPARAMS = MoEHParams
-
-    def _load_layers(self) -> None:
-        hp, w = self.hp, self.w
-        e = hp.n_embd
-        self.layers = []
-        for i in range(hp.n_layer):
-            p = f"blk.{i}."
-            L = _Layer()
-            L.attn_norm = w.vec(p + "attn_norm.weight", e)
-            L.attn = Attention(w, p, hp, self.spec, self.cpu)
-            L.post_norm = w.vec(p + "post_attention_norm.weight", e)
-            L.moe = MoEFFN(w, p, hp, self.spec, self.cpu)
-            self.layers.append(L)
-        w.check_all_used()
-
-    def _matrices(self) -> list:
-        mats = [self.output]
-        for L in self.layers:
-            mats += L.attn.matrices() + L.moe.matrices()
-        return mats
+    FFN_NORM = "post_attention_norm"     # openai-moe.cpp's norm before the experts
 
     def _forward(self, tokens, cache, all_logits):
         n = len(tokens)
@@ -371,7 +346,7 @@ class GptOssModel(Model):
             x = x + h
             T.emit("ffn_inp", "ADD", x, il)
             h = x
-            x = T.norm(x, L.post_norm, hp.eps, "attn_post_norm", il)
+            x = T.norm(x, L.ffn_norm, hp.eps, "attn_post_norm", il)
             x = L.moe(x)
             x = x + h
             T.emit("l_out", "ADD", x, il)

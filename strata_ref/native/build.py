@@ -29,6 +29,7 @@ concurrent builds cannot leave a half-written library.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import subprocess
@@ -41,6 +42,8 @@ from typing import Callable
 import numpy as np
 
 from .._paths import data_dir
+
+log = logging.getLogger(__name__)
 
 __all__ = ["BuildError", "Library", "DEQUANT", "GEMM", "MMVQ", "LIBRARIES", "find_nvcc",
            "source_dir", "iq_tables_header", "nvcc_flags", "build", "compile_objects",
@@ -269,14 +272,15 @@ def compile_objects(lib: Library, arch: int, workdir: Path, nvcc: str | None = N
     return objs
 
 
-def build(lib: Library, arch: int, *, force: bool = False, verbose: bool = False) -> Path:
+def build(lib: Library, arch: int, *, force: bool = False) -> Path:
     """Path of `lib` (DEQUANT, GEMM or MMVQ) for compute capability `arch`
     (major·10 + minor), built with nvcc unless a cached copy with the same
     key exists: the objects are compiled in a temporary directory beside
     the cache entry, linked, and the result renamed into place (a build
     that loses a race to a concurrent one keeps the winner's). Raises
     BuildError when nvcc is missing or fails (for GEMM, also when the
-    toolkit has no cuBLAS)."""
+    toolkit has no cuBLAS). A build (not a cache hit) is announced on the
+    `logging` logger "strata_ref.native.build" at INFO."""
     nvcc = _nvcc_or_raise()
     src = _sources(lib)
     tables = iq_tables_header()
@@ -288,8 +292,7 @@ def build(lib: Library, arch: int, *, force: bool = False, verbose: bool = False
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".build-{lib.stem}-") as tmp:
         work = Path(tmp)
-        if verbose:
-            print(f"strata-ref: building {lib.name} for sm_{arch} with {nvcc}")
+        log.info("building %s for sm_%s with %s", lib.name, arch, nvcc)
         objs = compile_objects(lib, arch, work, nvcc)
         out = work / "out"
         out.mkdir()

@@ -136,3 +136,22 @@ def test_every_library_is_built_by_the_one_function(monkeypatch, tmp_path, capsy
     assert capsys.readouterr() == ("", "")
     assert [r.getMessage() for r in caplog.records if r.name == "strata_ref.native.build"] == [
         f"building {lib.name} for sm_90 with nvcc" for lib in build.LIBRARIES]
+
+
+def test_open_library_names_what_failed(monkeypatch, tmp_path):
+    # the one build-cdef-dlopen step of every native loader: a failed build,
+    # a file dlopen refuses and a missing header each raise NativeUnavailable
+    # naming the cause; a prebuilt path skips the build
+    pytest.importorskip("cffi")
+
+    def no_nvcc(lib, cc):
+        raise build.BuildError("nvcc not found (test)")
+    monkeypatch.setattr(build, "build", no_nvcc)
+    with pytest.raises(loader.NativeUnavailable, match=r"^nvcc not found \(test\)$"):
+        loader.open_library(build.MMVQ, 90, "strata_mmvq.h")
+    junk = tmp_path / "libjunk.so"
+    junk.write_bytes(b"not an ELF file")
+    with pytest.raises(loader.NativeUnavailable, match=f"^cannot load {re.escape(str(junk))}: "):
+        loader.open_library(build.MMVQ, 90, "strata_mmvq.h", junk)
+    with pytest.raises(loader.NativeUnavailable, match="no_such_header.h"):
+        loader.open_library(build.MMVQ, 90, "no_such_header.h", junk)

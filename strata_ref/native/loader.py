@@ -7,7 +7,7 @@ via cffi), builds or reuses the cached library (`build.build(build.DEQUANT,
 cc)`) and dlopens it. Every failure is a `NativeUnavailable` with a message
 saying what is missing; callers fall back to the NumPy path. The GEMM and
 mat-vec libraries (`gemm.wrapper.load_gemm`, `mmvq.wrapper.load_mmvq`) load
-the same way with `new_ffi`, `driver_compute_capability` and `env_device`.
+the same way through `open_library`, `driver_compute_capability` and `env_device`.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from . import build as _build
 
 __all__ = ["NativeUnavailable", "Native", "load", "cdef_text", "driver_compute_capability", "env_device",
-           "unavailable_line", "new_ffi"]
+           "unavailable_line", "new_ffi", "open_library"]
 
 
 class NativeUnavailable(RuntimeError):
@@ -53,6 +53,24 @@ def cdef_text() -> str:
         return _build.cdef_text("strata_dequant.h")
     except _build.BuildError as e:
         raise NativeUnavailable(str(e)) from None
+
+
+def open_library(library: "_build.Library", cc: int, header: str, path=None):
+    """Build `library` for compute capability `cc` (or take the prebuilt
+    `path`), read its cdef from native/`header` and open it with cffi.
+    Returns (ffi, handle, path). Raises NativeUnavailable with the reason:
+    a failed build, a missing header, no cffi, or a library dlopen refuses."""
+    try:
+        path = path or _build.build(library, cc)
+        cdef = _build.cdef_text(header)
+    except _build.BuildError as e:
+        raise NativeUnavailable(str(e)) from None
+    ffi = new_ffi()
+    ffi.cdef(cdef)
+    try:
+        return ffi, ffi.dlopen(str(path)), path
+    except OSError as e:
+        raise NativeUnavailable(f"cannot load {path}: {e}") from None
 
 
 def new_ffi():
@@ -120,16 +138,7 @@ def load(device: int | None = None) -> Native:
         if device in _CACHE:
             return _CACHE[device]
         cc = driver_compute_capability(device)
-        try:
-            path = _build.build(_build.DEQUANT, cc)
-        except _build.BuildError as e:
-            raise NativeUnavailable(str(e)) from None
-        f = new_ffi()
-        f.cdef(cdef_text())
-        try:
-            lib = f.dlopen(str(path))
-        except OSError as e:
-            raise NativeUnavailable(f"cannot load {path}: {e}") from None
+        f, lib, path = open_library(_build.DEQUANT, cc, "strata_dequant.h")
         if lib.strata_set_device(device) != 0:
             raise NativeUnavailable(f"cudaSetDevice({device}) failed")
         native = Native(f, lib, cc, str(path))

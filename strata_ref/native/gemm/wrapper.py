@@ -35,7 +35,7 @@ from ...routes.gemm import ROUTES, slice_rows
 from ...types import UnsupportedTypeError, block_format, parse_type
 from .. import build as _build
 from ..cai import device_array, stream_handle
-from ..loader import Native, NativeUnavailable, env_device, load, new_ffi
+from ..loader import Native, NativeUnavailable, env_device, load, open_library
 from .policy import notice_once, select_route
 
 __all__ = ["GemmNative", "load_gemm", "GemmRun", "gemm_device", "gemm_dense_device", "gemm_host",
@@ -90,17 +90,7 @@ def load_gemm(device: int | None = None) -> GemmNative:
     with _LOCK:
         if device in _CACHE:
             return _CACHE[device]
-        try:
-            path = _build.build(_build.GEMM, dq.cc)
-            cdef = _build.cdef_text("strata_gemm.h")
-        except _build.BuildError as e:
-            raise NativeUnavailable(str(e)) from None
-        ffi = new_ffi()
-        ffi.cdef(cdef)
-        try:
-            lib = ffi.dlopen(str(path))
-        except OSError as e:
-            raise NativeUnavailable(f"cannot load {path}: {e}") from None
+        ffi, lib, path = open_library(_build.GEMM, dq.cc, "strata_gemm.h")
         dequant_addr = int(dq.ffi.cast("uintptr_t", dq.lib.strata_dequant))
         pctx = ffi.new("strata_gemm_ctx **")
         st = lib.strata_gemm_create(device, ffi.cast("void *", dequant_addr), pctx)

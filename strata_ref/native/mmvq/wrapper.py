@@ -24,7 +24,7 @@ import numpy as np
 
 from ...types import GGMLType
 from .. import build as _b
-from ..loader import NativeUnavailable, driver_compute_capability, env_device, new_ffi
+from ..loader import NativeUnavailable, driver_compute_capability, env_device, open_library
 
 __all__ = ["MmvqNative", "OnDevice", "load_mmvq", "NativeError", "quantize_q8_1_native",
            "mmvq_native", "experts_native", "NATIVE_TYPES"]
@@ -152,19 +152,9 @@ def load_mmvq(device: int | None = None) -> MmvqNative:
         if device in _LIB:
             return _LIB[device]
         cc = driver_compute_capability(device)
-        try:
-            path = os.environ.get("STRATA_MMVQ_LIB") or _b.build(_b.MMVQ, cc)
-            # the header is read even when STRATA_MMVQ_LIB skips the build
-            cdef = _b.cdef_text(_HEADER)
-            want = _abi_version((_b.source_dir() / _HEADER).read_text())
-        except _b.BuildError as e:
-            raise NativeUnavailable(str(e)) from None
-        ffi = new_ffi()
-        ffi.cdef(cdef)
-        try:
-            lib = ffi.dlopen(str(path))
-        except OSError as e:
-            raise NativeUnavailable(f"cannot load {path}: {e}") from None
+        # the header is read even when STRATA_MMVQ_LIB skips the build
+        ffi, lib, path = open_library(_b.MMVQ, cc, _HEADER, os.environ.get("STRATA_MMVQ_LIB"))
+        want = _abi_version((_b.source_dir() / _HEADER).read_text())
         if lib.smv_abi_version() != want:
             raise NativeUnavailable(f"{path}: ABI version {lib.smv_abi_version()}, this package "
                                     f"needs {want} (rebuild it or unset STRATA_MMVQ_LIB)")

@@ -130,3 +130,26 @@ def test_threading_is_set_up_by_a_call_not_by_import():
            if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "NUMBA_THREADING_LAYER")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.split() == ["None", "2000"]
+
+
+def test_portable_q8_1_quantizer_on_nan_follows_ggml_c():
+    # ggml's quantize_row_q8_1_ref (the scalar build's activation quantizer)
+    # by hand on one block: x = [1.0, NaN, 0.25 x 30]. MAX(amax, |x|) takes
+    # the NaN and the next 0.25 replaces it, so amax = 0.25, d = 0.25/127,
+    # id = 1/d; roundf(1.0 * id) = 508 is stored as the int8 -4 (the
+    # conversion's value cut to 8 bits), the NaN as 0, the rest 127; the sum
+    # is of the stored int8: -4 + 30 * 127 = 3806. Checked against the
+    # scalar peer's ggml_mul_mat (Q4_1 and Q8_0 weights) when it was written.
+    import numpy as np
+    from strata_ref.cpu import act_quant
+    x = np.full((1, 32), 0.25, np.float32)
+    x[0, 0], x[0, 1] = 1.0, np.nan
+    q = np.zeros((1, 32), np.int8)
+    d = np.zeros((1, 1), np.float32)
+    s = np.zeros((1, 1), np.float32)
+    act_quant.quantize_rows_q8_ref(x, q, d, s, True)
+    dd = np.float32(np.float32(0.25) / np.float32(127.0))
+    assert q[0].tolist() == [-4, 0] + [127] * 30
+    # d and s are kept as the float32 values of their fp16 (RNE, finite here)
+    want = np.array([np.float16(dd), np.float16(np.float32(dd * np.float32(3806)))], np.float32)
+    assert np.array_equal(np.array([d[0, 0], s[0, 0]], np.float32).view(np.uint32), want.view(np.uint32))

@@ -71,7 +71,9 @@ def _q8_32(x, q, d, s, with_sum, ref):
             amax = np.float32(0.0)
             for j in range(32):
                 a = abs(x[t, i * 32 + j])
-                if a > amax:
+                if ref:       # ggml's MAX(amax, a): a NaN a is taken, and the next a replaces it
+                    amax = amax if amax > a else a
+                elif a > amax:
                     amax = a
             dd = np.float32(amax / np.float32(127.0))
             if ref:
@@ -87,7 +89,9 @@ def _q8_32(x, q, d, s, with_sum, ref):
                     v = np.rint(xv)
                 iv = int(v)
                 q[t, i * 32 + j] = iv
-                tot += iv
+                # the portable code sums the int8 it stored (a NaN stores 0
+                # where the conversion's overflow value is cut to 8 bits)
+                tot += q[t, i * 32 + j] if ref else iv
             d[t, i] = round_to_f16(dd)
             if with_sum:
                 s[t, i] = round_to_f16(np.float32(dd * np.float32(tot)))

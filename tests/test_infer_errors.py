@@ -367,6 +367,10 @@ def test_non_utf8_prompt_is_named(tiny, capsys):
     assert main(["generate", tiny, "Hi \udcff"]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "strata-ref: error: the prompt is not valid UTF-8 text (byte ff at character 3); pass UTF-8"]
+    # trace's --prompt says the same, before the model is loaded
+    assert main(["trace", tiny, "--prompt", "a\udcffb", "--out", "unused.npz"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "strata-ref: error: --prompt is not valid UTF-8 text (byte ff at character 1); pass UTF-8"]
 
 
 def test_decode_count_is_the_generated_tokens(tiny, capsys, monkeypatch):

@@ -112,7 +112,10 @@ def test_bench_mmvq_goal_lines():
     assert goal_lines(rows) == [
         "Q4_K: 70B shapes /read 0.90-0.95 (goal >= 0.90: met), 80.0-83.0 % of copy;"
         " 7B shapes /read 0.70-0.72, the read-only kernel at 71.0-72.0 % of copy",
-        "Q6_K: 70B shapes /read 0.85-0.86 (goal >= 0.85: not met), 70.0-71.0 % of copy"]
+        "Q6_K: 70B shapes /read 0.84-0.86 (goal >= 0.85: not met), 70.0-71.0 % of copy"]
+    # a ratio just below the goal is not printed as the goal itself
+    assert goal_lines([("Q4_K", 8192, 28672, 0.89996, 0.95, 80.0, 81.0, 88.0, 89.0)]) == [
+        "Q4_K: 70B shapes /read 0.89-0.95 (goal >= 0.90: not met), 80.0-81.0 % of copy"]
 
 
 LANE_TYPES = [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.IQ4_XS]

@@ -10,7 +10,7 @@ measured in the same run, repeat by repeat.
 profile by tools/peer_build.py (the same arithmetic, bit for bit), else
 whatever llama_cpp is importable. The header names both.
 
-Workload (spec/models.md §5): the prompt "The capital of France is" in one
+Workload (the project spec's models.md §5, in the shared design folder): the prompt "The capital of France is" in one
 pass, then greedy decoding; "decode" times the single-token calls after the
 prompt pass (tokens - 1 of them). Wall clock. llama.cpp runs in a child
 process (n_ctx 512, n_batch 512, the same thread count) with the
@@ -21,7 +21,7 @@ take turns: one untimed round each (compilation, packing, caches), then
 every round), and the best round of each engine is reported. Taking turns
 puts both under the same load when the machine is shared; a machine that
 is not idle still shifts both, so say so when reporting. Without
-llama-cpp-python the reference figures of spec/models.md §5 are printed
+llama-cpp-python the reference figures of that §5 are printed
 (a 2-core Zen 3 VM, idle).
 
 strata-ref is measured as the library and `strata-ref generate` run it:
@@ -171,7 +171,7 @@ def measure(ours, peer, repeats):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=DEFAULT_MODELS)
-    ap.add_argument("--cpu", default=None, help="CPU profiles, comma-separated (scalar, avx2, avx512, native)")
+    ap.add_argument("--cpu", default=None, help="CPU profiles, comma-separated (any of `strata-ref generate --cpu`: scalar, avx2, avx512, the v0.4.0-* profiles, native)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=32)
@@ -188,7 +188,10 @@ def main(argv=None) -> int:
     numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
     from strata_ref import cpu
     from strata_ref.models import resolve
-    profiles = [cpu.select(p) for p in (args.cpu.split(",") if args.cpu else [None])]
+    try:
+        profiles = [cpu.select(p) for p in (args.cpu.split(",") if args.cpu else [None])]
+    except ValueError as e:
+        ap.error(str(e))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
           f"threads {args.threads}; best of {args.repeats} alternating rounds; load average {load:.2f} "

@@ -1,6 +1,7 @@
-"""Does the GPU prompt path (`native.gemm.wrapper.gemm_device`, Q8_0 W, sliced
-or whole) write every value of Y? Issue 34: initcheck's reports over `parity
-gemm`, docs/native.md.
+"""Check that the GPU prompt path writes every value of Y.
+
+The path is `native.gemm.wrapper.gemm_device` with Q8_0 W, sliced or
+whole (issue 34: initcheck's reports over `parity gemm`, docs/native.md).
 
     python tools/gemm_write_probe.py sentinel
     compute-sanitizer --tool initcheck --print-limit 1000000 --show-backtrace no \

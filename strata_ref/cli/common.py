@@ -90,6 +90,19 @@ def cpu_problem(name) -> str | None:
     return None
 
 
+def utf8_problem(text: str, what: str = "the prompt") -> str | None:
+    """None, or the message for a command-line text that is not UTF-8 (bytes
+    the locale could not decode arrive as lone surrogates), naming the first
+    bad byte and its character position."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raw = os.fsencode(text[e.start:e.end])
+        return (f"{what} is not valid UTF-8 text (byte {raw[:1].hex()} at character "
+                f"{e.start}); pass UTF-8")
+    return None
+
+
 def seed_problem(seed) -> str | None:
     """A seed is llama.cpp's uint32_t (`llama_sampler_init_dist`); the
     rotation's is written as a UINT32 key."""

@@ -3,11 +3,10 @@ prompt and decode speeds."""
 from __future__ import annotations
 
 import codecs
-import os
 import sys
 
 from .. import infer
-from .common import Help, KV_TYPES, cpu_problem, err, note_once, seed_problem
+from .common import Help, KV_TYPES, cpu_problem, err, note_once, seed_problem, utf8_problem
 
 
 def _check_generate_args(a) -> str | None:
@@ -39,14 +38,7 @@ def _check_generate_args(a) -> str | None:
     bad_cpu = cpu_problem(a.cpu)
     if bad_cpu:
         return bad_cpu
-    try:
-        a.args[-1].encode("utf-8")
-    except UnicodeEncodeError as e:
-        # bytes the locale could not decode come as lone surrogates
-        raw = os.fsencode(a.args[-1][e.start:e.end])
-        return (f"the prompt is not valid UTF-8 text (byte {raw[:1].hex()} at character "
-                f"{e.start}); pass UTF-8")
-    return None
+    return utf8_problem(a.args[-1])
 
 
 def _names_a_model(arg: str) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .._text import printable
 from .common import (Help, KV_TYPES, cpu_problem, err, json_out, out_problem, patterns_problem, split_list,
-                     token_ids)
+                     token_ids, utf8_problem)
 
 
 def cmd_trace(a) -> int:
@@ -23,6 +23,7 @@ def cmd_trace(a) -> int:
     if a.fa_threads is not None and a.fa_threads < 1:
         return err(f"--fa-threads must be >= 1, got {a.fa_threads}")
     bad = (patterns_problem(a.tensors) or cpu_problem(a.cpu)
+           or (utf8_problem(a.prompt, "--prompt") if a.prompt is not None else None)
            or out_problem(a.out, "--out", "trace", "trace.npz", inputs=(a.model,)))
     if bad:
         return err(bad)

@@ -11,6 +11,8 @@ Timings are CUDA events inside the library (`smv_time_*`).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...routes.mmvq_inputs import sane_blocks
@@ -128,6 +130,12 @@ TABLE_ROWS = (1024, 2560, 6144, 10240, 12288)
 GOAL_70B = {"Q4_K": 0.90, "Q6_K": 0.85, "IQ4_XS": 0.85}
 
 
+def _cut(v: float, fmt: str) -> float:
+    """v cut toward zero to the decimals of `fmt` ('{:.2f}' -> 2)."""
+    digits = int(fmt.split(".")[1][0])
+    return math.floor(v * 10 ** digits + 1e-9) / 10 ** digits      # 1e-9: 0.29 * 100 is 28.999...
+
+
 def goal_lines(ratios) -> list[str]:
     """The summary lines of `bench mmvq`, one per type.
 
@@ -142,8 +150,10 @@ def goal_lines(ratios) -> list[str]:
         mine = [r for r in ratios if r[0] == name]
         big = [r for r in mine if r[1] * r[2] >= 8192 * 28672]
         small = [r for r in mine if r[1] * r[2] < 8192 * 28672]
-        span = lambda rs, a, b, f: (f"{f.format(min(min(r[a], r[b]) for r in rs))}-"  # noqa: E731
-                                    f"{f.format(max(max(r[a], r[b]) for r in rs))}")
+        # printed cut (not rounded) to the digits shown, so that a verdict
+        # never contradicts the figure beside it (0.8996 is "0.89", not met)
+        span = lambda rs, a, b, f: (f"{f.format(_cut(min(min(r[a], r[b]) for r in rs), f))}-"  # noqa: E731
+                                    f"{f.format(_cut(max(max(r[a], r[b]) for r in rs), f))}")
         low = min(min(r[3], r[4]) for r in big) if big else None
         goal = GOAL_70B.get(name)
         verdict = ("" if goal is None or low is None else

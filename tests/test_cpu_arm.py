@@ -124,3 +124,82 @@ def test_tiny_random_models_are_the_arm_builds_bits(arch, profile, tmp_path):
     m = load(f, profile=profile)
     got = m.forward(TINY_IDS, m.new_cache(64), all_logits=True)
     assert np.array_equal(_bits(got), _bits(ref[f"{arch}_logits"]))
+
+
+def _logits(m, ids, n_prompt: int, kind: str) -> np.ndarray:
+    """float32 logits of every position: one batched pass, or the prompt
+    pass then one token per call (as tools/llama_ref.py made them)."""
+    cache = m.new_cache(512)
+    if kind == "batched":
+        return m.forward(ids, cache, all_logits=True)
+    rows = [m.forward(ids[:n_prompt], cache, all_logits=True)]
+    rows += [m.forward([t], cache)[None] for t in ids[n_prompt:]]
+    return np.concatenate(rows)
+
+
+#: the registry models and llama.cpp-quantized variants (tests/model_variants.py)
+#: whose stored ARM runs take only emulated kernels (the files' `repack`
+#: key names the layouts the build chose: `q8_0_4x4`, `q4_0_4x4`)
+MODELS = ("SmolLM2-135M-Instruct", "smollm2-q4_0", "smollm2-q5_1")
+
+
+def _model(name, profile):
+    from infer_helpers import load_model
+    if name.startswith("smollm2-"):
+        from model_variants import build_variant
+        from strata_ref.infer.loader import load
+        return load(build_variant(name), profile=profile)
+    return load_model(name, profile)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["batched", "incr"])
+@pytest.mark.parametrize("profile", ARM)
+@pytest.mark.parametrize("name", MODELS)
+def test_model_is_the_arm_builds_bits(name, profile, kind):
+    # every logit of every row (llama.cpp's rows are stored as blake2b
+    # hashes, `infer_helpers.row_hashes`), its argmax, and the greedy
+    # continuation
+    from infer_helpers import row_hashes
+    ref = _data(profile, f"llama_ref_{name}.npz")
+    m = _model(name, profile)
+    ids = ref["prompt_ids"].tolist() + ref["greedy_ids"].tolist()
+    ours = _logits(m, ids, len(ref["prompt_ids"]), kind)
+    bad = np.flatnonzero(row_hashes(ours) != ref[f"{kind}_hash"])
+    got = np.take_along_axis(ours, ref[f"{kind}_ids"], axis=1)
+    assert bad.size == 0, (f"{profile} {kind}: rows {bad.tolist()} differ (top-128 max |diff| "
+                           f"{np.abs(got - ref[f'{kind}_logits']).max():.3g})")
+    # the stored top-1 is llama.cpp's argmax; the greedy run is the
+    # incremental pass (a batched row may tie-break elsewhere)
+    assert np.array_equal(np.argmax(ours, axis=1), ref[f"{kind}_ids"][:, 0])
+    if kind == "incr":
+        p = len(ref["prompt_ids"])
+        assert np.argmax(ours[p - 1:-1], axis=1).tolist() == ref["greedy_ids"].tolist()
+
+
+def test_rope_contracts_as_arm_gcc():
+    # aarch64 GCC vectorizes rotate_pairs' normal-style loop with y0 =
+    # fma(-x1, sin, round(x0 cos)) where x86 GCC fuses x0 cos (SmolLM2's
+    # stored logits differ from row 1 on with the x86 order); NeoX pairs
+    # and y1 as on x86. Values with a product that rounds: the two orders
+    # give different bits.
+    from math import fsum
+    from strata_ref.cpu import ops
+
+    def fma(a, b, c):        # exact a*b + c (float32 products are exact in
+        return np.float32(fsum([float(a) * float(b), float(c)]))   # double)
+
+    x = np.array([[[1.1, 0.7]]], np.float32)
+    c = np.array([[0.3]], np.float32)
+    s = np.array([[0.9]], np.float32)
+    x0, x1 = x[0, 0]
+    arm_y0 = fma(-x1, s[0, 0], np.float32(x0 * c[0, 0]))
+    x86_y0 = fma(x0, c[0, 0], -np.float32(x1 * s[0, 0]))
+    y1 = fma(x0, s[0, 0], np.float32(x1 * c[0, 0]))
+    assert arm_y0 != x86_y0
+    for prof, y0 in (("armv8.0", arm_y0), ("armv8.2-dotprod", arm_y0), ("avx2", x86_y0)):
+        got = ops.rope(x, c, s, 2, False, PROFILES[prof])[0, 0]
+        assert (got[0], got[1]) == (y0, y1), prof
+    # NeoX pairs: the x86 order on ARM too
+    got = ops.rope(x, c, s, 2, True, PROFILES["armv8.0"])[0, 0]
+    assert (got[0], got[1]) == (x86_y0, y1)

@@ -32,6 +32,8 @@ established):
   build without FP16 vector arithmetic, so a product whose activations
   had to be converted first takes `ggml_vec_dot_f16`); no BF16 tinyBLAS,
   no `tinyBLAS_Q0` without dotprod.
+* `rotate_pairs` (RoPE, ops.cpp): GCC contracts the other product of y0
+  than on x86 in the loop it vectorizes (`ROPE_FMA` 2).
 * No CPU_REPACK layout without dotprod, no tiled mat-mul (x86 only).
 """
 from __future__ import annotations
@@ -57,6 +59,12 @@ TINYBLAS_BF16 = 0
 F32_TAIL_FMA = 4
 TINYBLAS_F32_MIN_ROWS = 4
 TINYBLAS_F16_F32B = True
+#: `rotate_pairs` (ops.cpp): GCC vectorizes the normal-style loop (pairs 2i,
+#: 2i+1) with y0 = fma(-x1, sin, round(x0 cos)), y1 = fma(x0, sin,
+#: round(x1 cos)) (disassembly: `fmul`, `fmls` / `fmla`; SmolLM2's logits);
+#: the NeoX loop stays scalar, taken as on x86 (its y1 is not pinned by
+#: the stored data yet: the tiny NeoX models give llama.cpp's bits either way)
+ROPE_FMA = 2
 
 #: every quantized weight type has a NEON `vec_dot` in arch/arm/quants.c
 #: (the legacy quants' over `ggml_vdotq_s32`'s lanes: `neon_legacy`); a

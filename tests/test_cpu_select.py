@@ -46,7 +46,11 @@ def test_native_follows_the_cpu_flags():
 def test_profiles_declare_the_builds():
     s, a2, a5 = PROFILES["scalar"], PROFILES["avx2"], PROFILES["avx512"]
     # every x86 option is set explicitly, ON exactly for the profile's options
+    # (an arm64 build names its -march: tests/test_cpu_arm.py)
     for p in PROFILES.values():
+        if p.march:
+            assert p.cmake_args() == ["-DGGML_NATIVE=OFF", f"-DGGML_CPU_ARM_ARCH={p.march}"]
+            continue
         args = p.cmake_args()
         assert args[0] == "-DGGML_NATIVE=OFF" and len(args) == 1 + len(X86_OPTIONS)
         assert {a.split("=")[0][len("-DGGML_"):] for a in args[1:] if a.endswith("=ON")} == set(p.options)

@@ -43,7 +43,7 @@ from ..types import GGMLType, block_format
 
 __all__ = ["quantize_q8_0_act", "quantize_q8_1_act", "quantize_q8_k_act",
            "q8_0_fields", "q8_1_fields", "q8_k_fields", "round_to_f16", "quantize_rows_q8_ref",
-           "quantize_rows_q8_x86"]
+           "quantize_rows_q8_x86", "quantize_rows_q8_arm"]
 
 
 @njit(inline="always", cache=True)
@@ -63,8 +63,10 @@ def round_to_f16(v):
 
 
 @njit(inline="always", cache=True)
-def _q8_32(x, q, d, s, with_sum, ref):
-    # x: (n, k) float32; q: (n, k) int8; d, s: (n, k/32) float32
+def _q8_32(x, q, d, s, with_sum, ref, inv_d=False):
+    # x: (n, k) float32; q: (n, k) int8; d, s: (n, k/32) float32; ref:
+    # roundf and id = 1 / d; else round half to even and id = 127 / amax,
+    # or with inv_d (ARM NEON) id = 1 / d
     n, k = x.shape
     for t in range(n):
         for i in range(k // 32):
@@ -76,7 +78,7 @@ def _q8_32(x, q, d, s, with_sum, ref):
                 elif a > amax:
                     amax = a
             dd = np.float32(amax / np.float32(127.0))
-            if ref:
+            if ref or inv_d:
                 idd = np.float32(np.float32(1.0) / dd) if dd != 0 else np.float32(0.0)
             else:
                 idd = np.float32(np.float32(127.0) / amax) if amax != 0 else np.float32(0.0)
@@ -112,6 +114,15 @@ def quantize_rows_q8_x86(x, q, d, s, with_sum):
     `__AVX2__ || __AVX__` code of `arch/x86/quants.c`), as
     `quantize_rows_q8_ref` otherwise (`isa.x86_avx2`)."""
     _q8_32(x, q, d, s, with_sum, False)
+
+
+@jit
+def quantize_rows_q8_arm(x, q, d, s, with_sum):
+    """ggml-cpu's arm64 `quantize_row_q8_0` / `quantize_row_q8_1` (the
+    `__ARM_NEON` code of `arch/arm/quants.c`): d = amax / 127, id = 1 / d
+    (0 when d is 0), q = `vcvtnq_s32_f32(x * id)` (round half to even);
+    otherwise as `quantize_rows_q8_ref` (`isa.arm_neon`)."""
+    _q8_32(x, q, d, s, with_sum, False, True)
 
 
 def _rows_q8(ref: bool, isa):

@@ -13,7 +13,9 @@ round to nearest even, `ggml_cpu_fp32_to_fp16`; BF16 by ggml's rule,
 * "tinyblas" (k a multiple of the lanes, rows a multiple of 4): llamafile's
   `tinyBLAS<KN, ...>`, one accumulator of KN lanes per output, lane l
   taking elements l, l + KN, ... by FMA, then the lane sum (the chain's
-  `tinyblas_dot`); BF16 the chain's `tinyblas_bf16`.
+  `tinyblas_dot`); BF16 the chain's `tinyblas_bf16`. On a chain with
+  `TINYBLAS_F16_F32B` (ARM NEON without FP16 arithmetic) tinyBLAS
+  multiplies F16 weights by the F32 activations unrounded.
 
 F16 and BF16 weights stay as their 16-bit patterns and are widened one row
 at a time inside the kernel (exact).
@@ -179,9 +181,13 @@ class _FloatFamily(Family):
         xr = np.ascontiguousarray(round_activations(qm.type, x), np.float32)
         out = np.empty((x.shape[0], qm.rows), np.float32)
         isa = qm.profile.isa
+        # ARM NEON without FP16 arithmetic: tinyBLAS takes F16 weights with
+        # the F32 activations as they are (`TINYBLAS_F16_F32B`)
+        x32 = np.ascontiguousarray(x, np.float32) if isa.resolve("TINYBLAS_F16_F32B") else xr
         for r0, r1, path in segments:
-            (_mm_float if parallel else _rows_float)(isa, packed.kind, path == "tinyblas", packed.w32,
-                                                     packed.w16, xr, out, r0, r1)
+            tiny = path == "tinyblas"
+            (_mm_float if parallel else _rows_float)(isa, packed.kind, tiny, packed.w32, packed.w16,
+                                                     x32 if tiny else xr, out, r0, r1)
         return out
 
 

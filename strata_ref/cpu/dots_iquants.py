@@ -456,7 +456,7 @@ class IQuantFamily(Family):
         for r0, r1, path in segments:
             variant = kernel(isa, qm.type, path)
             if variant not in _PATH_OF_VARIANT:
-                raise ValueError(f"{qm.name}: no {variant} kernel for {qm.type.name}")
+                raise NotImplementedError(f"{qm.type.name}: ggml's {variant} kernel is not emulated yet")
             args = (mode, _PATH_OF_VARIANT[variant], np.float32(post), np.float32(tfac), wq, sc, d, dq4,
                     xq, xd, xs4, out)
             if parallel:

@@ -415,7 +415,10 @@ class SmallFamily(Family):
         out = np.empty((n, qm.rows), np.float32)
         fma = bool(isa.resolve("FMA"))
         for r0, r1, path in segments:
-            code = _PATH_OF_VARIANT.get(kernel(isa, qm.type, path), _REPACK)
+            variant = kernel(isa, qm.type, path)
+            if variant not in _PATH_OF_VARIANT and variant not in ("iq4_nl_8x8", "mxfp4_8x8"):
+                raise NotImplementedError(f"{qm.type.name}: ggml's {variant} kernel is not emulated yet")
+            code = _PATH_OF_VARIANT.get(variant, _REPACK)
             (_mm_small if parallel else _rows_small)(kind, code, fma, wq, ws, xq, xs, xb, out, r0, r1)
         return out
 

@@ -21,7 +21,10 @@ The dots (`ops.f16_products` states the orders; ggml-cpu `vec.cpp`
   gets the same FMAs in the same order as ggml's dot of d.
 
 F16 values widen exactly (`vcvtph2ps`), q and p are rounded to F16 (RNE)
-as ggml's F16 mat-mul converts its float32 operand. The K and V rows are
+as ggml's F16 mat-mul converts its float32 operand; on a chain with
+`TINYBLAS_F16_F32B` (ARM NEON without FP16 arithmetic, whose tinyBLAS
+takes F16 weights only with F32 activations) K q takes `ggml_vec_dot_f16`
+and a V p on tinyBLAS keeps p in float32. The K and V rows are
 read from the cache's F16 bits in place: nothing is converted ahead.
 """
 from __future__ import annotations
@@ -134,7 +137,12 @@ def _attention(q, kbits, vbits, T, pos, kq_scale, n_swa, batched, isa, sinks, ha
     qrow = np.empty(hd, np.float32)
     # K q: ggml's m is the KV length (a multiple of 256 in llama.cpp); V p:
     # m is head_dim, k the padded KV length
-    tiny_kq = tinyblas_takes(isa, batched, hd, 256)
+    # where tinyBLAS takes F16 weights only with unconverted F32 activations
+    # (TINYBLAS_F16_F32B: ARM NEON), K q never takes it (q is a permuted,
+    # non-contiguous view that ggml converts to F16 first) and V p takes
+    # the probabilities p unrounded (contiguous F32)
+    f32b = isa.TINYBLAS_F16_F32B
+    tiny_kq = tinyblas_takes(isa, batched, hd, 256) and not f32b
     tiny_vp = tinyblas_takes(isa, batched, Tp, hd)
     kacc = np.empty(64, np.float32)
     for h in range(Hkv):
@@ -148,7 +156,8 @@ def _attention(q, kbits, vbits, T, pos, kq_scale, n_swa, batched, isa, sinks, ha
                 for c in range(T):
                     srow[c] = _kq_dot(qf, kf, base + c * row, hd, isa, tiny_kq, kacc)
                 _soft_max_row(srow, T, kq_scale, pos[t], n_swa, w, p, isa, has_sinks, sinks[head])
-                _round_row_f16(p, p, Tp)
+                if not (tiny_vp and f32b):
+                    _round_row_f16(p, p, Tp)
                 _vp(p, Tp, T, vf, base, row, hd, isa, tiny_vp, acc, out[t], head * hd, vrow)
 
 

@@ -542,5 +542,8 @@ VARIANTS = {"x86": LANES, "generic": GENERIC, "tiled": TILED, "q4_K_8x8": REPACK
 
 
 def variant_kernels(t, variant: str):
-    """`kernels(t, VARIANTS[variant])`."""
+    """`kernels(t, VARIANTS[variant])`; NotImplementedError for a variant
+    not emulated here (an arm64 one)."""
+    if variant not in VARIANTS:
+        raise NotImplementedError(f"{GGMLType(t).name}: ggml's {variant} kernel is not emulated yet")
     return kernels(t, VARIANTS[variant])

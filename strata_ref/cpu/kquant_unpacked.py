@@ -293,6 +293,8 @@ class _Q23Family(Family):
         n = x.shape[0]
 
         def part(r0, r1, path, variant):
+            if (qm.type, variant) not in _MODES:
+                raise NotImplementedError(f"{qm.type.name}: ggml's {variant} kernel is not emulated yet")
             mode = _MODES[(qm.type, variant)]
             n_gemm = n - n % 4 if mode == _Q2_K_8X8 and not mmid else 0
             xq, xd, bsums = act_quant.q8_k_fields(x, mat_rows=n_gemm)

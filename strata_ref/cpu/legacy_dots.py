@@ -378,5 +378,11 @@ VARIANTS = {"x86": LANES, "generic": GENERIC, "q4_0_8x8": WHOLE}
 
 
 def variant_kernels(t, variant: str):
-    """`kernels(t, VARIANTS[variant])`."""
-    return kernels(t, VARIANTS[variant])
+    """`kernels(t, VARIANTS[variant])`; the arm64 variants from
+    `neon_legacy`. NotImplementedError for a variant no module has."""
+    if variant in VARIANTS:
+        return kernels(t, VARIANTS[variant])
+    from . import neon_legacy
+    if variant in neon_legacy.VARIANTS:
+        return neon_legacy.variant_kernels(t, variant)
+    raise NotImplementedError(f"{GGMLType(t).name}: ggml's {variant} kernel is not emulated yet")

@@ -133,10 +133,14 @@ class QMatrix:
         """Whether ggml's CPU_REPACK buffer holds this tensor (or its part of
         `part_rows` rows) on the profile's build: its type has a repacked
         layout on the instruction-set chain and the rows are a multiple of
-        8 (`ggml_repack_get_optimal_repack_type`)."""
+        the layout's interleaved rows, the N of its name `..._NxK` (8, or 4
+        for ARM's `4x4` layouts: `ggml_repack_get_optimal_repack_type`)."""
         rows = self.rows if part_rows is None else part_rows
-        return (self.repackable and self.type in self.profile.isa.resolve("REPACK")
-                and all(r % 8 == 0 for r in (self.part_rows if part_rows is None else (rows,))))
+        layout = self.profile.isa.resolve("REPACK").get(self.type)
+        if not self.repackable or layout is None:
+            return False
+        every = int(layout.rsplit("_", 1)[1].split("x")[0])
+        return all(r % every == 0 for r in (self.part_rows if part_rows is None else (rows,)))
 
     def segments(self, n: int, mmid: bool = False) -> list:
         """[(r0, r1, path)]: the row ranges of this matrix with the ggml path

@@ -511,6 +511,10 @@ def rope_cache(pos: np.ndarray, n_rot: int, base: float, freq_scale: float,
 
 @jit
 def _rope(x, cos, sin, n_rot, neox, fused, out):
+    # fused: the chain's ROPE_FMA (0: no contraction; 1: y0 = fma(x0, c,
+    # -(x1 s)); 2: the same for NeoX pairs, y0 = fma(-x1, s, x0 c) for
+    # normal-style pairs, which aarch64 GCC vectorizes); y1 = fma(x0, s,
+    # x1 c) in both
     n, H, D = x.shape
     half = n_rot // 2
     for th in range(n * H):
@@ -521,7 +525,10 @@ def _rope(x, cos, sin, n_rot, neox, fused, out):
             i0, i1 = (i, i + half) if neox else (2 * i, 2 * i + 1)
             c, s = cos[t, i], sin[t, i]
             x0, x1 = x[t, h, i0], x[t, h, i1]
-            if fused:
+            if fused == 2 and not neox:
+                out[t, h, i0] = fma32(-x1, s, _F32(x0 * c))
+                out[t, h, i1] = fma32(x0, s, _F32(x1 * c))
+            elif fused:
                 out[t, h, i0] = fma32(x0, c, -_F32(x1 * s))
                 out[t, h, i1] = fma32(x0, s, _F32(x1 * c))
             else:
@@ -532,9 +539,11 @@ def _rope(x, cos, sin, n_rot, neox, fused, out):
 def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, n_rot: int, neox: bool,
          profile) -> np.ndarray:
     """Rotate the first n_rot values of each head, ggml `rotate_pairs` as GCC
-    compiles it for `profile`: on FMA builds contracted, y0 = fma(x0, cos,
-    -(x1 sin)), y1 = fma(x0, sin, x1 cos); else y0 = x0 cos - x1 sin, y1 =
-    x0 sin + x1 cos. Normal style pairs (2i, 2i+1), NeoX (i, i + n_rot/2).
+    compiles it for `profile` (its chain's `ROPE_FMA`): on FMA builds
+    contracted, y0 = fma(x0, cos, -(x1 sin)), y1 = fma(x0, sin, x1 cos),
+    except y0 = fma(-x1, sin, x0 cos) for normal-style pairs on arm64
+    (GCC's vectorized loop); else y0 = x0 cos - x1 sin, y1 = x0 sin + x1
+    cos. Normal style pairs (2i, 2i+1), NeoX (i, i + n_rot/2).
     x float32 (n, heads, head_dim); cos, sin (n, n_rot/2). Raises
     ValueError for an odd n_rot, n_rot outside 2 .. head_dim, or cos / sin
     of another shape (the kernel indexes by them unchecked)."""
@@ -549,7 +558,7 @@ def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, n_rot: int, neox: bool
                          f"got {np.shape(cos)} and {np.shape(sin)}")
     out = np.empty_like(x)
     _rope(x, np.ascontiguousarray(cos, np.float32), np.ascontiguousarray(sin, np.float32),
-          int(n_rot), bool(neox), bool(profile.fma), out)
+          int(n_rot), bool(neox), int(profile.isa.resolve("ROPE_FMA")), out)
     return out
 
 

@@ -26,6 +26,16 @@ The build options every profile leaves at ggml's default: GGML_LLAMAFILE
 (llamafile's sgemm: used where the instruction set has a tinyBLAS) and
 GGML_CPU_REPACK (the repacked layouts the instruction set picks) ON,
 OpenMP ON.
+
+The arm64 profiles are ggml's ARM variants of the same llama.cpp,
+cross-compiled by Debian's GCC 12.2 with `GGML_CPU_ARM_ARCH` (passed to
+GCC as `-march`; ggml picks its ARM kernels from the compiler's feature
+macros) and checked under qemu-aarch64 (docs/arm64.md, `tools/arm_ref.py`):
+
+| profile | ggml variant | `-march` | instruction sets |
+|---|---|---|---|
+| `armv8.0` | `armv8.0_1` | `armv8-a` | arm_neon, generic |
+| `armv8.2-dotprod` | `armv8.2_1` | `armv8.2-a+dotprod` | arm_dotprod, arm_neon, generic |
 """
 from __future__ import annotations
 
@@ -33,8 +43,8 @@ from dataclasses import dataclass
 
 from .isa import Isa, chain
 
-__all__ = ["Profile", "PROFILES", "ALIASES", "LLAMA_CPP", "V0_4_0", "X86_OPTIONS", "OPTION_CPU_FLAGS",
-           "host_flags"]
+__all__ = ["Profile", "PROFILES", "ALIASES", "LLAMA_CPP", "LLAMA_CPP_ARM64", "V0_4_0", "X86_OPTIONS",
+           "OPTION_CPU_FLAGS", "host_flags"]
 
 #: the llama.cpp whose arithmetic the profiles without a version prefix
 #: reproduce
@@ -42,6 +52,9 @@ LLAMA_CPP = "llama.cpp vendored by llama-cpp-python 0.3.36"
 #: llama.cpp release v0.4.0 as node-llama-cpp 3.21.1 ships it (prebuilt by
 #: GCC 11.4 with GGML_CPU_ALL_VARIANTS; docs/prebuilt.md)
 V0_4_0 = "llama.cpp v0.4.0, prebuilt by node-llama-cpp 3.21.1"
+#: the same llama.cpp as LLAMA_CPP, cross-compiled for arm64 (Debian GCC
+#: 12.2, static; docs/arm64.md)
+LLAMA_CPP_ARM64 = "llama.cpp vendored by llama-cpp-python 0.3.36, arm64 (GCC 12.2 cross build)"
 
 # every x86 instruction-set option of ggml-cpu's CMakeLists (GGML_NATIVE=OFF)
 X86_OPTIONS = ("SSE42", "AVX", "AVX_VNNI", "AVX2", "BMI2", "FMA", "F16C", "AVX512",
@@ -56,6 +69,8 @@ OPTION_CPU_FLAGS = {
     "AVX512_VBMI": ("avx512vbmi",), "AVX512_VNNI": ("avx512_vnni",),
     "AVX512_BF16": ("avx512_bf16",), "AMX_TILE": ("amx_tile",), "AMX_INT8": ("amx_int8",),
     "AMX_BF16": ("amx_bf16",),
+    # arm64 (/proc/cpuinfo "Features")
+    "DOTPROD": ("asimddp",),
 }
 
 
@@ -71,6 +86,8 @@ class Profile:
     options: tuple
     summary: str
     isa: Isa
+    #: the `GGML_CPU_ARM_ARCH` (GCC's `-march`) of an arm64 build, "" for x86
+    march: str = ""
 
     @property
     def cpu_flags(self) -> tuple:
@@ -79,6 +96,8 @@ class Profile:
 
     def cmake_args(self) -> list:
         """The CMake arguments that build llama.cpp for this profile."""
+        if self.march:
+            return ["-DGGML_NATIVE=OFF", f"-DGGML_CPU_ARM_ARCH={self.march}"]
         on = set(self.options)
         return ["-DGGML_NATIVE=OFF"] + [f"-DGGML_{o}={'ON' if o in on else 'OFF'}"
                                         for o in X86_OPTIONS]
@@ -137,6 +156,11 @@ PROFILES = {p.name: p for p in (
             chain(("v0_4_0", "x86_avx512f") + _AVX512_CHAIN)),
     Profile("v0.4.0-zen4", "zen4", V0_4_0, _ZEN4, "v0.4.0, AVX-512 + VBMI + VNNI + BF16",
             chain(("v0_4_0",) + _AVX512_CHAIN)),
+    Profile("armv8.0", "armv8.0_1", LLAMA_CPP_ARM64, (), "arm64 NEON + FMA, no dotprod (Raspberry Pi 4 class)",
+            chain(("arm_neon", "generic")), march="armv8-a"),
+    Profile("armv8.2-dotprod", "armv8.2_1", LLAMA_CPP_ARM64, ("DOTPROD",),
+            "arm64 NEON + FMA + DOTPROD, no FP16 vector arithmetic",
+            chain(("arm_dotprod", "arm_neon", "generic")), march="armv8.2-a+dotprod"),
 )}
 
 #: ggml variants whose library gives the bits of another one's for every

@@ -18,8 +18,9 @@ tensor, in ggml's order of precedence:
    rows in whole groups of 4, its gemv the rest.
 2. "tiled": ggml's tiled mat-mul (`tiled/tiled.cpp`) for the chain's
    `TILED` types, from 8 activation rows on (`ggml_tiled_min_batch`).
-3. "tinyblas": llamafile's `llamafile_sgemm`, from 2 activation rows on,
-   where the chain has it: `tinyBLAS_Q0` for the types of `TINYBLAS_Q0`,
+3. "tinyblas": llamafile's `llamafile_sgemm`, from 2 activation rows on
+   (F32 weights: from the chain's `TINYBLAS_F32_MIN_ROWS`), where the chain
+   has it: `tinyBLAS_Q0` for the types of `TINYBLAS_Q0`,
    `tinyBLAS` for F32 / F16 / BF16 when the row length is a multiple of
    its lanes and the rows a multiple of 4.
 4. "vec_dot": the type's `vec_dot` per (weight row, activation row).
@@ -153,8 +154,8 @@ def mm_path(isa, t, n: int, repacked: bool, rows: int = 4, cols: int = 0, mmid: 
     "tiled", "tinyblas" or "vec_dot" (module docstring). repacked: the
     tensor is in the repack buffer (`matmul.QMatrix.repacked`)."""
     t = T(t)
-    code = choose_path.py_func(bool(repacked), t in isa.resolve("TILED"),
-                               has_tinyblas(isa, t, rows, cols), int(n), bool(mmid))
+    tb = has_tinyblas(isa, t, rows, cols) and (t != T.F32 or n >= isa.resolve("TINYBLAS_F32_MIN_ROWS"))
+    code = choose_path.py_func(bool(repacked), t in isa.resolve("TILED"), tb, int(n), bool(mmid))
     return PATHS[code]
 
 

@@ -108,7 +108,7 @@ def _norm(x, w, c, name):
 @_inline
 def _rope_c(x, c):
     out = np.empty_like(x)
-    _rope(x, c.cos, c.sin, c.n_rot, c.neox, c.isa.FMA, out)
+    _rope(x, c.cos, c.sin, c.n_rot, c.neox, c.isa.ROPE_FMA, out)
     return out
 
 

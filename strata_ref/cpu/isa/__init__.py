@@ -15,6 +15,8 @@ package defining the same names:
 | `x86_64` | the x86-64 baseline (SSE2; ggml's `x64` variant) |
 | `x86_avx2` | AVX2 + FMA + F16C (`haswell`) |
 | `x86_avx512` | AVX-512 F/CD/VL/DQ/BW + VBMI + VNNI + BF16 (`zen4`) |
+| `arm_neon` | arm64 NEON + FMA, no dotprod (`armv8.0_1`) |
+| `arm_dotprod` | arm64 NEON + FMA + DOTPROD (`armv8.2_1`) |
 
 An `Isa` is a chain of these modules, most specific first and `generic`
 last (the avx512 build runs `x86_avx512`, then `x86_avx2` for what
@@ -44,7 +46,13 @@ The names every chain resolves (`generic` defines them all):
   `F32_TAIL_FMA` (where GCC's vectorized tail of `ggml_vec_dot_f32` turns
   into contracted FMAs: the last `n % F32_TAIL_FMA` elements),
   `FA_S_FMA` (whether, on an FMA build, the compiler contracts flash
-  attention's one-chunk `S = S*ms + vs`: GCC 12 does, GCC 11 does not).
+  attention's one-chunk `S = S*ms + vs`: GCC 12 does, GCC 11 does not),
+  `TINYBLAS_F32_MIN_ROWS` (the fewest activation rows llamafile takes F32
+  weights with: 2, 4 on ARM NEON), `TINYBLAS_F16_F32B` (llamafile takes F16
+  weights only with F32 activations as they are, never with activations
+  converted to F16: ARM NEON without FP16 vector arithmetic), `ROPE_FMA`
+  (how GCC contracted `rotate_pairs` of the RoPE: 0 not, 1 as on x86, 2
+  as on arm64; `ops.rope`).
 * functions (numba): `madd(a, b, c)`; `expf_v(x)`, `silu_v(x)` (one lane
   of `ggml_v_expf` / `ggml_v_silu`) and `expf8(v)`, `silu8(v)` (the same on
   an `F32x8`); `lane_sum(w, c0)` (the lane sum of one `EXPF_LANES` vector
@@ -75,7 +83,8 @@ from numba.extending import (NativeValue, box, models, overload_attribute, overl
 __all__ = ["Isa", "IsaType", "chain", "CONSTANTS", "FUNCTIONS", "TABLES"]
 
 CONSTANTS = ("FMA", "F32_EPR", "F32_STEP", "F16_EPR", "F16_STEP", "EXPF_LANES", "TINYBLAS",
-             "TINYBLAS_BF16", "F32_TAIL_FMA", "FA_S_FMA")
+             "TINYBLAS_BF16", "F32_TAIL_FMA", "FA_S_FMA", "TINYBLAS_F32_MIN_ROWS", "TINYBLAS_F16_F32B",
+             "ROPE_FMA")
 FUNCTIONS = {  # name: number of arguments
     "madd": 3, "expf_v": 1, "silu_v": 1, "expf8": 1, "silu8": 1, "lane_sum": 2,
     "reduce_f32": 1, "reduce_f32_cols": 3, "hsum": 1, "hsum_cols": 3,

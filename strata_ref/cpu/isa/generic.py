@@ -35,6 +35,12 @@ F32_TAIL_FMA = 0
 #: whether an FMA build contracts the flash-attention one-chunk kernel's
 #: running sum `S = S*ms + vs` (ops.cpp): GCC 12 does (`FMA` decides)
 FA_S_FMA = True
+#: `rotate_pairs` (ops.cpp) without contraction (`ops.rope`)
+ROPE_FMA = 0
+#: llamafile takes F32 weights from 2 activation rows (`llamafile_sgemm`)
+TINYBLAS_F32_MIN_ROWS = 2
+#: llamafile's F16 tinyBLAS multiplies F16 activations (converted first)
+TINYBLAS_F16_F32B = False
 
 #: every quantized weight type's `ggml_vec_dot_*_generic` (quants.c)
 VEC_DOT = {t: "generic" for t in (

@@ -44,6 +44,9 @@ EXPF_LANES = 8
 TINYBLAS = 8
 TINYBLAS_BF16 = 8
 F32_TAIL_FMA = 4
+#: GCC 12 contracts `rotate_pairs` as y0 = fma(x0, cos, -(x1 sin)), y1 =
+#: fma(x0, sin, x1 cos) (`ops.rope`)
+ROPE_FMA = 1
 
 #: the weight types with an `__AVX2__` `vec_dot` in arch/x86/quants.c (Q2_0
 #: has none: arch-fallback.h aliases the generic one)

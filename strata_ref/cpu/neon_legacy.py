@@ -1,0 +1,239 @@
+"""Mat-mul of the legacy quants (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) in the float
+order of ggml-cpu's arm64 builds (`arch/arm/quants.c`, `arch/arm/repack.cpp`,
+`llamafile/sgemm.cpp` of llama.cpp vendored by llama-cpp-python 0.3.36,
+compiled by GCC 12.2; docs/arm64.md).
+
+The NEON code splits each 32-value block into its values 0..15 and
+16..31 (two 16-byte vectors) and reduces each pair of vectors to 4 int32
+lanes. With dotprod (`vdotq_s32`) lane L sums the products of values
+4L..4L+3 and 16+4L..16+4L+3; without it (`ggml_vdotq_s32`: `vmull_s8`
+then `vpaddlq_s16`, ggml-cpu-impl.h) lane L sums values 2L, 2L+1, 8+2L,
+9+2L and the same 16 further on. The lanes are exact; what follows is
+float32:
+
+* `PAIRS`, the `vec_dot`s: two 4-lane accumulators, one for the even and
+  one for the odd blocks, `acc = acc + round(float(lane) * (d_w * d_a))`
+  (`vmlaq_n_f32`: GCC 12 does not fuse it), the result `vaddvq(even) +
+  vaddvq(odd)` (`vaddvq_f32` = (l0 + l1) + (l2 + l3)). Q4_1 adds `summs`,
+  one float per pair of blocks, `summs + fma(m0, s0, round(m1 * s1))`;
+  Q5_1 two, `summs0 = fma(m0, s0, summs0)`, `summs1` likewise, added last
+  in that order. An odd last block is scalar C as GCC contracted it
+  (disassembly): Q4_0 `fma(float(sumi) * d_w, d_a, sum)`, Q8_0
+  `fma(float(sumi), d, sum)`, Q5_0 `fma(d, float(sumi), sum)`, Q4_1 / Q5_1
+  `sum + fma(d, float(sumi), round(m * s))`.
+* `ONE_ACC`, llamafile's `tinyBLAS_Q0_ARM` (dotprod builds, Q4_0 and Q8_0,
+  two or more activation rows): the dotprod lanes into one 4-lane
+  accumulator over all blocks, unfused as above, then `vaddvq_f32`.
+* `REPACK_4X4`, the CPU_REPACK layouts `q4_0_4x4` and `q8_0_4x4` (dotprod
+  builds): the gemv / gemm keep one float per output and add each block's
+  whole exact integer dot I. `ggml_gemv_q4_0_4x4_q8_0`, the inline-assembly
+  `ggml_gemm_q4_0_4x4_q8_0` and `ggml_gemv_q8_0_4x4_q8_0`: `acc = fma(float(I),
+  d_a * d_w, acc)` (`vfmaq_f32`; Q4_0's I is computed on nibbles shifted
+  left by 4 and scaled back by `vcvtq_n_f32_s32(.., 4)`, exact);
+  `ggml_gemm_q8_0_4x4_q8_0`: `acc = acc + round(d_w * d_a * float(I))`
+  (`vmlaq_f32`, unfused). The gemm takes the activation rows in whole
+  groups of 4, the gemv the rest (repack.cpp `forward_mul_mat`).
+
+The kernels widen one weight row to int8 values once and dot it with
+every activation row; the integer lanes are formed in plain loops (exact
+whatever instructions a host has).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from .._jitcache import cached
+from ..types import GGMLType, block_format
+from ._digest import cpu_digest
+from .fp import fma32, hsum4
+from .simd import f16_at
+
+__all__ = ["PAIRS", "ONE_ACC", "REPACK_4X4", "VARIANTS", "variant_kernels", "LANE_DOTPROD", "LANE_NEON"]
+
+PAIRS, ONE_ACC, REPACK_4X4 = 0, 1, 2
+_F32 = np.float32
+
+#: the int32 lane each of a block's 32 values goes to: dotprod's `vdotq_s32`
+#: and the build without it (`vmull_s8` + `vpaddlq_s16`)
+LANE_DOTPROD = np.array([(p % 16) // 4 for p in range(32)], np.int64)
+LANE_NEON = np.array([(p % 16 % 8) // 2 for p in range(32)], np.int64)
+
+
+def _offset(t, name: str) -> int:
+    fmt = block_format(t)
+    return fmt.field(name).offset if any(f.name == name for f in fmt.fields) else -1
+
+
+def _make_kernels(t: GGMLType, mode: int, dotprod: bool):
+    """(serial, parallel) kernels k(raw, xq, xs, xm, out[, parts]) of
+    `legacy_dots.kernels`' interface for weight type t in `mode`."""
+    T = int(t)
+    BB = block_format(t).block_bytes
+    D, M, QH, QS = _offset(t, "d"), _offset(t, "m"), _offset(t, "qh"), _offset(t, "qs")
+    NIB = T != int(GGMLType.Q8_0)
+    BIAS = {int(GGMLType.Q4_0): 8, int(GGMLType.Q5_0): 16}.get(T, 0)
+    MIN_PAIR = T == int(GGMLType.Q4_1)          # one summs per pair of blocks
+    MIN_TWO = T == int(GGMLType.Q5_1)           # summs0 / summs1
+    TAIL = {int(GGMLType.Q4_0): 0, int(GGMLType.Q8_0): 1, int(GGMLType.Q5_0): 2}.get(T, 3)
+    MODE = mode
+    Q8_GEMM_ADD = T == int(GGMLType.Q8_0)       # q8_0_4x4's gemm: vmlaq_f32, unfused
+    LANE = LANE_DOTPROD if dotprod else LANE_NEON
+
+    @njit(inline="always")
+    def widen(raw, r, wv, dw, mw):
+        # the signed values (Q4_1 / Q5_1: unsigned) of weight row r, its d and m
+        nb = dw.shape[0]
+        for b in range(nb):
+            o = b * BB
+            dw[b] = f16_at(raw[r], o + D)
+            if M >= 0:
+                mw[b] = f16_at(raw[r], o + M)
+            qh = np.uint32(0)
+            if QH >= 0:
+                qh = (np.uint32(raw[r, o + QH]) | (np.uint32(raw[r, o + QH + 1]) << np.uint32(8))
+                      | (np.uint32(raw[r, o + QH + 2]) << np.uint32(16))
+                      | (np.uint32(raw[r, o + QH + 3]) << np.uint32(24)))
+            for j in range(16):
+                if NIB:
+                    lo = np.int32(raw[r, o + QS + j] & 15)
+                    hi = np.int32(raw[r, o + QS + j] >> 4)
+                    if QH >= 0:
+                        lo |= np.int32((qh >> np.uint32(j)) & np.uint32(1)) << 4
+                        hi |= np.int32((qh >> np.uint32(j + 16)) & np.uint32(1)) << 4
+                    wv[32 * b + j] = lo - BIAS
+                    wv[32 * b + 16 + j] = hi - BIAS
+                else:
+                    wv[32 * b + j] = np.int8(raw[r, o + QS + j])
+                    wv[32 * b + 16 + j] = np.int8(raw[r, o + QS + 16 + j])
+
+    @njit(inline="always")
+    def lanes(wv, xq, t, b, ln):
+        for L in range(4):
+            ln[L] = 0
+        for p in range(32):
+            ln[LANE[p]] += np.int32(wv[32 * b + p]) * np.int32(xq[t, 32 * b + p])
+
+    @njit(inline="always")
+    def whole(wv, xq, t, b):
+        s = np.int32(0)
+        for p in range(32):
+            s += np.int32(wv[32 * b + p]) * np.int32(xq[t, 32 * b + p])
+        return s
+
+    @njit(inline="always")
+    def vec_dot(wv, dw, mw, xq, xs, xm, t, ln, ae, ao):
+        nb = dw.shape[0]
+        for L in range(4):
+            ae[L] = _F32(0.0)
+            ao[L] = _F32(0.0)
+        summs = _F32(0.0)
+        summs1 = _F32(0.0)
+        b = 0
+        while b + 1 < nb:
+            if MIN_PAIR:
+                summs = _F32(summs + fma32(mw[b], xm[t, b], _F32(mw[b + 1] * xm[t, b + 1])))
+            elif MIN_TWO:
+                summs = fma32(mw[b], xm[t, b], summs)
+                summs1 = fma32(mw[b + 1], xm[t, b + 1], summs1)
+            d0 = _F32(dw[b] * xs[t, b])
+            lanes(wv, xq, t, b, ln)
+            for L in range(4):
+                ae[L] = _F32(ae[L] + _F32(_F32(ln[L]) * d0))
+            d1 = _F32(dw[b + 1] * xs[t, b + 1])
+            lanes(wv, xq, t, b + 1, ln)
+            for L in range(4):
+                ao[L] = _F32(ao[L] + _F32(_F32(ln[L]) * d1))
+            b += 2
+        s = _F32(hsum4(ae, 0) + hsum4(ao, 0))
+        if MIN_PAIR:
+            s = _F32(s + summs)
+        elif MIN_TWO:
+            s = _F32(_F32(s + summs) + summs1)
+        if b < nb:
+            si = _F32(whole(wv, xq, t, b))
+            d = _F32(dw[b] * xs[t, b])
+            if TAIL == 0:
+                s = fma32(_F32(si * dw[b]), xs[t, b], s)
+            elif TAIL == 1:
+                s = fma32(si, d, s)
+            elif TAIL == 2:
+                s = fma32(d, si, s)
+            else:
+                s = _F32(s + fma32(d, si, _F32(mw[b] * xm[t, b])))
+        return s
+
+    @njit(inline="always")
+    def one_acc(wv, dw, xq, xs, t, ln, ae):
+        for L in range(4):
+            ae[L] = _F32(0.0)
+        for b in range(dw.shape[0]):
+            d = _F32(dw[b] * xs[t, b])
+            lanes(wv, xq, t, b, ln)
+            for L in range(4):
+                ae[L] = _F32(ae[L] + _F32(_F32(ln[L]) * d))
+        return hsum4(ae, 0)
+
+    @njit(inline="always")
+    def repacked(wv, dw, xq, xs, t, gemm):
+        acc = _F32(0.0)
+        for b in range(dw.shape[0]):
+            i = _F32(whole(wv, xq, t, b))
+            if gemm and Q8_GEMM_ADD:
+                acc = _F32(acc + _F32(_F32(dw[b] * xs[t, b]) * i))
+            else:
+                acc = fma32(i, _F32(xs[t, b] * dw[b]), acc)
+        return acc
+
+    @njit(inline="always")
+    def rows(raw, xq, xs, xm, out, r0, r1):
+        n, cols = xq.shape
+        nb = cols // 32
+        wv = np.empty(cols, np.int8)
+        dw = np.empty(nb, np.float32)
+        mw = np.empty(nb, np.float32)
+        ln = np.empty(4, np.int32)
+        ae = np.empty(4, np.float32)
+        ao = np.empty(4, np.float32)
+        n_gemm = n - n % 4
+        for r in range(r0, r1):
+            widen(raw, r, wv, dw, mw)
+            for t in range(n):
+                if MODE == PAIRS:
+                    out[t, r] = vec_dot(wv, dw, mw, xq, xs, xm, t, ln, ae, ao)
+                elif MODE == ONE_ACC:
+                    out[t, r] = one_acc(wv, dw, xq, xs, t, ln, ae)
+                else:
+                    out[t, r] = repacked(wv, dw, xq, xs, t, t < n_gemm)
+
+    def serial(raw, xq, xs, xm, out):
+        rows(raw, xq, xs, xm, out, 0, raw.shape[0])
+
+    def parallel(raw, xq, xs, xm, out, parts):
+        R = raw.shape[0]
+        for p in prange(parts):
+            rows(raw, xq, xs, xm, out, R * p // parts, R * (p + 1) // parts)
+
+    name = f"neon_legacy_{t.name}_mode{mode}_{'dotprod' if dotprod else 'neon'}"
+    return (cached(njit(serial), name + "_serial", cpu_digest),
+            cached(njit(parallel=True)(parallel), name + "_parallel", cpu_digest))
+
+
+#: kernel variants an instruction-set chain names (`traits.kernel`): (mode,
+#: dotprod lanes)
+VARIANTS = {"neon": (PAIRS, False), "dotprod": (PAIRS, True), "tinyblas_q0_arm": (ONE_ACC, True),
+            "q4_0_4x4": (REPACK_4X4, True), "q8_0_4x4": (REPACK_4X4, True)}
+_KERNELS: dict = {}
+
+
+def variant_kernels(t, variant: str):
+    """(serial, parallel) kernels of weight type t in `variant` (a key of
+    `VARIANTS`), made at the first use: serial(raw, xq, xs, xm, out),
+    parallel(raw, xq, xs, xm, out, parts), arguments as
+    `legacy_dots.kernels`. KeyError for another variant."""
+    key = (GGMLType(t), variant)
+    k = _KERNELS.get(key)
+    if k is None:
+        mode, dotprod = VARIANTS[variant]
+        k = _KERNELS[key] = _make_kernels(GGMLType(t), mode, dotprod)
+    return k

@@ -203,3 +203,18 @@ def test_rope_contracts_as_arm_gcc():
     # NeoX pairs: the x86 order on ARM too
     got = ops.rope(x, c, s, 2, True, PROFILES["armv8.0"])[0, 0]
     assert (got[0], got[1]) == (x86_y0, y1)
+
+
+def test_repacked_q8_0_expert_rows_are_refused():
+    # ggml's MUL_MAT_ID on a repacked q8_0_4x4 matrix runs the gemv (fused)
+    # for every row; the kernel here would take the gemm (unfused) for whole
+    # groups of 4, so it refuses rather than give other bits
+    rng = np.random.default_rng(0)
+    from strata_ref import quantize
+    w = quantize(rng.standard_normal((8, 64)).astype(np.float32), "Q8_0")
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    m = QMatrix(GGMLType.Q8_0, w, 8, 64, "w", "armv8.2-dotprod")
+    assert m.repacked()
+    m.matmul(x)                                  # a plain mul_mat: gemm rows
+    with pytest.raises(NotImplementedError, match="MUL_MAT_ID"):
+        m.matmul(x, mmid=True)

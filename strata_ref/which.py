@@ -226,10 +226,13 @@ def _score(e: EngineLogits, ours: np.ndarray, profile: str, fa: bool) -> Candida
 def which(logits: EngineLogits, model, profiles=None, flash_attn=(False, True), progress=None, **cache) -> list:
     """Every candidate (profile x flash attention) scored against the
     engine's logits (`Candidate`), in the order tried. profiles: names
-    (default every `strata_ref.cpu.PROFILES`)."""
+    (default every `strata_ref.cpu.PROFILES` but the arm64 ones, which
+    emulate part of the weight types only (docs/arm64.md): named, they
+    raise NotImplementedError for a model with another type)."""
     from .cpu import PROFILES
+    from .cpu.profiles import LLAMA_CPP_ARM64
     out = []
-    for p in profiles or list(PROFILES):
+    for p in profiles or [n for n, q in PROFILES.items() if q.version != LLAMA_CPP_ARM64]:
         for fa in flash_attn:
             ours = candidate_logits(model, p, fa, logits.tokens, logits.split, **cache)
             out.append(_score(logits, ours, p, fa))

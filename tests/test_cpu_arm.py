@@ -29,7 +29,7 @@ TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q1_0", "
          "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M", "IQ4_XS", "TQ1_0", "TQ2_0")
 #: the weight types whose arm64 `vec_dot` is emulated (`neon_legacy`; the
 #: float types through the chain's dots and tinyBLAS)
-DONE = frozenset({"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"})
+DONE = frozenset({"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "MXFP4"})
 
 
 def _bits(a):
@@ -203,3 +203,46 @@ def test_rope_contracts_as_arm_gcc():
     # NeoX pairs: the x86 order on ARM too
     got = ops.rope(x, c, s, 2, True, PROFILES["armv8.0"])[0, 0]
     assert (got[0], got[1]) == (x86_y0, y1)
+
+
+def test_repacked_q8_0_expert_rows_are_refused():
+    # ggml's MUL_MAT_ID on a repacked q8_0_4x4 matrix runs the gemv (fused)
+    # for every row; the kernel here would take the gemm (unfused) for whole
+    # groups of 4, so it refuses rather than give other bits
+    rng = np.random.default_rng(0)
+    from strata_ref import quantize
+    w = quantize(rng.standard_normal((8, 64)).astype(np.float32), "Q8_0")
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    m = QMatrix(GGMLType.Q8_0, w, 8, 64, "w", "armv8.2-dotprod")
+    assert m.repacked()
+    m.matmul(x)                                  # a plain mul_mat: gemm rows
+    with pytest.raises(NotImplementedError, match="MUL_MAT_ID"):
+        m.matmul(x, mmid=True)
+
+
+def _typed_case(t, profile):
+    marks = () if profile == "armv8.0" else (pytest.mark.xfail(
+        strict=True, raises=(AssertionError, NotImplementedError),
+        reason=f"dotprod repacks {t} as {t.lower()}_4x4: its gemv / gemm are not emulated yet"),)
+    return pytest.param(t, profile, id=f"{t}-{profile}", marks=marks)
+
+
+@pytest.mark.parametrize("t, profile", [_typed_case(t, p) for p in ARM for t in ("IQ4_NL", "MXFP4")])
+def test_typed_models_are_the_arm_builds_bits(t, profile, tmp_path):
+    # tests/typed_models.py: every matrix of type t; every logit of the
+    # batched pass and of the incremental one (5 tokens, then one by one)
+    from typed_models import IDS, N_PROMPT, typed_model
+    from strata_ref.infer.loader import load
+    ref = _data(profile, "llama_ref_typed.npz")
+    assert ref["ids"].tolist() == IDS and int(ref["n_prompt"]) == N_PROMPT
+    f = tmp_path / f"typed_{t}.gguf"
+    typed_model(t, f, seed=0)
+    assert hashlib.sha256(f.read_bytes()).hexdigest() == str(ref[f"{t}_sha256"])
+    m = load(f, profile=profile)
+    batched = m.forward(IDS, m.new_cache(64), all_logits=True)
+    cache = m.new_cache(64)
+    incr = np.concatenate([m.forward(IDS[:N_PROMPT], cache, all_logits=True)]
+                          + [m.forward([k], cache)[None] for k in IDS[N_PROMPT:]])
+    for kind, got in (("batched", batched), ("incr", incr)):
+        bad = np.flatnonzero((_bits(got) != _bits(ref[f"{t}_{kind}"])).any(axis=1))
+        assert bad.size == 0, f"{t} {profile} {kind}: rows {bad.tolist()} differ"

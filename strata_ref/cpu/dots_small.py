@@ -158,8 +158,9 @@ def _bdot_halves(typingctx, w, woff, x, xoff):
 # ------------------------------------------------------------- block types
 #: kinds of block dot (the packed layout and the ggml function family)
 _B32, _NV, _Q1, _Q2, _TQ = 0, 1, 2, 3, 4
-#: paths of the block kernels
-_AVX2, _GENERIC, _TINYBLAS, _REPACK = 0, 1, 2, 3
+#: paths of the block kernels (_NEON_NL, _NEON_MX: the arm64 `vec_dot`s of
+#: IQ4_NL and MXFP4, which contract different products)
+_AVX2, _GENERIC, _TINYBLAS, _REPACK, _NEON_NL, _NEON_MX = 0, 1, 2, 3, 4, 5
 
 
 @njit(inline="always", cache=True)
@@ -201,6 +202,27 @@ def _row_small(kind, path, fma, w, ws, x, xs, xb, sumi, acc):
                 d = _F32(ws[ib] * xs[ib])
                 _lanes_fma2(acc, 0, w, 32 * ib, x, 32 * ib, d, d)
             return hsum8(acc)
+        if path == _NEON_NL or path == _NEON_MX:
+            # arch/arm/quants.c: per pair of blocks the exact dots p0, p1 and
+            # sumf += d0 dy0 p0 + d1 dy1 p1, contracted by GCC 12 (disassembly,
+            # docs/arm64.md): IQ4_NL fma(d0 dy0, p0, round(d1 dy1 p1)),
+            # MXFP4 fma(p1, e1 dy1, round(p0 (e0 dy0))); an odd last block
+            # sumf += d * sumi taken as fma(d, sumi, sumf)
+            s = _F32(0.0)
+            ib = 0
+            while ib + 1 < nb:
+                p0 = _F32(_bdot(w, 32 * ib, x, 32 * ib))
+                p1 = _F32(_bdot(w, 32 * ib + 32, x, 32 * ib + 32))
+                e0 = _F32(ws[ib] * xs[ib])
+                e1 = _F32(ws[ib + 1] * xs[ib + 1])
+                if path == _NEON_MX:
+                    s = _F32(s + fma32(p1, e1, _F32(p0 * e0)))
+                else:
+                    s = _F32(s + fma32(e0, p0, _F32(e1 * p1)))
+                ib += 2
+            if ib < nb:
+                s = fma32(_F32(xs[ib] * ws[ib]), _F32(_bdot(w, 32 * ib, x, 32 * ib)), s)
+            return s
         s = _F32(0.0)
         for ib in range(nb):
             d = _F32(xs[ib] * ws[ib])
@@ -416,9 +438,12 @@ class SmallFamily(Family):
         fma = bool(isa.resolve("FMA"))
         for r0, r1, path in segments:
             variant = kernel(isa, qm.type, path)
-            if variant not in _PATH_OF_VARIANT and variant not in ("iq4_nl_8x8", "mxfp4_8x8"):
+            if variant == "neon" and qm.type in _NEON_PATHS:
+                code = _NEON_PATHS[qm.type]
+            elif variant in _PATH_OF_VARIANT or variant in ("iq4_nl_8x8", "mxfp4_8x8"):
+                code = _PATH_OF_VARIANT.get(variant, _REPACK)
+            else:
                 raise NotImplementedError(f"{qm.type.name}: ggml's {variant} kernel is not emulated yet")
-            code = _PATH_OF_VARIANT.get(variant, _REPACK)
             (_mm_small if parallel else _rows_small)(kind, code, fma, wq, ws, xq, xs, xb, out, r0, r1)
         return out
 
@@ -426,5 +451,7 @@ class SmallFamily(Family):
 #: the kernel path of each variant an instruction-set chain names (the
 #: repacked layouts `iq4_nl_8x8`, `mxfp4_8x8`: `_REPACK`)
 _PATH_OF_VARIANT = {"x86": _AVX2, "generic": _GENERIC, "tinyblas_q0": _TINYBLAS}
+#: the arm64 `vec_dot`s written here ("neon" in the chain's VEC_DOT)
+_NEON_PATHS = {T.IQ4_NL: _NEON_NL, T.MXFP4: _NEON_MX}
 
 FAMILY = SmallFamily()

@@ -29,7 +29,7 @@ from numba import njit
 
 from .._jitcache import cached
 from ..types import GGMLType
-from . import kquant_dots, legacy_dots
+from . import kquant_dots, legacy_dots, neon_legacy
 from ._digest import cpu_digest
 from .act_quant import _q8_k
 from .._threads import threads
@@ -56,6 +56,9 @@ def _three(module, t, isa):
 def _legacy_runner(t: GGMLType, isa):
     (vd_s, vd_p), (tb_s, tb_p), (rp_s, rp_p), HAS_TB = _three(legacy_dots, t, isa)
     QUANT = isa.resolve("quantize_rows_q8")
+    # a repacked layout whose gemm is not its gemv cannot serve a MUL_MAT_ID
+    # here (ggml runs the gemv for every row: `neon_legacy.GEMM_NOT_GEMV`)
+    MMID_REPACK_BAD = isa.resolve("REPACK").get(t) in neon_legacy.GEMM_NOT_GEMV
     Q8_1 = vec_dot_type(t) == GGMLType.Q8_1
 
     def run(repacked, mmid, raw, x, parts):
@@ -66,6 +69,8 @@ def _legacy_runner(t: GGMLType, isa):
         QUANT(x, xq, xs, xm, Q8_1)
         out = np.empty((n, raw.shape[0]), np.float32)
         path = choose_path(repacked, False, HAS_TB, n, mmid)
+        if path == REPACK and mmid and MMID_REPACK_BAD:
+            raise NotImplementedError("the MUL_MAT_ID gemv of this repacked layout is not emulated yet")
         if path == REPACK:
             if parts > 1:
                 rp_p(raw, xq, xs, xm, out, parts)

@@ -49,7 +49,8 @@ from ._digest import cpu_digest
 from .fp import fma32, hsum4
 from .simd import f16_at
 
-__all__ = ["PAIRS", "ONE_ACC", "REPACK_4X4", "VARIANTS", "variant_kernels", "LANE_DOTPROD", "LANE_NEON"]
+__all__ = ["PAIRS", "ONE_ACC", "REPACK_4X4", "VARIANTS", "variant_kernels", "LANE_DOTPROD", "LANE_NEON",
+           "GEMM_NOT_GEMV"]
 
 PAIRS, ONE_ACC, REPACK_4X4 = 0, 1, 2
 _F32 = np.float32
@@ -219,6 +220,9 @@ def _make_kernels(t: GGMLType, mode: int, dotprod: bool):
             cached(njit(parallel=True)(parallel), name + "_parallel", cpu_digest))
 
 
+#: repacked layouts whose gemm rounds otherwise than their gemv: a MUL_MAT_ID
+#: (ggml runs the gemv for every row) is not served by these kernels
+GEMM_NOT_GEMV = frozenset({"q8_0_4x4"})
 #: kernel variants an instruction-set chain names (`traits.kernel`): (mode,
 #: dotprod lanes)
 VARIANTS = {"neon": (PAIRS, False), "dotprod": (PAIRS, True), "tinyblas_q0_arm": (ONE_ACC, True),

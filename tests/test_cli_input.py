@@ -349,6 +349,15 @@ def test_generate_with_a_model_and_no_prompt_is_refused(arg, capsys):
         err.count("\n") == 1
 
 
+def test_a_closed_stdout_is_refused(forged):
+    # started with stdout closed (`strata-ref info F >&-`): Python has no
+    # sys.stdout, so everything printed was dropped and the status was 0
+    r = subprocess.run(["sh", "-c", 'exec "$0" -m strata_ref.cli info "$1" >&-', sys.executable,
+                        str(forged)], stderr=subprocess.PIPE, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr == (
+        "strata-ref: error: standard output is closed (started with `>&-`?)\n")
+
+
 def test_a_closed_pipe_is_not_success(forged, tmp_path):
     # `strata-ref ... | head`: the reader leaves before the command is
     # done; the status says so (141, as a shell reports SIGPIPE), not 0

@@ -145,6 +145,13 @@ def main(argv=None) -> int:
     a caller passing argv keeps its own."""
     if argv is None:
         _keep_interrupts()
+    if sys.stdout is None:
+        # started with stdout closed (`>&-`): what the command prints would be
+        # lost and its exit status would say it was seen
+        if sys.stderr is not None:
+            print("strata-ref: error: standard output is closed (started with `>&-`?)",
+                  file=sys.stderr)
+        return 2
     _escape_unencodable()
     parser = build_parser()
     # argparse stops filling a positional list at the first option, so

@@ -149,6 +149,14 @@ def test_bad_containers_are_one_clear_error(tmp_path):
     assert main(["diff", str(cut), str(p)]) == 2
 
 
+@pytest.mark.parametrize("opt,val,msg", [("--block", "0", "--block must be >= 1, got 0"),
+                                         ("--worst", "-1", "--worst must be >= 0, got -1")])
+def test_diff_names_the_bad_option(opt, val, msg, capsys):
+    # each of the two options is named alone, with the value given
+    assert main(["diff", "a.npz", "b.npz", opt, val]) == 2
+    assert capsys.readouterr().err == f"strata-ref: error: {msg}\n"
+
+
 # ---------------------------------------------------------------- against llama.cpp
 def _stored(profile, arch):
     p = DATA / profile / f"llama_trace_tiny_{arch}.npz"

@@ -48,8 +48,10 @@ def cmd_trace(a) -> int:
 def cmd_diff(a) -> int:
     from ..diff import diff_traces, load_map, report_text
     from ..tracefile import open_trace
-    if a.block < 1 or a.worst < 0:
-        return err("--block must be >= 1 and --worst >= 0")
+    if a.block < 1:
+        return err(f"--block must be >= 1, got {a.block}")
+    if a.worst < 0:
+        return err(f"--worst must be >= 0, got {a.worst}")
     mapping = load_map(a.map) if a.map else None
     with open_trace(a.a) as ta, open_trace(a.b) as tb:
         rep = diff_traces(ta, tb, block=a.block, mapping=mapping, n_worst=a.worst)

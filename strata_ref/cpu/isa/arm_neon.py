@@ -41,12 +41,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ...types import GGMLType as T
 from .. import act_quant
 from ..fp import fma32, hsum4
-from ..simd import f8_add, f8_div, f8_splat, f8_sub, f8_zero
 from ..vec import operand
-from .x86_64 import expf8_bits, expf_bits
+from . import generic as _generic
+from . import x86_avx2 as _avx2
 
 _F32 = np.float32
 
@@ -69,41 +68,17 @@ ROPE_FMA = 2
 #: every quantized weight type has a NEON `vec_dot` in arch/arm/quants.c
 #: (the legacy quants' over `ggml_vdotq_s32`'s lanes: `neon_legacy`); a
 #: family without a "neon" kernel for a type says so when asked
-VEC_DOT = {t: "neon" for t in (
-    T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K,
-    T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M, T.IQ4_NL, T.IQ4_XS,
-    T.TQ1_0, T.TQ2_0, T.MXFP4, T.NVFP4, T.Q1_0, T.Q2_0)}
+VEC_DOT = {t: "neon" for t in _generic.VEC_DOT}
 TILED = frozenset()
 REPACK: dict = {}
 TINYBLAS_Q0: dict = {}
 
 
-@njit(inline="always", cache=True)
-def madd(a, b, c):
-    """C's `a * b + c` contracted by GCC: one FMA."""
-    return fma32(a, b, c)
-
-
-@njit(inline="always", cache=True)
-def expf_v(x):
-    """`ggml_v_expf`, NEON version (the FMA polynomial), one lane."""
-    return expf_bits(x, True)
-
-
-@njit(inline="always", cache=True)
-def silu_v(x):
-    """`ggml_v_silu`, NEON version: x / (1 + expf_v(0 - x))."""
-    return _F32(x / _F32(_F32(1.0) + expf_bits(_F32(_F32(0.0) - x), True)))
-
-
-@njit(inline="always", cache=True)
-def expf8(v):
-    return expf8_bits(v, True)
-
-
-@njit(inline="always", cache=True)
-def silu8(v):
-    return f8_div(v, f8_add(f8_splat(_F32(1.0)), expf8_bits(f8_sub(f8_zero(), v), True)))
+# `madd` (GCC contracts C's `a * b + c`: one FMA) and the FMA `ggml_v_expf` /
+# `ggml_v_silu` polynomial, one lane and on an F32x8, are the AVX2+FMA
+# build's: the NEON code of vec.h runs the same fused steps
+madd, expf_v, silu_v, expf8, silu8 = (_avx2.madd, _avx2.expf_v, _avx2.silu_v, _avx2.expf8,
+                                      _avx2.silu8)
 
 
 @njit(inline="always", cache=True)

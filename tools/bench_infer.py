@@ -3,7 +3,12 @@ measured in the same run, repeat by repeat.
 
     python tools/bench_infer.py [--models SmolLM2-135M-Instruct,Qwen2.5-Coder-0.5B-Instruct,gemma-3-270m]
                                 [--cpu avx2[,avx512,scalar]] [--threads 2] [--repeats 5]
-                                [--tokens 32] [--busy N] [--json FILE]
+                                [--tokens 32] [--prompt-tokens N] [--busy N] [--json FILE]
+
+`--models` takes registry names, GGUF paths, and `bench-1.5b` / `bench-7b`:
+dense Q4_K_M models of Qwen2.5-1.5B's and Llama-3-8B's shapes from seeded
+random weights (tools/make_bench_model.py), written into
+~/.cache/strata-ref/bench/ the first time (about 1 and 5 GB).
 
 `--cpu` lists the CPU profiles strata-ref runs (default: native, as
 `strata-ref generate`); for each, llama.cpp is the peer built for that
@@ -12,7 +17,16 @@ whatever llama_cpp is importable. The header names both.
 
 Workload (the project spec's models.md §5, in the shared design folder): the prompt "The capital of France is" in one
 pass, then greedy decoding; "decode" times the single-token calls after the
-prompt pass (tokens - 1 of them). Wall clock. llama.cpp runs in a child
+prompt pass (tokens - 1 of them). Wall clock. `--prompt-tokens N` takes the
+first N tokens of a longer English text instead (one pass; the context is
+made large enough for it and the decoding). Both engines get the token ids
+strata-ref's tokenizer made.
+
+The decode floor: the bytes of every weight matrix a decode step reads
+(`profile_infer.weight_bytes`) over the read bandwidth measured at the start
+with the same thread count (`profile_infer._read_bandwidth`: the Q8_0 mat-vec
+kernel streaming a 381 MB matrix); `floor` is that rate in tokens/s and
+`%floor` strata-ref's decode rate as a share of it. llama.cpp runs in a child
 process (n_ctx 512, n_batch 512, the same thread count) with the
 environment this script started with (llama.cpp uses the same libgomp, so
 the OpenMP settings strata-ref makes must not reach it). The two engines
@@ -43,8 +57,15 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 PROMPT = "The capital of France is"
+#: the text `--prompt-tokens` cuts its prompt from (repeated as needed)
+LONG_TEXT = ("The history of the city begins with a small settlement on an island in the river, "
+             "where fishermen and traders met to exchange goods from the north and the south. "
+             "Over the centuries the town grew into a center of learning, commerce and government, "
+             "and its bridges, markets and churches were rebuilt many times after floods and fires. ")
+BENCH_MODELS = {"bench-1.5b": "1.5b", "bench-7b": "7b"}
 DEFAULT_MODELS = "SmolLM2-135M-Instruct,Qwen2.5-Coder-0.5B-Instruct,gemma-3-270m"
 # spec/models.md §5: llama.cpp 0.3.36, 2 threads, best of 3 on an idle 2-core Zen 3 VM
 ENV_AT_START = dict(os.environ)
@@ -55,16 +76,17 @@ SPEC_TPS = {"SmolLM2-135M-Instruct": (203.0, 111.0), "Qwen2.5-Coder-0.5B-Instruc
 class Ours:
     """strata-ref on one model and profile; `round()` -> (prompt s, decode s)."""
 
-    def __init__(self, path, n_tokens, profile):
+    def __init__(self, path, n_tokens, profile, prompt_tokens=None):
         from strata_ref.infer.loader import load
         self.m = load(path, profile=profile)
         self.m.prepare()
-        self.ids = self.m.tokenizer.encode(PROMPT)
+        self.ids = prompt_ids(self.m.tokenizer, prompt_tokens)
         self.n_tokens = n_tokens
+        self.n_ctx = n_ctx(len(self.ids), n_tokens)
 
     def round(self):
         import numpy as np
-        cache = self.m.new_cache(512)
+        cache = self.m.new_cache(self.n_ctx)
         t0 = time.perf_counter()
         logits = self.m.forward(self.ids, cache)
         t1 = time.perf_counter()
@@ -74,14 +96,31 @@ class Ours:
 
 
 # --------------------------------------------------------------- llama.cpp
-def llama_worker(path, n_tokens, threads):
+def prompt_ids(tokenizer, n=None) -> list:
+    """The benchmark prompt's token ids: PROMPT's, or the first n of
+    LONG_TEXT repeated."""
+    if n is None:
+        return list(tokenizer.encode(PROMPT))
+    ids = []
+    while len(ids) < n:
+        ids = list(tokenizer.encode(LONG_TEXT * (1 + 2 * len(ids) // 64 + 1)))
+    return ids[:n]
+
+
+def n_ctx(n_prompt: int, n_tokens: int) -> int:
+    """The context both engines get: 512, or what the prompt and the
+    decoding need."""
+    return max(512, n_prompt + n_tokens)
+
+
+def llama_worker(path, n_tokens, threads, ids):
     """The child's loop: load the model, print "ready", then for every
     line "round" on stdin run one round and print [prompt s, decode s]."""
     import numpy as np
     from llama_cpp import Llama
-    llm = Llama(model_path=str(path), n_ctx=512, n_batch=512, n_threads=threads,
+    ctx = n_ctx(len(ids), n_tokens)
+    llm = Llama(model_path=str(path), n_ctx=ctx, n_batch=512, n_threads=threads,
                 n_threads_batch=threads, seed=0, verbose=False)
-    ids = llm.tokenize(PROMPT.encode(), add_bos=True, special=False)
     n_vocab = llm.n_vocab()
     print(json.dumps({"ready": len(ids)}), flush=True)
     for line in sys.stdin:
@@ -100,14 +139,16 @@ def llama_worker(path, n_tokens, threads):
 class Llama:
     """llama.cpp in a child process (`llama_worker`); `round()` as Ours."""
 
-    def __init__(self, path, n_tokens, threads, site=None):
+    def __init__(self, path, n_tokens, threads, ids, site=None):
         env = dict(ENV_AT_START)
         if site is not None:
             env["PYTHONPATH"] = os.pathsep.join([str(site)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         code = ("import sys; sys.path.insert(0, sys.argv[1]); import bench_infer as b; "
-                "b.llama_worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))")
-        self.p = subprocess.Popen([sys.executable, "-c", code, str(Path(__file__).resolve().parent), str(path),
-                                   str(n_tokens), str(threads)], env=env, stdin=subprocess.PIPE,
+                "b.llama_worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), json.loads(sys.argv[5]))")
+        self.p = subprocess.Popen([sys.executable, "-c", "import json; " + code,
+                                   str(Path(__file__).resolve().parent), str(path),
+                                   str(n_tokens), str(threads), json.dumps([int(i) for i in ids])],
+                                  env=env, stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True)
         first = self.p.stdout.readline()
         if not first:
@@ -131,6 +172,21 @@ class Llama:
             self.p.stdin.write("quit\n")
             self.p.stdin.flush()
             self.p.wait(timeout=60)
+
+
+def bench_model(name: str) -> Path:
+    """The path of bench model `name` (BENCH_MODELS), written by
+    tools/make_bench_model.py into ~/.cache/strata-ref/bench/ when missing."""
+    shape = BENCH_MODELS[name]
+    path = Path.home() / ".cache" / "strata-ref" / "bench" / f"bench-{shape}-q4_k_m.gguf"
+    if not path.is_file():
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from make_bench_model import write
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_suffix(".part")
+        write(part, shape, seed=0)
+        part.replace(path)
+    return path
 
 
 def peer_site(profile: str):
@@ -175,11 +231,15 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--prompt-tokens", type=int, default=None,
+                    help="a prompt of this many tokens (cut from a longer text) instead of PROMPT")
     ap.add_argument("--busy", type=int, default=0, help="busy-looping processes to run meanwhile")
     ap.add_argument("--json", help="also write the results to this file")
     args = ap.parse_args(argv)
     if args.tokens < 2 or args.repeats < 1 or args.threads < 1:
         ap.error("--tokens must be >= 2, --repeats and --threads >= 1")
+    if args.prompt_tokens is not None and not 1 <= args.prompt_tokens <= 8192:
+        ap.error("--prompt-tokens must be from 1 to 8192")
     # first the library's own threading setup, as `strata-ref generate` has it;
     # touching numba's threads before it would fix numba's default layer
     from strata_ref._threads import configure
@@ -202,6 +262,10 @@ def main(argv=None) -> int:
         # so its figures, and the ratios, then say little about its code
         print(f"warning: the machine is busy before the bench starts (load average {load:.2f} "
               f"on {os.cpu_count()} CPUs): the figures, llama.cpp's most, will not be its idle speed")
+    from profile_infer import _read_bandwidth, weight_bytes
+    bws = {p.name: _read_bandwidth(args.threads, p.isa) for p in profiles}
+    print("read bandwidth (the Q8_0 kernel streaming, " + f"{args.threads} threads): "
+          + ", ".join(f"{k} {v:.1f} GB/s" for k, v in bws.items()))
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     rows = []
     try:
@@ -215,11 +279,12 @@ def main(argv=None) -> int:
                 peer_name = None
             print(f"\nprofile {prof.name}; peer: {peer_name or 'none (spec/models.md §5 figures)'}")
             print(f"{'model':30s} {'ours prompt':>12s} {'llama prompt':>13s} {'ratio':>6s} "
-                  f"{'ours decode':>12s} {'llama decode':>13s} {'ratio':>6s}")
+                  f"{'ours decode':>12s} {'llama decode':>13s} {'ratio':>6s} {'floor':>8s} {'%floor':>6s}")
             for name in args.models.split(","):
-                path = resolve(name)
-                ours = Ours(path, args.tokens, prof)
-                peer = Llama(path, args.tokens, args.threads, site) if peer_name else None
+                path = bench_model(name) if name in BENCH_MODELS else resolve(name)
+                ours = Ours(path, args.tokens, prof, args.prompt_tokens)
+                floor = bws[prof.name] * 1e9 / weight_bytes(ours.m)
+                peer = Llama(path, args.tokens, args.threads, ours.ids, site) if peer_name else None
                 try:
                     (op, od), lt = measure(ours, peer, args.repeats)
                 finally:
@@ -232,9 +297,11 @@ def main(argv=None) -> int:
                 else:
                     lps, lds = SPEC_TPS.get(name, (float("nan"), float("nan")))
                 print(f"{name:30s} {ops:10.1f}/s {lps:11.1f}/s {ops / lps:5.2f}x "
-                      f"{ods:10.1f}/s {lds:11.1f}/s {ods / lds:5.2f}x", flush=True)
-                rows.append(dict(profile=prof.name, model=name, ours_prompt=ops, llama_prompt=lps,
-                                 ours_decode=ods, llama_decode=lds, peer=peer_name))
+                      f"{ods:10.1f}/s {lds:11.1f}/s {ods / lds:5.2f}x {floor:6.1f}/s {ods / floor:6.0%}",
+                      flush=True)
+                rows.append(dict(profile=prof.name, model=name, prompt_tokens=n_p, ours_prompt=ops,
+                                 llama_prompt=lps, ours_decode=ods, llama_decode=lds, floor_decode=floor,
+                                 read_gbs=bws[prof.name], peer=peer_name))
                 del ours
     finally:
         for b in busy:

@@ -37,10 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 PROMPT = "The capital of France is"
 
 
-def _read_bandwidth(threads: int) -> float:
+def _read_bandwidth(threads: int, isa) -> float:
     """GB/s at which this machine streams weights from memory: the Q8_0
     mat-vec kernel (`cpu.matvec`, software prefetch) over a 384 MB matrix,
-    rows split over `threads`, best of 5. Its arithmetic is light next to
+    rows split over `threads`, best of 5, on the profile's chain `isa`. Its arithmetic is light next to
     the bytes, so this is what a decode step that reads every weight once
     can reach (a plain summing loop reached less here)."""
     import numpy as np
@@ -49,9 +49,9 @@ def _read_bandwidth(threads: int) -> float:
     rows, cols = 400_000, 896
     raw = np.ones((rows, cols // 32 * 34), np.uint8)
     x = np.ones((1, cols), np.float32)
-    run = matvec.runner(GGMLType.Q8_0)
-    run(1, False, False, False, raw, x, threads)
-    best = min(_timed(lambda: run(1, False, False, False, raw, x, threads)) for _ in range(5))
+    run = matvec.runner(GGMLType.Q8_0, isa)
+    run(False, False, raw, x, threads)
+    best = min(_timed(lambda: run(False, False, raw, x, threads)) for _ in range(5))
     return raw.nbytes / best / 1e9
 
 
@@ -169,7 +169,7 @@ def main(argv=None) -> int:
     from strata_ref.infer.loader import load
     from strata_ref.models import resolve
     prof = cpu.select(args.cpu)
-    bw = _read_bandwidth(args.threads)
+    bw = _read_bandwidth(args.threads, prof.isa)
     t_par, t_call = _call_overheads()
     load_avg = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load average "

@@ -180,8 +180,12 @@ def main(argv=None) -> int:
     configure()                 # numba's threading layer, before any kernel runs
     from .common import show_library_notes
     show_library_notes()        # fetch progress, native builds: logged by the library
+    from .. import _compile_notes
+    _compile_notes.install()    # a first run's compile wait is said, not silent
     try:
-        return int(args.func(args) or 0)
+        rc = int(args.func(args) or 0)
+        _compile_notes.log_summary()
+        return rc
     except KeyboardInterrupt:
         # a second Ctrl-C must not interrupt the way out
         import signal

@@ -1,0 +1,37 @@
+"""tools/make_bench_model.py: the Q4_K_M type mix of llama.cpp's
+`llama_tensor_get_type` on the 1.5B and 7B shapes (the files themselves are
+made and run by tools/bench_infer.py, not here: about 1 and 5 GB)."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+
+import make_bench_model as mb  # noqa: E402
+from strata_ref.types import GGMLType as T  # noqa: E402
+
+
+def test_use_more_bits_layers_of_28_and_32():
+    # llama-quant.cpp: i < n/8 || i >= 7n/8 || (i - n/8) % 3 == 2, by hand
+    assert [i for i in range(28) if mb.use_more_bits(i, 28)] == [0, 1, 2, 5, 8, 11, 14, 17, 20, 23,
+                                                                   24, 25, 26, 27]
+    assert [i for i in range(32) if mb.use_more_bits(i, 32)] == [0, 1, 2, 3, 6, 9, 12, 15, 18, 21,
+                                                                   24, 27, 28, 29, 30, 31]
+
+
+def test_q4_k_m_mix_and_sizes():
+    spec = {n: (t, s) for n, t, s in mb.tensors(mb.SHAPES["1.5b"], 151936)}
+    assert spec["token_embd.weight"] == (T.Q6_K, (1536, 151936))     # tied: the output's type
+    assert "output.weight" not in spec
+    assert spec["blk.5.ffn_down.weight"][0] == T.Q6_K and spec["blk.6.ffn_down.weight"][0] == T.Q4_K
+    assert spec["blk.5.attn_v.weight"] == (T.Q6_K, (1536, 256))
+    assert spec["blk.0.attn_k.bias"] == (T.F32, (256,))
+    q4, q6 = 144 / 256, 210 / 256                    # bytes per value of Q4_K, Q6_K
+    big = 14                                         # layers with Q6_K attn_v / ffn_down
+    layer = (2 * 1536 * 1536 + 1536 * 256 + 2 * 1536 * 8960) * q4 + 2 * 1536 * 4 + (1536 + 512) * 4
+    total = (1536 * 151936 * q6 + 28 * layer + big * (1536 * 256 + 8960 * 1536) * q6
+             + (28 - big) * (1536 * 256 + 8960 * 1536) * q4 + 1536 * 4)
+    assert sum(mb.n_bytes(t, s) for t, s in spec.values()) == int(total)
+    seven = {n: (t, s) for n, t, s in mb.tensors(mb.SHAPES["7b"], 151936)}
+    assert seven["token_embd.weight"][0] == T.Q4_K and seven["output.weight"][0] == T.Q6_K
+    assert seven["blk.3.ffn_down.weight"] == (T.Q6_K, (14336, 4096))
+    assert "blk.0.attn_q.bias" not in seven

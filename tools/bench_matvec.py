@@ -1,0 +1,181 @@
+"""Mat-vec and small-batch mat-mul speed of strata-ref's CPU kernels next to
+ggml's own `ggml_mul_mat`, in the same process, on real model shapes.
+
+    python tools/bench_matvec.py [--cpu avx2] [--types Q4_K,Q6_K,Q5_K,Q8_0,IQ4_XS]
+                                 [--shapes 1.5b] [--n 1] [--threads 2] [--repeats 5]
+
+For each weight type and each matrix shape of the model (`SHAPES`: rows x
+cols of Qwen2.5-1.5B's q / kv / o / gate-up / down and its 151,936-token
+output matrix; `7b`: Llama-3-8B's), random valid blocks
+(`routes.mmvq_inputs.sane_blocks`, seeded) and `--n` activation rows of
+N(0, 1) values are multiplied
+
+* by strata-ref (`cpu.QMatrix.matmul`, the profile's kernels, after a
+  warm-up call that packs and compiles), twice: as a weight tensor (in
+  ggml's CPU_REPACK buffer where the profile's build repacks the type, as
+  in inference) and as a plain buffer (`repackable = False`);
+* by ggml's CPU library of the llama.cpp peer built for the same profile
+  (tools/peer_build.py; `ggml_mul_mat` in a graph, ctypes, tools/ggml_mm.py):
+  a plain CPU buffer, so its `vec_dot` (n = 1), llamafile or tiled paths.
+
+The plain-buffer outputs are compared bit for bit (printed as `bits`: `=`
+when every value is equal). Timings are the best of `--repeats`
+alternating calls (the engines take turns), with the weight bytes each call
+reads over that time as GB/s, and next to them the read bandwidth of the
+machine at the same thread count (a numba loop summing a 512 MiB buffer,
+`profile_infer._read_bandwidth` being the Q8_0 kernel's own). On a machine
+shared with other work the figures are noise: say so when reporting them.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tools"))
+
+#: rows x cols (ggml ne[1] x ne[0]) of the matrices a decode step multiplies
+SHAPES = {
+    "1.5b": {"q/o": (1536, 1536), "k/v": (256, 1536), "gate/up": (8960, 1536), "down": (1536, 8960),
+             "output": (151936, 1536)},
+    "7b": {"q/o": (4096, 4096), "k/v": (1024, 4096), "gate/up": (14336, 4096), "down": (4096, 14336),
+           "output": (151936, 4096)},
+}
+
+
+def read_bandwidth(threads: int, mib: int = 512) -> float:
+    """GB/s of a numba loop summing `mib` MiB of int64 (each thread its
+    part), best of 5."""
+    import numba
+
+    @numba.njit(parallel=True, cache=False)
+    def total(a, parts):
+        s = np.zeros(parts, np.int64)
+        n = a.size
+        for p in numba.prange(parts):
+            acc = np.int64(0)
+            for i in range(n * p // parts, n * (p + 1) // parts):
+                acc += a[i]
+            s[p] = acc
+        return s.sum()
+
+    a = np.ones(mib << 17, np.int64)
+    total(a, threads)
+    best = min(_timed(lambda: total(a, threads)) for _ in range(5))
+    return a.nbytes / best / 1e9
+
+
+def _timed(f) -> float:
+    t0 = time.perf_counter()
+    f()
+    return time.perf_counter() - t0
+
+
+class GgmlMul:
+    """y = W x by ggml's CPU library through one graph built once."""
+
+    def __init__(self, libs, type_id, raw, rows, cols, x, threads):
+        import ctypes
+        from ggml_mm import _Params
+        self.base, self.cpu, self.threads = libs[0], libs[1], threads
+        n = x.shape[0]
+        # the graph's work buffer comes from the context at every compute
+        need = raw.nbytes + x.nbytes + 4 * n * rows + (256 << 20)
+        self.ctx = self.base.ggml_init(_Params(need, None, False))
+        a = self.base.ggml_new_tensor_2d(self.ctx, type_id, cols, rows)
+        b = self.base.ggml_new_tensor_2d(self.ctx, 0, cols, n)
+        ctypes.memmove(self.base.ggml_get_data(a), raw.ctypes.data, raw.nbytes)
+        ctypes.memmove(self.base.ggml_get_data(b), np.ascontiguousarray(x).ctypes.data, x.nbytes)
+        self.y = self.base.ggml_mul_mat(self.ctx, a, b)
+        self.gf = self.base.ggml_new_graph(self.ctx)
+        self.base.ggml_build_forward_expand(self.gf, self.y)
+        self.out = np.empty((n, rows), np.float32)
+
+    def __call__(self):
+        import ctypes
+        if self.cpu.ggml_graph_compute_with_ctx(self.ctx, self.gf, self.threads) != 0:
+            raise RuntimeError("ggml_graph_compute_with_ctx failed")
+        ctypes.memmove(self.out.ctypes.data, self.base.ggml_get_data(self.y), self.out.nbytes)
+        return self.out
+
+    def close(self):
+        self.base.ggml_free(self.ctx)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cpu", default=None, help="the CPU profile (default: native)")
+    ap.add_argument("--types", default="Q4_K,Q6_K,Q5_K,Q8_0,IQ4_XS")
+    ap.add_argument("--shapes", default="1.5b", choices=sorted(SHAPES))
+    ap.add_argument("--only", default=None, help="matrix names of the shape set, comma-separated")
+    ap.add_argument("--n", type=int, default=1, help="activation rows")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args(argv)
+    from strata_ref._threads import configure
+    configure()
+    import numba
+    numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
+    from strata_ref import GGMLType, block_format, cpu
+    from strata_ref.cpu.matmul import QMatrix
+    from strata_ref.routes.mmvq_inputs import sane_blocks
+    from bench_infer import peer_site
+    prof = cpu.select(args.cpu)
+    site = peer_site(prof.name)
+    libs = None
+    if site is not None:
+        sys.path.insert(0, str(site))
+        from ggml_mm import _libs
+        libs = _libs()
+    bw = read_bandwidth(args.threads)
+    load = os.getloadavg()[0]
+    print(f"profile {prof.name}; {args.threads} threads; n = {args.n}; read bandwidth {bw:.1f} GB/s; "
+          f"load average {load:.2f}; peer: {'ggml of the llama.cpp built for ' + prof.name if libs else 'none'}")
+    print(f"{'type':7s} {'matrix':8s} {'rows x cols':>14s} {'MB':>7s} | {'ours ms':>8s} {'GB/s':>5s} "
+          f"{'plain ms':>8s} | {'ggml ms':>8s} {'GB/s':>5s} {'ours/ggml':>9s} {'bits':>4s}")
+    rng = np.random.default_rng(0)
+    only = set(args.only.split(",")) if args.only else None
+    for tname in args.types.split(","):
+        t = GGMLType[tname]
+        fmt = block_format(t)
+        for mname, (rows, cols) in SHAPES[args.shapes].items():
+            if only and mname not in only:
+                continue
+            raw = sane_blocks(t, rows * cols // fmt.block_values, rng).reshape(-1)
+            x = rng.standard_normal((args.n, cols)).astype(np.float32)
+            ours = QMatrix(t, raw, rows, cols, name=mname, profile=prof)
+            plain = QMatrix(t, raw, rows, cols, name=mname, profile=prof)
+            plain.repackable = False
+            peer = GgmlMul(libs, int(t), raw, rows, cols, x, args.threads) if libs else None
+            yo, yp = ours.matmul(x), plain.matmul(x)
+            yg = peer().copy() if peer else None
+            to, tp, tg = [], [], []
+            for rep in range(args.repeats):
+                order = [("o", ours), ("p", plain)] + ([("g", peer)] if peer else [])
+                if rep % 2:
+                    order.reverse()
+                for k, eng in order:
+                    dt = _timed(eng if k == "g" else (lambda e=eng: e.matmul(x)))
+                    {"o": to, "p": tp, "g": tg}[k].append(dt)
+            mb = raw.nbytes / 1e6
+            o, p = min(to), min(tp)
+            line = (f"{tname:7s} {mname:8s} {rows:>6d} x {cols:<6d} {mb:7.1f} | {o * 1e3:8.3f} "
+                    f"{mb / 1e3 / o:5.1f} {p * 1e3:8.3f} |")
+            if peer:
+                g = min(tg)
+                same = np.array_equal(yp.view(np.uint32), yg.view(np.uint32))
+                line += f" {g * 1e3:8.3f} {mb / 1e3 / g:5.1f} {g / o:8.2f}x {'=' if same else 'DIFF':>4s}"
+                peer.close()
+            print(line, flush=True)
+            del yo
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -43,7 +43,7 @@ def drop_blank_numba_env() -> None:
 #: strata-ref's own on/off switches of the CPU kernels (`cpu.simd`), read
 #: once at import: "1" turns one on; unset, "" or "0" leave it off
 SWITCHES = ("STRATA_REF_PORTABLE_LANES", "STRATA_REF_NO_VNNI", "STRATA_REF_NO_F16C",
-            "STRATA_REF_QUIET_COMPILE")
+            "STRATA_REF_QUIET_COMPILE", "STRATA_REF_NO_AVX512")
 
 
 def switch_problem(environ=None) -> str | None:

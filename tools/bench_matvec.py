@@ -20,7 +20,9 @@ N(0, 1) values are multiplied
 
 The plain-buffer outputs are compared bit for bit (printed as `bits`: `=`
 when every value is equal). Timings are the best of `--repeats`
-alternating calls (the engines take turns), with the weight bytes each call
+alternating calls (the engines take turns): wall time, or with `--threads
+1` the CPU time of the calling thread (both engines then compute in it), which
+a machine shared with other work disturbs less; with the weight bytes each call
 reads over that time as GB/s, and next to them the read bandwidth of the
 machine at the same thread count (a numba loop summing a 512 MiB buffer,
 `profile_infer._read_bandwidth` being the Q8_0 kernel's own). On a machine
@@ -71,10 +73,13 @@ def read_bandwidth(threads: int, mib: int = 512) -> float:
     return a.nbytes / best / 1e9
 
 
+_CLOCK = time.perf_counter
+
+
 def _timed(f) -> float:
-    t0 = time.perf_counter()
+    t0 = _CLOCK()
     f()
-    return time.perf_counter() - t0
+    return _CLOCK() - t0
 
 
 class GgmlMul:
@@ -134,9 +139,11 @@ def main(argv=None) -> int:
         from ggml_mm import _libs
         libs = _libs()
     bw = read_bandwidth(args.threads)
+    global _CLOCK
+    _CLOCK = time.thread_time if args.threads == 1 else time.perf_counter
     load = os.getloadavg()[0]
     print(f"profile {prof.name}; {args.threads} threads; n = {args.n}; read bandwidth {bw:.1f} GB/s; "
-          f"load average {load:.2f}; peer: {'ggml of the llama.cpp built for ' + prof.name if libs else 'none'}")
+          f"load average {load:.2f}; {'thread CPU time' if args.threads == 1 else 'wall time'}; peer: {'ggml of the llama.cpp built for ' + prof.name if libs else 'none'}")
     print(f"{'type':7s} {'matrix':8s} {'rows x cols':>14s} {'MB':>7s} | {'ours ms':>8s} {'GB/s':>5s} "
           f"{'plain ms':>8s} | {'ggml ms':>8s} {'GB/s':>5s} {'ours/ggml':>9s} {'bits':>4s}")
     rng = np.random.default_rng(0)

@@ -23,9 +23,9 @@ __all__ = ["cpu_digest", "jit"]
 
 
 def cpu_digest() -> str:
-    from .simd import HOST_AVX2, HOST_F16C, HOST_VNNI
+    from .simd import HOST_AVX2, HOST_AVX512BW, HOST_F16C, HOST_VNNI
     here = Path(__file__).resolve().parent
-    switches = "".join("1" if s else "0" for s in (HOST_AVX2, HOST_VNNI, HOST_F16C))
+    switches = "".join("1" if s else "0" for s in (HOST_AVX2, HOST_VNNI, HOST_F16C, HOST_AVX512BW))
     return sources_digest(here, here / "isa", here.parent / "numerics.py",
                           here.parent / "types.py") + "-" + switches
 

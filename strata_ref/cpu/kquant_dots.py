@@ -52,9 +52,10 @@ from ..types import GGMLType, block_format
 from ._digest import cpu_digest
 from .fp import fma32 as _fma
 from .simd import (I32x8, _BYTES, _I8, _I16, _I32, _V8I32, _V16I8, _V16I16, _V32I8, _byte_ptr, _check_array,
-                   _literal, _mod8_ir, _scaled_lanes_ir, _splat, f8_add, f8_fma, f8_hsum, f8_lane, f8_mul,
-                   f8_splat, f8_zero, f16_at, i8_at, i8_load, i8x32_lanes_scaled, i32_add, i32_hsum, i32_lane,
-                   i32_load, i32_mul, i32_pairdot, i32_pairsum, i32_splat, i32_sub, i32_to_f8, i32_zero)
+                   _literal, _mod8_ir, _splat, scaled_pairs_ir, f8_add, f8_fma, f8_hsum, f8_lane, f8_mul,
+                   f8_set, f8_splat, f8_sub, f8_zero, f16_at, i8_at, i8_load, i8x32_lanes_scaled, i32_add,
+                   i32_hsum, i32_hsum8, i32_lane, i32_load, i32_mul, i32_pairdot, i32_pairsum, i32_splat,
+                   i32_sub, i32_to_f8, i32_zero)
 
 __all__ = ["KQUANT_TYPES", "LANES", "TILED", "REPACK", "GENERIC", "kernels"]
 
@@ -137,14 +138,12 @@ def _make_q45(t: GGMLType):
             return None
 
         def codegen(context, builder, sig, args):
-            sc = scales(context, builder, sig, args)
+            sc = builder.trunc(scales(context, builder, sig, args), ir.VectorType(_I16, 8))
             qh = qh_bits(context, builder, sig, args)
-            acc = ir.Constant(_V8I32, [0] * 8)
-            for j in range(jj, jj + nn):
-                xv = _load(context, builder, sig, args, 2, _at(builder, args[3], 32 * j), _V32I8)
-                s16 = _splat(builder, builder.trunc(builder.extract_element(sc, ir.Constant(_I32, j)), _I16), _V16I16)
-                acc = builder.add(acc, _scaled_lanes_ir(builder, sub(context, builder, sig, args, j, qh), xv, s16))
-            return acc
+            js = range(jj, jj + nn)
+            xs = [_load(context, builder, sig, args, 2, _at(builder, args[3], 32 * j), _V32I8) for j in js]
+            return scaled_pairs_ir(builder, [sub(context, builder, sig, args, j, qh) for j in js], xs, sc,
+                                   [(j, j) for j in js])
         return I32x8(w, types.intp, x, types.intp, j0, n), codegen
 
     @intrinsic
@@ -230,13 +229,9 @@ def _q6_lanes(typingctx, w, o, x, xo):
 
     def codegen(context, builder, sig, args):
         sc16 = builder.sext(_load(context, builder, sig, args, 0, _at(builder, args[1], _Q6_SC), _V16I8), _V16I16)
-        acc = ir.Constant(_V8I32, [0] * 8)
-        for c in range(8):
-            xv = _load(context, builder, sig, args, 2, _at(builder, args[3], 32 * c), _V32I8)
-            s16 = builder.shuffle_vector(sc16, ir.Constant(_V16I16, ir.Undefined),
-                                         ir.Constant(ir.VectorType(_I32, 16), [2 * c] * 8 + [2 * c + 1] * 8))
-            acc = builder.add(acc, _scaled_lanes_ir(builder, _q6_chunk_ir(context, builder, sig, args, c), xv, s16))
-        return acc
+        xs = [_load(context, builder, sig, args, 2, _at(builder, args[3], 32 * c), _V32I8) for c in range(8)]
+        return scaled_pairs_ir(builder, [_q6_chunk_ir(context, builder, sig, args, c) for c in range(8)], xs,
+                               sc16, [(2 * c, 2 * c + 1) for c in range(8)])
     return I32x8(w, types.intp, x, types.intp), codegen
 
 
@@ -426,6 +421,38 @@ def _make_kernels(t: GGMLType, mode: int):
         return ffinish(st)
 
     @njit(inline="always")
+    def rows_eight(w, r, rb, x, xd, xb, out):
+        # REPACK's gemv (one activation row) for weight rows r .. r+7 at
+        # once: each row's float steps are `fstep`'s, one per lane (the
+        # lanes are independent rows, so the bits are `row_direct`'s); the
+        # 16 horizontal sums of a super-block in two transposing trees
+        acc, accm = f8_zero(), f8_zero()
+        for b in range(xd.shape[1]):
+            o = r * rb + b * BB
+            xo, bo = 256 * b, 8 * b
+            l0, m0 = direct_ints(w, o, x, xo, xb, bo)
+            l1, m1 = direct_ints(w, o + rb, x, xo, xb, bo)
+            l2, m2 = direct_ints(w, o + 2 * rb, x, xo, xb, bo)
+            l3, m3 = direct_ints(w, o + 3 * rb, x, xo, xb, bo)
+            l4, m4 = direct_ints(w, o + 4 * rb, x, xo, xb, bo)
+            l5, m5 = direct_ints(w, o + 5 * rb, x, xo, xb, bo)
+            l6, m6 = direct_ints(w, o + 6 * rb, x, xo, xb, bo)
+            l7, m7 = direct_ints(w, o + 7 * rb, x, xo, xb, bo)
+            da = f8_splat(xd[0, b])
+            ds = f8_mul(f8_set(f16_at(w, o + D), f16_at(w, o + rb + D), f16_at(w, o + 2 * rb + D),
+                               f16_at(w, o + 3 * rb + D), f16_at(w, o + 4 * rb + D), f16_at(w, o + 5 * rb + D),
+                               f16_at(w, o + 6 * rb + D), f16_at(w, o + 7 * rb + D)), da)
+            dm = f8_mul(f8_set(f16_at(w, o + DMIN), f16_at(w, o + rb + DMIN), f16_at(w, o + 2 * rb + DMIN),
+                               f16_at(w, o + 3 * rb + DMIN), f16_at(w, o + 4 * rb + DMIN),
+                               f16_at(w, o + 5 * rb + DMIN), f16_at(w, o + 6 * rb + DMIN),
+                               f16_at(w, o + 7 * rb + DMIN)), da)
+            acc = f8_fma(i32_to_f8(i32_hsum8(l0, l1, l2, l3, l4, l5, l6, l7)), ds, acc)
+            accm = f8_fma(i32_to_f8(i32_hsum8(m0, m1, m2, m3, m4, m5, m6, m7)), dm, accm)
+        res = f8_sub(acc, accm)
+        for k in range(8):
+            out[0, r + k] = f8_lane(res, k)
+
+    @njit(inline="always")
     def rows_two(w, ow, x, oa, ob, xd, xb, ba, bb, ta, tb, gemm, scr):
         # one weight row (unpacked in scr) with activation rows ta and tb
         sa = fstart()
@@ -473,6 +500,14 @@ def _make_kernels(t: GGMLType, mode: int):
         xbf = xb.reshape(-1)
         nbs = xb.shape[1]
         nb = xd.shape[1]
+        if n == 1 and MODE == REPACK and not Q6:
+            r = r0
+            while r + 8 <= r1:
+                rows_eight(w, r, rb, x, xd, xbf, out)
+                r += 8
+            for rr in range(r, r1):
+                out[0, rr] = row_direct(w, rr * rb, x, 0, xd, xbf, 0, 0)
+            return
         if n == 1 or MODE == GENERIC:
             # straight from the stored blocks (the generic code's lanes are
             # other sums, and one row needs each block once)

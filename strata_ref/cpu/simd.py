@@ -52,7 +52,7 @@ __all__ = ["F32x8", "I32x8", "I8x32", "HOST_AVX2", "HOST_F16C",
            "f8_zero", "f8_splat", "f8_sub", "f8_div", "f8_abs", "f8_gt", "f8_le", "f8_select", "f8_bits",
            "f8_from_bits", "f8_to_i32", "f8_set", "i32_and", "i32_or", "i32_shl", "i32_select", "f8_load", "f8_store", "f8_fma", "f8_add", "f8_mul", "f8_lane", "f8_hsum", "f8_hsum16", "f8_f16_load", "f8_round_f16", "f8_f16_store", "f16_bits",
            "i8x32_lanes", "i8x32_lanes_u", "i8x32_dot_u", "i8x32_lanes_scaled", "i8_store", "HOST_VNNI", "i8_xor", "i32_neg_shl", "i32_zero", "i32_splat", "i32_set2", "i32_add", "i32_sub",
-           "i32_mul", "i32_to_f8", "i32_hsum", "i32_pairsum", "i32_lane", "i32_load", "i32_pairdot", "i8_load", "i8_nibbles", "i8_bits16", "i8_or", "i8_sub",
+           "i32_mul", "i32_to_f8", "i32_hsum", "i32_hsum8", "i32_pairsum", "i32_lane", "i32_load", "i32_pairdot", "i8_load", "i8_nibbles", "i8_bits16", "i8_or", "i8_sub",
            "i8_splat", "prefetch", "f16_at", "u16_at", "u32_at", "i8_at"]
 
 _FEATURES = llb.get_host_cpu_features()
@@ -74,6 +74,13 @@ HOST_F16C = bool(_FEATURES.get("f16c", False)) and not switch("STRATA_REF_NO_F16
 HOST_VNNI = (HOST_AVX2 and not switch("STRATA_REF_NO_VNNI") and
              (bool(_FEATURES.get("avxvnni", False)) or
               (bool(_FEATURES.get("avx512vnni", False)) and bool(_FEATURES.get("avx512vl", False)))))
+
+#: the CPU has AVX512-BW: the K-quant super-block lanes take two 32-value
+#: chunks per 512-bit `vpmaddubsw` / `vpmaddwd` (`scaled_pairs_ir`: the same
+#: exact integers as two 256-bit steps); STRATA_REF_NO_AVX512=1 (or
+#: STRATA_REF_PORTABLE_LANES=1) keeps the 256-bit code, to test it on such a CPU
+HOST_AVX512BW = (HOST_AVX2 and not switch("STRATA_REF_NO_AVX512") and
+                 bool(_FEATURES.get("avx512bw", False)) and bool(_FEATURES.get("avx512f", False)))
 
 _I8, _I16, _I32, _F32 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.FloatType()
 _V32I8 = ir.VectorType(_I8, 32)
@@ -440,6 +447,40 @@ def _scaled_lanes_ir(builder, wv, xv, s16):
     return builder.mul(_lanes_ir(builder, wv, xv, True), s32)
 
 
+def scaled_pairs_ir(builder, chunks, xs, sv, idx):
+    """<8 x i32>: the sum over the chunks c of the exact lanes of the
+    unsigned bytes chunks[c] (<32 x i8>) with the signed xs[c], scaled:
+    lane L = sum over c of s * (the dot of values 4L..4L+3), s the i16
+    element idx[c][0] of `sv` (a <K x i16> vector of scales) for lanes 0-3
+    and idx[c][1] for lanes 4-7 (`_scaled_lanes_ir` per chunk). With
+    `HOST_AVX512BW` two chunks go through one 512-bit maddubs / madd: the
+    same byte pairs, so the same int16 pair sums (exact under the same
+    condition) and the same integers; otherwise one 256-bit step per chunk."""
+    undef = ir.Constant(sv.type, ir.Undefined)
+    acc = None
+    if HOST_AVX512BW and len(chunks) % 2 == 0:
+        v64, v32, v16 = ir.VectorType(_I8, 64), ir.VectorType(_I16, 32), ir.VectorType(_I32, 16)
+        maddubs = _fn(builder, "llvm.x86.avx512.pmaddubs.w.512", v32, [v64, v64])
+        maddwd = _fn(builder, "llvm.x86.avx512.pmaddw.d.512", v16, [v32, v32])
+        both = ir.Constant(ir.VectorType(_I32, 64), list(range(64)))
+        for c in range(0, len(chunks), 2):
+            w = builder.shuffle_vector(chunks[c], chunks[c + 1], both)
+            x = builder.shuffle_vector(xs[c], xs[c + 1], both)
+            mask = [idx[c][0]] * 8 + [idx[c][1]] * 8 + [idx[c + 1][0]] * 8 + [idx[c + 1][1]] * 8
+            s32 = builder.shuffle_vector(sv, undef, ir.Constant(ir.VectorType(_I32, 32), mask))
+            m = builder.call(maddwd, [builder.call(maddubs, [w, x]), s32])
+            acc = m if acc is None else builder.add(acc, m)
+        u16 = ir.Constant(v16, ir.Undefined)
+        return builder.add(builder.shuffle_vector(acc, u16, ir.Constant(_V8I32, list(range(8)))),
+                           builder.shuffle_vector(acc, u16, ir.Constant(_V8I32, list(range(8, 16)))))
+    for c in range(len(chunks)):
+        mask = [idx[c][0]] * 8 + [idx[c][1]] * 8
+        s16 = builder.shuffle_vector(sv, undef, ir.Constant(ir.VectorType(_I32, 16), mask))
+        m = _scaled_lanes_ir(builder, chunks[c], xs[c], s16)
+        acc = m if acc is None else builder.add(acc, m)
+    return acc
+
+
 def _mod8_ir(builder, wv, xv):
     """(h0, h1) <8 x i32>: lane l of h0 = w[l] x[l] + w[8+l] x[8+l], of h1 the
     same for positions 16 + l and 24 + l (signed bytes; exact)."""
@@ -613,6 +654,24 @@ def i32_hsum(typingctx, v):
         fn = _fn(builder, "llvm.vector.reduce.add.v8i32", _I32, [_V8I32])
         return builder.sext(builder.call(fn, [args[0]]), ir.IntType(64))
     return types.int64(I32x8), codegen
+
+
+@intrinsic
+def i32_hsum8(typingctx, v0, v1, v2, v3, v4, v5, v6, v7):
+    """I32x8 whose lane k is the sum of the 8 lanes of vk (`i32_hsum` of
+    eight vectors at once: three levels of pairwise adds of even and odd
+    lanes, a transpose as it goes). int32 sums, exact under `i32_hsum`'s
+    bounds (integer addition in any order gives the same sum)."""
+    ev = ir.Constant(_V8I32, [0, 2, 4, 6, 8, 10, 12, 14])
+    od = ir.Constant(_V8I32, [1, 3, 5, 7, 9, 11, 13, 15])
+
+    def codegen(context, builder, sig, args):
+        vs = list(args)
+        while len(vs) > 1:
+            vs = [builder.add(builder.shuffle_vector(a, b, ev), builder.shuffle_vector(a, b, od))
+                  for a, b in zip(vs[0::2], vs[1::2])]
+        return vs[0]
+    return I32x8(*([I32x8] * 8)), codegen
 
 
 @intrinsic

@@ -695,16 +695,21 @@ def i32_load(typingctx, a, off):
 @intrinsic
 def i32_pairdot(typingctx, a, off, b, boff):
     """I32x8, lane L = a[2L] b[2L] + a[2L+1] b[2L+1] for the 16 signed bytes
-    at byte `off` of a and the int32 array b[boff:boff + 16] (exact while
-    the products fit int32; ggml's K-quant scale times bsum pairs)."""
+    at byte `off` of a and the int32 array b[boff:boff + 16], whose values
+    must fit int16 (ggml's K-quant scales times the bsums of 16 int8
+    activations, |bsum| <= 2048): exact. On AVX2 the b values are narrowed
+    to int16 and the pairs summed by one `vpmaddwd`."""
     _check_array("a", a, _BYTES)
     _check_array("b", b, (types.int32,))
 
     def codegen(context, builder, sig, args):
         v16 = ir.VectorType(_I32, 16)
-        sa = builder.sext(builder.load(_byte_ptr(context, builder, sig.args[0], args[0], args[1], _V16I8),
-                                       align=1), v16)
+        a16 = builder.load(_byte_ptr(context, builder, sig.args[0], args[0], args[1], _V16I8), align=1)
         sb = builder.load(_elem_ptr(context, builder, sig.args[2], args[2], args[3], v16), align=4)
+        if HOST_AVX2:
+            maddwd = _fn(builder, "llvm.x86.avx2.pmadd.wd", _V8I32, [_V16I16, _V16I16])
+            return builder.call(maddwd, [builder.sext(a16, _V16I16), builder.trunc(sb, _V16I16)])
+        sa = builder.sext(a16, v16)
         p = builder.mul(sa, sb)
         undef = ir.Constant(v16, ir.Undefined)
         even = builder.shuffle_vector(p, undef, ir.Constant(_V8I32, [2 * L for L in range(8)]))

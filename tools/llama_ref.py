@@ -32,7 +32,7 @@ the running interpreter. Subcommands:
 
   moe [--arch A,B] [--out FILE]
       Tiny seeded MoE / hybrid models (tests/infer_helpers.py
-      `tiny_moe_model`, seed 0, one per architecture): the prompt
+      `tiny_moe_model`, seed `moe_seed(arch)`, one per architecture): the prompt
       `TINY_IDS`, llama.cpp's `MOE_N_GREEDY` greedy tokens, and every logit
       of every row of the incremental pass (prompt, then one token per call)
       and of one batched teacher-forced pass, float32, with the GGUF's
@@ -383,12 +383,12 @@ def cmd_moe(args) -> None:
     import tempfile
     sys.path.insert(0, str(REPO / "tests"))
     sys.path.insert(0, str(REPO))
-    from infer_helpers import MOE_LAYERS, MOE_N_GREEDY, TINY_IDS, tiny_moe_model
+    from infer_helpers import MOE_LAYERS, MOE_N_GREEDY, TINY_IDS, moe_seed, tiny_moe_model
     archs = args.arch.split(",") if args.arch else list(MOE_LAYERS)
     with tempfile.TemporaryDirectory() as d:
         for arch in archs:
             path = Path(d) / f"tiny_{arch}.gguf"
-            tiny_moe_model(arch, path, seed=0)
+            tiny_moe_model(arch, path, seed=moe_seed(arch))
             llm = _llama(path)
             ids = list(TINY_IDS)
             # incremental: the prompt pass, then one greedy token per call
@@ -407,7 +407,7 @@ def cmd_moe(args) -> None:
             batched = np.array(llm.scores[:len(ids) + MOE_N_GREEDY], np.float32)
             del llm
             out = Path(args.out or _data_dir() / f"llama_ref_moe_{arch}.npz")
-            np.savez_compressed(out, prompt_ids=np.array(ids, np.int32),
+            np.savez_compressed(out, seed=np.int64(moe_seed(arch)), prompt_ids=np.array(ids, np.int32),
                                 greedy_ids=np.array(gen, np.int32), batched=batched, incr=incr,
                                 sha256=np.array(hashlib.sha256(path.read_bytes()).hexdigest()),
                                 **_provenance())

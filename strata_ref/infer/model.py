@@ -11,9 +11,9 @@ vendored by llama-cpp-python 0.3.36, `src/llama-model.cpp` and
 
 | graph | module | architectures |
 |---|---|---|
-| dense | `dense` | llama, qwen2, qwen3, gemma3 |
-| mixture of experts | `moe` | qwen3moe, gpt-oss (llama.cpp's `openai-moe`) |
-| hybrid (Gated DeltaNet + gated attention + experts) | `hybrid` | qwen3next, qwen35moe |
+| dense | `dense` | llama, qwen2, qwen3, gemma3, phi3 |
+| mixture of experts | `moe` | qwen3moe, glm4moe, gpt-oss (llama.cpp's `openai-moe`) |
+| hybrid (Gated DeltaNet + gated attention + experts or a dense FFN) | `hybrid` | qwen3next, qwen35moe, qwen35 |
 
 Every operation follows ggml-cpu's arithmetic, order of float operations
 included, in the CPU profile the model was loaded with (`strata_ref.cpu`:

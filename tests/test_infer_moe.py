@@ -359,6 +359,9 @@ MOE_BAD = [
     ("glm4moe", {"rope.dimension_sections": np.array([8, 8, 8, 0], np.int32)},
      "`glm4moe.rope.dimension_sections`: multimodal RoPE sections are not supported"),
     ("glm4moe", {"nextn_predict_layers": 2}, "`glm4moe.nextn_predict_layers` = 2 is out of range"),
+    ("glm4moe", {"rope.scaling.attn_factor": 1.2}, "`glm4moe.rope.scaling.attn_factor` is not supported "
+                                                   "by the glm4moe graph"),
+    ("qwen35", {"rope.scaling.attn_factor": 1.2}, "`qwen35.rope.scaling.attn_factor` is not supported"),
     ("phi3", {"feed_forward_length": None}, "GGUF metadata has no `phi3.feed_forward_length`"),
     ("phi3", {"rope.scaling.type": "longrope", "rope.scaling.factor": 32.0},
      "RoPE scaling `phi3.rope.scaling.type` = 'longrope' is not supported"),

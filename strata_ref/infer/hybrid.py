@@ -57,7 +57,8 @@ from ..cpu import ops, ssm
 from . import trace as T
 from .kv_cache import HybridCache
 from .layers import Attention, GatedFFN, sigmoid
-from .model import CommonHParams, ArchKeys, Model, ModelLoadError, arch_spec, common_params
+from .model import (CommonHParams, ArchKeys, Model, ModelLoadError, arch_spec, common_params,
+                    refuse_rope_attn_factor)
 from .moe import MoEFFN, expert_params
 
 __all__ = ["HybridHParams", "Qwen3NextModel"]
@@ -82,6 +83,7 @@ class HybridHParams(CommonHParams):
     norm_w: bool = True
     neox: bool = True
     attn_scale: float = 1.0
+    w_scale: float = 0.0      # expert_weights_scale (not read by these graphs: none)
 
     @classmethod
     def from_metadata(cls, md) -> "HybridHParams":
@@ -89,6 +91,7 @@ class HybridHParams(CommonHParams):
         arch = spec.name
         k = ArchKeys(md, arch)
         c = common_params(k, spec, ff_required=spec.experts is None)
+        refuse_rope_attn_factor(k, None)
         n_all = c["n_layer"]
         nextn = k.int("nextn_predict_layers", 0, lo=0, hi=n_all - 1)
         c["n_layer"] = n_layer = n_all - nextn

@@ -232,6 +232,16 @@ def common_params(k: ArchKeys, spec: ArchSpec, ff_required: bool = True) -> dict
     return out
 
 
+def refuse_rope_attn_factor(k: ArchKeys, yarn) -> None:
+    """ModelLoadError naming `rope.scaling.attn_factor` when a file of a
+    graph that does not apply it (the MoE and hybrid graphs without YaRN)
+    sets it to another value than 1: llama.cpp multiplies RoPE's cos and
+    sin by it (llama-context.cpp), and running without would be wrong."""
+    if yarn is None and k.float("rope.scaling.attn_factor", 1.0) != 1.0:
+        raise ModelLoadError(f"`{k.full('rope.scaling.attn_factor')}` is not supported "
+                             f"by the {k.arch} graph")
+
+
 def swa_params(k: ArchKeys, swa: Swa | None, n_layer: int, rope_base: float, rope_freq_scale: float) -> dict:
     """The sliding-window hyperparameters of an architecture whose layers
     follow `swa` (`archs.Swa`; None: no window), as llama.cpp reads them:

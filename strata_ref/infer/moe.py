@@ -41,7 +41,8 @@ from ..cpu import moe as cmoe
 from ..cpu import ops
 from . import trace as T
 from .layers import Attention, GatedFFN, sigmoid
-from .model import CommonHParams, ArchKeys, Model, ModelLoadError, arch_spec, common_params, swa_params
+from .model import (CommonHParams, ArchKeys, Model, ModelLoadError, arch_spec, common_params,
+                    refuse_rope_attn_factor, swa_params)
 
 __all__ = ["MoEHParams", "MoEFFN", "Qwen3MoEModel", "Glm4MoEModel", "GptOssModel", "expert_params"]
 
@@ -101,6 +102,7 @@ class MoEHParams(CommonHParams):
         yarn = c.pop("rope_yarn", None)
         if yarn is not None and yarn[0] == 0.0:
             yarn = None
+        refuse_rope_attn_factor(k, yarn)
         if c["n_rot"] != c["head_dim"] and not spec.partial_rope:
             raise ModelLoadError(f"{arch}: `{k.full('rope.dimension_count')}` = {c['n_rot']} differs "
                                  f"from the head size {c['head_dim']} (llama.cpp asserts they agree)")

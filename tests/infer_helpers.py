@@ -200,6 +200,12 @@ DENSE_FF = 512
 MOE_SEEDS = {"qwen35": 13, "phi3": 1, "glm4moe": 23}
 
 
+#: the other contexts llama.cpp's logits are stored for (besides 512):
+#: phi3 takes LongRoPE's short factors at n_ctx 256 (not above
+#: `original_context_length` 256), the long ones at 512
+MOE_CTX = {"phi3": (256,)}
+
+
 def moe_seed(arch: str) -> int:
     """The seed of `arch`'s tiny model (`MOE_SEEDS`, else 0)."""
     return MOE_SEEDS.get(arch, 0)

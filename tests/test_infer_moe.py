@@ -17,7 +17,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from infer_helpers import (DATA, MOE_LAYERS, MOE_ROUTER, MOE_SEEDS, PROFILES, moe_seed, profile_files,
+from infer_helpers import (DATA, MOE_CTX, MOE_LAYERS, MOE_ROUTER, MOE_SEEDS, PROFILES, moe_seed, profile_files,
                            tiny_moe_model)
 from strata_ref.cpu import PROFILES as CPU_PROFILES
 from strata_ref.cpu import moe as cmoe
@@ -69,18 +69,21 @@ def test_tiny_moe_logits_are_llama_cpp_bits(arch, profile, path, tiny_files):
     assert hashlib.sha256(f.read_bytes()).hexdigest() == str(ref["sha256"])
     m = _model(f, profile)
     prompt = ref["prompt_ids"].tolist()
-    ids = prompt + ref["greedy_ids"].tolist()
-    got = m.forward(ids, m.new_cache(512), all_logits=True)
-    bad = np.flatnonzero((_bits(got) != _bits(ref["batched"])).any(axis=1))
-    assert bad.size == 0, f"{profile} batched: rows {bad.tolist()} differ"
-    cache = m.new_cache(512)
-    rows = [m.forward(prompt, cache, all_logits=True)]
-    rows += [m.forward([t], cache)[None] for t in ids[len(prompt):]]
-    got = np.concatenate(rows)
-    bad = np.flatnonzero((_bits(got) != _bits(ref["incr"])).any(axis=1))
-    assert bad.size == 0, f"{profile} incremental: rows {bad.tolist()} differ"
-    # greedy: the stored continuation is llama.cpp's argmax of its own rows
-    assert np.argmax(got[len(prompt) - 1:-1], axis=1).tolist() == ref["greedy_ids"].tolist()
+    # n_ctx 512, and the smaller contexts stored for some (MOE_CTX: phi3's
+    # short LongRoPE factors)
+    for n_ctx, key in [(512, "")] + [(n, f"ctx{n}_") for n in MOE_CTX.get(arch, ())]:
+        ids = prompt + ref[key + "greedy_ids"].tolist()
+        got = m.forward(ids, m.new_cache(n_ctx), all_logits=True)
+        bad = np.flatnonzero((_bits(got) != _bits(ref[key + "batched"])).any(axis=1))
+        assert bad.size == 0, f"{profile} n_ctx {n_ctx} batched: rows {bad.tolist()} differ"
+        cache = m.new_cache(n_ctx)
+        rows = [m.forward(prompt, cache, all_logits=True)]
+        rows += [m.forward([t], cache)[None] for t in ids[len(prompt):]]
+        got = np.concatenate(rows)
+        bad = np.flatnonzero((_bits(got) != _bits(ref[key + "incr"])).any(axis=1))
+        assert bad.size == 0, f"{profile} n_ctx {n_ctx} incremental: rows {bad.tolist()} differ"
+        # greedy: the stored continuation is llama.cpp's argmax of its own rows
+        assert np.argmax(got[len(prompt) - 1:-1], axis=1).tolist() == ref[key + "greedy_ids"].tolist()
 
 
 def _greedy_margins(ref):

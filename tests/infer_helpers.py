@@ -169,6 +169,18 @@ MOE_LAYERS = {
     # them would take tinyBLAS, MUL_MAT_ID takes vec_dot / the gemv)
     "qwen35moe": [("Q6_K", "Q8_0", "Q4_0"), ("Q8_0", "Q4_K", "IQ4_NL"), ("Q4_K", "Q5_K", "Q8_0"),
                   ("Q8_0", "Q6_K", "IQ4_NL")],
+    # qwen35moe's layers with a dense SwiGLU FFN of 512 (gate / up, down)
+    # in place of the experts
+    "qwen35": [("Q8_0", "Q4_K", "Q6_K"), ("Q6_K", "Q8_0", "Q4_0"), ("Q4_K", "Q5_K", "Q8_0"),
+               ("Q8_0", "Q6_K", "IQ4_NL")],
+    # layer 0 dense (gate / up, down: the FFN types), layers 1-3 experts,
+    # then one MTP layer (llama.cpp loads and skips it; Q8_0)
+    "glm4moe": [("Q8_0", "Q4_K", "Q6_K"), ("Q4_K", "Q8_0", "Q4_0"), ("Q6_K", "Q5_K", "Q8_0"),
+                ("Q5_0", "Q6_K", "Q5_1")],
+    # dense: attention (fused attn_qkv in layers 0-2, separate q / k / v in
+    # layer 3), fused ffn_up (gate | up), ffn_down
+    "phi3": [("Q8_0", "Q4_K", "Q6_K"), ("Q4_K", "Q8_0", "Q5_0"), ("Q6_K", "Q5_K", "Q8_0"),
+             ("Q5_0", "Q6_K", "Q4_0")],
     # even layers sliding-window (8), odd ones full; YaRN RoPE; MXFP4
     # experts as gpt-oss ships them (repacked mxfp4_8x8 on AVX2 builds),
     # F16 attention in the last layer
@@ -177,7 +189,26 @@ MOE_LAYERS = {
 }
 #: the router's type per architecture: F32, as llama.cpp's quantizer leaves
 #: routers (and qwen3next's shared-expert gate)
-MOE_ROUTER = {"qwen3moe": "F32", "qwen3next": "F32", "qwen35moe": "F32", "gpt-oss": "F32"}
+MOE_ROUTER = {"qwen3moe": "F32", "qwen3next": "F32", "qwen35moe": "F32", "gpt-oss": "F32", "glm4moe": "F32"}
+#: the dense FFN width of the tiny models without experts
+DENSE_FF = 512
+#: the seed of each tiny model whose seed was chosen (default 0): the one of
+#: a seed search whose greedy steps are no near-ties in llama.cpp: each
+#: step's gap between the two largest logits is more than twice the largest
+#: difference between the profiles' logits (tests/test_infer_moe.py
+#: `test_greedy_steps_are_no_near_ties`). The older models keep seed 0.
+MOE_SEEDS = {"qwen35": 13, "phi3": 1, "glm4moe": 23}
+
+
+#: the other contexts llama.cpp's logits are stored for (besides 512):
+#: phi3 takes LongRoPE's short factors at n_ctx 256 (not above
+#: `original_context_length` 256), the long ones at 512
+MOE_CTX = {"phi3": (256,)}
+
+
+def moe_seed(arch: str) -> int:
+    """The seed of `arch`'s tiny model (`MOE_SEEDS`, else 0)."""
+    return MOE_SEEDS.get(arch, 0)
 
 
 def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
@@ -198,11 +229,18 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
     insertion sort), expert FFN 128, a shared expert of 256. qwen35moe: the
     same, with separate beta / alpha matrices and interleaved M-RoPE
     sections (8, 2, 2, 0), some pairs of which keep angle 0 for text.
+    qwen35: qwen35moe's layers with a dense SwiGLU FFN of `DENSE_FF` (no
+    router, no experts). phi3: dense, 4 layers, fused `attn_qkv` in layers
+    0-2 (separate q / k / v in layer 3), fused gate | up `ffn_up` of
+    2 `DENSE_FF` rows, LongRoPE factors and attn_factor, a sliding window
+    of 8 (switched off by llama.cpp).
 
     Layer 1's router has equal rows (experts 2 and 5; qwen3next also 11 and
     17): their probabilities tie on every token, so the selection exercises
     ggml's tie order. The same (arch, seed) always gives the same bytes
     (the sha256 is stored with the llama.cpp logits)."""
+    import math
+
     import numpy as np
     from strata_ref import GGMLType
     from strata_ref.gguf import GGUFValueType as V
@@ -213,15 +251,19 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
         raise ValueError(f"no tiny MoE model for {arch!r}")
     rng = np.random.default_rng(seed)
     layers = MOE_LAYERS[arch]
-    nxt = arch in ("qwen3next", "qwen35moe")
-    q35 = arch == "qwen35moe"
+    nxt = arch in ("qwen3next", "qwen35moe", "qwen35")
+    q35 = arch in ("qwen35moe", "qwen35")
     gpt = arch == "gpt-oss"
+    glm = arch == "glm4moe"
+    dense = arch in ("qwen35", "phi3")
+    phi3 = arch == "phi3"
     L, E, H, KV, D = len(layers), 256, 4, 2, 64
-    NX, NU, F = (20, 4, 128) if nxt else (8, 2, 256)
-    md = metadata(arch, layers=L, embd=E, ff=4 * F, heads=H, kv_heads=KV, head_dim=D, ctx=4096,
-                  after_ff={f"{arch}.expert_feed_forward_length": (V.UINT32, F),
-                            f"{arch}.expert_count": (V.UINT32, NX),
-                            f"{arch}.expert_used_count": (V.UINT32, NU)})
+    NX, NU, F = (20, 4, 128) if nxt else (16, 4, 128) if glm else (8, 2, 256)
+    experts = {} if dense else {f"{arch}.expert_feed_forward_length": (V.UINT32, F),
+                                f"{arch}.expert_count": (V.UINT32, NX),
+                                f"{arch}.expert_used_count": (V.UINT32, NU)}
+    md = metadata(arch, layers=L, embd=E, ff=DENSE_FF if dense else 4 * F, heads=H, kv_heads=KV,
+                  head_dim=D, ctx=4096, after_ff=experts)
     S, NK, NV, DC = 64, 2, 4, 4                  # qwen3next's Gated DeltaNet sizes
     if gpt:
         md.update({f"{arch}.context_length": (V.UINT32, 131072),
@@ -232,13 +274,33 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
                    f"{arch}.attention.layer_norm_rms_epsilon": (V.FLOAT32, 1e-5)})
     if nxt:
         md.update({f"{arch}.rope.dimension_count": (V.UINT32, 32),
-                   f"{arch}.expert_shared_feed_forward_length": (V.UINT32, 256),
+                   **({} if dense else {f"{arch}.expert_shared_feed_forward_length": (V.UINT32, 256)}),
                    f"{arch}.ssm.conv_kernel": (V.UINT32, DC), f"{arch}.ssm.state_size": (V.UINT32, S),
                    f"{arch}.ssm.group_count": (V.UINT32, NK), f"{arch}.ssm.time_step_rank": (V.UINT32, NV),
                    f"{arch}.ssm.inner_size": (V.UINT32, S * NV),
                    f"{arch}.full_attention_interval": (V.UINT32, 4)})
         if q35:
             md[f"{arch}.rope.dimension_sections"] = (V.ARRAY, [8, 2, 2, 0], V.INT32)
+    if glm:
+        # GLM-4.5's layout: one MTP layer after the 4 (block_count 5), layer
+        # 0 dense, sigmoid routing with normalized weights times 2.5, one
+        # shared expert, partial RoPE over 32 of the 64 values
+        md.update({f"{arch}.block_count": (V.UINT32, L + 1), f"{arch}.feed_forward_length": (V.UINT32, DENSE_FF),
+                   f"{arch}.nextn_predict_layers": (V.UINT32, 1),
+                   f"{arch}.leading_dense_block_count": (V.UINT32, 1),
+                   f"{arch}.expert_shared_count": (V.UINT32, 1),
+                   f"{arch}.expert_weights_norm": True,
+                   f"{arch}.expert_weights_scale": (V.FLOAT32, 2.5),
+                   f"{arch}.expert_gating_func": (V.UINT32, 2),
+                   f"{arch}.rope.dimension_count": (V.UINT32, 32)})
+    if phi3:
+        # LongRoPE as Phi-3-128k's converter writes it: the factors as
+        # tensors, attn_factor sqrt(1 + ln(s) / ln(n_orig)) for the scale
+        # s = 4096 / 256 (llama.cpp's n_ctx 512 > 256 takes the long
+        # factors), and a sliding window llama.cpp switches off
+        md.update({f"{arch}.rope.scaling.attn_factor": (V.FLOAT32, math.sqrt(1 + math.log(16) / math.log(256))),
+                   f"{arch}.rope.scaling.original_context_length": (V.UINT32, 256),
+                   f"{arch}.attention.sliding_window": (V.UINT32, 8)})
 
     def q(t, *shape, scale=0.02):
         # shape in NumPy order (experts, rows, cols); ggml's is reversed
@@ -255,6 +317,9 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
 
     ts = [("token_embd.weight",) + q("Q8_0", nv, E), ("output_norm.weight",) + norm(rng, E),
           ("output.weight",) + q("Q6_K", nv, E)]
+    if phi3:
+        ts += [("rope_factors_long.weight",) + f32(rng.uniform(1.0, 24.0, D // 2)),
+               ("rope_factors_short.weight",) + f32(rng.uniform(1.0, 2.0, D // 2))]
     router = MOE_ROUTER.get(arch, "F32")
     for i, (ta, tgu, td) in enumerate(layers):
         p = f"blk.{i}."
@@ -271,12 +336,22 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
                    (p + "ssm_a",) + f32(-rng.uniform(1.0, 16.0, NV)),
                    (p + "ssm_norm.weight",) + norm(rng, S),
                    (p + "ssm_out.weight",) + q(ta, E, vd)]
+        elif phi3 and i < 3:
+            ts += [(p + "attn_qkv.weight",) + q(ta, (H + 2 * KV) * D, E),
+                   (p + "attn_output.weight",) + q(ta, E, H * D)]
+        elif phi3:
+            ts += [(p + "attn_q.weight",) + q(ta, H * D, E), (p + "attn_k.weight",) + q(ta, KV * D, E),
+                   (p + "attn_v.weight",) + q(ta, KV * D, E), (p + "attn_output.weight",) + q(ta, E, H * D)]
         else:
             qrows = 2 * H * D if nxt else H * D
             ts += [(p + "attn_q.weight",) + q(ta, qrows, E),
                    (p + "attn_k.weight",) + q(ta, KV * D, E), (p + "attn_v.weight",) + q(ta, KV * D, E),
                    (p + "attn_output.weight",) + q(ta, E, H * D)]
-            if gpt:
+            if glm:
+                ts += [(p + "attn_q.bias",) + f32(rng.standard_normal(H * D) * 0.1),
+                       (p + "attn_k.bias",) + f32(rng.standard_normal(KV * D) * 0.1),
+                       (p + "attn_v.bias",) + f32(rng.standard_normal(KV * D) * 0.1)]
+            elif gpt:
                 ts += [(p + "attn_q.bias",) + f32(rng.standard_normal(H * D) * 0.02),
                        (p + "attn_k.bias",) + f32(rng.standard_normal(KV * D) * 0.02),
                        (p + "attn_v.bias",) + f32(rng.standard_normal(KV * D) * 0.02),
@@ -284,11 +359,32 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
                        (p + "attn_sinks.weight",) + f32(rng.standard_normal(H) + 0.5)]
             else:
                 ts += [(p + "attn_q_norm.weight",) + norm(rng, D), (p + "attn_k_norm.weight",) + norm(rng, D)]
+        if glm and i == 0:
+            ts += [(p + "post_attention_norm.weight",) + norm(rng, E),
+                   (p + "ffn_gate.weight",) + q(tgu, DENSE_FF, E), (p + "ffn_up.weight",) + q(tgu, DENSE_FF, E),
+                   (p + "ffn_down.weight",) + q(td, E, DENSE_FF)]
+            continue
+        if phi3:
+            ts += [(p + "ffn_norm.weight",) + norm(rng, E), (p + "ffn_up.weight",) + q(tgu, 2 * DENSE_FF, E),
+                   (p + "ffn_down.weight",) + q(td, E, DENSE_FF)]
+            continue
+        if dense:
+            ts += [(p + "post_attention_norm.weight",) + norm(rng, E),
+                   (p + "ffn_gate.weight",) + q(tgu, DENSE_FF, E), (p + "ffn_up.weight",) + q(tgu, DENSE_FF, E),
+                   (p + "ffn_down.weight",) + q(td, E, DENSE_FF)]
+            continue
         r = (rng.standard_normal((NX, E)) * 0.02).astype(np.float32)
         if i == 1:
             r[5] = r[2]
             if nxt:
                 r[17] = r[11]
+        if glm:
+            b = (rng.standard_normal(NX) * 0.01).astype(np.float32)
+            if i == 1:
+                b[5] = b[2]
+            ts.append((p + "exp_probs_b.bias",) + f32(b))
+            ts += [(p + "ffn_gate_shexp.weight",) + q(tgu, F, E), (p + "ffn_up_shexp.weight",) + q(tgu, F, E),
+                   (p + "ffn_down_shexp.weight",) + q(td, E, F)]
         ts += [(p + ("ffn_norm.weight" if arch == "qwen3moe" else "post_attention_norm.weight"),) + norm(rng, E),
                (p + "ffn_gate_inp.weight",) + raw(router, r),
                (p + "ffn_gate_exps.weight",) + q(tgu, NX, F, E),
@@ -304,6 +400,24 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
                    (p + "ffn_down_shexp.weight",) + q(ta, E, 256),
                    (p + "ffn_gate_inp_shexp.weight",) + raw(router, (rng.standard_normal(E) * 0.02)
                                                             .astype(np.float32))]
+    if glm:
+        # the MTP layer (blk.4) as GLM-4.5's converter writes it: a full
+        # attention + MoE block and the NextN tensors, all Q8_0 / F32
+        p = f"blk.{L}."
+        ts += [(p + "attn_norm.weight",) + norm(rng, E), (p + "attn_q.weight",) + q("Q8_0", H * D, E),
+               (p + "attn_k.weight",) + q("Q8_0", KV * D, E), (p + "attn_v.weight",) + q("Q8_0", KV * D, E),
+               (p + "attn_q.bias",) + f32(np.zeros(H * D)), (p + "attn_k.bias",) + f32(np.zeros(KV * D)),
+               (p + "attn_v.bias",) + f32(np.zeros(KV * D)),
+               (p + "attn_output.weight",) + q("Q8_0", E, H * D),
+               (p + "post_attention_norm.weight",) + norm(rng, E),
+               (p + "ffn_gate_inp.weight",) + f32(rng.standard_normal((NX, E)) * 0.02),
+               (p + "exp_probs_b.bias",) + f32(np.zeros(NX)),
+               (p + "ffn_gate_exps.weight",) + q("Q8_0", NX, F, E), (p + "ffn_up_exps.weight",) + q("Q8_0", NX, F, E),
+               (p + "ffn_down_exps.weight",) + q("Q8_0", NX, E, F),
+               (p + "ffn_gate_shexp.weight",) + q("Q8_0", F, E), (p + "ffn_up_shexp.weight",) + q("Q8_0", F, E),
+               (p + "ffn_down_shexp.weight",) + q("Q8_0", E, F),
+               (p + "nextn.eh_proj.weight",) + q("Q8_0", E, 2 * E), (p + "nextn.enorm.weight",) + norm(rng, E),
+               (p + "nextn.hnorm.weight",) + norm(rng, E), (p + "nextn.shared_head_norm.weight",) + norm(rng, E)]
     write(path, md, ts)
 
 

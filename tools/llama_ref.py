@@ -32,12 +32,15 @@ the running interpreter. Subcommands:
 
   moe [--arch A,B] [--out FILE]
       Tiny seeded MoE / hybrid models (tests/infer_helpers.py
-      `tiny_moe_model`, seed 0, one per architecture): the prompt
+      `tiny_moe_model`, seed `moe_seed(arch)`, one per architecture): the prompt
       `TINY_IDS`, llama.cpp's `MOE_N_GREEDY` greedy tokens, and every logit
       of every row of the incremental pass (prompt, then one token per call)
       and of one batched teacher-forced pass, float32, with the GGUF's
       sha256; one file per architecture, tests/data/<profile>/
-      llama_ref_moe_<arch>.npz.
+      llama_ref_moe_<arch>.npz. All with n_ctx 512; the architectures of
+      `MOE_CTX` also with each smaller context listed there (keys
+      ctx<N>_greedy_ids, ctx<N>_batched, ctx<N>_incr: phi3's short LongRoPE
+      factors).
 
   pretok [--pre gpt-4o] [--out tests/data/llama_tok_<pre>.npz]
       llama.cpp's token ids (no BOS, no special parsing) of
@@ -378,37 +381,50 @@ def cmd_typed(args) -> None:
     print(out, {k: v.shape for k, v in res.items()})
 
 
+def _moe_run(path, ids, n_greedy, n_ctx=512):
+    """llama.cpp's greedy continuation of `ids` and every logit of the
+    incremental pass (prompt, then one greedy token per call) and of one
+    batched teacher-forced pass over prompt + continuation."""
+    from llama_cpp import Llama
+    llm = Llama(model_path=str(path), n_ctx=n_ctx, n_batch=512, n_threads=2, n_threads_batch=2,
+                seed=0, logits_all=True, verbose=False)
+    llm.reset()
+    llm.eval(ids)
+    gen, incr = [], [np.array(llm.scores[:len(ids)], np.float32)]
+    for _ in range(n_greedy):
+        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        gen.append(tok)
+        llm.eval([tok])
+        incr.append(np.array(llm.scores[llm.n_tokens - 1:llm.n_tokens], np.float32))
+    incr = np.concatenate(incr)[:len(ids) + n_greedy]
+    llm.reset()
+    llm.eval(ids + gen)
+    batched = np.array(llm.scores[:len(ids) + n_greedy], np.float32)
+    del llm
+    return gen, batched, incr
+
+
 def cmd_moe(args) -> None:
     import hashlib
     import tempfile
     sys.path.insert(0, str(REPO / "tests"))
     sys.path.insert(0, str(REPO))
-    from infer_helpers import MOE_LAYERS, MOE_N_GREEDY, TINY_IDS, tiny_moe_model
+    from infer_helpers import MOE_CTX, MOE_LAYERS, MOE_N_GREEDY, TINY_IDS, moe_seed, tiny_moe_model
     archs = args.arch.split(",") if args.arch else list(MOE_LAYERS)
     with tempfile.TemporaryDirectory() as d:
         for arch in archs:
             path = Path(d) / f"tiny_{arch}.gguf"
-            tiny_moe_model(arch, path, seed=0)
-            llm = _llama(path)
+            tiny_moe_model(arch, path, seed=moe_seed(arch))
             ids = list(TINY_IDS)
-            # incremental: the prompt pass, then one greedy token per call
-            llm.reset()
-            llm.eval(ids)
-            gen, incr = [], [np.array(llm.scores[:len(ids)], np.float32)]
-            for _ in range(MOE_N_GREEDY):
-                tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-                gen.append(tok)
-                llm.eval([tok])
-                incr.append(np.array(llm.scores[llm.n_tokens - 1:llm.n_tokens], np.float32))
-            incr = np.concatenate(incr)[:len(ids) + MOE_N_GREEDY]
-            # batched: one teacher-forced pass over prompt + continuation
-            llm.reset()
-            llm.eval(ids + gen)
-            batched = np.array(llm.scores[:len(ids) + MOE_N_GREEDY], np.float32)
-            del llm
+            gen, batched, incr = _moe_run(path, ids, MOE_N_GREEDY)
+            extra = {}
+            for n_ctx in MOE_CTX.get(arch, ()):
+                g, b, i = _moe_run(path, ids, MOE_N_GREEDY, n_ctx)
+                extra.update({f"ctx{n_ctx}_greedy_ids": np.array(g, np.int32), f"ctx{n_ctx}_batched": b,
+                              f"ctx{n_ctx}_incr": i})
             out = Path(args.out or _data_dir() / f"llama_ref_moe_{arch}.npz")
-            np.savez_compressed(out, prompt_ids=np.array(ids, np.int32),
-                                greedy_ids=np.array(gen, np.int32), batched=batched, incr=incr,
+            np.savez_compressed(out, seed=np.int64(moe_seed(arch)), prompt_ids=np.array(ids, np.int32),
+                                greedy_ids=np.array(gen, np.int32), batched=batched, incr=incr, **extra,
                                 sha256=np.array(hashlib.sha256(path.read_bytes()).hexdigest()),
                                 **_provenance())
             print(out, arch, "greedy", gen)

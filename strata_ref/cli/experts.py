@@ -143,7 +143,7 @@ def add_experts(sub) -> None:
     ex = sub.add_parser("experts", help="one MoE layer's routed experts: llama.cpp's CPU "
                                         "result and the mode-8 expert route's")
     ex.add_argument("model", metavar="MODEL", help="registry name, alias or .gguf path of a "
-                                                   "qwen3moe or qwen3next model")
+                                                   "qwen3moe, glm4moe, qwen3next or qwen35moe model")
     ex.add_argument("--layer", type=int, required=True, metavar="N", help="the layer (0-based)")
     ex.add_argument("--prompt", metavar="TEXT",
                     help="take the FFN input that llama.cpp's graph has at the layer for this text")

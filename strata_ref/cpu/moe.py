@@ -228,16 +228,11 @@ def top_k(x: np.ndarray, k: int) -> np.ndarray:
 WEIGHTS_SUM_MIN = _F32(6.103515625e-5)
 
 
-def routing_weights(logits: np.ndarray, k: int, gating: str, norm_w: bool, w_scale: float,
-                    profile, bias: np.ndarray | None = None):
-    """Expert selection and weights of `build_moe_ffn` (module docstring).
-
-    logits: float32 (n_tokens, n_expert), the router mat-mul's output;
-    bias: float32 (n_expert,) added first (gpt-oss's router bias) or None;
-    gating: "softmax" (probabilities = soft_max(logits), qwen3moe,
-    qwen3next) or "softmax_weight" (selection on the logits, the k selected
-    logits soft-maxed: gpt-oss). Returns (ids int32 (n_tokens, k), weights
-    float32 (n_tokens, k)). Raises ValueError for another gating."""
+def selection_scores(logits: np.ndarray, gating: str, profile, bias: np.ndarray | None = None,
+                     probs_bias: np.ndarray | None = None):
+    """(probs, selection) float32 (n_tokens, n_expert) of `build_moe_ffn`:
+    the probabilities the weights are taken from and the scores the top k
+    is chosen by (`routing_weights` has the arguments)."""
     logits = np.ascontiguousarray(logits, np.float32)
     if bias is not None:
         logits = (logits + bias).astype(np.float32)
@@ -245,9 +240,31 @@ def routing_weights(logits: np.ndarray, k: int, gating: str, norm_w: bool, w_sca
         probs = ops.soft_max_rows(logits, profile)
     elif gating == "softmax_weight":
         probs = logits
+    elif gating == "sigmoid":
+        probs = ops.sigmoid(logits)
     else:
-        raise ValueError(f"expert gating {gating!r} is not supported (softmax, softmax_weight)")
-    ids = top_k(probs, k)
+        raise ValueError(f"expert gating {gating!r} is not supported (softmax, softmax_weight, sigmoid)")
+    selection = probs if probs_bias is None else (probs + probs_bias).astype(np.float32)
+    return probs, selection
+
+
+def routing_weights(logits: np.ndarray, k: int, gating: str, norm_w: bool, w_scale: float,
+                    profile, bias: np.ndarray | None = None, probs_bias: np.ndarray | None = None):
+    """Expert selection and weights of `build_moe_ffn` (module docstring).
+
+    logits: float32 (n_tokens, n_expert), the router mat-mul's output;
+    bias: float32 (n_expert,) added first (gpt-oss's router bias) or None;
+    gating: "softmax" (probabilities = soft_max(logits), qwen3moe,
+    qwen3next), "softmax_weight" (selection on the logits, the k selected
+    logits soft-maxed: gpt-oss) or "sigmoid" (probabilities =
+    sigmoid(logits), ggml's `op_sigmoid`: glm4moe); probs_bias: float32
+    (n_expert,) added to the probabilities for the selection only
+    (`exp_probs_b`, glm4moe), the weights are the unbiased probabilities;
+    w_scale: the weights times it unless 0 or 1 (`expert_weights_scale`).
+    Returns (ids int32 (n_tokens, k), weights float32 (n_tokens, k)).
+    Raises ValueError for another gating."""
+    probs, selection = selection_scores(logits, gating, profile, bias, probs_bias)
+    ids = top_k(selection, k)
     w = np.take_along_axis(probs, ids, axis=1)
     if gating == "softmax_weight":
         w = ops.soft_max_rows(w, profile)

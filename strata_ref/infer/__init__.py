@@ -1,6 +1,6 @@
-"""CPU inference: run a GGUF model (llama, qwen2, qwen3, gemma3; the
-mixture-of-experts qwen3moe and gpt-oss; the hybrid qwen3next and
-qwen35moe) on the CPU the way a given llama.cpp CPU build does, with
+"""CPU inference: run a GGUF model (llama, qwen2, qwen3, gemma3, phi3; the
+mixture-of-experts qwen3moe, glm4moe and gpt-oss; the hybrid qwen3next,
+qwen35moe and qwen35) on the CPU the way a given llama.cpp CPU build does, with
 weights kept quantized.
 
 Modules: `archs` (the table of architectures, one row each), `model`

@@ -62,13 +62,29 @@ class Experts:
     ggml `add_id`); shared: a shared expert gated by
     sigmoid(`ffn_gate_inp_shexp` x) (qwen3next); ff_required: the file
     must give `expert_feed_forward_length` (else n_ff / expert_used_count
-    when it has no such key)."""
+    when it has no such key).
+
+    glm4moe's options (`src/models/glm4-moe.cpp`): probs_bias: the
+    probabilities plus `exp_probs_b.bias` choose the experts, the unbiased
+    ones weigh them; shared_gated: the shared expert is multiplied by
+    sigmoid(`ffn_gate_inp_shexp` x) (qwen3next) or added as it is
+    (glm4moe, whose `expert_shared_count` shared experts make one FFN of
+    count x n_ff_exp); weights_keys: `expert_gating_func` (1 softmax, 2
+    sigmoid; absent: `gating`), `expert_weights_norm` (absent: `norm_w`),
+    `expert_weights_scale`, `expert_shared_count` and
+    `leading_dense_block_count` (that many first layers have the dense
+    SwiGLU FFN) are read from the file; mtp: the NextN / MTP layers after
+    the last (`nextn_predict_layers`) are loaded by llama.cpp and not run."""
     gating: str = "softmax"
     norm_w: bool = True
     act: str = "silu"
     biases: bool = False
     shared: bool = False
     ff_required: bool = False
+    probs_bias: bool = False
+    shared_gated: bool = True
+    weights_keys: bool = False
+    mtp: bool = False
 
 
 @dataclass(frozen=True)
@@ -106,11 +122,27 @@ class ArchSpec:
     `model.rope_yarn_params`).
     rope_freqs: llama3's per-pair frequency factors (`rope_freqs.weight`)
     are read when the file has them.
-    qk_norm: q and k RMS-normed per head (`attn_q_norm`, `attn_k_norm`).
+    qk_norm: q and k RMS-normed per head (`attn_q_norm`, `attn_k_norm`);
+    "optional": where the file has them (glm4moe).
+    partial_rope: `rope.dimension_count` may be below the head size (the
+    first n_rot values of each head rotate); else they must agree.
     q_gate: attn_q gives per head a query and a gate; the attention output
     is multiplied by sigmoid(gate) (qwen3next).
-    scale_q: q is scaled after RoPE by `f_attention_scale` and the softmax
-    scale is 1 (gemma3); else the softmax scale is 1/sqrt(head_dim).
+    scale_q: q is scaled after RoPE and the softmax scale is 1:
+    "f_attention_scale" (gemma3: 1/sqrt(n_embd / n_head) for the 62-layer
+    model, else 1/sqrt(head_dim)) or "head" (phi3: `1.0f /
+    sqrtf(n_embd_head)` in float32); "" (none): the softmax scale is
+    1/sqrt(head_dim).
+    fused_qkv: a layer may hold q, k and v in one matrix `attn_qkv`
+    (`create_tensor_qkv`, `build_qkv`'s views of one product; phi3); else
+    such a tensor is refused.
+    fused_up: `ffn_up` holds the gate rows then the up rows (2 n_ff) and
+    there is no `ffn_gate` (`build_ffn(..., LLM_FFN_SWIGLU, LLM_FFN_SEQ)`:
+    `ggml_swiglu` of the one product's halves; phi3).
+    rope_factors: LongRoPE's per-pair frequency factors, the model-wide
+    `rope_factors_long` / `rope_factors_short` (each optional), chosen by
+    the context (`llama_model::get_rope_factors`: long when the padded
+    context exceeds `rope.scaling.original_context_length`; phi3).
     post_norms: RMSNorms after the attention and after the FFN, on the
     residual path (`post_attention_norm`, `post_ffw_norm`: gemma).
     embd_scale: token embeddings times sqrt(n_embd) (gemma).
@@ -126,9 +158,10 @@ class ArchSpec:
     logits).
     output: "tied" (output.weight optional: the token embedding when
     absent, llama.cpp's TENSOR_DUPLICATED) or "own" (required).
-    ssm: the Gated DeltaNet variant of a hybrid ("qwen3next": beta and
-    alpha from one matrix split per key head, key heads repeated;
-    "qwen35": from `ssm_beta` / `ssm_alpha`, key heads tiled).
+ssm: the Gated DeltaNet variant of a hybrid ("ba_repeat", qwen3next:
+    beta and alpha from one matrix `ssm_ba` split per key head, key heads
+    repeated; "beta_alpha_tile", qwen35moe and qwen35: from `ssm_beta` /
+    `ssm_alpha`, key heads tiled).
     names: `TraceNames`.
 
     `k_first`: whether llama.cpp's graph evaluates K before V (the
@@ -139,9 +172,13 @@ class ArchSpec:
     rope: str = "neox"
     rope_scaling: tuple = ("none", "linear")
     rope_freqs: bool = False
-    qk_norm: bool = False
+    qk_norm: bool | str = False
+    partial_rope: bool = False
     q_gate: bool = False
-    scale_q: bool = False
+    scale_q: str = ""
+    fused_qkv: bool = False
+    fused_up: bool = False
+    rope_factors: bool = False
     post_norms: bool = False
     embd_scale: bool = False
     ffn: str = "swiglu"
@@ -172,27 +209,37 @@ class ArchSpec:
 _QWEN3NEXT_NAMES = TraceNames(embd="model.embed_tokens", attn_out="attn_output",
                               result_norm="h_nextn", head_rows="result_norm")
 
+_QWEN35_NAMES = TraceNames(embd="model.input_embed", attn_out="attn_output", gate="gate_reshaped-{il}",
+                           result_norm="h_nextn", head_rows="result_norm")
+
 #: the architectures, in the order errors and help texts list them
 ARCHS: dict[str, ArchSpec] = {s.name: s for s in (
     ArchSpec("llama", "dense.DenseModel", rope="norm", rope_freqs=True,
              names=TraceNames(attn_out="attn_out")),
     ArchSpec("qwen2", "dense.DenseModel"),
     ArchSpec("qwen3", "dense.DenseModel", qk_norm=True),
-    ArchSpec("gemma3", "dense.DenseModel", qk_norm=True, scale_q=True, post_norms=True,
+    ArchSpec("gemma3", "dense.DenseModel", qk_norm=True, scale_q="f_attention_scale", post_norms=True,
              embd_scale=True, ffn="geglu", swa=Swa(pattern=6), softcap=True,
              names=TraceNames(residual="sa_out")),
+    # phi3.cpp: `attention.sliding_window` is read and switched off
+    # (llama.cpp PR 13676), so every layer attends to the whole context
+    ArchSpec("phi3", "dense.DenseModel", scale_q="head", fused_qkv=True, fused_up=True,
+             rope_factors=True),
     ArchSpec("qwen3moe", "moe.Qwen3MoEModel", qk_norm=True, experts=Experts()),
     ArchSpec("gpt-oss", "moe.GptOssModel", rope_scaling=("none", "linear", "yarn"),
              experts=Experts(gating="softmax_weight", norm_w=False, act="swiglu_oai", biases=True,
                              ff_required=True),
              out_bias=True, sinks=True, swa=Swa(pattern=2, required=True, rope_of_full=True),
              output="own"),
+    ArchSpec("glm4moe", "moe.Glm4MoEModel", qk_norm="optional", partial_rope=True,
+             experts=Experts(gating="sigmoid", norm_w=False, shared=True, ff_required=True,
+                             probs_bias=True, shared_gated=False, weights_keys=True, mtp=True)),
     ArchSpec("qwen3next", "hybrid.Qwen3NextModel", qk_norm=True, q_gate=True,
-             experts=Experts(shared=True), ssm="qwen3next", names=_QWEN3NEXT_NAMES),
+             experts=Experts(shared=True), ssm="ba_repeat", names=_QWEN3NEXT_NAMES),
     ArchSpec("qwen35moe", "hybrid.Qwen3NextModel", rope="imrope", qk_norm=True, q_gate=True,
-             experts=Experts(shared=True), ssm="qwen35",
-             names=TraceNames(embd="model.input_embed", attn_out="attn_output", gate="gate_reshaped-{il}",
-                              result_norm="h_nextn", head_rows="result_norm")),
+             experts=Experts(shared=True), ssm="beta_alpha_tile", names=_QWEN35_NAMES),
+    ArchSpec("qwen35", "hybrid.Qwen3NextModel", rope="imrope", qk_norm=True, q_gate=True,
+             ssm="beta_alpha_tile", names=_QWEN35_NAMES),
 )}
 
 SUPPORTED_ARCHS = tuple(ARCHS)

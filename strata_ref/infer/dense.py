@@ -1,6 +1,6 @@
-"""The dense decoder graphs: llama, qwen2, qwen3 and gemma3, after llama.cpp
-`src/models/{llama,qwen2,qwen3,gemma3}.cpp` and `src/llama-model.cpp` (the
-version vendored by llama-cpp-python 0.3.36).
+"""The dense decoder graphs: llama, qwen2, qwen3, gemma3 and phi3, after
+llama.cpp `src/models/{llama,qwen2,qwen3,gemma3,phi3}.cpp` and
+`src/llama-model.cpp` (the version vendored by llama-cpp-python 0.3.36).
 
 One layer, in llama.cpp's operation order:
 
@@ -9,7 +9,7 @@ One layer, in llama.cpp's operation order:
     q   = Wq x (+ bq),  k = Wk x (+ bk),  v = Wv x (+ bv)
     q,k = rms_norm(q|k per head) * q_norm|k_norm        # qwen3, gemma3
     q,k = rope(q|k, pos)      # normal pairs (llama) or NeoX halves (others)
-    q   = q * f_attention_scale                         # gemma3 only
+    q   = q * f_attention_scale       # gemma3; phi3: 1/sqrtf(head_dim)
     a   = softmax(q k^T * kq_scale + mask) v  per head, GQA
     x   = Wo a;  x = rms_norm(x) * attn_post_norm       # gemma3 only
     x   = x + h;  h = x
@@ -18,6 +18,12 @@ One layer, in llama.cpp's operation order:
     x   = rms_norm(x) * ffn_post_norm                   # gemma3 only
     x   = x + h
     logits = Wout(rms_norm(x) * output_norm)   # Wout = token_embd when tied
+
+phi3 holds q | k | v in one matrix `attn_qkv` (or three) and gate | up
+in `ffn_up` (`ggml_swiglu` of its halves), its RoPE takes LongRoPE's
+frequency factors (`rope_factors_long` / `_short`, chosen by the context
+length) and `rope.scaling.attn_factor` multiplies cos and sin; llama.cpp
+switches its sliding window off, so every layer attends to everything.
 
 The layer's arithmetic is written once (`blocks.dense_layer_fn`, from the
 shape of its tensors and the architecture's `archs.ArchSpec`) and run
@@ -38,6 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..cpu import ops
 from . import blocks, eager
 from . import trace as T
 from .layers import Attention, GatedFFN
@@ -57,6 +64,8 @@ class HParams(CommonHParams):
     kq_scale: float
     embd_scale: float          # multiplies the token embeddings (gemma3)
     final_softcap: float       # 0: none
+    rope_attn_factor: float    # multiplies RoPE's cos and sin (`rope.scaling.attn_factor`)
+    n_ctx_orig: int            # LongRoPE's switch to the long factors (phi3)
 
     @classmethod
     def from_metadata(cls, md) -> "HParams":
@@ -69,16 +78,42 @@ class HParams(CommonHParams):
         n_layer, n_embd, n_head, head_dim = c["n_layer"], c["n_embd"], c["n_head"], c["head_dim"]
         swa = swa_params(k, spec.swa, n_layer, c["rope_base"], c["rope_freq_scale"])
         attn_scale, kq_scale = 1.0, 1.0 / math.sqrt(head_dim)
-        if spec.scale_q:
+        if spec.scale_q == "f_attention_scale":
             # gemma3.cpp: f_attention_scale 1/sqrt(n_embd/n_head) for the 27B
             # (62 layers), else 1/sqrt(head_dim); the softmax scale is then 1
             attn_scale = (1.0 / math.sqrt(float(n_embd // n_head)) if n_layer == 62
                           else 1.0 / math.sqrt(float(head_dim)))
             kq_scale = 1.0
+        elif spec.scale_q == "head":
+            # phi3.cpp: ggml_scale(Qcur, 1.0f / sqrtf(float(n_embd_head))), softmax scale 1
+            attn_scale = float(np.float32(1.0) / np.sqrt(np.float32(head_dim)))
+            kq_scale = 1.0
         softcap = k.float("final_logit_softcapping", 0.0, positive=False) if spec.softcap else 0.0
         embd_scale = float(np.sqrt(np.float32(n_embd))) if spec.embd_scale else 1.0
+        # llama-context.cpp: yarn_attn_factor (1 without YaRN) times
+        # `rope.scaling.attn_factor` (LongRoPE's, phi3); ggml's rope_yarn
+        # multiplies cos and sin by it
+        rope_attn = float(np.float32(k.float("rope.scaling.attn_factor", 1.0)))
+        n_ctx_orig = k.int("rope.scaling.original_context_length", c["n_ctx_train"])
         return cls(**c, **swa, neox=spec.neox, attn_scale=attn_scale, kq_scale=kq_scale,
-                   embd_scale=embd_scale, final_softcap=softcap)
+                   embd_scale=embd_scale, final_softcap=softcap, rope_attn_factor=rope_attn,
+                   n_ctx_orig=n_ctx_orig)
+
+
+def _freq_factors(w, name: str, n_rot: int):
+    """The per-pair RoPE frequency factors `name` (float32 (n_rot/2,)), or
+    None when the file has none; ggml divides each pair's angle by its
+    factor, so each must be finite and > 0 (ModelLoadError naming the
+    tensor and the value)."""
+    if not w.has(name):
+        return None
+    f = w.vec(name, n_rot // 2)
+    bad = np.flatnonzero(~(np.isfinite(f) & (f > 0)))
+    if bad.size:
+        i = int(bad[0])
+        raise ModelLoadError(f"tensor `{name}` value [{i}] = {float(f[i])!r}: RoPE frequency "
+                             f"factors must be finite and > 0")
+    return f
 
 
 class _Layer:
@@ -100,17 +135,11 @@ class DenseModel(Model):
     def _load_layers(self) -> None:
         hp, w, spec = self.hp, self.w, self.spec
         e = hp.n_embd
-        self.rope_freqs = None
-        if spec.rope_freqs and w.has("rope_freqs.weight"):
-            self.rope_freqs = w.vec("rope_freqs.weight", hp.n_rot // 2)
-            # ggml divides each pair's angle by its factor
-            bad = np.flatnonzero(~(np.isfinite(self.rope_freqs) & (self.rope_freqs > 0)))
-            if bad.size:
-                i = int(bad[0])
-                raise ModelLoadError(f"tensor `rope_freqs.weight` value [{i}] = "
-                                     f"{float(self.rope_freqs[i])!r}: RoPE frequency factors "
-                                     f"must be finite and > 0")
-        if w.has("blk.0.attn_qkv.weight"):
+        self.rope_freqs = _freq_factors(w, "rope_freqs.weight", hp.n_rot) if spec.rope_freqs else None
+        #: LongRoPE's factors (phi3), None where the file has none
+        self.rope_long = _freq_factors(w, "rope_factors_long.weight", hp.n_rot) if spec.rope_factors else None
+        self.rope_short = _freq_factors(w, "rope_factors_short.weight", hp.n_rot) if spec.rope_factors else None
+        if w.has("blk.0.attn_qkv.weight") and not spec.fused_qkv:
             raise ModelLoadError(f"{hp.arch}: fused `attn_qkv` tensors are not supported")
         self.layers = []
         for i in range(hp.n_layer):
@@ -120,10 +149,23 @@ class DenseModel(Model):
             L.attn = Attention(w, p, hp, spec, self.cpu)
             L.attn_post_norm = w.vec(p + "post_attention_norm.weight", e) if spec.post_norms else None
             L.ffn_norm = w.vec(p + "ffn_norm.weight", e)
-            L.ffn = GatedFFN(w, p, "", e, hp.n_ff, self.cpu, gelu=spec.ffn == "geglu")
+            L.ffn = GatedFFN(w, p, "", e, hp.n_ff, self.cpu, gelu=spec.ffn == "geglu",
+                             fused_up=spec.fused_up)
             L.ffn_post_norm = w.vec(p + "post_ffw_norm.weight", e) if spec.post_norms else None
             self.layers.append(L)
         w.check_all_used()
+
+    def freq_factors(self, n_ctx: int):
+        """float32 (n_rot/2,) RoPE frequency factors for a context of n_ctx
+        cells, or None: llama3's `rope_freqs`, else LongRoPE's long factors
+        when llama.cpp's context (n_ctx padded to a multiple of 256,
+        `n_ctx_seq`) exceeds `rope.scaling.original_context_length`, else
+        its short ones (`llama_model::get_rope_factors`)."""
+        if self.rope_freqs is not None:
+            return self.rope_freqs
+        if -(-int(n_ctx) // 256) * 256 > self.hp.n_ctx_orig:
+            return self.rope_long
+        return self.rope_short
 
     def layer_shape(self, L) -> blocks.DenseShape:
         """The constants of layer L's function (`blocks.dense_layer_fn`)."""
@@ -164,8 +206,15 @@ class DenseModel(Model):
         hp = self.hp
         pos = np.arange(cache.n, cache.n + n)
         rope = {}
+        factors = self.freq_factors(cache.n_ctx)
         for key in {(hp.rope_base, hp.rope_freq_scale), (hp.rope_base_swa, hp.rope_freq_scale_swa)}:
-            rope[key] = rope_cos_sin(pos, hp.n_rot, key[0], key[1], self.rope_freqs)
+            if hp.rope_attn_factor != 1.0:
+                # rope_yarn with ext_factor 0: cos and sin times attn_factor
+                rope[key] = ops.rope_cache(pos, hp.n_rot, key[0], key[1], factors,
+                                           yarn=(0.0, hp.rope_attn_factor, 32.0, 1.0, hp.n_ctx_orig),
+                                           profile=self.cpu)
+            else:
+                rope[key] = rope_cos_sin(pos, hp.n_rot, key[0], key[1], factors)
         keys = [(hp.rope_base_swa, hp.rope_freq_scale_swa) if hp.swa_layers[il] else
                 (hp.rope_base, hp.rope_freq_scale) for il in range(hp.n_layer)]
         x = self.embed(tokens)

@@ -81,6 +81,8 @@ def check_experts(m, layer: int, x: np.ndarray | None = None, prompt: str | None
     if not 0 <= int(layer) < hp.n_layer:
         raise ValueError(f"layer {layer} is outside 0 .. {hp.n_layer - 1}")
     moe = m.layers[int(layer)].moe
+    if not hasattr(moe, "router"):
+        raise ValueError(f"layer {layer} of this {hp.arch} model has a dense FFN, no experts")
     if moe.act != "silu" or moe.b_up is not None:
         raise ModelLoadError(f"{hp.arch}: its expert FFN (clamped SwiGLU with biases) is not the "
                              f"SwiGLU of the mode-8 expert route")

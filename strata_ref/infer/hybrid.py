@@ -1,5 +1,6 @@
-"""The hybrid graphs: qwen3next (Qwen3-Next) and qwen35moe (Qwen3.5 MoE),
-after llama.cpp `src/models/{qwen3next,qwen35moe}.cpp` and
+"""The hybrid graphs: qwen3next (Qwen3-Next), qwen35moe (Qwen3.5 MoE) and
+qwen35 (Qwen3.5 dense), after llama.cpp
+`src/models/{qwen3next,qwen35moe,qwen35}.cpp` and
 `delta-net-base.cpp`, `src/llama-model.cpp` (the version vendored by
 llama-cpp-python 0.3.36).
 
@@ -36,6 +37,10 @@ attention layers rotate with interleaved M-RoPE (`rope.dimension_sections`),
 which for text tokens is NeoX RoPE except that the pairs of the fourth
 section stream keep angle 0 (`cpu.ops.imrope_text_pairs`).
 
+qwen35 is qwen35moe with the dense SwiGLU FFN (`layers.GatedFFN`:
+ffn_gate / ffn_up / ffn_down, `feed_forward_length` wide) in place of the
+experts, normed by the same `post_attention_norm`.
+
 The recurrent state lives in the cache next to the KV cache
 (`kv_cache.HybridCache`); llama.cpp's default context runs the fused
 `gated_delta_net` op for the prompt pass and for each decode step alike
@@ -51,8 +56,9 @@ import numpy as np
 from ..cpu import ops, ssm
 from . import trace as T
 from .kv_cache import HybridCache
-from .layers import Attention, sigmoid
-from .model import CommonHParams, ArchKeys, Model, ModelLoadError, arch_spec, common_params
+from .layers import Attention, GatedFFN, sigmoid
+from .model import (CommonHParams, ArchKeys, Model, ModelLoadError, arch_spec, common_params,
+                    refuse_rope_attn_factor)
 from .moe import MoEFFN, expert_params
 
 __all__ = ["HybridHParams", "Qwen3NextModel"]
@@ -77,19 +83,25 @@ class HybridHParams(CommonHParams):
     norm_w: bool = True
     neox: bool = True
     attn_scale: float = 1.0
+    w_scale: float = 0.0      # expert_weights_scale (not read by these graphs: none)
 
     @classmethod
     def from_metadata(cls, md) -> "HybridHParams":
         spec = arch_spec(md, "hybrid")
         arch = spec.name
         k = ArchKeys(md, arch)
-        c = common_params(k, spec, ff_required=False)
+        c = common_params(k, spec, ff_required=spec.experts is None)
+        refuse_rope_attn_factor(k, None)
         n_all = c["n_layer"]
         nextn = k.int("nextn_predict_layers", 0, lo=0, hi=n_all - 1)
         c["n_layer"] = n_layer = n_all - nextn
-        e = expert_params(k, c["n_ff"])
-        n_ff_shexp = k.int("expert_shared_feed_forward_length", 0, lo=0) or c["n_ff"]
-        if n_ff_shexp == 0:
+        if spec.experts is None:
+            # qwen35: the dense SwiGLU FFN of n_ff
+            e, n_ff_shexp = dict(n_expert=0, n_expert_used=0, n_ff_exp=0), 0
+        else:
+            e = expert_params(k, c["n_ff"])
+            n_ff_shexp = k.int("expert_shared_feed_forward_length", 0, lo=0) or c["n_ff"]
+        if n_ff_shexp == 0 and spec.experts is not None:
             raise ModelLoadError(f"GGUF metadata has no `{k.full('expert_shared_feed_forward_length')}` "
                                  f"(nor a `{k.full('feed_forward_length')}`)")
         d_conv = k.int("ssm.conv_kernel", required=True, lo=2)
@@ -126,8 +138,9 @@ class HybridHParams(CommonHParams):
         kq_scale = 1.0 / math.sqrt(float(c["head_dim"]))
         return cls(**c, **e, n_ff_shexp=n_ff_shexp, kq_scale=kq_scale, recurrent=rec,
                    d_conv=d_conv, d_inner=d_inner, d_state=d_state, n_v_heads=nv, n_k_heads=nk,
-                   n_layer_all=n_all, rope_sections=sections, gating=spec.experts.gating,
-                   norm_w=spec.experts.norm_w, neox=spec.neox)
+                   n_layer_all=n_all, rope_sections=sections,
+                   gating=spec.experts.gating if spec.experts else "",
+                   norm_w=spec.experts.norm_w if spec.experts else False, neox=spec.neox)
 
 
 class _Layer:
@@ -145,9 +158,9 @@ class DeltaNet:
         self.il = int(prefix.split(".")[1])
         key_dim, value_dim = S * nk, S * nv
         self.conv_dim = 2 * key_dim + value_dim
-        #: the qwen35 variant (`archs.ArchSpec.ssm`): ssm_beta / ssm_alpha,
+        #: the qwen35moe / qwen35 variant (`archs.ArchSpec.ssm`): ssm_beta / ssm_alpha,
         #: key heads tiled over the value heads
-        self.q35 = spec.ssm == "qwen35"
+        self.q35 = spec.ssm == "beta_alpha_tile"
         if w.has(prefix + "attn_qkv.weight") or self.q35:
             self.wqkv = w.mat(prefix + "attn_qkv.weight", self.conv_dim, e)
             self.wz = w.mat(prefix + "attn_gate.weight", value_dim, e)
@@ -292,7 +305,7 @@ class DeltaNet:
 
 
 class Qwen3NextModel(Model):
-    """qwen3next and qwen35moe (module docstring)."""
+    """qwen3next, qwen35moe and qwen35 (module docstring)."""
 
     HPARAMS = HybridHParams
 
@@ -314,7 +327,11 @@ class Qwen3NextModel(Model):
                 L.attn = Attention(w, p, hp, self.spec, self.cpu)
                 L.mixer = None
             L.post_norm = w.vec(p + "post_attention_norm.weight", e)
-            L.moe = MoEFFN(w, p, hp, self.spec, self.cpu)
+            if self.spec.experts is None:
+                # qwen35: the dense SwiGLU FFN (`build_ffn`, LLM_FFN_SILU, LLM_FFN_PAR)
+                L.ffn, L.moe = GatedFFN(w, p, "", e, hp.n_ff, self.cpu), None
+            else:
+                L.ffn = L.moe = MoEFFN(w, p, hp, self.spec, self.cpu)
             self.layers.append(L)
         # the MTP layers (blk.n_layer and after) are loaded by llama.cpp but not run
         w.check_all_used(ignore=lambda name: name.startswith("blk.") and
@@ -323,7 +340,7 @@ class Qwen3NextModel(Model):
     def _matrices(self) -> list:
         mats = [self.output]
         for L in self.layers:
-            mats += (L.attn.matrices() if L.attn is not None else L.mixer.matrices()) + L.moe.matrices()
+            mats += (L.attn.matrices() if L.attn is not None else L.mixer.matrices()) + L.ffn.matrices()
         return mats
 
     def _cache_bytes(self, n_ctx: int, **options) -> int:
@@ -357,7 +374,7 @@ class Qwen3NextModel(Model):
             T.emit("attn_residual", "ADD", x, il)
             h = x
             x = T.norm(x, L.post_norm, hp.eps, "attn_post_norm", il)
-            x = L.moe(x)
+            x = L.ffn(x)
             x = x + h
             T.emit("l_out", "ADD", x, il)
         cache.n += n

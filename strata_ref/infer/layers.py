@@ -51,7 +51,9 @@ class Attention:
     hp.attn_scale after RoPE); `q_gate` (qwen3next: attn_q holds per head
     the query then a gate, and the attention output is multiplied by
     sigmoid(gate) before attn_output); `sinks` (gpt-oss: one learned logit
-    per head added to the softmax's sum); `out_bias` (gpt-oss).
+    per head added to the softmax's sum); `out_bias` (gpt-oss);
+    `fused_qkv` (phi3: a layer's `attn_qkv` is the one q|k|v matrix,
+    `wqkv`, and `wq` / `wk` / `wv` are None).
 
     `__call__(x, pos, cache, ci, cos_sin, n_swa)`: x float32 (n, n_embd)
     (the normed input); pos int (n,) positions; cache a KV cache with
@@ -68,23 +70,34 @@ class Attention:
         self.q_gate = spec.q_gate
         self.attn_scale = hp.attn_scale if spec.scale_q else 1.0
         nq_rows = 2 * nq if self.q_gate else nq
-        if w.has(prefix + "attn_qkv.weight"):
+        fused = w.has(prefix + "attn_qkv.weight")
+        if fused and not spec.fused_qkv:
             raise _fused(hp.arch)
-        self.wq = w.mat(prefix + "attn_q.weight", nq_rows, e)
-        self.wk = w.mat(prefix + "attn_k.weight", nkv, e)
-        self.wv = w.mat(prefix + "attn_v.weight", nkv, e)
+        if fused:
+            # one product, q | k | v its column views (`build_qkv`)
+            self.wqkv = w.mat(prefix + "attn_qkv.weight", nq_rows + 2 * nkv, e)
+            self.wq = self.wk = self.wv = None
+        else:
+            self.wq = w.mat(prefix + "attn_q.weight", nq_rows, e)
+            self.wk = w.mat(prefix + "attn_k.weight", nkv, e)
+            self.wv = w.mat(prefix + "attn_v.weight", nkv, e)
         self.wo = w.mat(prefix + "attn_output.weight", e, nq)
         self.bq = w.vec(prefix + "attn_q.bias", nq_rows, required=False)
         self.bk = w.vec(prefix + "attn_k.bias", nkv, required=False)
         self.bv = w.vec(prefix + "attn_v.bias", nkv, required=False)
         self.bo = w.vec(prefix + "attn_output.bias", e) if spec.out_bias else None
-        self.q_norm = w.vec(prefix + "attn_q_norm.weight", hd) if spec.qk_norm else None
-        self.k_norm = w.vec(prefix + "attn_k_norm.weight", hd) if spec.qk_norm else None
+        qk_req = spec.qk_norm is True          # "optional": where the file has them
+        self.q_norm = w.vec(prefix + "attn_q_norm.weight", hd, required=qk_req) if spec.qk_norm else None
+        self.k_norm = w.vec(prefix + "attn_k_norm.weight", hd, required=qk_req) if spec.qk_norm else None
+        if (self.q_norm is None) != (self.k_norm is None):
+            raise ModelLoadError(f"{hp.arch}: layer {self.il} has one of `attn_q_norm` / `attn_k_norm` "
+                                 f"without the other (not supported)")
         self.sinks = w.vec(prefix + "attn_sinks.weight", hp.n_head) if spec.sinks else None
-        # one kernel call for q|k|v when their types agree (rows are
-        # independent: no bit changes)
-        self.wqkv = (QMatrix.stack([self.wq, self.wk, self.wv], prefix + "attn_qkv")
-                     if self.wq.type == self.wk.type == self.wv.type else None)
+        if not fused:
+            # one kernel call for q|k|v when their types agree (rows are
+            # independent: no bit changes)
+            self.wqkv = (QMatrix.stack([self.wq, self.wk, self.wv], prefix + "attn_qkv")
+                         if self.wq.type == self.wk.type == self.wv.type else None)
 
     def matrices(self) -> list:
         return ([self.wqkv] if self.wqkv is not None else [self.wq, self.wk, self.wv]) + [self.wo]
@@ -113,18 +126,26 @@ class GatedFFN:
     """The dense gated FFN (`blocks.ffn_fn`), llama.cpp `build_ffn(...,
     LLM_FFN_PAR)`: down(act(gate x) * up x) with act SiLU
     (`ggml_swiglu_split`) or GELU through ggml's F16 table
-    (`ggml_geglu_split`, gemma3). `__call__(x)`: float32 (n, n_embd) -> (n,
-    n_embd)."""
+    (`ggml_geglu_split`, gemma3). With `fused_up` (phi3) the file's
+    `ffn_up` holds the gate rows then the up rows (`w_gate_up`; `w_gate` /
+    `w_up` None). `__call__(x)`: float32 (n, n_embd) -> (n, n_embd)."""
 
-    def __init__(self, w, prefix: str, suffix: str, n_embd: int, n_ff: int, profile, gelu=False):
+    def __init__(self, w, prefix: str, suffix: str, n_embd: int, n_ff: int, profile, gelu=False,
+                 fused_up=False):
         self.cpu, self.gelu, self.n_ff = profile, gelu, n_ff
         self.il = _layer_of(prefix)
         #: llama.cpp's name of the down projection's node: ffn_out, or
         #: ffn_shexp for a shared expert
         self.down_name = "ffn_out" if suffix == "" else "ffn" + suffix
+        self.w_down = w.mat(f"{prefix}ffn_down{suffix}.weight", n_embd, n_ff)
+        if fused_up:
+            # phi3: ffn_up is gate | up, one product whose halves
+            # `ggml_swiglu` takes (the same op as the split form)
+            self.w_gate_up = w.mat(f"{prefix}ffn_up{suffix}.weight", 2 * n_ff, n_embd)
+            self.w_gate = self.w_up = None
+            return
         self.w_gate = w.mat(f"{prefix}ffn_gate{suffix}.weight", n_ff, n_embd)
         self.w_up = w.mat(f"{prefix}ffn_up{suffix}.weight", n_ff, n_embd)
-        self.w_down = w.mat(f"{prefix}ffn_down{suffix}.weight", n_embd, n_ff)
         # one kernel call for gate|up when their types agree
         self.w_gate_up = (QMatrix.stack([self.w_gate, self.w_up], f"{prefix}ffn_gate_up{suffix}")
                           if self.w_gate.type == self.w_up.type else None)

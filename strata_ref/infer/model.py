@@ -11,9 +11,9 @@ vendored by llama-cpp-python 0.3.36, `src/llama-model.cpp` and
 
 | graph | module | architectures |
 |---|---|---|
-| dense | `dense` | llama, qwen2, qwen3, gemma3 |
-| mixture of experts | `moe` | qwen3moe, gpt-oss (llama.cpp's `openai-moe`) |
-| hybrid (Gated DeltaNet + gated attention + experts) | `hybrid` | qwen3next, qwen35moe |
+| dense | `dense` | llama, qwen2, qwen3, gemma3, phi3 |
+| mixture of experts | `moe` | qwen3moe, glm4moe, gpt-oss (llama.cpp's `openai-moe`) |
+| hybrid (Gated DeltaNet + gated attention + experts or a dense FFN) | `hybrid` | qwen3next, qwen35moe, qwen35 |
 
 Every operation follows ggml-cpu's arithmetic, order of float operations
 included, in the CPU profile the model was loaded with (`strata_ref.cpu`:
@@ -230,6 +230,16 @@ def common_params(k: ArchKeys, spec: ArchSpec, ff_required: bool = True) -> dict
     if yarn:
         out["rope_yarn"] = rope_yarn_params(k, scaling, freq_scale, n_ctx_train)
     return out
+
+
+def refuse_rope_attn_factor(k: ArchKeys, yarn) -> None:
+    """ModelLoadError naming `rope.scaling.attn_factor` when a file of a
+    graph that does not apply it (the MoE and hybrid graphs without YaRN)
+    sets it to another value than 1: llama.cpp multiplies RoPE's cos and
+    sin by it (llama-context.cpp), and running without would be wrong."""
+    if yarn is None and k.float("rope.scaling.attn_factor", 1.0) != 1.0:
+        raise ModelLoadError(f"`{k.full('rope.scaling.attn_factor')}` is not supported "
+                             f"by the {k.arch} graph")
 
 
 def swa_params(k: ArchKeys, swa: Swa | None, n_layer: int, rope_base: float, rope_freq_scale: float) -> dict:

@@ -1,5 +1,5 @@
-"""The mixture-of-experts graphs: qwen3moe and gpt-oss (llama.cpp's
-`openai-moe`), after llama.cpp `src/models/{qwen3moe,openai-moe}.cpp`,
+"""The mixture-of-experts graphs: qwen3moe, glm4moe and gpt-oss (llama.cpp's
+`openai-moe`), after llama.cpp `src/models/{qwen3moe,glm4-moe,openai-moe}.cpp`,
 `llm_graph_context::build_moe_ffn` (`src/llama-graph.cpp`) and
 `src/llama-model.cpp` (the version vendored by llama-cpp-python 0.3.36).
 
@@ -16,6 +16,16 @@ and a softmax over the k selected ones (SOFTMAX_WEIGHT), expert biases
 (`ggml_add_id`) and gpt-oss's clamped SwiGLU (`ggml_swiglu_oai`, alpha
 1.702, limit 7).
 
+glm4moe (GLM-4.5): attention with q / k / v biases, q / k norms where
+the file has them, NeoX RoPE over the first `rope.dimension_count`
+values of each head; `post_attention_norm` before the FFN; the first
+`leading_dense_block_count` layers have a dense SwiGLU FFN, the others
+sigmoid routing (`expert_gating_func`), the experts chosen by the
+probabilities plus `exp_probs_b` and weighed by the unbiased ones
+(normalized if `expert_weights_norm`, times `expert_weights_scale`), plus
+an ungated shared expert; the NextN / MTP layers after the last are
+loaded and not run.
+
 The MoE arithmetic (`cpu.moe`): the router mat-mul, ggml's argsort with
 libstdc++'s tie order, `ggml_mul_mat_id` per expert in ggml-cpu's code
 path for that expert's row count, the weighted sum slot after slot.
@@ -31,9 +41,10 @@ from ..cpu import moe as cmoe
 from ..cpu import ops
 from . import trace as T
 from .layers import Attention, GatedFFN, sigmoid
-from .model import CommonHParams, ArchKeys, Model, ModelLoadError, arch_spec, common_params, swa_params
+from .model import (CommonHParams, ArchKeys, Model, ModelLoadError, arch_spec, common_params,
+                    refuse_rope_attn_factor, swa_params)
 
-__all__ = ["MoEHParams", "MoEFFN", "Qwen3MoEModel", "GptOssModel", "expert_params"]
+__all__ = ["MoEHParams", "MoEFFN", "Qwen3MoEModel", "Glm4MoEModel", "GptOssModel", "expert_params"]
 
 
 def expert_params(k: ArchKeys, n_ff: int, ff_key_required: bool = False) -> dict:
@@ -72,6 +83,11 @@ class MoEHParams(CommonHParams):
     rope_base_swa: float = 0.0
     rope_freq_scale_swa: float = 1.0
     rope_yarn: tuple | None = None
+    probs_bias: bool = False
+    w_scale: float = 0.0       # expert_weights_scale (0: none)
+    n_ff_shexp: int = 0        # the ungated shared expert's width (glm4moe), 0: none
+    n_dense_lead: int = 0      # leading layers with the dense FFN
+    n_layer_all: int = 0       # with the MTP layers, which the main pass skips
 
     @classmethod
     def from_metadata(cls, md) -> "MoEHParams":
@@ -86,15 +102,53 @@ class MoEHParams(CommonHParams):
         yarn = c.pop("rope_yarn", None)
         if yarn is not None and yarn[0] == 0.0:
             yarn = None
-        if c["n_rot"] != c["head_dim"]:
+        refuse_rope_attn_factor(k, yarn)
+        if c["n_rot"] != c["head_dim"] and not spec.partial_rope:
             raise ModelLoadError(f"{arch}: `{k.full('rope.dimension_count')}` = {c['n_rot']} differs "
                                  f"from the head size {c['head_dim']} (llama.cpp asserts they agree)")
+        # llama_model_base::load_hparams: n_layer = block_count - nextn_predict_layers
+        n_all = c["n_layer"]
+        c["n_layer"] = n_all - k.int("nextn_predict_layers", 0, lo=0, hi=n_all - 1)
         e = expert_params(k, c["n_ff"], ff_key_required=ex.ff_required)
         swa = swa_params(k, spec.swa, c["n_layer"], c["rope_base"], c["rope_freq_scale"])
         # 1/sqrt(head_dim) (gpt-oss: 1/sqrt(n_rot), the same here)
         kq_scale = 1.0 / math.sqrt(float(c["head_dim"]))
-        return cls(**c, **e, **swa, kq_scale=kq_scale, gating=ex.gating, norm_w=ex.norm_w,
-                   neox=spec.neox, rope_yarn=yarn)
+        opts = dict(gating=ex.gating, norm_w=ex.norm_w, probs_bias=ex.probs_bias)
+        if ex.weights_keys:
+            opts.update(_weights_keys(k, ex, e["n_ff_exp"], c["n_layer"]))
+            if opts["n_dense_lead"] and not c["n_ff"]:
+                raise ModelLoadError(f"GGUF metadata has no `{k.full('feed_forward_length')}` "
+                                     f"(the leading dense layers' FFN width)")
+        return cls(**c, **e, **swa, **opts, kq_scale=kq_scale, neox=spec.neox, rope_yarn=yarn,
+                   n_layer_all=n_all)
+
+
+#: llama.cpp's `llama_expert_gating_func_type` values the graphs run
+_GATING_FUNC = {1: "softmax", 2: "sigmoid"}
+
+
+def _weights_keys(k: ArchKeys, ex, n_ff_exp: int, n_layer: int) -> dict:
+    """glm4moe's expert keys (`llama_model_glm4_moe::load_arch_hparams`):
+    `expert_gating_func` (absent or 0: the architecture's gating),
+    `expert_weights_norm`, `expert_weights_scale`, `expert_shared_count`
+    (the shared FFN is count x n_ff_exp wide), `leading_dense_block_count`;
+    the MTP files' `rope.dimension_sections` (M-RoPE, not run here) is
+    refused. ModelLoadError naming the key."""
+    f = k.int("expert_gating_func", 0, lo=0)
+    if f and f not in _GATING_FUNC:
+        raise ModelLoadError(f"`{k.full('expert_gating_func')}` = {f} is not supported "
+                             f"(1 softmax, 2 sigmoid)")
+    norm = k.value("expert_weights_norm", ex.norm_w)
+    if not isinstance(norm, (bool, np.bool_)):
+        raise ModelLoadError(f"`{k.full('expert_weights_norm')}` = {norm!r} is not a BOOL")
+    ks = k.full("rope.dimension_sections")
+    sec = k.md.get(ks)
+    if sec is not None and len(sec) >= 2 and sec[0] > 0 and sec[1] > 0:
+        raise ModelLoadError(f"`{ks}`: multimodal RoPE sections are not supported")
+    return dict(gating=_GATING_FUNC.get(f, ex.gating), norm_w=bool(norm),
+                w_scale=k.float("expert_weights_scale", 0.0, positive=False),
+                n_ff_shexp=n_ff_exp * k.int("expert_shared_count", 0, lo=0, hi=64),
+                n_dense_lead=k.int("leading_dense_block_count", 0, lo=0, hi=n_layer))
 
 
 def swiglu_oai(g: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -122,6 +176,7 @@ class MoEFFN:
         self.il = int(prefix.split(".")[1]) if prefix.startswith("blk.") else -1
         self.router = w.mat(prefix + "ffn_gate_inp.weight", E, e)
         self.router_bias = w.vec(prefix + "ffn_gate_inp.bias", E) if biases else None
+        self.probs_bias = w.vec(prefix + "exp_probs_b.bias", E) if ex.probs_bias else None
         if w.has(prefix + "ffn_gate_up_exps.weight"):
             self.gate_up = w.experts(prefix + "ffn_gate_up_exps.weight", E, 2 * F, e)
             self.gate = self.up = None
@@ -136,25 +191,26 @@ class MoEFFN:
             self.b_gate = w.table(prefix + "ffn_gate_exps.bias", E, F)
             self.b_up = w.table(prefix + "ffn_up_exps.bias", E, F)
             self.b_down = w.table(prefix + "ffn_down_exps.bias", E, e)
-        self.shared = None
-        if shared:
+        self.shared = self.shared_gate = None
+        if shared and hp.n_ff_shexp:
             self.shared = GatedFFN(w, prefix, "_shexp", e, hp.n_ff_shexp, profile)
-            self.shared_gate = w.mat(prefix + "ffn_gate_inp_shexp.weight", 1, e)
+            if ex.shared_gated:
+                self.shared_gate = w.mat(prefix + "ffn_gate_inp_shexp.weight", 1, e)
         self.last_x = self.last_ids = self.last_weights = None
 
     def matrices(self) -> list:
         mats = [self.router] + ([self.gate_up] if self.gate_up is not None else [self.gate, self.up])
         mats.append(self.down)
         if self.shared is not None:
-            mats += self.shared.matrices() + [self.shared_gate]
+            mats += self.shared.matrices() + ([self.shared_gate] if self.shared_gate is not None else [])
         return mats
 
     def route(self, x):
         """(ids, weights) of `build_moe_ffn` for x float32 (n, n_embd)."""
         hp = self.hp
         logits = self.router.matmul(x)
-        ids, w = cmoe.routing_weights(logits, hp.n_expert_used, hp.gating, hp.norm_w, 0.0, self.cpu,
-                                      bias=self.router_bias)
+        ids, w = cmoe.routing_weights(logits, hp.n_expert_used, hp.gating, hp.norm_w, hp.w_scale, self.cpu,
+                                      bias=self.router_bias, probs_bias=self.probs_bias)
         if T.on():
             self._trace_route(logits, w)
         return ids, w
@@ -171,10 +227,17 @@ class MoEFFN:
         if self.router_bias is not None:
             probs = (logits + self.router_bias).astype(np.float32)
             T.emit("ffn_moe_probs", "ADD", probs, il)
+        elif hp.gating == "sigmoid":
+            probs = ops.sigmoid(logits)
+            T.emit("ffn_moe_probs", "SIGMOID", probs, il)
         else:
             probs = ops.soft_max_rows(logits, self.cpu)
             T.emit("ffn_moe_probs", "SOFT_MAX", probs, il)
-        order = cmoe.argsort_desc(probs).astype(np.int32)
+        chosen = probs
+        if self.probs_bias is not None:
+            chosen = (probs + self.probs_bias).astype(np.float32)
+            T.emit("ffn_moe_probs_biased", "ADD", chosen, il)
+        order = cmoe.argsort_desc(chosen).astype(np.int32)
         T.emit("ffn_moe_argsort", "ARGSORT", order, il)
         sel = np.take_along_axis(probs, order[:, :k], axis=1)
         T.emit("ffn_moe_weights", "GET_ROWS", sel.reshape(n, k, 1), il)
@@ -243,7 +306,12 @@ class MoEFFN:
         ids, weights = self.route(x)
         self.last_x, self.last_ids, self.last_weights = x, ids, weights
         out = self.experts(x, ids, weights)
-        if self.shared is not None:
+        if self.shared is not None and self.shared_gate is None:
+            # glm4moe: routed + shared, ungated
+            s = self.shared(x)
+            out = (out + s).astype(np.float32)
+            T.emit("ffn_out", "ADD", out, self.il)
+        elif self.shared is not None:
             il = self.il
             s = self.shared(x)
             logit = self.shared_gate.matmul(x)
@@ -279,9 +347,18 @@ class _MoELayers(Model):
             L.attn_norm = w.vec(p + "attn_norm.weight", e)
             L.attn = Attention(w, p, hp, self.spec, self.cpu)
             L.ffn_norm = w.vec(f"{p}{self.FFN_NORM}.weight", e)
-            L.moe = MoEFFN(w, p, hp, self.spec, self.cpu)
+            if i < hp.n_dense_lead:
+                # glm4moe's leading dense layers (`build_ffn`, SwiGLU)
+                L.moe = GatedFFN(w, p, "", e, hp.n_ff, self.cpu)
+            else:
+                L.moe = MoEFFN(w, p, hp, self.spec, self.cpu)
             self.layers.append(L)
-        w.check_all_used()
+        if self.spec.experts.mtp:
+            # the NextN / MTP layers (blk.n_layer and after): loaded, not run
+            w.check_all_used(ignore=lambda name: name.startswith("blk.") and
+                             int(name.split(".")[1]) >= hp.n_layer)
+        else:
+            w.check_all_used()
 
     def _matrices(self) -> list:
         mats = [self.output]
@@ -321,6 +398,12 @@ class Qwen3MoEModel(_MoELayers):
             res = "l_out"
         cache.n += n
         return self._head(x, all_logits)
+
+
+class Glm4MoEModel(Qwen3MoEModel):
+    """glm4moe, GLM-4.5 (module docstring)."""
+
+    FFN_NORM = "post_attention_norm"     # glm4-moe.cpp's norm before the FFN
 
 
 class GptOssModel(_MoELayers):

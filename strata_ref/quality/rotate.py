@@ -55,8 +55,10 @@ __all__ = ["RotateError", "hadamard_factors", "hadamard_matrix", "RandomizedHada
            "rotate_gguf", "SUPPORTED"]
 
 #: the architectures whose norms can be folded: the dense graphs without
-#: norms on the residual path (`archs.ArchSpec.post_norms`)
-SUPPORTED = tuple(a for a, s in ARCHS.items() if s.module == "dense" and not s.post_norms)
+#: norms on the residual path (`archs.ArchSpec.post_norms`) and with
+#: separate q / k / v and gate / up matrices (not phi3's fused ones)
+SUPPORTED = tuple(a for a, s in ARCHS.items() if s.module == "dense" and not s.post_norms
+                  and not s.fused_qkv and not s.fused_up)
 
 
 class RotateError(ValueError):

@@ -29,7 +29,8 @@ TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q1_0", "
          "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M", "IQ4_XS", "TQ1_0", "TQ2_0")
 #: the weight types whose arm64 `vec_dot` is emulated (`neon_legacy`; the
 #: float types through the chain's dots and tinyBLAS)
-DONE = frozenset({"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "MXFP4"})
+DONE = frozenset({"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "MXFP4", "Q2_K",
+                  "Q3_K", "Q4_K", "Q5_K", "Q6_K"})
 
 
 def _bits(a):

@@ -33,6 +33,14 @@ exact; what ggml's builds differ in is where the float steps come
   accm)` per super-block, acc - accm; `ggml_gemm_q4_K_8x8_q8_K` (AVX-512
   code) for the rows in whole groups of 4: the same per pair of
   sub-blocks.
+* `NEON`, the arm64 `ggml_vec_dot_q{4,5,6}_K_q8_K` (`arch/arm/quants.c`,
+  every NEON build; the lanes are reduced as integers, so dotprod changes
+  nothing): per super-block the exact I = sum scale * dot (Q6_K: minus 32
+  sum scale * bsum) and M = sum min * bsum, then scalar C as GCC 12
+  contracted it (docs/arm64.md, disassembly): Q4_K `sum = fma(float(I), d
+  * d_a, fma(-float(M), dmin * d_a, sum))`, Q5_K `sum = sum +
+  fma(float(I), d * d_a, -round(float(M) * (dmin * d_a)))`, Q6_K `sum =
+  fma(d * d_a, float(I), sum)`.
 * `GENERIC`, the baseline build (`ggml_vec_dot_q{4,5,6}_K_q8_K_generic`,
   quants.c, no FMA): 8 int32 lanes of the positions mod 8, each 16 values
   times their scale, over the signed values (Q6_K: q - 32); per
@@ -56,11 +64,11 @@ from .simd import (I32x8, _BYTES, _I8, _I16, _I32, _V8I32, _V16I8, _V16I16, _V32
                    f8_splat, f8_zero, f16_at, i8_at, i8_load, i8x32_lanes_scaled, i32_add, i32_hsum, i32_lane,
                    i32_load, i32_mul, i32_pairdot, i32_pairsum, i32_splat, i32_sub, i32_to_f8, i32_zero)
 
-__all__ = ["KQUANT_TYPES", "LANES", "TILED", "REPACK", "GENERIC", "kernels"]
+__all__ = ["KQUANT_TYPES", "LANES", "TILED", "REPACK", "GENERIC", "NEON", "kernels"]
 
 KQUANT_TYPES = (GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K)
 #: arithmetic modes (module docstring)
-LANES, TILED, REPACK, GENERIC = 0, 1, 2, 3
+LANES, TILED, REPACK, GENERIC, NEON = 0, 1, 2, 3, 4
 
 _F32 = np.float32
 
@@ -308,6 +316,14 @@ def _make_kernels(t: GGMLType, mode: int):
             acc = _f8_add_products(acc, _F32(d * da), i32_to_f8(li))
             if not Q6:
                 out = _F32(out - _F32(_F32(dmin * da) * _F32(i32_hsum(mnx))))
+        elif MODE == NEON:
+            di = _F32(i32_hsum(li))
+            if Q6:
+                out = _fma(_F32(d * da), di, out)
+            elif Q5:
+                out = _F32(out + _fma(di, _F32(d * da), -_F32(_F32(i32_hsum(mnx)) * _F32(dmin * da))))
+            else:
+                out = _fma(di, _F32(d * da), _fma(-_F32(i32_hsum(mnx)), _F32(dmin * da), out))
         elif Q6:
             if MODE == TILED:
                 out = _fma(_F32(_F32(i32_hsum(li)) * d), da, out)
@@ -349,7 +365,7 @@ def _make_kernels(t: GGMLType, mode: int):
             for l in range(8):
                 out = _F32(out + f8_lane(acc, l))
             return out
-        if MODE == TILED:
+        if MODE == TILED or MODE == NEON:
             return out
         if MODE == REPACK:
             return _F32(out - accm)
@@ -538,7 +554,7 @@ def kernels(t, mode: int):
 
 #: the mode of each kernel variant an instruction-set chain names
 #: (`strata_ref.cpu.traits.kernel`)
-VARIANTS = {"x86": LANES, "generic": GENERIC, "tiled": TILED, "q4_K_8x8": REPACK}
+VARIANTS = {"x86": LANES, "generic": GENERIC, "tiled": TILED, "q4_K_8x8": REPACK, "neon": NEON}
 
 
 def variant_kernels(t, variant: str):

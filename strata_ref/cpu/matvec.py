@@ -45,16 +45,23 @@ _RUNNERS = {}
 
 def _three(module, t, isa):
     """The (serial, parallel) kernels of the chain's vec_dot, tinyBLAS_Q0
-    and repacked variants of t (the vec_dot ones where it has no other)."""
+    and repacked variants of t (the vec_dot ones where it has no other),
+    whether it has a tinyBLAS_Q0, and the name of a repacked layout the
+    module does not emulate (None if none: the runner refuses that path
+    when a product takes it)."""
     vd = module.variant_kernels(t, kernel(isa, t, "vec_dot"))
     tb = isa.lookup("TINYBLAS_Q0", t)
     rp = isa.resolve("REPACK").get(t)
-    return (vd, module.variant_kernels(t, tb) if tb else vd, module.variant_kernels(t, rp) if rp else vd,
-            tb is not None)
+    try:
+        rpk = module.variant_kernels(t, rp) if rp else vd
+        missing = None
+    except NotImplementedError:
+        rpk, missing = vd, rp
+    return vd, module.variant_kernels(t, tb) if tb else vd, rpk, tb is not None, missing
 
 
 def _legacy_runner(t: GGMLType, isa):
-    (vd_s, vd_p), (tb_s, tb_p), (rp_s, rp_p), HAS_TB = _three(legacy_dots, t, isa)
+    (vd_s, vd_p), (tb_s, tb_p), (rp_s, rp_p), HAS_TB, _ = _three(legacy_dots, t, isa)
     QUANT = isa.resolve("quantize_rows_q8")
     # a repacked layout whose gemm is not its gemv cannot serve a MUL_MAT_ID
     # here (ggml runs the gemv for every row: `neon_legacy.GEMM_NOT_GEMV`)
@@ -91,7 +98,9 @@ def _legacy_runner(t: GGMLType, isa):
 
 def _kquant_runner(t: GGMLType, isa):
     K = kquant_dots
-    (vd_s, vd_p), _, (rp_s, rp_p), _ = _three(K, t, isa)
+    (vd_s, vd_p), _, (rp_s, rp_p), _, missing = _three(K, t, isa)
+    RP_MISSING = missing is not None
+    RP_MSG = f"{t.name}: ggml's repacked {missing} gemv / gemm is not emulated yet"
     HAS_TILED = t in isa.resolve("TILED")
     tl_s, tl_p = K.variant_kernels(t, "tiled") if HAS_TILED else (vd_s, vd_p)
     PER32 = t != GGMLType.Q6_K
@@ -112,6 +121,8 @@ def _kquant_runner(t: GGMLType, isa):
         else:
             xb = b16
         out = np.empty((n, raw.shape[0]), np.float32)
+        if path == REPACK and RP_MISSING:
+            raise NotImplementedError(RP_MSG)
         if path == REPACK:
             if parts > 1:
                 rp_p(raw, xq, xd, xb, n_gemm, out, parts)

@@ -446,7 +446,7 @@ class IQuantFamily(Family):
         wq, sc, d, dq4 = packed
         n = x.shape[0]
         mode, post, tfac = _TYPE_CONST[qm.type]
-        xq, xd, _ = act_quant.q8_k_fields(x)
+        xq, xd, _ = act_quant.q8_k_fields(x, isa=qm.profile.isa)
         if dq4 is None:
             dq4, xs4 = _NO_DELTA, np.zeros((n, 1), np.int32)
         else:

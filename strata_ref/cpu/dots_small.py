@@ -429,7 +429,7 @@ class SmallFamily(Family):
         isa = qm.profile.isa
         n = x.shape[0]
         if kind == _TQ:
-            xq, xs, xb = act_quant.q8_k_fields(x)
+            xq, xs, xb = act_quant.q8_k_fields(x, isa=qm.profile.isa)
         else:
             xq, xs = act_quant.q8_0_fields(x, isa=isa)
             xb = np.zeros((n, 1), np.int32)

@@ -329,7 +329,7 @@ class _Q23Family(Family):
                 raise NotImplementedError(f"{qm.type.name}: ggml's {variant} kernel is not emulated yet")
             mode = _MODES[(qm.type, variant)]
             n_gemm = n - n % 4 if mode == _Q2_K_8X8 and not mmid else 0
-            xq, xd, bsums = act_quant.q8_k_fields(x, mat_rows=n_gemm)
+            xq, xd, bsums = act_quant.q8_k_fields(x, mat_rows=n_gemm, isa=qm.profile.isa)
             y = np.empty((n, r1 - r0), np.float32)
             p = packed
             (_mm_kquant if parallel else _mm_kquant_serial)(

@@ -104,6 +104,7 @@ def _kquant_runner(t: GGMLType, isa):
     HAS_TILED = t in isa.resolve("TILED")
     tl_s, tl_p = K.variant_kernels(t, "tiled") if HAS_TILED else (vd_s, vd_p)
     PER32 = t != GGMLType.Q6_K
+    Q8_K_FMA = bool(isa.resolve("Q8_K_FMA"))
 
     def run(repacked, mmid, raw, x, parts):
         n, k = x.shape
@@ -112,7 +113,7 @@ def _kquant_runner(t: GGMLType, isa):
         xq = np.empty((n, k), np.int8)
         xd = np.empty((n, k // 256), np.float32)
         b16 = np.empty((n, k // 16), np.int32)
-        _q8_k(x, xq, xd, b16, n_gemm)
+        _q8_k(x, xq, xd, b16, n_gemm, Q8_K_FMA)
         if PER32:
             xb = np.empty((n, k // 32), np.int32)
             for t_ in range(n):

@@ -27,10 +27,10 @@ ARM = tuple(n for n, p in PROFILES.items() if p.version == LLAMA_CPP_ARM64)
 TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q1_0", "Q2_0", "MXFP4",
          "NVFP4", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ2_XXS", "IQ2_XS", "IQ2_S",
          "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M", "IQ4_XS", "TQ1_0", "TQ2_0")
-#: the weight types whose arm64 `vec_dot` is emulated (`neon_legacy`; the
-#: float types through the chain's dots and tinyBLAS)
-DONE = frozenset({"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "MXFP4", "Q2_K",
-                  "Q3_K", "Q4_K", "Q5_K", "Q6_K"})
+#: the weight types whose arm64 `vec_dot` is emulated (every one: the
+#: families' "neon" / "dotprod" variants; the float types through the
+#: chain's dots and tinyBLAS)
+DONE = frozenset(TYPES)
 
 
 def _bits(a):

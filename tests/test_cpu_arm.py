@@ -17,7 +17,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from infer_helpers import DATA, TINY_IDS, tiny_model
+from infer_helpers import DATA, TINY_IDS, arm_profile_files, tiny_model
 from strata_ref import GGMLType
 from strata_ref.cpu import PROFILES, act_quant
 from strata_ref.cpu.matmul import QMatrix
@@ -166,18 +166,9 @@ def _logits(m, ids, n_prompt: int, kind: str) -> np.ndarray:
 #: build chose
 MODELS = ("SmolLM2-135M-Instruct", "smollm2-q4_0", "smollm2-q5_1", "smollm2-q2_k", "smollm2-q3_k_m",
           "Qwen2.5-Coder-0.5B-Instruct", "gemma-3-270m")
-#: CPU_REPACK layouts whose gemv / gemm are not emulated yet
-MISSING_LAYOUTS = ("q4_K_8x4", "q5_K_8x4", "q6_K_8x4")
-
-
 def _model_case(name, profile):
-    path = DATA / profile / f"llama_ref_{name}.npz"
-    repack = str(np.load(path)["repack"]) if path.is_file() else ""
-    missing = [lay for lay in MISSING_LAYOUTS if lay in repack]
-    marks = () if not missing else (pytest.mark.xfail(
-        strict=True, raises=NotImplementedError,
-        reason=f"{profile} repacks {', '.join(missing)}: not emulated yet"),)
-    return pytest.param(name, profile, id=f"{name}-{profile}", marks=marks)
+    marks = next(iter(arm_profile_files(f"llama_ref_{name}.npz")[ARM.index(profile)].marks), None)
+    return pytest.param(name, profile, id=f"{name}-{profile}", marks=() if marks is None else (marks,))
 
 
 def _model(name, profile):

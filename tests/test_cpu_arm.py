@@ -247,6 +247,23 @@ def test_repacked_q8_0_expert_rows_are_refused():
         m.matmul(x, mmid=True)
 
 
+def test_unemulated_repacked_k_quant_layout_is_refused():
+    # dotprod repacks Q4_K matrices of rows % 8 as q4_K_8x4, whose gemv /
+    # gemm are not emulated: a product on that path says so (the CLI prints
+    # it as one error line); the plain layout runs the NEON vec_dot
+    rng = np.random.default_rng(0)
+    from strata_ref import quantize
+    w = quantize(rng.standard_normal((8, 256)).astype(np.float32), "Q4_K")
+    x = rng.standard_normal((1, 256)).astype(np.float32)
+    m = QMatrix(GGMLType.Q4_K, w, 8, 256, "w", "armv8.2-dotprod")
+    assert m.repacked()
+    with pytest.raises(NotImplementedError, match="q4_K_8x4"):
+        m.matmul(x)
+    plain = QMatrix(GGMLType.Q4_K, w, 8, 256, "w", "armv8.0")
+    assert not plain.repacked()
+    assert plain.matmul(x).shape == (1, 8)
+
+
 def _typed_case(t, profile):
     marks = () if profile == "armv8.0" else (pytest.mark.xfail(
         strict=True, raises=(AssertionError, NotImplementedError),

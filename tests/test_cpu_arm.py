@@ -232,36 +232,36 @@ def test_rope_contracts_as_arm_gcc():
     assert (got[0], got[1]) == (x86_y0, y1)
 
 
-def test_repacked_q8_0_expert_rows_are_refused():
+def test_repacked_q8_0_expert_rows_take_the_gemv():
     # ggml's MUL_MAT_ID on a repacked q8_0_4x4 matrix runs the gemv (fused)
-    # for every row; the kernel here would take the gemm (unfused) for whole
-    # groups of 4, so it refuses rather than give other bits
+    # for every row; a plain mul_mat takes the gemm (unfused) for whole
+    # groups of 4: the expert rows are the one-row products' bits
     rng = np.random.default_rng(0)
     from strata_ref import quantize
     w = quantize(rng.standard_normal((8, 64)).astype(np.float32), "Q8_0")
     x = rng.standard_normal((4, 64)).astype(np.float32)
     m = QMatrix(GGMLType.Q8_0, w, 8, 64, "w", "armv8.2-dotprod")
     assert m.repacked()
-    m.matmul(x)                                  # a plain mul_mat: gemm rows
-    with pytest.raises(NotImplementedError, match="MUL_MAT_ID"):
-        m.matmul(x, mmid=True)
+    rows = np.concatenate([m.matmul(x[r:r + 1]) for r in range(4)])
+    assert np.array_equal(_bits(m.matmul(x, mmid=True)), _bits(rows))
+    assert not np.array_equal(_bits(m.matmul(x)), _bits(rows))     # the gemm
 
 
-def test_unemulated_repacked_k_quant_layout_is_refused():
-    # dotprod repacks Q4_K matrices of rows % 8 as q4_K_8x4, whose gemv /
-    # gemm are not emulated: a product on that path says so (the CLI prints
-    # it as one error line); the plain layout runs the NEON vec_dot
+def test_unemulated_repacked_layout_is_refused():
+    # dotprod repacks IQ4_NL matrices of rows % 4 as iq4_nl_4x4, whose gemv
+    # / gemm are not emulated: a product on that path says so (the CLI
+    # prints it as one error line); the plain layout runs the NEON vec_dot
     rng = np.random.default_rng(0)
     from strata_ref import quantize
-    w = quantize(rng.standard_normal((8, 256)).astype(np.float32), "Q4_K")
-    x = rng.standard_normal((1, 256)).astype(np.float32)
-    m = QMatrix(GGMLType.Q4_K, w, 8, 256, "w", "armv8.2-dotprod")
+    w = quantize(rng.standard_normal((4, 64)).astype(np.float32), "IQ4_NL")
+    x = rng.standard_normal((1, 64)).astype(np.float32)
+    m = QMatrix(GGMLType.IQ4_NL, w, 4, 64, "w", "armv8.2-dotprod")
     assert m.repacked()
-    with pytest.raises(NotImplementedError, match="q4_K_8x4"):
+    with pytest.raises(NotImplementedError, match="iq4_nl_4x4"):
         m.matmul(x)
-    plain = QMatrix(GGMLType.Q4_K, w, 8, 256, "w", "armv8.0")
+    plain = QMatrix(GGMLType.IQ4_NL, w, 4, 64, "w", "armv8.0")
     assert not plain.repacked()
-    assert plain.matmul(x).shape == (1, 8)
+    assert plain.matmul(x).shape == (1, 4)
 
 
 def _typed_case(t, profile):

@@ -248,30 +248,24 @@ def test_repacked_q8_0_expert_rows_take_the_gemv():
 
 
 def test_unemulated_repacked_layout_is_refused():
-    # dotprod repacks IQ4_NL matrices of rows % 4 as iq4_nl_4x4, whose gemv
-    # / gemm are not emulated: a product on that path says so (the CLI
-    # prints it as one error line); the plain layout runs the NEON vec_dot
+    # dotprod repacks Q1_0 matrices of rows % 4 as q1_0_4x4, whose gemv /
+    # gemm are not emulated: a product on that path says so (the CLI prints
+    # it as one error line); the plain layout runs the NEON vec_dot
     rng = np.random.default_rng(0)
     from strata_ref import quantize
-    w = quantize(rng.standard_normal((4, 64)).astype(np.float32), "IQ4_NL")
-    x = rng.standard_normal((1, 64)).astype(np.float32)
-    m = QMatrix(GGMLType.IQ4_NL, w, 4, 64, "w", "armv8.2-dotprod")
+    w = quantize(rng.standard_normal((4, 128)).astype(np.float32), "Q1_0")
+    x = rng.standard_normal((1, 128)).astype(np.float32)
+    m = QMatrix(GGMLType.Q1_0, w, 4, 128, "w", "armv8.2-dotprod")
     assert m.repacked()
-    with pytest.raises(NotImplementedError, match="iq4_nl_4x4"):
+    with pytest.raises(NotImplementedError, match="q1_0_4x4"):
         m.matmul(x)
-    plain = QMatrix(GGMLType.IQ4_NL, w, 4, 64, "w", "armv8.0")
+    plain = QMatrix(GGMLType.Q1_0, w, 4, 128, "w", "armv8.0")
     assert not plain.repacked()
     assert plain.matmul(x).shape == (1, 4)
 
 
-def _typed_case(t, profile):
-    marks = () if profile == "armv8.0" else (pytest.mark.xfail(
-        strict=True, raises=(AssertionError, NotImplementedError),
-        reason=f"dotprod repacks {t} as {t.lower()}_4x4: its gemv / gemm are not emulated yet"),)
-    return pytest.param(t, profile, id=f"{t}-{profile}", marks=marks)
-
-
-@pytest.mark.parametrize("t, profile", [_typed_case(t, p) for p in ARM for t in ("IQ4_NL", "MXFP4")])
+@pytest.mark.parametrize("profile", ARM)
+@pytest.mark.parametrize("t", ["IQ4_NL", "MXFP4"])
 def test_typed_models_are_the_arm_builds_bits(t, profile, tmp_path):
     # tests/typed_models.py: every matrix of type t; every logit of the
     # batched pass and of the incremental one (5 tokens, then one by one)

@@ -46,6 +46,11 @@ repacked, and IQ4_NL's single row):
   a lane sums depends on dotprod), lane + round(float(lane) * (d_w * d_a))
   per Q8_0 block (`vmlaq_n_f32`, unfused), `vaddvq_f32`; TQ1_0 / TQ2_0 the
   generic order (one integer per super-block, fused).
+* the arm64 dotprod builds' CPU_REPACK `iq4_nl_4x4` / `mxfp4_4x4` (rows %
+  4; `arch/arm/repack.cpp`): gemv and gemm alike, one accumulator per
+  output, acc + round((d_a * d_w) * float(block dot)) block after block
+  (`vmlaq_f32`, unfused); the gemm's activations come from the NEON
+  `ggml_quantize_mat_q8_0_4x4`, per row what `quantize_row_q8_0` computes.
 
 Block types, other paths:
 
@@ -171,8 +176,9 @@ _B32, _NV, _Q1, _Q2, _TQ = 0, 1, 2, 3, 4
 #: paths of the block kernels (_NEON_NL, _NEON_MX: the arm64 `vec_dot`s of
 #: IQ4_NL and MXFP4, which contract different products; _NEON_NV: NVFP4's;
 #: _NEON_Q, _DOTPROD_Q: Q1_0's and Q2_0's over the lanes of
-#: `ggml_vdotq_s32` without and with dotprod)
-_AVX2, _GENERIC, _TINYBLAS, _REPACK, _NEON_NL, _NEON_MX, _NEON_NV, _NEON_Q, _DOTPROD_Q = range(9)
+#: `ggml_vdotq_s32` without and with dotprod; _REPACK_ARM: the arm64
+#: `iq4_nl_4x4` / `mxfp4_4x4` gemv and gemm)
+_AVX2, _GENERIC, _TINYBLAS, _REPACK, _NEON_NL, _NEON_MX, _NEON_NV, _NEON_Q, _DOTPROD_Q, _REPACK_ARM = range(10)
 
 
 @njit(inline="always", cache=True)
@@ -251,6 +257,8 @@ def _row_small(kind, path, fma, w, ws, x, xs, xb, sumi, acc):
             si = _F32(_bdot(w, 32 * ib, x, 32 * ib))
             if path == _REPACK:
                 s = fma32(si, d, s)
+            elif path == _REPACK_ARM:
+                s = _F32(s + _F32(d * si))
             else:
                 s = _madd(d, si, s, fma)
         return s
@@ -508,6 +516,7 @@ _PATH_OF_VARIANT = {"x86": _AVX2, "generic": _GENERIC, "tinyblas_q0": _TINYBLAS}
 #: by GCC): the generic C's order on an FMA build
 _ARM_PATHS = {("neon", T.IQ4_NL): _NEON_NL, ("neon", T.MXFP4): _NEON_MX, ("neon", T.NVFP4): _NEON_NV,
               ("neon", T.Q1_0): _NEON_Q, ("neon", T.Q2_0): _NEON_Q, ("dotprod", T.Q1_0): _DOTPROD_Q,
-              ("dotprod", T.Q2_0): _DOTPROD_Q, ("neon", T.TQ1_0): _GENERIC, ("neon", T.TQ2_0): _GENERIC}
+              ("dotprod", T.Q2_0): _DOTPROD_Q, ("neon", T.TQ1_0): _GENERIC, ("neon", T.TQ2_0): _GENERIC,
+              ("iq4_nl_4x4", T.IQ4_NL): _REPACK_ARM, ("mxfp4_4x4", T.MXFP4): _REPACK_ARM}
 
 FAMILY = SmallFamily()

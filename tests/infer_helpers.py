@@ -42,6 +42,31 @@ def profile_files(name: str) -> list:
     return [pytest.param(p, DATA / p / name, id=p) for p in PROFILES if (DATA / p / name).is_file()]
 
 
+#: the arm64 profiles (docs/arm64.md), whose data tools/arm_ref.py made under qemu
+ARM_PROFILES = tuple(n for n, p in _cpu.PROFILES.items() if p.version == _cpu.profiles.LLAMA_CPP_ARM64)
+#: CPU_REPACK layouts of the ARM builds whose gemv / gemm are not emulated yet
+ARM_MISSING_LAYOUTS = ("q1_0_4x4",)
+
+
+def arm_profile_files(name: str) -> list:
+    """pytest params (profile, path) of every stored DATA/<arm profile>/<name>;
+    a strict xfail (NotImplementedError) where the file's `repack` key names
+    a layout of `ARM_MISSING_LAYOUTS`."""
+    import numpy as np
+    out = []
+    for p in ARM_PROFILES:
+        path = DATA / p / name
+        if not path.is_file():
+            continue
+        repack = str(np.load(path)["repack"])
+        missing = [lay for lay in ARM_MISSING_LAYOUTS if lay in repack]
+        marks = () if not missing else (pytest.mark.xfail(
+            strict=True, raises=NotImplementedError,
+            reason=f"{p} repacks {', '.join(missing)}: not emulated yet"),)
+        out.append(pytest.param(p, path, id=p, marks=marks))
+    return out
+
+
 @functools.lru_cache(maxsize=None)
 def model_path(name: str) -> Path:
     """GGUF path of a registry model, fetched when missing; skip if offline."""

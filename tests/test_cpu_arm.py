@@ -17,7 +17,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from infer_helpers import DATA, TINY_IDS, tiny_model
+from infer_helpers import DATA, TINY_IDS, arm_profile_files, tiny_model
 from strata_ref import GGMLType
 from strata_ref.cpu import PROFILES, act_quant
 from strata_ref.cpu.matmul import QMatrix
@@ -27,9 +27,10 @@ ARM = tuple(n for n, p in PROFILES.items() if p.version == LLAMA_CPP_ARM64)
 TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q1_0", "Q2_0", "MXFP4",
          "NVFP4", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ2_XXS", "IQ2_XS", "IQ2_S",
          "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M", "IQ4_XS", "TQ1_0", "TQ2_0")
-#: the weight types whose arm64 `vec_dot` is emulated (`neon_legacy`; the
-#: float types through the chain's dots and tinyBLAS)
-DONE = frozenset({"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "MXFP4"})
+#: the weight types whose arm64 `vec_dot` is emulated (every one: the
+#: families' "neon" / "dotprod" variants; the float types through the
+#: chain's dots and tinyBLAS)
+DONE = frozenset(TYPES)
 
 
 def _bits(a):
@@ -89,7 +90,7 @@ def test_activation_quantizers_are_the_arm_builds_bytes(profile):
     isa = PROFILES[profile].isa
     for name, fn in (("q8_0", lambda v: act_quant.quantize_q8_0_act(v, isa=isa)),
                      ("q8_1", lambda v: act_quant.quantize_q8_1_act(v, isa=isa)),
-                     ("q8_k", act_quant.quantize_q8_k_act)):
+                     ("q8_k", lambda v: act_quant.quantize_q8_k_act(v, isa=isa))):
         for i, row in enumerate(ref["x"]):
             assert np.array_equal(fn(row), ref[name][i]), f"{profile} {name} row {i}"
 
@@ -111,6 +112,29 @@ def test_arm_quantizer_takes_the_inverse_of_d():
     x86 = act_quant.quantize_q8_0_act(row, isa=PROFILES["avx2"].isa)[0, 2:].view(np.int8)
     assert (arm[0], x86[0]) == (127, 127)
     assert (arm[1], x86[1]) == (qa[i], qx[i]) and qa[i] != qx[i]
+
+
+def test_arm_q8_k_rounds_the_exact_product():
+    # ARM's ggml-base contracts quantize_row_q8_K_ref's nearest_int(iscale *
+    # x) = iscale * x + 1.5 * 2^23 into one FMA: q is the exact product
+    # rounded half to even; x86 rounds the product to float first. A value
+    # whose product lies within half an ulp of a half gets another q.
+    mx = np.float32(-3.0)
+    iscale = np.float32(np.float32(-127.0) / mx)
+    # the float32s next to x = (k + 0.5) / iscale, k = 0 .. 125 (products
+    # near each half)
+    x0 = (np.arange(126, dtype=np.float32) + np.float32(0.5)) / iscale
+    x = (x0.view(np.uint32)[:, None].astype(np.int64) + np.arange(-64, 64)).ravel().astype(np.uint32)
+    x = x.view(np.float32)
+    exact = np.rint(np.float64(iscale) * x.astype(np.float64))
+    rounded = np.rint(np.float32(iscale) * x)
+    i = int(np.flatnonzero(exact != rounded)[0])
+    row = np.zeros(256, np.float32)
+    row[0], row[1] = mx, x[i]
+    arm = act_quant.quantize_q8_k_act(row, isa=PROFILES["armv8.0"].isa)[0, 4:260].view(np.int8)
+    x86 = act_quant.quantize_q8_k_act(row, isa=PROFILES["avx2"].isa)[0, 4:260].view(np.int8)
+    assert (arm[0], x86[0]) == (-127, -127)
+    assert (arm[1], x86[1]) == (exact[i], rounded[i]) and exact[i] != rounded[i]
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "gemma3"])
@@ -138,9 +162,13 @@ def _logits(m, ids, n_prompt: int, kind: str) -> np.ndarray:
 
 
 #: the registry models and llama.cpp-quantized variants (tests/model_variants.py)
-#: whose stored ARM runs take only emulated kernels (the files' `repack`
-#: key names the layouts the build chose: `q8_0_4x4`, `q4_0_4x4`)
-MODELS = ("SmolLM2-135M-Instruct", "smollm2-q4_0", "smollm2-q5_1")
+#: run on the ARM profiles; the files' `repack` key names the layouts each
+#: build chose
+MODELS = ("SmolLM2-135M-Instruct", "smollm2-q4_0", "smollm2-q5_1", "smollm2-q2_k", "smollm2-q3_k_m",
+          "Qwen2.5-Coder-0.5B-Instruct", "gemma-3-270m")
+def _model_case(name, profile):
+    marks = next(iter(arm_profile_files(f"llama_ref_{name}.npz")[ARM.index(profile)].marks), None)
+    return pytest.param(name, profile, id=f"{name}-{profile}", marks=() if marks is None else (marks,))
 
 
 def _model(name, profile):
@@ -154,8 +182,7 @@ def _model(name, profile):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["batched", "incr"])
-@pytest.mark.parametrize("profile", ARM)
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name, profile", [_model_case(n, p) for n in MODELS for p in ARM])
 def test_model_is_the_arm_builds_bits(name, profile, kind):
     # every logit of every row (llama.cpp's rows are stored as blake2b
     # hashes, `infer_helpers.row_hashes`), its argmax, and the greedy
@@ -205,29 +232,40 @@ def test_rope_contracts_as_arm_gcc():
     assert (got[0], got[1]) == (x86_y0, y1)
 
 
-def test_repacked_q8_0_expert_rows_are_refused():
+def test_repacked_q8_0_expert_rows_take_the_gemv():
     # ggml's MUL_MAT_ID on a repacked q8_0_4x4 matrix runs the gemv (fused)
-    # for every row; the kernel here would take the gemm (unfused) for whole
-    # groups of 4, so it refuses rather than give other bits
+    # for every row; a plain mul_mat takes the gemm (unfused) for whole
+    # groups of 4: the expert rows are the one-row products' bits
     rng = np.random.default_rng(0)
     from strata_ref import quantize
     w = quantize(rng.standard_normal((8, 64)).astype(np.float32), "Q8_0")
     x = rng.standard_normal((4, 64)).astype(np.float32)
     m = QMatrix(GGMLType.Q8_0, w, 8, 64, "w", "armv8.2-dotprod")
     assert m.repacked()
-    m.matmul(x)                                  # a plain mul_mat: gemm rows
-    with pytest.raises(NotImplementedError, match="MUL_MAT_ID"):
-        m.matmul(x, mmid=True)
+    rows = np.concatenate([m.matmul(x[r:r + 1]) for r in range(4)])
+    assert np.array_equal(_bits(m.matmul(x, mmid=True)), _bits(rows))
+    assert not np.array_equal(_bits(m.matmul(x)), _bits(rows))     # the gemm
 
 
-def _typed_case(t, profile):
-    marks = () if profile == "armv8.0" else (pytest.mark.xfail(
-        strict=True, raises=(AssertionError, NotImplementedError),
-        reason=f"dotprod repacks {t} as {t.lower()}_4x4: its gemv / gemm are not emulated yet"),)
-    return pytest.param(t, profile, id=f"{t}-{profile}", marks=marks)
+def test_unemulated_repacked_layout_is_refused():
+    # dotprod repacks Q1_0 matrices of rows % 4 as q1_0_4x4, whose gemv /
+    # gemm are not emulated: a product on that path says so (the CLI prints
+    # it as one error line); the plain layout runs the NEON vec_dot
+    rng = np.random.default_rng(0)
+    from strata_ref import quantize
+    w = quantize(rng.standard_normal((4, 128)).astype(np.float32), "Q1_0")
+    x = rng.standard_normal((1, 128)).astype(np.float32)
+    m = QMatrix(GGMLType.Q1_0, w, 4, 128, "w", "armv8.2-dotprod")
+    assert m.repacked()
+    with pytest.raises(NotImplementedError, match="q1_0_4x4"):
+        m.matmul(x)
+    plain = QMatrix(GGMLType.Q1_0, w, 4, 128, "w", "armv8.0")
+    assert not plain.repacked()
+    assert plain.matmul(x).shape == (1, 4)
 
 
-@pytest.mark.parametrize("t, profile", [_typed_case(t, p) for p in ARM for t in ("IQ4_NL", "MXFP4")])
+@pytest.mark.parametrize("profile", ARM)
+@pytest.mark.parametrize("t", ["IQ4_NL", "MXFP4"])
 def test_typed_models_are_the_arm_builds_bits(t, profile, tmp_path):
     # tests/typed_models.py: every matrix of type t; every logit of the
     # batched pass and of the incremental one (5 tokens, then one by one)

@@ -1,6 +1,6 @@
 """A whole model whose mat-muls are the 256-value I-quants (tests/iq_model.py)
 against llama.cpp's logits in every CPU profile (stored by
-tools/llama_ref_iq.py): every position of a 12-token pass (ggml's tiled
+tools/llama_ref_iq.py; the arm64 ones by tools/arm_ref.py): every position of a 12-token pass (ggml's tiled
 path), a 5-token pass and three one-token passes (vec_dot), bit for bit.
 """
 from __future__ import annotations
@@ -10,11 +10,12 @@ import hashlib
 import numpy as np
 import pytest
 
-from infer_helpers import profile_files
+from infer_helpers import arm_profile_files, profile_files
 from iq_model import PASSES, tiny_iq_model
 
 
-@pytest.mark.parametrize("profile, path", profile_files("llama_ref_tiny_iq.npz"))
+@pytest.mark.parametrize("profile, path", profile_files("llama_ref_tiny_iq.npz")
+                         + arm_profile_files("llama_ref_tiny_iq.npz"))
 def test_tiny_iq_model_is_llama_cpp_bits(profile, path, tmp_path):
     from strata_ref.infer.loader import load
     ref = np.load(path)

@@ -18,12 +18,15 @@ Per 32 values: amax = max |x|, d = amax / 127 (float32), stored as fp16
 q = rne(x * id), or roundf(x * id), as int8. Q8_1 also stores s = fp16(d *
 sum(q)) with the float32 d (not the fp16 one), in both.
 
-`quantize_row_q8_K` on x86 is the reference `quantize_row_q8_K_ref` in every
-build: per 256
-values, max = the value of largest magnitude (the first on ties), iscale =
--127 / max, q = min(127, nearest_int(iscale * x)) (round half to even, by
-the 1.5 * 2^23 trick), d = 1 / iscale (float32), and bsums = the sums of q
-over each 16 values.
+`quantize_row_q8_K` is the reference `quantize_row_q8_K_ref` in every build
+(x86 and arm64): per 256 values, max = the value of largest magnitude (the
+first on ties), iscale = -127 / max, q = min(127, nearest_int(iscale * x))
+(round half to even, by adding 1.5 * 2^23), d = 1 / iscale (float32), and
+bsums = the sums of q over each 16 values. The x86 builds round the product
+iscale * x to float first; the arm64 builds' GCC contracts the product and
+the addition into one FMA (`fmla`), so there q is the exact product rounded
+half to even (the chain's `Q8_K_FMA`; a value between the two roundings
+gets another q).
 
 The kernels take the fields as separate arrays (`*_fields` functions, numba);
 `quantize_q8_0_act` / `quantize_q8_1_act` / `quantize_q8_k_act` return the
@@ -168,7 +171,7 @@ def q8_1_fields(x, qdtype=np.int8, ref: bool = False, isa=None):
 
 
 @jit
-def _q8_k(x, q, d, bsums, pos_rows):
+def _q8_k(x, q, d, bsums, pos_rows, fused=False):
     n, k = x.shape
     for t in range(n):
         for i in range(k // 256):
@@ -194,7 +197,12 @@ def _q8_k(x, q, d, bsums, pos_rows):
                 continue
             iscale = np.float32(np.float32(-127.0) / mx)
             for j in range(256):
-                v = int(np.rint(np.float32(iscale * x[t, base + j])))
+                if fused:
+                    # fma(iscale, x, 1.5 * 2^23): the exact product (a
+                    # double holds it) rounded half to even
+                    v = int(np.rint(np.float64(iscale) * np.float64(x[t, base + j])))
+                else:
+                    v = int(np.rint(np.float32(iscale * x[t, base + j])))
                 q[t, base + j] = min(127, v)
             for j in range(16):
                 tot = 0
@@ -204,19 +212,20 @@ def _q8_k(x, q, d, bsums, pos_rows):
             d[t, i] = np.float32(np.float32(1.0) / iscale)
 
 
-def q8_k_fields(x, qdtype=np.int8, mat_rows: int = 0):
+def q8_k_fields(x, qdtype=np.int8, mat_rows: int = 0, isa=None):
     """ggml `quantize_row_q8_K_ref` of each row of x (float32 (n, k), k % 256
     == 0): q (n, k) as int8 (or `qdtype`), d float32 (n, k/256), bsums int32
     (n, k/16). The first `mat_rows` rows follow ggml-cpu's x86
     `ggml_quantize_mat_q8_K_4x8` instead (the repacked Q4_K path quantizes
     whole groups of 4 rows with it): the same except that when +amax and
     -amax both occur in a super-block, +amax is the maximum (the reference
-    takes the first one)."""
+    takes the first one). isa: the instruction-set chain whose build is
+    followed (its `Q8_K_FMA`; None: x86's rounding)."""
     x = _check(x, 256)
     q = np.empty(x.shape, qdtype)
     d = np.empty((x.shape[0], x.shape[1] // 256), np.float32)
     bsums = np.empty((x.shape[0], x.shape[1] // 16), np.int32)
-    _q8_k(x, q, d, bsums, int(mat_rows))
+    _q8_k(x, q, d, bsums, int(mat_rows), bool(isa.resolve("Q8_K_FMA")) if isa is not None else False)
     return q, d, bsums
 
 
@@ -249,8 +258,9 @@ def quantize_q8_1_act(x, ref: bool = False, isa=None) -> np.ndarray:
                                  "qs": q.reshape(-1, 32)})
 
 
-def quantize_q8_k_act(x) -> np.ndarray:
-    """Q8_K blocks (uint8 (k/256, 292)) by ggml `quantize_row_q8_K_ref`."""
-    q, d, bsums = q8_k_fields(np.asarray(x).reshape(1, -1))
+def quantize_q8_k_act(x, isa=None) -> np.ndarray:
+    """Q8_K blocks (uint8 (k/256, 292)) by ggml `quantize_row_q8_K_ref` as
+    the build of instruction-set chain `isa` compiled it (None: x86)."""
+    q, d, bsums = q8_k_fields(np.asarray(x).reshape(1, -1), isa=isa)
     return _pack(GGMLType.Q8_K, {"d": d.reshape(-1), "qs": q.reshape(-1, 256),
                                  "bsums": bsums.reshape(-1, 16).astype(np.int16)})

@@ -34,6 +34,15 @@ variant by the instruction-set chain (`traits.kernel`):
   r = float(s) * d_tile and out = fma(r, d_a, out), block after block.
   d_tile = fp16(d) * 0.125 (IQ2_*), * 0.25 (IQ3_XXS), * 1 (IQ3_S, IQ4_XS);
   IQ1_S / IQ1_M store 8 * grid + delta as the value and fp16(d) * 0.125.
+* "neon", the `vec_dot` of every arm64 NEON build (`ggml-cpu/arch/arm/quants.c`;
+  the lanes are reduced as integers, so dotprod changes nothing), as GCC
+  12 contracted it (disassembly, docs/arm64.md): per super-block, d =
+  fp16(d_w) * d_a and the exact integer I = sum scale * dot; IQ2_XS, IQ2_S,
+  IQ3_S, IQ4_XS `sumf = fma(float(I), d, sumf)`; IQ2_XXS / IQ3_XXS keep
+  two floats, the even and the odd chunks of 32, `sumf1 = fma(float(dot),
+  0.5 + s, sumf1)`, then `sumf = fma(sumf1 + sumf2, d, sumf)`; IQ1_S /
+  IQ1_M `sumf = fma(d, fma(float(delta sum), 0.125, float(I)), sumf)`; the
+  result times 0.125 (IQ2_XS, IQ2_S), 0.25 (IQ2_XXS), 0.5 (IQ3_XXS).
 
 The integer parts are exact and computed with `lanes` (ggml's own
 maddubs / madd on AVX2 CPUs, portable LLVM vector code elsewhere); every
@@ -71,7 +80,7 @@ __all__ = ["FAMILY", "IQ_TYPES", "pack_iquant"]
 #: kernel modes: how a type's integer parts are formed
 _GRID, _IQ4, _IQ1S, _IQ1M = 0, 1, 2, 3
 #: kernel paths
-_AVX2, _GEN, _TILED = 0, 1, 2
+_AVX2, _GEN, _TILED, _NEON = 0, 1, 2, 3
 
 # per type: mode, factor of the vec_dot result (ggml's `0.125f *
 # hsum_float_8(...)` etc.), factor folded into the tiled d (tiled.cpp)
@@ -86,6 +95,9 @@ _TYPE_CONST = {
     T.IQ1_M: (_IQ1M, 1.0, 0.125),
 }
 IQ_TYPES = frozenset(_TYPE_CONST)
+#: the NEON code's factor of the result where it differs from `_TYPE_CONST`'s
+#: (its chunk scales are 0.5 + s, not 2 s + 1)
+_NEON_POST = {T.IQ2_XXS: 0.25, T.IQ3_XXS: 0.5}
 
 _IQ1_DELTA = np.float32(0.125)      # IQ1S_DELTA = IQ1M_DELTA (ggml-common.h)
 
@@ -376,6 +388,35 @@ def _dot_generic(mode, post, w, x, sc, d, dq4, xd, xs4, sumi, sumd):
 
 
 @njit(inline="always", cache=True)
+def _dot_neon(mode, post, halves, w, x, sc, d, dq4, xd, xs4, sumi, sumd):
+    # ggml_vec_dot_<type>_q8_K of arch/arm/quants.c (module docstring);
+    # halves: IQ2_XXS / IQ3_XXS's two float sums of (0.5 + s) * dot
+    sumf = np.float32(0.0)
+    for b in range(d.shape[0]):
+        db = np.float32(d[b] * xd[b])
+        if halves:
+            f1 = np.float32(0.0)
+            f2 = np.float32(0.0)
+            for c in range(0, 8, 2):
+                o = b * 256 + c * 32
+                f1 = fma32(np.float32(q8_block_dot(w, o, x, o)), np.float32(sc[b, 2 * c]) * np.float32(0.5), f1)
+                f2 = fma32(np.float32(q8_block_dot(w, o + 32, x, o + 32)),
+                           np.float32(sc[b, 2 * c + 2]) * np.float32(0.5), f2)
+            sumf = fma32(np.float32(f1 + f2), db, sumf)
+            continue
+        _grid_lanes(w, x, sc, b, sumi)
+        tot = 0
+        for L in range(8):
+            tot += sumi[L]
+        if mode == _IQ1S or mode == _IQ1M:
+            inner = fma32(np.float32(_delta_total(dq4, xs4, b, sumd)), _IQ1_DELTA, np.float32(tot))
+            sumf = fma32(db, inner, sumf)
+        else:
+            sumf = fma32(np.float32(tot), db, sumf)
+    return np.float32(post * sumf)
+
+
+@njit(inline="always", cache=True)
 def _dot_tiled(mode, tfac, w, x, sc, d, dq4, xd, xs4, sumi, sumd):
     # ggml's tiled mat-mul (tiled.cpp / tiled-kernel.cpp, module docstring)
     out = np.float32(0.0)
@@ -392,9 +433,10 @@ def _dot_tiled(mode, tfac, w, x, sc, d, dq4, xd, xs4, sumi, sumd):
 
 
 @jit
-def _rows_iq(mode, path, post, tfac, wq, sc, d, dq4, xq, xd, xs4, out, r0, r1):
+def _rows_iq(mode, path, post, tfac, halves, wq, sc, d, dq4, xq, xd, xs4, out, r0, r1):
     """out[t, r] for weight rows r0 <= r < r1 and every activation row t
-    (module docstring for the arguments and paths)."""
+    (module docstring for the arguments and paths; halves: the NEON code
+    of IQ2_XXS / IQ3_XXS, `_dot_neon`)."""
     sumi = np.empty(8, np.int32)
     sumd = np.empty(8, np.int32)
     lf = np.empty(8, np.float32)
@@ -409,6 +451,9 @@ def _rows_iq(mode, path, post, tfac, wq, sc, d, dq4, xq, xd, xs4, out, r0, r1):
                 v = _dot_generic(mode, post, w, xq[t], sc[r], d[r], dq4r, xd[t], xs4[t], sumi, sumd)
             elif path == _TILED:
                 v = _dot_tiled(mode, tfac, w, xq[t], sc[r], d[r], dq4r, xd[t], xs4[t], sumi, sumd)
+            elif path == _NEON:
+                v = _dot_neon(mode, post, halves, w, xq[t], sc[r], d[r], dq4r, xd[t], xs4[t], sumi,
+                              sumd)
             else:
                 v = _dot_avx2(mode, post, w, xq[t], sc[r], d[r], dq4r, xd[t], xs4[t], sumi, sumd,
                               lf, acc, acc2)
@@ -416,19 +461,20 @@ def _rows_iq(mode, path, post, tfac, wq, sc, d, dq4, xq, xd, xs4, out, r0, r1):
 
 
 @jit(parallel=True)
-def _mm_iq(mode, path, post, tfac, wq, sc, d, dq4, xq, xd, xs4, out, r0, r1):
+def _mm_iq(mode, path, post, tfac, halves, wq, sc, d, dq4, xq, xd, xs4, out, r0, r1):
     """`_rows_iq` over the weight rows r0..r1-1, tasks of `_ROWS_PER_TASK`
     rows in parallel (each row's arithmetic is the same on any thread)."""
     for c in prange((r1 - r0 + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
         a = r0 + c * _ROWS_PER_TASK
-        _rows_iq(mode, path, post, tfac, wq, sc, d, dq4, xq, xd, xs4, out, a, min(r1, a + _ROWS_PER_TASK))
+        _rows_iq(mode, path, post, tfac, halves, wq, sc, d, dq4, xq, xd, xs4, out, a,
+                 min(r1, a + _ROWS_PER_TASK))
 
 
 _NO_DELTA = np.ones((1, 1), np.int8)
 
 
 #: the kernel path of each variant an instruction-set chain names
-_PATH_OF_VARIANT = {"x86": _AVX2, "generic": _GEN, "tiled": _TILED}
+_PATH_OF_VARIANT = {"x86": _AVX2, "generic": _GEN, "tiled": _TILED, "neon": _NEON}
 
 
 class IQuantFamily(Family):
@@ -446,7 +492,7 @@ class IQuantFamily(Family):
         wq, sc, d, dq4 = packed
         n = x.shape[0]
         mode, post, tfac = _TYPE_CONST[qm.type]
-        xq, xd, _ = act_quant.q8_k_fields(x)
+        xq, xd, _ = act_quant.q8_k_fields(x, isa=qm.profile.isa)
         if dq4 is None:
             dq4, xs4 = _NO_DELTA, np.zeros((n, 1), np.int32)
         else:
@@ -457,8 +503,11 @@ class IQuantFamily(Family):
             variant = kernel(isa, qm.type, path)
             if variant not in _PATH_OF_VARIANT:
                 raise NotImplementedError(f"{qm.type.name}: ggml's {variant} kernel is not emulated yet")
-            args = (mode, _PATH_OF_VARIANT[variant], np.float32(post), np.float32(tfac), wq, sc, d, dq4,
-                    xq, xd, xs4, out)
+            kpath = _PATH_OF_VARIANT[variant]
+            # the NEON code has its own result factor (`_NEON_POST`)
+            kpost = _NEON_POST.get(qm.type, post) if kpath == _NEON else post
+            args = (mode, kpath, np.float32(kpost), np.float32(tfac), qm.type in _NEON_POST, wq, sc, d,
+                    dq4, xq, xd, xs4, out)
             if parallel:
                 _mm_iq(*args, r0, r1)
             else:

@@ -38,6 +38,20 @@ repacked, and IQ4_NL's single row):
   scale, then times d_w into the total; NVFP4: per 16), added to a float
   sum in block order, contracted into FMAs on FMA builds.
 
+* the arm64 `vec_dot`s (`arch/arm/quants.c`, as GCC 12 compiled them:
+  docs/arm64.md): IQ4_NL / MXFP4 per pair of blocks (`_NEON_NL`,
+  `_NEON_MX`, below); NVFP4 one 4-lane accumulator, lane k fma(float(dot of
+  sub-block k), ue4m3_k * d_a, lane) per block of 64, `vaddvq_f32`; Q1_0 /
+  Q2_0 one 4-lane accumulator over `ggml_vdotq_s32`'s lanes (which values
+  a lane sums depends on dotprod), lane + round(float(lane) * (d_w * d_a))
+  per Q8_0 block (`vmlaq_n_f32`, unfused), `vaddvq_f32`; TQ1_0 / TQ2_0 the
+  generic order (one integer per super-block, fused).
+* the arm64 dotprod builds' CPU_REPACK `iq4_nl_4x4` / `mxfp4_4x4` (rows %
+  4; `arch/arm/repack.cpp`): gemv and gemm alike, one accumulator per
+  output, acc + round((d_a * d_w) * float(block dot)) block after block
+  (`vmlaq_f32`, unfused); the gemm's activations come from the NEON
+  `ggml_quantize_mat_q8_0_4x4`, per row what `quantize_row_q8_0` computes.
+
 Block types, other paths:
 
 * "tinyblas" (IQ4_NL, two or more activation rows on AVX builds):
@@ -72,6 +86,7 @@ from .fp import fma32, hsum8
 # lanes' IR helpers (`_lanes`: the exact 8 int32 lanes of a block) build the
 # intrinsics below
 from .lanes import _V8F, _V8I32, _V32I8, _check, _fn, _lanes, _ptr, fma8_into, lanes_scaled_add
+from .neon_legacy import LANE_DOTPROD as _LANE_DOTPROD, LANE_NEON as _LANE_NEON
 from .traits import Family, kernel
 
 __all__ = ["SMALL_TYPES", "FAMILY", "pack_small"]
@@ -159,8 +174,21 @@ def _bdot_halves(typingctx, w, woff, x, xoff):
 #: kinds of block dot (the packed layout and the ggml function family)
 _B32, _NV, _Q1, _Q2, _TQ = 0, 1, 2, 3, 4
 #: paths of the block kernels (_NEON_NL, _NEON_MX: the arm64 `vec_dot`s of
-#: IQ4_NL and MXFP4, which contract different products)
-_AVX2, _GENERIC, _TINYBLAS, _REPACK, _NEON_NL, _NEON_MX = 0, 1, 2, 3, 4, 5
+#: IQ4_NL and MXFP4, which contract different products; _NEON_NV: NVFP4's;
+#: _NEON_Q, _DOTPROD_Q: Q1_0's and Q2_0's over the lanes of
+#: `ggml_vdotq_s32` without and with dotprod; _REPACK_ARM: the arm64
+#: `iq4_nl_4x4` / `mxfp4_4x4` gemv and gemm)
+_AVX2, _GENERIC, _TINYBLAS, _REPACK, _NEON_NL, _NEON_MX, _NEON_NV, _NEON_Q, _DOTPROD_Q, _REPACK_ARM = range(10)
+
+
+@njit(inline="always", cache=True)
+def _arm_lanes(w, o, x, lane, ln):
+    # ln[0:4] = the 4 int32 lanes of the 32-value dot at o: value p goes to
+    # lane[p] (`neon_legacy.LANE_NEON` / `LANE_DOTPROD`), exact
+    for L in range(4):
+        ln[L] = 0
+    for p in range(32):
+        ln[lane[p]] += np.int32(w[o + p]) * np.int32(x[o + p])
 
 
 @njit(inline="always", cache=True)
@@ -229,11 +257,27 @@ def _row_small(kind, path, fma, w, ws, x, xs, xb, sumi, acc):
             si = _F32(_bdot(w, 32 * ib, x, 32 * ib))
             if path == _REPACK:
                 s = fma32(si, d, s)
+            elif path == _REPACK_ARM:
+                s = _F32(s + _F32(d * si))
             else:
                 s = _madd(d, si, s, fma)
         return s
     if kind == _NV:                        # NVFP4: blocks of 64, scales per 16
         nb = ws.shape[0] // 4
+        if path == _NEON_NV:
+            # arch/arm/quants.c: lane k of one 4-lane accumulator takes
+            # sub-block k of each block, fma(float(dot), ue4m3_k * d_a, lane)
+            # (`vfmaq_f32`), then `vaddvq_f32`
+            for L in range(4):
+                acc[L] = 0.0
+            for b in range(nb):
+                for h in range(2):
+                    o = 64 * b + 32 * h
+                    lo, hi = _bdot_halves(w, o, x, o)
+                    dy = xs[2 * b + h]
+                    acc[2 * h] = fma32(_F32(lo), _F32(ws[4 * b + 2 * h] * dy), acc[2 * h])
+                    acc[2 * h + 1] = fma32(_F32(hi), _F32(ws[4 * b + 2 * h + 1] * dy), acc[2 * h + 1])
+            return _F32(_F32(acc[0] + acc[1]) + _F32(acc[2] + acc[3]))
         if path == _AVX2:
             for L in range(8):
                 acc[L] = 0.0
@@ -256,6 +300,21 @@ def _row_small(kind, path, fma, w, ws, x, xs, xb, sumi, acc):
     if kind == _Q1 or kind == _Q2:         # Q1_0 (128, 4 Q8_0 blocks), Q2_0 (64, 2)
         sub = 4 if kind == _Q1 else 2
         nb = ws.shape[0]
+        if path == _NEON_Q or path == _DOTPROD_Q:
+            # arch/arm/quants.c: one 4-lane accumulator, per Q8_0 block
+            # acc + round(float(lane) * (d_w * d_a)) (`vmlaq_n_f32`, not
+            # fused by GCC 12), then `vaddvq_f32`
+            lane = _LANE_DOTPROD if path == _DOTPROD_Q else _LANE_NEON
+            for L in range(4):
+                acc[L] = 0.0
+            for b in range(nb):
+                for k in range(sub):
+                    o = 32 * (sub * b + k)
+                    _arm_lanes(w, o, x, lane, sumi)
+                    d = _F32(ws[b] * xs[sub * b + k])
+                    for L in range(4):
+                        acc[L] = _F32(acc[L] + _F32(_F32(sumi[L]) * d))
+            return _F32(_F32(acc[0] + acc[1]) + _F32(acc[2] + acc[3]))
         if path == _AVX2:                  # Q1_0 only: Q2_0 has no x86 code
             for L in range(8):
                 acc[L] = 0.0
@@ -429,7 +488,7 @@ class SmallFamily(Family):
         isa = qm.profile.isa
         n = x.shape[0]
         if kind == _TQ:
-            xq, xs, xb = act_quant.q8_k_fields(x)
+            xq, xs, xb = act_quant.q8_k_fields(x, isa=qm.profile.isa)
         else:
             xq, xs = act_quant.q8_0_fields(x, isa=isa)
             xb = np.zeros((n, 1), np.int32)
@@ -438,8 +497,8 @@ class SmallFamily(Family):
         fma = bool(isa.resolve("FMA"))
         for r0, r1, path in segments:
             variant = kernel(isa, qm.type, path)
-            if variant == "neon" and qm.type in _NEON_PATHS:
-                code = _NEON_PATHS[qm.type]
+            if (variant, qm.type) in _ARM_PATHS:
+                code = _ARM_PATHS[(variant, qm.type)]
             elif variant in _PATH_OF_VARIANT or variant in ("iq4_nl_8x8", "mxfp4_8x8"):
                 code = _PATH_OF_VARIANT.get(variant, _REPACK)
             else:
@@ -451,7 +510,13 @@ class SmallFamily(Family):
 #: the kernel path of each variant an instruction-set chain names (the
 #: repacked layouts `iq4_nl_8x8`, `mxfp4_8x8`: `_REPACK`)
 _PATH_OF_VARIANT = {"x86": _AVX2, "generic": _GENERIC, "tinyblas_q0": _TINYBLAS}
-#: the arm64 `vec_dot`s written here ("neon" in the chain's VEC_DOT)
-_NEON_PATHS = {T.IQ4_NL: _NEON_NL, T.MXFP4: _NEON_MX}
+#: the arm64 `vec_dot`s written here ("neon" in the chain's VEC_DOT;
+#: "dotprod" where the dotprod lanes change the float sums). TQ1_0 / TQ2_0:
+#: one exact integer per super-block, `sumf += d * float(sumi)` (contracted
+#: by GCC): the generic C's order on an FMA build
+_ARM_PATHS = {("neon", T.IQ4_NL): _NEON_NL, ("neon", T.MXFP4): _NEON_MX, ("neon", T.NVFP4): _NEON_NV,
+              ("neon", T.Q1_0): _NEON_Q, ("neon", T.Q2_0): _NEON_Q, ("dotprod", T.Q1_0): _DOTPROD_Q,
+              ("dotprod", T.Q2_0): _DOTPROD_Q, ("neon", T.TQ1_0): _GENERIC, ("neon", T.TQ2_0): _GENERIC,
+              ("iq4_nl_4x4", T.IQ4_NL): _REPACK_ARM, ("mxfp4_4x4", T.MXFP4): _REPACK_ARM}
 
 FAMILY = SmallFamily()

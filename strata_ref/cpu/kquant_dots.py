@@ -33,6 +33,24 @@ exact; what ggml's builds differ in is where the float steps come
   accm)` per super-block, acc - accm; `ggml_gemm_q4_K_8x8_q8_K` (AVX-512
   code) for the rows in whole groups of 4: the same per pair of
   sub-blocks.
+* `NEON`, the arm64 `ggml_vec_dot_q{4,5,6}_K_q8_K` (`arch/arm/quants.c`,
+  every NEON build; the lanes are reduced as integers, so dotprod changes
+  nothing): per super-block the exact I = sum scale * dot (Q6_K: minus 32
+  sum scale * bsum) and M = sum min * bsum, then scalar C as GCC 12
+  contracted it (docs/arm64.md, disassembly): Q4_K `sum = fma(float(I), d
+  * d_a, fma(-float(M), dmin * d_a, sum))`, Q5_K `sum = sum +
+  fma(float(I), d * d_a, -round(float(M) * (dmin * d_a)))`, Q6_K `sum =
+  fma(d * d_a, float(I), sum)`.
+* `ARM_8X4`, the arm64 dotprod builds' CPU_REPACK layouts `q4_K_8x4`,
+  `q5_K_8x4`, `q6_K_8x4` (rows % 8; `arch/arm/repack.cpp`, contractions
+  from the disassembly): Q4_K / Q5_K gemv and gemm alike, per pair of
+  sub-blocks `acc = fma(d * d_a, float(sc_lo dot_lo + sc_hi dot_hi),
+  acc)` (`vfmaq_f32`), after each super-block `acc = acc - round(float(M)
+  * (dmin * d_a))` (`vmlsq_f32`, unfused); Q6_K per super-block, the gemv
+  `acc = fma(float(I), d * d_a, acc)` (`vaddq_f32(acc, vmulq_f32(..))`,
+  contracted by GCC), the gemm `acc + round(float(I) * (d * d_a))`
+  (`vmlaq_f32`, not). The gemm's activation rows come from
+  `ggml_quantize_mat_q8_K_4x4` (generic C: the reference's arithmetic).
 * `GENERIC`, the baseline build (`ggml_vec_dot_q{4,5,6}_K_q8_K_generic`,
   quants.c, no FMA): 8 int32 lanes of the positions mod 8, each 16 values
   times their scale, over the signed values (Q6_K: q - 32); per
@@ -57,11 +75,12 @@ from .simd import (I32x8, _BYTES, _I8, _I16, _I32, _V8I32, _V16I8, _V16I16, _V32
                    i32_hsum, i32_hsum8, i32_lane, i32_load, i32_mul, i32_pairdot, i32_pairsum, i32_splat,
                    i32_sub, i32_to_f8, i32_zero)
 
-__all__ = ["KQUANT_TYPES", "LANES", "TILED", "REPACK", "GENERIC", "kernels"]
+__all__ = ["KQUANT_TYPES", "LANES", "TILED", "REPACK", "GENERIC", "NEON", "ARM_8X4", "kernels",
+           "AMAX_TIE_LAYOUTS"]
 
 KQUANT_TYPES = (GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K)
 #: arithmetic modes (module docstring)
-LANES, TILED, REPACK, GENERIC = 0, 1, 2, 3
+LANES, TILED, REPACK, GENERIC, NEON, ARM_8X4 = 0, 1, 2, 3, 4, 5
 
 _F32 = np.float32
 
@@ -303,6 +322,27 @@ def _make_kernels(t: GGMLType, mode: int):
             acc = _f8_add_products(acc, _F32(d * da), i32_to_f8(li))
             if not Q6:
                 out = _F32(out - _F32(_F32(dmin * da) * _F32(i32_hsum(mnx))))
+        elif MODE == ARM_8X4:
+            ds = _F32(d * da)
+            if Q6:
+                if gemm:
+                    out = _F32(out + _F32(_F32(i32_hsum(li)) * ds))
+                else:
+                    out = _fma(_F32(i32_hsum(li)), ds, out)
+            else:
+                out = _fma(ds, _F32(i32_hsum(p0)), out)
+                out = _fma(ds, _F32(i32_hsum(p1)), out)
+                out = _fma(ds, _F32(i32_hsum(p2)), out)
+                out = _fma(ds, _F32(i32_hsum(p3)), out)
+                out = _F32(out - _F32(_F32(i32_hsum(mnx)) * _F32(dmin * da)))
+        elif MODE == NEON:
+            di = _F32(i32_hsum(li))
+            if Q6:
+                out = _fma(_F32(d * da), di, out)
+            elif Q5:
+                out = _F32(out + _fma(di, _F32(d * da), -_F32(_F32(i32_hsum(mnx)) * _F32(dmin * da))))
+            else:
+                out = _fma(di, _F32(d * da), _fma(-_F32(i32_hsum(mnx)), _F32(dmin * da), out))
         elif Q6:
             if MODE == TILED:
                 out = _fma(_F32(_F32(i32_hsum(li)) * d), da, out)
@@ -344,7 +384,7 @@ def _make_kernels(t: GGMLType, mode: int):
             for l in range(8):
                 out = _F32(out + f8_lane(acc, l))
             return out
-        if MODE == TILED:
+        if MODE == TILED or MODE == NEON or MODE == ARM_8X4:
             return out
         if MODE == REPACK:
             return _F32(out - accm)
@@ -508,7 +548,7 @@ def _make_kernels(t: GGMLType, mode: int):
             for rr in range(r, r1):
                 out[0, rr] = row_direct(w, rr * rb, x, 0, xd, xbf, 0, 0)
             return
-        if n == 1 or MODE == GENERIC:
+        if (n == 1 and MODE != ARM_8X4) or MODE == GENERIC:
             # straight from the stored blocks (the generic code's lanes are
             # other sums, and one row needs each block once)
             for r in range(r0, r1):
@@ -573,7 +613,13 @@ def kernels(t, mode: int):
 
 #: the mode of each kernel variant an instruction-set chain names
 #: (`strata_ref.cpu.traits.kernel`)
-VARIANTS = {"x86": LANES, "generic": GENERIC, "tiled": TILED, "q4_K_8x8": REPACK}
+VARIANTS = {"x86": LANES, "generic": GENERIC, "tiled": TILED, "q4_K_8x8": REPACK, "neon": NEON,
+            "q4_K_8x4": ARM_8X4, "q5_K_8x4": ARM_8X4, "q6_K_8x4": ARM_8X4}
+#: the repacked layouts whose gemm rows are quantized by x86's
+#: `ggml_quantize_mat_q8_K_4x8`, where +amax wins a tie with -amax
+#: (`act_quant.q8_k_fields`' mat_rows); ARM's `_4x4` quantizer takes the
+#: first, as the reference does
+AMAX_TIE_LAYOUTS = frozenset({"q4_K_8x8"})
 
 
 def variant_kernels(t, variant: str):

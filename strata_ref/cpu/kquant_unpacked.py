@@ -16,6 +16,12 @@ llama-cpp-python 0.3.36, ggml-cpu):
   or per half of it (gemm); acc - accm. The gemm takes the activation rows
   in whole groups of 4, quantized by `ggml_quantize_mat_q8_K_4x8`.
 * "generic", `ggml_vec_dot_q{2,3}_K_q8_K_generic` (quants.c, no FMA).
+* "neon", the arm64 `ggml_vec_dot_q{2,3}_K_q8_K` (`arch/arm/quants.c`,
+  every NEON build: the lanes are reduced as integers, so dotprod changes
+  nothing): per super-block the exact I = sum scale * dot (and Q2_K's M =
+  sum min * bsum), then as GCC 12 contracted the C (disassembly, docs/arm64.md):
+  Q2_K `sum = fma(float(M), -(d_a * dmin), sum)`, `sum = fma(float(I), d *
+  d_a, sum)`; Q3_K `sum = fma(float(I), d * d_a, sum)`.
 
 The quants are widened to one int8 each (Q2_K unsigned 0..3, Q3_K signed
 -4..3) with the sub-block scales (and Q2_K mins) as int32, once per matrix
@@ -54,6 +60,29 @@ def _f16(raw3, t, name):
     """A one-element fp16 field as float32 (rows, nb)."""
     return F16_TO_F32[_field(raw3, t, name, None).view(np.uint16)[..., 0]]
 
+
+
+@njit(inline="always", cache=True)
+def _row_neon(mode, w, x, sc, mn, d, dmin, xd, xb, sumi):
+    # the arm64 NEON `ggml_vec_dot_q{2,3}_K_q8_K` (module docstring): the
+    # exact integers of each super-block, then one or two scalar FMAs
+    out = np.float32(0.0)
+    for b in range(d.shape[0]):
+        for L in range(8):
+            sumi[L] = 0
+        totm = 0
+        for c in range(8):
+            o = b * 256 + c * 32
+            lanes_scaled_add(sumi, w, o, x, o, sc[b, 2 * c], sc[b, 2 * c + 1])
+            if mode != _Q3_K:
+                totm += mn[b, 2 * c] * xb[b * 16 + 2 * c] + mn[b, 2 * c + 1] * xb[b * 16 + 2 * c + 1]
+        tot = 0
+        for L in range(8):
+            tot += sumi[L]
+        if mode != _Q3_K:
+            out = fma32(np.float32(totm), -np.float32(xd[b] * dmin[b]), out)
+        out = fma32(np.float32(tot), np.float32(d[b] * xd[b]), out)
+    return out
 
 
 @njit(inline="always", cache=True)
@@ -181,7 +210,7 @@ def _row_kq_generic(mode, w, x, sc, mn, d, dmin, xd, xb, sumi, sums):
 
 
 @njit(inline="always", cache=True)
-def _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, n_gemm, out, r0, r1, sumi, lf,
+def _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, neon, n_gemm, out, r0, r1, sumi, lf,
                  acc, accm):
     # n_gemm: the leading activation rows the repacked layouts take through
     # their gemm (whole groups of 4 for a mul_mat, none for a MUL_MAT_ID,
@@ -190,7 +219,9 @@ def _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, n_gemm, o
     tiled = tiled_ok and n >= 8
     for r in range(r0, r1):
         for t in range(n):
-            if gen:
+            if neon:
+                out[t, r] = _row_neon(mode, wq[r], xq[t], sc[r], mn[r], d[r], dmin[r], xd[t], xb[t], sumi)
+            elif gen:
                 out[t, r] = _row_kq_generic(mode, wq[r], xq[t], sc[r], mn[r], d[r], dmin[r], xd[t], xb[t],
                                             sumi, lf)
             elif mode == _Q3_K:
@@ -208,7 +239,7 @@ _Q3_K, _Q2_K, _Q2_K_8X8 = 0, 1, 2
 
 
 @jit(parallel=True)
-def _mm_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, n_gemm, out):
+def _mm_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, neon, n_gemm, out):
     """Q3_K and Q2_K weight rows times Q8_K activation rows in ggml-cpu's
     order: mode `_Q3_K` (`_row_q3_k`), `_Q2_K` / `_Q2_K_8X8` (`_row_q2_k`).
     wq: the quants (rows, cols) int8 (Q3_K signed, Q2_K unsigned); sc (and
@@ -216,18 +247,19 @@ def _mm_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, n_gemm, out
     16); d (dmin) float32 per super-block; xq the Q8_K quants int8, xd their
     scales, xb the bsums int32 per 16 values.
     tiled_ok: the build has ggml's tiled mat-mul (taken from 8 rows on);
-    gen: the generic C dots (`_row_kq_generic`); n_gemm: activation rows
+    gen: the generic C dots (`_row_kq_generic`); neon: the arm64 NEON
+    ones (`_row_neon`); n_gemm: activation rows
     taken by the repacked gemm (`_rows_kquant`)."""
     R = wq.shape[0]
     for c in prange((R + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
-        _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, n_gemm, out, c * _ROWS_PER_TASK,
+        _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, neon, n_gemm, out, c * _ROWS_PER_TASK,
                      min(R, (c + 1) * _ROWS_PER_TASK), np.empty(8, np.int32),
                      np.empty(8, np.float32), np.empty(8, np.float32), np.empty(4, np.float32))
 
 
 @jit
-def _mm_kquant_serial(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, n_gemm, out):
-    _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, n_gemm, out, 0, wq.shape[0],
+def _mm_kquant_serial(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, neon, n_gemm, out):
+    _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, neon, n_gemm, out, 0, wq.shape[0],
                  np.empty(8, np.int32),
                  np.empty(8, np.float32), np.empty(8, np.float32), np.empty(4, np.float32))
 
@@ -261,8 +293,8 @@ def _q3_k_values(hmask: np.ndarray, qs: np.ndarray, s12: np.ndarray):
 Q23Packed = namedtuple("Q23Packed", "wq sc mn d dmin")
 
 #: `_mm_kquant`'s mode of each (type, variant)
-_MODES = {(GGMLType.Q3_K, v): _Q3_K for v in ("generic", "x86", "tiled")}
-_MODES.update({(GGMLType.Q2_K, v): _Q2_K for v in ("generic", "x86", "tiled")})
+_MODES = {(GGMLType.Q3_K, v): _Q3_K for v in ("generic", "x86", "tiled", "neon")}
+_MODES.update({(GGMLType.Q2_K, v): _Q2_K for v in ("generic", "x86", "tiled", "neon")})
 _MODES[(GGMLType.Q2_K, "q2_K_8x8")] = _Q2_K_8X8
 
 
@@ -297,12 +329,12 @@ class _Q23Family(Family):
                 raise NotImplementedError(f"{qm.type.name}: ggml's {variant} kernel is not emulated yet")
             mode = _MODES[(qm.type, variant)]
             n_gemm = n - n % 4 if mode == _Q2_K_8X8 and not mmid else 0
-            xq, xd, bsums = act_quant.q8_k_fields(x, mat_rows=n_gemm)
+            xq, xd, bsums = act_quant.q8_k_fields(x, mat_rows=n_gemm, isa=qm.profile.isa)
             y = np.empty((n, r1 - r0), np.float32)
             p = packed
             (_mm_kquant if parallel else _mm_kquant_serial)(
                 mode, p.wq[r0:r1], p.sc[r0:r1], p.mn[r0:r1], p.d[r0:r1], p.dmin[r0:r1], xq, xd,
-                bsums.astype(np.int32), variant == "tiled", variant == "generic", n_gemm, y)
+                bsums.astype(np.int32), variant == "tiled", variant == "generic", variant == "neon", n_gemm, y)
             return y
         return self.by_segment(qm, segments, part)
 

@@ -56,9 +56,11 @@ def _three(module, t, isa):
 def _legacy_runner(t: GGMLType, isa):
     (vd_s, vd_p), (tb_s, tb_p), (rp_s, rp_p), HAS_TB = _three(legacy_dots, t, isa)
     QUANT = isa.resolve("quantize_rows_q8")
-    # a repacked layout whose gemm is not its gemv cannot serve a MUL_MAT_ID
-    # here (ggml runs the gemv for every row: `neon_legacy.GEMM_NOT_GEMV`)
-    MMID_REPACK_BAD = isa.resolve("REPACK").get(t) in neon_legacy.GEMM_NOT_GEMV
+    # a MUL_MAT_ID on a repacked layout whose gemm rounds otherwise than its
+    # gemv (`neon_legacy.GEMM_NOT_GEMV`) takes the gemv for every row, as
+    # ggml does (repack.cpp `forward_mul_mat_id`): the kernel one row at a
+    # time (with one row it has no group of 4 for the gemm)
+    MMID_ROW_BY_ROW = isa.resolve("REPACK").get(t) in neon_legacy.GEMM_NOT_GEMV
     Q8_1 = vec_dot_type(t) == GGMLType.Q8_1
 
     def run(repacked, mmid, raw, x, parts):
@@ -69,9 +71,10 @@ def _legacy_runner(t: GGMLType, isa):
         QUANT(x, xq, xs, xm, Q8_1)
         out = np.empty((n, raw.shape[0]), np.float32)
         path = choose_path(repacked, False, HAS_TB, n, mmid)
-        if path == REPACK and mmid and MMID_REPACK_BAD:
-            raise NotImplementedError("the MUL_MAT_ID gemv of this repacked layout is not emulated yet")
-        if path == REPACK:
+        if path == REPACK and mmid and MMID_ROW_BY_ROW:
+            for r in range(n):
+                rp_s(raw, xq[r:r + 1], xs[r:r + 1], xm[r:r + 1], out[r:r + 1])
+        elif path == REPACK:
             if parts > 1:
                 rp_p(raw, xq, xs, xm, out, parts)
             else:
@@ -92,9 +95,11 @@ def _legacy_runner(t: GGMLType, isa):
 def _kquant_runner(t: GGMLType, isa):
     K = kquant_dots
     (vd_s, vd_p), _, (rp_s, rp_p), _ = _three(K, t, isa)
+    TIE_ROWS = isa.resolve("REPACK").get(t) in K.AMAX_TIE_LAYOUTS
     HAS_TILED = t in isa.resolve("TILED")
     tl_s, tl_p = K.variant_kernels(t, "tiled") if HAS_TILED else (vd_s, vd_p)
     PER32 = t != GGMLType.Q6_K
+    Q8_K_FMA = bool(isa.resolve("Q8_K_FMA"))
 
     def run(repacked, mmid, raw, x, parts):
         n, k = x.shape
@@ -103,7 +108,7 @@ def _kquant_runner(t: GGMLType, isa):
         xq = np.empty((n, k), np.int8)
         xd = np.empty((n, k // 256), np.float32)
         b16 = np.empty((n, k // 16), np.int32)
-        _q8_k(x, xq, xd, b16, n_gemm)
+        _q8_k(x, xq, xd, b16, n_gemm if TIE_ROWS else 0, Q8_K_FMA)
         if PER32:
             xb = np.empty((n, k // 32), np.int32)
             for t_ in range(n):

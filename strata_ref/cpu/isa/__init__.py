@@ -52,7 +52,11 @@ The names every chain resolves (`generic` defines them all):
   weights only with F32 activations as they are, never with activations
   converted to F16: ARM NEON without FP16 vector arithmetic), `ROPE_FMA`
   (how GCC contracted `rotate_pairs` of the RoPE: 0 not, 1 as on x86, 2
-  as on arm64; `ops.rope`).
+  as on arm64; `ops.rope`), `Q8_K_FMA` (the build's
+  `quantize_row_q8_K_ref` contracts `nearest_int(iscale * x)`'s
+  `iscale * x + 1.5 * 2^23` into one FMA, so q is the exact product
+  rounded half to even: arm64, whose FMA baseline reaches ggml-base;
+  `act_quant.q8_k_fields`).
 * functions (numba): `madd(a, b, c)`; `expf_v(x)`, `silu_v(x)` (one lane
   of `ggml_v_expf` / `ggml_v_silu`) and `expf8(v)`, `silu8(v)` (the same on
   an `F32x8`); `lane_sum(w, c0)` (the lane sum of one `EXPF_LANES` vector
@@ -84,7 +88,7 @@ __all__ = ["Isa", "IsaType", "chain", "CONSTANTS", "FUNCTIONS", "TABLES"]
 
 CONSTANTS = ("FMA", "F32_EPR", "F32_STEP", "F16_EPR", "F16_STEP", "EXPF_LANES", "TINYBLAS",
              "TINYBLAS_BF16", "F32_TAIL_FMA", "FA_S_FMA", "TINYBLAS_F32_MIN_ROWS", "TINYBLAS_F16_F32B",
-             "ROPE_FMA")
+             "ROPE_FMA", "Q8_K_FMA")
 FUNCTIONS = {  # name: number of arguments
     "madd": 3, "expf_v": 1, "silu_v": 1, "expf8": 1, "silu8": 1, "lane_sum": 2,
     "reduce_f32": 1, "reduce_f32_cols": 3, "hsum": 1, "hsum_cols": 3,

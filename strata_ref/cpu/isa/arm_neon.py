@@ -35,6 +35,8 @@ established):
 * `rotate_pairs` (RoPE, ops.cpp): GCC contracts the other product of y0
   than on x86 in the loop it vectorizes (`ROPE_FMA` 2).
 * No CPU_REPACK layout without dotprod, no tiled mat-mul (x86 only).
+* ggml-base, compiled for the same FMA baseline, contracts the Q8_K
+  reference quantizer's `iscale * x + 1.5 * 2^23` (`Q8_K_FMA`).
 """
 from __future__ import annotations
 
@@ -64,6 +66,11 @@ TINYBLAS_F16_F32B = True
 #: the NeoX loop stays scalar, taken as on x86 (its y1 is not pinned by
 #: the stored data yet: the tiny NeoX models give llama.cpp's bits either way)
 ROPE_FMA = 2
+#: `quantize_row_q8_K_ref` (ggml-quants.c; ggml-base is built with the same
+#: FMA baseline): GCC vectorizes `nearest_int(iscale * x)` as `fmla` of
+#: 1.5 * 2^23 and iscale * x (disassembly), so each q is the exact product
+#: rounded half to even, not the rounded product (smollm2-q2_k's logits)
+Q8_K_FMA = True
 
 #: every quantized weight type has a NEON `vec_dot` in arch/arm/quants.c
 #: (the legacy quants' over `ggml_vdotq_s32`'s lanes: `neon_legacy`); a

@@ -37,6 +37,10 @@ F32_TAIL_FMA = 0
 FA_S_FMA = True
 #: `rotate_pairs` (ops.cpp) without contraction (`ops.rope`)
 ROPE_FMA = 0
+#: `quantize_row_q8_K_ref` (ggml-quants.c, in ggml-base) rounds the product
+#: `iscale * x` to float before `nearest_int` adds 1.5 * 2^23 (x86 builds
+#: compile ggml-base without FMA: no contraction)
+Q8_K_FMA = False
 #: llamafile takes F32 weights from 2 activation rows (`llamafile_sgemm`)
 TINYBLAS_F32_MIN_ROWS = 2
 #: llamafile's F16 tinyBLAS multiplies F16 activations (converted first)

@@ -226,9 +226,9 @@ def _score(e: EngineLogits, ours: np.ndarray, profile: str, fa: bool) -> Candida
 def which(logits: EngineLogits, model, profiles=None, flash_attn=(False, True), progress=None, **cache) -> list:
     """Every candidate (profile x flash attention) scored against the
     engine's logits (`Candidate`), in the order tried. profiles: names
-    (default every `strata_ref.cpu.PROFILES` but the arm64 ones, which
-    emulate part of the weight types only (docs/arm64.md): named, they
-    raise NotImplementedError for a model with another type)."""
+    (default every `strata_ref.cpu.PROFILES` but the arm64 ones, whose
+    flash attention and KV cache types other than F16 are not emulated yet
+    (docs/arm64.md): named, they raise NotImplementedError for those)."""
     from .cpu import PROFILES
     from .cpu.profiles import LLAMA_CPP_ARM64
     out = []

@@ -349,6 +349,17 @@ def test_generate_with_a_model_and_no_prompt_is_refused(arg, capsys):
         err.count("\n") == 1
 
 
+def test_generate_with_a_model_directory_and_no_prompt_is_refused(tmp_path, capsys):
+    # trial finding: `generate DIR` (a folder holding a model) ran the
+    # default model with the directory's path as its prompt
+    d = tmp_path / "one"
+    d.mkdir()
+    assert main(["generate", str(d)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"strata-ref: error: '{d}' names a model but no PROMPT follows") and \
+        err.count("\n") == 1
+
+
 def test_a_closed_stdout_is_refused(forged):
     # started with stdout closed (`strata-ref info F >&-`): Python has no
     # sys.stdout, so everything printed was dropped and the status was 0

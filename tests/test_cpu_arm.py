@@ -264,6 +264,29 @@ def test_unemulated_repacked_layout_is_refused():
     assert plain.matmul(x).shape == (1, 4)
 
 
+@pytest.mark.parametrize("opts, what", [
+    (dict(flash_attn=True), "flash attention on the arm64 profile armv8.0"),
+    (dict(type_k="q8_0"), "a q8_0 K cache on the arm64 profile armv8.0"),
+    (dict(type_v="q4_0"), "flash attention and a q4_0 V cache on the arm64 profile armv8.0")])
+def test_unemulated_kv_caches_are_refused(opts, what, tmp_path, capsys):
+    # trial finding: flash attention and quantized KV caches ran on the ARM
+    # profiles through the x86 code (other bits, no word); ggml's ARM code
+    # for them is not emulated, so a cache that needs it is refused
+    from strata_ref.cli import main
+    from strata_ref.infer.loader import load
+    f = tmp_path / "tiny.gguf"
+    tiny_model("qwen3", f, seed=0)
+    m = load(f, profile="armv8.0")
+    assert m.new_cache(16).n == 0                    # F16 without flash attention runs
+    with pytest.raises(NotImplementedError, match=what):
+        m.new_cache(16, **opts)
+    args = ["--flash-attn", "on"] if "flash_attn" in opts else \
+        [f"--cache-type-{'k' if 'type_k' in opts else 'v'}", opts.get("type_k") or opts.get("type_v")]
+    assert main(["generate", str(f), "Hi", "--max-tokens", "1", "--cpu", "armv8.0", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"strata-ref: error: {what}") and err.count("\n") == 1
+
+
 @pytest.mark.parametrize("profile", ARM)
 @pytest.mark.parametrize("t", ["IQ4_NL", "MXFP4"])
 def test_typed_models_are_the_arm_builds_bits(t, profile, tmp_path):

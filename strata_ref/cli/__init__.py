@@ -182,6 +182,12 @@ def main(argv=None) -> int:
     show_library_notes()        # fetch progress, native builds: logged by the library
     from .. import _compile_notes
     _compile_notes.install()    # a first run's compile wait is said, not silent
+    import warnings
+    from numba.core.errors import NumbaIRAssumptionWarning
+    # numba's own note on its IR (a closure's variable scope) while it
+    # compiles: about numba's internals, not the user's run, and it asks
+    # the reader to report it to numba
+    warnings.filterwarnings("ignore", category=NumbaIRAssumptionWarning)
     try:
         rc = int(args.func(args) or 0)
         _compile_notes.log_summary()

@@ -42,15 +42,21 @@ def _check_generate_args(a) -> str | None:
 
 
 def _names_a_model(arg: str) -> bool:
-    """Whether a lone `generate` argument is a registry name or alias, or
-    ends in .gguf (a model file), rather than a prompt."""
+    """Whether a lone `generate` argument is a registry name or alias, ends
+    in .gguf (a model file) or is an existing directory (a folder holding a
+    model), rather than a prompt."""
+    import os
     from ..models import ModelError, lookup
     try:
         lookup(arg)
         return True
     except ModelError:
         pass
-    return arg.strip().lower().endswith(".gguf")
+    try:
+        is_dir = os.path.isdir(os.path.expanduser(arg))
+    except (OSError, ValueError):
+        is_dir = False
+    return arg.strip().lower().endswith(".gguf") or is_dir
 
 
 def cmd_generate(a) -> int:
@@ -61,7 +67,7 @@ def cmd_generate(a) -> int:
     if model is None and _names_a_model(prompt):
         # `generate gemma3` ran the default model on the prompt "gemma3"
         return err(f"'{prompt[:200]}' names a model but no PROMPT follows: give MODEL PROMPT "
-                    "(a prompt alone may not be a registry name or end in .gguf)")
+                    "(a prompt alone may not be a registry name, end in .gguf or name a directory)")
     cache = {}
     if a.cache_type_k is not None:
         cache["type_k"] = a.cache_type_k

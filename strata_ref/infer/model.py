@@ -527,6 +527,7 @@ class Model:
         machine's physical memory, or for an option KVCache refuses."""
         hp = self.hp
         opts = {**self.cache_options, **options}
+        _refuse_unemulated_cache(self.cpu, opts)
         n_ctx = min(hp.n_ctx_train, 4096) if n_ctx is None else int(n_ctx)
         if not 1 <= n_ctx <= hp.n_ctx_train:
             raise ValueError(f"n_ctx {n_ctx} is outside 1 .. {hp.n_ctx_train} ({hp.n_ctx_train}: "
@@ -635,3 +636,25 @@ def check_logits(logits: np.ndarray, where: str, spread: bool = True) -> None:
         raise ModelOutputError(f"the logits of {where} are all equal ({float(logits[0])!r}): "
                                f"the model file is damaged (zero weights, or a tensor stored "
                                f"with the wrong type)")
+
+
+def _refuse_unemulated_cache(profile, opts) -> None:
+    """NotImplementedError (one line, naming what) for a KV cache the
+    profile's build computes in code not emulated yet: on the arm64 profiles,
+    flash attention and the cache types other than F16 (docs/arm64.md); the
+    x86 attention would give other bits there, silently."""
+    from ..cpu import select
+    from ..cpu.profiles import LLAMA_CPP_ARM64
+    from .kv_cache import cache_type, resolve_flash_attn
+    prof = select(profile)
+    if prof.version != LLAMA_CPP_ARM64:
+        return
+    tk = cache_type(opts.get("type_k", "f16"), "type_k (--cache-type-k)")
+    tv = cache_type(opts.get("type_v", "f16"), "type_v (--cache-type-v)")
+    what = [f"a {t.name.lower()} {kv} cache" for t, kv in ((tk, "K"), (tv, "V")) if t != GGMLType.F16]
+    if resolve_flash_attn(opts.get("flash_attn"), tv):
+        what.insert(0, "flash attention")
+    if what:
+        raise NotImplementedError(f"{' and '.join(what)} on the arm64 profile {prof.name}: ggml's ARM "
+                                  "code for it is not emulated yet (docs/arm64.md); use the F16 cache "
+                                  "without flash attention")

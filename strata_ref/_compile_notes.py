@@ -58,9 +58,10 @@ def _listener():
             with _lock:
                 first, _totals["noted"] = not _totals["noted"], True
             if first:
-                _log.info(f"compiling the CPU kernels with numba, starting with {_name(ev.data)} "
-                          "(the first use of these weight types, architecture options and CPU "
-                          "profile on this machine: a minute or two; cached on disk for later runs)")
+                _log.info(f"compiling with numba, starting with {_name(ev.data)} (a first use on "
+                          "this machine: a model's kernels for a new combination of weight types, "
+                          "architecture options and CPU profile take a minute or two; cached on disk "
+                          "for later runs)")
 
         def on_end(self, ev):
             if _quiet():

@@ -186,6 +186,24 @@ _GGML_TYPE_ID = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7,
 N_LONG, N_GEN_LONG = 270, 8
 
 
+def greedy_passes(llm, ids: list, n_gen: int):
+    """(greedy ids, batched rows, incremental rows) of llama.cpp on `ids`:
+    the prompt pass and n_gen greedy single-token calls (the incremental
+    rows), then one teacher-forced pass over prompt + continuation."""
+    llm.reset()
+    llm.eval(ids)
+    gen, incr = [], [np.array(llm.scores[:len(ids)], np.float32)]
+    for _ in range(n_gen):
+        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        gen.append(tok)
+        llm.eval([tok])
+        incr.append(np.array(llm.scores[llm.n_tokens - 1:llm.n_tokens], np.float32))
+    incr = np.concatenate(incr)[:len(ids) + n_gen]
+    llm.reset()
+    llm.eval(ids + gen)
+    return gen, np.array(llm.scores[:len(ids) + n_gen], np.float32), incr
+
+
 def row_hashes(rows: np.ndarray) -> np.ndarray:
     """tests/infer_helpers.py `row_hashes` (one definition for both)."""
     sys.path.insert(0, str(REPO / "tests"))
@@ -224,18 +242,7 @@ def _kv_run(path, cfg) -> dict:
     else:
         ids = long_prompt_ids(lambda text: llm.tokenize(text.encode(), add_bos=True, special=False))
         n_gen = N_GEN_LONG
-    llm.reset()
-    llm.eval(ids)
-    gen, incr = [], [np.array(llm.scores[:len(ids)], np.float32)]
-    for _ in range(n_gen):
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-        gen.append(tok)
-        llm.eval([tok])
-        incr.append(np.array(llm.scores[llm.n_tokens - 1:llm.n_tokens], np.float32))
-    incr = np.concatenate(incr)[:len(ids) + n_gen]
-    llm.reset()
-    llm.eval(ids + gen)
-    batched = np.array(llm.scores[:len(ids) + n_gen], np.float32)
+    gen, batched, incr = greedy_passes(llm, ids, n_gen)
     del llm
     return {"prompt_ids": np.array(ids, np.int32), "greedy_ids": np.array(gen, np.int32),
             "batched": batched, "incr": incr}
@@ -388,20 +395,7 @@ def _moe_run(path, ids, n_greedy, n_ctx=512):
     from llama_cpp import Llama
     llm = Llama(model_path=str(path), n_ctx=n_ctx, n_batch=512, n_threads=2, n_threads_batch=2,
                 seed=0, logits_all=True, verbose=False)
-    llm.reset()
-    llm.eval(ids)
-    gen, incr = [], [np.array(llm.scores[:len(ids)], np.float32)]
-    for _ in range(n_greedy):
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-        gen.append(tok)
-        llm.eval([tok])
-        incr.append(np.array(llm.scores[llm.n_tokens - 1:llm.n_tokens], np.float32))
-    incr = np.concatenate(incr)[:len(ids) + n_greedy]
-    llm.reset()
-    llm.eval(ids + gen)
-    batched = np.array(llm.scores[:len(ids) + n_greedy], np.float32)
-    del llm
-    return gen, batched, incr
+    return greedy_passes(llm, ids, n_greedy)
 
 
 def cmd_moe(args) -> None:

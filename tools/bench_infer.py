@@ -262,6 +262,13 @@ def main(argv=None) -> int:
         # so its figures, and the ratios, then say little about its code
         print(f"warning: the machine is busy before the bench starts (load average {load:.2f} "
               f"on {os.cpu_count()} CPUs): the figures, llama.cpp's most, will not be its idle speed")
+    names = [n for n in args.models.split(",") if n.strip()]
+    if not names:
+        ap.error("--models names no model")
+    try:
+        paths = {n: (None if n in BENCH_MODELS else resolve(n)) for n in names}
+    except (ValueError, RuntimeError, OSError) as e:    # ModelError: an unknown name, a missing path
+        ap.error(f"--models: {e} (or {', '.join(BENCH_MODELS)})")
     from profile_infer import _read_bandwidth, weight_bytes
     bws = {p.name: _read_bandwidth(args.threads, p.isa) for p in profiles}
     print("read bandwidth (the Q8_0 kernel streaming, " + f"{args.threads} threads): "
@@ -280,9 +287,13 @@ def main(argv=None) -> int:
             print(f"\nprofile {prof.name}; peer: {peer_name or 'none (spec/models.md §5 figures)'}")
             print(f"{'model':30s} {'ours prompt':>12s} {'llama prompt':>13s} {'ratio':>6s} "
                   f"{'ours decode':>12s} {'llama decode':>13s} {'ratio':>6s} {'floor':>8s} {'%floor':>6s}")
-            for name in args.models.split(","):
-                path = bench_model(name) if name in BENCH_MODELS else resolve(name)
-                ours = Ours(path, args.tokens, prof, args.prompt_tokens)
+            for name in names:
+                path = paths[name] or bench_model(name)
+                try:
+                    ours = Ours(path, args.tokens, prof, args.prompt_tokens)
+                except (ValueError, RuntimeError, OSError) as e:    # GGUFError, ModelLoadError
+                    print(f"bench_infer.py: error: {name}: {e}", file=sys.stderr)
+                    return 2
                 floor = bws[prof.name] * 1e9 / weight_bytes(ours.m)
                 peer = Llama(path, args.tokens, args.threads, ours.ids, site) if peer_name else None
                 try:

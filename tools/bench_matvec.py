@@ -23,9 +23,9 @@ when every value is equal). Timings are the best of `--repeats`
 alternating calls (the engines take turns): wall time, or with `--threads
 1` the CPU time of the calling thread (both engines then compute in it), which
 a machine shared with other work disturbs less; with the weight bytes each call
-reads over that time as GB/s, and next to them the read bandwidth of the
-machine at the same thread count (a numba loop summing a 512 MiB buffer,
-`profile_infer._read_bandwidth` being the Q8_0 kernel's own). On a machine
+reads over that time as GB/s, and next to them the weight-streaming
+bandwidth of the machine at the same thread count
+(`profile_infer._read_bandwidth`: the Q8_0 kernel over a 381 MB matrix). On a machine
 shared with other work the figures are noise: say so when reporting them.
 """
 from __future__ import annotations
@@ -49,28 +49,6 @@ SHAPES = {
     "7b": {"q/o": (4096, 4096), "k/v": (1024, 4096), "gate/up": (14336, 4096), "down": (4096, 14336),
            "output": (151936, 4096)},
 }
-
-
-def read_bandwidth(threads: int, mib: int = 512) -> float:
-    """GB/s of a numba loop summing `mib` MiB of int64 (each thread its
-    part), best of 5."""
-    import numba
-
-    @numba.njit(parallel=True, cache=False)
-    def total(a, parts):
-        s = np.zeros(parts, np.int64)
-        n = a.size
-        for p in numba.prange(parts):
-            acc = np.int64(0)
-            for i in range(n * p // parts, n * (p + 1) // parts):
-                acc += a[i]
-            s[p] = acc
-        return s.sum()
-
-    a = np.ones(mib << 17, np.int64)
-    total(a, threads)
-    best = min(_timed(lambda: total(a, threads)) for _ in range(5))
-    return a.nbytes / best / 1e9
 
 
 _CLOCK = time.perf_counter
@@ -123,6 +101,14 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args(argv)
+    if args.n < 1 or args.threads < 1 or args.repeats < 1:
+        ap.error("--n, --threads and --repeats must be >= 1")
+    from strata_ref import GGMLType as _T
+    bad = [t for t in args.types.split(",") if t not in _T.__members__]
+    if bad:
+        ap.error(f"--types: unknown ggml type {bad[0]!r} (names as ggml spells them: Q4_K, IQ4_XS, ...)")
+    if args.only and set(args.only.split(",")) - set(SHAPES[args.shapes]):
+        ap.error(f"--only: the matrices of {args.shapes} are {', '.join(SHAPES[args.shapes])}")
     from strata_ref._threads import configure
     configure()
     import numba
@@ -138,7 +124,8 @@ def main(argv=None) -> int:
         sys.path.insert(0, str(site))
         from ggml_mm import _libs
         libs = _libs()
-    bw = read_bandwidth(args.threads)
+    from profile_infer import _read_bandwidth
+    bw = _read_bandwidth(args.threads, prof.isa)
     global _CLOCK
     _CLOCK = time.thread_time if args.threads == 1 else time.perf_counter
     load = os.getloadavg()[0]

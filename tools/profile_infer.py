@@ -161,6 +161,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args(argv)
+    if args.tokens < 2 or args.repeats < 1 or args.threads < 1:
+        ap.error("--tokens must be >= 2, --repeats and --threads >= 1")
     from strata_ref._threads import configure
     configure()                    # the library's threading setup first
     import numba

@@ -57,6 +57,7 @@ class Candidate:
     values: tuple | None = None           # (engine, candidate) at that logit
     row_ulps: list = field(default_factory=list)
     nan_vs_number: int = 0                # logits NaN on one side only (no distance to show)
+    not_emulated: str | None = None       # what of this candidate is not emulated (not run)
 
     @property
     def matches(self) -> bool:
@@ -66,7 +67,8 @@ class Candidate:
         return {"profile": self.profile, "flash_attn": self.flash_attn, "rows": self.rows,
                 "equal_rows": self.equal_rows, "matches": self.matches, "first_differing_row": self.first_row,
                 "max_ulp": self.max_ulp, "max_abs_diff": self.max_abs, "first_differing_logit": self.first_col,
-                "values": list(self.values) if self.values else None, "nan_vs_number": self.nan_vs_number}
+                "values": list(self.values) if self.values else None, "nan_vs_number": self.nan_vs_number,
+                "not_emulated": self.not_emulated}
 
 
 def _ids(a, what: str, src) -> np.ndarray:
@@ -226,16 +228,22 @@ def _score(e: EngineLogits, ours: np.ndarray, profile: str, fa: bool) -> Candida
 def which(logits: EngineLogits, model, profiles=None, flash_attn=(False, True), progress=None, **cache) -> list:
     """Every candidate (profile x flash attention) scored against the
     engine's logits (`Candidate`), in the order tried. profiles: names
-    (default every `strata_ref.cpu.PROFILES` but the arm64 ones, whose
-    flash attention and KV cache types other than F16 are not emulated yet
-    (docs/arm64.md): named, they raise NotImplementedError for those)."""
+    (default every `strata_ref.cpu.PROFILES`). A candidate whose cache
+    setting the profile's build computes in code not emulated yet (the arm64
+    profiles' flash attention and KV cache types other than F16,
+    `infer.model.unemulated_cache`) is not run: it comes back with
+    `not_emulated` saying what, and no equal rows."""
     from .cpu import PROFILES
-    from .cpu.profiles import LLAMA_CPP_ARM64
+    from .infer.model import unemulated_cache
     out = []
-    for p in profiles or [n for n, q in PROFILES.items() if q.version != LLAMA_CPP_ARM64]:
+    for p in profiles or list(PROFILES):
         for fa in flash_attn:
-            ours = candidate_logits(model, p, fa, logits.tokens, logits.split, **cache)
-            out.append(_score(logits, ours, p, fa))
+            skip = unemulated_cache(p, dict(cache, flash_attn="on" if fa else "off"))
+            if skip:
+                out.append(Candidate(p, fa, logits.logits.shape[0], 0, not_emulated=skip))
+            else:
+                ours = candidate_logits(model, p, fa, logits.tokens, logits.split, **cache)
+                out.append(_score(logits, ours, p, fa))
             if progress is not None:
                 progress(1)
     return out
@@ -244,8 +252,9 @@ def which(logits: EngineLogits, model, profiles=None, flash_attn=(False, True), 
 def nearest(cands: list) -> Candidate:
     """The candidate with the most equal rows, then the smallest largest
     |engine - candidate| (an ulp count says little once values cross
-    zero)."""
-    return max(cands, key=lambda c: (c.equal_rows, -c.max_abs))
+    zero); None when no candidate was run (each `not_emulated`)."""
+    run = [c for c in cands if not c.not_emulated]
+    return max(run, key=lambda c: (c.equal_rows, -c.max_abs)) if run else None
 
 
 def report_text(e: EngineLogits, cands: list) -> str:
@@ -256,11 +265,16 @@ def report_text(e: EngineLogits, cands: list) -> str:
     kind = "every logit" if e.columns is None else f"{e.logits.shape[1]} logits"
     how = "one batched call" if e.split is None else f"{e.split} ids, then one per call"
     out = [f"{printable(e.source)}: {e.logits.shape[0]} rows ({kind} each), {how}"]
+    w = max([7] + [len(c.profile) for c in cands])
     for c in cands:
+        if c.not_emulated:
+            out.append(f"  {c.profile:<{w}s} flash attention {'on ' if c.flash_attn else 'off'}: not run "
+                       f"({c.not_emulated} not emulated on this profile)")
+            continue
         extra = "" if c.matches else (f"  first differing row {c.first_row}, max |difference| {c.max_abs:.3g}"
                                       + (f" over the numbers, {c.nan_vs_number} NaN against numbers"
                                          if c.nan_vs_number else ""))
-        out.append(f"  {c.profile:<7s} flash attention {'on ' if c.flash_attn else 'off'}: "
+        out.append(f"  {c.profile:<{w}s} flash attention {'on ' if c.flash_attn else 'off'}: "
                    f"{c.equal_rows:>4d}/{c.rows} rows bitwise{extra}")
     hits = [c for c in cands if c.matches]
     if hits:
@@ -268,6 +282,9 @@ def report_text(e: EngineLogits, cands: list) -> str:
                                                  for c in hits))
     else:
         n = nearest(cands)
+        if n is None:
+            out.append("no candidate was run: each one's setting is not emulated on its profile")
+            return "\n".join(out)
         out.append(f"no candidate reproduces every row; nearest: {n.profile} (flash attention "
                    f"{'on' if n.flash_attn else 'off'}), {n.equal_rows}/{n.rows} rows; its first differing row "
                    f"{n.first_row} (token {int(e.tokens[n.first_row])}): logit of id {n.first_col}, engine "

@@ -45,7 +45,9 @@ def test_which_names_the_profile_of_stored_llama_cpp_logits(tmp_path, qwen3, cap
     # and avx512 builds the same bits, the scalar build others. `which`
     # tries every profile: the v0.4.0 builds compute this model (Q8_0, no
     # tiled path, flash attention off) as their 0.3.36 counterparts do
-    # (docs/prebuilt.md), so they reproduce the same rows
+    # (docs/prebuilt.md), so they reproduce the same rows. The arm64
+    # profiles are tried without flash attention (with it, not emulated:
+    # named, not run) and reproduce none
     ref = np.load(DATA / profile / "llama_ref_tiny.npz")
     f = tmp_path / "logits.npz"
     np.savez(f, tokens=ref["ids"], logits=ref["qwen3_logits"])
@@ -56,6 +58,14 @@ def test_which_names_the_profile_of_stored_llama_cpp_logits(tmp_path, qwen3, cap
             {(p, False) for p in ("avx2", "avx512", "v0.4.0-haswell", "v0.4.0-skylakex", "v0.4.0-zen4")})
     assert hits == want
     assert all(c["equal_rows"] < 12 for c in doc["candidates"] if (c["profile"], c["flash_attn"]) not in want)
+    arm = {(c["profile"], c["flash_attn"]): c["not_emulated"] for c in doc["candidates"]
+           if c["profile"].startswith("armv8")}
+    assert arm == {("armv8.0", False): None, ("armv8.0", True): "flash attention",
+                   ("armv8.2-dotprod", False): None, ("armv8.2-dotprod", True): "flash attention"}
+    assert main(["which", str(f), qwen3, "--cpu", "armv8.0", "--flash-attn", "on"]) == 1
+    out = capsys.readouterr().out
+    assert "armv8.0 flash attention on : not run (flash attention not emulated on this profile)" in out
+    assert "no candidate was run" in out
 
 
 def test_which_nearest_and_bad_input(tmp_path, qwen3, capsys):

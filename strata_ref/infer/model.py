@@ -638,23 +638,33 @@ def check_logits(logits: np.ndarray, where: str, spread: bool = True) -> None:
                                f"with the wrong type)")
 
 
-def _refuse_unemulated_cache(profile, opts) -> None:
-    """NotImplementedError (one line, naming what) for a KV cache the
-    profile's build computes in code not emulated yet: on the arm64 profiles,
-    flash attention and the cache types other than F16 (docs/arm64.md); the
-    x86 attention would give other bits there, silently."""
+def unemulated_cache(profile, opts) -> str | None:
+    """What of a KV-cache setting (opts: flash_attn, type_k, type_v as
+    `load` takes them) the profile's build computes in code not emulated yet,
+    as words ("flash attention", "a q8_0 K cache", ...), or None when all of
+    it is: on the arm64 profiles, flash attention and the cache types other
+    than F16 (docs/arm64.md); the x86 attention would give other bits there,
+    silently. Raises ValueError for an unknown cache type."""
     from ..cpu import select
     from ..cpu.profiles import LLAMA_CPP_ARM64
     from .kv_cache import cache_type, resolve_flash_attn
     prof = select(profile)
     if prof.version != LLAMA_CPP_ARM64:
-        return
+        return None
     tk = cache_type(opts.get("type_k", "f16"), "type_k (--cache-type-k)")
     tv = cache_type(opts.get("type_v", "f16"), "type_v (--cache-type-v)")
     what = [f"a {t.name.lower()} {kv} cache" for t, kv in ((tk, "K"), (tv, "V")) if t != GGMLType.F16]
     if resolve_flash_attn(opts.get("flash_attn"), tv):
         what.insert(0, "flash attention")
+    return " and ".join(what) or None
+
+
+def _refuse_unemulated_cache(profile, opts) -> None:
+    """NotImplementedError (one line, naming what) for a KV cache the
+    profile's build computes in code not emulated yet (`unemulated_cache`)."""
+    from ..cpu import select
+    what = unemulated_cache(profile, opts)
     if what:
-        raise NotImplementedError(f"{' and '.join(what)} on the arm64 profile {prof.name}: ggml's ARM "
+        raise NotImplementedError(f"{what} on the arm64 profile {select(profile).name}: ggml's ARM "
                                   "code for it is not emulated yet (docs/arm64.md); use the F16 cache "
                                   "without flash attention")

@@ -33,18 +33,6 @@ VERSION = "v0.4.0"
 #: the v0.4.0 profiles declared
 V040 = [p for p in cpu.PROFILES.values() if p.version == V0_4_0]
 
-#: (profile, model) cases llama.cpp computes with code no profile emulates
-#: yet: v0.4.0's IQ panel gemm (iqp.cpp) takes I-quant matrices from 8
-#: activation rows on builds with AVX2, so the 37-row batched pass differs
-#: (the incremental one, 5 prompt rows then 1, does not reach it)
-IQP = "v0.4.0's IQ panel gemm (iqp.cpp, I-quants from 8 rows with AVX2) is not emulated"
-
-
-def _pending(profile, model: str, kind: str) -> str:
-    iq = model.startswith("smollm2-iq")
-    avx2 = "AVX2" in profile.options
-    return IQP if iq and avx2 and kind == "batched" else ""
-
 
 def _bits(a):
     return np.ascontiguousarray(a, np.float32).view(np.uint32)
@@ -58,9 +46,7 @@ def _cases():
             stem = f.stem[len("llama_ref_"):]
             model, fa = (stem[:-3], True) if stem.endswith("-fa") else (stem, False)
             for kind in ("batched", "incr"):
-                why = _pending(p, model, kind)
-                marks = [pytest.mark.xfail(reason=why, strict=True)] if why else []
-                out.append(pytest.param(p.name, model, fa, f, kind, marks=marks,
+                out.append(pytest.param(p.name, model, fa, f, kind,
                                         id=f"{p.name}-{model}-{'fa' if fa else 'nofa'}-{kind}"))
     return out
 

@@ -8,14 +8,20 @@ threads): its vec_dot (one row), llamafile (two or more rows) and tiled
 (eight or more rows) paths, in a plain CPU buffer (the repacked layouts are
 checked on whole models, tests/test_cpu_profiles.py). Each result must be
 equal bit for bit.
+
+tests/data/v0.4.0-<variant>/ggml_mm.npz hold the same products computed by
+node-llama-cpp 3.21.1's prebuilt llama.cpp v0.4.0 library of that variant
+(`python tools/ggml_mm.py --prebuilt VARIANT`), for the v0.4.0 profiles
+with AVX2: there K-quants take their `vec_dot` at every n (no tiled
+mat-mul) and I-quants v0.4.0's IQ panel gemm from n = 8 (iqp.cpp).
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from infer_helpers import profile_files
-from strata_ref import GGMLType
+from infer_helpers import DATA, profile_files
+from strata_ref import GGMLType, cpu
 from strata_ref.cpu.matmul import QMatrix
 
 TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q1_0", "Q2_0", "MXFP4",
@@ -27,8 +33,12 @@ PENDING = frozenset(TYPES) - {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q
                               "IQ1_S", "IQ1_M", "IQ4_XS", "F32", "F16", "BF16", "Q1_0", "Q2_0",
                               "MXFP4", "NVFP4", "IQ4_NL", "TQ1_0", "TQ2_0"}
 
-CASES = [pytest.param(t, *p.values, id=f"{t}-{p.values[0]}") for p in profile_files("ggml_mm.npz")
-         for t in TYPES]
+#: (profile, path) of every stored ggml_mm.npz: the 0.3.36 profiles' and
+#: the v0.4.0 ones'
+FILES = [p.values for p in profile_files("ggml_mm.npz")] + [
+    (n, DATA / n / "ggml_mm.npz") for n, p in cpu.PROFILES.items()
+    if p.version == cpu.profiles.V0_4_0 and (DATA / n / "ggml_mm.npz").is_file()]
+CASES = [pytest.param(t, prof, path, id=f"{t}-{prof}") for prof, path in FILES for t in TYPES]
 _DATA = {}
 
 
@@ -54,6 +64,16 @@ def test_matmul_is_ggml_bits(t, profile, path):
         assert bad.size == 0, (f"{t} {profile} n={n}: {bad.size} of {y.size} differ, first at "
                                f"{np.unravel_index(bad[0], y.shape)}: {y.flat[bad[0]]!r} vs "
                                f"{want.flat[bad[0]]!r}")
+
+
+def test_v0_4_0_files_are_the_avx2_variants():
+    # the IQ panel gemm's three builds, each file from its own library
+    v040 = [(prof, path) for prof, path in FILES if prof.startswith("v0.4.0-")]
+    assert [prof for prof, _ in v040] == ["v0.4.0-haswell", "v0.4.0-skylakex", "v0.4.0-zen4"]
+    for prof, path in v040:
+        v = _data(path)
+        assert str(v["command"]) == f"python tools/ggml_mm.py --prebuilt {prof.removeprefix('v0.4.0-')}"
+        assert {k[:-2] for k in v.files if k.endswith("_w")} == set(TYPES)
 
 
 def test_every_profile_covers_every_type():

@@ -495,6 +495,20 @@ def test_kv_cache_logits_are_llama_cpp_bits(stem, profile, path, name):
     assert np.argmax(ours["incr"][p - 1:-1], axis=1).tolist() == gen
 
 
+def test_flash_attention_defaults_to_the_profiles_llama_cpp(tmp_path):
+    # llama-cpp-python 0.3.36: off; llama.cpp v0.4.0: `auto`, which is on when every layer is on the
+    # CPU (docs/prebuilt.md "Defaults of v0.4.0")
+    from infer_helpers import tiny_model
+    from strata_ref.infer import load
+    path = tmp_path / "tiny_qwen3.gguf"
+    tiny_model("qwen3", path, seed=0)
+    for name, p in cpu.PROFILES.items():
+        m = load(str(path), cpu=name)
+        v040 = p.version == cpu.profiles.V0_4_0
+        assert m.new_cache(16).flash_attn == v040, name
+        assert m.new_cache(16, flash_attn="off").flash_attn is False, name
+
+
 def test_every_profile_has_kv_reference_data():
     for p in PROFILES:
         assert (DATA / p / "llama_kv_SmolLM2-135M-Instruct.npz").is_file(), p

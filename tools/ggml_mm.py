@@ -3,6 +3,7 @@ peer's libggml-base / libggml-cpu) for every weight type, stored per CPU
 profile as test vectors for tests/test_cpu_types.py.
 
     python tools/ggml_mm.py --profile P [--types Q4_0,IQ2_XXS,...] [--out FILE]
+    python tools/ggml_mm.py --prebuilt VARIANT [--types ...] [--out FILE]
 
 For each weight type: random valid blocks (`routes.mmvq_inputs.sane_blocks`,
 seeded) for a ROWS x COLS matrix, float32 activations for each n in NS
@@ -15,6 +16,13 @@ tests/data/P/ggml_mm.npz) holds for each type `<T>_w` (the raw blocks) and
 `<T>_y<n>` (float32 (n, ROWS)), and `x<n>` (float32 (n, COLS)), with the
 command, the build's system info and the profile. Types ggml-cpu cannot
 multiply are listed in `skipped`.
+
+With `--prebuilt VARIANT` the product comes from node-llama-cpp 3.21.1's
+shipped llama.cpp v0.4.0 instead: its libggml-base.so and
+libggml-cpu-VARIANT.so (fetched by `python tools/prebuilt_ref.py fetch`),
+stored as tests/data/v0.4.0-VARIANT/ggml_mm.npz for the profile
+`v0.4.0-VARIANT`. On the AVX2 variants this reaches v0.4.0's IQ panel gemm
+(iqp.cpp: I-quants from 8 activation rows, weight rows % 8 == 0).
 """
 from __future__ import annotations
 
@@ -42,11 +50,29 @@ class _Params(ctypes.Structure):
                 ("no_alloc", ctypes.c_bool)]
 
 
-def _libs():
-    import llama_cpp
-    libdir = Path(llama_cpp.__file__).parent / "lib"
-    base = ctypes.CDLL(str(libdir / "libggml-base.so"), mode=ctypes.RTLD_GLOBAL)
-    cpu = ctypes.CDLL(str(libdir / "libggml-cpu.so"), mode=ctypes.RTLD_GLOBAL)
+def _lib_paths(prebuilt: str | None) -> tuple:
+    """(libggml-base, libggml-cpu) of the peer llama-cpp-python, or of the
+    prebuilt v0.4.0 variant."""
+    if prebuilt is None:
+        import llama_cpp
+        libdir = Path(llama_cpp.__file__).parent / "lib"
+        return libdir / "libggml-base.so", libdir / "libggml-cpu.so"
+    import prebuilt_ref
+    root = prebuilt_ref.root()
+    cpu = root / "cpu" / prebuilt / f"libggml-cpu-{prebuilt}.so"
+    if not cpu.is_file():
+        cpu = root / "npm" / prebuilt_ref.VERSIONS[prebuilt_ref.VERSION]["bins"] / cpu.name
+    base = root / "npm" / prebuilt_ref.VERSIONS[prebuilt_ref.VERSION]["bins"] / "libggml-base.so"
+    for f in (base, cpu):
+        if not f.is_file():
+            raise SystemExit(f"{f} is missing: run `python tools/prebuilt_ref.py fetch` first")
+    return base, cpu
+
+
+def _libs(prebuilt: str | None = None):
+    base_path, cpu_path = _lib_paths(prebuilt)
+    base = ctypes.CDLL(str(base_path), mode=ctypes.RTLD_GLOBAL)
+    cpu = ctypes.CDLL(str(cpu_path), mode=ctypes.RTLD_GLOBAL)
     vp = ctypes.c_void_p
     base.ggml_init.restype = vp
     base.ggml_init.argtypes = [_Params]
@@ -120,16 +146,33 @@ def weights(t: str, seed: int) -> np.ndarray:
     return b.reshape(-1)
 
 
+def _prebuilt_provenance(variant: str) -> dict:
+    import shlex
+    import prebuilt_ref
+    return dict(llama_cpp_version=np.array(prebuilt_ref.VERSION),
+                system_info=np.array(f"node-llama-cpp 3.21.1 libggml-cpu-{variant}.so"),
+                profile=np.array(f"{prebuilt_ref.VERSION}-{variant}"),
+                command=np.array("python tools/ggml_mm.py " + " ".join(map(shlex.quote, sys.argv[1:]))))
+
+
 def main(argv=None) -> int:
-    from peer_env import data_dir, ensure_profile, provenance
-    ensure_profile(__file__)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", help="run against the peer built for this CPU profile")
+    ap.add_argument("--prebuilt", metavar="VARIANT",
+                    help="run against node-llama-cpp's prebuilt v0.4.0 library of this x86 variant")
     ap.add_argument("--types", default=",".join(TYPES))
     ap.add_argument("--out")
     a = ap.parse_args(argv)
+    if a.prebuilt is None:
+        from peer_env import data_dir, ensure_profile, provenance
+        ensure_profile(__file__)
+        prov, default_out = provenance("tools/ggml_mm.py"), data_dir() / "ggml_mm.npz"
+    else:
+        import prebuilt_ref
+        prov = _prebuilt_provenance(a.prebuilt)
+        default_out = prebuilt_ref.data_dir(a.prebuilt) / "ggml_mm.npz"
     from strata_ref.types import GGMLType
-    base, cpu = _libs()
+    base, cpu = _libs(a.prebuilt)
     rng = np.random.default_rng(20261201)
     res = {}
     xs = {n: rng.standard_normal((n, COLS)).astype(np.float32) for n in NS}
@@ -147,9 +190,9 @@ def main(argv=None) -> int:
             continue
         res[f"{t}_w"] = w
         print(f"{t}: {w.nbytes} bytes, n in {NS}")
-    out = Path(a.out or data_dir() / "ggml_mm.npz")
+    out = Path(a.out or default_out)
     np.savez_compressed(out, rows=np.int64(ROWS), cols=np.int64(COLS), ns=np.array(NS),
-                        skipped=np.array(skipped), **res, **provenance("tools/ggml_mm.py"))
+                        skipped=np.array(skipped), **res, **prov)
     print(out)
     return 0
 

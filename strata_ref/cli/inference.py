@@ -202,8 +202,9 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
 
 
 def cache_note(m) -> str:
-    """' | kv: ...' naming a KV cache that is not llama.cpp's default (F16,
-    no flash attention), else ''."""
+    """' | kv: ...' naming a KV cache other than F16 without flash attention
+    (llama-cpp-python 0.3.36's default; v0.4.0's default flash attention is
+    named), else ''."""
     c = m.new_cache(1)
     if c.type_k.name == c.type_v.name == "F16" and not c.flash_attn:
         return ""
@@ -259,8 +260,10 @@ def add_generate(sub) -> None:
                     help="KV cache type of V, as llama.cpp's -ctv (default f16); a block type "
                          "needs flash attention and rotates v and the attention output")
     ge.add_argument("--flash-attn", default=None, metavar="on|off|auto",
-                    help="flash attention (default: off, as llama-cpp-python's default, but on "
-                         "for a block-type V cache; auto: on, as llama.cpp resolves it on the CPU)")
+                    help="flash attention (default: the emulated llama.cpp's own: off for "
+                         "llama-cpp-python 0.3.36's profiles, but on for a block-type V cache; "
+                         "auto, i.e. on, for the v0.4.0 profiles; auto: on, as llama.cpp "
+                         "resolves it on the CPU)")
     ge.add_argument("--fa-threads", type=int, default=None, metavar="N",
                     help="llama.cpp's thread count to reproduce: flash attention for one token "
                          "over 512+ cached cells splits them into one chunk per thread "

@@ -115,7 +115,8 @@ def add_trace(sub) -> None:
                     help="the llama.cpp CPU build to reproduce (default: $STRATA_REF_CPU, else native)")
     tr.add_argument("--cache-type-k", default=None, metavar="T", help=f"KV cache type of K: {KV_TYPES}")
     tr.add_argument("--cache-type-v", default=None, metavar="T", help="KV cache type of V")
-    tr.add_argument("--flash-attn", default=None, metavar="on|off|auto", help="flash attention (default off)")
+    tr.add_argument("--flash-attn", default=None, metavar="on|off|auto",
+                    help="flash attention (default: the profile's llama.cpp's, as `generate`)")
     tr.add_argument("--fa-threads", type=int, default=None, metavar="N",
                     help="llama.cpp's thread count for flash attention's split (default 2)")
     tr.add_argument("--compress", action="store_true", help="deflate the entries (smaller, slower)")

@@ -34,6 +34,13 @@ variant by the instruction-set chain (`traits.kernel`):
   r = float(s) * d_tile and out = fma(r, d_a, out), block after block.
   d_tile = fp16(d) * 0.125 (IQ2_*), * 0.25 (IQ3_XXS), * 1 (IQ3_S, IQ4_XS);
   IQ1_S / IQ1_M store 8 * grid + delta as the value and fp16(d) * 0.125.
+* "iqp" (llama.cpp v0.4.0's builds with AVX2, 8 or more activation rows,
+  weight rows % 8 == 0): v0.4.0's IQ panel gemm (`iqp.cpp`: 8 weight rows
+  decoded into int8 panels with integer sub-block scales, the same values
+  and scales as the tiled unpacking, so the same exact integer s per
+  super-block), then `sumf = fma(float(s), dfac * d_a, sumf)`
+  (`iqp_gemm_tile_4` and `iqp_gemv_8x8_q8_K` alike), dfac = the tiled
+  d_tile: the rounded product is the scale pair, not float(s) * d_tile.
 * "neon", the `vec_dot` of every arm64 NEON build (`ggml-cpu/arch/arm/quants.c`;
   the lanes are reduced as integers, so dotprod changes nothing), as GCC
   12 contracted it (disassembly, docs/arm64.md): per super-block, d =
@@ -80,7 +87,7 @@ __all__ = ["FAMILY", "IQ_TYPES", "pack_iquant"]
 #: kernel modes: how a type's integer parts are formed
 _GRID, _IQ4, _IQ1S, _IQ1M = 0, 1, 2, 3
 #: kernel paths
-_AVX2, _GEN, _TILED, _NEON = 0, 1, 2, 3
+_AVX2, _GEN, _TILED, _NEON, _IQP = 0, 1, 2, 3, 4
 
 # per type: mode, factor of the vec_dot result (ggml's `0.125f *
 # hsum_float_8(...)` etc.), factor folded into the tiled d (tiled.cpp)
@@ -417,8 +424,10 @@ def _dot_neon(mode, post, halves, w, x, sc, d, dq4, xd, xs4, sumi, sumd):
 
 
 @njit(inline="always", cache=True)
-def _dot_tiled(mode, tfac, w, x, sc, d, dq4, xd, xs4, sumi, sumd):
-    # ggml's tiled mat-mul (tiled.cpp / tiled-kernel.cpp, module docstring)
+def _dot_tiled(mode, iqp, tfac, w, x, sc, d, dq4, xd, xs4, sumi, sumd):
+    # ggml's tiled mat-mul (tiled.cpp / tiled-kernel.cpp), or with iqp
+    # v0.4.0's IQ panel gemm (iqp.cpp): the same integers, the float step
+    # rounded elsewhere (module docstring)
     out = np.float32(0.0)
     for b in range(d.shape[0]):
         _grid_lanes(w, x, sc, b, sumi)
@@ -428,7 +437,10 @@ def _dot_tiled(mode, tfac, w, x, sc, d, dq4, xd, xs4, sumi, sumd):
         if mode == _IQ1S or mode == _IQ1M:
             s = 8 * s + _delta_total(dq4, xs4, b, sumd)     # codes 8 * grid + delta
         dt = np.float32(d[b] * tfac)
-        out = fma32(np.float32(np.float32(s) * dt), xd[b], out)
+        if iqp:
+            out = fma32(np.float32(s), np.float32(dt * xd[b]), out)
+        else:
+            out = fma32(np.float32(np.float32(s) * dt), xd[b], out)
     return out
 
 
@@ -449,8 +461,8 @@ def _rows_iq(mode, path, post, tfac, halves, wq, sc, d, dq4, xq, xd, xs4, out, r
         for t in range(xq.shape[0]):
             if path == _GEN:
                 v = _dot_generic(mode, post, w, xq[t], sc[r], d[r], dq4r, xd[t], xs4[t], sumi, sumd)
-            elif path == _TILED:
-                v = _dot_tiled(mode, tfac, w, xq[t], sc[r], d[r], dq4r, xd[t], xs4[t], sumi, sumd)
+            elif path == _TILED or path == _IQP:
+                v = _dot_tiled(mode, path == _IQP, tfac, w, xq[t], sc[r], d[r], dq4r, xd[t], xs4[t], sumi, sumd)
             elif path == _NEON:
                 v = _dot_neon(mode, post, halves, w, xq[t], sc[r], d[r], dq4r, xd[t], xs4[t], sumi,
                               sumd)
@@ -474,13 +486,13 @@ _NO_DELTA = np.ones((1, 1), np.int8)
 
 
 #: the kernel path of each variant an instruction-set chain names
-_PATH_OF_VARIANT = {"x86": _AVX2, "generic": _GEN, "tiled": _TILED, "neon": _NEON}
+_PATH_OF_VARIANT = {"x86": _AVX2, "generic": _GEN, "tiled": _TILED, "neon": _NEON, "iqp": _IQP}
 
 
 class IQuantFamily(Family):
     """The 256-value I-quants (`IQ_TYPES`) with Q8_K activations, in the
-    order of ggml-cpu's vec_dot (AVX2 or generic) and tiled paths (module
-    docstring)."""
+    order of ggml-cpu's vec_dot (AVX2, generic or NEON), tiled and IQ
+    panel paths (module docstring)."""
 
     def pack(self, qm):
         """`pack_iquant` of the QMatrix's raw bytes."""

@@ -43,8 +43,8 @@ from dataclasses import dataclass
 
 from .isa import Isa, chain
 
-__all__ = ["Profile", "PROFILES", "ALIASES", "LLAMA_CPP", "LLAMA_CPP_ARM64", "V0_4_0", "X86_OPTIONS",
-           "OPTION_CPU_FLAGS", "host_flags"]
+__all__ = ["Profile", "PROFILES", "ALIASES", "LLAMA_CPP", "LLAMA_CPP_ARM64", "V0_4_0", "DEFAULT_FLASH_ATTN",
+           "X86_OPTIONS", "OPTION_CPU_FLAGS", "host_flags"]
 
 #: the llama.cpp whose arithmetic the profiles without a version prefix
 #: reproduce
@@ -55,6 +55,14 @@ V0_4_0 = "llama.cpp v0.4.0, prebuilt by node-llama-cpp 3.21.1"
 #: the same llama.cpp as LLAMA_CPP, cross-compiled for arm64 (Debian GCC
 #: 12.2, static; docs/arm64.md)
 LLAMA_CPP_ARM64 = "llama.cpp vendored by llama-cpp-python 0.3.36, arm64 (GCC 12.2 cross build)"
+
+#: flash attention as each llama.cpp's usual front end leaves it when not
+#: asked (docs/prebuilt.md "Defaults of v0.4.0"): llama-cpp-python 0.3.36's
+#: `Llama(flash_attn=False)`: off (None here: off, but on for a quantized V
+#: cache, which needs it); v0.4.0's `llama_context_default_params` and
+#: node-llama-cpp: `LLAMA_FLASH_ATTN_TYPE_AUTO`, which llama.cpp resolves to
+#: on when every layer is on the CPU
+DEFAULT_FLASH_ATTN = {LLAMA_CPP: None, LLAMA_CPP_ARM64: None, V0_4_0: "auto"}
 
 # every x86 instruction-set option of ggml-cpu's CMakeLists (GGML_NATIVE=OFF)
 X86_OPTIONS = ("SSE42", "AVX", "AVX_VNNI", "AVX2", "BMI2", "FMA", "F16C", "AVX512",
@@ -107,6 +115,13 @@ class Profile:
         return set(self.cpu_flags) <= set(flags)
 
     @property
+    def default_flash_attn(self):
+        """The flash-attention setting of this build's llama.cpp when not
+        asked (`DEFAULT_FLASH_ATTN`): None (off; on for a quantized V cache)
+        or "auto" (on, on the CPU)."""
+        return DEFAULT_FLASH_ATTN[self.version]
+
+    @property
     def simd_lanes(self) -> int:
         """Float lanes of ggml's `GGML_F32_VEC` (0: the build has no
         `GGML_SIMD`, its vector loops are plain C)."""
@@ -124,8 +139,9 @@ class Profile:
 
     @property
     def tiled(self) -> bool:
-        """Whether the build has ggml's tiled K-quant / I-quant mat-mul."""
-        return bool(self.isa.resolve("TILED"))
+        """Whether the build has ggml's tiled K-quant / I-quant mat-mul
+        (`tiled/`; not v0.4.0's IQ panel gemm)."""
+        return "tiled" in self.isa.resolve("TILED").values()
 
     @property
     def repack(self) -> frozenset:
@@ -151,11 +167,11 @@ PROFILES = {p.name: p for p in (
     # to contract, no tiled mat-mul there): the same chain
     Profile("v0.4.0-x64", "x64", V0_4_0, (), "v0.4.0's generic C code (= scalar)", _SCALAR),
     Profile("v0.4.0-haswell", "haswell", V0_4_0, _AVX2, "v0.4.0, AVX2 + FMA + F16C",
-            chain(("v0_4_0",) + _AVX2_CHAIN)),
+            chain(("v0_4_0_avx2", "v0_4_0") + _AVX2_CHAIN)),
     Profile("v0.4.0-skylakex", "skylakex", V0_4_0, _AVX2 + ("AVX512",), "v0.4.0, AVX-512 without BF16",
-            chain(("v0_4_0", "x86_avx512f") + _AVX512_CHAIN)),
+            chain(("v0_4_0_avx2", "v0_4_0", "x86_avx512f") + _AVX512_CHAIN)),
     Profile("v0.4.0-zen4", "zen4", V0_4_0, _ZEN4, "v0.4.0, AVX-512 + VBMI + VNNI + BF16",
-            chain(("v0_4_0",) + _AVX512_CHAIN)),
+            chain(("v0_4_0_avx2", "v0_4_0") + _AVX512_CHAIN)),
     Profile("armv8.0", "armv8.0_1", LLAMA_CPP_ARM64, (), "arm64 NEON + FMA, no dotprod (Raspberry Pi 4 class)",
             chain(("arm_neon", "generic")), march="armv8-a"),
     Profile("armv8.2-dotprod", "armv8.2_1", LLAMA_CPP_ARM64, ("DOTPROD",),

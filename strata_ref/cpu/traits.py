@@ -17,7 +17,9 @@ tensor, in ggml's order of precedence:
    `ggml_repack_get_optimal_repack_type`); its gemm takes the activation
    rows in whole groups of 4, its gemv the rest.
 2. "tiled": ggml's tiled mat-mul (`tiled/tiled.cpp`) for the chain's
-   `TILED` types, from 8 activation rows on (`ggml_tiled_min_batch`).
+   `TILED` types, from 8 activation rows on (`ggml_tiled_min_batch`); on
+   llama.cpp v0.4.0's AVX2 builds the IQ panel gemm (`iqp.cpp`) in its
+   place, for I-quant tensors of rows % 8 == 0 (`TILED_ROWS`).
 3. "tinyblas": llamafile's `llamafile_sgemm`, from 2 activation rows on
    (F32 weights: from the chain's `TINYBLAS_F32_MIN_ROWS`), where the chain
    has it: `tinyBLAS_Q0` for the types of `TINYBLAS_Q0`,
@@ -47,6 +49,10 @@ VEC_DOT, TINYBLAS, TILED, REPACK = 0, 1, 2, 3
 PATHS = ("vec_dot", "tinyblas", "tiled", "repack")
 
 FLOAT_TYPES = frozenset({T.F32, T.F16, T.BF16})
+
+#: the weight rows a tensor must have a multiple of to take a `TILED`
+#: kernel variant (iqp.cpp `IQP_NB_ROWS`: its panel decodes 8 rows at once)
+TILED_ROWS = {"iqp": 8}
 
 
 @dataclass(frozen=True)
@@ -155,22 +161,24 @@ def mm_path(isa, t, n: int, repacked: bool, rows: int = 4, cols: int = 0, mmid: 
     tensor is in the repack buffer (`matmul.QMatrix.repacked`)."""
     t = T(t)
     tb = has_tinyblas(isa, t, rows, cols) and (t != T.F32 or n >= isa.resolve("TINYBLAS_F32_MIN_ROWS"))
-    code = choose_path.py_func(bool(repacked), t in isa.resolve("TILED"), tb, int(n), bool(mmid))
+    tiled = isa.resolve("TILED").get(t)
+    tiled = tiled is not None and rows % TILED_ROWS.get(tiled, 1) == 0
+    code = choose_path.py_func(bool(repacked), tiled, tb, int(n), bool(mmid))
     return PATHS[code]
 
 
 def kernel(isa, t, path: str) -> str:
     """The kernel variant the chain runs for type t on `path`: its
     `VEC_DOT` entry ("generic", "x86", ...), its `TINYBLAS_Q0` entry (or
-    "tinyblas" for the float types), "tiled", or its `REPACK` layout
-    ("q4_K_8x8", ...)."""
+    "tinyblas" for the float types), its `TILED` entry ("tiled", "iqp"),
+    or its `REPACK` layout ("q4_K_8x8", ...)."""
     t = T(t)
     if path == "vec_dot":
         return "vec_dot" if t in FLOAT_TYPES else isa.lookup("VEC_DOT", t)
     if path == "tinyblas":
         return "tinyblas" if t in FLOAT_TYPES else isa.lookup("TINYBLAS_Q0", t)
     if path == "tiled":
-        return "tiled"
+        return isa.resolve("TILED")[t]
     if path == "repack":
         return isa.resolve("REPACK")[t]
     raise ValueError(f"no ggml mat-mul path {path!r}")

@@ -517,8 +517,9 @@ class Model:
         context, at most 4096): the KV cache, plus the recurrent state for
         hybrid models, with `KVCache`'s options (type_k, type_v,
         flash_attn, rotate, fa_threads) from `options`, else
-        `cache_options`, else llama.cpp's defaults (F16, flash attention
-        off).
+        `cache_options`, else the defaults of the profile's llama.cpp (F16;
+        flash attention off for llama-cpp-python 0.3.36's, `auto`, i.e. on,
+        for v0.4.0's: `Profile.default_flash_attn`).
 
         Raises ValueError, before allocating anything, when n_ctx is below 1
         or above the model's training context (`<arch>.context_length`, also
@@ -527,6 +528,8 @@ class Model:
         machine's physical memory, or for an option KVCache refuses."""
         hp = self.hp
         opts = {**self.cache_options, **options}
+        if opts.get("flash_attn") is None:
+            opts["flash_attn"] = self.cpu.default_flash_attn
         _refuse_unemulated_cache(self.cpu, opts)
         n_ctx = min(hp.n_ctx_train, 4096) if n_ctx is None else int(n_ctx)
         if not 1 <= n_ctx <= hp.n_ctx_train:

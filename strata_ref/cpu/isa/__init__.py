@@ -15,6 +15,8 @@ package defining the same names:
 | `x86_64` | the x86-64 baseline (SSE2; ggml's `x64` variant) |
 | `x86_avx2` | AVX2 + FMA + F16C (`haswell`) |
 | `x86_avx512` | AVX-512 F/CD/VL/DQ/BW + VBMI + VNNI + BF16 (`zen4`) |
+| `v0_4_0` | llama.cpp v0.4.0 (node-llama-cpp 3.21.1) over the variant's modules |
+| `v0_4_0_avx2` | v0.4.0 on its builds with AVX2: the IQ panel gemm |
 | `arm_neon` | arm64 NEON + FMA, no dotprod (`armv8.0_1`) |
 | `arm_dotprod` | arm64 NEON + FMA + DOTPROD (`armv8.2_1`) |
 
@@ -71,8 +73,9 @@ The names every chain resolves (`generic` defines them all):
   `quantize_rows_q8(x, q, d, s, with_sum)` (the Q8_0 / Q8_1 activation
   quantizer, `quantize_row_q8_0` / `_q8_1`).
 * Python tables: `VEC_DOT` ({type: kernel variant} of each type's
-  `vec_dot`, per-type fallback), `TILED` (the types of ggml's tiled
-  mat-mul, `tiled/`), `REPACK` ({type: layout} of ggml's CPU_REPACK buffer,
+  `vec_dot`, per-type fallback), `TILED` ({type: kernel variant} of the
+  batched path that takes a type from 8 activation rows: ggml's tiled
+  mat-mul, `tiled/`, or v0.4.0's IQ panel gemm, `iqp.cpp`), `REPACK` ({type: layout} of ggml's CPU_REPACK buffer,
   `ggml_repack_get_optimal_repack_type`), `TINYBLAS_Q0` (the quantized
   types llamafile's `tinyBLAS_Q0` takes).
 """

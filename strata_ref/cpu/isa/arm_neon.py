@@ -76,7 +76,7 @@ Q8_K_FMA = True
 #: (the legacy quants' over `ggml_vdotq_s32`'s lanes: `neon_legacy`); a
 #: family without a "neon" kernel for a type says so when asked
 VEC_DOT = {t: "neon" for t in _generic.VEC_DOT}
-TILED = frozenset()
+TILED = {}
 REPACK: dict = {}
 TINYBLAS_Q0: dict = {}
 

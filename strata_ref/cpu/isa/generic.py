@@ -52,7 +52,7 @@ VEC_DOT = {t: "generic" for t in (
     T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M, T.IQ4_NL, T.IQ4_XS,
     T.TQ1_0, T.TQ2_0, T.MXFP4, T.NVFP4, T.Q1_0, T.Q2_0)}
 #: no tiled mat-mul, no CPU_REPACK layouts, no llamafile
-TILED = frozenset()
+TILED = {}
 REPACK: dict = {}
 TINYBLAS_Q0: dict = {}
 

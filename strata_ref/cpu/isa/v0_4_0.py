@@ -10,10 +10,9 @@ GCC 12 comparison of the compiled objects):
 
 * `TILED`: v0.4.0 has no tiled mat-mul (`tiled/` is newer): K-quant
   weights outside a CPU_REPACK buffer take their `vec_dot` for every batch
-  size. (I-quant weights with rows % 8 == 0 take v0.4.0's IQ panel gemm,
-  `iqp.cpp`, from 8 activation rows on builds with AVX2: not emulated
-  here, so an I-quant matrix of such a build is not llama.cpp's bits from
-  8 tokens on.)
+  size. I-quant weights with rows % 8 == 0 take v0.4.0's IQ panel gemm
+  (`iqp.cpp`) from 8 activation rows on builds with AVX2: the module
+  `v0_4_0_avx2`, placed before this one in those chains.
 * `FA_S_FMA`: GCC 11 computes flash attention's one-chunk running sum
   `S = S*ms + vs` (ops.cpp, `ggml_compute_forward_flash_attn_ext_f16_one_chunk`)
   as a rounded product and an add, where GCC 12 emits one FMA; the two
@@ -25,5 +24,5 @@ trees).
 """
 from __future__ import annotations
 
-TILED = frozenset()
+TILED = {}
 FA_S_FMA = False

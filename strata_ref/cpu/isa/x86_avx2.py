@@ -54,9 +54,10 @@ VEC_DOT = {t: "x86" for t in (
     T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K,
     T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M, T.IQ4_NL, T.IQ4_XS,
     T.TQ1_0, T.TQ2_0, T.MXFP4, T.NVFP4, T.Q1_0)}
-#: `ggml_tiled_supported`'s types (tiled/tiled.cpp), from 8 activation rows
-TILED = frozenset({T.Q6_K, T.Q5_K, T.Q4_K, T.Q3_K, T.Q2_K, T.IQ4_XS, T.IQ2_XXS, T.IQ2_XS,
-                   T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M})
+#: `ggml_tiled_supported`'s types (tiled/tiled.cpp), from 8 activation
+#: rows: {type: kernel variant}
+TILED = {t: "tiled" for t in (T.Q6_K, T.Q5_K, T.Q4_K, T.Q3_K, T.Q2_K, T.IQ4_XS, T.IQ2_XXS, T.IQ2_XS,
+                              T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M)}
 #: CPU_REPACK layouts (`ggml_repack_get_optimal_repack_type`, x86 with AVX2)
 REPACK = {T.Q4_0: "q4_0_8x8", T.Q4_K: "q4_K_8x8", T.IQ4_NL: "iq4_nl_8x8", T.MXFP4: "mxfp4_8x8"}
 #: `llamafile_sgemm`'s quantized weight types (`tinyBLAS_Q0_AVX`)

@@ -35,3 +35,14 @@ def test_q4_k_m_mix_and_sizes():
     assert seven["token_embd.weight"][0] == T.Q4_K and seven["output.weight"][0] == T.Q6_K
     assert seven["blk.3.ffn_down.weight"] == (T.Q6_K, (14336, 4096))
     assert "blk.0.attn_q.bias" not in seven
+
+
+def test_bench_infer_finds_the_models_in_the_projects_cache(tmp_path, monkeypatch):
+    # bench_infer.py --models bench-1.5b looks in <cache>/bench/, where
+    # <cache> follows $STRATA_REF_CACHE as every other cached file does
+    import bench_infer
+    monkeypatch.setenv("STRATA_REF_CACHE", str(tmp_path))
+    want = tmp_path / "bench" / "bench-1.5b-q4_k_m.gguf"
+    want.parent.mkdir()
+    want.write_bytes(b"")
+    assert bench_infer.bench_model("bench-1.5b") == want

@@ -492,6 +492,12 @@ def test_phi3_hparams():
     # 1 / sqrtf(96) in float32 steps: 1 / 9.797959f, rounded
     assert hp.attn_scale == float(np.float32(1) / np.float32(9.797959))
     assert (hp.rope_attn_factor, hp.n_ctx_orig) == (1.0, hp.n_ctx_train)
+    # llama.cpp reads the window with `get_key` before switching it off: a
+    # value of another type refuses the file; 0 is a window too
+    from strata_ref.infer.model import ModelLoadError
+    with pytest.raises(ModelLoadError, match="sliding_window"):
+        hps.from_metadata(_moe_md("phi3", **{"attention.sliding_window": "2047"}))
+    assert hps.from_metadata(_moe_md("phi3", **{"attention.sliding_window": 0})).n_swa == 0
 
 
 def test_phi3_rope_factors_follow_the_context(tiny_files):

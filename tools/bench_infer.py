@@ -8,7 +8,8 @@ measured in the same run, repeat by repeat.
 `--models` takes registry names, GGUF paths, and `bench-1.5b` / `bench-7b`:
 dense Q4_K_M models of Qwen2.5-1.5B's and Llama-3-8B's shapes from seeded
 random weights (tools/make_bench_model.py), written into
-~/.cache/strata-ref/bench/ the first time (about 1 and 5 GB).
+<cache>/bench/ the first time (about 1 and 5 GB; <cache> is $STRATA_REF_CACHE, else
+~/.cache/strata-ref).
 
 `--cpu` lists the CPU profiles strata-ref runs (default: native, as
 `strata-ref generate`); for each, llama.cpp is the peer built for that
@@ -156,7 +157,7 @@ class Llama:
             raise RuntimeError(f"the llama.cpp worker did not start (exit status {self.p.returncode}; "
                                "its error is printed above; a peer build of tools/peer_build.py needs "
                                "llama-cpp-python's own dependencies in this interpreter: "
-                               "pip install typing_extensions diskcache jinja2)")
+                               "pip install -e '.[peer]')")
         self.n_prompt = json.loads(first)["ready"]
 
     def round(self):
@@ -176,9 +177,11 @@ class Llama:
 
 def bench_model(name: str) -> Path:
     """The path of bench model `name` (BENCH_MODELS), written by
-    tools/make_bench_model.py into ~/.cache/strata-ref/bench/ when missing."""
+    tools/make_bench_model.py into <cache>/bench/ when missing (<cache>:
+    `strata_ref.models.cache_dir()`)."""
+    from strata_ref.models import cache_dir
     shape = BENCH_MODELS[name]
-    path = Path.home() / ".cache" / "strata-ref" / "bench" / f"bench-{shape}-q4_k_m.gguf"
+    path = cache_dir() / "bench" / f"bench-{shape}-q4_k_m.gguf"
     if not path.is_file():
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from make_bench_model import write

@@ -95,7 +95,7 @@ def _say_missing_deps() -> None:
                if importlib.util.find_spec(m) is None]
     if missing:
         print(f"note: llama_cpp imports {', '.join(missing)}, missing here: "
-              f"pip install {' '.join(missing)}")
+              f"pip install -e '.[peer]' (or pip install {' '.join(missing)})")
 
 
 def main(argv=None) -> int:

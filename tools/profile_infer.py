@@ -230,17 +230,17 @@ def main(argv=None) -> int:
         if compiled_default:
             print(f"  the Python path of the graph (the breakdown below): prompt {py_p * 1e3:.2f} ms, "
                   f"decode {py_d / n_dec * 1e3:.3f} ms/token, unwrapped")
-        print(f"  {'decode, per token':44s} {'ms':>8s} {'share':>7s} {'calls':>6s} | "
+        print(f"  {'decode, per token':44s} {'ms':>8s} {'share':>7s} {'calls/token':>11s} | "
               f"{'prompt pass':>11s} {'share':>7s}")
         names = sorted(set(da) | set(pa), key=lambda k: -da.get(k, 0.0))
         for k in names:
             print(f"  {k:44s} {da.get(k, 0.0) / n_dec * 1e3:8.3f} {da.get(k, 0.0) / td:7.1%} "
-                  f"{dc.get(k, 0) / n_dec:6.1f} | {pa.get(k, 0.0) * 1e3:11.3f} {pa.get(k, 0.0) / tp:7.1%}")
+                  f"{dc.get(k, 0) / n_dec:11.1f} | {pa.get(k, 0.0) * 1e3:11.3f} {pa.get(k, 0.0) / tp:7.1%}")
         rest_d = td - sum(da.values())
         rest_p = tp - sum(pa.values())
         print(f"  {'Python between the calls':44s} {rest_d / n_dec * 1e3:8.3f} {rest_d / td:7.1%} "
-              f"{'':6s} | {rest_p * 1e3:11.3f} {rest_p / tp:7.1%}")
-        print(f"  {'total (wrapped)':44s} {td / n_dec * 1e3:8.3f} {'':7s} {'':6s} | {tp * 1e3:11.3f}")
+              f"{'':11s} | {rest_p * 1e3:11.3f} {rest_p / tp:7.1%}")
+        print(f"  {'total (wrapped)':44s} {td / n_dec * 1e3:8.3f} {'':7s} {'':11s} | {tp * 1e3:11.3f}")
     return 0
 
 

@@ -43,10 +43,14 @@ class Swa:
     rope_of_full: the local layers start from the full layers' RoPE base and
     scale (gpt-oss sets `rope_freq_*_train_swa` to them); else from
     llama.cpp's defaults, base 10000 and scale 1 (`llama-hparams.h`,
-    gemma3). Either way `rope.freq_base_swa` replaces the base."""
+    gemma3). Either way `rope.freq_base_swa` replaces the base.
+    disabled: llama.cpp reads `attention.sliding_window` (so a value of
+    another type refuses the file) and then switches the window off, every
+    layer attending to the whole context (phi3.cpp, llama.cpp PR 13676)."""
     pattern: int
     required: bool = False
     rope_of_full: bool = False
+    disabled: bool = False
 
 
 @dataclass(frozen=True)
@@ -203,7 +207,7 @@ ssm: the Gated DeltaNet variant of a hybrid ("ba_repeat", qwen3next:
 
     @property
     def k_first(self) -> bool:
-        return self.swa is not None
+        return self.swa is not None and not self.swa.disabled
 
 
 _QWEN3NEXT_NAMES = TraceNames(embd="model.embed_tokens", attn_out="attn_output",
@@ -221,10 +225,8 @@ ARCHS: dict[str, ArchSpec] = {s.name: s for s in (
     ArchSpec("gemma3", "dense.DenseModel", qk_norm=True, scale_q="f_attention_scale", post_norms=True,
              embd_scale=True, ffn="geglu", swa=Swa(pattern=6), softcap=True,
              names=TraceNames(residual="sa_out")),
-    # phi3.cpp: `attention.sliding_window` is read and switched off
-    # (llama.cpp PR 13676), so every layer attends to the whole context
     ArchSpec("phi3", "dense.DenseModel", scale_q="head", fused_qkv=True, fused_up=True,
-             rope_factors=True),
+             rope_factors=True, swa=Swa(pattern=1, disabled=True)),
     ArchSpec("qwen3moe", "moe.Qwen3MoEModel", qk_norm=True, experts=Experts()),
     ArchSpec("gpt-oss", "moe.GptOssModel", rope_scaling=("none", "linear", "yarn"),
              experts=Experts(gating="softmax_weight", norm_w=False, act="swiglu_oai", biases=True,

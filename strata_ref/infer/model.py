@@ -255,6 +255,10 @@ def swa_params(k: ArchKeys, swa: Swa | None, n_layer: int, rope_base: float, rop
                rope_freq_scale_swa=rope_freq_scale)
     if swa is None:
         return out
+    if swa.disabled:
+        if "attention.sliding_window" in k:
+            k.int("attention.sliding_window", lo=0)     # read (a wrong type refuses the file), unused
+        return out
     n_swa = 0
     if swa.required or "attention.sliding_window" in k:
         n_swa = k.int("attention.sliding_window", required=True)

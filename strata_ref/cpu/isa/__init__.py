@@ -15,6 +15,7 @@ package defining the same names:
 | `x86_64` | the x86-64 baseline (SSE2; ggml's `x64` variant) |
 | `x86_avx2` | AVX2 + FMA + F16C (`haswell`) |
 | `x86_avx512` | AVX-512 F/CD/VL/DQ/BW + VBMI + VNNI + BF16 (`zen4`) |
+| `x86_amx` | + AMX_TILE, AMX_INT8: ggml's AMX buffer (`sapphirerapids`) |
 | `arm_neon` | arm64 NEON + FMA, no dotprod (`armv8.0_1`) |
 | `arm_dotprod` | arm64 NEON + FMA + DOTPROD (`armv8.2_1`) |
 
@@ -74,7 +75,8 @@ The names every chain resolves (`generic` defines them all):
   `vec_dot`, per-type fallback), `TILED` (the types of ggml's tiled
   mat-mul, `tiled/`), `REPACK` ({type: layout} of ggml's CPU_REPACK buffer,
   `ggml_repack_get_optimal_repack_type`), `TINYBLAS_Q0` (the quantized
-  types llamafile's `tinyBLAS_Q0` takes).
+  types llamafile's `tinyBLAS_Q0` takes), `AMX` ({type: row-length
+  multiple} of ggml's AMX buffer, `x86_amx`; empty without AMX).
 """
 from __future__ import annotations
 
@@ -95,7 +97,7 @@ FUNCTIONS = {  # name: number of arguments
     "vec_dot_f16": 6, "vec_dot_f32": 6, "vec_dot_bf16": 6, "tinyblas_dot": 6, "tinyblas_bf16": 6,
     "quantize_rows_q8": 5,
 }
-TABLES = ("VEC_DOT", "TILED", "REPACK", "TINYBLAS_Q0")
+TABLES = ("VEC_DOT", "TILED", "REPACK", "TINYBLAS_Q0", "AMX")
 
 _CHAINS: dict = {}
 

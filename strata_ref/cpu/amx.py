@@ -35,11 +35,11 @@ Threads split whole outputs (`balance211` over blocks of outputs), so no
 sum depends on the thread count; here tasks of `_ROWS_PER_TASK` weight rows
 run in parallel.
 
-Layout (`pack`, once per matrix): the quants times their sub-block scale as
-exact integers, int8 (Q4_0, Q4_1, Q8_0) or int16 (the others: |scale *
-q| <= 127 * 32), so that I_b is one integer dot over the block; d_w (and
-m_w / dmin_w) widened to float32 per block; the mins per 32 values as
-int32. F16 weights stay as their bits, widened per row.
+Layout (`pack`, once per matrix): the signed quants as int8 (Q4_0: q - 8,
+Q6_K: q - 32, IQ4_XS: kvalues[q]), the sub-block scales as int32 (per 32
+values, Q6_K per 16; IQ4_XS: ls - 32), d_w (and m_w / dmin_w) widened to
+float32 per block, the mins per 32 values as int32 (Q4_K / Q5_K). F16
+weights stay as their bits, widened per row.
 """
 from __future__ import annotations
 
@@ -70,11 +70,13 @@ _KIND = {T.Q4_0: _LEGACY, T.Q8_0: _LEGACY, T.Q4_1: _LEGACY_MIN, T.Q4_K: _KQ_MIN,
 #: weight rows per parallel task
 _ROWS_PER_TASK = 32
 
-#: the packed form (module docstring): `kind`, block size `qk`, `w` (rows,
-#: cols) scaled quants (int8 / int16) or F16 bits (uint16), `d` and `m`
-#: float32 (rows, cols / qk) (m: Q4_1's m, Q4_K / Q5_K's dmin, else a
-#: dummy), `mins` int32 (rows, cols / 32) (Q4_K / Q5_K, else a dummy)
-AmxPacked = namedtuple("AmxPacked", "kind qk w d m mins")
+#: the packed form (module docstring): `kind`, block size `qk`, sub-block
+#: size `sub` (32, Q6_K 16), `w` (rows, cols) int8 quants or F16 bits
+#: (uint16), `sc` int32 (rows, cols / sub) sub-block scales (the 256-value
+#: types, else a dummy), `d` and `m` float32 (rows, cols / qk) (m: Q4_1's
+#: m, Q4_K / Q5_K's dmin, else a dummy), `mins` int32 (rows, cols / 32)
+#: (Q4_K / Q5_K, else a dummy)
+AmxPacked = namedtuple("AmxPacked", "kind qk sub w sc d m mins")
 
 
 # ------------------------------------------------------------ unpacking
@@ -155,13 +157,13 @@ def pack(t, raw, rows: int, cols: int) -> AmxPacked:
     raw = np.asarray(raw, np.uint8).reshape(-1)
     none_f, none_i = np.zeros((1, 1), np.float32), np.zeros((1, 1), np.int32)
     if kind == _F16:
-        return AmxPacked(kind, 16, np.ascontiguousarray(raw.view(np.uint16).reshape(rows, cols)),
-                         none_f, none_f, none_i)
+        return AmxPacked(kind, 16, 16, np.ascontiguousarray(raw.view(np.uint16).reshape(rows, cols)),
+                         none_i, none_f, none_f, none_i)
     b, fmt = _blocks(t, raw, rows, cols)
     qk = fmt.block_values
     nbr = cols // qk
     d = _f16(b, fmt, "d").reshape(rows, nbr)
-    m, mins = none_f, none_i
+    m, mins, sc, sub = none_f, none_i, none_i, 32
     if t == T.Q8_0:
         o = fmt.offset("qs")
         w = b[:, o:o + 32].view(np.int8)
@@ -174,18 +176,18 @@ def pack(t, raw, rows: int, cols: int) -> AmxPacked:
     elif t in (T.Q4_K, T.Q5_K):
         o = fmt.offset("scales")
         sc, mn = _k_scale_min(b[:, o:o + 12])
-        q = _k_quants(b, fmt, t == T.Q5_K)
-        w = (q.reshape(-1, 8, 32) * sc[:, :, None]).astype(np.int16)
+        w = _k_quants(b, fmt, t == T.Q5_K).astype(np.int8)
         m = _f16(b, fmt, "dmin").reshape(rows, nbr)
         mins = np.ascontiguousarray(mn.reshape(rows, cols // 32), np.int32)
     elif t == T.Q6_K:
         o = fmt.offset("scales")
         sc = b[:, o:o + 16].view(np.int8).astype(np.int32)
-        w = (_q6_quants(b, fmt).reshape(-1, 16, 16) * sc[:, :, None]).astype(np.int16)
+        w, sub = _q6_quants(b, fmt).astype(np.int8), 16
     else:                                   # IQ4_XS
-        q, ls = _iq4_xs(b, fmt)
-        w = (q.reshape(-1, 8, 32) * ls[:, :, None]).astype(np.int16)
-    return AmxPacked(kind, qk, np.ascontiguousarray(w.reshape(rows, cols)), d, m, mins)
+        w, sc = _iq4_xs(b, fmt)
+        w = w.astype(np.int8)
+    sc = np.ascontiguousarray(sc.reshape(rows, -1), np.int32) if qk == 256 else sc
+    return AmxPacked(kind, qk, sub, np.ascontiguousarray(w.reshape(rows, cols)), sc, d, m, mins)
 
 
 # --------------------------------------------------------------- kernels
@@ -199,16 +201,23 @@ def _dot_int(w, wo, a, ao, n):
 
 
 @jit
-def _rows_q(kind, qk, w, d, m, mins, xq, xd, xs, xb, out, r0, r1):
+def _rows_q(kind, qk, sub, w, sc, d, m, mins, xq, xd, xs, xb, out, r0, r1):
     # out[t, r] for r0 <= r < r1 (module docstring's table)
     nb = w.shape[1] // qk
+    nsub = qk // sub
     for r in range(r0, r1):
         wr = w[r]
         for t in range(xq.shape[0]):
             at = xq[t]
             c = _F32(0.0)
             for b in range(nb):
-                i = _dot_int(wr, b * qk, at, b * qk, qk)
+                if qk == 32:
+                    i = _dot_int(wr, b * 32, at, b * 32, 32)
+                else:
+                    i = np.int32(0)
+                    for j in range(nsub):
+                        o = b * qk + j * sub
+                        i += sc[r, b * nsub + j] * _dot_int(wr, o, at, o, sub)
                 if kind == _LEGACY or kind == _LEGACY_MIN:
                     c = fma32(_F32(i), _F32(d[r, b] * xd[t, b]), c)
                     if kind == _LEGACY_MIN:
@@ -241,10 +250,10 @@ def _rows_f16(w16, x, out, r0, r1):
 
 
 @jit(parallel=True)
-def _rows_q_parallel(kind, qk, w, d, m, mins, xq, xd, xs, xb, out, r0, r1):
+def _rows_q_parallel(kind, qk, sub, w, sc, d, m, mins, xq, xd, xs, xb, out, r0, r1):
     for c in prange((r1 - r0 + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
         a = r0 + c * _ROWS_PER_TASK
-        _rows_q(kind, qk, w, d, m, mins, xq, xd, xs, xb, out, a, min(r1, a + _ROWS_PER_TASK))
+        _rows_q(kind, qk, sub, w, sc, d, m, mins, xq, xd, xs, xb, out, a, min(r1, a + _ROWS_PER_TASK))
 
 
 @jit(parallel=True)
@@ -274,6 +283,6 @@ def matmul(packed: AmxPacked, x: np.ndarray, isa, r0: int, r1: int, parallel: bo
     else:
         xq, xd, xb = q8_k_fields(x, isa=isa)
         xs = np.zeros((1, 1), np.float32)
-    (_rows_q_parallel if parallel else _rows_q)(packed.kind, packed.qk, packed.w, packed.d, packed.m,
-                                                packed.mins, xq, xd, xs, xb, out, r0, r1)
+    (_rows_q_parallel if parallel else _rows_q)(packed.kind, packed.qk, packed.sub, packed.w, packed.sc,
+                                                packed.d, packed.m, packed.mins, xq, xd, xs, xb, out, r0, r1)
     return np.ascontiguousarray(out[:, r0:r1])

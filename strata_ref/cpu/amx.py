@@ -55,6 +55,7 @@ from ._digest import jit
 from .act_quant import q8_0_fields, q8_1_fields, q8_k_fields
 from .dots_float import _widen_f16
 from .fp import fma32, hsum16
+from .lanes import lanes_scaled_add, q8_block_dot
 
 __all__ = ["AMX_TYPES", "AmxPacked", "pack", "matmul"]
 
@@ -192,12 +193,23 @@ def pack(t, raw, rows: int, cols: int) -> AmxPacked:
 
 # --------------------------------------------------------------- kernels
 @jit
-def _dot_int(w, wo, a, ao, n):
-    # the exact integer sum of w[wo:wo+n] * a[ao:ao+n] (int32)
-    s = np.int32(0)
-    for k in range(n):
-        s += np.int32(w[wo + k]) * np.int32(a[ao + k])
-    return s
+def _block_int(qk, sub, wr, at, o, scr, so, sumi):
+    # I_b of the block at o: q8_block_dot for 32 values; for 256, per 32
+    # the exact lanes (`lanes`: lanes 0-3 the first 16 values, 4-7 the
+    # last 16) times their sub-block scales, then the lanes' sum
+    if qk == 32:
+        return np.int64(q8_block_dot(wr, o, at, o))
+    sumi[:] = 0
+    for c in range(qk // 32):
+        if sub == 16:
+            lo, hi = scr[so + 2 * c], scr[so + 2 * c + 1]
+        else:
+            lo = hi = scr[so + c]
+        lanes_scaled_add(sumi, wr, o + 32 * c, at, o + 32 * c, lo, hi)
+    i = np.int64(0)
+    for lane in range(8):
+        i += sumi[lane]
+    return i
 
 
 @jit
@@ -205,19 +217,15 @@ def _rows_q(kind, qk, sub, w, sc, d, m, mins, xq, xd, xs, xb, out, r0, r1):
     # out[t, r] for r0 <= r < r1 (module docstring's table)
     nb = w.shape[1] // qk
     nsub = qk // sub
+    sumi = np.zeros(8, np.int32)
     for r in range(r0, r1):
         wr = w[r]
+        scr = sc[r] if qk == 256 else sc[0]
         for t in range(xq.shape[0]):
             at = xq[t]
             c = _F32(0.0)
             for b in range(nb):
-                if qk == 32:
-                    i = _dot_int(wr, b * 32, at, b * 32, 32)
-                else:
-                    i = np.int32(0)
-                    for j in range(nsub):
-                        o = b * qk + j * sub
-                        i += sc[r, b * nsub + j] * _dot_int(wr, o, at, o, sub)
+                i = _block_int(qk, sub, wr, at, b * qk, scr, b * nsub, sumi)
                 if kind == _LEGACY or kind == _LEGACY_MIN:
                     c = fma32(_F32(i), _F32(d[r, b] * xd[t, b]), c)
                     if kind == _LEGACY_MIN:

@@ -246,7 +246,7 @@ def add_generate(sub) -> None:
     ge.add_argument("--cpu", default=None, metavar="PROFILE",
                     help="the llama.cpp CPU build whose arithmetic to reproduce: scalar, avx2, "
                          "avx512 (llama-cpp-python 0.3.36's llama.cpp), v0.4.0-x64, v0.4.0-haswell, "
-                         "v0.4.0-skylakex, v0.4.0-zen4 (prebuilt llama.cpp v0.4.0 of "
+                         "v0.4.0-skylakex, v0.4.0-zen4, v0.4.0-sapphirerapids (prebuilt llama.cpp v0.4.0 of "
                          "node-llama-cpp 3.21.1; aliases: v0.4.0-alderlake, v0.4.0-cannonlake, "
                          "v0.4.0-cascadelake, v0.4.0-icelake, v0.4.0-cooperlake), armv8.0, "
                          "armv8.2-dotprod (0.3.36's llama.cpp built for arm64; part of the weight "

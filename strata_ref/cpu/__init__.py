@@ -22,7 +22,8 @@ mat-mul dispatch), `fp` (float primitives: FMA, lane reduction trees),
 exact integer lanes), `act_quant` (Q8_0 / Q8_1 / Q8_K activations),
 `matmul` (`QMatrix`), the kernel families `matvec` (over `legacy_dots`,
 `kquant_dots`), `kquant_unpacked`, `dots_iquants`, `dots_small`,
-`dots_float`; `ops` (soft_max, SwiGLU, RoPE, norms), `f16_attention`,
+`dots_float`; `amx` (ggml-cpu's AMX mat-mul, the weights of its buffer
+on the sapphirerapids build); `ops` (soft_max, SwiGLU, RoPE, norms), `f16_attention`,
 `attention`, `flash_attn`, `hadamard`, `moe` (expert selection,
 `mul_mat_id`, the expert sum), `ssm` (the Gated DeltaNet operations).
 docs/extending.md says which to touch

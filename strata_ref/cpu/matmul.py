@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..types import GGMLType, block_format
-from .traits import Family, family, mm_path
+from .traits import Family, amx_buffer, family, mm_path
 
 __all__ = ["QMatrix", "Packed", "PARALLEL_MIN_MACS", "row_ids"]
 
@@ -89,12 +89,14 @@ class QMatrix:
             raise ValueError(f"{name}: {raw.size} bytes do not hold {rows} x {cols} {fmt.name}")
         self.raw = raw
         self._packed = None
+        self._amx = None
         #: the row counts of the GGUF tensors stacked into this matrix, in
         #: order (ggml chooses a path per tensor: `segments`)
         self.part_rows = (self.rows,)
         #: False for data that never sits in ggml's CPU_REPACK buffer (a KV
         #: cache view: `cpu.attention`; a 2-D MUL_MAT_ID weight:
-        #: `cpu.moe`); repacking is for weight tensors only
+        #: `cpu.moe`); repacking is for weight tensors only, and so is the
+        #: AMX buffer (`amx`)
         self.repackable = True
         #: a ggml path forced for every product ("vec_dot", "tinyblas"),
         #: None: `traits.mm_path` decides (flash attention dots K and Q by
@@ -129,33 +131,46 @@ class QMatrix:
         self.prepare()
         return self._packed
 
-    def repacked(self, part_rows: int | None = None) -> bool:
+    def amx(self, part_rows: int | None = None) -> bool:
+        """Whether ggml's AMX buffer holds this tensor (or its part of
+        `part_rows` rows; each part for None) when a MUL_MAT reads it, on
+        the profile's build (`traits.amx_buffer`); a weight tensor only."""
+        parts = self.part_rows if part_rows is None else (part_rows,)
+        return self.repackable and all(amx_buffer(self.profile.isa, self.type, r, self.cols) for r in parts)
+
+    def repacked(self, part_rows: int | None = None, mmid: bool = False) -> bool:
         """Whether ggml's CPU_REPACK buffer holds this tensor (or its part of
-        `part_rows` rows) on the profile's build: its type has a repacked
-        layout on the instruction-set chain and the rows are a multiple of
-        the layout's interleaved rows, the N of its name `..._NxK` (8, or 4
-        for ARM's `4x4` layouts: `ggml_repack_get_optimal_repack_type`)."""
+        `part_rows` rows) on the profile's build: the AMX buffer does not
+        take it first (a MUL_MAT_ID weight, `mmid`, never goes to AMX), its
+        type has a repacked layout on the instruction-set chain and the
+        rows are a multiple of the layout's interleaved rows, the N of its
+        name `..._NxK` (8, or 4 for ARM's `4x4` layouts:
+        `ggml_repack_get_optimal_repack_type`)."""
         rows = self.rows if part_rows is None else part_rows
         layout = self.profile.isa.resolve("REPACK").get(self.type)
-        if not self.repackable or layout is None:
+        if not self.repackable or layout is None or (not mmid and self.amx(part_rows)):
             return False
         every = int(layout.rsplit("_", 1)[1].split("x")[0])
         return all(r % every == 0 for r in (self.part_rows if part_rows is None else (rows,)))
 
-    def segments(self, n: int, mmid: bool = False) -> list:
+    def segments(self, n: int, mmid: bool = False, no_amx: bool = False) -> list:
         """[(r0, r1, path)]: the row ranges of this matrix with the ggml path
         (`traits.mm_path`) each takes with n activation rows. ggml decides
         per GGUF tensor, so a matrix stacked from several can have parts on
         different paths (a repacked part of rows % 8 == 0 next to one that
-        is not; tinyBLAS's rows % 4 for float types); consecutive parts on
-        one path form one range. A forced `path` is one range."""
+        is not; tinyBLAS's rows % 4 for float types; an AMX part of rows %
+        32 == 0 next to one that is not); consecutive parts on one path
+        form one range. A forced `path` is one range. no_amx: the paths the
+        parts would take if no AMX buffer held them."""
         if self.path is not None:
             return [(0, self.rows, self.path)]
         isa = self.profile.isa
         out = []
         r0 = 0
         for rows in self.part_rows:
-            path = mm_path(isa, self.type, n, self.repacked(rows), rows, self.cols, mmid)
+            amx = not no_amx and self.amx(rows)
+            path = mm_path(isa, self.type, n, self.repacked(rows, mmid or no_amx), rows, self.cols, mmid,
+                           amx)
             if out and out[-1][2] == path:
                 out[-1] = (out[-1][0], r0 + rows, path)
             else:
@@ -175,9 +190,29 @@ class QMatrix:
         x = np.ascontiguousarray(x, dtype=np.float32)
         if x.ndim != 2 or x.shape[1] != self.cols:
             raise ValueError(f"{self.name}: activations must be (n, {self.cols}), got {x.shape}")
-        p = self.packed
         parallel = x.shape[0] * self.rows * self.cols >= PARALLEL_MIN_MACS
-        return p.family.matmul(self, p.data, x, self.segments(x.shape[0], mmid), parallel, bool(mmid))
+        segs = self.segments(x.shape[0], mmid)
+        amx = [(r0, r1) for r0, r1, path in segs if path == "amx"]
+        if len(amx) == len(segs):
+            return self._amx_rows(x, 0, self.rows, parallel)
+        p = self.packed
+        if not amx:
+            return p.family.matmul(self, p.data, x, segs, parallel, bool(mmid))
+        # parts in the AMX buffer next to parts that are not: the family
+        # computes every row, the AMX ones are then replaced
+        out = p.family.matmul(self, p.data, x, self.segments(x.shape[0], mmid, no_amx=True), parallel,
+                              bool(mmid))
+        for r0, r1 in amx:
+            out[:, r0:r1] = self._amx_rows(x, r0, r1, parallel)
+        return out
+
+    def _amx_rows(self, x, r0: int, r1: int, parallel: bool) -> np.ndarray:
+        # rows r0..r1-1 of the product as ggml's AMX buffer computes them
+        # (`strata_ref.cpu.amx`); the AMX form is made at the first use
+        from . import amx
+        if self._amx is None:
+            self._amx = amx.pack(self.type, self.raw, self.rows, self.cols)
+        return amx.matmul(self._amx, x, self.profile.isa, r0, r1, parallel)
 
     def row_f32(self, i: int) -> np.ndarray:
         """Row i dequantized to float32 by the oracle (ggml `get_rows`)."""

@@ -172,6 +172,10 @@ PROFILES = {p.name: p for p in (
             chain(("v0_4_0_avx2", "v0_4_0", "x86_avx512f") + _AVX512_CHAIN)),
     Profile("v0.4.0-zen4", "zen4", V0_4_0, _ZEN4, "v0.4.0, AVX-512 + VBMI + VNNI + BF16",
             chain(("v0_4_0_avx2", "v0_4_0") + _AVX512_CHAIN)),
+    # zen4 plus ggml's AMX buffer (ggml-cpu/amx/), tried before CPU_REPACK
+    Profile("v0.4.0-sapphirerapids", "sapphirerapids", V0_4_0, _ZEN4 + ("AMX_TILE", "AMX_INT8"),
+            "v0.4.0, zen4's set + AMX (Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K/IQ4_XS/F16 weights in its AMX buffer)",
+            chain(("x86_amx", "v0_4_0_avx2", "v0_4_0") + _AVX512_CHAIN)),
     Profile("armv8.0", "armv8.0_1", LLAMA_CPP_ARM64, (), "arm64 NEON + FMA, no dotprod (Raspberry Pi 4 class)",
             chain(("arm_neon", "generic")), march="armv8-a"),
     Profile("armv8.2-dotprod", "armv8.2_1", LLAMA_CPP_ARM64, ("DOTPROD",),

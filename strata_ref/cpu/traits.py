@@ -12,6 +12,9 @@ path)` names it.
 (ggml-cpu.c, llama.cpp vendored by llama-cpp-python 0.3.36) for a weight
 tensor, in ggml's order of precedence:
 
+0. "amx": the weights sit in ggml's AMX buffer (`amx_buffer`: builds with
+   AMX, whose extra buffer types list AMX before CPU_REPACK); every batch
+   size runs `strata_ref.cpu.amx`.
 1. "repack": the weights sit in the CPU_REPACK buffer (their type is in
    the chain's `REPACK` and the tensor's rows are a multiple of 8:
    `ggml_repack_get_optimal_repack_type`); its gemm takes the activation
@@ -42,11 +45,17 @@ from numba import njit
 from ..types import GGMLType as T
 
 __all__ = ["TypeTraits", "TRAITS", "traits", "vec_dot_type", "family", "Family", "mm_path",
-           "choose_path", "kernel", "PATHS", "VEC_DOT", "TINYBLAS", "TILED", "REPACK", "FLOAT_TYPES"]
+           "choose_path", "kernel", "PATHS", "VEC_DOT", "TINYBLAS", "TILED", "REPACK", "FLOAT_TYPES",
+           "amx_buffer", "AMX_ROWS"]
 
-#: path codes (`choose_path`) and their names (`mm_path`)
+#: path codes (`choose_path`) and their names (`mm_path`; "amx" is decided
+#: per tensor, `amx_buffer`)
 VEC_DOT, TINYBLAS, TILED, REPACK = 0, 1, 2, 3
-PATHS = ("vec_dot", "tinyblas", "tiled", "repack")
+PATHS = ("vec_dot", "tinyblas", "tiled", "repack", "amx")
+
+#: the weight rows (the product's ne[0]) ggml's AMX buffer needs a multiple
+#: of: TILE_N * 2 (ggml-cpu/amx/common.h)
+AMX_ROWS = 32
 
 FLOAT_TYPES = frozenset({T.F32, T.F16, T.BF16})
 
@@ -154,12 +163,29 @@ def has_tinyblas(isa, t, rows: int, cols: int) -> bool:
     return False
 
 
-def mm_path(isa, t, n: int, repacked: bool, rows: int = 4, cols: int = 0, mmid: bool = False) -> str:
+def amx_buffer(isa, t, rows: int, cols: int) -> bool:
+    """Whether ggml's AMX buffer takes a weight tensor of type t, rows x
+    cols (ggml: ne[1] x ne[0]) used by a MUL_MAT on a build of the chain
+    `isa`: `extra_buffer_type::supports_op` of ggml-cpu/amx/amx.cpp (the
+    op a MUL_MAT, not MUL_MAT_ID or GET_ROWS: the caller's to know; both
+    operands contiguous and the activations F32, as here always; the
+    output's ne[0], the weight rows, a multiple of `AMX_ROWS`; the type one
+    of the chain's `AMX` with the row length a multiple of its entry).
+    False on chains without AMX."""
+    k = isa.lookup("AMX", T(t))
+    return k is not None and rows % AMX_ROWS == 0 and cols % k == 0
+
+
+def mm_path(isa, t, n: int, repacked: bool, rows: int = 4, cols: int = 0, mmid: bool = False,
+            amx: bool = False) -> str:
     """ggml-cpu's code path for a weight tensor of type t (rows x cols) with
-    n activation rows on the instruction-set chain `isa`: "repack",
-    "tiled", "tinyblas" or "vec_dot" (module docstring). repacked: the
-    tensor is in the repack buffer (`matmul.QMatrix.repacked`)."""
+    n activation rows on the instruction-set chain `isa`: "amx", "repack",
+    "tiled", "tinyblas" or "vec_dot" (module docstring). amx: the tensor is
+    in the AMX buffer (`amx_buffer`), which a MUL_MAT_ID never reads;
+    repacked: in the repack buffer (`matmul.QMatrix.repacked`)."""
     t = T(t)
+    if amx and not mmid:
+        return "amx"
     tb = has_tinyblas(isa, t, rows, cols) and (t != T.F32 or n >= isa.resolve("TINYBLAS_F32_MIN_ROWS"))
     tiled = isa.resolve("TILED").get(t)
     tiled = tiled is not None and rows % TILED_ROWS.get(tiled, 1) == 0
@@ -181,4 +207,6 @@ def kernel(isa, t, path: str) -> str:
         return isa.resolve("TILED")[t]
     if path == "repack":
         return isa.resolve("REPACK")[t]
+    if path == "amx":
+        return "amx"
     raise ValueError(f"no ggml mat-mul path {path!r}")

@@ -257,9 +257,10 @@ class CompiledLayers:
             mats = L.attn.matrices() + L.ffn.matrices()
             # only plain stored-block matrices: a wrapper (a quality probe,
             # a float variant) has its own matmul, which must be called;
-            # and one ggml path per matrix (no stack of repacked and plain parts)
+            # and one ggml path per matrix (no stack of repacked and plain
+            # parts); none in ggml's AMX buffer (`cpu.amx`, eager only)
             if any(type(q) is not QMatrix or q.type not in matvec.RUN_TYPES or q.path is not None
-                   or len({q.repacked(r) for r in q.part_rows}) > 1 for q in mats):
+                   or len({q.repacked(r) for r in q.part_rows}) > 1 or q.amx() for q in mats):
                 return None
             if L.attn.q_gate or L.attn.sinks is not None:
                 return None

@@ -17,6 +17,7 @@ package defining the same names:
 | `x86_avx512` | AVX-512 F/CD/VL/DQ/BW + VBMI + VNNI + BF16 (`zen4`) |
 | `v0_4_0` | llama.cpp v0.4.0 (node-llama-cpp 3.21.1) over the variant's modules |
 | `v0_4_0_avx2` | v0.4.0 on its builds with AVX2: the IQ panel gemm |
+| `x86_amx` | + AMX_TILE, AMX_INT8: ggml's AMX buffer (`sapphirerapids`) |
 | `arm_neon` | arm64 NEON + FMA, no dotprod (`armv8.0_1`) |
 | `arm_dotprod` | arm64 NEON + FMA + DOTPROD (`armv8.2_1`) |
 
@@ -77,7 +78,8 @@ The names every chain resolves (`generic` defines them all):
   batched path that takes a type from 8 activation rows: ggml's tiled
   mat-mul, `tiled/`, or v0.4.0's IQ panel gemm, `iqp.cpp`), `REPACK` ({type: layout} of ggml's CPU_REPACK buffer,
   `ggml_repack_get_optimal_repack_type`), `TINYBLAS_Q0` (the quantized
-  types llamafile's `tinyBLAS_Q0` takes).
+  types llamafile's `tinyBLAS_Q0` takes), `AMX` ({type: row-length
+  multiple} of ggml's AMX buffer, `x86_amx`; empty without AMX).
 """
 from __future__ import annotations
 
@@ -98,7 +100,7 @@ FUNCTIONS = {  # name: number of arguments
     "vec_dot_f16": 6, "vec_dot_f32": 6, "vec_dot_bf16": 6, "tinyblas_dot": 6, "tinyblas_bf16": 6,
     "quantize_rows_q8": 5,
 }
-TABLES = ("VEC_DOT", "TILED", "REPACK", "TINYBLAS_Q0")
+TABLES = ("VEC_DOT", "TILED", "REPACK", "TINYBLAS_Q0", "AMX")
 
 _CHAINS: dict = {}
 

@@ -55,6 +55,8 @@ VEC_DOT = {t: "generic" for t in (
 TILED = {}
 REPACK: dict = {}
 TINYBLAS_Q0: dict = {}
+#: no AMX buffer (`x86_amx`)
+AMX: dict = {}
 
 
 @njit(inline="always", cache=True)

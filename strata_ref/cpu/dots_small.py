@@ -255,7 +255,15 @@ def _row_small(kind, path, fma, w, ws, x, xs, xb, sumi, acc):
                 acc[L] = 0.0
             for ib in range(nb):
                 d = _F32(ws[ib] * xs[ib])
-                _lanes_fma2(acc, 0, w, 32 * ib, x, 32 * ib, d, d)
+                if fma:
+                    _lanes_fma2(acc, 0, w, 32 * ib, x, 32 * ib, d, d)
+                else:
+                    # llamafile's `madd` without __FMA__: add(mul(..))
+                    for L in range(8):
+                        p = np.int32(0)
+                        for q in range(4):
+                            p += np.int32(w[32 * ib + 4 * L + q]) * np.int32(x[32 * ib + 4 * L + q])
+                        acc[L] = _F32(acc[L] + _F32(d * _F32(p)))
             return hsum8(acc)
         if path == _NEON_NL or path == _NEON_MX:
             # arch/arm/quants.c: per pair of blocks the exact dots p0, p1 and

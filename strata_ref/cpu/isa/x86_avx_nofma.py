@@ -14,7 +14,7 @@ own FMA macros fall back to a multiply and an add: `GGML_F32x8_FMA`
   `acc + a * b`; the scalar tail of `ggml_vec_dot_f32` unfused too;
 * the quantized `vec_dot`s: the AVX lanes of Q4_1, Q5_0, Q5_1 ("lanes_nofma",
   `avx_legacy.LANES`), Q5_K, Q6_K ("x86_nofma", `kquant_dots.LANES_NOFMA`),
-  IQ4_XS ("x86_nofma", `dots_iquants`) and the pairs of Q4_0, Q8_0
+  IQ3_S, IQ4_XS ("x86_nofma", `dots_iquants`) and the pairs of Q4_0, Q8_0
   ("avx_nofma") and IQ4_NL (`dots_small` reads `FMA`); `tinyBLAS_Q0_AVX`
   for Q8_0, Q4_0, Q5_0 is the unfused lanes, for IQ4_NL `dots_small`'s
   tinyBLAS path without FMA;
@@ -38,7 +38,8 @@ _F32 = np.float32
 FMA = False
 ROPE_FMA = 0
 VEC_DOT = {T.Q4_0: "avx_nofma", T.Q8_0: "avx_nofma", T.Q4_1: "lanes_nofma", T.Q5_0: "lanes_nofma",
-           T.Q5_1: "lanes_nofma", T.Q5_K: "x86_nofma", T.Q6_K: "x86_nofma", T.IQ4_XS: "x86_nofma"}
+           T.Q5_1: "lanes_nofma", T.Q5_K: "x86_nofma", T.Q6_K: "x86_nofma", T.IQ3_S: "x86_nofma",
+           T.IQ4_XS: "x86_nofma"}
 TINYBLAS_Q0 = {T.Q8_0: "lanes_nofma", T.Q4_0: "lanes_nofma", T.Q5_0: "lanes_nofma",
                T.IQ4_NL: "tinyblas_q0"}
 

@@ -88,6 +88,9 @@ __all__ = ["FAMILY", "IQ_TYPES", "pack_iquant"]
 _GRID, _IQ4, _IQ1S, _IQ1M = 0, 1, 2, 3
 #: kernel paths
 _AVX2, _GEN, _TILED, _NEON, _IQP = 0, 1, 2, 3, 4
+#: the AVX2 path's lanes with `acc + d * lane` unfused: the AVX (no AVX2)
+#: branch of a build without FMA (IQ4_XS on v0.4.0's ivybridge)
+_AVX_NOFMA = 5
 
 # per type: mode, factor of the vec_dot result (ggml's `0.125f *
 # hsum_float_8(...)` etc.), factor folded into the tiled d (tiled.cpp)
@@ -343,8 +346,11 @@ def _delta_total(dq4, xs4, b, sumd):
 
 
 @njit(inline="always", cache=True)
-def _dot_avx2(mode, post, w, x, sc, d, dq4, xd, xs4, sumi, sumd, lf, acc, acc2):
-    # ggml_vec_dot_<type>_q8_K, `__AVX2__` branch (module docstring)
+def _dot_avx2(mode, post, w, x, sc, d, dq4, xd, xs4, sumi, sumd, lf, acc, acc2, fused):
+    # ggml_vec_dot_<type>_q8_K, `__AVX2__` branch (module docstring); not
+    # fused: the AVX branch without FMA, acc + d * lane in two roundings
+    # (the IQ1 types' AVX branches are not emulated: `x86_avx` names them
+    # "avx")
     for L in range(8):
         acc[L] = 0.0
         acc2[L] = 0.0
@@ -354,7 +360,11 @@ def _dot_avx2(mode, post, w, x, sc, d, dq4, xd, xs4, sumi, sumd, lf, acc, acc2):
         db = np.float32(d[b] * xd[b])
         for L in range(8):
             lf[L] = np.float32(sumi[L])
-        fma8_into(acc, lf, 0, db)
+        if fused:
+            fma8_into(acc, lf, 0, db)
+        else:
+            for L in range(8):
+                acc[L] = np.float32(acc[L] + np.float32(db * lf[L]))
         if mode == _IQ1S:
             accum1 = fma32(db, np.float32(_delta_total(dq4, xs4, b, sumd)), accum1)
         elif mode == _IQ1M:
@@ -468,7 +478,7 @@ def _rows_iq(mode, path, post, tfac, halves, wq, sc, d, dq4, xq, xd, xs4, out, r
                               sumd)
             else:
                 v = _dot_avx2(mode, post, w, xq[t], sc[r], d[r], dq4r, xd[t], xs4[t], sumi, sumd,
-                              lf, acc, acc2)
+                              lf, acc, acc2, path != _AVX_NOFMA)
             out[t, r] = v
 
 
@@ -486,7 +496,8 @@ _NO_DELTA = np.ones((1, 1), np.int8)
 
 
 #: the kernel path of each variant an instruction-set chain names
-_PATH_OF_VARIANT = {"x86": _AVX2, "generic": _GEN, "tiled": _TILED, "neon": _NEON, "iqp": _IQP}
+_PATH_OF_VARIANT = {"x86": _AVX2, "x86_nofma": _AVX_NOFMA, "generic": _GEN, "tiled": _TILED, "neon": _NEON,
+                    "iqp": _IQP}
 
 
 class IQuantFamily(Family):

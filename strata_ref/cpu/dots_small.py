@@ -177,8 +177,10 @@ _B32, _NV, _Q1, _Q2, _TQ = 0, 1, 2, 3, 4
 #: IQ4_NL and MXFP4, which contract different products; _NEON_NV: NVFP4's;
 #: _NEON_Q, _DOTPROD_Q: Q1_0's and Q2_0's over the lanes of
 #: `ggml_vdotq_s32` without and with dotprod; _REPACK_ARM: the arm64
-#: `iq4_nl_4x4` / `mxfp4_4x4` gemv and gemm)
-_AVX2, _GENERIC, _TINYBLAS, _REPACK, _NEON_NL, _NEON_MX, _NEON_NV, _NEON_Q, _DOTPROD_Q, _REPACK_ARM = range(10)
+#: `iq4_nl_4x4` / `mxfp4_4x4` gemv and gemm; _AVX_PAIRS: IQ4_NL's AVX
+#: `vec_dot`, builds without AVX2)
+(_AVX2, _GENERIC, _TINYBLAS, _REPACK, _NEON_NL, _NEON_MX, _NEON_NV, _NEON_Q, _DOTPROD_Q, _REPACK_ARM,
+ _AVX_PAIRS) = range(11)
 
 
 @njit(inline="always", cache=True)
@@ -223,12 +225,45 @@ def _row_small(kind, path, fma, w, ws, x, xs, xb, sumi, acc):
                 d = _F32(xs[ib] * ws[ib])
                 s = _madd(d, _F32(_bdot(w, 32 * ib, x, 32 * ib)), s, fma)
             return s
+        if path == _AVX_PAIRS:
+            # the AVX branch (no AVX2): a pair of blocks per step into one
+            # 8-lane accumulator, lanes 0-3 the even block, 4-7 the odd one,
+            # lane L the dot of values 4L..4L+3 and 16+4L..16+4L+3
+            # (`mul_sum_i8_quad_float`), acc + d * lane (contracted on FMA
+            # builds), `hsum_float_8`; an odd last block as above
+            for L in range(8):
+                acc[L] = 0.0
+            ib = 0
+            while ib + 1 < nb:
+                for h in range(2):
+                    d = _F32(ws[ib + h] * xs[ib + h])
+                    o = 32 * (ib + h)
+                    for L in range(4):
+                        p = np.int32(0)
+                        for q in range(4):
+                            p += (np.int32(w[o + 4 * L + q]) * np.int32(x[o + 4 * L + q])
+                                  + np.int32(w[o + 16 + 4 * L + q]) * np.int32(x[o + 16 + 4 * L + q]))
+                        acc[4 * h + L] = _madd(d, _F32(p), acc[4 * h + L], fma)
+                ib += 2
+            s = hsum8(acc)
+            if ib < nb:
+                d = _F32(xs[ib] * ws[ib])
+                s = _madd(d, _F32(_bdot(w, 32 * ib, x, 32 * ib)), s, fma)
+            return s
         if path == _TINYBLAS:
             for L in range(8):
                 acc[L] = 0.0
             for ib in range(nb):
                 d = _F32(ws[ib] * xs[ib])
-                _lanes_fma2(acc, 0, w, 32 * ib, x, 32 * ib, d, d)
+                if fma:
+                    _lanes_fma2(acc, 0, w, 32 * ib, x, 32 * ib, d, d)
+                else:
+                    # llamafile's `madd` without __FMA__: add(mul(..))
+                    for L in range(8):
+                        p = np.int32(0)
+                        for q in range(4):
+                            p += np.int32(w[32 * ib + 4 * L + q]) * np.int32(x[32 * ib + 4 * L + q])
+                        acc[L] = _F32(acc[L] + _F32(d * _F32(p)))
             return hsum8(acc)
         if path == _NEON_NL or path == _NEON_MX:
             # arch/arm/quants.c: per pair of blocks the exact dots p0, p1 and
@@ -499,6 +534,8 @@ class SmallFamily(Family):
             variant = kernel(isa, qm.type, path)
             if (variant, qm.type) in _ARM_PATHS:
                 code = _ARM_PATHS[(variant, qm.type)]
+            elif (variant, qm.type) in _X86_PATHS:
+                code = _X86_PATHS[(variant, qm.type)]
             elif variant in _PATH_OF_VARIANT or variant in ("iq4_nl_8x8", "mxfp4_8x8"):
                 code = _PATH_OF_VARIANT.get(variant, _REPACK)
             else:
@@ -518,5 +555,9 @@ _ARM_PATHS = {("neon", T.IQ4_NL): _NEON_NL, ("neon", T.MXFP4): _NEON_MX, ("neon"
               ("neon", T.Q1_0): _NEON_Q, ("neon", T.Q2_0): _NEON_Q, ("dotprod", T.Q1_0): _DOTPROD_Q,
               ("dotprod", T.Q2_0): _DOTPROD_Q, ("neon", T.TQ1_0): _GENERIC, ("neon", T.TQ2_0): _GENERIC,
               ("iq4_nl_4x4", T.IQ4_NL): _REPACK_ARM, ("mxfp4_4x4", T.MXFP4): _REPACK_ARM}
+
+#: the x86 `vec_dot`s of the builds without AVX2 (arch/x86/quants.c
+#: `#elif defined(__AVX__)`) that differ from the AVX2 one in float order
+_X86_PATHS = {("avx", T.IQ4_NL): _AVX_PAIRS}
 
 FAMILY = SmallFamily()

@@ -38,7 +38,7 @@ from .act_quant import round_to_f16
 from .fp import fma32
 from .attention import check_attention_args
 from .ops import _soft_max_row, tinyblas_takes
-from .simd import HOST_F16C, f8_fma, f8_load, f8_round_f16, f8_splat, f8_store, f8_zero
+from .simd import HOST_F16C, f8_add, f8_fma, f8_load, f8_mul, f8_round_f16, f8_splat, f8_store, f8_zero
 from .vec import load8
 
 __all__ = ["attention"]
@@ -97,10 +97,13 @@ def _vp(p, Tp, T, v, vo, row, hd, isa, tiny, acc, out, oo, vrow):
         a = acc[c % lanes]
         for d in range(0, hd8, 8):
             vv = load8(v, vo + c * row + d) if c < T else f8_zero()
-            f8_store(a, d, f8_fma(pv, vv, f8_load(a, d)))
+            if isa.FMA:
+                f8_store(a, d, f8_fma(pv, vv, f8_load(a, d)))
+            else:                       # a build without FMA: mul, then add
+                f8_store(a, d, f8_add(f8_mul(pv, vv), f8_load(a, d)))
         for d in range(hd8, hd):
             vs = _TABLE[v[vo + c * row + d]] if c < T else _F32(0.0)
-            a[d] = fma32(pc, vs, a[d])
+            a[d] = fma32(pc, vs, a[d]) if isa.FMA else _F32(a[d] + _F32(pc * vs))
     # the lanes of every d reduced in the build's tree, 8 columns at a time
     for d in range(0, hd8, 8):
         if tiny:

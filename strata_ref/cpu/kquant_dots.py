@@ -81,6 +81,9 @@ __all__ = ["KQUANT_TYPES", "LANES", "TILED", "REPACK", "GENERIC", "NEON", "ARM_8
 KQUANT_TYPES = (GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K)
 #: arithmetic modes (module docstring)
 LANES, TILED, REPACK, GENERIC, NEON, ARM_8X4 = 0, 1, 2, 3, 4, 5
+#: `LANES`' integers with `acc + d * lane` unfused: the AVX (no AVX2) branch
+#: of a build without FMA (v0.4.0's ivybridge; isa `x86_avx_nofma`)
+LANES_NOFMA = 6
 
 _F32 = np.float32
 
@@ -343,6 +346,10 @@ def _make_kernels(t: GGMLType, mode: int):
                 out = _F32(out + _fma(di, _F32(d * da), -_F32(_F32(i32_hsum(mnx)) * _F32(dmin * da))))
             else:
                 out = _fma(di, _F32(d * da), _fma(-_F32(i32_hsum(mnx)), _F32(dmin * da), out))
+        elif MODE == LANES_NOFMA:
+            acc = _f8_add_products(acc, _F32(da * d), i32_to_f8(li))
+            if Q5:
+                out = _F32(out + _F32(_F32(-da * dmin) * _F32(i32_hsum(mnx))))   # summs
         elif Q6:
             if MODE == TILED:
                 out = _fma(_F32(_F32(i32_hsum(li)) * d), da, out)
@@ -606,6 +613,8 @@ def kernels(t, mode: int):
     key = (GGMLType(t), mode)
     if key[0] not in KQUANT_TYPES:
         raise KeyError(f"{key[0].name} is not a kquant_dots type")
+    if mode == LANES_NOFMA and key[0] == GGMLType.Q4_K:
+        raise NotImplementedError("Q4_K: ggml's AVX (no AVX2) vec_dot without FMA is not emulated yet")
     if key not in _KERNELS:
         _KERNELS[key] = _make_kernels(*key)
     return _KERNELS[key]
@@ -613,7 +622,7 @@ def kernels(t, mode: int):
 
 #: the mode of each kernel variant an instruction-set chain names
 #: (`strata_ref.cpu.traits.kernel`)
-VARIANTS = {"x86": LANES, "generic": GENERIC, "tiled": TILED, "q4_K_8x8": REPACK, "neon": NEON,
+VARIANTS = {"x86": LANES, "x86_nofma": LANES_NOFMA, "generic": GENERIC, "tiled": TILED, "q4_K_8x8": REPACK, "neon": NEON,
             "q4_K_8x4": ARM_8X4, "q5_K_8x4": ARM_8X4, "q6_K_8x4": ARM_8X4}
 #: the repacked layouts whose gemm rows are quantized by x86's
 #: `ggml_quantize_mat_q8_K_4x8`, where +amax wins a tie with -amax

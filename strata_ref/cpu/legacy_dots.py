@@ -379,10 +379,13 @@ VARIANTS = {"x86": LANES, "generic": GENERIC, "q4_0_8x8": WHOLE}
 
 def variant_kernels(t, variant: str):
     """`kernels(t, VARIANTS[variant])`; the arm64 variants from
-    `neon_legacy`. NotImplementedError for a variant no module has."""
+    `neon_legacy`, the x86 ones without AVX2 from `avx_legacy`.
+    NotImplementedError for a variant no module has."""
     if variant in VARIANTS:
         return kernels(t, VARIANTS[variant])
-    from . import neon_legacy
+    from . import avx_legacy, neon_legacy
     if variant in neon_legacy.VARIANTS:
         return neon_legacy.variant_kernels(t, variant)
+    if variant in avx_legacy.VARIANTS:
+        return avx_legacy.variant_kernels(t, variant)
     raise NotImplementedError(f"{GGMLType(t).name}: ggml's {variant} kernel is not emulated yet")

@@ -59,7 +59,7 @@ _F32 = np.float32
 def tinyblas_takes(isa, batched, k, m):
     """Whether llamafile's sgemm takes an F16 product (tinyBLAS::matmul):
     the build has it, two or more tokens, k % lanes == 0 and m % 4 == 0."""
-    if isa.TINYBLAS == 0 or not batched:
+    if isa.TINYBLAS == 0 or not isa.TINYBLAS_F16 or not batched:
         return False
     return k % isa.TINYBLAS == 0 and m % 4 == 0
 

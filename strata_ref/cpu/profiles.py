@@ -166,6 +166,16 @@ PROFILES = {p.name: p for p in (
     # v0.4.0's x64 library computes what 0.3.36's scalar build does (no FMA
     # to contract, no tiled mat-mul there): the same chain
     Profile("v0.4.0-x64", "x64", V0_4_0, (), "v0.4.0's generic C code (= scalar)", _SCALAR),
+    Profile("v0.4.0-sse42", "sse42", V0_4_0, ("SSE42",), "v0.4.0, SSE4.2 (4-lane SSE), no AVX",
+            chain(("v0_4_0", "x86_sse42", "x86_64", "generic"))),
+    Profile("v0.4.0-sandybridge", "sandybridge", V0_4_0, ("SSE42", "AVX"),
+            "v0.4.0, AVX, no F16C, no FMA, no AVX2",
+            chain(("v0_4_0", "x86_avx_nof16c", "x86_avx_nofma", "x86_avx") + _AVX2_CHAIN)),
+    Profile("v0.4.0-ivybridge", "ivybridge", V0_4_0, ("SSE42", "AVX", "F16C"),
+            "v0.4.0, AVX + F16C, no FMA, no AVX2",
+            chain(("v0_4_0", "x86_avx_nofma", "x86_avx") + _AVX2_CHAIN)),
+    Profile("v0.4.0-piledriver", "piledriver", V0_4_0, ("SSE42", "AVX", "F16C", "FMA"),
+            "v0.4.0, AVX + FMA + F16C, no AVX2", chain(("v0_4_0", "x86_avx") + _AVX2_CHAIN)),
     Profile("v0.4.0-haswell", "haswell", V0_4_0, _AVX2, "v0.4.0, AVX2 + FMA + F16C",
             chain(("v0_4_0_avx2", "v0_4_0") + _AVX2_CHAIN)),
     Profile("v0.4.0-skylakex", "skylakex", V0_4_0, _AVX2 + ("AVX512",), "v0.4.0, AVX-512 without BF16",

@@ -159,6 +159,8 @@ def has_tinyblas(isa, t, rows: int, cols: int) -> bool:
         return True
     if t in FLOAT_TYPES:
         lanes = isa.resolve("TINYBLAS_BF16" if t == T.BF16 else "TINYBLAS")
+        if t == T.F16 and not isa.resolve("TINYBLAS_F16"):
+            return False
         return bool(lanes) and cols % lanes == 0 and rows % 4 == 0
     return False
 

@@ -13,6 +13,10 @@ package defining the same names:
 |---|---|
 | `generic` | no SIMD macro at all: the portable C code |
 | `x86_64` | the x86-64 baseline (SSE2; ggml's `x64` variant) |
+| `x86_sse42` | SSE4.2, 4-lane SSE vectors, no AVX (`sse42`, v0.4.0) |
+| `x86_avx` | AVX + F16C + FMA without AVX2 (`piledriver`, v0.4.0) |
+| `x86_avx_nofma` | AVX + F16C without FMA (`ivybridge`, v0.4.0) |
+| `x86_avx_nof16c` | AVX without F16C or FMA (`sandybridge`, v0.4.0) |
 | `x86_avx2` | AVX2 + FMA + F16C (`haswell`) |
 | `x86_avx512` | AVX-512 F/CD/VL/DQ/BW + VBMI + VNNI + BF16 (`zen4`) |
 | `v0_4_0` | llama.cpp v0.4.0 (node-llama-cpp 3.21.1) over the variant's modules |
@@ -45,6 +49,8 @@ The names every chain resolves (`generic` defines them all):
   `ggml_v_expf` vectors in `ggml_vec_soft_max_f32`, `ggml_vec_silu_f32`,
   `ggml_vec_swiglu_f32`; 1: the scalar libm `expf` throughout), `TINYBLAS`
   (float lanes of llamafile's tinyBLAS, 0: no llamafile path),
+  `TINYBLAS_F16` (llamafile takes F16 weights where it has a tinyBLAS:
+  not on x86 without F16C),
   `TINYBLAS_BF16` (elements per step of tinyBLAS on BF16 weights, 0: none),
   `F32_TAIL_FMA` (where GCC's vectorized tail of `ggml_vec_dot_f32` turns
   into contracted FMAs: the last `n % F32_TAIL_FMA` elements),
@@ -91,7 +97,7 @@ from numba.extending import (NativeValue, box, models, overload_attribute, overl
 
 __all__ = ["Isa", "IsaType", "chain", "CONSTANTS", "FUNCTIONS", "TABLES"]
 
-CONSTANTS = ("FMA", "F32_EPR", "F32_STEP", "F16_EPR", "F16_STEP", "EXPF_LANES", "TINYBLAS",
+CONSTANTS = ("FMA", "F32_EPR", "F32_STEP", "F16_EPR", "F16_STEP", "EXPF_LANES", "TINYBLAS", "TINYBLAS_F16",
              "TINYBLAS_BF16", "F32_TAIL_FMA", "FA_S_FMA", "TINYBLAS_F32_MIN_ROWS", "TINYBLAS_F16_F32B",
              "ROPE_FMA", "Q8_K_FMA")
 FUNCTIONS = {  # name: number of arguments

@@ -30,6 +30,9 @@ F32_EPR = F32_STEP = F16_EPR = F16_STEP = 0
 #: the vector exp is libm's expf on one value at a time
 EXPF_LANES = 1
 TINYBLAS = 0
+#: where the build has a tinyBLAS, llamafile takes F16 weights too (x86
+#: needs F16C for it: `x86_avx_nof16c`)
+TINYBLAS_F16 = True
 TINYBLAS_BF16 = 0
 F32_TAIL_FMA = 0
 #: whether an FMA build contracts the flash-attention one-chunk kernel's

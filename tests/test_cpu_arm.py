@@ -47,18 +47,22 @@ def _data(profile, name):
 
 
 def test_arm_profiles_are_declared():
-    assert ARM == ("armv8.0", "armv8.2-dotprod")
-    a0, dp = PROFILES["armv8.0"], PROFILES["armv8.2-dotprod"]
+    assert ARM == ("armv8.0", "armv8.2-dotprod", "armv8.2-fp16")
+    a0, dp, fp = PROFILES["armv8.0"], PROFILES["armv8.2-dotprod"], PROFILES["armv8.2-fp16"]
     assert a0.isa.names == ("arm_neon", "generic")
     assert dp.isa.names == ("arm_dotprod", "arm_neon", "generic")
+    assert fp.isa.names == ("arm_fp16", "arm_dotprod", "arm_neon", "generic")
     # what the stored builds say of themselves (system_info, cmake_args)
-    for p in (a0, dp):
+    for p in (a0, dp, fp):
         v = np.load(DATA / p.name / "ggml_mm.npz")
+        info = str(v["system_info"])
         assert f"-DGGML_CPU_ARM_ARCH={p.march}" in str(v["cmake_args"])
-        assert ("DOTPROD = 1" in str(v["system_info"])) == ("DOTPROD" in p.options)
-        assert "FP16_VA" not in str(v["system_info"]) and "MATMUL_INT8" not in str(v["system_info"])
+        assert ("DOTPROD = 1" in info) == ("DOTPROD" in p.options)
+        assert ("FP16_VA = 1" in info) == ("FP16_VA" in p.options) == bool(p.isa.resolve("F16_VA"))
+        assert "MATMUL_INT8" not in info
     assert (a0.simd_lanes, a0.fma, a0.tinyblas, a0.repack) == (4, True, 4, frozenset())
     assert dp.repack == {"Q4_0", "Q8_0", "Q1_0", "IQ4_NL", "MXFP4", "Q4_K", "Q5_K", "Q6_K"}
+    assert fp.repack == dp.repack
     assert a0.isa.resolve("quantize_rows_q8") is act_quant.quantize_rows_q8_arm
 
 

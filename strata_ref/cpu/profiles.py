@@ -36,6 +36,7 @@ macros) and checked under qemu-aarch64 (docs/arm64.md, `tools/arm_ref.py`):
 |---|---|---|---|
 | `armv8.0` | `armv8.0_1` | `armv8-a` | arm_neon, generic |
 | `armv8.2-dotprod` | `armv8.2_1` | `armv8.2-a+dotprod` | arm_dotprod, arm_neon, generic |
+| `armv8.2-fp16` | `armv8.2_2` | `armv8.2-a+dotprod+fp16` | arm_fp16, arm_dotprod, arm_neon, generic |
 """
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ OPTION_CPU_FLAGS = {
     "AVX512_BF16": ("avx512_bf16",), "AMX_TILE": ("amx_tile",), "AMX_INT8": ("amx_int8",),
     "AMX_BF16": ("amx_bf16",),
     # arm64 (/proc/cpuinfo "Features")
-    "DOTPROD": ("asimddp",),
+    "DOTPROD": ("asimddp",), "FP16_VA": ("asimdhp",),
 }
 
 
@@ -161,6 +162,9 @@ PROFILES = {p.name: p for p in (
     Profile("armv8.2-dotprod", "armv8.2_1", LLAMA_CPP_ARM64, ("DOTPROD",),
             "arm64 NEON + FMA + DOTPROD, no FP16 vector arithmetic",
             chain(("arm_dotprod", "arm_neon", "generic")), march="armv8.2-a+dotprod"),
+    Profile("armv8.2-fp16", "armv8.2_2", LLAMA_CPP_ARM64, ("DOTPROD", "FP16_VA"),
+            "arm64 NEON + FMA + DOTPROD + FP16 vector arithmetic (Pi 5, Graviton 2, Apple M under Linux)",
+            chain(("arm_fp16", "arm_dotprod", "arm_neon", "generic")), march="armv8.2-a+dotprod+fp16"),
 )}
 
 #: ggml variants whose library gives the bits of another one's for every

@@ -235,7 +235,8 @@ def test_kernel_switch_values():
 
 
 _NO_PROFILE = ("is not a CPU profile (known: scalar, avx2, avx512, v0.4.0-x64, v0.4.0-haswell, "
-               "v0.4.0-skylakex, v0.4.0-zen4, armv8.0, armv8.2-dotprod, v0.4.0-alderlake, v0.4.0-cannonlake, "
+               "v0.4.0-skylakex, v0.4.0-zen4, armv8.0, armv8.2-dotprod, armv8.2-fp16, armv8.6-i8mm, "
+               "v0.4.0-alderlake, v0.4.0-cannonlake, "
                "v0.4.0-cascadelake, "
                "v0.4.0-icelake, v0.4.0-cooperlake, native)")
 

@@ -353,3 +353,28 @@ def test_typed_models_are_the_arm_builds_bits(t, profile, tmp_path):
     for kind, got in (("batched", batched), ("incr", incr)):
         bad = np.flatnonzero((_bits(got) != _bits(ref[f"{t}_{kind}"])).any(axis=1))
         assert bad.size == 0, f"{t} {profile} {kind}: rows {bad.tolist()} differ"
+
+
+def test_i8mm_stacks_only_what_ggml_chunks_alike():
+    # ggml picks the i8mm two-row vec_dot per tensor (its row count and its
+    # thread chunks): q|k|v or gate|up stacked into one matrix could change
+    # bits, so QMatrix.stack declines; a MUL_MAT_ID expert stack (one row
+    # at a time in ggml) is made. Trial finding: the MoE models failed on
+    # armv8.6-i8mm with an AttributeError on a None expert stack.
+    from strata_ref import quantize
+    from strata_ref.cpu.moe import ExpertMatrix
+    rng = np.random.default_rng(0)
+    w = np.asarray(quantize(rng.standard_normal((2 * 6, 64)).astype(np.float32), "Q8_0")).reshape(-1)
+    half = w.size // 2                   # 6 rows of 2 Q8_0 blocks (68 bytes)
+    for prof, stacked in (("armv8.2-dotprod", True), ("armv8.6-i8mm", False)):
+        parts = [QMatrix(GGMLType.Q8_0, w[:half], 6, 64, "a", prof),
+                 QMatrix(GGMLType.Q8_0, w[half:], 6, 64, "b", prof)]
+        assert (QMatrix.stack(parts) is not None) == stacked, prof
+    ex = [ExpertMatrix(GGMLType.Q8_0, w, 2, 6, 64, n, "armv8.6-i8mm") for n in ("gate", "up")]
+    gu = ExpertMatrix.stack(ex, "gate_up")
+    assert all(q is not None and q.rows == 12 for q in gu.experts)
+    x = rng.standard_normal((3, 1, 64)).astype(np.float32)
+    ids = np.array([[0], [1], [0]])
+    got = gu.mul_mat_id(x, ids)
+    want = np.concatenate([e.mul_mat_id(x, ids) for e in ex], axis=2)
+    assert np.array_equal(_bits(got), _bits(want))

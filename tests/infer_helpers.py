@@ -45,7 +45,7 @@ def profile_files(name: str) -> list:
 #: the arm64 profiles (docs/arm64.md), whose data tools/arm_ref.py made under qemu
 ARM_PROFILES = tuple(n for n, p in _cpu.PROFILES.items() if p.version == _cpu.profiles.LLAMA_CPP_ARM64)
 #: CPU_REPACK layouts of the ARM builds whose gemv / gemm are not emulated yet
-ARM_MISSING_LAYOUTS = ("q1_0_4x4",)
+ARM_MISSING_LAYOUTS = ("q1_0_4x4", "q1_0_4x8")
 
 
 def arm_profile_files(name: str) -> list:

@@ -47,19 +47,50 @@ def _data(profile, name):
 
 
 def test_arm_profiles_are_declared():
-    assert ARM == ("armv8.0", "armv8.2-dotprod")
-    a0, dp = PROFILES["armv8.0"], PROFILES["armv8.2-dotprod"]
+    assert ARM == ("armv8.0", "armv8.2-dotprod", "armv8.2-fp16", "armv8.6-i8mm")
+    a0, dp, fp, mm = (PROFILES[p] for p in ARM)
     assert a0.isa.names == ("arm_neon", "generic")
     assert dp.isa.names == ("arm_dotprod", "arm_neon", "generic")
+    assert fp.isa.names == ("arm_fp16", "arm_dotprod", "arm_neon", "generic")
+    assert mm.isa.names == ("arm_i8mm", "arm_fp16", "arm_dotprod", "arm_neon", "generic")
     # what the stored builds say of themselves (system_info, cmake_args)
-    for p in (a0, dp):
+    for p in (a0, dp, fp, mm):
         v = np.load(DATA / p.name / "ggml_mm.npz")
+        info = str(v["system_info"])
         assert f"-DGGML_CPU_ARM_ARCH={p.march}" in str(v["cmake_args"])
-        assert ("DOTPROD = 1" in str(v["system_info"])) == ("DOTPROD" in p.options)
-        assert "FP16_VA" not in str(v["system_info"]) and "MATMUL_INT8" not in str(v["system_info"])
+        assert ("DOTPROD = 1" in info) == ("DOTPROD" in p.options)
+        assert ("FP16_VA = 1" in info) == ("FP16_VA" in p.options) == bool(p.isa.resolve("F16_VA"))
+        assert ("MATMUL_INT8 = 1" in info) == ("MATMUL_INT8" in p.options)
+        # llamafile is compiled out of the i8mm build
+        assert ("LLAMAFILE = 1" in info) == (p.tinyblas > 0)
+        assert "SVE" not in info
     assert (a0.simd_lanes, a0.fma, a0.tinyblas, a0.repack) == (4, True, 4, frozenset())
     assert dp.repack == {"Q4_0", "Q8_0", "Q1_0", "IQ4_NL", "MXFP4", "Q4_K", "Q5_K", "Q6_K"}
+    assert fp.repack == mm.repack == dp.repack
     assert a0.isa.resolve("quantize_rows_q8") is act_quant.quantize_rows_q8_arm
+    # the layouts each build chose (the `repack` key of its stored runs)
+    layouts = {p.name: " ".join(str(np.load(f)["repack"]) for f in sorted((DATA / p.name).glob("llama_ref_*.npz")))
+               for p in (dp, mm)}
+    for p in (dp, mm):
+        for t, lay in p.isa.resolve("REPACK").items():
+            if t.name in ("Q4_0", "Q8_0", "Q4_K", "Q6_K"):
+                assert lay.removeprefix("arm_") in layouts[p.name], (p.name, lay)
+
+
+def test_two_row_vec_dot_follows_ggml_chunking():
+    # ggml_compute_forward_mul_mat with 2 threads: the i8mm two-row vec_dot
+    # only on even tensors whose thread chunk is even on both sides
+    from strata_ref.cpu.mmla import two_rows
+    # 40 weight rows x 2 activation rows: 3 x 1 chunks of 16 < 4 * 2, so
+    # re-chunked by thread: rows [0, 20) and [20, 40), both even
+    assert all(two_rows(r, t, 40, 2, 2) for r in range(40) for t in range(2))
+    assert not any(two_rows(r, t, 40, 3, 2) for r in range(40) for t in range(3))    # odd n
+    # 42 rows: chunks [0, 21) and [21, 42), odd: one row at a time
+    assert not any(two_rows(r, 0, 42, 2, 2) for r in range(42))
+    # 38 x 38 with 16-chunks: 3 x 3 = 9 >= 8 chunks of 13, 13, 12 per side:
+    # only the last chunk of each side is even
+    assert [two_rows(r, 30, 38, 38, 2) for r in (0, 12, 25, 26, 37)] == [False] * 3 + [True] * 2
+    assert not two_rows(37, 12, 38, 38, 2)
 
 
 def _mm_case(t, profile):
@@ -165,10 +196,14 @@ def _logits(m, ids, n_prompt: int, kind: str) -> np.ndarray:
 #: run on the ARM profiles; the files' `repack` key names the layouts each
 #: build chose
 MODELS = ("SmolLM2-135M-Instruct", "smollm2-q4_0", "smollm2-q5_1", "smollm2-q2_k", "smollm2-q3_k_m",
-          "Qwen2.5-Coder-0.5B-Instruct", "gemma-3-270m")
-def _model_case(name, profile):
-    marks = next(iter(arm_profile_files(f"llama_ref_{name}.npz")[ARM.index(profile)].marks), None)
-    return pytest.param(name, profile, id=f"{name}-{profile}", marks=() if marks is None else (marks,))
+          "smollm2-iq4_nl", "smollm2-iq4_xs", "smollm2-q5_k_m", "Qwen2.5-Coder-0.5B-Instruct", "gemma-3-270m")
+
+
+def _model_cases():
+    # every (model, profile) with a stored file (arm_profile_files: the
+    # marks of a layout not emulated yet)
+    return [pytest.param(name, p.values[0], id=f"{name}-{p.values[0]}", marks=p.marks)
+            for name in MODELS for p in arm_profile_files(f"llama_ref_{name}.npz")]
 
 
 def _model(name, profile):
@@ -182,7 +217,7 @@ def _model(name, profile):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["batched", "incr"])
-@pytest.mark.parametrize("name, profile", [_model_case(n, p) for n in MODELS for p in ARM])
+@pytest.mark.parametrize("name, profile", _model_cases())
 def test_model_is_the_arm_builds_bits(name, profile, kind):
     # every logit of every row (llama.cpp's rows are stored as blake2b
     # hashes, `infer_helpers.row_hashes`), its argmax, and the greedy
@@ -288,6 +323,17 @@ def test_unemulated_kv_caches_are_refused(opts, what, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("profile", ARM)
+def test_every_arm_profile_refuses_unemulated_caches(profile):
+    # the FP16 and i8mm builds' flash attention (vfmaq_f16 accumulation of
+    # V) and quantized caches are not emulated either
+    from strata_ref.infer.model import unemulated_cache
+    assert unemulated_cache(profile, dict(flash_attn=True)) == "flash attention"
+    assert unemulated_cache(profile, dict(type_k="q8_0")) == "a q8_0 K cache"
+    assert unemulated_cache(profile, {}) is None
+    assert unemulated_cache("avx2", dict(flash_attn=True)) is None
+
+
+@pytest.mark.parametrize("profile", ARM)
 @pytest.mark.parametrize("t", ["IQ4_NL", "MXFP4"])
 def test_typed_models_are_the_arm_builds_bits(t, profile, tmp_path):
     # tests/typed_models.py: every matrix of type t; every logit of the
@@ -307,3 +353,28 @@ def test_typed_models_are_the_arm_builds_bits(t, profile, tmp_path):
     for kind, got in (("batched", batched), ("incr", incr)):
         bad = np.flatnonzero((_bits(got) != _bits(ref[f"{t}_{kind}"])).any(axis=1))
         assert bad.size == 0, f"{t} {profile} {kind}: rows {bad.tolist()} differ"
+
+
+def test_i8mm_stacks_only_what_ggml_chunks_alike():
+    # ggml picks the i8mm two-row vec_dot per tensor (its row count and its
+    # thread chunks): q|k|v or gate|up stacked into one matrix could change
+    # bits, so QMatrix.stack declines; a MUL_MAT_ID expert stack (one row
+    # at a time in ggml) is made. Trial finding: the MoE models failed on
+    # armv8.6-i8mm with an AttributeError on a None expert stack.
+    from strata_ref import quantize
+    from strata_ref.cpu.moe import ExpertMatrix
+    rng = np.random.default_rng(0)
+    w = np.asarray(quantize(rng.standard_normal((2 * 6, 64)).astype(np.float32), "Q8_0")).reshape(-1)
+    half = w.size // 2                   # 6 rows of 2 Q8_0 blocks (68 bytes)
+    for prof, stacked in (("armv8.2-dotprod", True), ("armv8.6-i8mm", False)):
+        parts = [QMatrix(GGMLType.Q8_0, w[:half], 6, 64, "a", prof),
+                 QMatrix(GGMLType.Q8_0, w[half:], 6, 64, "b", prof)]
+        assert (QMatrix.stack(parts) is not None) == stacked, prof
+    ex = [ExpertMatrix(GGMLType.Q8_0, w, 2, 6, 64, n, "armv8.6-i8mm") for n in ("gate", "up")]
+    gu = ExpertMatrix.stack(ex, "gate_up")
+    assert all(q is not None and q.rows == 12 for q in gu.experts)
+    x = rng.standard_normal((3, 1, 64)).astype(np.float32)
+    ids = np.array([[0], [1], [0]])
+    got = gu.mul_mat_id(x, ids)
+    want = np.concatenate([e.mul_mat_id(x, ids) for e in ex], axis=2)
+    assert np.array_equal(_bits(got), _bits(want))

@@ -65,8 +65,9 @@ def test_which_names_the_profile_of_stored_llama_cpp_logits(tmp_path, qwen3, cap
     assert all(c["equal_rows"] < 12 for c in doc["candidates"] if (c["profile"], c["flash_attn"]) not in want)
     arm = {(c["profile"], c["flash_attn"]): c["not_emulated"] for c in doc["candidates"]
            if c["profile"].startswith("armv8")}
-    assert arm == {("armv8.0", False): None, ("armv8.0", True): "flash attention",
-                   ("armv8.2-dotprod", False): None, ("armv8.2-dotprod", True): "flash attention"}
+    from infer_helpers import ARM_PROFILES
+    assert arm == {(p, fa): "flash attention" if fa else None for p in ARM_PROFILES for fa in (False, True)}
+    assert {"armv8.0", "armv8.2-dotprod", "armv8.2-fp16", "armv8.6-i8mm"} <= set(ARM_PROFILES)
     assert main(["which", str(f), qwen3, "--cpu", "armv8.0", "--flash-attn", "on"]) == 1
     out = capsys.readouterr().out
     assert "armv8.0 flash attention on : not run (flash attention not emulated on this profile)" in out

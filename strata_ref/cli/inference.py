@@ -249,8 +249,8 @@ def add_generate(sub) -> None:
                          "v0.4.0-skylakex, v0.4.0-zen4, v0.4.0-sapphirerapids (prebuilt llama.cpp v0.4.0 of "
                          "node-llama-cpp 3.21.1; aliases: v0.4.0-alderlake, v0.4.0-cannonlake, "
                          "v0.4.0-cascadelake, v0.4.0-icelake, v0.4.0-cooperlake), armv8.0, "
-                         "armv8.2-dotprod (0.3.36's llama.cpp built for arm64; part of the weight "
-                         "types, docs/arm64.md) or native (default: "
+                         "armv8.2-dotprod, armv8.2-fp16, armv8.6-i8mm (0.3.36's llama.cpp built for "
+                         "arm64, docs/arm64.md) or native (default: "
                          "$STRATA_REF_CPU, else native: the profile of llama.cpp's native build "
                          "on this CPU)")
     ge.add_argument("--cache-type-k", default=None, metavar="T",

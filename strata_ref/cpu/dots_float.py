@@ -15,7 +15,10 @@ round to nearest even, `ggml_cpu_fp32_to_fp16`; BF16 by ggml's rule,
   taking elements l, l + KN, ... by FMA, then the lane sum (the chain's
   `tinyblas_dot`); BF16 the chain's `tinyblas_bf16`. On a chain with
   `TINYBLAS_F16_F32B` (ARM NEON without FP16 arithmetic) tinyBLAS
-  multiplies F16 weights by the F32 activations unrounded.
+  multiplies F16 weights by the F32 activations unrounded; on one with
+  `F16_VA` (Arm's FP16 vector arithmetic) F16 weights take
+  `tinyBLAS<8, float16x8_t>` (`fp16_va.tinyblas_f16x8`) and the chain's
+  `vec_dot_f16` computes in binary16.
 
 F16 and BF16 weights stay as their 16-bit patterns and are widened one row
 at a time inside the kernel (exact).
@@ -34,6 +37,7 @@ from numba.extending import intrinsic
 from ._digest import jit
 from ..numerics import bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits
 from ..types import GGMLType as T
+from . import fp16_va
 from .fp import bits_f32, f32_bits
 from .traits import FLOAT_TYPES, Family
 
@@ -112,6 +116,8 @@ def _dot(isa, kind, tiny, a, b, acc):
             return isa.tinyblas_bf16(a, 0, b, 0, n, acc)
         return isa.vec_dot_bf16(a, 0, b, 0, n, acc)
     if tiny:
+        if kind == _KF16 and isa.F16_VA:
+            return fp16_va.tinyblas_f16x8(a, 0, b, 0, n, acc)
         return isa.tinyblas_dot(a, 0, b, 0, n, acc)
     if kind == _KF32:
         return isa.vec_dot_f32(a, 0, b, 0, n, acc)

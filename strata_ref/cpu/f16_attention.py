@@ -12,7 +12,9 @@ The dots (`ops.f16_products` states the orders; ggml-cpu `vec.cpp`
   `GGML_F32x8_REDUCE` / `GGML_F32x16_REDUCE`, the rest of the row in
   double; every product in double on the baseline build), or tinyBLAS (8 or
   16 lanes, one FMA per element, `hsum`) when ggml hands the product to
-  llamafile (two or more tokens; `ops._tinyblas_takes`).
+  llamafile (two or more tokens, eight with Arm's FP16 arithmetic;
+  `ops.tinyblas_takes`). With FP16 arithmetic (`F16_VA`) both dots run in
+  binary16 (`fp16_va`), V p one dimension at a time.
 * V p, one dot per (query head, dimension) over the cells: the same two
   orders, where lane k of the dot of dimension d takes the cells c = k mod
   lanes. The kernel runs all dimensions at once: for cell c it adds p[c] *
@@ -37,7 +39,7 @@ from ..numerics import F16_TO_F32
 from .act_quant import round_to_f16
 from .fp import fma32
 from .attention import check_attention_args
-from .ops import _soft_max_row, tinyblas_takes
+from .ops import _soft_max_row, f16_tinyblas_dot, tinyblas_takes
 from .simd import HOST_F16C, f8_add, f8_fma, f8_load, f8_mul, f8_round_f16, f8_splat, f8_store, f8_zero
 from .vec import load8
 
@@ -63,7 +65,7 @@ def _kq_dot(q, k, ko, hd, isa, tiny, acc):
     k[ko:ko + hd] (fp16 bits), in the order of the build (module
     docstring); float32."""
     if tiny:
-        return isa.tinyblas_dot(q, 0, k, ko, hd, acc)
+        return f16_tinyblas_dot(isa, q, 0, k, ko, hd, acc)
     return isa.vec_dot_f16(q, 0, k, ko, hd, acc)
 
 
@@ -85,6 +87,9 @@ def _vp(p, Tp, T, v, vo, row, hd, isa, tiny, acc, out, oo, vrow):
                 tot[d] += np.float64(_F32(pc * vv))
         for d in range(hd):
             out[oo + d] = _F32(tot[d])
+        return
+    if isa.F16_VA:
+        _vp_f16_va(p, Tp, T, v, vo, row, hd, isa, tiny, out, oo)
         return
     lanes = isa.TINYBLAS if tiny else isa.F16_STEP
     hd8 = hd - hd % 8 if HOST_F16C else 0
@@ -120,8 +125,24 @@ def _vp(p, Tp, T, v, vo, row, hd, isa, tiny, acc, out, oo, vrow):
         out[oo + d] = vrow[d]
 
 
+@njit(inline="always", cache=True)
+def _vp_f16_va(p, Tp, T, v, vo, row, hd, isa, tiny, out, oo):
+    """`_vp` with Arm's FP16 vector arithmetic (`F16_VA`): per dimension d
+    the binary16 dot of p and V's column d over the Tp cells (zero past T),
+    by tinyBLAS<8, float16x8_t> or `ggml_vec_dot_f16` (`fp16_va`)."""
+    col = np.empty(Tp, np.float32)
+    sc = np.empty(64, np.float32)
+    for d in range(hd):
+        for c in range(Tp):
+            col[c] = _TABLE[v[vo + c * row + d]] if c < T else _F32(0.0)
+        if tiny:
+            out[oo + d] = f16_tinyblas_dot(isa, p, 0, col, 0, Tp, sc)
+        else:
+            out[oo + d] = isa.vec_dot_f16(p, 0, col, 0, Tp, sc)
+
+
 @jit
-def _attention(q, kbits, vbits, T, pos, kq_scale, n_swa, batched, isa, sinks, has_sinks, out):
+def _attention(q, kbits, vbits, T, pos, kq_scale, n_swa, n_tok, isa, sinks, has_sinks, out):
     # q (n, H, hd) float32; kbits / vbits (Hkv, >= T, row) uint16, the
     # layer's F16 cache; out (n, H * hd). One query head at a time: q
     # rounded to F16, K q for the T cells, soft_max, p rounded to F16, V p.
@@ -145,8 +166,8 @@ def _attention(q, kbits, vbits, T, pos, kq_scale, n_swa, batched, isa, sinks, ha
     # non-contiguous view that ggml converts to F16 first) and V p takes
     # the probabilities p unrounded (contiguous F32)
     f32b = isa.TINYBLAS_F16_F32B
-    tiny_kq = tinyblas_takes(isa, batched, hd, 256) and not f32b
-    tiny_vp = tinyblas_takes(isa, batched, Tp, hd)
+    tiny_kq = tinyblas_takes(isa, n_tok, hd, 256) and not f32b
+    tiny_vp = tinyblas_takes(isa, n_tok, Tp, hd)
     kacc = np.empty(64, np.float32)
     for h in range(Hkv):
         base = h * ctx * row
@@ -201,6 +222,6 @@ def attention(q: np.ndarray, kbits: np.ndarray, vbits: np.ndarray, T: int, pos: 
         raise ValueError(f"attention: sinks must be ({q.shape[1]},), got {np.shape(sinks)}")
     sk = np.zeros(q.shape[1], np.float32) if sinks is None else np.ascontiguousarray(sinks, np.float32)
     _attention(q, np.ascontiguousarray(kbits), np.ascontiguousarray(vbits), int(T),
-               np.ascontiguousarray(pos, np.int64), _F32(kq_scale), int(n_swa), q.shape[0] >= 2,
+               np.ascontiguousarray(pos, np.int64), _F32(kq_scale), int(n_swa), q.shape[0],
                profile.isa, sk, sinks is not None, out)
     return out

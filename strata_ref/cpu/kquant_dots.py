@@ -635,5 +635,8 @@ def variant_kernels(t, variant: str):
     """`kernels(t, VARIANTS[variant])`; NotImplementedError for a variant
     not emulated here (an arm64 one)."""
     if variant not in VARIANTS:
+        from . import arm_kquant
+        if variant in arm_kquant.VARIANTS:
+            return arm_kquant.variant_kernels(t, variant)
         raise NotImplementedError(f"{GGMLType(t).name}: ggml's {variant} kernel is not emulated yet")
     return kernels(t, VARIANTS[variant])

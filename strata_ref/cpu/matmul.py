@@ -104,14 +104,21 @@ class QMatrix:
         self.path = None
 
     @classmethod
-    def stack(cls, mats: list["QMatrix"], name: str = "") -> "QMatrix":
+    def stack(cls, mats: list["QMatrix"], name: str = "", mmid: bool = False) -> "QMatrix | None":
         """One matrix holding the rows of `mats` (same type and cols) in
         order: one activation quantization and one kernel call instead of
         several (q/k/v, gate/up). Rows are independent, so this changes no
-        result."""
+        result; None where it would: a profile whose `vec_dot` of the type
+        takes two rows at once (i8mm), which ggml chooses per tensor from
+        its row count (`mmla`), unless the stack is only multiplied as
+        MUL_MAT_ID experts (`mmid`: one row at a time)."""
         t, cols = mats[0].type, mats[0].cols
         if any(m.type != t or m.cols != cols for m in mats):
             raise ValueError("stacked matrices need one type and one row length")
+        from .mmla import TWO_ROW_VARIANTS
+        from .traits import kernel
+        if not mmid and kernel(mats[0].profile.isa, t, "vec_dot") in TWO_ROW_VARIANTS:
+            return None
         out = cls(t, np.concatenate([m.raw for m in mats]), sum(m.rows for m in mats), cols, name,
                   mats[0].profile)
         out.part_rows = tuple(r for m in mats for r in m.part_rows)

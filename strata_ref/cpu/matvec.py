@@ -29,7 +29,7 @@ from numba import njit
 
 from .._jitcache import cached
 from ..types import GGMLType
-from . import kquant_dots, legacy_dots, neon_legacy
+from . import kquant_dots, legacy_dots, mmla, neon_legacy
 from ._digest import cpu_digest
 from .act_quant import _q8_k
 from .._threads import threads
@@ -41,6 +41,18 @@ __all__ = ["RUN_TYPES", "runner", "FAMILY", "StoredBlocks"]
 RUN_TYPES = legacy_dots.LEGACY_TYPES + kquant_dots.KQUANT_TYPES
 
 _RUNNERS = {}
+
+
+#: the one-row vec_dot variant of the two-row (i8mm) ones, which a
+#: MUL_MAT_ID takes (ggml-cpu.c `ggml_compute_forward_mul_mat_id_one_chunk`)
+ONE_ROW = dict(neon_legacy.ONE_ROW, neon_i8mm="neon")
+assert set(ONE_ROW) == mmla.TWO_ROW_VARIANTS
+
+
+def _one_row(module, t, isa):
+    """The (serial, parallel) kernels of the vec_dot a MUL_MAT_ID runs."""
+    v = kernel(isa, t, "vec_dot")
+    return module.variant_kernels(t, ONE_ROW.get(v, v))
 
 
 def _three(module, t, isa):
@@ -55,6 +67,7 @@ def _three(module, t, isa):
 
 def _legacy_runner(t: GGMLType, isa):
     (vd_s, vd_p), (tb_s, tb_p), (rp_s, rp_p), HAS_TB = _three(legacy_dots, t, isa)
+    v1_s, v1_p = _one_row(legacy_dots, t, isa)
     QUANT = isa.resolve("quantize_rows_q8")
     # a MUL_MAT_ID on a repacked layout whose gemm rounds otherwise than its
     # gemv (`neon_legacy.GEMM_NOT_GEMV`) takes the gemv for every row, as
@@ -84,6 +97,11 @@ def _legacy_runner(t: GGMLType, isa):
                 tb_p(raw, xq, xs, xm, out, parts)
             else:
                 tb_s(raw, xq, xs, xm, out)
+        elif mmid:
+            if parts > 1:
+                v1_p(raw, xq, xs, xm, out, parts)
+            else:
+                v1_s(raw, xq, xs, xm, out)
         elif parts > 1:
             vd_p(raw, xq, xs, xm, out, parts)
         else:
@@ -127,10 +145,14 @@ def _kquant_runner(t: GGMLType, isa):
                 tl_p(raw, xq, xd, xb, n_gemm, out, parts)
             else:
                 tl_s(raw, xq, xd, xb, n_gemm, out)
-        elif parts > 1:
-            vd_p(raw, xq, xd, xb, n_gemm, out, parts)
         else:
-            vd_s(raw, xq, xd, xb, n_gemm, out)
+            # the two-row (i8mm) vec_dots take their n_gemm as "two rows
+            # allowed": never for a MUL_MAT_ID; the others ignore it
+            two = 0 if mmid else n
+            if parts > 1:
+                vd_p(raw, xq, xd, xb, two, out, parts)
+            else:
+                vd_s(raw, xq, xd, xb, two, out)
         return out
     return run
 

@@ -311,7 +311,7 @@ class ExpertMatrix:
         out = cls.__new__(cls)
         out.n_expert, out.cols, out.name = mats[0].n_expert, mats[0].cols, name
         out.rows = sum(m.rows for m in mats)
-        out.experts = [QMatrix.stack([m.experts[e] for m in mats], f"{name}[{e}]")
+        out.experts = [QMatrix.stack([m.experts[e] for m in mats], f"{name}[{e}]", mmid=True)
                        for e in range(out.n_expert)]
         out.type, out.profile = mats[0].type, mats[0].profile
         return out

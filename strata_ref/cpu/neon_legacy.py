@@ -34,6 +34,15 @@ float32:
   (`vmlaq_f32`, unfused). The gemm takes the activation rows in whole
   groups of 4, the gemv the rest (repack.cpp `forward_mul_mat`).
 
+* `PAIRS_MMLA`, the i8mm build's `vec_dot`s of Q4_0, Q4_1, Q8_0: where
+  ggml takes the two-row (`vmmlaq_s32`) code (`mmla.two_rows`), per output
+  one float lane, `acc = acc + round(float(I) * (d_w * d_a))` block by
+  block (`vmlaq_f32`); Q4_1 adds the vector of rounded `m_w * s_a`, summed
+  block by block, at the end; elsewhere `PAIRS` with dotprod lanes.
+* `REPACK_4X8`, the i8mm build's `q4_0_4x8` and `q8_0_4x8`: gemv (dotprod
+  code) and gemm (i8mm) alike `acc = fma(float(I), d_a * d_w, acc)`
+  (`vfmaq_f32`).
+
 The kernels widen one weight row to int8 values once and dot it with
 every activation row; the integer lanes are formed in plain loops (exact
 whatever instructions a host has).
@@ -47,12 +56,13 @@ from .._jitcache import cached
 from ..types import GGMLType, block_format
 from ._digest import cpu_digest
 from .fp import fma32, hsum4
+from .mmla import THREADS, two_rows
 from .simd import f16_at
 
-__all__ = ["PAIRS", "ONE_ACC", "REPACK_4X4", "VARIANTS", "variant_kernels", "LANE_DOTPROD", "LANE_NEON",
+__all__ = ["PAIRS", "ONE_ACC", "REPACK_4X4", "PAIRS_MMLA", "REPACK_4X8", "VARIANTS", "variant_kernels", "LANE_DOTPROD", "LANE_NEON",
            "GEMM_NOT_GEMV"]
 
-PAIRS, ONE_ACC, REPACK_4X4 = 0, 1, 2
+PAIRS, ONE_ACC, REPACK_4X4, PAIRS_MMLA, REPACK_4X8 = 0, 1, 2, 3, 4
 _F32 = np.float32
 
 #: the int32 lane each of a block's 32 values goes to: dotprod's `vdotq_s32`
@@ -180,11 +190,24 @@ def _make_kernels(t: GGMLType, mode: int, dotprod: bool):
         acc = _F32(0.0)
         for b in range(dw.shape[0]):
             i = _F32(whole(wv, xq, t, b))
-            if gemm and Q8_GEMM_ADD:
+            if gemm and Q8_GEMM_ADD and MODE == REPACK_4X4:
                 acc = _F32(acc + _F32(_F32(dw[b] * xs[t, b]) * i))
             else:
                 acc = fma32(i, _F32(xs[t, b] * dw[b]), acc)
         return acc
+
+    @njit(inline="always")
+    def mmla(wv, dw, mw, xq, xs, xm, t):
+        # the i8mm two-row vec_dot's lane of this output: per block acc +
+        # round(float(I) * (d_w * d_a)) (vmlaq_f32), Q4_1's summs a vector
+        # of rounded m_w * s_a added block by block, added last
+        acc = _F32(0.0)
+        summs = _F32(0.0)
+        for b in range(dw.shape[0]):
+            acc = _F32(acc + _F32(_F32(whole(wv, xq, t, b)) * _F32(dw[b] * xs[t, b])))
+            if MIN_PAIR:
+                summs = _F32(summs + _F32(mw[b] * xm[t, b]))
+        return _F32(acc + summs) if MIN_PAIR else acc
 
     @njit(inline="always")
     def rows(raw, xq, xs, xm, out, r0, r1):
@@ -200,8 +223,10 @@ def _make_kernels(t: GGMLType, mode: int, dotprod: bool):
         for r in range(r0, r1):
             widen(raw, r, wv, dw, mw)
             for t in range(n):
-                if MODE == PAIRS:
+                if MODE == PAIRS or (MODE == PAIRS_MMLA and not two_rows(r, t, raw.shape[0], n, THREADS)):
                     out[t, r] = vec_dot(wv, dw, mw, xq, xs, xm, t, ln, ae, ao)
+                elif MODE == PAIRS_MMLA:
+                    out[t, r] = mmla(wv, dw, mw, xq, xs, xm, t)
                 elif MODE == ONE_ACC:
                     out[t, r] = one_acc(wv, dw, xq, xs, t, ln, ae)
                 else:
@@ -223,9 +248,13 @@ def _make_kernels(t: GGMLType, mode: int, dotprod: bool):
 #: repacked layouts whose gemm rounds otherwise than their gemv: a MUL_MAT_ID
 #: (ggml runs the gemv for every row) is not served by these kernels
 GEMM_NOT_GEMV = frozenset({"q8_0_4x4"})
+#: the one-row vec_dot variant of a two-row one: what ggml runs where the
+#: two-row code is not taken (a MUL_MAT_ID)
+ONE_ROW = {"i8mm": "dotprod"}
 #: kernel variants an instruction-set chain names (`traits.kernel`): (mode,
 #: dotprod lanes)
 VARIANTS = {"neon": (PAIRS, False), "dotprod": (PAIRS, True), "tinyblas_q0_arm": (ONE_ACC, True),
+            "i8mm": (PAIRS_MMLA, True), "q4_0_4x8": (REPACK_4X8, True), "q8_0_4x8": (REPACK_4X8, True),
             "q4_0_4x4": (REPACK_4X4, True), "q8_0_4x4": (REPACK_4X4, True)}
 _KERNELS: dict = {}
 

@@ -45,6 +45,7 @@ from numba import njit
 
 from ._digest import jit
 from ..numerics import f32_bits_to_f16_bits
+from . import fp16_va
 from .act_quant import round_to_f16
 from .fp import f32_bits, fma32
 from .simd import HOST_F16C, f8_f16_store, f8_load, f8_mul, f8_splat, f8_store, f8_sub
@@ -56,27 +57,41 @@ _F32 = np.float32
 
 
 @njit(inline="always", cache=True)
-def tinyblas_takes(isa, batched, k, m):
-    """Whether llamafile's sgemm takes an F16 product (tinyBLAS::matmul):
-    the build has it, two or more tokens, k % lanes == 0 and m % 4 == 0."""
-    if isa.TINYBLAS == 0 or not isa.TINYBLAS_F16 or not batched:
+def tinyblas_takes(isa, n, k, m):
+    """Whether llamafile's sgemm takes an F16 product of n tokens
+    (tinyBLAS::matmul): the build has it and takes F16 (`TINYBLAS_F16`:
+    not without F16C), n at least the chain's `TINYBLAS_F16_MIN_ROWS`,
+    k % lanes == 0 (`F16_EPR` with FP16 arithmetic: `tinyBLAS<8,
+    float16x8_t>`) and m % 4 == 0."""
+    if isa.TINYBLAS == 0 or not isa.TINYBLAS_F16 or n < isa.TINYBLAS_F16_MIN_ROWS:
         return False
-    return k % isa.TINYBLAS == 0 and m % 4 == 0
+    lanes = isa.F16_EPR if isa.F16_VA else isa.TINYBLAS
+    return k % lanes == 0 and m % 4 == 0
+
+
+@njit(inline="always", cache=True)
+def f16_tinyblas_dot(isa, a, ao, b, bo, n, acc):
+    """llamafile's tinyBLAS dot of F16 operands on the chain: binary16
+    `tinyBLAS<8, float16x8_t>` with FP16 arithmetic (`F16_VA`), else the
+    chain's `tinyblas_dot` (operands widened)."""
+    if isa.F16_VA:
+        return fp16_va.tinyblas_f16x8(a, ao, b, bo, n, acc)
+    return isa.tinyblas_dot(a, ao, b, bo, n, acc)
 
 
 @jit
-def _products(a, b, batched, isa, m_rows, out):
+def _products(a, b, n_tok, isa, m_rows, out):
     # a (H, M, D), b (H, C, D) -> out (H, M, C); m_rows: ggml's m (rows of
     # the weight-side operand) for the tinyBLAS test
     H, M, D = a.shape
     C = b.shape[1]
-    tiny = tinyblas_takes(isa, batched, D, m_rows)
+    tiny = tinyblas_takes(isa, n_tok, D, m_rows)
     acc = np.empty(64, np.float32)
     for hm in range(H * M):
         h, m = hm // M, hm % M
         for c in range(C):
             if tiny:
-                out[h, m, c] = isa.tinyblas_dot(a[h, m], 0, b[h, c], 0, D, acc)
+                out[h, m, c] = f16_tinyblas_dot(isa, a[h, m], 0, b[h, c], 0, D, acc)
             else:
                 out[h, m, c] = isa.vec_dot_f16(a[h, m], 0, b[h, c], 0, D, acc)
 
@@ -90,13 +105,15 @@ def _pad_last(a, D):
     return out
 
 
-def f16_products(a: np.ndarray, b: np.ndarray, batched: bool, profile, m_rows: int = 4) -> np.ndarray:
+def f16_products(a: np.ndarray, b: np.ndarray, batched, profile, m_rows: int = 4) -> np.ndarray:
     """out[h, m, c] = sum_d a[h, m, d] * b[h, c, d] as ggml-cpu's F16 mat-mul
-    of `profile` sums it (module docstring): `batched` (two or more tokens
-    in the call) selects tinyBLAS's order where the build has it, the length
-    is a multiple of its lanes and `m_rows` (ggml's m, the rows of the
-    weight-side operand: the KV length for K q, head_dim for V p) a multiple
-    of 4; else `ggml_vec_dot_f16`, as for one token.
+    of `profile` sums it (module docstring): `batched`, the token count of
+    the call (or a bool: True for two or more tokens, False for one),
+    selects tinyBLAS's order where the build takes that many (two, eight
+    with Arm's FP16 arithmetic: `tinyblas_takes`), the length is a multiple
+    of its lanes and `m_rows` (ggml's m, the rows of the weight-side
+    operand: the KV length for K q, head_dim for V p) a multiple of 4; else
+    `ggml_vec_dot_f16`, as for one token.
 
     a, b: float32 holding fp16 values, (H, M, Da) and (H, C, Db); the
     shorter rows count as zero-padded to the longer. The length summed over
@@ -107,7 +124,8 @@ def f16_products(a: np.ndarray, b: np.ndarray, batched: bool, profile, m_rows: i
     D = max(a.shape[2], b.shape[2])
     a, b = _pad_last(a, D), _pad_last(b, D)
     out = np.empty((a.shape[0], a.shape[1], b.shape[1]), np.float32)
-    _products(a, b, bool(batched), profile.isa, int(m_rows), out)
+    n_tok = (2 if batched else 1) if isinstance(batched, (bool, np.bool_)) else int(batched)
+    _products(a, b, n_tok, profile.isa, int(m_rows), out)
     return out
 
 

@@ -36,6 +36,11 @@ macros) and checked under qemu-aarch64 (docs/arm64.md, `tools/arm_ref.py`):
 |---|---|---|---|
 | `armv8.0` | `armv8.0_1` | `armv8-a` | arm_neon, generic |
 | `armv8.2-dotprod` | `armv8.2_1` | `armv8.2-a+dotprod` | arm_dotprod, arm_neon, generic |
+| `armv8.2-fp16` | `armv8.2_2` | `armv8.2-a+dotprod+fp16` | arm_fp16, arm_dotprod, arm_neon, generic |
+| `armv8.6-i8mm` | none (`apple_m2_m3` + FP16) | `armv8.6-a+dotprod+fp16+i8mm` | arm_i8mm, arm_fp16, arm_dotprod, arm_neon, generic |
+
+`armv8.6-i8mm` reproduces llama.cpp run with 2 threads: its two-row
+`vec_dot`s are taken per chunk of ggml's thread split (`cpu.mmla`).
 """
 from __future__ import annotations
 
@@ -78,7 +83,7 @@ OPTION_CPU_FLAGS = {
     "AVX512_BF16": ("avx512_bf16",), "AMX_TILE": ("amx_tile",), "AMX_INT8": ("amx_int8",),
     "AMX_BF16": ("amx_bf16",),
     # arm64 (/proc/cpuinfo "Features")
-    "DOTPROD": ("asimddp",),
+    "DOTPROD": ("asimddp",), "FP16_VA": ("asimdhp",), "MATMUL_INT8": ("i8mm",),
 }
 
 
@@ -191,6 +196,13 @@ PROFILES = {p.name: p for p in (
     Profile("armv8.2-dotprod", "armv8.2_1", LLAMA_CPP_ARM64, ("DOTPROD",),
             "arm64 NEON + FMA + DOTPROD, no FP16 vector arithmetic",
             chain(("arm_dotprod", "arm_neon", "generic")), march="armv8.2-a+dotprod"),
+    Profile("armv8.2-fp16", "armv8.2_2", LLAMA_CPP_ARM64, ("DOTPROD", "FP16_VA"),
+            "arm64 NEON + FMA + DOTPROD + FP16 vector arithmetic (Pi 5, Graviton 2, Apple M under Linux)",
+            chain(("arm_fp16", "arm_dotprod", "arm_neon", "generic")), march="armv8.2-a+dotprod+fp16"),
+    Profile("armv8.6-i8mm", "armv8.6-i8mm", LLAMA_CPP_ARM64, ("DOTPROD", "FP16_VA", "MATMUL_INT8"),
+            "arm64 NEON + FMA + DOTPROD + FP16 + i8mm, no SVE (Apple M2+ class), llama.cpp on 2 threads",
+            chain(("arm_i8mm", "arm_fp16", "arm_dotprod", "arm_neon", "generic")),
+            march="armv8.6-a+dotprod+fp16+i8mm"),
 )}
 
 #: ggml variants whose library gives the bits of another one's for every

@@ -24,7 +24,8 @@ tensor, in ggml's order of precedence:
    llama.cpp v0.4.0's AVX2 builds the IQ panel gemm (`iqp.cpp`) in its
    place, for I-quant tensors of rows % 8 == 0 (`TILED_ROWS`).
 3. "tinyblas": llamafile's `llamafile_sgemm`, from 2 activation rows on
-   (F32 weights: from the chain's `TINYBLAS_F32_MIN_ROWS`), where the chain
+   (F32 / F16 weights: from the chain's `TINYBLAS_F32_MIN_ROWS` /
+   `TINYBLAS_F16_MIN_ROWS`), where the chain
    has it: `tinyBLAS_Q0` for the types of `TINYBLAS_Q0`,
    `tinyBLAS` for F32 / F16 / BF16 when the row length is a multiple of
    its lanes and the rows a multiple of 4.
@@ -161,8 +162,22 @@ def has_tinyblas(isa, t, rows: int, cols: int) -> bool:
         lanes = isa.resolve("TINYBLAS_BF16" if t == T.BF16 else "TINYBLAS")
         if t == T.F16 and not isa.resolve("TINYBLAS_F16"):
             return False
+        if lanes and t == T.F16 and isa.resolve("F16_VA"):
+            lanes = isa.resolve("F16_EPR")         # tinyBLAS<8, float16x8_t>
         return bool(lanes) and cols % lanes == 0 and rows % 4 == 0
     return False
+
+
+def tinyblas_min_rows(isa, t) -> int:
+    """The fewest activation rows llamafile takes weights of type t with
+    (`TINYBLAS_F32_MIN_ROWS` for F32, `TINYBLAS_F16_MIN_ROWS` for F16, else
+    2)."""
+    t = T(t)
+    if t == T.F32:
+        return int(isa.resolve("TINYBLAS_F32_MIN_ROWS"))
+    if t == T.F16:
+        return int(isa.resolve("TINYBLAS_F16_MIN_ROWS"))
+    return 2
 
 
 def amx_buffer(isa, t, rows: int, cols: int) -> bool:
@@ -188,7 +203,7 @@ def mm_path(isa, t, n: int, repacked: bool, rows: int = 4, cols: int = 0, mmid: 
     t = T(t)
     if amx and not mmid:
         return "amx"
-    tb = has_tinyblas(isa, t, rows, cols) and (t != T.F32 or n >= isa.resolve("TINYBLAS_F32_MIN_ROWS"))
+    tb = has_tinyblas(isa, t, rows, cols) and n >= tinyblas_min_rows(isa, t)
     tiled = isa.resolve("TILED").get(t)
     tiled = tiled is not None and rows % TILED_ROWS.get(tiled, 1) == 0
     code = choose_path.py_func(bool(repacked), tiled, tb, int(n), bool(mmid))

@@ -137,7 +137,7 @@ def attention_nodes(cache, ci: int, q, pos, kq_scale: float, profile, n_swa: int
     V = np.zeros((Hkv, D, n_kv), np.float32)
     K[:, :T] = kc[:, :T].astype(np.float32)
     V[:, :, :T] = cache.v[ci][:, :T].astype(np.float32).transpose(0, 2, 1)
-    batched = n >= 2
+    batched = n      # the token count decides tinyBLAS (`ops.tinyblas_takes`)
     qh = np.asarray(q, np.float32).astype(np.float16).astype(np.float32).transpose(1, 0, 2)   # (H, n, D)
     kq = np.concatenate([ops.f16_products(qh[h * G:(h + 1) * G].reshape(1, G * n, D), K[h][None], batched,
                                           profile, m_rows=n_kv).reshape(G, n, n_kv) for h in range(Hkv)])

@@ -24,6 +24,7 @@ package defining the same names:
 | `x86_amx` | + AMX_TILE, AMX_INT8: ggml's AMX buffer (`sapphirerapids`) |
 | `arm_neon` | arm64 NEON + FMA, no dotprod (`armv8.0_1`) |
 | `arm_dotprod` | arm64 NEON + FMA + DOTPROD (`armv8.2_1`) |
+| `arm_fp16` | arm64 NEON + FMA + DOTPROD + FP16 vector arithmetic (`armv8.2_2`) |
 
 An `Isa` is a chain of these modules, most specific first and `generic`
 last (the avx512 build runs `x86_avx512`, then `x86_avx2` for what
@@ -65,7 +66,10 @@ The names every chain resolves (`generic` defines them all):
   `quantize_row_q8_K_ref` contracts `nearest_int(iscale * x)`'s
   `iscale * x + 1.5 * 2^23` into one FMA, so q is the exact product
   rounded half to even: arm64, whose FMA baseline reaches ggml-base;
-  `act_quant.q8_k_fields`).
+  `act_quant.q8_k_fields`), `F16_VA` (Arm's FP16 vector arithmetic: the
+  F16 macros and llamafile's F16 tinyBLAS compute in binary16,
+  `cpu.fp16_va`), `TINYBLAS_F16_MIN_ROWS` (the fewest activation rows
+  llamafile takes F16 weights with: 2, 8 with FP16 arithmetic).
 * functions (numba): `madd(a, b, c)`; `expf_v(x)`, `silu_v(x)` (one lane
   of `ggml_v_expf` / `ggml_v_silu`) and `expf8(v)`, `silu8(v)` (the same on
   an `F32x8`); `lane_sum(w, c0)` (the lane sum of one `EXPF_LANES` vector
@@ -99,7 +103,7 @@ __all__ = ["Isa", "IsaType", "chain", "CONSTANTS", "FUNCTIONS", "TABLES"]
 
 CONSTANTS = ("FMA", "F32_EPR", "F32_STEP", "F16_EPR", "F16_STEP", "EXPF_LANES", "TINYBLAS", "TINYBLAS_F16",
              "TINYBLAS_BF16", "F32_TAIL_FMA", "FA_S_FMA", "TINYBLAS_F32_MIN_ROWS", "TINYBLAS_F16_F32B",
-             "ROPE_FMA", "Q8_K_FMA")
+             "ROPE_FMA", "Q8_K_FMA", "F16_VA", "TINYBLAS_F16_MIN_ROWS")
 FUNCTIONS = {  # name: number of arguments
     "madd": 3, "expf_v": 1, "silu_v": 1, "expf8": 1, "silu8": 1, "lane_sum": 2,
     "reduce_f32": 1, "reduce_f32_cols": 3, "hsum": 1, "hsum_cols": 3,

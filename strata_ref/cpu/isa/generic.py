@@ -48,6 +48,11 @@ Q8_K_FMA = False
 TINYBLAS_F32_MIN_ROWS = 2
 #: llamafile's F16 tinyBLAS multiplies F16 activations (converted first)
 TINYBLAS_F16_F32B = False
+#: the F16 vector macros compute in float32 (operands widened); True:
+#: Arm's FP16 vector arithmetic, in binary16 (`isa.arm_fp16`, `fp16_va`)
+F16_VA = False
+#: llamafile takes F16 weights from 2 activation rows
+TINYBLAS_F16_MIN_ROWS = 2
 
 #: every quantized weight type's `ggml_vec_dot_*_generic` (quants.c)
 VEC_DOT = {t: "generic" for t in (

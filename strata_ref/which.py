@@ -231,18 +231,24 @@ def which(logits: EngineLogits, model, profiles=None, flash_attn=(False, True), 
     (default every `strata_ref.cpu.PROFILES`). A candidate whose cache
     setting the profile's build computes in code not emulated yet (the arm64
     profiles' flash attention and KV cache types other than F16,
-    `infer.model.unemulated_cache`) is not run: it comes back with
-    `not_emulated` saying what, and no equal rows."""
+    `infer.model.unemulated_cache`), or whose model holds a weight type the
+    profile has no kernel for yet (NotImplementedError), is not run: it
+    comes back with `not_emulated` saying what, and no equal rows."""
     from .cpu import PROFILES
     from .infer.model import unemulated_cache
     out = []
     for p in profiles or list(PROFILES):
         for fa in flash_attn:
             skip = unemulated_cache(p, dict(cache, flash_attn="on" if fa else "off"))
+            ours = None
+            if not skip:
+                try:
+                    ours = candidate_logits(model, p, fa, logits.tokens, logits.split, **cache)
+                except NotImplementedError as e:    # a weight type the profile lacks a kernel for
+                    skip = str(e)
             if skip:
                 out.append(Candidate(p, fa, logits.logits.shape[0], 0, not_emulated=skip))
             else:
-                ours = candidate_logits(model, p, fa, logits.tokens, logits.split, **cache)
                 out.append(_score(logits, ours, p, fa))
             if progress is not None:
                 progress(1)
@@ -268,8 +274,8 @@ def report_text(e: EngineLogits, cands: list) -> str:
     w = max([7] + [len(c.profile) for c in cands])
     for c in cands:
         if c.not_emulated:
-            out.append(f"  {c.profile:<{w}s} flash attention {'on ' if c.flash_attn else 'off'}: not run "
-                       f"({c.not_emulated} not emulated on this profile)")
+            what = c.not_emulated if "not emulated" in c.not_emulated else f"{c.not_emulated} not emulated on this profile"
+            out.append(f"  {c.profile:<{w}s} flash attention {'on ' if c.flash_attn else 'off'}: not run ({what})")
             continue
         extra = "" if c.matches else (f"  first differing row {c.first_row}, max |difference| {c.max_abs:.3g}"
                                       + (f" over the numbers, {c.nan_vs_number} NaN against numbers"

@@ -129,5 +129,10 @@ def test_aliases_are_alias_classes():
 def test_profiles_select_by_name():
     for p in V040:
         assert cpu.select(p.name) is p and cpu.select(p.name.upper()) is p
-    with pytest.raises(ValueError, match="v0.4.0-sandybridge"):
-        cpu.select("v0.4.0-sandybridge")
+    # every variant of ggml's x86 ALL_VARIANTS list is a profile or an alias;
+    # a name outside it is refused, named
+    assert {p.variant for p in V040} | {a.removeprefix("v0.4.0-") for a in cpu.ALIASES} == {
+        "x64", "sse42", "sandybridge", "ivybridge", "piledriver", "haswell", "skylakex", "cannonlake",
+        "cascadelake", "icelake", "cooperlake", "zen4", "alderlake", "sapphirerapids"}
+    with pytest.raises(ValueError, match="v0.4.0-zen5"):
+        cpu.select("v0.4.0-zen5")

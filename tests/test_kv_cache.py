@@ -507,6 +507,13 @@ def test_flash_attention_defaults_to_the_profiles_llama_cpp(tmp_path):
         v040 = p.version == cpu.profiles.V0_4_0
         assert m.new_cache(16).flash_attn == v040, name
         assert m.new_cache(16, flash_attn="off").flash_attn is False, name
+    # the speed line names a cache that is not the profile's default, and
+    # on a v0.4.0 profile either setting (off is not its default)
+    from strata_ref.cli.inference import cache_note
+    assert cache_note(load(str(path), cpu="avx2")) == ""
+    assert cache_note(load(str(path), cpu="avx2", flash_attn="on")).endswith("flash attention on")
+    assert cache_note(load(str(path), cpu="v0.4.0-haswell")).endswith("flash attention on")
+    assert cache_note(load(str(path), cpu="v0.4.0-haswell", flash_attn="off")).endswith("flash attention off")
 
 
 def test_every_profile_has_kv_reference_data():

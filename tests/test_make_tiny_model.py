@@ -32,13 +32,18 @@ def test_the_written_model_is_the_one_llama_cpp_ran(tmp_path, arch, capsys):
 
 
 def test_bad_arguments_are_one_line(tmp_path, capsys):
+    (tmp_path / "keep.npz").write_bytes(b"PK\x03\x04 not a model")
     for argv, msg in ((["nope", str(tmp_path / "x.gguf")], "unknown architecture 'nope'"),
                       (["qwen3", str(tmp_path / "no" / "x.gguf")], "must be a file in an existing folder"),
                       (["qwen3", str(tmp_path / "x.gguf"), "--seed", "-1"], "--seed must be from 0"),
-                      (["qwen3"], "give ARCH and OUT")):
+                      (["qwen3"], "give ARCH and OUT"),
+                      (["qwen3", str(tmp_path / "keep.npz")], "exists and is not a GGUF file")):
         with pytest.raises(SystemExit) as e:
             mt.main(argv)
         assert e.value.code == 2
         assert msg in capsys.readouterr().err
+    assert (tmp_path / "keep.npz").read_bytes().startswith(b"PK")     # left as it was
+    assert mt.main(["qwen3", str(tmp_path / "keep.npz"), "--force"]) == 0
+    assert (tmp_path / "keep.npz").read_bytes()[:4] == b"GGUF"
     assert mt.main(["--list"]) == 0
     assert "phi3: seed 1" in capsys.readouterr().out

@@ -35,6 +35,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=None,
                     help="weights seed, 0 .. 2^32 - 1 (default: the stored data's)")
     ap.add_argument("--list", action="store_true", help="list the architectures and their seeds")
+    ap.add_argument("--force", action="store_true", help="replace an existing OUT that is not a GGUF")
     a = ap.parse_args(argv)
     archs = DENSE + tuple(MOE_LAYERS)
     if a.list:
@@ -50,6 +51,10 @@ def main(argv=None) -> int:
     out = Path(a.out)
     if out.is_dir() or not out.parent.is_dir():
         ap.error(f"OUT {a.out!r} must be a file in an existing folder")
+    if out.is_file() and not a.force:
+        with open(out, "rb") as f:
+            if f.read(4) != b"GGUF":
+                ap.error(f"OUT {a.out!r} exists and is not a GGUF file (--force replaces it)")
     if a.arch in DENSE:
         tiny_model(a.arch, out, seed=0 if a.seed is None else a.seed)
     else:

@@ -202,11 +202,12 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
 
 
 def cache_note(m) -> str:
-    """' | kv: ...' naming a KV cache other than F16 without flash attention
-    (llama-cpp-python 0.3.36's default; v0.4.0's default flash attention is
-    named), else ''."""
+    """' | kv: ...' naming the KV cache, unless it is F16 without flash
+    attention on a profile whose llama.cpp defaults to that (0.3.36's; on
+    a v0.4.0 profile, whose default is flash attention on, either setting
+    is named), else ''."""
     c = m.new_cache(1)
-    if c.type_k.name == c.type_v.name == "F16" and not c.flash_attn:
+    if c.type_k.name == c.type_v.name == "F16" and not c.flash_attn and m.cpu.default_flash_attn is None:
         return ""
     rot = ", rotated" if c.rot_k or c.rot_v else ""
     return (f" | kv: k {c.type_k.name.lower()}, v {c.type_v.name.lower()}, flash attention "
@@ -245,7 +246,8 @@ def add_generate(sub) -> None:
                          "(default: that, at most 4096)")
     ge.add_argument("--cpu", default=None, metavar="PROFILE",
                     help="the llama.cpp CPU build whose arithmetic to reproduce: scalar, avx2, "
-                         "avx512 (llama-cpp-python 0.3.36's llama.cpp), v0.4.0-x64, v0.4.0-haswell, "
+                         "avx512 (llama-cpp-python 0.3.36's llama.cpp), v0.4.0-x64, v0.4.0-sse42, "
+                         "v0.4.0-sandybridge, v0.4.0-ivybridge, v0.4.0-piledriver, v0.4.0-haswell, "
                          "v0.4.0-skylakex, v0.4.0-zen4, v0.4.0-sapphirerapids (prebuilt llama.cpp v0.4.0 of "
                          "node-llama-cpp 3.21.1; aliases: v0.4.0-alderlake, v0.4.0-cannonlake, "
                          "v0.4.0-cascadelake, v0.4.0-icelake, v0.4.0-cooperlake), armv8.0, "

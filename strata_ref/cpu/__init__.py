@@ -70,6 +70,9 @@ def native_note(flags=None) -> str:
         why = "AVX without the rest of the avx2 profile's flags"
     else:
         return ""
+    if why == "AMX":
+        return (f"native = {p.name}: bit for bit llama.cpp's {p.name} build, not its native build "
+                f"(AMX here: no 0.3.36 profile has it; prebuilt v0.4.0's: --cpu v0.4.0-sapphirerapids)")
     return (f"native = {p.name}: bit for bit llama.cpp's {p.name} build, not its native build "
             f"({why} here: no profile reproduces it)")
 

@@ -130,7 +130,15 @@ class QMatrix:
         ValueError for a type ggml-cpu has no mat-mul for."""
         if self._packed is None:
             fam = family(self.type)
-            self._packed = Packed(fam, fam.pack(self))
+            try:
+                self._packed = Packed(fam, fam.pack(self))
+            except NotImplementedError as e:
+                raise self._not_emulated(e) from None
+
+    def _not_emulated(self, e: NotImplementedError) -> NotImplementedError:
+        """A kernel's NotImplementedError, naming the tensor and the profile."""
+        return NotImplementedError(f"{self.name or 'a matrix'}: {e} on the CPU profile {self.profile.name} "
+                                   f"(docs/inference.md lists what each profile covers)")
 
     @property
     def packed(self) -> Packed:
@@ -204,7 +212,10 @@ class QMatrix:
             return self._amx_rows(x, 0, self.rows, parallel)
         p = self.packed
         if not amx:
-            return p.family.matmul(self, p.data, x, segs, parallel, bool(mmid))
+            try:
+                return p.family.matmul(self, p.data, x, segs, parallel, bool(mmid))
+            except NotImplementedError as e:
+                raise self._not_emulated(e) from None
         # parts in the AMX buffer next to parts that are not: the family
         # computes every row, the AMX ones are then replaced
         out = p.family.matmul(self, p.data, x, self.segments(x.shape[0], mmid, no_amx=True), parallel,

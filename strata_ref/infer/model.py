@@ -660,7 +660,8 @@ def unemulated_cache(profile, opts) -> str | None:
         return None
     tk = cache_type(opts.get("type_k", "f16"), "type_k (--cache-type-k)")
     tv = cache_type(opts.get("type_v", "f16"), "type_v (--cache-type-v)")
-    what = [f"a {t.name.lower()} {kv} cache" for t, kv in ((tk, "K"), (tv, "V")) if t != GGMLType.F16]
+    what = [f"{'an' if t.name[0] in 'FI' else 'a'} {t.name.lower()} {kv} cache"
+            for t, kv in ((tk, "K"), (tv, "V")) if t != GGMLType.F16]
     if resolve_flash_attn(opts.get("flash_attn"), tv):
         what.insert(0, "flash attention")
     return " and ".join(what) or None

@@ -38,6 +38,22 @@ def _bits(a):
     return np.ascontiguousarray(a, np.float32).view(np.uint32)
 
 
+#: the variants whose every stored model runs in the default suite; the
+#: others (sse42 to piledriver, sapphirerapids) run SmolLM2 there (both
+#: passes, flash attention off and on) and sapphirerapids also its AMX
+#: models' batched pass, the rest under `-m slow`: the one pytest process
+#: of the default suite, holding the compiled code of every profile, grew
+#: past this machine's 23 GB with all of them (OOM-killed)
+EVERY_MODEL = {"x64", "haswell", "skylakex", "zen4"}
+DEFAULT_ALSO = {("sapphirerapids", "smollm2-q4_0", "batched"), ("sapphirerapids", "smollm2-iq4_xs", "batched"),
+                ("sapphirerapids", "smollm2-q5_k_m", "batched")}
+
+
+def _in_default(variant: str, model: str, kind: str) -> bool:
+    return (variant in EVERY_MODEL or model == "SmolLM2-135M-Instruct"
+            or (variant, model, kind) in DEFAULT_ALSO)
+
+
 def _cases():
     out = []
     for p in V040:
@@ -46,7 +62,8 @@ def _cases():
             stem = f.stem[len("llama_ref_"):]
             model, fa = (stem[:-3], True) if stem.endswith("-fa") else (stem, False)
             for kind in ("batched", "incr"):
-                out.append(pytest.param(p.name, model, fa, f, kind,
+                marks = () if _in_default(p.variant, model, kind) else (pytest.mark.slow,)
+                out.append(pytest.param(p.name, model, fa, f, kind, marks=marks,
                                         id=f"{p.name}-{model}-{'fa' if fa else 'nofa'}-{kind}"))
     return out
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from numba import njit
+from numba import njit, prange
 
 from .._jitcache import cached, sources_digest
 
-__all__ = ["cpu_digest", "jit"]
+__all__ = ["cpu_digest", "jit", "legacy_row_kernels", "kquant_row_kernels"]
 
 
 def cpu_digest() -> str:
@@ -36,3 +36,36 @@ def jit(fn=None, **options):
     def wrap(f):
         return cached(njit(**options)(f), f.__qualname__, cpu_digest)
     return wrap(fn) if fn is not None else wrap
+
+
+def legacy_row_kernels(rows, name: str):
+    """(serial, parallel) compiled kernels over a factory's numba function
+    rows(raw, xq, xs, xm, out, r0, r1), which fills out[:, r0:r1]:
+    serial(raw, xq, xs, xm, out) does every weight row, parallel(raw, xq,
+    xs, xm, out, parts) splits them into `parts` contiguous ranges run by
+    numba's threads (each row's arithmetic is the same on any thread);
+    cached as `name`_serial / _parallel (`legacy_dots.kernels`' interface)."""
+    def serial(raw, xq, xs, xm, out):
+        rows(raw, xq, xs, xm, out, 0, raw.shape[0])
+
+    def parallel(raw, xq, xs, xm, out, parts):
+        R = raw.shape[0]
+        for p in prange(parts):
+            rows(raw, xq, xs, xm, out, R * p // parts, R * (p + 1) // parts)
+    return (cached(njit(serial), name + "_serial", cpu_digest),
+            cached(njit(parallel=True)(parallel), name + "_parallel", cpu_digest))
+
+
+def kquant_row_kernels(rows, name: str):
+    """As `legacy_row_kernels` for rows(raw, xq, xd, xb, n_gemm, out, r0,
+    r1) of the K-quant interface (`kquant_dots.kernels`): serial(raw, xq,
+    xd, xb, n_gemm, out), parallel(..., parts)."""
+    def serial(raw, xq, xd, xb, n_gemm, out):
+        rows(raw, xq, xd, xb, n_gemm, out, 0, raw.shape[0])
+
+    def parallel(raw, xq, xd, xb, n_gemm, out, parts):
+        R = raw.shape[0]
+        for p in prange(parts):
+            rows(raw, xq, xd, xb, n_gemm, out, R * p // parts, R * (p + 1) // parts)
+    return (cached(njit(serial), name + "_serial", cpu_digest),
+            cached(njit(parallel=True)(parallel), name + "_parallel", cpu_digest))

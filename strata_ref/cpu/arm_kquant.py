@@ -35,11 +35,10 @@ integer).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
-from .._jitcache import cached
 from ..types import GGMLType
-from ._digest import cpu_digest
+from ._digest import kquant_row_kernels
 from .fp import fma32
 from .mmla import THREADS, two_rows
 from .simd import f16_at
@@ -162,7 +161,7 @@ def _make_kernels(t: GGMLType, mode: int):
         return acc
 
     @njit(inline="always")
-    def rows(raw, xq, xd, n_gemm, out, r0, r1):
+    def rows(raw, xq, xd, xb, n_gemm, out, r0, r1):        # xb: unused (the interface's)
         n = xq.shape[0]
         nb = xd.shape[1]
         R = raw.shape[0]
@@ -192,17 +191,7 @@ def _make_kernels(t: GGMLType, mode: int):
                     acc = fsteps(acc, S, M, _F32(d * xd[t_, b]), _F32(dmin * xd[t_, b]), form)
                 out[t_, r] = acc
 
-    def serial(raw, xq, xd, xb, n_gemm, out):
-        rows(raw, xq, xd, n_gemm, out, 0, raw.shape[0])
-
-    def parallel(raw, xq, xd, xb, n_gemm, out, parts):
-        R = raw.shape[0]
-        for p in prange(parts):
-            rows(raw, xq, xd, n_gemm, out, R * p // parts, R * (p + 1) // parts)
-
-    name = f"arm_kquant_{t.name}_mode{mode}"
-    return (cached(njit(serial), name + "_serial", cpu_digest),
-            cached(njit(parallel=True)(parallel), name + "_parallel", cpu_digest))
+    return kquant_row_kernels(rows, f"arm_kquant_{t.name}_mode{mode}")
 
 
 #: the kernel variants an instruction-set chain names (`traits.kernel`):

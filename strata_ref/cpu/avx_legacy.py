@@ -38,23 +38,18 @@ instructions the host has).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
-from .._jitcache import cached
-from ..types import GGMLType, block_format
-from ._digest import cpu_digest
+from ..types import GGMLType
+from ._digest import legacy_row_kernels
 from .fp import fma32, hsum8
-from .simd import f16_at
+from .legacy_rows import field_offset, row_widener
 
 __all__ = ["PAIRS", "LANES", "SSSE3", "VARIANTS", "variant_kernels"]
 
 PAIRS, LANES, SSSE3 = 0, 1, 2
 _F32 = np.float32
 
-
-def _offset(t, name: str) -> int:
-    fmt = block_format(t)
-    return fmt.field(name).offset if any(f.name == name for f in fmt.fields) else -1
 
 
 @njit(inline="always", cache=True)
@@ -69,39 +64,12 @@ def _make_kernels(t: GGMLType, mode: int, fused: bool):
     """(serial, parallel) kernels k(raw, xq, xs, xm, out[, parts]) of
     `legacy_dots.kernels`' interface for weight type t in `mode`."""
     T = int(t)
-    BB = block_format(t).block_bytes
-    D, M, QH, QS = _offset(t, "d"), _offset(t, "m"), _offset(t, "qh"), _offset(t, "qs")
-    NIB = T != int(GGMLType.Q8_0)
-    BIAS = {int(GGMLType.Q4_0): 8, int(GGMLType.Q5_0): 16}.get(T, 0)
+    M = field_offset(t, "m")
     Q4_0 = T == int(GGMLType.Q4_0)
     MODE = mode
     FUSED = fused
 
-    @njit(inline="always")
-    def widen(raw, r, wv, dw, mw):
-        # the values (Q4_1 / Q5_1: unsigned) of weight row r, its d and m
-        for b in range(dw.shape[0]):
-            o = b * BB
-            dw[b] = f16_at(raw[r], o + D)
-            if M >= 0:
-                mw[b] = f16_at(raw[r], o + M)
-            qh = np.uint32(0)
-            if QH >= 0:
-                qh = (np.uint32(raw[r, o + QH]) | (np.uint32(raw[r, o + QH + 1]) << np.uint32(8))
-                      | (np.uint32(raw[r, o + QH + 2]) << np.uint32(16))
-                      | (np.uint32(raw[r, o + QH + 3]) << np.uint32(24)))
-            for j in range(16):
-                if NIB:
-                    lo = np.int32(raw[r, o + QS + j] & 15)
-                    hi = np.int32(raw[r, o + QS + j] >> 4)
-                    if QH >= 0:
-                        lo |= np.int32((qh >> np.uint32(j)) & np.uint32(1)) << 4
-                        hi |= np.int32((qh >> np.uint32(j + 16)) & np.uint32(1)) << 4
-                    wv[32 * b + j] = lo - BIAS
-                    wv[32 * b + 16 + j] = hi - BIAS
-                else:
-                    wv[32 * b + j] = np.int8(raw[r, o + QS + j])
-                    wv[32 * b + 16 + j] = np.int8(raw[r, o + QS + 16 + j])
+    widen = row_widener(t)
 
     @njit(inline="always")
     def dot4(wv, xq, t, o):
@@ -197,17 +165,7 @@ def _make_kernels(t: GGMLType, mode: int, fused: bool):
                 else:
                     out[t, r] = ssse3(wv, dw, xq, xs, t, acc)
 
-    def serial(raw, xq, xs, xm, out):
-        rows(raw, xq, xs, xm, out, 0, raw.shape[0])
-
-    def parallel(raw, xq, xs, xm, out, parts):
-        R = raw.shape[0]
-        for p in prange(parts):
-            rows(raw, xq, xs, xm, out, R * p // parts, R * (p + 1) // parts)
-
-    name = f"avx_legacy_{t.name}_mode{mode}_{'fma' if fused else 'nofma'}"
-    return (cached(njit(serial), name + "_serial", cpu_digest),
-            cached(njit(parallel=True)(parallel), name + "_parallel", cpu_digest))
+    return legacy_row_kernels(rows, f"avx_legacy_{t.name}_mode{mode}_{'fma' if fused else 'nofma'}")
 
 
 #: kernel variants an instruction-set chain names (`traits.kernel`): (mode,

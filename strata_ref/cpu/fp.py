@@ -71,6 +71,18 @@ def hsum8(v):
 
 
 @njit(inline="always", cache=True)
+def sum8_halves(v):
+    """(v0 + v4 + (v1 + v5)) + (v2 + v6 + (v3 + v7)) of the float32 lanes
+    v[0..7], each sum rounded: the end of `GGML_F32x8_REDUCE` (AVX) and
+    NEON's `vaddvq_f32` of the two 4-lane halves added."""
+    t0 = np.float32(v[0] + v[4])
+    t1 = np.float32(v[1] + v[5])
+    t2 = np.float32(v[2] + v[6])
+    t3 = np.float32(v[3] + v[7])
+    return np.float32(np.float32(t0 + t1) + np.float32(t2 + t3))
+
+
+@njit(inline="always", cache=True)
 def hsum16(v):
     """GCC `_mm512_reduce_add_ps` of the float32 lanes v[0..15]."""
     t0 = np.float32(v[8] + v[0])

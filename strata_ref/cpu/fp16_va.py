@@ -35,7 +35,8 @@ import math
 import numpy as np
 from numba import njit
 
-from .vec import operand
+from .fp import sum8_halves
+from .vec import operand, rest_in_double
 
 __all__ = ["round_f16", "fma16", "add16", "vec_dot_f16", "tinyblas_f16x8"]
 
@@ -105,21 +106,7 @@ def vec_dot_f16(a, ao, b, bo, n, acc):
         acc[i] = add16(acc[i], acc[16 + i])
         acc[8 + i] = add16(acc[8 + i], acc[24 + i])
         acc[i] = add16(acc[i], acc[8 + i])
-    tot = _F64(_lo_hi_sum(acc))
-    for i in range(main, n):
-        tot += _F64(_F32(operand(a, ao + i) * operand(b, bo + i)))
-    return _F32(tot)
-
-
-@njit(inline="always", cache=True)
-def _lo_hi_sum(acc):
-    # vaddvq_f32(vaddq_f32(vcvt_f32_f16(low), vcvt_f32_f16(high))) of the
-    # binary16 lanes acc[0:8]
-    t0 = _F32(acc[0] + acc[4])
-    t1 = _F32(acc[1] + acc[5])
-    t2 = _F32(acc[2] + acc[6])
-    t3 = _F32(acc[3] + acc[7])
-    return _F32(_F32(t0 + t1) + _F32(t2 + t3))
+    return rest_in_double(sum8_halves(acc), a, ao, b, bo, main, n)
 
 
 @njit(inline="always", cache=True)
@@ -132,4 +119,4 @@ def tinyblas_f16x8(a, ao, b, bo, n, acc):
     for s in range(0, n, 8):
         for i in range(8):
             acc[i] = fma16(operand(a, ao + s + i), operand(b, bo + s + i), acc[i])
-    return _lo_hi_sum(acc)
+    return sum8_halves(acc)      # vaddvq_f32 of vcvt_f32_f16(low) + (high)

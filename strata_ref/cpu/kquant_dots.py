@@ -62,12 +62,11 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, prange, types
+from numba import njit, types
 from numba.extending import intrinsic
 
-from .._jitcache import cached
 from ..types import GGMLType, block_format
-from ._digest import cpu_digest
+from ._digest import kquant_row_kernels
 from .fp import fma32 as _fma
 from .simd import (I32x8, _BYTES, _I8, _I16, _I32, _V8I32, _V16I8, _V16I16, _V32I8, _byte_ptr, _check_array,
                    _literal, _mod8_ir, _splat, scaled_pairs_ir, f8_add, f8_fma, f8_hsum, f8_lane, f8_mul,
@@ -576,18 +575,7 @@ def _make_kernels(t: GGMLType, mode: int):
                 out[tb, r] = yb
                 t += 2
 
-    def serial(raw, xq, xd, xb, n_gemm, out):
-        rows(raw, xq, xd, xb, n_gemm, out, 0, raw.shape[0])
-
-    def parallel(raw, xq, xd, xb, n_gemm, out, parts):
-        R = raw.shape[0]
-        for p in prange(parts):
-            rows(raw, xq, xd, xb, n_gemm, out, R * p // parts, R * (p + 1) // parts)
-
-    # closures: cached under their own names (strata_ref._jitcache)
-    name = f"kquant_{t.name}_mode{mode}"
-    return (cached(njit(serial), name + "_serial", cpu_digest),
-            cached(njit(parallel=True)(parallel), name + "_parallel", cpu_digest))
+    return kquant_row_kernels(rows, f"kquant_{t.name}_mode{mode}")
 
 
 @njit(inline="always")

@@ -40,6 +40,7 @@ from numba import njit, prange
 from .._jitcache import cached
 from ..types import GGMLType, block_format
 from ._digest import cpu_digest
+from .legacy_rows import field_offset
 from .fp import fma32 as _fma
 from .simd import (HOST_VNNI, f8_fma, f8_hsum, f8_mul, f8_splat, f8_zero, f16_at, i8_bits16, i8_load, i8_nibbles,
                    i8_or, i8_splat, i8_xor, i8x32_dot_u, i8x32_lanes, i32_hsum, i32_neg_shl, i32_to_f8, i32_zero,
@@ -63,10 +64,6 @@ _PREFETCH = 4096
 _WIDE_TILES = bool(llb.get_host_cpu_features().get("avx512vl", False))
 
 
-def _offset(t: GGMLType, name: str) -> int:
-    fmt = block_format(t)
-    return fmt.field(name).offset if any(f.name == name for f in fmt.fields) else -1
-
 
 def _make_kernels(t: GGMLType, mode: int):
     """(serial, parallel) kernels for weight type t in `mode`:
@@ -75,7 +72,7 @@ def _make_kernels(t: GGMLType, mode: int):
     and, for Q8_1, sums), out float32 (n, rows)."""
     T = int(t)
     BB = block_format(t).block_bytes
-    D, M, QH, QS = _offset(t, "d"), _offset(t, "m"), _offset(t, "qh"), _offset(t, "qs")
+    D, M, QH, QS = field_offset(t, "d"), field_offset(t, "m"), field_offset(t, "qh"), field_offset(t, "qs")
     NIB = T != int(GGMLType.Q8_0)
     # the integer lanes are those of unsigned weight bytes u = value + BIAS
     # (the nibbles, with the Q5 fifth bit; Q8_0's byte xor 0x80), less BIAS

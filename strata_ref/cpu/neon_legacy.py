@@ -50,14 +50,13 @@ whatever instructions a host has).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
-from .._jitcache import cached
-from ..types import GGMLType, block_format
-from ._digest import cpu_digest
+from ..types import GGMLType
+from ._digest import legacy_row_kernels
 from .fp import fma32, hsum4
 from .mmla import THREADS, two_rows
-from .simd import f16_at
+from .legacy_rows import row_widener
 
 __all__ = ["PAIRS", "ONE_ACC", "REPACK_4X4", "PAIRS_MMLA", "REPACK_4X8", "VARIANTS", "variant_kernels", "LANE_DOTPROD", "LANE_NEON",
            "GEMM_NOT_GEMV"]
@@ -71,19 +70,11 @@ LANE_DOTPROD = np.array([(p % 16) // 4 for p in range(32)], np.int64)
 LANE_NEON = np.array([(p % 16 % 8) // 2 for p in range(32)], np.int64)
 
 
-def _offset(t, name: str) -> int:
-    fmt = block_format(t)
-    return fmt.field(name).offset if any(f.name == name for f in fmt.fields) else -1
-
 
 def _make_kernels(t: GGMLType, mode: int, dotprod: bool):
     """(serial, parallel) kernels k(raw, xq, xs, xm, out[, parts]) of
     `legacy_dots.kernels`' interface for weight type t in `mode`."""
     T = int(t)
-    BB = block_format(t).block_bytes
-    D, M, QH, QS = _offset(t, "d"), _offset(t, "m"), _offset(t, "qh"), _offset(t, "qs")
-    NIB = T != int(GGMLType.Q8_0)
-    BIAS = {int(GGMLType.Q4_0): 8, int(GGMLType.Q5_0): 16}.get(T, 0)
     MIN_PAIR = T == int(GGMLType.Q4_1)          # one summs per pair of blocks
     MIN_TWO = T == int(GGMLType.Q5_1)           # summs0 / summs1
     TAIL = {int(GGMLType.Q4_0): 0, int(GGMLType.Q8_0): 1, int(GGMLType.Q5_0): 2}.get(T, 3)
@@ -91,32 +82,7 @@ def _make_kernels(t: GGMLType, mode: int, dotprod: bool):
     Q8_GEMM_ADD = T == int(GGMLType.Q8_0)       # q8_0_4x4's gemm: vmlaq_f32, unfused
     LANE = LANE_DOTPROD if dotprod else LANE_NEON
 
-    @njit(inline="always")
-    def widen(raw, r, wv, dw, mw):
-        # the signed values (Q4_1 / Q5_1: unsigned) of weight row r, its d and m
-        nb = dw.shape[0]
-        for b in range(nb):
-            o = b * BB
-            dw[b] = f16_at(raw[r], o + D)
-            if M >= 0:
-                mw[b] = f16_at(raw[r], o + M)
-            qh = np.uint32(0)
-            if QH >= 0:
-                qh = (np.uint32(raw[r, o + QH]) | (np.uint32(raw[r, o + QH + 1]) << np.uint32(8))
-                      | (np.uint32(raw[r, o + QH + 2]) << np.uint32(16))
-                      | (np.uint32(raw[r, o + QH + 3]) << np.uint32(24)))
-            for j in range(16):
-                if NIB:
-                    lo = np.int32(raw[r, o + QS + j] & 15)
-                    hi = np.int32(raw[r, o + QS + j] >> 4)
-                    if QH >= 0:
-                        lo |= np.int32((qh >> np.uint32(j)) & np.uint32(1)) << 4
-                        hi |= np.int32((qh >> np.uint32(j + 16)) & np.uint32(1)) << 4
-                    wv[32 * b + j] = lo - BIAS
-                    wv[32 * b + 16 + j] = hi - BIAS
-                else:
-                    wv[32 * b + j] = np.int8(raw[r, o + QS + j])
-                    wv[32 * b + 16 + j] = np.int8(raw[r, o + QS + 16 + j])
+    widen = row_widener(t)
 
     @njit(inline="always")
     def lanes(wv, xq, t, b, ln):
@@ -232,17 +198,7 @@ def _make_kernels(t: GGMLType, mode: int, dotprod: bool):
                 else:
                     out[t, r] = repacked(wv, dw, xq, xs, t, t < n_gemm)
 
-    def serial(raw, xq, xs, xm, out):
-        rows(raw, xq, xs, xm, out, 0, raw.shape[0])
-
-    def parallel(raw, xq, xs, xm, out, parts):
-        R = raw.shape[0]
-        for p in prange(parts):
-            rows(raw, xq, xs, xm, out, R * p // parts, R * (p + 1) // parts)
-
-    name = f"neon_legacy_{t.name}_mode{mode}_{'dotprod' if dotprod else 'neon'}"
-    return (cached(njit(serial), name + "_serial", cpu_digest),
-            cached(njit(parallel=True)(parallel), name + "_parallel", cpu_digest))
+    return legacy_row_kernels(rows, f"neon_legacy_{t.name}_mode{mode}_{'dotprod' if dotprod else 'neon'}")
 
 
 #: repacked layouts whose gemm rounds otherwise than their gemv: a MUL_MAT_ID

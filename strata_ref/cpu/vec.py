@@ -16,7 +16,7 @@ from numba.extending import overload
 from ..numerics import F16_TO_F32
 from .simd import HOST_F16C, f8_f16_load, f8_load
 
-__all__ = ["operand", "load8"]
+__all__ = ["operand", "load8", "rest_in_double"]
 
 _TABLE = F16_TO_F32
 
@@ -58,3 +58,16 @@ def _load8(a, off):
     if isinstance(a, types.Array) and a.dtype == types.uint16:
         return lambda a, off: _h8(a, off)
     return None
+
+
+@njit(inline="always", cache=True)
+def rest_in_double(main_sum, a, ao, b, bo, main, n):
+    """The end of ggml's float dots (`ggml_vec_dot_f16` / `_bf16`, vec.cpp):
+    `main_sum`, the SIMD part's float32 sum of the first `main` products,
+    widened to ggml_float (double), then each product of the rest of the
+    row, a[ao+i] * b[bo+i] for main <= i < n (`operand`s) rounded to
+    float32, added in double; the total rounded to float32."""
+    tot = np.float64(main_sum)
+    for i in range(main, n):
+        tot += np.float64(np.float32(operand(a, ao + i) * operand(b, bo + i)))
+    return np.float32(tot)

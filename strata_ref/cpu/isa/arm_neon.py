@@ -45,7 +45,7 @@ from numba import njit
 
 from .. import act_quant
 from ..fp import fma32, hsum4
-from ..vec import operand
+from ..vec import operand, rest_in_double
 from . import generic as _generic
 from . import x86_avx2 as _avx2
 
@@ -148,10 +148,7 @@ def vec_dot_f16(a, ao, b, bo, n, acc):
     `reduce_f32`, the result and then the rest of the row (each product
     rounded to float) added in double."""
     main = n - n % 16
-    tot = np.float64(_main16(a, ao, b, bo, main, acc))
-    for i in range(main, n):
-        tot += np.float64(_F32(operand(a, ao + i) * operand(b, bo + i)))
-    return _F32(tot)
+    return rest_in_double(_main16(a, ao, b, bo, main, acc), a, ao, b, bo, main, n)
 
 
 @njit(inline="always", cache=True)

@@ -21,7 +21,7 @@ from numba import njit
 from ...types import GGMLType as T
 from .. import act_quant
 from ..simd import f8_lane, f8_set
-from ..vec import operand
+from ..vec import rest_in_double
 
 _F32 = np.float32
 
@@ -136,10 +136,7 @@ def vec_dot_f16(a, ao, b, bo, n, acc):
     """`ggml_vec_dot_f16` without GGML_SIMD: each product of a[ao:ao+n] and
     b[bo:bo+n] (float32 holding fp16 values, or fp16 bits: `vec.operand`)
     rounded to float32 and added to a double, in order."""
-    tot = 0.0
-    for i in range(n):
-        tot += np.float64(_F32(operand(a, ao + i) * operand(b, bo + i)))
-    return _F32(tot)
+    return rest_in_double(_F32(0.0), a, ao, b, bo, 0, n)
 
 
 #: `ggml_vec_dot_f32` / `ggml_vec_dot_bf16` without SIMD: the same loop

@@ -30,9 +30,9 @@ from numba import njit
 
 from ...types import GGMLType as T
 from .. import act_quant
-from ..fp import fma32, hsum8
+from ..fp import fma32, hsum8, sum8_halves
 from ..simd import f8_add, f8_div, f8_fma, f8_hsum, f8_lane, f8_load, f8_splat, f8_store, f8_sub, f8_zero
-from ..vec import load8, operand
+from ..vec import load8, rest_in_double
 from .x86_64 import expf8_bits, expf_bits
 
 _F32 = np.float32
@@ -99,17 +99,24 @@ def lane_sum(w, c0):
 
 
 @njit(inline="always", cache=True)
+def f8_sum_halves(r):
+    """`fp.sum8_halves` of the lanes of the F32x8 r (the end of
+    `GGML_F32x8_REDUCE`)."""
+    t0 = _F32(f8_lane(r, 0) + f8_lane(r, 4))
+    t1 = _F32(f8_lane(r, 1) + f8_lane(r, 5))
+    t2 = _F32(f8_lane(r, 2) + f8_lane(r, 6))
+    t3 = _F32(f8_lane(r, 3) + f8_lane(r, 7))
+    return _F32(_F32(t0 + t1) + _F32(t2 + t3))
+
+
+@njit(inline="always", cache=True)
 def reduce_f32(acc):
     """`GGML_F32x8_REDUCE` of four 8-lane accumulators acc[0:32] (acc[8k:8k
     + 8] is x_k): r = (x0 + x2) + (x1 + x3) lane-wise, then t_i = r_i +
     r_{4+i} and (t0 + t1) + (t2 + t3)."""
     for lane in range(8):
         acc[lane] = _F32(_F32(acc[lane] + acc[16 + lane]) + _F32(acc[8 + lane] + acc[24 + lane]))
-    t0 = _F32(acc[0] + acc[4])
-    t1 = _F32(acc[1] + acc[5])
-    t2 = _F32(acc[2] + acc[6])
-    t3 = _F32(acc[3] + acc[7])
-    return _F32(_F32(t0 + t1) + _F32(t2 + t3))
+    return sum8_halves(acc)
 
 
 @njit(inline="always", cache=True)
@@ -155,14 +162,7 @@ def vec_dot_f16(a, ao, b, bo, n, acc):
         x2 = f8_fma(load8(a, ao + s + 16), load8(b, bo + s + 16), x2)
         x3 = f8_fma(load8(a, ao + s + 24), load8(b, bo + s + 24), x3)
     r = f8_add(f8_add(x0, x2), f8_add(x1, x3))
-    t0 = _F32(f8_lane(r, 0) + f8_lane(r, 4))
-    t1 = _F32(f8_lane(r, 1) + f8_lane(r, 5))
-    t2 = _F32(f8_lane(r, 2) + f8_lane(r, 6))
-    t3 = _F32(f8_lane(r, 3) + f8_lane(r, 7))
-    tot = np.float64(_F32(_F32(t0 + t1) + _F32(t2 + t3)))
-    for i in range(main, n):
-        tot += np.float64(_F32(operand(a, ao + i) * operand(b, bo + i)))
-    return _F32(tot)
+    return rest_in_double(f8_sum_halves(r), a, ao, b, bo, main, n)
 
 
 @njit(inline="always", cache=True)
@@ -200,10 +200,7 @@ def vec_dot_bf16(a, ao, b, bo, n, acc):
         c1 = f8_fma(f8_load(a, ao + s + 8), f8_load(b, bo + s + 8), c1)
         c2 = f8_fma(f8_load(a, ao + s + 16), f8_load(b, bo + s + 16), c2)
         c3 = f8_fma(f8_load(a, ao + s + 24), f8_load(b, bo + s + 24), c3)
-    tot = np.float64(f8_hsum(f8_add(f8_add(c0, c2), f8_add(c1, c3))))
-    for i in range(main, n):
-        tot += np.float64(_F32(a[ao + i] * b[bo + i]))
-    return _F32(tot)
+    return rest_in_double(f8_hsum(f8_add(f8_add(c0, c2), f8_add(c1, c3))), a, ao, b, bo, main, n)
 
 
 @njit(inline="always", cache=True)

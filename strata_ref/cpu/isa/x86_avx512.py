@@ -39,7 +39,7 @@ from ..simd import (f8_abs, f8_add, f8_div, f8_fma, f8_from_bits, f8_gt, f8_hsum
                     f8_select, f8_splat, f8_store, f8_sub, f8_to_i32, f8_zero, i32_add, i32_select, i32_shl,
                     i32_splat, i32_sub)
 from ..lanes import _check, _fn, _ptr
-from ..vec import load8, operand
+from ..vec import load8, rest_in_double
 from .x86_avx2 import REPACK as _AVX2_REPACK, vec_dot_f32_tail
 from ...types import GGMLType as T
 
@@ -181,11 +181,8 @@ def vec_dot_f16(a, ao, b, bo, n, acc):
         h2 = f8_fma(load8(a, ao + s + 40), load8(b, bo + s + 40), h2)
         l3 = f8_fma(load8(a, ao + s + 48), load8(b, bo + s + 48), l3)
         h3 = f8_fma(load8(a, ao + s + 56), load8(b, bo + s + 56), h3)
-    tot = np.float64(f8_hsum16(f8_add(f8_add(l0, l2), f8_add(l1, l3)),
-                               f8_add(f8_add(h0, h2), f8_add(h1, h3))))
-    for i in range(main, n):
-        tot += np.float64(_F32(operand(a, ao + i) * operand(b, bo + i)))
-    return _F32(tot)
+    return rest_in_double(f8_hsum16(f8_add(f8_add(l0, l2), f8_add(l1, l3)),
+                                    f8_add(f8_add(h0, h2), f8_add(h1, h3))), a, ao, b, bo, main, n)
 
 
 @njit(inline="always", cache=True)

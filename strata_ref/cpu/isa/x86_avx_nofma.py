@@ -27,11 +27,11 @@ import numpy as np
 from numba import njit
 
 from ...types import GGMLType as T
-from ..simd import f8_add, f8_hsum, f8_lane, f8_load, f8_mul, f8_zero
-from ..vec import load8, operand
+from ..simd import f8_add, f8_hsum, f8_mul, f8_zero
+from ..vec import load8, rest_in_double
 from .generic import madd  # noqa: F401  (C's a * b + c, two roundings)
 from .x86_64 import expf8, expf_v, silu8, silu_v  # noqa: F401  (the SSE2 exp without FMA)
-from .x86_avx2 import vec_dot_f32_tail
+from .x86_avx2 import f8_sum_halves, vec_dot_f32_tail
 
 _F32 = np.float32
 
@@ -63,14 +63,7 @@ def vec_dot_f16(a, ao, b, bo, n, acc):
     `GGML_F32x8_FMA` a multiply and an add; the rest of the row in double."""
     main = n - n % 32
     r = _four_acc(a, ao, b, bo, main)
-    t0 = _F32(f8_lane(r, 0) + f8_lane(r, 4))
-    t1 = _F32(f8_lane(r, 1) + f8_lane(r, 5))
-    t2 = _F32(f8_lane(r, 2) + f8_lane(r, 6))
-    t3 = _F32(f8_lane(r, 3) + f8_lane(r, 7))
-    tot = np.float64(_F32(_F32(t0 + t1) + _F32(t2 + t3)))
-    for i in range(main, n):
-        tot += np.float64(_F32(operand(a, ao + i) * operand(b, bo + i)))
-    return _F32(tot)
+    return rest_in_double(f8_sum_halves(r), a, ao, b, bo, main, n)
 
 
 @njit(inline="always", cache=True)
@@ -86,10 +79,7 @@ def vec_dot_bf16(a, ao, b, bo, n, acc):
     bf16 values): c1..c4 = c + a * b over steps of 32, (c1 + c3) + (c2 +
     c4), `hsum`, added to a double with the rest of the row."""
     main = n - n % 32
-    tot = np.float64(f8_hsum(_four_acc(a, ao, b, bo, main)))
-    for i in range(main, n):
-        tot += np.float64(_F32(a[ao + i] * b[bo + i]))
-    return _F32(tot)
+    return rest_in_double(f8_hsum(_four_acc(a, ao, b, bo, main)), a, ao, b, bo, main, n)
 
 
 @njit(inline="always", cache=True)

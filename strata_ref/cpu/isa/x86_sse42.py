@@ -26,7 +26,7 @@ import numpy as np
 from numba import njit
 
 from ...types import GGMLType as T
-from ..vec import operand
+from ..vec import operand, rest_in_double
 
 _F32 = np.float32
 
@@ -77,10 +77,7 @@ def vec_dot_f16(a, ao, b, bo, n, acc):
     """`ggml_vec_dot_f16` (`vec.operand` operands; acc a float32 scratch of
     at least 32): `_dot_main` over steps of 32, the rest in double."""
     main = n - n % 32
-    tot = np.float64(_dot_main(a, ao, b, bo, main, acc))
-    for i in range(main, n):
-        tot += np.float64(_F32(operand(a, ao + i) * operand(b, bo + i)))
-    return _F32(tot)
+    return rest_in_double(_dot_main(a, ao, b, bo, main, acc), a, ao, b, bo, main, n)
 
 
 @njit(inline="always", cache=True)

@@ -335,7 +335,7 @@ def test_native_note_is_one_short_line_once_per_cache(tiny, capsys, monkeypatch,
     import strata_ref.cpu as cpu
     note = cpu.native_note(ZEN4 | {"amx_tile", "amx_int8"})
     assert note == ("native = avx512: bit for bit llama.cpp's avx512 build, not its native build "
-                    "(AMX here: no 0.3.36 profile has it; prebuilt v0.4.0's: --cpu v0.4.0-sapphirerapids)")
+                    "(AMX here: no 0.3.36 profile has it; prebuilt v0.4.0's: --cpu v0.4.0-native)")
     monkeypatch.setattr(cpu, "native_note", lambda flags=None: note)
     monkeypatch.setattr(infer, "_NOTED", set())
     monkeypatch.delenv("STRATA_REF_CPU", raising=False)

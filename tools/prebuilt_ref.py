@@ -24,6 +24,9 @@ which is, step by step:
     python tools/prebuilt_ref.py store      # tests/data/v0.4.0-<variant>/...
     python tools/prebuilt_ref.py classes    # variants whose logits are bitwise
                                             # equal, per model and FA setting
+    python tools/prebuilt_ref.py loader     # which library the loader takes
+                                            # here, from the shipped folder and
+                                            # from folders without the best k
 
 and, to set the data beside llama-cpp-python 0.3.36 (this project's peer
 builds, tools/peer_build.py):
@@ -117,42 +120,9 @@ VERSIONS = {
 }
 VERSION = "v0.4.0"
 
-#: ggml/src/CMakeLists.txt, the x86 `ggml_add_cpu_backend_variant` lines of
-#: that version (in its order): variant -> the GGML_<feature> options it is
-#: compiled with (`check_variants` compares with the source)
-X86_VARIANTS = {
-    "x64": (),
-    "sse42": ("SSE42",),
-    "sandybridge": ("SSE42", "AVX"),
-    "ivybridge": ("SSE42", "AVX", "F16C"),
-    "piledriver": ("SSE42", "AVX", "F16C", "FMA"),
-    "haswell": ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2"),
-    "skylakex": ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX512"),
-    "cannonlake": ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX512", "AVX512_VBMI"),
-    "cascadelake": ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX512", "AVX512_VNNI"),
-    "icelake": ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX512", "AVX512_VBMI",
-                "AVX512_VNNI"),
-    "cooperlake": ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX512", "AVX512_VNNI",
-                   "AVX512_BF16"),
-    "zen4": ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX512", "AVX512_VBMI",
-             "AVX512_VNNI", "AVX512_BF16"),
-    "alderlake": ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX_VNNI"),
-    "sapphirerapids": ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX512", "AVX512_VBMI",
-                       "AVX512_VNNI", "AVX512_BF16", "AMX_TILE", "AMX_INT8"),
-}
-
-#: ggml-cpu/arch/x86/cpu-feats.cpp `ggml_backend_cpu_x86_score`: the bit each
-#: compiled-in option adds (a CPU lacking the feature scores 0); AMX_TILE adds
-#: nothing; the score starts at 1
-SCORE_BITS = {"FMA": 1, "F16C": 2, "SSE42": 4, "BMI2": 8, "AVX": 16, "AVX2": 32, "AVX_VNNI": 64,
-              "AVX512": 128, "AVX512_VBMI": 256, "AVX512_BF16": 512, "AVX512_VNNI": 1024,
-              "AMX_TILE": 0, "AMX_INT8": 2048}
-
-
-def score(variant: str) -> int:
-    """The variant's `ggml_backend_cpu_x86_score` on a CPU that has all its
-    features (the loader takes the highest)."""
-    return 1 + sum(SCORE_BITS[f] for f in X86_VARIANTS[variant])
+# the x86 variants of ggml/src/CMakeLists.txt (`check_variants` compares
+# with the source) and the loader's score: declared once, in the library
+from strata_ref.cpu.loader import X86_VARIANTS, score  # noqa: E402
 
 
 REGISTRY_MODELS = ("SmolLM2-135M-Instruct", "Qwen2.5-Coder-0.5B-Instruct", "gemma-3-270m")
@@ -393,15 +363,48 @@ def executes(variant: str, version: str = VERSION, wrapper=()) -> bool:
     return p.returncode != 3
 
 
-def loader_pick(version: str = VERSION) -> str:
+def loader_pick(version: str = VERSION, libs=None) -> str:
     """The variant ggml's loader picks by itself from the shipped folder
-    (all 14 libraries present)."""
+    (all 14 libraries present), or from a folder holding only the
+    libraries of the variants `libs`."""
     bins = root(version) / "npm" / VERSIONS[version]["bins"]
-    with tempfile.TemporaryDirectory() as out:
+    with tempfile.TemporaryDirectory() as out, tempfile.TemporaryDirectory() as some:
+        if libs is not None:
+            for v in libs:
+                lib = variant_dir(v, version) / f"libggml-cpu-{v}.so"
+                os.link(lib, Path(some) / lib.name)
+            bins = Path(some)
         subprocess.run(list(map(str, [driver(version), bins, "/nonexistent.gguf", out, 0, "off",
                                       "--ids", "1"])), capture_output=True, text=True)
         lib = _meta(Path(out) / "meta.txt").get("cpu_library", "")
     return Path(lib).name.removeprefix("libggml-cpu-").removesuffix(".so")
+
+
+def loader_file(version: str = VERSION) -> Path:
+    return REPO / "tests" / "data" / f"{version}-loader.json"
+
+
+def cmd_loader(a) -> None:
+    """Store what the shipped loader takes on this CPU from the shipped
+    folder, then from folders without the best 1, 2, ... 13 libraries (in
+    score order): every comparison of `ggml_backend_score` this CPU can
+    make, for `strata_ref.cpu.loader.pick` to be checked against
+    (tests/test_cpu_select.py)."""
+    fetch(a.version)
+    from strata_ref.cpu.profiles import host_flags
+    order = sorted(X86_VARIANTS, key=score, reverse=True)
+    cases = [{"libraries": "all", "picked": loader_pick(a.version)}]
+    for k in range(1, len(order)):
+        libs = sorted(order[k:], key=list(X86_VARIANTS).index)
+        cases.append({"libraries": libs, "picked": loader_pick(a.version, libs)})
+        print(f"without {', '.join(order[:k])}: {cases[-1]['picked']}")
+    model = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
+                  if ln.startswith("model name")), "")
+    doc = {"command": f"python tools/prebuilt_ref.py --version {a.version} loader",
+           "package": " + ".join(VERSIONS[a.version]["npm"]), "cpu_model": model,
+           "cpu_flags": sorted(host_flags()), "cases": cases}
+    loader_file(a.version).write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"the loader picks: {cases[0]['picked']}; wrote {loader_file(a.version)}")
 
 
 # ---------------------------------------------------------------- storing
@@ -711,6 +714,8 @@ def main(argv=None) -> int:
             p.add_argument("--wrapper", help="command prefix that runs the driver (an emulator)")
             p.add_argument("--force", action="store_true", help="run again when cached")
     sub.add_parser("classes")
+    sub.add_parser("loader", help="what the shipped loader takes on this CPU, from every folder "
+                                  "without the best k libraries (tests/data/<version>-loader.json)")
     p = sub.add_parser("peer", help="row hashes of llama-cpp-python 0.3.36 (needs --profile)")
     p.add_argument("--profile", required=True, help="scalar, avx2 or avx512 (tools/peer_build.py)")
     p.add_argument("--models", help="comma-separated (default: every model)")
@@ -732,7 +737,8 @@ def main(argv=None) -> int:
             cmd_classes(a)
         else:
             {"fetch": cmd_fetch, "variants": cmd_variants, "run": cmd_run, "store": cmd_store,
-             "classes": cmd_classes, "compare": cmd_compare, "peer": cmd_peer}[a.cmd](a)
+             "classes": cmd_classes, "compare": cmd_compare, "peer": cmd_peer,
+             "loader": cmd_loader}[a.cmd](a)
     except (OSError, subprocess.CalledProcessError, RuntimeError) as e:
         # a missing npm / git / cc, a failed download or build, a driver failure
         raise SystemExit(f"prebuilt_ref: error: {e}")

@@ -123,7 +123,9 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
         print(f"strata-ref: error: {bad_ctx}", file=err or sys.stderr)
         return 2
     name = cpu if cpu is not None else env_value(_cpu.ENV) or "native"
-    native = isinstance(name, str) and name.strip().lower() == "native"
+    # "native" or "v0.4.0-native": named after the profile it chose
+    chosen = name.strip().lower() if isinstance(name, str) else ""
+    native = chosen in _cpu.NATIVE_NAMES
     tok = m.tokenizer
     if chat:
         text = format_chat(m.metadata.get("tokenizer.chat_template"),
@@ -192,10 +194,10 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
         return f"{n} {what}" + ("" if n == 1 else "s")
     out.write(f"\n[prompt: {n_of(len(ids), 'token')}, {p_tps:.1f} tok/s | decode: {n_of(len(gen), 'token')} "
               f"({n_dec} {'pass' if n_dec == 1 else 'passes'}{full}), {d_tps:.1f} tok/s | cpu: {prof.name}"
-              f"{' (native)' if native else ''}"
+              f"{f' ({chosen})' if native else ''}"
               f"{cache_note(m)}]\n")
     out.flush()
-    if native:
+    if chosen == "native":
         # after the speed line it explains (and never before an error)
         note_once(_cpu.native_note(), err)
     return 0
@@ -252,9 +254,9 @@ def add_generate(sub) -> None:
                          "node-llama-cpp 3.21.1; aliases: v0.4.0-alderlake, v0.4.0-cannonlake, "
                          "v0.4.0-cascadelake, v0.4.0-icelake, v0.4.0-cooperlake), armv8.0, "
                          "armv8.2-dotprod, armv8.2-fp16, armv8.6-i8mm (0.3.36's llama.cpp built for "
-                         "arm64, docs/arm64.md) or native (default: "
-                         "$STRATA_REF_CPU, else native: the profile of llama.cpp's native build "
-                         "on this CPU)")
+                         "arm64, docs/arm64.md), native (the profile of llama.cpp's native build "
+                         "on this CPU) or v0.4.0-native (the library prebuilt v0.4.0's loader "
+                         "takes on this CPU); default: $STRATA_REF_CPU, else native")
     ge.add_argument("--cache-type-k", default=None, metavar="T",
                     help=f"KV cache type of K, as llama.cpp's -ctk: {KV_TYPES} (default f16); a "
                          "block type turns on llama.cpp's Hadamard rotation of q and k")

@@ -82,8 +82,10 @@ OPTION_CPU_FLAGS = {
     "AVX512_VBMI": ("avx512vbmi",), "AVX512_VNNI": ("avx512_vnni",),
     "AVX512_BF16": ("avx512_bf16",), "AMX_TILE": ("amx_tile",), "AMX_INT8": ("amx_int8",),
     "AMX_BF16": ("amx_bf16",),
-    # arm64 (/proc/cpuinfo "Features")
-    "DOTPROD": ("asimddp",), "FP16_VA": ("asimdhp",), "MATMUL_INT8": ("i8mm",),
+    # arm64 (/proc/cpuinfo "Features"; ggml-cpu/arch/arm/cpu-feats.cpp reads
+    # the same bits from getauxval: FP16_VA needs both FPHP and ASIMDHP)
+    "DOTPROD": ("asimddp",), "FP16_VA": ("fphp", "asimdhp"), "MATMUL_INT8": ("i8mm",),
+    "SVE": ("sve",), "SVE2": ("sve2",), "SME": ("sme",),
 }
 
 
@@ -215,12 +217,13 @@ ALIASES = {"v0.4.0-alderlake": "v0.4.0-haswell", "v0.4.0-cannonlake": "v0.4.0-sk
 
 
 def host_flags() -> frozenset:
-    """This CPU's flags as /proc/cpuinfo spells them (empty where there is no
-    /proc/cpuinfo: not Linux)."""
+    """This CPU's flags as /proc/cpuinfo spells them: its "flags" line on
+    x86, "Features" on arm64 (empty where there is no /proc/cpuinfo: not
+    Linux)."""
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
             for line in f:
-                if line.startswith("flags"):
+                if line.startswith(("flags", "Features")):
                     return frozenset(line.split(":", 1)[1].split())
     except OSError:
         pass

@@ -46,3 +46,29 @@ def test_a_cached_caller_of_a_parallel_kernel_runs_from_the_cache(tmp_path):
                            capture_output=True, text=True, timeout=300)
         got.append((r.returncode, r.stdout.strip()))
     assert got == [(0, "9.0"), (0, "10.0"), (0, "10.0"), (0, "9.0")]
+
+
+_QUANT = '''
+import numpy as np
+from strata_ref import _compile_notes
+from strata_ref.formats import get_quantizer
+from strata_ref.types import GGMLType
+_compile_notes.install()
+x = np.linspace(-1, 1, 64, dtype=np.float32).reshape(2, 32)
+b = get_quantizer(GGMLType.Q4_0)(x)
+print(_compile_notes.stats()[0], b.tobytes().hex())
+'''
+
+
+def test_a_block_quantizer_compiles_once_per_machine(tmp_path):
+    # its per-block-function driver is a closure: it recompiled in every
+    # process (about a second, for every q4_0 / q4_1 KV cache run) while the
+    # closing note said later runs load it from the cache
+    (tmp_path / "quant.py").write_text(_QUANT)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("STRATA_REF_QUIET_COMPILE", None)
+    runs = [subprocess.run([sys.executable, "quant.py"], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=300) for _ in range(2)]
+    assert [r.returncode for r in runs] == [0, 0], runs[0].stderr[-2000:]
+    (n1, b1), (n2, b2) = (r.stdout.split() for r in runs)
+    assert int(n1) > 0 and int(n2) == 0 and b1 == b2

@@ -13,7 +13,15 @@ measured slower than the serial one.
 import numpy as np
 from numba import njit
 
+from .._jitcache import cached
+
 _DRIVERS = {}
+
+
+def _digest() -> str:
+    # the block quantizers a driver inlines live in this package
+    from . import _digest as formats_digest
+    return formats_digest()
 
 
 class NonFiniteInput(ValueError):
@@ -32,7 +40,6 @@ def _driver(block_fn):
     # exponent, in 32-bit integer lanes.
     drive = _DRIVERS.get(block_fn)
     if drive is None:
-        @njit(nogil=True, error_model="numpy")
         def drive(x, out, check):
             u = x.view(np.uint32)
             for i in range(x.shape[0]):
@@ -44,7 +51,11 @@ def _driver(block_fn):
                         return i
                 block_fn(x[i], out[i])
             return -1
-        _DRIVERS[block_fn] = drive
+        # a closure over its block function: its own on-disk cache
+        # (strata_ref._jitcache), named after that function
+        f = getattr(block_fn, "py_func", block_fn)
+        drive = _DRIVERS[block_fn] = cached(njit(nogil=True, error_model="numpy")(drive),
+                                            f"qdrive_{f.__module__}.{f.__qualname__}", _digest)
     return drive
 
 

@@ -226,6 +226,8 @@ def test_ctx_bounds_are_what_generate_runs(tiny, capsys):
     m = load(tiny)
     assert ctx_problem(2, m) is None and ctx_problem(256, m) is None and ctx_problem(None, m) is None
     assert main(["generate", tiny, "Hi", "--ctx", "256", "--max-tokens", "1"]) == 0
+    # one token comes from the prompt pass: no decode speed (it said 0.0 tok/s)
+    assert "decode: 1 token (0 passes), no decode pass | cpu: " in capsys.readouterr().out
     assert m.tokenizer.encode("H", add_special=True) == [72]      # one token, no BOS
     assert main(["generate", tiny, "H", "--ctx", "2", "--max-tokens", "1"]) == 0
     assert m.new_cache(256).n_ctx == 256 and m.new_cache(1).n_ctx == 1

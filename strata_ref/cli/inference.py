@@ -186,14 +186,15 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     p_tps = len(ids) / tp if tp > 0 else float("inf")
     # the first generated token comes from the prompt pass: the speed is
     # that of the n_dec single-token passes, the count all generated tokens
-    d_tps = n_dec / td if td > 0 and n_dec else 0.0
+    # (none with --max-tokens 0 or 1: no speed to give)
+    d_speed = f"{n_dec / td:.1f} tok/s" if td > 0 and n_dec else "no decode pass"
     # why it stopped short of max_tokens, when the context did it
     full = (f"; stopped: the context of {ctx} tokens is full" if len(gen) < int(max_tokens)
             and len(ids) + len(gen) >= ctx else "")
     def n_of(n, what):
         return f"{n} {what}" + ("" if n == 1 else "s")
     out.write(f"\n[prompt: {n_of(len(ids), 'token')}, {p_tps:.1f} tok/s | decode: {n_of(len(gen), 'token')} "
-              f"({n_dec} {'pass' if n_dec == 1 else 'passes'}{full}), {d_tps:.1f} tok/s | cpu: {prof.name}"
+              f"({n_dec} {'pass' if n_dec == 1 else 'passes'}{full}), {d_speed} | cpu: {prof.name}"
               f"{f' ({chosen})' if native else ''}"
               f"{cache_note(m)}]\n")
     out.flush()

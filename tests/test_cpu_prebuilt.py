@@ -45,13 +45,16 @@ def _bits(a):
 #: of the default suite, holding the compiled code of every profile, grew
 #: past this machine's 23 GB with all of them (OOM-killed)
 EVERY_MODEL = {"x64", "haswell", "skylakex", "zen4"}
+#: the larger registry models (Qwen2.5-Coder-0.5B, Gemma 3 270M): `-m slow`
+#: for every variant (about half a minute per case)
+SLOW_MODELS = {"Qwen2.5-Coder-0.5B-Instruct", "gemma-3-270m"}
 DEFAULT_ALSO = {("sapphirerapids", "smollm2-q4_0", "batched"), ("sapphirerapids", "smollm2-iq4_xs", "batched"),
                 ("sapphirerapids", "smollm2-q5_k_m", "batched")}
 
 
 def _in_default(variant: str, model: str, kind: str) -> bool:
-    return (variant in EVERY_MODEL or model == "SmolLM2-135M-Instruct"
-            or (variant, model, kind) in DEFAULT_ALSO)
+    return model not in SLOW_MODELS and (variant in EVERY_MODEL or model == "SmolLM2-135M-Instruct"
+                                         or (variant, model, kind) in DEFAULT_ALSO)
 
 
 def _cases():
@@ -69,8 +72,10 @@ def _cases():
 
 
 def _path(name: str) -> Path:
-    from model_variants import build_variant
-    return model_path(name) if name[0].isupper() else build_variant(name)
+    # a requantized SmolLM2 variant (tests/model_variants.py), else a
+    # registry model (gemma-3-270m too)
+    from model_variants import VARIANTS, build_variant
+    return build_variant(name) if name in VARIANTS else model_path(name)
 
 
 @functools.lru_cache(maxsize=None)

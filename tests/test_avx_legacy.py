@@ -126,18 +126,3 @@ def test_ssse3_q4_0_with_odd_block():
     want = F(s + F(F(F(w[64:96] @ x[64:96]) * dw[2]) * xs[0, 2]))
     got = _run(t, "ssse3", raw, xq, xs, xm)
     assert np.array([got]).view(np.uint32) == np.array([want]).view(np.uint32)
-
-
-@pytest.mark.parametrize("profile", ["v0.4.0-piledriver", "v0.4.0-ivybridge", "v0.4.0-sandybridge"])
-def test_unchecked_avx_vec_dots_are_refused(profile):
-    # the AVX (no AVX2) vec_dots not compared with their AVX2 ones (isa
-    # x86_avx) are named "avx", which no kernel module emulates: a clear
-    # NotImplementedError naming the type, not another build's order
-    from strata_ref import cpu
-    from strata_ref.cpu import kquant_dots, traits
-    isa = cpu.PROFILES[profile].isa
-    assert traits.kernel(isa, GGMLType.Q4_K, "vec_dot") == "avx"
-    with pytest.raises(NotImplementedError, match="Q4_K: ggml's avx kernel"):
-        kquant_dots.variant_kernels(GGMLType.Q4_K, "avx")
-    with pytest.raises(NotImplementedError, match="Q4_K"):
-        kquant_dots.kernels(GGMLType.Q4_K, kquant_dots.LANES_NOFMA)

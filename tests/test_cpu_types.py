@@ -12,8 +12,10 @@ equal bit for bit.
 tests/data/v0.4.0-<variant>/ggml_mm.npz hold the same products computed by
 node-llama-cpp 3.21.1's prebuilt llama.cpp v0.4.0 library of that variant
 (`python tools/ggml_mm.py --prebuilt VARIANT`), for the v0.4.0 profiles
-with AVX2: there K-quants take their `vec_dot` at every n (no tiled
-mat-mul) and I-quants v0.4.0's IQ panel gemm from n = 8 (iqp.cpp).
+with AVX2 (there K-quants take their `vec_dot` at every n, no tiled
+mat-mul, and I-quants v0.4.0's IQ panel gemm from n = 8, iqp.cpp) and for
+those without (sse42's SSSE3 `vec_dot`s, sandybridge / ivybridge /
+piledriver's AVX ones, with and without FMA: every weight type).
 """
 from __future__ import annotations
 
@@ -66,10 +68,15 @@ def test_matmul_is_ggml_bits(t, profile, path):
                                f"{want.flat[bad[0]]!r}")
 
 
-def test_v0_4_0_files_are_the_avx2_variants():
-    # the IQ panel gemm's three builds, each file from its own library
+def test_v0_4_0_files_are_the_simd_variants():
+    # every v0.4.0 variant with its own SIMD code, each file from its own
+    # library: the builds without AVX2 (their SSSE3 / AVX vec_dots) and the
+    # IQ panel gemm's three (x64 is the scalar profile's generic C,
+    # sapphirerapids' AMX products are tests/test_cpu_amx.py's)
     v040 = [(prof, path) for prof, path in FILES if prof.startswith("v0.4.0-")]
-    assert [prof for prof, _ in v040] == ["v0.4.0-haswell", "v0.4.0-skylakex", "v0.4.0-zen4"]
+    assert [prof for prof, _ in v040] == ["v0.4.0-sse42", "v0.4.0-sandybridge", "v0.4.0-ivybridge",
+                                          "v0.4.0-piledriver", "v0.4.0-haswell", "v0.4.0-skylakex",
+                                          "v0.4.0-zen4"]
     for prof, path in v040:
         v = _data(path)
         assert str(v["command"]) == f"python tools/ggml_mm.py --prebuilt {prof.removeprefix('v0.4.0-')}"

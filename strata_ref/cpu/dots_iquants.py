@@ -349,8 +349,7 @@ def _delta_total(dq4, xs4, b, sumd):
 def _dot_avx2(mode, post, w, x, sc, d, dq4, xd, xs4, sumi, sumd, lf, acc, acc2, fused):
     # ggml_vec_dot_<type>_q8_K, `__AVX2__` branch (module docstring); not
     # fused: the AVX branch without FMA, acc + d * lane in two roundings
-    # (the IQ1 types' AVX branches are not emulated: `x86_avx` names them
-    # "avx")
+    # (the AVX branches give the AVX2 lanes, on 128-bit halves)
     for L in range(8):
         acc[L] = 0.0
         acc2[L] = 0.0
@@ -366,17 +365,22 @@ def _dot_avx2(mode, post, w, x, sc, d, dq4, xd, xs4, sumi, sumd, lf, acc, acc2, 
             for L in range(8):
                 acc[L] = np.float32(acc[L] + np.float32(db * lf[L]))
         if mode == _IQ1S:
-            accum1 = fma32(db, np.float32(_delta_total(dq4, xs4, b, sumd)), accum1)
+            t = np.float32(_delta_total(dq4, xs4, b, sumd))
+            accum1 = fma32(db, t, accum1) if fused else np.float32(accum1 + np.float32(db * t))
         elif mode == _IQ1M:
             _delta_lanes(dq4, xs4, b, sumd)
             for L in range(8):
                 lf[L] = np.float32(sumd[L])
-            fma8_into(acc2, lf, 0, db)
+            if fused:
+                fma8_into(acc2, lf, 0, db)
+            else:
+                for L in range(8):
+                    acc2[L] = np.float32(acc2[L] + np.float32(db * lf[L]))
     h = hsum8(acc)
-    if mode == _IQ1S:
-        return fma32(_IQ1_DELTA, accum1, h)
-    if mode == _IQ1M:
-        return fma32(_IQ1_DELTA, hsum8(acc2), h)
+    if mode == _IQ1S or mode == _IQ1M:
+        # hsum + IQ1*_DELTA * (accum1 or the delta lanes' hsum)
+        t = accum1 if mode == _IQ1S else hsum8(acc2)
+        return fma32(_IQ1_DELTA, t, h) if fused else np.float32(h + np.float32(_IQ1_DELTA * t))
     return np.float32(post * h)
 
 

@@ -27,6 +27,12 @@ repacked, and IQ4_NL's single row):
 * Q1_0 (`ggml_vec_dot_q1_0_q8_0`, AVX2): per block of 128, b = d_a0 *
   float(lanes_0), then b = fma(d_aK, float(lanes_K), b) for its other three
   Q8_0 blocks, then acc = fma(d_w, b, acc); `hsum_float_8`.
+* the AVX (no AVX2) branches: NVFP4's and Q1_0's are the AVX2 lanes and
+  steps, unfused on a build without FMA; MXFP4's is IQ4_NL's pairs of
+  blocks (`_AVX_PAIRS`); the SSSE3 branch of Q1_0 (sse42) four 4-lane
+  accumulators, one per Q8_0 block, lane l the dot of values 4l..4l+3 and
+  16+4l..16+4l+3, acc + (d_w * d_a) * lane unfused, `hsum_float_4x4`
+  (`_SSSE3_Q1`).
 * TQ1_0, TQ2_0 (`ggml_vec_dot_tq1_0_q8_K`, `ggml_vec_dot_tq2_0_q8_K`, AVX2):
   the unsigned codes (0..2; TQ2_0's 3 too) times the q8, lane L of a
   super-block summing positions 4L..4L+3 of each 32 minus the Q8_K bsums
@@ -180,7 +186,26 @@ _B32, _NV, _Q1, _Q2, _TQ = 0, 1, 2, 3, 4
 #: `iq4_nl_4x4` / `mxfp4_4x4` gemv and gemm; _AVX_PAIRS: IQ4_NL's AVX
 #: `vec_dot`, builds without AVX2)
 (_AVX2, _GENERIC, _TINYBLAS, _REPACK, _NEON_NL, _NEON_MX, _NEON_NV, _NEON_Q, _DOTPROD_Q, _REPACK_ARM,
- _AVX_PAIRS) = range(11)
+ _AVX_PAIRS, _SSSE3_Q1) = range(12)
+
+
+@njit(inline="always", cache=True)
+def _hadd4(acc, o):
+    # one accumulator's part of `hsum_float_4x4` (`_mm_hadd_ps` thrice):
+    # (a0 + a1) + (a2 + a3)
+    return _F32(_F32(acc[o] + acc[o + 1]) + _F32(acc[o + 2] + acc[o + 3]))
+
+
+@njit(inline="always", cache=True)
+def _lanes_madd2(acc, ao, w, wo, x, xo, d_lo, d_hi):
+    # `_lanes_fma2` as a build without FMA computes it (the AVX branches'
+    # `_mm256_add_ps(acc, _mm256_mul_ps(..))`): acc + d * float(lane) in
+    # two roundings, lane L the exact dot of values 4L..4L+3
+    for L in range(8):
+        p = np.int32(0)
+        for q in range(4):
+            p += np.int32(w[wo + 4 * L + q]) * np.int32(x[xo + 4 * L + q])
+        acc[ao + L] = _F32(acc[ao + L] + _F32((d_lo if L < 4 else d_hi) * _F32(p)))
 
 
 @njit(inline="always", cache=True)
@@ -314,14 +339,21 @@ def _row_small(kind, path, fma, w, ws, x, xs, xb, sumi, acc):
                     acc[2 * h + 1] = fma32(_F32(hi), _F32(ws[4 * b + 2 * h + 1] * dy), acc[2 * h + 1])
             return _F32(_F32(acc[0] + acc[1]) + _F32(acc[2] + acc[3]))
         if path == _AVX2:
+            # (the AVX branch: the same lanes, unfused without FMA)
             for L in range(8):
                 acc[L] = 0.0
             for b in range(nb):
                 dy0 = xs[2 * b]
                 dy1 = xs[2 * b + 1]
-                _lanes_fma2(acc, 0, w, 64 * b, x, 64 * b, _F32(ws[4 * b] * dy0), _F32(ws[4 * b + 1] * dy0))
-                _lanes_fma2(acc, 0, w, 64 * b + 32, x, 64 * b + 32, _F32(ws[4 * b + 2] * dy1),
-                            _F32(ws[4 * b + 3] * dy1))
+                for h in range(2):
+                    o = 64 * b + 32 * h
+                    dy = dy0 if h == 0 else dy1
+                    d_lo = _F32(ws[4 * b + 2 * h] * dy)
+                    d_hi = _F32(ws[4 * b + 2 * h + 1] * dy)
+                    if fma:
+                        _lanes_fma2(acc, 0, w, o, x, o, d_lo, d_hi)
+                    else:
+                        _lanes_madd2(acc, 0, w, o, x, o, d_lo, d_hi)
             return hsum8(acc)
         s = _F32(0.0)
         for b in range(nb):
@@ -351,6 +383,7 @@ def _row_small(kind, path, fma, w, ws, x, xs, xb, sumi, acc):
                         acc[L] = _F32(acc[L] + _F32(_F32(sumi[L]) * d))
             return _F32(_F32(acc[0] + acc[1]) + _F32(acc[2] + acc[3]))
         if path == _AVX2:                  # Q1_0 only: Q2_0 has no x86 code
+            # (the AVX branch: the same lanes, unfused without FMA)
             for L in range(8):
                 acc[L] = 0.0
             for b in range(nb):
@@ -359,9 +392,33 @@ def _row_small(kind, path, fma, w, ws, x, xs, xb, sumi, acc):
                     acc[L] = -0.0
                 for k in range(4):
                     dk = xs[4 * b + k]
-                    _lanes_fma2(acc, 8, w, 128 * b + 32 * k, x, 128 * b + 32 * k, dk, dk)
-                fma8_into(acc, acc, 8, ws[b])
+                    if fma:
+                        _lanes_fma2(acc, 8, w, 128 * b + 32 * k, x, 128 * b + 32 * k, dk, dk)
+                    else:
+                        _lanes_madd2(acc, 8, w, 128 * b + 32 * k, x, 128 * b + 32 * k, dk, dk)
+                if fma:
+                    fma8_into(acc, acc, 8, ws[b])
+                else:
+                    for L in range(8):
+                        acc[L] = _F32(acc[L] + _F32(ws[b] * acc[8 + L]))
             return hsum8(acc)
+        if path == _SSSE3_Q1:              # Q1_0's SSSE3 branch (sse42, no AVX)
+            # four 4-lane accumulators, one per Q8_0 block of a Q1_0 block,
+            # lane L the dot of values 4L..4L+3 and 16+4L..16+4L+3, each
+            # acc + (d_w * d_a) * float(lane) unfused; `hsum_float_4x4`
+            for L in range(16):
+                acc[L] = 0.0
+            for b in range(nb):
+                for k in range(4):
+                    o = 128 * b + 32 * k
+                    dd = _F32(ws[b] * xs[4 * b + k])
+                    for L in range(4):
+                        p = np.int32(0)
+                        for q in range(4):
+                            p += (np.int32(w[o + 4 * L + q]) * np.int32(x[o + 4 * L + q])
+                                  + np.int32(w[o + 16 + 4 * L + q]) * np.int32(x[o + 16 + 4 * L + q]))
+                        acc[4 * k + L] = _F32(acc[4 * k + L] + _F32(dd * _F32(p)))
+            return _F32(_F32(_hadd4(acc, 0) + _hadd4(acc, 4)) + _F32(_hadd4(acc, 8) + _hadd4(acc, 12)))
         s = _F32(0.0)
         for b in range(nb):
             si = _F32(0.0)
@@ -558,6 +615,6 @@ _ARM_PATHS = {("neon", T.IQ4_NL): _NEON_NL, ("neon", T.MXFP4): _NEON_MX, ("neon"
 
 #: the x86 `vec_dot`s of the builds without AVX2 (arch/x86/quants.c
 #: `#elif defined(__AVX__)`) that differ from the AVX2 one in float order
-_X86_PATHS = {("avx", T.IQ4_NL): _AVX_PAIRS}
+_X86_PATHS = {("avx", T.IQ4_NL): _AVX_PAIRS, ("avx", T.MXFP4): _AVX_PAIRS, ("ssse3", T.Q1_0): _SSSE3_Q1}
 
 FAMILY = SmallFamily()

@@ -349,6 +349,9 @@ def _make_kernels(t: GGMLType, mode: int):
             acc = _f8_add_products(acc, _F32(da * d), i32_to_f8(li))
             if Q5:
                 out = _F32(out + _F32(_F32(-da * dmin) * _F32(i32_hsum(mnx))))   # summs
+            elif not Q6:
+                # Q4_K's 4 min lanes (`acc_m`), acc_m + dmin * lane unfused
+                mv = f8_add(f8_mul(f8_splat(_F32(-da * dmin)), i32_to_f8(i32_pairsum(mnx))), mv)
         elif Q6:
             if MODE == TILED:
                 out = _fma(_F32(_F32(i32_hsum(li)) * d), da, out)
@@ -601,8 +604,6 @@ def kernels(t, mode: int):
     key = (GGMLType(t), mode)
     if key[0] not in KQUANT_TYPES:
         raise KeyError(f"{key[0].name} is not a kquant_dots type")
-    if mode == LANES_NOFMA and key[0] == GGMLType.Q4_K:
-        raise NotImplementedError("Q4_K: ggml's AVX (no AVX2) vec_dot without FMA is not emulated yet")
     if key not in _KERNELS:
         _KERNELS[key] = _make_kernels(*key)
     return _KERNELS[key]

@@ -15,6 +15,11 @@ llama-cpp-python 0.3.36, ggml-cpu):
   d_a, acc), accm = fma(float(M), dmin * d_a, accm) per super-block (gemv)
   or per half of it (gemm); acc - accm. The gemm takes the activation rows
   in whole groups of 4, quantized by `ggml_quantize_mat_q8_K_4x8`.
+* "avx", the AVX (no AVX2) branch of the same functions (v0.4.0's
+  sandybridge, ivybridge, piledriver): the same float steps (unfused on a
+  build without FMA), other lanes: the 128-bit halves put 16-value groups
+  0-3 of each 128 values in lanes 0-3 and groups 4-7 in lanes 4-7, lane l
+  summing values 4l..4l+3 of each group.
 * "generic", `ggml_vec_dot_q{2,3}_K_q8_K_generic` (quants.c, no FMA).
 * "neon", the arm64 `ggml_vec_dot_q{2,3}_K_q8_K` (`arch/arm/quants.c`,
   every NEON build: the lanes are reduced as integers, so dotprod changes
@@ -86,7 +91,37 @@ def _row_neon(mode, w, x, sc, mn, d, dmin, xd, xb, sumi):
 
 
 @njit(inline="always", cache=True)
-def _row_q3_k(w, x, sc, d, xd, tiled, sumi, lf, acc):
+def _chunk_lanes(sumi, w, o, x, c, s_lo, s_hi, avx, tmp):
+    # the scaled int32 lanes of 32-value chunk c (of its super-block) at o,
+    # added to sumi. AVX2: lanes 0-3 from its first 16 values, 4-7 from the
+    # second (`lanes_scaled_add`). The AVX branch (no AVX2) forms each 128
+    # values' lanes on 128-bit halves: lane l < 4 sums values 16k + 4l ..
+    # 16k + 4l + 3 of its 16-value groups k < 4, lane 4 + l those of k >= 4,
+    # so chunks 0-1 of each 128 go to lanes 0-3, chunks 2-3 to lanes 4-7
+    if not avx:
+        lanes_scaled_add(sumi, w, o, x, o, s_lo, s_hi)
+        return
+    for L in range(8):
+        tmp[L] = 0
+    lanes_scaled_add(tmp, w, o, x, o, s_lo, s_hi)
+    base = 0 if c % 4 < 2 else 4
+    for L in range(4):
+        sumi[base + L] += tmp[L] + tmp[4 + L]
+
+
+@njit(inline="always", cache=True)
+def _acc8(acc, lf, s, fma):
+    # acc + s * lane: `_mm256_fmadd_ps`, or the AVX branch's mul + add
+    # (contracted by GCC on an FMA build; two roundings without FMA)
+    if fma:
+        fma8_into(acc, lf, 0, s)
+    else:
+        for L in range(8):
+            acc[L] = np.float32(acc[L] + np.float32(s * lf[L]))
+
+
+@njit(inline="always", cache=True)
+def _row_q3_k(w, x, sc, d, xd, tiled, avx, fma, sumi, lf, acc, tmp):
     # Q3_K (w the signed quants -4..3, sc the scales minus 32). tiled False:
     # AVX2 `ggml_vec_dot_q3_K_q8_K`: 8 int32 lanes per super-block; lane L =
     # sum over the 8 chunks c of 32 values of scale[2c + L // 4] times the
@@ -94,7 +129,8 @@ def _row_q3_k(w, x, sc, d, xd, tiled, sumi, lf, acc):
     # acc[L]); `hsum_float_8`. tiled True: ggml's tiled K-quant mat-mul
     # (`tiled/tiled-kernel.cpp`, 8 or more activation rows): per super-block
     # the exact integer s (the sum of the lanes), r = float(s) * d, then out
-    # = fma(r, d_a, out).
+    # = fma(r, d_a, out). avx: the AVX branch's lanes (`_chunk_lanes`);
+    # fma False: its unfused steps.
     for L in range(8):
         acc[L] = 0.0
     out = np.float32(0.0)
@@ -103,7 +139,7 @@ def _row_q3_k(w, x, sc, d, xd, tiled, sumi, lf, acc):
             sumi[L] = 0
         for c in range(8):
             o = b * 256 + c * 32
-            lanes_scaled_add(sumi, w, o, x, o, sc[b, 2 * c], sc[b, 2 * c + 1])
+            _chunk_lanes(sumi, w, o, x, c, sc[b, 2 * c], sc[b, 2 * c + 1], avx, tmp)
         tot = 0
         for L in range(8):
             lf[L] = np.float32(sumi[L])
@@ -111,12 +147,12 @@ def _row_q3_k(w, x, sc, d, xd, tiled, sumi, lf, acc):
         if tiled:
             out = fma32(np.float32(np.float32(tot) * d[b]), xd[b], out)
         else:
-            fma8_into(acc, lf, 0, np.float32(xd[b] * d[b]))
+            _acc8(acc, lf, np.float32(xd[b] * d[b]), fma)
     return out if tiled else hsum8(acc)
 
 
 @njit(inline="always", cache=True)
-def _row_q2_k(w, x, sc, mn, d, dmin, xd, xb, path, sumi, lf, acc):
+def _row_q2_k(w, x, sc, mn, d, dmin, xd, xb, path, avx, fma, sumi, lf, acc, tmp):
     # Q2_K (unsigned quants 0..3, 16 sub-blocks of 16 with a 4-bit scale and
     # min each), bsums xb per 16. path 0: AVX2 `ggml_vec_dot_q2_K_q8_K`: per
     # super-block acc = fma(-d_a * dmin, float(min lanes), acc), lane L =
@@ -126,6 +162,7 @@ def _row_q2_k(w, x, sc, mn, d, dmin, xd, xb, path, sumi, lf, acc):
     # (x86, AVX-512): exact I = sum scale * dot and M = sum min * bsum,
     # acc = fma(float(I), d * d_a, acc), accm = fma(float(M), dmin * d_a,
     # accm) per super-block (gemv) or per half of it (gemm); acc - accm.
+    # avx, fma: path 0 as the AVX branch computes it (`_row_q3_k`).
     for L in range(8):
         acc[L] = 0.0
     out = np.float32(0.0)
@@ -134,7 +171,7 @@ def _row_q2_k(w, x, sc, mn, d, dmin, xd, xb, path, sumi, lf, acc):
         if path == 0:
             for L in range(8):
                 lf[L] = np.float32(mn[b, 2 * L] * xb[b * 16 + 2 * L] + mn[b, 2 * L + 1] * xb[b * 16 + 2 * L + 1])
-            fma8_into(acc, lf, 0, np.float32(-xd[b] * dmin[b]))
+            _acc8(acc, lf, np.float32(-xd[b] * dmin[b]), fma)
         step = 4 if path == 3 else 8
         for c0 in range(0, 8, step):
             for L in range(8):
@@ -142,7 +179,7 @@ def _row_q2_k(w, x, sc, mn, d, dmin, xd, xb, path, sumi, lf, acc):
             totm = 0
             for c in range(c0, c0 + step):
                 o = b * 256 + c * 32
-                lanes_scaled_add(sumi, w, o, x, o, sc[b, 2 * c], sc[b, 2 * c + 1])
+                _chunk_lanes(sumi, w, o, x, c, sc[b, 2 * c], sc[b, 2 * c + 1], avx, tmp)
                 totm += mn[b, 2 * c] * xb[b * 16 + 2 * c] + mn[b, 2 * c + 1] * xb[b * 16 + 2 * c + 1]
             tot = 0
             for L in range(8):
@@ -150,7 +187,7 @@ def _row_q2_k(w, x, sc, mn, d, dmin, xd, xb, path, sumi, lf, acc):
             if path == 0:
                 for L in range(8):
                     lf[L] = np.float32(sumi[L])
-                fma8_into(acc, lf, 0, np.float32(xd[b] * d[b]))
+                _acc8(acc, lf, np.float32(xd[b] * d[b]), fma)
             elif path == 1:
                 r = fma32(-dmin[b], np.float32(totm), np.float32(np.float32(tot) * d[b]))
                 out = fma32(r, xd[b], out)
@@ -210,8 +247,8 @@ def _row_kq_generic(mode, w, x, sc, mn, d, dmin, xd, xb, sumi, sums):
 
 
 @njit(inline="always", cache=True)
-def _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, neon, n_gemm, out, r0, r1, sumi, lf,
-                 acc, accm):
+def _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, neon, avx, fma, n_gemm, out, r0, r1,
+                 sumi, lf, acc, tmp):
     # n_gemm: the leading activation rows the repacked layouts take through
     # their gemm (whole groups of 4 for a mul_mat, none for a MUL_MAT_ID,
     # whose repacked path runs the gemv for every routed row)
@@ -225,13 +262,13 @@ def _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, neon, n_g
                 out[t, r] = _row_kq_generic(mode, wq[r], xq[t], sc[r], mn[r], d[r], dmin[r], xd[t], xb[t],
                                             sumi, lf)
             elif mode == _Q3_K:
-                out[t, r] = _row_q3_k(wq[r], xq[t], sc[r], d[r], xd[t], tiled, sumi, lf, acc)
+                out[t, r] = _row_q3_k(wq[r], xq[t], sc[r], d[r], xd[t], tiled, avx, fma, sumi, lf, acc, tmp)
             else:
                 # Q2_K: repacked gemm for whole groups of 4 rows, else gemv;
                 # not repacked: tiled from 8 rows, else vec_dot
                 path = (3 if t < n_gemm else 2) if mode == _Q2_K_8X8 else (1 if tiled else 0)
                 out[t, r] = _row_q2_k(wq[r], xq[t], sc[r], mn[r], d[r], dmin[r], xd[t], xb[t],
-                                      path, sumi, lf, acc)
+                                      path, avx, fma, sumi, lf, acc, tmp)
 
 
 #: `_mm_kquant` modes
@@ -239,7 +276,7 @@ _Q3_K, _Q2_K, _Q2_K_8X8 = 0, 1, 2
 
 
 @jit(parallel=True)
-def _mm_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, neon, n_gemm, out):
+def _mm_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, neon, avx, fma, n_gemm, out):
     """Q3_K and Q2_K weight rows times Q8_K activation rows in ggml-cpu's
     order: mode `_Q3_K` (`_row_q3_k`), `_Q2_K` / `_Q2_K_8X8` (`_row_q2_k`).
     wq: the quants (rows, cols) int8 (Q3_K signed, Q2_K unsigned); sc (and
@@ -248,20 +285,21 @@ def _mm_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, neon, n_gem
     scales, xb the bsums int32 per 16 values.
     tiled_ok: the build has ggml's tiled mat-mul (taken from 8 rows on);
     gen: the generic C dots (`_row_kq_generic`); neon: the arm64 NEON
-    ones (`_row_neon`); n_gemm: activation rows
+    ones (`_row_neon`); avx: the x86 AVX (no AVX2) lanes; fma: the build
+    fuses `acc + d * lane`; n_gemm: activation rows
     taken by the repacked gemm (`_rows_kquant`)."""
     R = wq.shape[0]
     for c in prange((R + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
-        _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, neon, n_gemm, out, c * _ROWS_PER_TASK,
-                     min(R, (c + 1) * _ROWS_PER_TASK), np.empty(8, np.int32),
-                     np.empty(8, np.float32), np.empty(8, np.float32), np.empty(4, np.float32))
+        _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, neon, avx, fma, n_gemm, out,
+                     c * _ROWS_PER_TASK, min(R, (c + 1) * _ROWS_PER_TASK), np.empty(8, np.int32),
+                     np.empty(8, np.float32), np.empty(8, np.float32), np.empty(8, np.int32))
 
 
 @jit
-def _mm_kquant_serial(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, neon, n_gemm, out):
-    _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, neon, n_gemm, out, 0, wq.shape[0],
-                 np.empty(8, np.int32),
-                 np.empty(8, np.float32), np.empty(8, np.float32), np.empty(4, np.float32))
+def _mm_kquant_serial(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, neon, avx, fma, n_gemm, out):
+    _rows_kquant(mode, wq, sc, mn, d, dmin, xq, xd, xb, tiled_ok, gen, neon, avx, fma, n_gemm, out, 0,
+                 wq.shape[0], np.empty(8, np.int32),
+                 np.empty(8, np.float32), np.empty(8, np.float32), np.empty(8, np.int32))
 
 
 
@@ -293,8 +331,8 @@ def _q3_k_values(hmask: np.ndarray, qs: np.ndarray, s12: np.ndarray):
 Q23Packed = namedtuple("Q23Packed", "wq sc mn d dmin")
 
 #: `_mm_kquant`'s mode of each (type, variant)
-_MODES = {(GGMLType.Q3_K, v): _Q3_K for v in ("generic", "x86", "tiled", "neon")}
-_MODES.update({(GGMLType.Q2_K, v): _Q2_K for v in ("generic", "x86", "tiled", "neon")})
+_MODES = {(GGMLType.Q3_K, v): _Q3_K for v in ("generic", "x86", "avx", "tiled", "neon")}
+_MODES.update({(GGMLType.Q2_K, v): _Q2_K for v in ("generic", "x86", "avx", "tiled", "neon")})
 _MODES[(GGMLType.Q2_K, "q2_K_8x8")] = _Q2_K_8X8
 
 
@@ -334,7 +372,8 @@ class _Q23Family(Family):
             p = packed
             (_mm_kquant if parallel else _mm_kquant_serial)(
                 mode, p.wq[r0:r1], p.sc[r0:r1], p.mn[r0:r1], p.d[r0:r1], p.dmin[r0:r1], xq, xd,
-                bsums.astype(np.int32), variant == "tiled", variant == "generic", variant == "neon", n_gemm, y)
+                bsums.astype(np.int32), variant == "tiled", variant == "generic", variant == "neon",
+                variant == "avx", bool(qm.profile.isa.resolve("FMA")), n_gemm, y)
             return y
         return self.by_segment(qm, segments, part)
 

@@ -7,15 +7,17 @@ llama.cpp v0.4.0 (docs/prebuilt.md), GCC 11.4.
   dots are formed on 128-bit halves, exact. Most give the AVX2 kernel's
   lanes (lane L the dot of values 4L..4L+3 of a block) and accumulate them
   with `_mm256_add_ps(_mm256_mul_ps(..))`, which GCC contracts into the
-  AVX2 kernel's FMA on an FMA build: Q4_1, Q5_0, Q5_1, Q5_K, Q6_K, IQ3_S,
-  IQ4_XS keep "x86". Q4_0, Q8_0 and IQ4_NL take blocks in pairs into one 8-lane
-  accumulator (`mul_sum_i8_quad_float`, `quad_fp16_delta_float`): "avx"
-  (`avx_legacy.PAIRS`, `dots_small`'s `_AVX_PAIRS`). The AVX branches of
-  Q2_K, Q3_K, Q4_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ1_S, IQ1_M, MXFP4,
-  NVFP4 and Q1_0 are
-  not checked against their AVX2 ones yet: "avx", which no kernel
-  module emulates (NotImplementedError). TQ1_0 and TQ2_0 have only an
-  AVX2 branch: the generic C.
+  AVX2 kernel's FMA on an FMA build: Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K,
+  IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, IQ4_XS, NVFP4 and
+  Q1_0 keep "x86". Q4_0, Q8_0, IQ4_NL and MXFP4 take blocks in pairs into
+  one 8-lane accumulator (`mul_sum_i8_quad_float`,
+  `quad_fp16_delta_float`, `quad_mx_delta_float`): "avx"
+  (`avx_legacy.PAIRS`, `dots_small`'s `_AVX_PAIRS`). Q2_K and Q3_K keep
+  the AVX2 float steps over other lanes (16-value groups 0-3 of each 128
+  values in lanes 0-3, 4-7 in lanes 4-7): "avx" (`kquant_unpacked`).
+  Every type is checked against the shipped library's `ggml_mul_mat`
+  (tests/data/v0.4.0-piledriver/ggml_mm.npz, docs/prebuilt.md). TQ1_0
+  and TQ2_0 have only an AVX2 branch: the generic C.
 * `REPACK`: `ggml_repack_get_optimal_repack_type` asks
   `ggml_cpu_has_avx2()` (a compile-time answer) for every x86 layout: none.
 * llamafile: tinyBLAS<8> for F32, and for F16 (F16C is on);
@@ -41,9 +43,8 @@ _F32 = np.float32
 EXPF_LANES = 4
 TINYBLAS_BF16 = 0
 REPACK: dict = {}
-VEC_DOT = {T.Q4_0: "avx", T.Q8_0: "avx", T.IQ4_NL: "avx", T.TQ1_0: "generic", T.TQ2_0: "generic",
-           **{t: "avx" for t in (T.Q2_K, T.Q3_K, T.Q4_K, T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS,
-                                 T.IQ1_S, T.IQ1_M, T.MXFP4, T.NVFP4, T.Q1_0)}}
+VEC_DOT = {T.Q4_0: "avx", T.Q8_0: "avx", T.IQ4_NL: "avx", T.MXFP4: "avx", T.TQ1_0: "generic",
+           T.TQ2_0: "generic", T.Q2_K: "avx", T.Q3_K: "avx"}
 
 
 @njit(inline="always", cache=True)

@@ -13,9 +13,11 @@ own FMA macros fall back to a multiply and an add: `GGML_F32x8_FMA`
   llamafile's tinyBLAS<8>): the AVX2 build's lanes and trees, each lane
   `acc + a * b`; the scalar tail of `ggml_vec_dot_f32` unfused too;
 * the quantized `vec_dot`s: the AVX lanes of Q4_1, Q5_0, Q5_1 ("lanes_nofma",
-  `avx_legacy.LANES`), Q5_K, Q6_K ("x86_nofma", `kquant_dots.LANES_NOFMA`),
-  IQ3_S, IQ4_XS ("x86_nofma", `dots_iquants`) and the pairs of Q4_0, Q8_0
-  ("avx_nofma") and IQ4_NL (`dots_small` reads `FMA`); `tinyBLAS_Q0_AVX`
+  `avx_legacy.LANES`), Q4_K, Q5_K, Q6_K ("x86_nofma",
+  `kquant_dots.LANES_NOFMA`), the I-quants with Q8_K activations
+  ("x86_nofma", `dots_iquants`), the pairs of Q4_0, Q8_0 ("avx_nofma") and
+  of IQ4_NL, MXFP4, and NVFP4's and Q1_0's lanes (`dots_small` reads
+  `FMA`), Q2_K's and Q3_K's AVX lanes (`kquant_unpacked` reads `FMA`); `tinyBLAS_Q0_AVX`
   for Q8_0, Q4_0, Q5_0 is the unfused lanes, for IQ4_NL `dots_small`'s
   tinyBLAS path without FMA;
 * `ggml_v_expf` / `ggml_v_silu`: the SSE2 versions unfused (`x86_64`'s);
@@ -38,8 +40,9 @@ _F32 = np.float32
 FMA = False
 ROPE_FMA = 0
 VEC_DOT = {T.Q4_0: "avx_nofma", T.Q8_0: "avx_nofma", T.Q4_1: "lanes_nofma", T.Q5_0: "lanes_nofma",
-           T.Q5_1: "lanes_nofma", T.Q5_K: "x86_nofma", T.Q6_K: "x86_nofma", T.IQ3_S: "x86_nofma",
-           T.IQ4_XS: "x86_nofma"}
+           T.Q5_1: "lanes_nofma", T.Q4_K: "x86_nofma", T.Q5_K: "x86_nofma", T.Q6_K: "x86_nofma",
+           **{t: "x86_nofma" for t in (T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M,
+                                       T.IQ4_XS)}}
 TINYBLAS_Q0 = {T.Q8_0: "lanes_nofma", T.Q4_0: "lanes_nofma", T.Q5_0: "lanes_nofma",
                T.IQ4_NL: "tinyblas_q0"}
 

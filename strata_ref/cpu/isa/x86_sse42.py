@@ -16,9 +16,11 @@ on 4 lanes, unfused, and its lane sum: no AVX, so
 * llamafile: none (its F32 and F16 tinyBLAS and `tinyBLAS_Q0_AVX` need
   `__AVX__`); no CPU_REPACK (`ggml_cpu_has_avx2()`).
 * `arch/x86/quants.c`: `quantize_row_q8_0` / `_q8_1` are the references
-  (their SIMD code needs `__AVX__`); only Q4_0 (and Q1_0, not checked
-  here) has an SSSE3 `vec_dot` ("ssse3", `avx_legacy.SSSE3`), every other
-  weight type the generic C.
+  (their SIMD code needs `__AVX__`); only Q4_0 ("ssse3",
+  `avx_legacy.SSSE3`) and Q1_0 ("ssse3", `dots_small`'s `_SSSE3_Q1`) have
+  an SSSE3 `vec_dot`, every other weight type the generic C (checked
+  against the shipped library's `ggml_mul_mat`,
+  tests/data/v0.4.0-sse42/ggml_mm.npz).
 """
 from __future__ import annotations
 

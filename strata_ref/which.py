@@ -228,17 +228,23 @@ def _score(e: EngineLogits, ours: np.ndarray, profile: str, fa: bool) -> Candida
 def which(logits: EngineLogits, model, profiles=None, flash_attn=(False, True), progress=None, **cache) -> list:
     """Every candidate (profile x flash attention) scored against the
     engine's logits (`Candidate`), in the order tried. profiles: names
-    (default every `strata_ref.cpu.PROFILES`). A candidate whose cache
+    (default every `strata_ref.cpu.PROFILES`). flash_attn: the settings
+    tried per profile (bools), or "auto": each profile's own default, as
+    `generate` takes it (`Profile.default_flash_attn`). A candidate whose cache
     setting the profile's build computes in code not emulated yet (the arm64
     profiles' flash attention and KV cache types other than F16,
     `infer.model.unemulated_cache`), or whose model holds a weight type the
     profile has no kernel for yet (NotImplementedError), is not run: it
     comes back with `not_emulated` saying what, and no equal rows."""
-    from .cpu import PROFILES
+    from .cpu import PROFILES, select
+    from .infer.kv_cache import resolve_flash_attn
     from .infer.model import unemulated_cache
     out = []
     for p in profiles or list(PROFILES):
-        for fa in flash_attn:
+        fas = flash_attn
+        if isinstance(flash_attn, str) and flash_attn == "auto":
+            fas = (resolve_flash_attn(select(p).default_flash_attn, cache.get("type_v") or "f16"),)
+        for fa in fas:
             skip = unemulated_cache(p, dict(cache, flash_attn="on" if fa else "off"))
             ours = None
             if not skip:

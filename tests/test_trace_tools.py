@@ -84,6 +84,10 @@ def test_which_nearest_and_bad_input(tmp_path, qwen3, capsys):
     out = capsys.readouterr().out
     assert "11/12 rows bitwise  first differing row 7" in out
     assert "nearest: avx2 (flash attention off), 11/12 rows; its first differing row 7 (token 119): logit of id 100" in out
+    # auto: each profile's own default, as `generate` takes it
+    assert main(["which", str(f), qwen3, "--cpu", "avx2,v0.4.0-haswell", "--flash-attn", "auto", "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert [(c["profile"], c["flash_attn"]) for c in doc["candidates"]] == [("avx2", False), ("v0.4.0-haswell", True)]
     np.save(tmp_path / "l.npy", ref["qwen3_logits"])
     assert main(["which", str(tmp_path / "l.npy"), qwen3]) == 2
     assert "give --tokens IDS" in capsys.readouterr().err

@@ -82,10 +82,11 @@ def cmd_which(a) -> int:
         name = select(p).name
         if name not in profiles:
             profiles.append(name)
-    fa = {"off": (False,), "on": (True,), "both": (False, True)}[a.flash_attn]
+    fa = {"off": (False,), "on": (True,), "both": (False, True), "auto": "auto"}[a.flash_attn]
     e = load_logits(a.logits, toks, a.split)
     cache = {k: v for k, v in (("type_k", a.cache_type_k), ("type_v", a.cache_type_v)) if v is not None}
-    with progress_bar(len(profiles) * len(fa), "which", "candidate", enabled=not a.json) as bar:
+    per_profile = 1 if fa == "auto" else len(fa)
+    with progress_bar(len(profiles) * per_profile, "which", "candidate", enabled=not a.json) as bar:
         cands = which(e, a.model, profiles, fa, bar.update, **cache)
     if a.json:
         json_out({"logits": a.logits, "rows": int(e.logits.shape[0]), "split": e.split,
@@ -158,8 +159,9 @@ def add_which(sub) -> None:
     wh.add_argument("--split", type=int, default=None, metavar="N",
                     help="the engine ran the first N ids in one call, then one per call")
     wh.add_argument("--cpu", default=None, metavar="P1,P2", help="candidate profiles (default: all)")
-    wh.add_argument("--flash-attn", choices=["off", "on", "both"], default="both",
-                    help="candidate flash-attention settings")
+    wh.add_argument("--flash-attn", choices=["off", "on", "both", "auto"], default="both",
+                    help="candidate flash-attention settings; auto: each profile's own default, as "
+                         "`generate` takes it (on for the v0.4.0 profiles, off for the others)")
     wh.add_argument("--cache-type-k", default=None, metavar="T", help=f"KV cache type of K: {KV_TYPES}")
     wh.add_argument("--cache-type-v", default=None, metavar="T", help="KV cache type of V")
     wh.add_argument("--json", action="store_true", help="machine-readable output")

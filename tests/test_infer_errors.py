@@ -227,7 +227,9 @@ def test_ctx_bounds_are_what_generate_runs(tiny, capsys):
     assert ctx_problem(2, m) is None and ctx_problem(256, m) is None and ctx_problem(None, m) is None
     assert main(["generate", tiny, "Hi", "--ctx", "256", "--max-tokens", "1"]) == 0
     # one token comes from the prompt pass: no decode speed (it said 0.0 tok/s)
-    assert "decode: 1 token (0 passes), no decode pass | cpu: " in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "decode: 1 token (0 passes), no decode pass | cpu: " in out
+    assert "compiling" not in out
     assert m.tokenizer.encode("H", add_special=True) == [72]      # one token, no BOS
     assert main(["generate", tiny, "H", "--ctx", "2", "--max-tokens", "1"]) == 0
     assert m.new_cache(256).n_ctx == 256 and m.new_cache(1).n_ctx == 1
@@ -622,3 +624,14 @@ def test_dense_model_refuses_a_tensor_it_does_not_use(tmp_path, capsys):
     # the llama form of the model, with its rope_freqs, loads
     m = load(_tiny_llama(tmp_path / "l.gguf", edit=lambda ts: ts + [ones]))
     assert m.spec.name == "llama" and m.rope_freqs is not None
+
+
+def test_speed_line_says_when_the_timed_passes_compiled(tiny, capsys, monkeypatch):
+    # a first run compiles kernels inside the timed prompt / decode passes:
+    # its tok/s are not the kernels' own, and the line says so
+    from strata_ref import _compile_notes
+    calls = iter(range(100))
+    monkeypatch.setattr(_compile_notes, "stats", lambda: (next(calls), 1.0))
+    assert main(["generate", tiny, "Hi", "--max-tokens", "2"]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line.endswith(" | the speeds include numba compiling (a first run)]"), line

@@ -176,11 +176,17 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
         if bar.n >= len(ids):
             bar.close()
 
+    from .. import _compile_notes
+    compiled_before = _compile_notes.stats()[0]
     try:
         gen, tp, td, n_dec = infer.generate(m, ids, max_tokens, sampler, n_ctx=n_ctx, on_token=emit,
                                       progress=prompt_done)
     finally:
         bar.close()
+    # numba compiled kernels inside the timed passes (a first run): say so
+    # beside the speeds, which then are not the kernels' own
+    timed_compile = (" | the speeds include numba compiling (a first run)"
+                     if _compile_notes.stats()[0] > compiled_before else "")
     echo_prompt()
     out.write(dec.decode(b"", final=True))
     p_tps = len(ids) / tp if tp > 0 else float("inf")
@@ -196,7 +202,7 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     out.write(f"\n[prompt: {n_of(len(ids), 'token')}, {p_tps:.1f} tok/s | decode: {n_of(len(gen), 'token')} "
               f"({n_dec} {'pass' if n_dec == 1 else 'passes'}{full}), {d_speed} | cpu: {prof.name}"
               f"{f' ({chosen})' if native else ''}"
-              f"{cache_note(m)}]\n")
+              f"{cache_note(m)}{timed_compile}]\n")
     out.flush()
     if chosen == "native":
         # after the speed line it explains (and never before an error)

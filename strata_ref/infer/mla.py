@@ -28,7 +28,10 @@ The absorbed path llama.cpp takes for files with `attn_k_b` / `attn_v_b`
 
 Every product is `cpu.matmul`'s (`W_kb`, `W_vb`: one F16 (or other type)
 matrix per head, the 2-D products ggml's batched mul_mat makes of a 3-D
-weight: the same kernel choice per head, never repacked), the attention
+weight: the same kernel choice per head, never repacked; on x86 builds
+ggml converts the permuted q_nope to F16 before tinyBLAS either way, an
+ARM build whose tinyBLAS takes F16 weights with F32 activations
+(`TINYBLAS_F16_F32B`) could differ and is not checked), the attention
 `KVCache.attend` over a cache whose V is a view of K (`kv_cache`, F16
 without flash attention as llama-cpp-python runs it), the norms and RoPE
 `cpu.ops`'.
@@ -38,6 +41,11 @@ attn_factor_org * (1 + 0.1 yarn_log_mul logf(1 / freq_scale)),
 attn_factor_org = attn_factor * (1 + 0.1 logf(1 / freq_scale)): 1 /
 sqrtf(d_nope + r) without RoPE scaling; `rope.scaling.yarn_log_multiplier`
 is read (divided by 0.1 as llama.cpp undoes the converter's factor).
+
+For `strata-ref trace` the block records a subset of deepseek2.cpp's node
+names (q, kv_cmpr_pe, k_pe, kv_cmpr, q_pe, Qcur, Kcur, kqv_out and the
+output projection), not checked against a llama.cpp dump; the attention's
+inner nodes (kq, kq_soft_max, kqv, kqv_mla) are not recorded.
 """
 from __future__ import annotations
 

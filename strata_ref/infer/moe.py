@@ -1,5 +1,6 @@
-"""The mixture-of-experts graphs: qwen3moe, glm4moe and gpt-oss (llama.cpp's
-`openai-moe`), after llama.cpp `src/models/{qwen3moe,glm4-moe,openai-moe}.cpp`,
+"""The mixture-of-experts graphs: qwen3moe, glm4moe, deepseek2 and gpt-oss
+(llama.cpp's `openai-moe`), after llama.cpp
+`src/models/{qwen3moe,glm4-moe,deepseek2,openai-moe}.cpp`,
 `llm_graph_context::build_moe_ffn` (`src/llama-graph.cpp`) and
 `src/llama-model.cpp` (the version vendored by llama-cpp-python 0.3.36).
 

@@ -202,6 +202,18 @@ MOE_LAYERS = {
     # then one MTP layer (llama.cpp loads and skips it; Q8_0)
     "glm4moe": [("Q8_0", "Q4_K", "Q6_K"), ("Q4_K", "Q8_0", "Q4_0"), ("Q6_K", "Q5_K", "Q8_0"),
                 ("Q5_0", "Q6_K", "Q5_1")],
+    # MLA attention (attn_q_b in Q8_0 where the layer's type has 256-value
+    # blocks: its rows are q_lora_rank 128 long; attn_k_b / attn_v_b F16 as
+    # the converter writes them, which llama-quantize keeps); layer 0 dense
+    # (gate / up, down: the FFN types), layers 1-3 experts
+    "deepseek2": [("Q8_0", "Q4_K", "Q6_K"), ("Q4_K", "Q8_0", "Q4_0"), ("Q6_K", "Q5_K", "Q8_0"),
+                  ("Q5_0", "Q6_K", "Q5_1")],
+    # DeepSeek-V2-Lite's layout (llama.cpp's lite variants have 26 or 27
+    # layers): q by attn_q (no LoRA), softmax routing without exp_probs_b,
+    # unnormalized weights; 27 layers, layer 0 dense, the types in turn
+    "deepseek2-lite": [("Q8_0", "Q4_K", "Q6_K")] + [("Q4_K", "Q8_0", "Q4_0"), ("Q6_K", "Q5_K", "Q8_0"),
+                                                  ("Q5_0", "Q6_K", "Q5_1"), ("Q8_0", "Q4_K", "Q4_1")] * 6
+    + [("Q4_K", "Q8_0", "Q4_0"), ("Q6_K", "Q5_K", "Q8_0")],
     # dense: attention (fused attn_qkv in layers 0-2, separate q / k / v in
     # layer 3), fused ffn_up (gate | up), ffn_down
     "phi3": [("Q8_0", "Q4_K", "Q6_K"), ("Q4_K", "Q8_0", "Q5_0"), ("Q6_K", "Q5_K", "Q8_0"),
@@ -214,7 +226,11 @@ MOE_LAYERS = {
 }
 #: the router's type per architecture: F32, as llama.cpp's quantizer leaves
 #: routers (and qwen3next's shared-expert gate)
-MOE_ROUTER = {"qwen3moe": "F32", "qwen3next": "F32", "qwen35moe": "F32", "gpt-oss": "F32", "glm4moe": "F32"}
+MOE_ROUTER = {"qwen3moe": "F32", "qwen3next": "F32", "qwen35moe": "F32", "gpt-oss": "F32", "glm4moe": "F32",
+              "deepseek2": "F32", "deepseek2-lite": "F32"}
+#: a tiny model's architecture where its name (a key of `MOE_LAYERS`) is a
+#: variant of one
+MOE_ARCH = {"deepseek2-lite": "deepseek2"}
 #: the dense FFN width of the tiny models without experts
 DENSE_FF = 512
 #: the seed of each tiny model whose seed was chosen (default 0): the one of
@@ -222,7 +238,7 @@ DENSE_FF = 512
 #: step's gap between the two largest logits is more than twice the largest
 #: difference between the profiles' logits (tests/test_infer_moe.py
 #: `test_greedy_steps_are_no_near_ties`). The older models keep seed 0.
-MOE_SEEDS = {"qwen35": 13, "phi3": 1, "glm4moe": 23}
+MOE_SEEDS = {"qwen35": 13, "phi3": 1, "glm4moe": 23, "deepseek2": 4, "deepseek2-lite": 5}
 
 
 #: the other contexts llama.cpp's logits are stored for (besides 512):
@@ -237,8 +253,8 @@ def moe_seed(arch: str) -> int:
 
 
 def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
-    """Write a small seeded random GGUF of architecture `arch` (qwen3moe,
-    qwen3next) to `path`: n_embd 256, 4 heads of 64 over 2 KV heads, the
+    """Write a small seeded random GGUF of architecture `arch` (a key of
+    `MOE_LAYERS`) to `path`: n_embd 256, 4 heads of 64 over 2 KV heads, the
     259-token byte-level vocabulary of `tiny_model`, weights of std 0.02
     like a trained model's, norms about 1, one layer per entry of
     `MOE_LAYERS[arch]` with its tensor types (2-D and 3-D quantized tensors
@@ -259,6 +275,16 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
     0-2 (separate q / k / v in layer 3), fused gate | up `ffn_up` of
     2 `DENSE_FF` rows, LongRoPE factors and attn_factor, a sliding window
     of 8 (switched off by llama.cpp).
+    deepseek2: DeepSeek V3's layout (MLA): q LoRA of rank 128, compressed
+    KV of rank 128 plus 32 rotated values (one cached head of 160), heads
+    of 64 unrotated + 32 rotated query / key values and 64 value values,
+    `attn_k_b` / `attn_v_b` per head in F16; layer 0 dense (`DENSE_FF`),
+    then 16 experts with 4 used (sigmoid, `exp_probs_b`, normalized
+    weights times 2.5) and one shared expert of 128. deepseek2-lite (a file
+    of architecture deepseek2, `MOE_ARCH`): DeepSeek-V2-Lite's layout, 27
+    layers (llama.cpp's lite rule: q by `attn_q`, no q LoRA), 8 experts
+    with 2 used, softmax routing without `exp_probs_b`, unnormalized
+    weights, two shared experts.
 
     Layer 1's router has equal rows (experts 2 and 5; qwen3next also 11 and
     17): their probabilities tie on every token, so the selection exercises
@@ -276,14 +302,18 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
         raise ValueError(f"no tiny MoE model for {arch!r}")
     rng = np.random.default_rng(seed)
     layers = MOE_LAYERS[arch]
+    lite = arch == "deepseek2-lite"
+    arch = MOE_ARCH.get(arch, arch)
     nxt = arch in ("qwen3next", "qwen35moe", "qwen35")
     q35 = arch in ("qwen35moe", "qwen35")
     gpt = arch == "gpt-oss"
     glm = arch == "glm4moe"
     dense = arch in ("qwen35", "phi3")
     phi3 = arch == "phi3"
+    ds2 = arch == "deepseek2"
     L, E, H, KV, D = len(layers), 256, 4, 2, 64
-    NX, NU, F = (20, 4, 128) if nxt else (16, 4, 128) if glm else (8, 2, 256)
+    NX, NU, F = (20, 4, 128) if nxt else (8, 2, 128) if lite else (16, 4, 128) if glm or ds2 else (8, 2, 256)
+    QR, KR, DN, DR, DV = 128, 128, 64, 32, 64    # deepseek2's q / kv LoRA ranks, head parts
     experts = {} if dense else {f"{arch}.expert_feed_forward_length": (V.UINT32, F),
                                 f"{arch}.expert_count": (V.UINT32, NX),
                                 f"{arch}.expert_used_count": (V.UINT32, NU)}
@@ -318,6 +348,28 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
                    f"{arch}.expert_weights_scale": (V.FLOAT32, 2.5),
                    f"{arch}.expert_gating_func": (V.UINT32, 2),
                    f"{arch}.rope.dimension_count": (V.UINT32, 32)})
+    if ds2:
+        # DeepSeek V3's layout as the converter writes it: MQA of one KV
+        # head of kv_lora_rank + rope values, the MLA head sizes, q LoRA,
+        # layer 0 dense, sigmoid routing with exp_probs_b, normalized
+        # weights times 2.5, one shared expert, RoPE base 10000, no scaling
+        md = metadata(arch, layers=L, embd=E, ff=DENSE_FF, heads=H, kv_heads=1, ctx=4096,
+                      rope_base=10000.0, after_ff={})
+        md.update({f"{arch}.attention.key_length": (V.UINT32, KR + DR),
+                   f"{arch}.attention.value_length": (V.UINT32, KR),
+                   f"{arch}.leading_dense_block_count": (V.UINT32, 1),
+                   f"{arch}.vocab_size": (V.UINT32, nv),
+                   **({} if lite else {f"{arch}.attention.q_lora_rank": (V.UINT32, QR)}),
+                   f"{arch}.attention.kv_lora_rank": (V.UINT32, KR),
+                   f"{arch}.attention.key_length_mla": (V.UINT32, DN + DR),
+                   f"{arch}.attention.value_length_mla": (V.UINT32, DV),
+                   f"{arch}.expert_feed_forward_length": (V.UINT32, F),
+                   f"{arch}.expert_count": (V.UINT32, NX), f"{arch}.expert_used_count": (V.UINT32, NU),
+                   f"{arch}.expert_shared_count": (V.UINT32, 2 if lite else 1),
+                   f"{arch}.expert_weights_scale": (V.FLOAT32, 1.0 if lite else 2.5),
+                   **({} if lite else {f"{arch}.expert_weights_norm": True,
+                                       f"{arch}.expert_gating_func": (V.UINT32, 2)}),
+                   f"{arch}.rope.dimension_count": (V.UINT32, DR)})
     if phi3:
         # LongRoPE as Phi-3-128k's converter writes it: the factors as
         # tensors, attn_factor sqrt(1 + ln(s) / ln(n_orig)) for the scale
@@ -361,6 +413,20 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
                    (p + "ssm_a",) + f32(-rng.uniform(1.0, 16.0, NV)),
                    (p + "ssm_norm.weight",) + norm(rng, S),
                    (p + "ssm_out.weight",) + q(ta, E, vd)]
+        elif ds2:
+            tqb = ta if GGMLType[ta] in (GGMLType.Q8_0, GGMLType.Q5_0, GGMLType.Q4_0) else "Q8_0"
+            ts += ([(p + "attn_q.weight",) + q(ta, H * (DN + DR), E)] if lite else
+                   [(p + "attn_q_a.weight",) + q(ta, QR, E), (p + "attn_q_a_norm.weight",) + norm(rng, QR),
+                    (p + "attn_q_b.weight",) + q(tqb, H * (DN + DR), QR)])
+            ts += [(p + "attn_kv_a_mqa.weight",) + q(ta, KR + DR, E),
+                   (p + "attn_kv_a_norm.weight",) + norm(rng, KR),
+                   (p + "attn_k_b.weight",) + q("F16", H, KR, DN, scale=0.1),
+                   (p + "attn_v_b.weight",) + q("F16", H, DV, KR, scale=0.1),
+                   (p + "attn_output.weight",) + q(ta, E, H * DV), (p + "ffn_norm.weight",) + norm(rng, E)]
+            if i == 0:
+                ts += [(p + "ffn_gate.weight",) + q(tgu, DENSE_FF, E), (p + "ffn_up.weight",) + q(tgu, DENSE_FF, E),
+                       (p + "ffn_down.weight",) + q(td, E, DENSE_FF)]
+                continue
         elif phi3 and i < 3:
             ts += [(p + "attn_qkv.weight",) + q(ta, (H + 2 * KV) * D, E),
                    (p + "attn_output.weight",) + q(ta, E, H * D)]
@@ -403,6 +469,17 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
             r[5] = r[2]
             if nxt:
                 r[17] = r[11]
+        if ds2:
+            b = (rng.standard_normal(NX) * 0.01).astype(np.float32)
+            if i == 1:
+                b[5] = b[2]
+            FS = 2 * F if lite else F
+            ts += [(p + "ffn_gate_inp.weight",) + raw(router, r)] + ([] if lite else [(p + "exp_probs_b.bias",) + f32(b)])
+            ts += [(p + "ffn_gate_exps.weight",) + q(tgu, NX, F, E), (p + "ffn_up_exps.weight",) + q(tgu, NX, F, E),
+                   (p + "ffn_down_exps.weight",) + q(td, NX, E, F),
+                   (p + "ffn_gate_shexp.weight",) + q(tgu, FS, E), (p + "ffn_up_shexp.weight",) + q(tgu, FS, E),
+                   (p + "ffn_down_shexp.weight",) + q(td, E, FS)]
+            continue
         if glm:
             b = (rng.standard_normal(NX) * 0.01).astype(np.float32)
             if i == 1:

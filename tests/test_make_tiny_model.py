@@ -20,7 +20,8 @@ def _sha(path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-@pytest.mark.parametrize("arch", ["qwen3", "gemma3", "qwen3moe", "phi3", "glm4moe", "qwen35"])
+@pytest.mark.parametrize("arch", ["qwen3", "gemma3", "qwen3moe", "phi3", "glm4moe", "qwen35",
+                                  "deepseek2", "deepseek2-lite"])
 def test_the_written_model_is_the_one_llama_cpp_ran(tmp_path, arch, capsys):
     out = tmp_path / f"{arch}.gguf"
     assert mt.main([arch, str(out)]) == 0

@@ -142,12 +142,14 @@ def _vp_f16_va(p, Tp, T, v, vo, row, hd, isa, tiny, out, oo):
 
 
 @jit
-def _attention(q, kbits, vbits, T, pos, kq_scale, n_swa, n_tok, isa, sinks, has_sinks, out):
+def _attention(q, kbits, vbits, hv, T, pos, kq_scale, n_swa, n_tok, isa, sinks, has_sinks, out):
     # q (n, H, hd) float32; kbits / vbits (Hkv, >= T, row) uint16, the
-    # layer's F16 cache; out (n, H * hd). One query head at a time: q
-    # rounded to F16, K q for the T cells, soft_max, p rounded to F16, V p.
+    # layer's F16 cache, V the first hv values of each vbits cell; out (n,
+    # H * hv). One query head at a time: q rounded to F16, K q for the T
+    # cells, soft_max, p rounded to F16, V p.
     n, H, hd = q.shape
     Hkv, ctx, row = kbits.shape
+    vctx, vrs = vbits.shape[1], vbits.shape[2]
     G = H // Hkv
     Tp = T + (-T % 64)
     kf = kbits.reshape(-1)
@@ -156,8 +158,8 @@ def _attention(q, kbits, vbits, T, pos, kq_scale, n_swa, n_tok, isa, sinks, has_
     srow = np.empty(max(T, 1), np.float32)
     w = np.empty(Tp, np.float32)
     p = np.empty(Tp, np.float32)
-    acc = np.empty((64, hd), np.float32)
-    vrow = np.empty(hd, np.float32)
+    acc = np.empty((64, hv), np.float32)
+    vrow = np.empty(hv, np.float32)
     qrow = np.empty(hd, np.float32)
     # K q: ggml's m is the KV length (a multiple of 256 in llama.cpp); V p:
     # m is head_dim, k the padded KV length
@@ -167,10 +169,11 @@ def _attention(q, kbits, vbits, T, pos, kq_scale, n_swa, n_tok, isa, sinks, has_
     # the probabilities p unrounded (contiguous F32)
     f32b = isa.TINYBLAS_F16_F32B
     tiny_kq = tinyblas_takes(isa, n_tok, hd, 256) and not f32b
-    tiny_vp = tinyblas_takes(isa, n_tok, Tp, hd)
+    tiny_vp = tinyblas_takes(isa, n_tok, Tp, hv)
     kacc = np.empty(64, np.float32)
     for h in range(Hkv):
         base = h * ctx * row
+        vbase = h * vctx * vrs
         for t in range(n):
             for g in range(G):
                 head = h * G + g
@@ -182,22 +185,27 @@ def _attention(q, kbits, vbits, T, pos, kq_scale, n_swa, n_tok, isa, sinks, has_
                 _soft_max_row(srow, T, kq_scale, pos[t], n_swa, w, p, isa, has_sinks, sinks[head])
                 if not (tiny_vp and f32b):
                     _round_row_f16(p, p, Tp)
-                _vp(p, Tp, T, vf, base, row, hd, isa, tiny_vp, acc, out[t], head * hd, vrow)
+                _vp(p, Tp, T, vf, vbase, vrs, hv, isa, tiny_vp, acc, out[t], head * hv, vrow)
 
 
-def _check_f16_args(q, kbits, vbits, T, pos, n_swa) -> None:
+def _check_f16_args(q, kbits, vbits, T, pos, n_swa, v_width) -> None:
     for name, a in (("kbits", kbits), ("vbits", vbits)):
         if not isinstance(a, np.ndarray) or a.dtype != np.uint16 or a.ndim != 3:
             got = f"{a.dtype} {a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
             raise ValueError(f"attention: {name} must be uint16 (n_head_kv, cells, head_dim), got {got}")
     check_attention_args(q, kbits, vbits, T, pos, n_swa)
-    if kbits.shape[2] != q.shape[2] or vbits.shape[2] != q.shape[2]:
+    if v_width is not None:
+        if kbits.shape[2] != q.shape[2] or not 1 <= v_width <= vbits.shape[2]:
+            raise ValueError(f"attention: K head_dim {kbits.shape[2]} is not q's {q.shape[2]}, or "
+                             f"v_width {v_width} is outside 1 .. {vbits.shape[2]} (V's cells)")
+    elif kbits.shape[2] != q.shape[2] or vbits.shape[2] != q.shape[2]:
         raise ValueError(f"attention: K / V head_dim {kbits.shape[2]} / {vbits.shape[2]} "
                          f"is not q's {q.shape[2]}")
 
 
 def attention(q: np.ndarray, kbits: np.ndarray, vbits: np.ndarray, T: int, pos: np.ndarray,
-              kq_scale: float, profile, n_swa: int = 0, sinks: np.ndarray | None = None) -> np.ndarray:
+              kq_scale: float, profile, n_swa: int = 0, sinks: np.ndarray | None = None,
+              v_width: int | None = None) -> np.ndarray:
     """softmax(K q * kq_scale + mask) V for every query head, as llama.cpp's
     non-flash attention computes it on `profile`, in one call: q rounded to
     F16, K q (`ops.f16_products` order), `ops.soft_max` with the causal /
@@ -211,17 +219,23 @@ def attention(q: np.ndarray, kbits: np.ndarray, vbits: np.ndarray, T: int, pos: 
     head_dim), positions 0 .. T-1 valid; query head j uses KV head j //
     (n_head / n_head_kv). sinks: float32 (n_head,) attention-sink logits
     (`ggml_soft_max_add_sinks`, gpt-oss) or None. Returns float32 (n,
-    n_head * head_dim). ValueError for arrays of other shapes or dtypes
+    n_head * head_dim). v_width: V is the first v_width values of each
+    vbits cell (vbits may be kbits: MLA's absorbed attention, whose V is a
+    view of the K cache, `llm_graph_context::build_attn` with
+    `llm_graph_input_attn_k`, made contiguous by `ggml_cont` before the V p
+    mul_mat, which copies F16 bits unchanged); the output is then (n,
+    n_head * v_width). ValueError for arrays of other shapes or dtypes
     (q not 3-D, K and V bits not uint16 (n_head_kv, cells, head_dim) with
     n_head a multiple of n_head_kv, sinks not (n_head,)), for T outside
     1 .. cells and for a position outside 0 .. T-1."""
     q = np.ascontiguousarray(q, np.float32)
-    _check_f16_args(q, kbits, vbits, T, pos, n_swa)
-    out = np.empty((q.shape[0], q.shape[1] * q.shape[2]), np.float32)
+    _check_f16_args(q, kbits, vbits, T, pos, n_swa, v_width)
+    hv = q.shape[2] if v_width is None else int(v_width)
+    out = np.empty((q.shape[0], q.shape[1] * hv), np.float32)
     if sinks is not None and np.shape(sinks) != (q.shape[1],):
         raise ValueError(f"attention: sinks must be ({q.shape[1]},), got {np.shape(sinks)}")
     sk = np.zeros(q.shape[1], np.float32) if sinks is None else np.ascontiguousarray(sinks, np.float32)
-    _attention(q, np.ascontiguousarray(kbits), np.ascontiguousarray(vbits), int(T),
+    _attention(q, np.ascontiguousarray(kbits), np.ascontiguousarray(vbits), hv, int(T),
                np.ascontiguousarray(pos, np.int64), _F32(kq_scale), int(n_swa), q.shape[0],
                profile.isa, sk, sinks is not None, out)
     return out

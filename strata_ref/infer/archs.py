@@ -78,14 +78,16 @@ class Experts:
     `expert_weights_scale`, `expert_shared_count` and
     `leading_dense_block_count` (that many first layers have the dense
     SwiGLU FFN) are read from the file; mtp: the NextN / MTP layers after
-    the last (`nextn_predict_layers`) are loaded by llama.cpp and not run."""
+    the last (`nextn_predict_layers`) are loaded by llama.cpp and not run.
+    probs_bias may be "optional" (deepseek2: `exp_probs_b` where the file
+    has it, as DeepSeek V3 / Kimi files do)."""
     gating: str = "softmax"
     norm_w: bool = True
     act: str = "silu"
     biases: bool = False
     shared: bool = False
     ff_required: bool = False
-    probs_bias: bool = False
+    probs_bias: bool | str = False
     shared_gated: bool = True
     weights_keys: bool = False
     mtp: bool = False
@@ -166,6 +168,10 @@ ssm: the Gated DeltaNet variant of a hybrid ("ba_repeat", qwen3next:
     beta and alpha from one matrix `ssm_ba` split per key head, key heads
     repeated; "beta_alpha_tile", qwen35moe and qwen35: from `ssm_beta` /
     `ssm_alpha`, key heads tiled).
+    mla: multi-head latent attention (`infer.mla`, deepseek2): the layers'
+    attention is `mla.MlaAttention`, the cached head is
+    `attention.key_length` = kv_lora_rank + n_rot wide and
+    `attention.value_length` (kv_lora_rank) may differ from it.
     names: `TraceNames`.
 
     `k_first`: whether llama.cpp's graph evaluates K before V (the
@@ -193,6 +199,7 @@ ssm: the Gated DeltaNet variant of a hybrid ("ba_repeat", qwen3next:
     softcap: bool = False
     output: str = "tied"
     ssm: str | None = None
+    mla: bool = False
     names: TraceNames = field(default_factory=TraceNames)
 
     @property
@@ -236,6 +243,9 @@ ARCHS: dict[str, ArchSpec] = {s.name: s for s in (
     ArchSpec("glm4moe", "moe.Glm4MoEModel", qk_norm="optional", partial_rope=True,
              experts=Experts(gating="sigmoid", norm_w=False, shared=True, ff_required=True,
                              probs_bias=True, shared_gated=False, weights_keys=True, mtp=True)),
+    ArchSpec("deepseek2", "moe.DeepSeek2Model", rope="norm", partial_rope=True, mla=True,
+             experts=Experts(norm_w=False, shared=True, ff_required=True, probs_bias="optional",
+                             shared_gated=False, weights_keys=True, mtp=True)),
     ArchSpec("qwen3next", "hybrid.Qwen3NextModel", qk_norm=True, q_gate=True,
              experts=Experts(shared=True), ssm="ba_repeat", names=_QWEN3NEXT_NAMES),
     ArchSpec("qwen35moe", "hybrid.Qwen3NextModel", rope="imrope", qk_norm=True, q_gate=True,

@@ -153,7 +153,7 @@ def _attend(A, q, k, v, c):
     _store_f16(c.kbits, cells, k, c.n0)
     _store_f16(c.vbits, cells, v, c.n0)
     a = np.empty((n, c.n_head * c.head_dim), np.float32)
-    _attention(q, c.kbits, c.vbits, c.n0 + n, c.pos, c.kq_scale, c.n_swa, n, c.isa,
+    _attention(q, c.kbits, c.vbits, c.head_dim, c.n0 + n, c.pos, c.kq_scale, c.n_swa, n, c.isa,
                np.zeros(c.n_head, np.float32), False, a)
     return a
 

@@ -32,6 +32,12 @@ Source: llama.cpp vendored by llama-cpp-python 0.3.36:
 * the KV length ggml sees (`llama_kv_cache::get_n_kv`): the cells used,
   rounded up to a multiple of 256, at least 256.
 
+* MLA (`llm_graph_input_attn_k`, deepseek2): only K is cached, one head
+  per layer; V is a view of the first `v_of_k` values of each K cell,
+  made contiguous (`ggml_cont`, F16 bits unchanged) before the V p mul_mat.
+  Here only an F16 cache without flash attention, the way
+  llama-cpp-python runs it (another type or flash attention: ValueError).
+
 Cells are positions 0 .. n-1 in order (one sequence; no ring buffer: a
 sliding-window layer keeps every cell and masks the old ones, which is
 llama.cpp's layout as long as the positions fit its SWA cache).
@@ -166,17 +172,21 @@ class KVCache:
     `keys(il, T)` / `values(il, T)` return the stored cells as float32
     (n_head_kv, T, head_dim).
 
+    v_of_k > 0: MLA's cache (module docstring): no V array (`v` is None),
+    `attend` takes v None and returns (n, n_head * v_of_k).
+
     Raises ValueError for n_ctx < 1, an unknown type, a head_dim that is
-    not a multiple of a block type's block, or flash attention off with a
-    block-type V.
+    not a multiple of a block type's block, flash attention off with a
+    block-type V, or an MLA cache other than F16 without flash attention.
     """
 
     @staticmethod
     def bytes_needed(n_layer: int, n_head_kv: int, head_dim: int, n_ctx: int,
-                     type_k="f16", type_v="f16") -> int:
-        """Bytes of K and V for these sizes and types."""
+                     type_k="f16", type_v="f16", v_of_k: int = 0) -> int:
+        """Bytes of K and V for these sizes and types (K only for MLA's
+        cache, `v_of_k` > 0)."""
         per = 0
-        for t, opt in ((type_k, "type_k"), (type_v, "type_v")):
+        for t, opt in ((type_k, "type_k"), (type_v, "type_v"))[:1 if v_of_k else 2]:
             t = cache_type(t, opt)
             w = _row_width(t, head_dim) if t not in _FLOAT else head_dim * np.dtype(_STORE_DTYPE[t]).itemsize
             per += w
@@ -184,7 +194,7 @@ class KVCache:
 
     def __init__(self, n_layer: int, n_head_kv: int, head_dim: int, n_ctx: int,
                  type_k="f16", type_v="f16", flash_attn=None, rotate: bool | None = None,
-                 fa_threads: int = 2):
+                 fa_threads: int = 2, v_of_k: int = 0):
         if n_ctx <= 0:
             raise ValueError(f"n_ctx must be positive, got {n_ctx}")
         self.type_k = cache_type(type_k, "type_k (--cache-type-k)")
@@ -195,6 +205,12 @@ class KVCache:
                 raise ValueError(f"{opt} {t.name.lower()}: its block of {qk} values does not "
                                  f"divide head_dim {head_dim}")
         self.flash_attn = resolve_flash_attn(flash_attn, self.type_v)
+        #: MLA: V is the first v_of_k values of each K cell (0: V of its own)
+        self.v_of_k = int(v_of_k)
+        if self.v_of_k and (self.flash_attn or self.type_k != GGMLType.F16 or self.type_v != GGMLType.F16
+                            or not 0 < self.v_of_k <= head_dim):
+            raise ValueError("the MLA cache (deepseek2) is implemented for an F16 K / V cache without "
+                             "flash attention only (llama-cpp-python's defaults)")
         if isinstance(fa_threads, bool) or not isinstance(fa_threads, (int, np.integer)) or fa_threads < 1:
             raise ValueError(f"fa_threads must be a whole number >= 1, got {fa_threads!r}")
         self.fa_threads = int(fa_threads)
@@ -205,7 +221,7 @@ class KVCache:
         self.n = 0
         self.head_dim = int(head_dim)
         self.k = self._alloc(self.type_k, n_layer, n_head_kv)
-        self.v = self._alloc(self.type_v, n_layer, n_head_kv)
+        self.v = None if self.v_of_k else self._alloc(self.type_v, n_layer, n_head_kv)
 
     def _alloc(self, t, n_layer, n_head_kv):
         dt = _STORE_DTYPE.get(t, np.uint8)
@@ -250,7 +266,8 @@ class KVCache:
             raise ValueError(f"KV cache full: {self.n} + {m} > n_ctx {self.n_ctx}")
         prof = cpu.select(profile)
         self.k[il, :, self.n:self.n + m] = self._encode(self.type_k, k, prof)
-        self.v[il, :, self.n:self.n + m] = self._encode(self.type_v, v, prof)
+        if not self.v_of_k:
+            self.v[il, :, self.n:self.n + m] = self._encode(self.type_v, v, prof)
 
     def _decode(self, t, a: np.ndarray) -> np.ndarray:
         from ..cpu.flash_attn import _v_to_float
@@ -262,6 +279,8 @@ class KVCache:
         return self._decode(self.type_k, self.k[il, :, :T])
 
     def values(self, il: int, T: int) -> np.ndarray:
+        if self.v_of_k:
+            return self.keys(il, T)[:, :, :self.v_of_k]
         return self._decode(self.type_v, self.v[il, :, :T])
 
     def truncate(self, n: int) -> None:
@@ -293,7 +312,11 @@ class KVCache:
         self.store(il, k, v, profile)
         T = self.n + q.shape[0]
         n_kv = kv_length(T)
-        if self.flash_attn:
+        if self.v_of_k:
+            kb = self.k[il].view(np.uint16)
+            out = f16_attention.attention(q, kb, kb, T, pos, kq_scale, profile, n_swa, sinks=sinks,
+                                          v_width=self.v_of_k)
+        elif self.flash_attn:
             out = flash_attn_ext(q, self.type_k, self.k[il], self.type_v, self.v[il], T, n_kv, pos,
                                  kq_scale, profile, n_swa, self.fa_threads, sinks)
         elif self.type_k == self.type_v == GGMLType.F16:

@@ -12,7 +12,7 @@ vendored by llama-cpp-python 0.3.36, `src/llama-model.cpp` and
 | graph | module | architectures |
 |---|---|---|
 | dense | `dense` | llama, qwen2, qwen3, gemma3, phi3 |
-| mixture of experts | `moe` | qwen3moe, glm4moe, gpt-oss (llama.cpp's `openai-moe`) |
+| mixture of experts | `moe` | qwen3moe, glm4moe, deepseek2 (MLA attention: `mla`), gpt-oss (llama.cpp's `openai-moe`) |
 | hybrid (Gated DeltaNet + gated attention + experts or a dense FFN) | `hybrid` | qwen3next, qwen35moe, qwen35 |
 
 Every operation follows ggml-cpu's arithmetic, order of float operations
@@ -208,7 +208,7 @@ def common_params(k: ArchKeys, spec: ArchSpec, ff_required: bool = True) -> dict
                              f"`{arch}.attention.head_count` = {n_head} (and there is no "
                              f"`{arch}.attention.key_length`)")
     head_dim = k.int("attention.key_length", n_embd // n_head)
-    if k.int("attention.value_length", head_dim) != head_dim:
+    if not spec.mla and k.int("attention.value_length", head_dim) != head_dim:
         raise ModelLoadError(f"`{arch}.attention.value_length` differs from key_length: not supported")
     n_rot = k.int("rope.dimension_count", head_dim, lo=2, hi=head_dim)
     if n_rot % 2:

@@ -1,5 +1,6 @@
-"""The mixture-of-experts graphs: qwen3moe, glm4moe and gpt-oss (llama.cpp's
-`openai-moe`), after llama.cpp `src/models/{qwen3moe,glm4-moe,openai-moe}.cpp`,
+"""The mixture-of-experts graphs: qwen3moe, glm4moe, deepseek2 and gpt-oss
+(llama.cpp's `openai-moe`), after llama.cpp
+`src/models/{qwen3moe,glm4-moe,deepseek2,openai-moe}.cpp`,
 `llm_graph_context::build_moe_ffn` (`src/llama-graph.cpp`) and
 `src/llama-model.cpp` (the version vendored by llama-cpp-python 0.3.36).
 
@@ -26,6 +27,15 @@ probabilities plus `exp_probs_b` and weighed by the unbiased ones
 an ungated shared expert; the NextN / MTP layers after the last are
 loaded and not run.
 
+deepseek2 (DeepSeek V2 / V3 / R1, Kimi K2): multi-head latent attention
+(`mla`: q LoRA, the compressed KV with its shared RoPE part, the absorbed
+`attn_k_b` / `attn_v_b`), normal-pair RoPE; `ffn_norm` before the FFN;
+the first `leading_dense_block_count` layers dense SwiGLU, the others
+routed experts gated per `expert_gating_func` (softmax when absent), the
+selection biased by `exp_probs_b` where the file has it, weights
+normalized if `expert_weights_norm`, times `expert_weights_scale`, plus
+the ungated shared expert (`src/models/deepseek2.cpp`).
+
 The MoE arithmetic (`cpu.moe`): the router mat-mul, ggml's argsort with
 libstdc++'s tie order, `ggml_mul_mat_id` per expert in ggml-cpu's code
 path for that expert's row count, the weighted sum slot after slot.
@@ -41,10 +51,13 @@ from ..cpu import moe as cmoe
 from ..cpu import ops
 from . import trace as T
 from .layers import Attention, GatedFFN, sigmoid
+from .mla import MlaAttention, mla_params
+from .kv_cache import KVCache
 from .model import (CommonHParams, ArchKeys, Model, ModelLoadError, arch_spec, common_params,
                     refuse_rope_attn_factor, swa_params)
 
-__all__ = ["MoEHParams", "MoEFFN", "Qwen3MoEModel", "Glm4MoEModel", "GptOssModel", "expert_params"]
+__all__ = ["MoEHParams", "MoEFFN", "Qwen3MoEModel", "Glm4MoEModel", "DeepSeek2Model", "GptOssModel",
+           "expert_params"]
 
 
 def expert_params(k: ArchKeys, n_ff: int, ff_key_required: bool = False) -> dict:
@@ -88,6 +101,7 @@ class MoEHParams(CommonHParams):
     n_ff_shexp: int = 0        # the ungated shared expert's width (glm4moe), 0: none
     n_dense_lead: int = 0      # leading layers with the dense FFN
     n_layer_all: int = 0       # with the MTP layers, which the main pass skips
+    mla: object = None         # `mla.MlaParams` (deepseek2), None: plain attention
 
     @classmethod
     def from_metadata(cls, md) -> "MoEHParams":
@@ -113,7 +127,10 @@ class MoEHParams(CommonHParams):
         swa = swa_params(k, spec.swa, c["n_layer"], c["rope_base"], c["rope_freq_scale"])
         # 1/sqrt(head_dim) (gpt-oss: 1/sqrt(n_rot), the same here)
         kq_scale = 1.0 / math.sqrt(float(c["head_dim"]))
-        opts = dict(gating=ex.gating, norm_w=ex.norm_w, probs_bias=ex.probs_bias)
+        opts = dict(gating=ex.gating, norm_w=ex.norm_w, probs_bias=bool(ex.probs_bias))
+        if spec.mla:
+            opts["mla"] = mla_params(k, c)
+            kq_scale = opts["mla"].kq_scale
         if ex.weights_keys:
             opts.update(_weights_keys(k, ex, e["n_ff_exp"], c["n_layer"]))
             if opts["n_dense_lead"] and not c["n_ff"]:
@@ -176,7 +193,8 @@ class MoEFFN:
         self.il = int(prefix.split(".")[1]) if prefix.startswith("blk.") else -1
         self.router = w.mat(prefix + "ffn_gate_inp.weight", E, e)
         self.router_bias = w.vec(prefix + "ffn_gate_inp.bias", E) if biases else None
-        self.probs_bias = w.vec(prefix + "exp_probs_b.bias", E) if ex.probs_bias else None
+        self.probs_bias = (w.vec(prefix + "exp_probs_b.bias", E, required=ex.probs_bias is True)
+                           if ex.probs_bias else None)
         if w.has(prefix + "ffn_gate_up_exps.weight"):
             self.gate_up = w.experts(prefix + "ffn_gate_up_exps.weight", E, 2 * F, e)
             self.gate = self.up = None
@@ -336,6 +354,8 @@ class _MoELayers(Model):
 
     HPARAMS = MoEHParams
     FFN_NORM = "ffn_norm"
+    #: the attention block's class (`layers.Attention`; deepseek2: `mla.MlaAttention`)
+    ATTENTION = Attention
 
     def _load_layers(self) -> None:
         hp, w = self.hp, self.w
@@ -345,7 +365,7 @@ class _MoELayers(Model):
             p = f"blk.{i}."
             L = _Layer()
             L.attn_norm = w.vec(p + "attn_norm.weight", e)
-            L.attn = Attention(w, p, hp, self.spec, self.cpu)
+            L.attn = self.ATTENTION(w, p, hp, self.spec, self.cpu)
             L.ffn_norm = w.vec(f"{p}{self.FFN_NORM}.weight", e)
             if i < hp.n_dense_lead:
                 # glm4moe's leading dense layers (`build_ffn`, SwiGLU)
@@ -404,6 +424,22 @@ class Glm4MoEModel(Qwen3MoEModel):
     """glm4moe, GLM-4.5 (module docstring)."""
 
     FFN_NORM = "post_attention_norm"     # glm4-moe.cpp's norm before the FFN
+
+
+class DeepSeek2Model(Qwen3MoEModel):
+    """deepseek2 (module docstring): qwen3moe's layer loop with MLA
+    attention over a cache of one K head of kv_lora_rank + n_rot values
+    whose first kv_lora_rank values are V (`KVCache` `v_of_k`)."""
+
+    ATTENTION = MlaAttention
+
+    def _cache_bytes(self, n_ctx: int, **options) -> int:
+        hp = self.hp
+        return KVCache.bytes_needed(hp.n_layer, 1, hp.head_dim, n_ctx, v_of_k=hp.mla.n_lora_kv)
+
+    def _make_cache(self, n_ctx: int, **options):
+        hp = self.hp
+        return KVCache(hp.n_layer, 1, hp.head_dim, n_ctx, v_of_k=hp.mla.n_lora_kv, **options)
 
 
 class GptOssModel(_MoELayers):

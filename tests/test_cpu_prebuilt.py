@@ -38,23 +38,24 @@ def _bits(a):
     return np.ascontiguousarray(a, np.float32).view(np.uint32)
 
 
-#: the variants whose every stored model runs in the default suite; the
-#: others (sse42 to piledriver, sapphirerapids) run SmolLM2 there (both
-#: passes, flash attention off and on) and sapphirerapids also its AMX
-#: models' batched pass, the rest under `-m slow`: the one pytest process
-#: of the default suite, holding the compiled code of every profile, grew
-#: past this machine's 23 GB with all of them (OOM-killed)
-EVERY_MODEL = {"x64", "haswell", "skylakex", "zen4"}
-#: the larger registry models (Qwen2.5-Coder-0.5B, Gemma 3 270M): `-m slow`
-#: for every variant (about half a minute per case)
-SLOW_MODELS = {"Qwen2.5-Coder-0.5B-Instruct", "gemma-3-270m"}
+#: the default suite runs the models stored first (the F16 / BF16 dots, a
+#: legacy quant, K-quants, an I-quant) for x64,
+#: haswell, skylakex and zen4, and SmolLM2 for every variant, plus
+#: sapphirerapids' AMX models' batched pass; the other files (Qwen2.5,
+#: Gemma 3, the SmolLM2 variants of every other weight type) run under
+#: `-m slow`: the one pytest process of the default suite, holding the
+#: compiled code of every profile, grew past this machine's 23 GB with all
+#: of them (OOM-killed), and they would take most of CI's time
+DEFAULT_VARIANTS = {"x64", "haswell", "skylakex", "zen4"}
+DEFAULT_MODELS = {"SmolLM2-135M-Instruct", "smollm2-f16", "smollm2-bf16", "smollm2-q4_0", "smollm2-q5_k_m",
+                  "smollm2-iq4_xs"}
 DEFAULT_ALSO = {("sapphirerapids", "smollm2-q4_0", "batched"), ("sapphirerapids", "smollm2-iq4_xs", "batched"),
                 ("sapphirerapids", "smollm2-q5_k_m", "batched")}
 
 
 def _in_default(variant: str, model: str, kind: str) -> bool:
-    return model not in SLOW_MODELS and (variant in EVERY_MODEL or model == "SmolLM2-135M-Instruct"
-                                         or (variant, model, kind) in DEFAULT_ALSO)
+    return ((variant in DEFAULT_VARIANTS and model in DEFAULT_MODELS) or model == "SmolLM2-135M-Instruct"
+            or (variant, model, kind) in DEFAULT_ALSO)
 
 
 def _cases():

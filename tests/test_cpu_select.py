@@ -172,3 +172,4 @@ def test_native_on_arm64(flags, native, loader_variant, note):
                      f"({note} here: no profile reproduces it)")
     else:
         assert n == ""
+

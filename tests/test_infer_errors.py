@@ -635,3 +635,9 @@ def test_speed_line_says_when_the_timed_passes_compiled(tiny, capsys, monkeypatc
     assert main(["generate", tiny, "Hi", "--max-tokens", "2"]) == 0
     line = capsys.readouterr().out.splitlines()[-1]
     assert line.endswith(" | the speeds include numba compiling (a first run)]"), line
+
+
+def test_the_speed_line_names_what_was_asked(tiny, capsys):
+    # an alias or v0.4.0-native runs another profile's name: both are shown
+    assert main(["generate", tiny, "Hi", "--max-tokens", "1", "--cpu", "v0.4.0-alderlake"]) == 0
+    assert "| cpu: v0.4.0-haswell (v0.4.0-alderlake) |" in capsys.readouterr().out

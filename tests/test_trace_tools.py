@@ -91,6 +91,9 @@ def test_which_nearest_and_bad_input(tmp_path, qwen3, capsys):
     np.save(tmp_path / "l.npy", ref["qwen3_logits"])
     assert main(["which", str(tmp_path / "l.npy"), qwen3]) == 2
     assert "give --tokens IDS" in capsys.readouterr().err
+    for empty in (",,", ""):
+        assert main(["which", str(f), qwen3, "--cpu", empty]) == 2
+        assert "names no profile" in capsys.readouterr().err
     assert main(["which", str(tmp_path / "l.npy"), qwen3, "--tokens", "257,72"]) == 2
     assert "12 logit rows for 2 token ids (mismatched ids" in capsys.readouterr().err
     np.savez(f, tokens=ref["ids"], logits=ref["qwen3_logits"].astype(np.float64))

@@ -18,6 +18,9 @@ which is, step by step:
                                             # the C driver built against it
     python tools/prebuilt_ref.py variants   # which variants this CPU executes,
                                             # which one the loader picks itself
+                                            # (as every command, first fetches
+                                            # what is missing and rebuilds the
+                                            # driver when its source is newer)
     python tools/prebuilt_ref.py run [--variants A,B] [--models M,N]
                                             # the logits, kept in <cache>/prebuilt/
                                             # v0.4.0/runs/<variant>/<model>.npz

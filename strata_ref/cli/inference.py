@@ -123,9 +123,9 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
         print(f"strata-ref: error: {bad_ctx}", file=err or sys.stderr)
         return 2
     name = cpu if cpu is not None else env_value(_cpu.ENV) or "native"
-    # "native" or "v0.4.0-native": named after the profile it chose
+    # "native", "v0.4.0-native" or an alias: named after the profile it chose
     chosen = name.strip().lower() if isinstance(name, str) else ""
-    native = chosen in _cpu.NATIVE_NAMES
+    native = chosen in _cpu.NATIVE_NAMES or chosen in _cpu.ALIASES
     tok = m.tokenizer
     if chat:
         text = format_chat(m.metadata.get("tokenizer.chat_template"),

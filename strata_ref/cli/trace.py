@@ -74,6 +74,9 @@ def cmd_which(a) -> int:
         if toks is None:
             return err(f"--tokens {a.tokens[:80]!r} is not a comma-separated list of token ids")
     profiles = []
+    if a.cpu is not None and not split_list(a.cpu):
+        # an empty list would otherwise mean every profile (minutes of compiling)
+        return err(f"--cpu {a.cpu!r} names no profile (give P1,P2 or leave --cpu out for all)")
     for p in split_list(a.cpu) or list(PROFILES):
         # the profile names of `generate --cpu` (any case, `native`), each once
         bad = cpu_problem(p)

@@ -207,10 +207,13 @@ class KVCache:
         self.flash_attn = resolve_flash_attn(flash_attn, self.type_v)
         #: MLA: V is the first v_of_k values of each K cell (0: V of its own)
         self.v_of_k = int(v_of_k)
-        if self.v_of_k and (self.flash_attn or self.type_k != GGMLType.F16 or self.type_v != GGMLType.F16
-                            or not 0 < self.v_of_k <= head_dim):
-            raise ValueError("the MLA cache (deepseek2) is implemented for an F16 K / V cache without "
-                             "flash attention only (llama-cpp-python's defaults)")
+        if self.v_of_k and not 0 < self.v_of_k <= head_dim:
+            raise ValueError(f"v_of_k {self.v_of_k} is outside 1 .. head_dim {head_dim}")
+        if self.v_of_k and (self.flash_attn or self.type_k != GGMLType.F16 or self.type_v != GGMLType.F16):
+            # not emulated yet (`which` lists such a candidate as not run)
+            raise NotImplementedError("the MLA cache (deepseek2) is emulated with F16 K / V and flash "
+                                      "attention off only: pass --flash-attn off (the v0.4.0 profiles "
+                                      "turn it on by default) and leave the cache types at f16")
         if isinstance(fa_threads, bool) or not isinstance(fa_threads, (int, np.integer)) or fa_threads < 1:
             raise ValueError(f"fa_threads must be a whole number >= 1, got {fa_threads!r}")
         self.fa_threads = int(fa_threads)

@@ -653,6 +653,7 @@ def check_logits(logits: np.ndarray, where: str, spread: bool = True) -> None:
 #: `python tools/arm_ref.py data PROFILE --only kv:SmolLM2-135M-Instruct`)
 ARM64_FLASH_ATTN_CACHES = {
     "armv8.0": frozenset({("f16", "f16"), ("q8_0", "q8_0")}),
+    "armv8.2-dotprod": frozenset({("f16", "f16"), ("q8_0", "q8_0")}),
     "armv8.2-fp16": frozenset({("f16", "f16"), ("q8_0", "q8_0")}),
 }
 

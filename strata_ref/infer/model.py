@@ -655,6 +655,7 @@ ARM64_FLASH_ATTN_CACHES = {
     "armv8.0": frozenset({("f16", "f16"), ("q8_0", "q8_0")}),
     "armv8.2-dotprod": frozenset({("f16", "f16"), ("q8_0", "q8_0")}),
     "armv8.2-fp16": frozenset({("f16", "f16"), ("q8_0", "q8_0")}),
+    "armv8.6-i8mm": frozenset({("f16", "f16"), ("q8_0", "q8_0")}),
 }
 
 

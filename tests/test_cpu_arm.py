@@ -300,13 +300,14 @@ def test_unemulated_repacked_layout_is_refused():
 
 
 @pytest.mark.parametrize("opts, what", [
-    (dict(flash_attn=True), "flash attention on the arm64 profile armv8.0"),
+    (dict(flash_attn=True, type_k="q4_0"), "flash attention and a q4_0 K cache on the arm64 profile armv8.0"),
     (dict(type_k="q8_0"), "a q8_0 K cache on the arm64 profile armv8.0"),
     (dict(type_v="q4_0"), "flash attention and a q4_0 V cache on the arm64 profile armv8.0")])
 def test_unemulated_kv_caches_are_refused(opts, what, tmp_path, capsys):
     # trial finding: flash attention and quantized KV caches ran on the ARM
-    # profiles through the x86 code (other bits, no word); ggml's ARM code
-    # for them is not emulated, so a cache that needs it is refused
+    # profiles through the x86 code (other bits, no word); a cache whose ARM
+    # code is not emulated and checked (`ARM64_FLASH_ATTN_CACHES`) is
+    # refused. A quantized V cache turns flash attention on (`auto`)
     from strata_ref.cli import main
     from strata_ref.infer.loader import load
     f = tmp_path / "tiny.gguf"
@@ -315,8 +316,10 @@ def test_unemulated_kv_caches_are_refused(opts, what, tmp_path, capsys):
     assert m.new_cache(16).n == 0                    # F16 without flash attention runs
     with pytest.raises(NotImplementedError, match=what):
         m.new_cache(16, **opts)
-    args = ["--flash-attn", "on"] if "flash_attn" in opts else \
-        [f"--cache-type-{'k' if 'type_k' in opts else 'v'}", opts.get("type_k") or opts.get("type_v")]
+    args = ["--flash-attn", "on"] if opts.get("flash_attn") else []
+    for kv in ("k", "v"):
+        if f"type_{kv}" in opts:
+            args += [f"--cache-type-{kv}", opts[f"type_{kv}"]]
     assert main(["generate", str(f), "Hi", "--max-tokens", "1", "--cpu", "armv8.0", *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"strata-ref: error: {what}") and err.count("\n") == 1
@@ -324,13 +327,68 @@ def test_unemulated_kv_caches_are_refused(opts, what, tmp_path, capsys):
 
 @pytest.mark.parametrize("profile", ARM)
 def test_every_arm_profile_refuses_unemulated_caches(profile):
-    # the FP16 and i8mm builds' flash attention (vfmaq_f16 accumulation of
-    # V) and quantized caches are not emulated either
-    from strata_ref.infer.model import unemulated_cache
-    assert unemulated_cache(profile, dict(flash_attn=True)) == "flash attention"
+    # flash attention runs over the caches checked against the profile's
+    # build (ARM64_FLASH_ATTN_CACHES); other types, and quantized caches
+    # without flash attention, are refused
+    from strata_ref.infer.model import ARM64_FLASH_ATTN_CACHES, unemulated_cache
+    done = ARM64_FLASH_ATTN_CACHES.get(profile, frozenset())
+    for tk, tv in (("f16", "f16"), ("q8_0", "q8_0")):
+        got = unemulated_cache(profile, dict(flash_attn=True, type_k=tk, type_v=tv))
+        assert (got is None) == ((tk, tv) in done), (profile, tk, tv, got)
+    assert unemulated_cache(profile, dict(flash_attn=True, type_v="q4_0")) == "flash attention and a q4_0 V cache"
     assert unemulated_cache(profile, dict(type_k="q8_0")) == "a q8_0 K cache"
+    # a mixed pair is not checked on any build
+    assert unemulated_cache(profile, dict(flash_attn=True, type_k="q8_0", type_v="f16")) \
+        == "flash attention and a q8_0 K cache"
     assert unemulated_cache(profile, {}) is None
     assert unemulated_cache("avx2", dict(flash_attn=True)) is None
+
+
+def _kv_cases():
+    # every (profile, configuration) of the stored llama_kv files; the long
+    # prompt (the tiled and split-KV paths, 278 rows) is marked slow
+    out = []
+    for p in arm_profile_files("llama_kv_SmolLM2-135M-Instruct.npz"):
+        prof, path = p.values
+        ref = np.load(path)
+        for name in map(str, ref["configs"]):
+            slow = str(ref[f"{name}:prompt"]) == "long"
+            out.append(pytest.param(prof, name, id=f"{prof}-{name}",
+                                    marks=[pytest.mark.slow] if slow else []))
+    return out
+
+
+@pytest.mark.parametrize("profile, name", _kv_cases())
+def test_kv_cache_is_the_arm_builds_bits(profile, name):
+    # a cache the profile runs (`unemulated_cache` None): every row of the
+    # batched and the incremental pass (hashes of the float32 bytes), the
+    # stored top logits' bits and llama.cpp's greedy ids; a cache it
+    # refuses: the refusal (what is still to emulate, docs/arm64.md)
+    from infer_helpers import load_model, row_hashes
+    from strata_ref.infer.model import unemulated_cache
+    ref = _data(profile, "llama_kv_SmolLM2-135M-Instruct.npz")
+    opts = dict(type_k=str(ref[f"{name}:type_k"]), type_v=str(ref[f"{name}:type_v"]),
+                flash_attn=bool(ref[f"{name}:flash_attn"]), rotate=not bool(ref[f"{name}:rot_disable"]),
+                fa_threads=int(ref["n_threads"]))
+    m = load_model("SmolLM2-135M-Instruct", profile)
+    n_ctx = int(ref["n_ctx"])
+    if unemulated_cache(profile, opts):
+        with pytest.raises(NotImplementedError, match="is not emulated yet"):
+            m.new_cache(n_ctx, **opts)
+        return
+    ids = ref[f"{name}:prompt_ids"].tolist()
+    gen = ref[f"{name}:greedy_ids"].tolist()
+    cache = m.new_cache(n_ctx, **opts)
+    ours = {"batched": m.forward(ids + gen, m.new_cache(n_ctx, **opts), all_logits=True),
+            "incr": np.concatenate([m.forward(ids, cache, all_logits=True)]
+                                   + [m.forward([t], cache)[None] for t in gen])}
+    for kind, rows in ours.items():
+        bad = np.flatnonzero(row_hashes(rows) != ref[f"{name}:{kind}_hash"])
+        got = np.take_along_axis(rows, ref[f"{name}:{kind}_ids"], axis=1)
+        assert bad.size == 0, (f"{profile} {name} {kind}: rows {bad[:8].tolist()} of {len(rows)} differ "
+                               f"(top logits max |diff| {np.abs(got - ref[f'{name}:{kind}_logits']).max():.3g})")
+        assert np.array_equal(_bits(got), _bits(ref[f"{name}:{kind}_logits"]))
+    assert np.argmax(ours["incr"][len(ids) - 1:-1], axis=1).tolist() == gen
 
 
 @pytest.mark.parametrize("profile", ARM)

@@ -277,7 +277,7 @@ def test_fa_vec_accumulates_an_f16_v_in_f16():
     s = cache_dots(T.F16, k[0], 64, q[0], prof, "vec_dot").reshape(1, 1, 40)
     out32 = np.empty((1, 1, 64), np.float32)
     d = np.empty((1, 1), np.float32)
-    _vec_rows(s, vf, False, np.float32(0.125), np.array([39]), 0, 0, 40, True, True, True, out32, d, d,
+    _vec_rows(s, vf, False, 0, np.float32(0.125), np.array([39]), 0, 0, 40, True, True, True, out32, d, d,
               False, np.zeros(1, np.float32))
     assert not np.array_equal(_bits(out16), _bits(out32.reshape(1, -1)))
     assert np.allclose(out16, out32.reshape(1, -1), atol=2e-3)

@@ -46,8 +46,9 @@ def test_which_names_the_profile_of_stored_llama_cpp_logits(tmp_path, qwen3, cap
     # tries every profile: the v0.4.0 builds compute this model (Q8_0, no
     # tiled path, flash attention off) as their 0.3.36 counterparts do
     # (docs/prebuilt.md), so they reproduce the same rows. The arm64
-    # profiles are tried without flash attention (with it, not emulated:
-    # named, not run) and reproduce none
+    # profiles are tried with and without flash attention (with it where
+    # it is emulated, `ARM64_FLASH_ATTN_CACHES`; elsewhere named, not run)
+    # and reproduce none
     ref = np.load(DATA / profile / "llama_ref_tiny.npz")
     f = tmp_path / "logits.npz"
     np.savez(f, tokens=ref["ids"], logits=ref["qwen3_logits"])
@@ -66,12 +67,22 @@ def test_which_names_the_profile_of_stored_llama_cpp_logits(tmp_path, qwen3, cap
     arm = {(c["profile"], c["flash_attn"]): c["not_emulated"] for c in doc["candidates"]
            if c["profile"].startswith("armv8")}
     from infer_helpers import ARM_PROFILES
-    assert arm == {(p, fa): "flash attention" if fa else None for p in ARM_PROFILES for fa in (False, True)}
+    from strata_ref.infer.model import ARM64_FLASH_ATTN_CACHES
+    fa_f16 = {p for p in ARM_PROFILES if ("f16", "f16") in ARM64_FLASH_ATTN_CACHES.get(p, ())}
+    assert arm == {(p, fa): "flash attention" if fa and p not in fa_f16 else None
+                   for p in ARM_PROFILES for fa in (False, True)}
     assert {"armv8.0", "armv8.2-dotprod", "armv8.2-fp16", "armv8.6-i8mm"} <= set(ARM_PROFILES)
+    for p in sorted(set(ARM_PROFILES) - fa_f16)[:1]:
+        assert main(["which", str(f), qwen3, "--cpu", p, "--flash-attn", "on"]) == 1
+        out = capsys.readouterr().out
+        assert f"{p} flash attention on : not run (flash attention not emulated on this profile)" in out
+        assert "no candidate was run" in out
+    # armv8.0's flash attention over the F16 cache is emulated: a candidate
+    # like any other (run, reproducing none of these x86 rows)
+    assert "armv8.0" in fa_f16
     assert main(["which", str(f), qwen3, "--cpu", "armv8.0", "--flash-attn", "on"]) == 1
     out = capsys.readouterr().out
-    assert "armv8.0 flash attention on : not run (flash attention not emulated on this profile)" in out
-    assert "no candidate was run" in out
+    assert "not run" not in out and "no candidate was run" not in out
 
 
 def test_which_nearest_and_bad_input(tmp_path, qwen3, capsys):

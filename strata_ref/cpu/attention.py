@@ -43,17 +43,21 @@ def cache_raw(data: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(data).view(np.uint8).reshape(-1)
 
 
-def cache_dots(t, data: np.ndarray, cols: int, x: np.ndarray, profile, path: str) -> np.ndarray:
+def cache_dots(t, data: np.ndarray, cols: int, x: np.ndarray, profile, path: str,
+               one_row: bool = False) -> np.ndarray:
     """out[i, r] = ggml-cpu's dot of cache row r (type t; `data` the rows
     as stored, (rows, ...)) with activation row i of x (float32 (n, cols)),
     on the ggml `path` ("vec_dot" or "tinyblas", `traits.mm_path`), the
-    activation first converted to t's vec_dot_type as ggml does. Returns
-    float32 (n, rows)."""
+    activation first converted to t's vec_dot_type as ggml does. one_row:
+    every dot by the one-row `vec_dot` (`nrc` 1), as flash attention calls
+    it: never llamafile's tinyBLAS_Q0 nor the i8mm two-row code (a
+    MUL_MAT_ID's rule, `matmul.QMatrix.matmul`'s mmid). Returns float32
+    (n, rows)."""
     rows = data.shape[0]
     qm = QMatrix(t, cache_raw(data), rows, cols, "kv cache", profile)
     qm.repackable = False
     qm.path = path
-    return qm.matmul(np.ascontiguousarray(x, np.float32))
+    return qm.matmul(np.ascontiguousarray(x, np.float32), mmid=one_row)
 
 
 def check_attention_args(q, kdata, vdata, T_, pos, n_swa, n_kv=None) -> None:

@@ -40,8 +40,15 @@ three paths (`fa_path`):
 What differs between profiles: the dots and q's conversion (as the
 mat-muls: `attention.cache_dots`), FMA or separate multiply and add where
 GCC contracts on FMA builds (the accumulator updates, S's update, the
-tiled GEMMs; the baseline build has no FMA), and the tiled path's vector
-exp and lane sums (16 / 8 / 4 lanes, as `ops.soft_max`).
+tiled GEMMs; the baseline build has no FMA), the tiled path's vector
+exp and lane sums (16 / 8 / 4 lanes, as `ops.soft_max`), and on Arm's
+FP16 vector arithmetic (`F16_VA`: the armv8.2-fp16 and armv8.6-i8mm
+builds) the F16 accumulator of the "vec" path: `ggml_vec_mad_f16` /
+`ggml_vec_scale_f16` become `vfmaq_f16` / `vmulq_f16` on binary16 lanes,
+the float vs / ms rounded to F16 first (`vdupq_n_f16`), for the first
+head_dim - head_dim % `GGML_F16_STEP` values (`_mad_f16`, `_scale_f16`).
+The K q dots are the one-row `vec_dot` (`nrc` 1) whatever the build
+offers for more rows (tinyBLAS_Q0, the i8mm two-row code).
 """
 from __future__ import annotations
 
@@ -55,6 +62,7 @@ from ..types import GGMLType as T
 from .act_quant import round_to_f16
 from .attention import cache_dots, check_attention_args
 from .fp import fma32
+from .fp16_va import fma16, mul16
 
 __all__ = ["flash_attn_ext", "fa_path", "FA_TILE_Q", "FA_TILE_KV", "SPLIT_KV_MIN"]
 
@@ -106,11 +114,49 @@ def _add_sink(acc, S, M, sink, fused):
     return S, M
 
 
+@njit(inline="always", cache=True)
+def _scale_f16(acc, ms, h16):
+    # ggml_vec_scale_f16 of the F16 accumulator acc (float32 holding binary16
+    # values) by ms. h16 = 0: the F16 macros widen to float32 (x86 F16C,
+    # NEON without FP16 vector arithmetic): each product in float32, rounded
+    # to F16. h16 > 0 (`GGML_F16_STEP` of Arm's FP16 vector arithmetic):
+    # the first DV - DV % h16 values by `vmulq_f16` with ms rounded to F16
+    # (`vdupq_n_f16`), the rest the scalar float32 leftover loop
+    DV = acc.shape[0]
+    main = DV - DV % h16 if h16 > 0 else 0
+    m16 = round_to_f16(ms)
+    for d in range(main):
+        acc[d] = mul16(acc[d], m16)
+    for d in range(main, DV):
+        acc[d] = round_to_f16(_F32(acc[d] * ms))
+
+
+@njit(inline="always", cache=True)
+def _mad_f16(acc, v, hk, c, vs, fused, h16):
+    # ggml_vec_mad_f16: acc += V row c of head hk times vs, acc F16. h16 as
+    # `_scale_f16`: widened, each step a float32 FMA (or multiply and add
+    # without FMA) rounded to F16; or `vfmaq_f16` with vs rounded to F16 on
+    # the first DV - DV % h16 values and the leftover loop in float32
+    DV = acc.shape[0]
+    main = DV - DV % h16 if h16 > 0 else 0
+    v16s = round_to_f16(vs)
+    for d in range(main):
+        acc[d] = fma16(v[hk, c, d], v16s, acc[d])
+    for d in range(main, DV):
+        if fused:
+            a = fma32(v[hk, c, d], vs, acc[d])
+        else:
+            a = _F32(acc[d] + _F32(v[hk, c, d] * vs))
+        acc[d] = round_to_f16(a)
+
+
 @jit
-def _vec_rows(s, v, v16, scale, pos, n_swa, c0, c1, fused, fused_s, final, out, Ms, Ss, has_sinks, sinks):
+def _vec_rows(s, v, v16, h16, scale, pos, n_swa, c0, c1, fused, fused_s, final, out, Ms, Ss, has_sinks,
+              sinks):
     # ggml_compute_forward_flash_attn_ext_f16_one_chunk over keys c0 .. c1-1
     # for every (token t, head). s (n, H, T) the raw K q dots; v (Hkv, T, DV)
-    # float32 V values (F16 ones exact); v16: the accumulator is F16.
+    # float32 V values (F16 ones exact); v16: the accumulator is F16; h16:
+    # its binary16 arithmetic (`_scale_f16`, `_mad_f16`).
     # fused: the accumulator update contracted; fused_s: `S = S*ms + vs`
     # final: divide by S into out (n, H, DV); else leave the partials:
     # out = the float32 accumulator, Ms / Ss (n, H) = M and S.
@@ -136,17 +182,21 @@ def _vec_rows(s, v, v16, scale, pos, n_swa, c0, c1, fused, fused_s, final, out, 
                 if x > M:
                     M = x
                     ms = math.exp(_F32(Mold - M))      # libm expf
-                    for d in range(DV):
-                        a = _F32(acc[d] * ms)
-                        acc[d] = round_to_f16(a) if v16 else a
+                    if v16:
+                        _scale_f16(acc, ms, h16)
+                    else:
+                        for d in range(DV):
+                            acc[d] = _F32(acc[d] * ms)
                 else:
                     vs = math.exp(_F32(x - M))
-                for d in range(DV):
-                    if fused:
-                        a = fma32(v[hk, c, d], vs, acc[d])
-                    else:
-                        a = _F32(acc[d] + _F32(v[hk, c, d] * vs))
-                    acc[d] = round_to_f16(a) if v16 else a
+                if v16:
+                    _mad_f16(acc, v, hk, c, vs, fused, h16)
+                else:
+                    for d in range(DV):
+                        if fused:
+                            acc[d] = fma32(v[hk, c, d], vs, acc[d])
+                        else:
+                            acc[d] = _F32(acc[d] + _F32(v[hk, c, d] * vs))
                 S = fma32(S, ms, vs) if fused_s else _F32(_F32(S * ms) + vs)
             if has_sinks and c0 == 0:
                 S, M = _add_sink(acc, S, M, sinks[hq], False)
@@ -336,9 +386,12 @@ def flash_attn_ext(q: np.ndarray, type_k, kdata: np.ndarray, type_v, vdata: np.n
     s = np.empty((n, H, max(T_, 1)), np.float32)
     for h in range(Hkv):
         qg = q[:, h * G:(h + 1) * G].reshape(n * G, D)
-        s[:, h * G:(h + 1) * G, :T_] = cache_dots(type_k, kdata[h, :T_], D, qg, profile, "vec_dot").reshape(n, G, T_)
+        s[:, h * G:(h + 1) * G, :T_] = cache_dots(type_k, kdata[h, :T_], D, qg, profile, "vec_dot",
+                                                 one_row=True).reshape(n, G, T_)
     v = _v_to_float(type_v, vdata, T_, D)
     v16 = type_v == T.F16
+    # Arm's FP16 vector arithmetic: the F16 accumulator in binary16 steps of GGML_F16_STEP
+    h16 = int(profile.isa.resolve("F16_STEP")) if profile.isa.resolve("F16_VA") else 0
     if path == "split":
         nth = max(1, int(n_threads))
         chunk = -(-int(n_kv) // nth)
@@ -348,13 +401,13 @@ def flash_attn_ext(q: np.ndarray, type_k, kdata: np.ndarray, type_v, vdata: np.n
         for c in range(nth):
             c0, c1 = c * chunk, min((c + 1) * chunk, T_)
             if c0 < c1:
-                _vec_rows(s, v, v16, _F32(scale), pos, int(n_swa), c0, c1, fused, fused_s, False,
+                _vec_rows(s, v, v16, h16, _F32(scale), pos, int(n_swa), c0, c1, fused, fused_s, False,
                           parts[c:c + 1], Ms[c:c + 1], Ss[c:c + 1], has_sinks, sk)
         _reduce_split(parts, Ms, Ss, fused, out[0])
         return out.reshape(n, H * D)
     dummy = np.empty((1, 1), np.float32)
-    _vec_rows(s, v, v16, _F32(scale), pos, int(n_swa), 0, int(T_), fused, fused_s, True, out, dummy,
-              dummy, has_sinks, sk)
+    _vec_rows(s, v, v16, h16, _F32(scale), pos, int(n_swa), 0, int(T_), fused, fused_s, True, out,
+              dummy, dummy, has_sinks, sk)
     return out.reshape(n, H * D)
 
 

@@ -9,6 +9,8 @@ by llama-cpp-python 0.3.36; docs/arm64.md "Vector mappings").
   in double with its rounding error (TwoSum), which settles the one case
   double rounding could get wrong (a double that lands on a binary16 tie).
 * `add16(a, b)`: binary16 a + b rounded once (exact in double first).
+* `mul16(a, b)`: binary16 a * b rounded once (`vmulq_f16` lane; the
+  product of two binary16 values is exact in double).
 * `vec_dot_f16(a, ao, b, bo, n, acc)`: `ggml_vec_dot_f16` (`vec.cpp`) over
   the FP16 macros of `simd-mappings.h` (`GGML_F16_STEP` 32, `GGML_F16_EPR`
   8): four 8-lane binary16 accumulators, `vfmaq_f16` per step,
@@ -38,7 +40,7 @@ from numba import njit
 from .fp import sum8_halves
 from .vec import operand, rest_in_double
 
-__all__ = ["round_f16", "fma16", "add16", "vec_dot_f16", "tinyblas_f16x8"]
+__all__ = ["round_f16", "fma16", "add16", "mul16", "vec_dot_f16", "tinyblas_f16x8"]
 
 _F32 = np.float32
 _F64 = np.float64
@@ -89,6 +91,13 @@ def add16(a, b):
     """binary16 a + b, one rounding (`vaddq_f16` lane); the double sum of
     two binary16 values is exact."""
     return round_f16(_F64(a) + _F64(b), 0.0)
+
+
+@njit(inline="always", cache=True)
+def mul16(a, b):
+    """binary16 a * b, one rounding (`vmulq_f16` lane); the double product
+    of two binary16 values is exact."""
+    return round_f16(_F64(a) * _F64(b), 0.0)
 
 
 @njit(inline="always", cache=True)

@@ -645,13 +645,29 @@ def check_logits(logits: np.ndarray, where: str, spread: bool = True) -> None:
                                f"with the wrong type)")
 
 
+#: the KV caches each arm64 profile runs with flash attention, as (type_k,
+#: type_v): ggml's ARM flash-attention code is emulated for them and checked
+#: bitwise against that ARM build's own logits under qemu (every row of the
+#: batched and the incremental pass, the greedy ids; the vec, tiled and
+#: split-KV paths: tests/data/<profile>/llama_kv_SmolLM2-135M-Instruct.npz,
+#: `python tools/arm_ref.py data PROFILE --only kv:SmolLM2-135M-Instruct`)
+ARM64_FLASH_ATTN_CACHES = {
+    "armv8.0": frozenset({("f16", "f16"), ("q8_0", "q8_0")}),
+    "armv8.2-dotprod": frozenset({("f16", "f16"), ("q8_0", "q8_0")}),
+    "armv8.2-fp16": frozenset({("f16", "f16"), ("q8_0", "q8_0")}),
+    "armv8.6-i8mm": frozenset({("f16", "f16"), ("q8_0", "q8_0")}),
+}
+
+
 def unemulated_cache(profile, opts) -> str | None:
     """What of a KV-cache setting (opts: flash_attn, type_k, type_v as
     `load` takes them) the profile's build computes in code not emulated yet,
     as words ("flash attention", "a q8_0 K cache", ...), or None when all of
-    it is: on the arm64 profiles, flash attention and the cache types other
-    than F16 (docs/arm64.md); the x86 attention would give other bits there,
-    silently. Raises ValueError for an unknown cache type."""
+    it is: on the arm64 profiles, the cache types other than F16 without
+    flash attention, and flash attention over any cache but those of
+    `ARM64_FLASH_ATTN_CACHES` (docs/arm64.md); the x86 attention would give
+    other bits there, silently. Raises ValueError for an unknown cache
+    type."""
     from ..cpu import select
     from ..cpu.profiles import LLAMA_CPP_ARM64
     from .kv_cache import cache_type, resolve_flash_attn
@@ -660,9 +676,12 @@ def unemulated_cache(profile, opts) -> str | None:
         return None
     tk = cache_type(opts.get("type_k", "f16"), "type_k (--cache-type-k)")
     tv = cache_type(opts.get("type_v", "f16"), "type_v (--cache-type-v)")
+    fa = resolve_flash_attn(opts.get("flash_attn"), tv)
+    if fa and (tk.name.lower(), tv.name.lower()) in ARM64_FLASH_ATTN_CACHES.get(prof.name, ()):
+        return None
     what = [f"{'an' if t.name[0] in 'FI' else 'a'} {t.name.lower()} {kv} cache"
             for t, kv in ((tk, "K"), (tv, "V")) if t != GGMLType.F16]
-    if resolve_flash_attn(opts.get("flash_attn"), tv):
+    if fa:
         what.insert(0, "flash attention")
     return " and ".join(what) or None
 

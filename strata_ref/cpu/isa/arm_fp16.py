@@ -11,7 +11,9 @@ What `__ARM_FEATURE_FP16_VECTOR_ARITHMETIC` changes (ggml-cpu sources):
   adding the accumulators in binary16): `ggml_vec_dot_f16` is
   `fp16_va.vec_dot_f16` (the F16 KV cache's K q, F16 weights with fewer
   than 8 activation rows). `ggml_vec_mad_f16` / `ggml_vec_scale_f16` (flash
-  attention only) too; flash attention is not emulated on arm64.
+  attention's F16 V accumulator) too: `vfmaq_f16` / `vmulq_f16` with the
+  float scalar rounded to F16 (`flash_attn._mad_f16`, `_scale_f16`, which
+  read `F16_VA` and `F16_STEP`).
 * llamafile (`sgemm.cpp`, `case GGML_TYPE_F16`): the F32-activation
   tinyBLAS of the plain NEON build is compiled out
   (`TINYBLAS_F16_F32B` off); F16 weights times activations converted to

@@ -234,12 +234,12 @@ def test_kernel_switch_values():
     assert "STRATA_REF_NO_F16C='2'" in switch_problem({"STRATA_REF_NO_F16C": "2"})
 
 
-_NO_PROFILE = ("is not a CPU profile (known: scalar, avx2, avx512, v0.4.0-x64, v0.4.0-sse42, "
+_NO_PROFILE = ("is not a CPU profile (profiles: scalar, avx2, avx512, v0.4.0-x64, v0.4.0-sse42, "
                "v0.4.0-sandybridge, v0.4.0-ivybridge, v0.4.0-piledriver, v0.4.0-haswell, "
                "v0.4.0-skylakex, v0.4.0-zen4, v0.4.0-sapphirerapids, armv8.0, armv8.2-dotprod, armv8.2-fp16, "
-               "armv8.6-i8mm, v0.4.0-alderlake, v0.4.0-cannonlake, "
+               "armv8.6-i8mm; aliases: v0.4.0-alderlake, v0.4.0-cannonlake, "
                "v0.4.0-cascadelake, "
-               "v0.4.0-icelake, v0.4.0-cooperlake, native)")
+               "v0.4.0-icelake, v0.4.0-cooperlake; or native, v0.4.0-native)")
 
 
 @pytest.mark.parametrize("argv", [["generate", "Hi"], ["kl", "a.gguf", "b.gguf"],

@@ -27,6 +27,10 @@ def test_names_and_environment(monkeypatch):
         cpu.select(None)
     with pytest.raises(ValueError, match="^--cpu 'avx3' is not a CPU profile"):
         cpu.select("avx3")
+    # a near miss is named
+    with pytest.raises(ValueError, match=r"^--cpu 'v0.4.0-nativ' is not a CPU profile \(did you mean "
+                                         r"v0.4.0-native\? profiles: scalar, "):
+        cpu.select("v0.4.0-nativ")
 
 
 def test_native_follows_the_cpu_flags():

@@ -103,9 +103,10 @@ def select(name=None) -> Profile:
     empty) "native".
     Raises ValueError naming the value (and the variable, when it came from
     the environment) for any other name: "--cpu 'sse4' is not a CPU
-    profile (known: ...)", "STRATA_REF_CPU='sse4' is not ...", and for
-    "v0.4.0-native" where no profile reproduces the library the loader
-    would take (an arm64 CPU)."""
+    profile (profiles: ...; aliases: ...; or native, v0.4.0-native)", with
+    "did you mean X?" first for a near miss; "STRATA_REF_CPU='sse4' is not
+    ..."; and for "v0.4.0-native" where no profile reproduces the library
+    the loader would take (an arm64 CPU)."""
     if isinstance(name, Profile):
         return name
     source = "--cpu "
@@ -122,6 +123,9 @@ def select(name=None) -> Profile:
             raise ValueError(f"{source}{name!r}: {e}") from None
     key = ALIASES.get(key, key)
     if key not in PROFILES:
-        raise ValueError(f"{source}{name!r} is not a CPU profile "
-                         f"(known: {', '.join(list(PROFILES) + list(ALIASES) + list(NATIVE_NAMES))})")
+        import difflib
+        close = difflib.get_close_matches(key, list(PROFILES) + list(ALIASES) + list(NATIVE_NAMES), n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise ValueError(f"{source}{name!r} is not a CPU profile ({hint}profiles: {', '.join(PROFILES)}; "
+                         f"aliases: {', '.join(ALIASES)}; or {', '.join(NATIVE_NAMES)})")
     return PROFILES[key]

@@ -77,9 +77,10 @@ def host_arch() -> str:
 def variants(arch: str = "x86_64") -> dict:
     """The variant table of `arch` ("x86_64" or "aarch64"); ValueError
     naming any other."""
-    if arch not in ("x86_64", "aarch64"):
+    tables = {"x86_64": X86_VARIANTS, "aarch64": ARM64_VARIANTS}
+    if arch not in tables:
         raise ValueError(f"no ALL_VARIANTS list for architecture {arch!r} (known: x86_64, aarch64)")
-    return X86_VARIANTS if arch == "x86_64" else ARM64_VARIANTS
+    return tables[arch]
 
 
 def _table(variant: str) -> dict:

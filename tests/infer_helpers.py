@@ -77,7 +77,7 @@ def model_path(name: str) -> Path:
         pytest.skip(f"model {name} unavailable: {e}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=4)     # bounded: loaded models are large
 def load_model(name: str, profile: str = "avx512"):
     """A registry model loaded to run in CPU profile `profile`."""
     from strata_ref.infer.loader import load

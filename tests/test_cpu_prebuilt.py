@@ -89,7 +89,10 @@ def _sha256(name: str) -> str:
     return h.hexdigest()
 
 
-@functools.lru_cache(maxsize=None)
+# the cases come model by model within a profile: two loaded models are
+# enough, and an unbounded cache held every (model, profile) of the session
+# (the default suite's one process grew past 18 GB of anonymous memory)
+@functools.lru_cache(maxsize=2)
 def _model(name: str, profile: str):
     from strata_ref.infer.loader import load
     return load(_path(name), profile=profile)

@@ -78,7 +78,7 @@ def _pending_types(man) -> list:
     return sorted({t for _, t, _ in man["tensors"] if GGMLType[t] not in TRAITS})
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=2)     # bounded: loaded models are large
 def _variant_model(name, profile):
     from model_variants import build_variant
     from strata_ref.infer.loader import load

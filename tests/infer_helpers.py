@@ -77,6 +77,40 @@ def model_path(name: str) -> Path:
         pytest.skip(f"model {name} unavailable: {e}")
 
 
+def kv_opts(ref, name: str) -> dict:
+    """The KV-cache options of configuration `name` of a llama_kv file
+    (tools/llama_ref.py `kvcache`, tools/arm_ref.py `kv`), as `new_cache`
+    takes them."""
+    return dict(type_k=str(ref[f"{name}:type_k"]), type_v=str(ref[f"{name}:type_v"]),
+                flash_attn=bool(ref[f"{name}:flash_attn"]), rotate=not bool(ref[f"{name}:rot_disable"]),
+                fa_threads=int(ref["n_threads"]))
+
+
+def check_kv_config(m, ref, name: str, label: str = "") -> None:
+    """Model m run on configuration `name` of a llama_kv file as llama.cpp
+    ran it (a fresh cache per pass: the batched pass over prompt + greedy
+    ids, the incremental one, the prompt then one id per call), asserting
+    every row's hash (every logit), the stored top logits' bits and the
+    greedy ids (the argmax of the incremental rows)."""
+    import numpy as np
+    opts, n_ctx = kv_opts(ref, name), int(ref["n_ctx"])
+    ids = ref[f"{name}:prompt_ids"].tolist()
+    gen = ref[f"{name}:greedy_ids"].tolist()
+    cache = m.new_cache(n_ctx, **opts)
+    ours = {"batched": m.forward(ids + gen, m.new_cache(n_ctx, **opts), all_logits=True),
+            "incr": np.concatenate([m.forward(ids, cache, all_logits=True)]
+                                   + [m.forward([t], cache)[None] for t in gen])}
+    for kind, rows in ours.items():
+        bad = np.flatnonzero(row_hashes(rows) != ref[f"{name}:{kind}_hash"])
+        got = np.take_along_axis(rows, ref[f"{name}:{kind}_ids"], axis=1)
+        want = ref[f"{name}:{kind}_logits"]
+        assert bad.size == 0, (f"{label}{name} {kind}: rows {bad[:8].tolist()} of {len(rows)} differ "
+                               f"(top logits max |diff| {np.abs(got - want).max():.3g})")
+        assert np.array_equal(np.ascontiguousarray(got, np.float32).view(np.uint32),
+                              np.ascontiguousarray(want, np.float32).view(np.uint32))
+    assert np.argmax(ours["incr"][len(ids) - 1:-1], axis=1).tolist() == gen
+
+
 @functools.lru_cache(maxsize=4)     # bounded: loaded models are large
 def load_model(name: str, profile: str = "avx512"):
     """A registry model loaded to run in CPU profile `profile`."""

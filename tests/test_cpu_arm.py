@@ -364,31 +364,16 @@ def test_kv_cache_is_the_arm_builds_bits(profile, name):
     # batched and the incremental pass (hashes of the float32 bytes), the
     # stored top logits' bits and llama.cpp's greedy ids; a cache it
     # refuses: the refusal (what is still to emulate, docs/arm64.md)
-    from infer_helpers import load_model, row_hashes
+    from infer_helpers import check_kv_config, kv_opts, load_model
     from strata_ref.infer.model import unemulated_cache
     ref = _data(profile, "llama_kv_SmolLM2-135M-Instruct.npz")
-    opts = dict(type_k=str(ref[f"{name}:type_k"]), type_v=str(ref[f"{name}:type_v"]),
-                flash_attn=bool(ref[f"{name}:flash_attn"]), rotate=not bool(ref[f"{name}:rot_disable"]),
-                fa_threads=int(ref["n_threads"]))
+    opts = kv_opts(ref, name)
     m = load_model("SmolLM2-135M-Instruct", profile)
-    n_ctx = int(ref["n_ctx"])
     if unemulated_cache(profile, opts):
         with pytest.raises(NotImplementedError, match="is not emulated yet"):
-            m.new_cache(n_ctx, **opts)
+            m.new_cache(int(ref["n_ctx"]), **opts)
         return
-    ids = ref[f"{name}:prompt_ids"].tolist()
-    gen = ref[f"{name}:greedy_ids"].tolist()
-    cache = m.new_cache(n_ctx, **opts)
-    ours = {"batched": m.forward(ids + gen, m.new_cache(n_ctx, **opts), all_logits=True),
-            "incr": np.concatenate([m.forward(ids, cache, all_logits=True)]
-                                   + [m.forward([t], cache)[None] for t in gen])}
-    for kind, rows in ours.items():
-        bad = np.flatnonzero(row_hashes(rows) != ref[f"{name}:{kind}_hash"])
-        got = np.take_along_axis(rows, ref[f"{name}:{kind}_ids"], axis=1)
-        assert bad.size == 0, (f"{profile} {name} {kind}: rows {bad[:8].tolist()} of {len(rows)} differ "
-                               f"(top logits max |diff| {np.abs(got - ref[f'{name}:{kind}_logits']).max():.3g})")
-        assert np.array_equal(_bits(got), _bits(ref[f"{name}:{kind}_logits"]))
-    assert np.argmax(ours["incr"][len(ids) - 1:-1], axis=1).tolist() == gen
+    check_kv_config(m, ref, name, f"{profile} ")
 
 
 @pytest.mark.parametrize("profile", ARM)

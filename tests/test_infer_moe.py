@@ -470,29 +470,38 @@ def _patched_moe(path, arch, tensor_fn=None, extra=()):
     return path
 
 
-def test_moe_tensor_errors_name_the_tensor(tmp_path):
-    from strata_ref import GGMLType
+def _without(name):
+    # tensor_fn dropping one tensor
+    return lambda n, t, s, d: None if n == name else (n, t, s, d)
+
+
+def _reshaped(name, shape_fn):
+    # tensor_fn giving one tensor another ggml shape
+    return lambda n, t, s, d: (n, t, shape_fn(s), d) if n == name else (n, t, s, d)
+
+
+def _refused(path, arch, pattern, **patch):
+    # the patched tiny model is refused at load with a message matching pattern
     from strata_ref.infer.loader import load
     from strata_ref.infer.model import ModelLoadError
+    f = _patched_moe(path, arch, **patch)
+    with pytest.raises(ModelLoadError, match=pattern):
+        load(f)
+
+
+def test_moe_tensor_errors_name_the_tensor(tmp_path):
+    from strata_ref import GGMLType
     # llama.cpp's qwen3moe has no shared expert: a file with one is refused
-    f = _patched_moe(tmp_path / "a.gguf", "qwen3moe",
-                     extra=[("blk.0.ffn_up_shexp.weight", GGMLType.F32, (256, 8),
-                             np.zeros(2048, np.float32))])
-    with pytest.raises(ModelLoadError, match=r"tensor `blk.0.ffn_up_shexp.weight` is not part of "
-                                             r"llama.cpp's qwen3moe graph"):
-        load(f)
+    _refused(tmp_path / "a.gguf", "qwen3moe", r"tensor `blk.0.ffn_up_shexp.weight` is not part of "
+             r"llama.cpp's qwen3moe graph",
+             extra=[("blk.0.ffn_up_shexp.weight", GGMLType.F32, (256, 8), np.zeros(2048, np.float32))])
     # an expert tensor of the wrong shape
-    f = _patched_moe(tmp_path / "b.gguf", "qwen3moe",
-                     tensor_fn=lambda n, t, s, d: (n, t, (s[0], s[1] // 2, s[2] * 2), d)
-                     if n == "blk.2.ffn_down_exps.weight" else (n, t, s, d))
-    with pytest.raises(ModelLoadError, match=r"tensor `blk.2.ffn_down_exps.weight` has ggml shape "
-                                             r"\[256, 128, 16\], expected \[256, 256, 8\]"):
-        load(f)
+    _refused(tmp_path / "b.gguf", "qwen3moe", r"tensor `blk.2.ffn_down_exps.weight` has ggml shape "
+             r"\[256, 128, 16\], expected \[256, 256, 8\]",
+             tensor_fn=_reshaped("blk.2.ffn_down_exps.weight", lambda s: (s[0], s[1] // 2, s[2] * 2)))
     # gpt-oss without its sinks
-    f = _patched_moe(tmp_path / "c.gguf", "gpt-oss",
-                     tensor_fn=lambda n, t, s, d: None if n == "blk.1.attn_sinks.weight" else (n, t, s, d))
-    with pytest.raises(ModelLoadError, match=r"gpt-oss: missing tensor `blk.1.attn_sinks.weight`"):
-        load(f)
+    _refused(tmp_path / "c.gguf", "gpt-oss", r"gpt-oss: missing tensor `blk.1.attn_sinks.weight`",
+             tensor_fn=_without("blk.1.attn_sinks.weight"))
 
 
 def test_glm4moe_hparams():
@@ -529,7 +538,8 @@ def test_deepseek2_hparams():
                                                    "rope.scaling.yarn_log_multiplier": 0.0707}))
     lg = f(np.log(f(4.0)))
     ms = f(f(1) + f(f(0.1) * lg)) * f(f(1) + f(f(f(0.1) * f(f(0.0707) / f(0.1))) * lg))
-    assert abs(hp.mla.kq_scale - float(ms * ms / np.sqrt(f(96)))) < 1e-7
+    # every step a float32 rounding, as deepseek2.cpp computes it: bit for bit
+    assert f(hp.mla.kq_scale).view(np.uint32) == f(f(ms * ms) / np.sqrt(f(96))).view(np.uint32)
     hp = hps.from_metadata(_moe_md("deepseek2", block_count=27, **{"attention.q_lora_rank": None}))
     assert hp.mla.n_lora_q == 0
 
@@ -548,22 +558,13 @@ def test_mla_cache_is_f16_without_flash_attention():
 
 
 def test_mla_tensor_errors_name_the_tensor(tmp_path):
-    from strata_ref.infer.loader import load
-    from strata_ref.infer.model import ModelLoadError
-    f = _patched_moe(tmp_path / "a.gguf", "deepseek2",
-                     tensor_fn=lambda n, t, s, d: None if n == "blk.2.attn_k_b.weight" else (n, t, s, d))
-    with pytest.raises(ModelLoadError, match=r"deepseek2: missing tensor `blk.2.attn_k_b.weight`"):
-        load(f)
-    f = _patched_moe(tmp_path / "b.gguf", "deepseek2",
-                     tensor_fn=lambda n, t, s, d: (n, t, (s[1], s[0], s[2]), d)
-                     if n == "blk.1.attn_v_b.weight" else (n, t, s, d))
-    with pytest.raises(ModelLoadError, match=r"tensor `blk.1.attn_v_b.weight` has ggml shape "
-                                             r"\[64, 128, 4\], expected \[128, 64, 4\]"):
-        load(f)
-    f = _patched_moe(tmp_path / "c.gguf", "deepseek2",
-                     tensor_fn=lambda n, t, s, d: None if n == "blk.0.attn_q_a_norm.weight" else (n, t, s, d))
-    with pytest.raises(ModelLoadError, match=r"deepseek2: missing tensor `blk.0.attn_q_a_norm.weight`"):
-        load(f)
+    _refused(tmp_path / "a.gguf", "deepseek2", r"deepseek2: missing tensor `blk.2.attn_k_b.weight`",
+             tensor_fn=_without("blk.2.attn_k_b.weight"))
+    _refused(tmp_path / "b.gguf", "deepseek2", r"tensor `blk.1.attn_v_b.weight` has ggml shape "
+             r"\[64, 128, 4\], expected \[128, 64, 4\]",
+             tensor_fn=_reshaped("blk.1.attn_v_b.weight", lambda s: (s[1], s[0], s[2])))
+    _refused(tmp_path / "c.gguf", "deepseek2", r"deepseek2: missing tensor `blk.0.attn_q_a_norm.weight`",
+             tensor_fn=_without("blk.0.attn_q_a_norm.weight"))
 
 
 def test_phi3_hparams():

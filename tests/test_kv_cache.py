@@ -26,7 +26,7 @@ import functools
 import numpy as np
 import pytest
 
-from infer_helpers import DATA, PROFILES, load_model, model_path, profile_files, row_hashes
+from infer_helpers import DATA, PROFILES, check_kv_config, load_model, profile_files
 from strata_ref import cpu
 from strata_ref.cpu.flash_attn import fa_path, flash_attn_ext
 from strata_ref.cpu.hadamard import fwht, gen_hadamard, hadamard_scale, mul_mat_hadamard
@@ -464,35 +464,12 @@ def _kv_cases():
     return out
 
 
-def _run(m, ref, name):
-    opts = dict(type_k=str(ref[f"{name}:type_k"]), type_v=str(ref[f"{name}:type_v"]),
-                flash_attn=bool(ref[f"{name}:flash_attn"]), rotate=not bool(ref[f"{name}:rot_disable"]),
-                fa_threads=int(ref["n_threads"]))
-    ids = ref[f"{name}:prompt_ids"].tolist()
-    gen = ref[f"{name}:greedy_ids"].tolist()
-    n_ctx = int(ref["n_ctx"])
-    batched = m.forward(ids + gen, m.new_cache(n_ctx, **opts), all_logits=True)
-    cache = m.new_cache(n_ctx, **opts)
-    incr = np.concatenate([m.forward(ids, cache, all_logits=True)] +
-                          [m.forward([t], cache)[None] for t in gen])
-    return ids, gen, {"batched": batched, "incr": incr}
-
-
 @pytest.mark.parametrize("stem, profile, path, name", _kv_cases())
 def test_kv_cache_logits_are_llama_cpp_bits(stem, profile, path, name):
     ref = _kv_ref(path)
     assert str(ref["profile"]) == profile
-    m = load_model(stem, profile)
-    ids, gen, ours = _run(m, ref, name)
-    for kind, rows in ours.items():
-        bad = np.flatnonzero(row_hashes(rows) != ref[f"{name}:{kind}_hash"])
-        got = np.take_along_axis(rows, ref[f"{name}:{kind}_ids"], axis=1)
-        assert bad.size == 0, (f"{name} {kind}: rows {bad[:8].tolist()} of {len(rows)} differ "
-                               f"(top logits max |diff| {np.abs(got - ref[f'{name}:{kind}_logits']).max():.3g})")
-        assert np.array_equal(_bits(got), _bits(ref[f"{name}:{kind}_logits"]))
-    # our greedy continuation is llama.cpp's
-    p = len(ids)
-    assert np.argmax(ours["incr"][p - 1:-1], axis=1).tolist() == gen
+    # every row, the top logits' bits, and our greedy continuation is llama.cpp's
+    check_kv_config(load_model(stem, profile), ref, name)
 
 
 def test_flash_attention_defaults_to_the_profiles_llama_cpp(tmp_path):

@@ -117,7 +117,11 @@ def test_ctrl_c_stops_golden_check_with_130():
             p.kill()
             p.wait()
     assert p.returncode == 130 and out == ""
-    assert time.monotonic() - t0 < 5
+    # the check would run for minutes; the grace time plus a margin for a
+    # loaded machine (a CI run beside other jobs took over 5 s once) still
+    # tells a prompt stop from a run to the end
+    from strata_ref.cli import INTERRUPT_GRACE_S
+    assert time.monotonic() - t0 < INTERRUPT_GRACE_S + 15
     assert "Traceback" not in rest and "Exception" not in rest
 
 

@@ -67,6 +67,8 @@ from numba.extending import intrinsic
 
 from ..types import GGMLType, block_format
 from ._digest import kquant_row_kernels
+from . import kquant_panel
+from .kquant_panel import make_panel
 from .fp import fma32 as _fma
 from .simd import (I32x8, _BYTES, _I8, _I16, _I32, _V8I32, _V16I8, _V16I16, _V32I8, _byte_ptr, _check_array,
                    _literal, _mod8_ir, _splat, scaled_pairs_ir, f8_add, f8_fma, f8_hsum, f8_lane, f8_mul,
@@ -85,6 +87,9 @@ LANES, TILED, REPACK, GENERIC, NEON, ARM_8X4 = 0, 1, 2, 3, 4, 5
 LANES_NOFMA = 6
 
 _F32 = np.float32
+#: the modes whose products of several activation rows run as a panel of
+#: eight weight rows (`kquant_panel`)
+_PANEL_KINDS = {REPACK: kquant_panel.REPACK, TILED: kquant_panel.TILED}
 
 
 def _off(t, name):
@@ -311,6 +316,10 @@ def _make_kernels(t: GGMLType, mode: int):
         lanes, lanes8, mins, scales8, unpack = _make_q45(t)
     else:
         lanes = lanes8 = mins = scales8 = unpack = None
+    # several activation rows on the repacked / tiled paths: eight weight
+    # rows at a time as a panel (`kquant_panel`, the same bits)
+    PANEL = MODE in _PANEL_KINDS
+    panel = make_panel(t, _PANEL_KINDS[MODE], _q6_unpack if Q6 else unpack, scales8, mins, _Q6_SC) if PANEL else None
 
     # --- the float steps of one super-block for one activation row (the
     # module docstring's modes); st = (acc F32x8, out, accm, mv F32x8):
@@ -564,6 +573,10 @@ def _make_kernels(t: GGMLType, mode: int):
                 for t in range(n):
                     out[t, r] = row_direct(w, r * rb, x, t * cols, xd, xbf, t * nbs, t)
             return
+        if PANEL:
+            r0 = panel(w, r0, r1, rb, x, xd, xbf, nbs, n_gemm, out)
+            if r0 == r1:
+                return
         # several activation rows: each weight row unpacked once, then
         # dotted with the activation rows two at a time
         scr = (np.empty(256 * nb, np.uint8), np.empty(8 * nb, np.int32), np.empty(8 * nb, np.int32))

@@ -154,7 +154,7 @@ def test_router_choices_are_no_near_ties(arch, tiny_files):
         for il, L in enumerate(m.layers):
             if not hasattr(L.moe, "router"):
                 continue
-            sc = cmoe.selection_scores(L.moe.router.matmul(L.moe.last_x), m.hp.gating, m.cpu,
+            sc = cmoe.selection_scores(L.moe.router.matmul(L.moe.last_router_x), m.hp.gating, m.cpu,
                                        L.moe.router_bias, L.moe.probs_bias)[1]
             s = -np.sort(-sc, axis=1)
             gap = s[:, k - 1] - s[:, k]

@@ -10,7 +10,7 @@ architecture (a `Model` subclass in a module of this package), the RoPE
 kind and scalings, which norms and biases its layers have, the FFN's
 activation, its sliding-window layers, its output head and the names its
 llama.cpp graph gives the nodes that differ between architectures (for
-`strata-ref trace`). The graphs (`dense`, `moe`, `hybrid`), their blocks
+`strata-ref trace`). The graphs (`dense`, `moe`, `hybrid`, `gemma4`), their blocks
 (`layers`, `blocks`), the compiled dense layer (`compiled`), the loader
 (`loader`) and `quality.rotate` read these fields; no module of the
 package compares an architecture's name.
@@ -208,7 +208,7 @@ ssm: the Gated DeltaNet variant of a hybrid ("ba_repeat", qwen3next:
 
     @property
     def module(self) -> str:
-        """The graph's module in this package (`dense`, `moe`, `hybrid`)."""
+        """The graph's module in this package (`dense`, `moe`, `hybrid`, `gemma4`)."""
         return self.graph.split(".")[0]
 
     @property

@@ -14,6 +14,7 @@ vendored by llama-cpp-python 0.3.36, `src/llama-model.cpp` and
 | dense | `dense` | llama, qwen2, qwen3, gemma3, phi3 |
 | mixture of experts | `moe` | qwen3moe, glm4moe, deepseek2 (MLA attention: `mla`), gpt-oss (llama.cpp's `openai-moe`) |
 | hybrid (Gated DeltaNet + gated attention + experts or a dense FFN) | `hybrid` | qwen3next, qwen35moe, qwen35 |
+| Gemma 4 (two kinds of layers, shared KV, per-layer embeddings, dense or MoE) | `gemma4` | gemma4 |
 
 Every operation follows ggml-cpu's arithmetic, order of float operations
 included, in the CPU profile the model was loaded with (`strata_ref.cpu`:

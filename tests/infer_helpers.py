@@ -285,7 +285,8 @@ DENSE_FF = 512
 #: step's gap between the two largest logits is more than twice the largest
 #: difference between the profiles' logits (tests/test_infer_moe.py
 #: `test_greedy_steps_are_no_near_ties`). The older models keep seed 0.
-MOE_SEEDS = {"qwen35": 13, "phi3": 1, "glm4moe": 23, "deepseek2": 4, "deepseek2-lite": 5}
+MOE_SEEDS = {"qwen35": 13, "phi3": 1, "glm4moe": 23, "deepseek2": 4, "deepseek2-lite": 5, "gemma4": 19,
+             "gemma4-moe": 0}
 
 
 #: the other contexts llama.cpp's logits are stored for (besides 512):
@@ -607,6 +608,10 @@ def tiny_gemma4(name: str, path, seed: int = 0) -> None:
     L, E, H, P = len(layers), 256, 4, 32
     DS, KS, DF, KF = 64, 2, 128, 1              # head size and KV heads: sliding-window, full
     NX, NU, F = 8, 2, 256                       # experts
+    # gemma4 attends with scale 1 to RMS-normed q and k: q / k norm weights
+    # of 0.3 keep the scores' spread about 1 (1 would make them about
+    # sqrt(head size), the softmax one-hot and the model chaotic)
+    QK_GAIN = 0.3
     swa = [True, True, True, False, True, False] if not moe else [True, True, True, False]
     shared = 0 if moe else 2
     n_ff = [DENSE_FF if moe or il < L - shared else 2 * DENSE_FF for il in range(L)]
@@ -654,7 +659,8 @@ def tiny_gemma4(name: str, path, seed: int = 0) -> None:
         if swa[i] or not moe:
             ts.append((p + "attn_v.weight",) + q(ta, kv * hd, E))
         ts += [(p + "attn_output.weight",) + q(ta, E, H * hd),
-               (p + "attn_q_norm.weight",) + norm(rng, hd), (p + "attn_k_norm.weight",) + norm(rng, hd),
+               (p + "attn_q_norm.weight",) + norm(rng, hd, QK_GAIN),
+               (p + "attn_k_norm.weight",) + norm(rng, hd, QK_GAIN),
                (p + "post_attention_norm.weight",) + norm(rng, E),
                (p + "layer_output_scale.weight",) + f32(rng.uniform(0.5, 1.0, 1)),
                (p + "ffn_norm.weight",) + norm(rng, E),

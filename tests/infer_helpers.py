@@ -591,7 +591,9 @@ def tiny_gemma4(name: str, path, seed: int = 0) -> None:
     array), the "proportional" RoPE of base 1e6 (`rope_freqs`: factor 1
     for the first 16 pairs, 1e30 for the other 48), the sliding-window
     pattern as an array of BOOL, final soft-capping 30, a
-    `layer_output_scale` per layer, the output tied to the embeddings.
+    `layer_output_scale` per layer, the output tied to the embeddings,
+    Gemma 4's tokenizer type (`tokenizer.ggml.model` gemma4) over 259 ids:
+    the 256 byte tokens, the space, BOS, EOS.
 
     gemma4 (E2B's layout): 6 layers (full: 3 and 5), the last 2 sharing
     the KV cells of layers 2 and 3 (their unused attn_k / attn_v /
@@ -626,6 +628,16 @@ def tiny_gemma4(name: str, path, seed: int = 0) -> None:
     experts = ({f"{arch}.expert_feed_forward_length": (V.UINT32, F), f"{arch}.expert_count": (V.UINT32, NX),
                 f"{arch}.expert_used_count": (V.UINT32, NU)} if moe else {})
     md = metadata(arch, layers=L, embd=E, ff=DENSE_FF, heads=H, kv_heads=KS, ctx=4096, after_ff=experts)
+    # Gemma 4's tokenizer type with the tests' 259 ids: byte b is token b
+    # (`<0xXX>`, the byte fallback), 256 the space (U+2581), 257 / 258
+    # BOS / EOS, so `TINY_IDS` reads "<bos>Hello world" here too
+    md.pop("tokenizer.ggml.pre")
+    md.update({"tokenizer.ggml.model": "gemma4",
+               "tokenizer.ggml.tokens": (V.ARRAY, [f"<0x{b:02X}>" for b in range(256)] + ["\u2581", "<bos>", "<eos>"],
+                                         V.STRING),
+               "tokenizer.ggml.token_type": (V.ARRAY, [6] * 256 + [1, 3, 3], V.INT32),
+               "tokenizer.ggml.merges": (V.ARRAY, ["\u2581 \u2581"], V.STRING),
+               "tokenizer.ggml.add_bos_token": True, "tokenizer.ggml.add_space_prefix": False})
     md.update({f"{arch}.feed_forward_length": (V.ARRAY, n_ff, V.UINT32),
                f"{arch}.attention.head_count_kv": (V.ARRAY, [KS if s else KF for s in swa], V.UINT32),
                f"{arch}.attention.key_length": (V.UINT32, DF), f"{arch}.attention.value_length": (V.UINT32, DF),

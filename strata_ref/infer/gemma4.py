@@ -75,6 +75,8 @@ from .moe import MoEFFN, expert_params
 __all__ = ["Gemma4HParams", "Gemma4Attention", "Gemma4Model"]
 
 _F32 = np.float32
+#: this graph's module name (`archs.ArchSpec.module`)
+_GRAPH = __name__.rsplit(".", 1)[-1]
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,7 @@ class Gemma4HParams(CommonHParams):
     def from_metadata(cls, md) -> "Gemma4HParams":
         """The hyperparameters of a gemma4 file as llama.cpp reads them;
         ModelLoadError naming the key for a missing or bad one."""
-        spec = arch_spec(md, "gemma4")
+        spec = arch_spec(md, _GRAPH)
         k = ArchKeys(md, spec.name)
         arch = spec.name
         c = common_params(k, spec, per_layer=("feed_forward_length", "attention.head_count_kv"))

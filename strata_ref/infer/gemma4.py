@@ -66,7 +66,8 @@ import numpy as np
 
 from ..cpu import ops
 from . import trace as T
-from .kv_cache import CACHE_TYPES, IswaCache, resolve_flash_attn
+from ..types import GGMLType
+from .kv_cache import IswaCache, cache_type, resolve_flash_attn
 from .layers import GatedFFN
 from .model import (CommonHParams, ArchKeys, Model, ModelLoadError, arch_spec, common_params,
                     refuse_rope_attn_factor, swa_params)
@@ -318,10 +319,12 @@ class Gemma4Model(Model):
 
     @staticmethod
     def _refuse_cache(options) -> None:
-        tk = CACHE_TYPES.get(str(options.get("type_k", "f16")).lower())
-        tv = CACHE_TYPES.get(str(options.get("type_v", "f16")).lower())
-        if tk is None or tv is None or tk != CACHE_TYPES["f16"] or tv != CACHE_TYPES["f16"] or \
-                resolve_flash_attn(options.get("flash_attn"), "f16"):
+        """NotImplementedError for a cache other than F16 without flash
+        attention (ValueError for an unknown type or flash_attn value)."""
+        tk = cache_type(options.get("type_k", "f16"), "type_k (--cache-type-k)")
+        tv = cache_type(options.get("type_v", "f16"), "type_v (--cache-type-v)")
+        fa = options.get("flash_attn")
+        if tk != GGMLType.F16 or tv != GGMLType.F16 or (fa is not None and resolve_flash_attn(fa, tv)):
             raise NotImplementedError("gemma4 runs with an F16 KV cache without flash attention only (the "
                                       "other caches are not checked against llama.cpp for this graph yet): "
                                       "leave the cache types at f16 and pass --flash-attn off")

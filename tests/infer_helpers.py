@@ -252,6 +252,19 @@ MOE_LAYERS = {
     # layer 3), fused ffn_up (gate | up), ffn_down
     "phi3": [("Q8_0", "Q4_K", "Q6_K"), ("Q4_K", "Q8_0", "Q5_0"), ("Q6_K", "Q5_K", "Q8_0"),
              ("Q5_0", "Q6_K", "Q4_0")],
+    # gemma4 as the E2B / E4B files have it (`tiny_gemma4`): 6 layers,
+    # 0-2 and 4 sliding-window, 3 and 5 full; layers 4-5 share the KV of
+    # layers 2-3; per-layer embeddings; dense GeGLU FFN (double width in
+    # the shared layers). Types: attention, FFN gate / up, FFN down
+    "gemma4": [("Q8_0", "Q4_K", "Q6_K"), ("Q4_K", "Q8_0", "Q4_0"), ("Q6_K", "Q5_K", "Q8_0"),
+               ("Q5_0", "Q6_K", "Q5_1"), ("Q8_0", "Q4_0", "Q4_K"), ("Q4_K", "Q8_0", "Q6_K")],
+    # gemma4's MoE layout (26B-A4B, `tiny_gemma4`): 4 layers, 0-2
+    # sliding-window, 3 full without attn_v (V is the K product); every
+    # layer the dense GeGLU FFN plus 8 GeGLU experts with 2 used (fused
+    # gate_up in layers 0-1, separate gate / up in 2-3). Types: attention
+    # and dense FFN, expert gate / up, expert down
+    "gemma4-moe": [("Q8_0", "Q4_K", "Q6_K"), ("Q4_K", "Q8_0", "Q4_0"), ("Q6_K", "Q5_K", "Q8_0"),
+                   ("Q5_0", "Q6_K", "Q5_1")],
     # even layers sliding-window (8), odd ones full; YaRN RoPE; MXFP4
     # experts as gpt-oss ships them (repacked mxfp4_8x8 on AVX2 builds),
     # F16 attention in the last layer
@@ -261,10 +274,10 @@ MOE_LAYERS = {
 #: the router's type per architecture: F32, as llama.cpp's quantizer leaves
 #: routers (and qwen3next's shared-expert gate)
 MOE_ROUTER = {"qwen3moe": "F32", "qwen3next": "F32", "qwen35moe": "F32", "gpt-oss": "F32", "glm4moe": "F32",
-              "deepseek2": "F32", "deepseek2-lite": "F32"}
+              "deepseek2": "F32", "deepseek2-lite": "F32", "gemma4-moe": "F32"}
 #: a tiny model's architecture where its name (a key of `MOE_LAYERS`) is a
 #: variant of one
-MOE_ARCH = {"deepseek2-lite": "deepseek2"}
+MOE_ARCH = {"deepseek2-lite": "deepseek2", "gemma4-moe": "gemma4"}
 #: the dense FFN width of the tiny models without experts
 DENSE_FF = 512
 #: the seed of each tiny model whose seed was chosen (default 0): the one of
@@ -272,7 +285,16 @@ DENSE_FF = 512
 #: step's gap between the two largest logits is more than twice the largest
 #: difference between the profiles' logits (tests/test_infer_moe.py
 #: `test_greedy_steps_are_no_near_ties`). The older models keep seed 0.
-MOE_SEEDS = {"qwen35": 13, "phi3": 1, "glm4moe": 23, "deepseek2": 4, "deepseek2-lite": 5}
+MOE_SEEDS = {"qwen35": 13, "phi3": 1, "glm4moe": 23, "deepseek2": 4, "deepseek2-lite": 5, "gemma4": 19,
+             "gemma4-moe": 0}
+
+
+#: the profiles whose llama.cpp data a tiny model does not have yet, with
+#: the reason: the gemma4 data was made on a CPU without AVX-512, which
+#: cannot execute the avx512 build (tools/peer_env.py refuses it);
+#: `python tools/llama_ref.py --profile avx512 moe --arch gemma4,gemma4-moe`
+#: on an AVX-512 machine makes it (then drop the entry)
+MOE_PENDING = {"gemma4": ("avx512",), "gemma4-moe": ("avx512",)}
 
 
 #: the other contexts llama.cpp's logits are stored for (besides 512):
@@ -334,6 +356,8 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
 
     if arch not in MOE_LAYERS:
         raise ValueError(f"no tiny MoE model for {arch!r}")
+    if MOE_ARCH.get(arch, arch) == "gemma4":
+        return tiny_gemma4(arch, path, seed)
     rng = np.random.default_rng(seed)
     layers = MOE_LAYERS[arch]
     lite = arch == "deepseek2-lite"
@@ -554,6 +578,136 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
                (p + "ffn_down_shexp.weight",) + q("Q8_0", E, F),
                (p + "nextn.eh_proj.weight",) + q("Q8_0", E, 2 * E), (p + "nextn.enorm.weight",) + norm(rng, E),
                (p + "nextn.hnorm.weight",) + norm(rng, E), (p + "nextn.shared_head_norm.weight",) + norm(rng, E)]
+    write(path, md, ts)
+
+
+def tiny_gemma4(name: str, path, seed: int = 0) -> None:
+    """Write the tiny gemma4 model `name` ("gemma4" or "gemma4-moe", keys
+    of `MOE_LAYERS`) to `path`, with the tensors and keys the converter
+    (`conversion/gemma.py` `Gemma4Model`) writes for the Gemma 4 files:
+    n_embd 256, 4 query heads; sliding-window layers with heads of 64 over
+    2 KV heads, RoPE over all 64 values (base 10000) and a window of 8;
+    full layers with heads of 128 over 1 KV head (`head_count_kv` an
+    array), the "proportional" RoPE of base 1e6 (`rope_freqs`: factor 1
+    for the first 16 pairs, 1e30 for the other 48), the sliding-window
+    pattern as an array of BOOL, final soft-capping 30, a
+    `layer_output_scale` per layer, the output tied to the embeddings,
+    Gemma 4's tokenizer type (`tokenizer.ggml.model` gemma4) over 259 ids:
+    the 256 byte tokens, the space, BOS, EOS.
+
+    gemma4 (E2B's layout): 6 layers (full: 3 and 5), the last 2 sharing
+    the KV cells of layers 2 and 3 (their unused attn_k / attn_v /
+    attn_k_norm written, as the converter does), a dense FFN of
+    `DENSE_FF` (twice that in the shared layers: `feed_forward_length` an
+    array), per-layer embeddings of 32 per layer (`per_layer_token_embd`
+    Q8_0, `per_layer_model_proj` F16). gemma4-moe (26B-A4B's layout): 4
+    layers (full: 3, without attn_v), each with the dense FFN and 8 experts
+    of 256 with 2 used, the router's input scale `ffn_gate_inp.scale` and
+    the per-expert down scale `ffn_down_exps.scale`; layer 1's router has
+    equal rows (experts 2 and 5) for ggml's tie order."""
+    import numpy as np
+    from strata_ref import GGMLType
+    from strata_ref.gguf import GGUFValueType as V
+    from strata_ref.quantize import quantize
+    from tiny_gguf import N_VOCAB as nv, metadata, norm, write
+
+    arch = "gemma4"
+    moe = name == "gemma4-moe"
+    layers = MOE_LAYERS[name]
+    rng = np.random.default_rng(seed)
+    L, E, H, P = len(layers), 256, 4, 32
+    DS, KS, DF, KF = 64, 2, 128, 1              # head size and KV heads: sliding-window, full
+    NX, NU, F = 8, 2, 256                       # experts
+    # gemma4 attends with scale 1 to RMS-normed q and k: q / k norm weights
+    # of 0.3 keep the scores' spread about 1 (1 would make them about
+    # sqrt(head size), the softmax one-hot and the model chaotic)
+    QK_GAIN = 0.3
+    swa = [True, True, True, False, True, False] if not moe else [True, True, True, False]
+    shared = 0 if moe else 2
+    n_ff = [DENSE_FF if moe or il < L - shared else 2 * DENSE_FF for il in range(L)]
+    experts = ({f"{arch}.expert_feed_forward_length": (V.UINT32, F), f"{arch}.expert_count": (V.UINT32, NX),
+                f"{arch}.expert_used_count": (V.UINT32, NU)} if moe else {})
+    md = metadata(arch, layers=L, embd=E, ff=DENSE_FF, heads=H, kv_heads=KS, ctx=4096, after_ff=experts)
+    # Gemma 4's tokenizer type with the tests' 259 ids: byte b is token b
+    # (`<0xXX>`, the byte fallback), 256 the space (U+2581), 257 / 258
+    # BOS / EOS, so `TINY_IDS` reads "<bos>Hello world" here too
+    md.pop("tokenizer.ggml.pre")
+    md.update({"tokenizer.ggml.model": "gemma4",
+               "tokenizer.ggml.tokens": (V.ARRAY, [f"<0x{b:02X}>" for b in range(256)] + ["\u2581", "<bos>", "<eos>"],
+                                         V.STRING),
+               "tokenizer.ggml.token_type": (V.ARRAY, [6] * 256 + [1, 3, 3], V.INT32),
+               "tokenizer.ggml.merges": (V.ARRAY, ["\u2581 \u2581"], V.STRING),
+               "tokenizer.ggml.add_bos_token": True, "tokenizer.ggml.add_space_prefix": False})
+    md.update({f"{arch}.feed_forward_length": (V.ARRAY, n_ff, V.UINT32),
+               f"{arch}.attention.head_count_kv": (V.ARRAY, [KS if s else KF for s in swa], V.UINT32),
+               f"{arch}.attention.key_length": (V.UINT32, DF), f"{arch}.attention.value_length": (V.UINT32, DF),
+               f"{arch}.attention.key_length_swa": (V.UINT32, DS),
+               f"{arch}.attention.value_length_swa": (V.UINT32, DS),
+               f"{arch}.rope.dimension_count": (V.UINT32, DF),
+               f"{arch}.rope.dimension_count_swa": (V.UINT32, DS),
+               f"{arch}.rope.freq_base_swa": (V.FLOAT32, 10000.0),
+               f"{arch}.attention.sliding_window": (V.UINT32, 8),
+               f"{arch}.attention.sliding_window_pattern": (V.ARRAY, swa, V.BOOL),
+               f"{arch}.attention.shared_kv_layers": (V.UINT32, shared),
+               f"{arch}.embedding_length_per_layer_input": (V.UINT32, 0 if moe else P),
+               f"{arch}.final_logit_softcapping": (V.FLOAT32, 30.0)})
+
+    def q(t, *shape, scale=0.02):
+        w = (rng.standard_normal(shape) * scale).astype(np.float32)
+        t = GGMLType[t]
+        data = (w.reshape(-1) if t == GGMLType.F32 else
+                quantize(w.reshape(-1, w.shape[-1]), t).reshape(-1))
+        return (t, tuple(reversed(w.shape)), data)
+
+    def f32(w):
+        return (GGMLType.F32, tuple(reversed(w.shape)), np.ascontiguousarray(w, np.float32).reshape(-1))
+
+    # small embeddings (scaled by sqrt(n_embd) = 16) and a large output
+    # norm, as `tiny_model`'s gemma3: the layers' share of the residual
+    # stays large and the tied output's logits spread
+    ts = [("token_embd.weight",) + q("Q8_0", nv, E, scale=0.1), ("output_norm.weight",) + norm(rng, E, 3.0),
+          ("rope_freqs.weight",) + f32(np.array([1.0] * (DF // 8) + [1e30] * (DF // 2 - DF // 8)))]
+    if not moe:
+        ts += [("per_layer_token_embd.weight",) + q("Q8_0", nv, L * P, scale=0.5),
+               ("per_layer_model_proj.weight",) + q("F16", L * P, E, scale=0.05),
+               ("per_layer_proj_norm.weight",) + norm(rng, P)]
+    for i, (ta, tgu, td) in enumerate(layers):
+        p = f"blk.{i}."
+        hd, kv = (DS, KS) if swa[i] else (DF, KF)
+        ts += [(p + "attn_norm.weight",) + norm(rng, E), (p + "attn_q.weight",) + q(ta, H * hd, E),
+               (p + "attn_k.weight",) + q(ta, kv * hd, E)]
+        if swa[i] or not moe:
+            ts.append((p + "attn_v.weight",) + q(ta, kv * hd, E))
+        ts += [(p + "attn_output.weight",) + q(ta, E, H * hd),
+               (p + "attn_q_norm.weight",) + norm(rng, hd, QK_GAIN),
+               (p + "attn_k_norm.weight",) + norm(rng, hd, QK_GAIN),
+               (p + "post_attention_norm.weight",) + norm(rng, E),
+               (p + "layer_output_scale.weight",) + f32(rng.uniform(0.5, 1.0, 1)),
+               (p + "ffn_norm.weight",) + norm(rng, E),
+               (p + "ffn_gate.weight",) + q(ta if moe else tgu, n_ff[i], E),
+               (p + "ffn_up.weight",) + q(ta if moe else tgu, n_ff[i], E),
+               (p + "ffn_down.weight",) + q(ta if moe else td, E, n_ff[i]),
+               (p + "post_ffw_norm.weight",) + norm(rng, E)]
+        if moe:
+            r = (rng.standard_normal((NX, E)) * 0.02).astype(np.float32)
+            if i == 1:
+                r[5] = r[2]
+            ts += [(p + "ffn_gate_inp.weight",) + f32(r),
+                   (p + "ffn_gate_inp.scale",) + f32(rng.uniform(0.5, 1.5, E)),
+                   (p + "pre_ffw_norm_2.weight",) + norm(rng, E),
+                   (p + "post_ffw_norm_1.weight",) + norm(rng, E),
+                   (p + "post_ffw_norm_2.weight",) + norm(rng, E)]
+            if i < 2:
+                ts.append((p + "ffn_gate_up_exps.weight",) + q(tgu, NX, 2 * F, E))
+            else:
+                ts += [(p + "ffn_gate_exps.weight",) + q(tgu, NX, F, E),
+                       (p + "ffn_up_exps.weight",) + q(tgu, NX, F, E)]
+            ts += [(p + "ffn_down_exps.weight",) + q(td, NX, E, F),
+                   (p + "ffn_down_exps.scale",) + f32(rng.uniform(0.5, 1.5, NX))]
+        else:
+            ts += [(p + "inp_gate.weight",) + q("Q8_0", P, E, scale=0.05),
+                   (p + "proj.weight",) + q("Q8_0", E, P, scale=0.05),
+                   (p + "post_norm.weight",) + norm(rng, E)]
     write(path, md, ts)
 
 

@@ -17,8 +17,8 @@ import hashlib
 import numpy as np
 import pytest
 
-from infer_helpers import (DATA, MOE_CTX, MOE_LAYERS, MOE_ROUTER, MOE_SEEDS, PROFILES, arm_profile_files, moe_seed,
-                           profile_files, tiny_moe_model)
+from infer_helpers import (DATA, MOE_CTX, MOE_LAYERS, MOE_PENDING, MOE_ROUTER, MOE_SEEDS, PROFILES, arm_profile_files,
+                           moe_seed, profile_files, tiny_moe_model)
 from strata_ref.cpu import PROFILES as CPU_PROFILES
 from strata_ref.cpu import moe as cmoe
 
@@ -61,9 +61,12 @@ def _cases():
 
 
 def test_every_profile_has_moe_reference_data():
+    # every profile's data is stored, but where `MOE_PENDING` says it is
+    # not made yet (and there it must be absent: the entry goes with it)
     for p in PROFILES:
         for arch in ARCHS:
-            assert (DATA / p / f"llama_ref_moe_{arch}.npz").is_file(), (p, arch)
+            pending = p in MOE_PENDING.get(arch, ())
+            assert (DATA / p / f"llama_ref_moe_{arch}.npz").is_file() != pending, (p, arch)
 
 
 @pytest.mark.parametrize("arch, profile, path", _cases())
@@ -107,7 +110,7 @@ def test_greedy_steps_are_no_near_ties(arch):
     # pass): an engine within that distance of llama.cpp still picks the
     # same tokens, so a greedy mismatch is never a rounding coin toss.
     refs = {p: np.load(f) for p, f in (x.values for x in profile_files(f"llama_ref_moe_{arch}.npz"))}
-    assert len(refs) == len(PROFILES)
+    assert len(refs) == len(PROFILES) - len(MOE_PENDING.get(arch, ()))
     spread = max(np.abs(refs[p][k] - refs[q][k]).max() for p in refs for q in refs
                  for k in ("batched", "incr"))
     for p, ref in refs.items():
@@ -154,7 +157,7 @@ def test_router_choices_are_no_near_ties(arch, tiny_files):
         for il, L in enumerate(m.layers):
             if not hasattr(L.moe, "router"):
                 continue
-            sc = cmoe.selection_scores(L.moe.router.matmul(L.moe.last_x), m.hp.gating, m.cpu,
+            sc = cmoe.selection_scores(L.moe.router.matmul(L.moe.last_router_x), m.hp.gating, m.cpu,
                                        L.moe.router_bias, L.moe.probs_bias)[1]
             s = -np.sort(-sc, axis=1)
             gap = s[:, k - 1] - s[:, k]

@@ -11,7 +11,7 @@ from infer_helpers import vocab_dir
 
 # Every vocabulary with .inp/.out pairs whose tokenizer family is implemented.
 FAMILIES = ["gpt-2", "llama-bpe", "qwen2", "qwen35", "starcoder", "refact", "command-r",
-            "falcon", "mpt", "llama-spm", "phi-3"]
+            "falcon", "mpt", "llama-spm", "phi-3", "gemma-4"]
 
 
 def _md(path):
@@ -145,3 +145,17 @@ def test_harmony_end_of_generation_tokens():
     assert Tokenizer.from_metadata(md).eog_ids == {2, 3, 4}
     md["tokenizer.ggml.tokens"] = ["a", "<|end|>", "<|x|>", "<|y|>", "<|endoftext|>"]
     assert Tokenizer.from_metadata(md).eog_ids == {1, 4}
+
+
+def test_gemma4_vocab_bos_eog_and_roundtrip():
+    # llama.cpp adds BOS for the gemma4 pre-tokenizer whatever the file
+    # says, ends generation on <eos> and <turn|>; the text comes back
+    # byte for byte (U+2581 for spaces, <0xXX> byte fallback)
+    md = dict(_md(vocab_dir() / "ggml-vocab-gemma-4.gguf"))
+    md["tokenizer.ggml.add_bos_token"] = False
+    tok = Tokenizer.from_metadata(md)
+    s = "naïve café 東京 🦙 \t\n  x\n\n\n y\u0001"
+    ids = tok.encode(s)
+    assert ids[0] == tok.bos_id == 2 and tok.decode_bytes(ids[1:]) == s.encode()
+    assert tok.eog_ids == {1, 106}
+    assert tok.encode("\n\n\n", add_special=False) == [109]

@@ -9,8 +9,9 @@ file this writes.
 ARCH: qwen3, gemma3 (`tiny_model`: 6 layers, n_embd 64, Q8_0) or one of
 the MoE / hybrid / newer dense architectures of `MOE_LAYERS` (qwen3moe,
 gpt-oss, qwen3next, qwen35moe, qwen35, phi3, glm4moe, deepseek2,
-deepseek2-lite (a deepseek2 file in DeepSeek-V2-Lite's layout):
-`tiny_moe_model`,
+deepseek2-lite (a deepseek2 file in DeepSeek-V2-Lite's layout), gemma4
+(Gemma 4 E2B's layout: per-layer embeddings, shared-KV layers),
+gemma4-moe (a gemma4 file in 26B-A4B's layout): `tiny_moe_model`,
 n_embd 256, mixed weight types). The default seed is the one the stored
 data was made with (`MOE_SEEDS`, chosen so that no greedy step is a
 near-tie). Every model has the 259-token byte-level vocabulary of the

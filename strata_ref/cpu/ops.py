@@ -51,7 +51,8 @@ from .fp import f32_bits, fma32
 from .simd import HOST_F16C, f8_f16_store, f8_load, f8_mul, f8_splat, f8_store, f8_sub
 
 __all__ = ["f16_products", "soft_max", "soft_max_rows", "swiglu", "silu", "sigmoid",
-           "softplus", "sum_rows", "swiglu_oai", "softcap", "rope_cache", "rope", "rms_norm", "geglu", "gelu_table"]
+           "softplus", "sum_rows", "swiglu_oai", "softcap", "rope_cache", "rope", "rms_norm", "geglu", "gelu",
+           "gelu_table"]
 
 _F32 = np.float32
 
@@ -679,3 +680,12 @@ def geglu(g: np.ndarray, u: np.ndarray, profile) -> np.ndarray:
     out = np.empty_like(g)
     _geglu(g.reshape(-1), u.reshape(-1), gelu_table(profile), out.reshape(-1))
     return out
+
+def gelu(x: np.ndarray, profile) -> np.ndarray:
+    """ggml-cpu `ggml_vec_gelu_f32` (GGML_GELU_FP16 build; ggml `gelu`,
+    one row at a time): 0 for x <= -10, x for x >= 10, else the table value
+    of fp16(x) (`gelu_table`). It is `geglu` with every up value 1: each
+    case there multiplies the same value by 1.0, which changes no bit.
+    x float32, any shape."""
+    x = np.ascontiguousarray(x, np.float32)
+    return geglu(x, np.ones_like(x), profile)

@@ -1,11 +1,11 @@
-"""CPU inference: run a GGUF model (llama, qwen2, qwen3, gemma3, phi3; the
+"""CPU inference: run a GGUF model (llama, qwen2, qwen3, gemma3, phi3, gemma4; the
 mixture-of-experts qwen3moe, glm4moe, deepseek2 (MLA) and gpt-oss; the hybrid qwen3next,
 qwen35moe and qwen35) on the CPU the way a given llama.cpp CPU build does, with
 weights kept quantized.
 
 Modules: `archs` (the table of architectures, one row each), `model`
 (hyperparameters, tensors, the `Model` base class), `loader` (`load` by
-architecture), the graphs `dense`, `moe` (with `mla`, deepseek2's attention), `hybrid`, the blocks they share
+architecture), the graphs `dense`, `moe` (with `mla`, deepseek2's attention), `hybrid`, `gemma4`, the blocks they share
 (`layers`: attention, gated FFN) whose arithmetic is written once
 (`blocks`) and run eagerly (`eager`) or compiled (`compiled`),
 `kv_cache` (KV cache, recurrent state), `trace` (the recording hook),

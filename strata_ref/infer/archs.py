@@ -10,7 +10,7 @@ architecture (a `Model` subclass in a module of this package), the RoPE
 kind and scalings, which norms and biases its layers have, the FFN's
 activation, its sliding-window layers, its output head and the names its
 llama.cpp graph gives the nodes that differ between architectures (for
-`strata-ref trace`). The graphs (`dense`, `moe`, `hybrid`), their blocks
+`strata-ref trace`). The graphs (`dense`, `moe`, `hybrid`, `gemma4`), their blocks
 (`layers`, `blocks`), the compiled dense layer (`compiled`), the loader
 (`loader`) and `quality.rotate` read these fields; no module of the
 package compares an architecture's name.
@@ -60,8 +60,11 @@ class Experts:
     gating: "softmax" (probabilities over every expert, then the top k) or
     "softmax_weight" (the top k of the raw logits, then a softmax over
     them: `LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT`); norm_w: the
-    selected weights are normalized to sum 1; act: "silu" (SwiGLU) or
-    "swiglu_oai" (gpt-oss's clamped SwiGLU, alpha 1.702, limit 7); biases:
+    selected weights are normalized to sum 1; act: "silu" (SwiGLU),
+    "swiglu_oai" (gpt-oss's clamped SwiGLU, alpha 1.702, limit 7) or
+    "geglu" (GELU through ggml's F16 table, gemma4); down_scale: a
+    per-expert scale of the down products where the file has one
+    (`ffn_down_exps.scale`, gemma4); biases:
     router and expert biases (`ffn_gate_inp.bias`, `ffn_*_exps.bias`,
     ggml `add_id`); shared: a shared expert gated by
     sigmoid(`ffn_gate_inp_shexp` x) (qwen3next); ff_required: the file
@@ -91,6 +94,7 @@ class Experts:
     shared_gated: bool = True
     weights_keys: bool = False
     mtp: bool = False
+    down_scale: bool = False
 
 
 @dataclass(frozen=True)
@@ -204,7 +208,7 @@ ssm: the Gated DeltaNet variant of a hybrid ("ba_repeat", qwen3next:
 
     @property
     def module(self) -> str:
-        """The graph's module in this package (`dense`, `moe`, `hybrid`)."""
+        """The graph's module in this package (`dense`, `moe`, `hybrid`, `gemma4`)."""
         return self.graph.split(".")[0]
 
     @property
@@ -232,6 +236,10 @@ ARCHS: dict[str, ArchSpec] = {s.name: s for s in (
     ArchSpec("gemma3", "dense.DenseModel", qk_norm=True, scale_q="f_attention_scale", post_norms=True,
              embd_scale=True, ffn="geglu", swa=Swa(pattern=6), softcap=True,
              names=TraceNames(residual="sa_out")),
+    ArchSpec("gemma4", "gemma4.Gemma4Model", qk_norm=True, post_norms=True, embd_scale=True, ffn="geglu",
+             experts=Experts(act="geglu", ff_required=True, down_scale=True),
+             swa=Swa(pattern=0, required=True), softcap=True,
+             names=TraceNames(residual="attn_out", result_norm="h_nextn", head_rows="result_norm")),
     ArchSpec("phi3", "dense.DenseModel", scale_q="head", fused_qkv=True, fused_up=True,
              rope_factors=True, swa=Swa(pattern=1, disabled=True)),
     ArchSpec("qwen3moe", "moe.Qwen3MoEModel", qk_norm=True, experts=Experts()),

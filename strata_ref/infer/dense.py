@@ -193,14 +193,6 @@ class DenseModel(Model):
             mats += L.attn.matrices() + L.ffn.matrices()
         return mats
 
-    def embed(self, tokens) -> np.ndarray:
-        """float32 (n, n_embd) token embeddings (times embd_scale)."""
-        x = super().embed(tokens)
-        if self.hp.embd_scale != 1.0:
-            x = (x * np.float32(self.hp.embd_scale)).astype(np.float32)
-            T.emit("inp_scaled", "SCALE", x)
-        return x
-
     def _forward(self, tokens, cache, all_logits):
         n = len(tokens)
         hp = self.hp

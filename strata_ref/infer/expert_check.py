@@ -83,8 +83,10 @@ def check_experts(m, layer: int, x: np.ndarray | None = None, prompt: str | None
     moe = m.layers[int(layer)].moe
     if not hasattr(moe, "router"):
         raise ValueError(f"layer {layer} of this {hp.arch} model has a dense FFN, no experts")
-    if moe.act != "silu" or moe.b_up is not None:
-        raise ModelLoadError(f"{hp.arch}: its expert FFN (clamped SwiGLU with biases) is not the "
+    if moe.act != "silu" or moe.b_up is not None or moe.down_scale is not None:
+        what = {"swiglu_oai": "clamped SwiGLU with biases", "geglu": "GeGLU"}.get(moe.act, "SwiGLU")
+        what += " and per-expert down scales" if moe.down_scale is not None else ""
+        raise ModelLoadError(f"{hp.arch}: its expert FFN ({what}) is not the "
                              f"SwiGLU of the mode-8 expert route")
     if (x is None) == (prompt is None):
         raise ValueError("check_experts takes activations x or a prompt, not both or neither")

@@ -50,7 +50,7 @@ import numpy as np
 
 from ..types import GGMLType, block_format
 
-__all__ = ["KVCache", "CACHE_TYPES", "cache_type", "rotation_sizes", "rotation_disabled",
+__all__ = ["KVCache", "IswaCache", "CACHE_TYPES", "cache_type", "rotation_sizes", "rotation_disabled",
            "resolve_flash_attn", "kv_length"]
 
 #: the cache types llama.cpp accepts (`kv_cache_types`, common/arg.cpp), by name
@@ -302,6 +302,9 @@ class KVCache:
         attention (flash: `cpu.flash_attn`; else F16 / F16 `cpu.f16_attention`,
         other types `cpu.attention.attention_mm`), the output rotated back.
         sinks: float32 (n_head,) attention-sink logits (gpt-oss) or None.
+        k and v None: a layer that reuses the cells of an earlier one
+        (gemma4's shared-KV layers, llama.cpp's `layer_reuse_cb`): nothing
+        is stored, q attends to the slot as that layer left it this pass.
         Returns float32 (n, n_head * head_dim)."""
         from ..cpu import f16_attention
         from ..cpu.attention import attention_mm
@@ -309,10 +312,12 @@ class KVCache:
         from ..cpu.hadamard import fwht
         if self.rot_k:
             q = fwht(np.ascontiguousarray(q, np.float32), self.rot_k)
-            k = fwht(np.ascontiguousarray(k, np.float32), self.rot_k)
-        if self.rot_v:
+            if k is not None:
+                k = fwht(np.ascontiguousarray(k, np.float32), self.rot_k)
+        if self.rot_v and v is not None:
             v = fwht(np.ascontiguousarray(v, np.float32), self.rot_v)
-        self.store(il, k, v, profile)
+        if k is not None:
+            self.store(il, k, v, profile)
         T = self.n + q.shape[0]
         n_kv = kv_length(T)
         if self.v_of_k:
@@ -331,6 +336,67 @@ class KVCache:
         if self.rot_v:
             out = fwht(out, self.rot_v)
         return out
+
+
+class IswaCache:
+    """The KV cache of an architecture whose sliding-window and full
+    layers have heads of different sizes (gemma4), as llama.cpp's
+    `llama_kv_cache_iswa`: two `KVCache`s, `base` for the full layers and
+    `swa` for the sliding-window ones, each with its own KV head count and
+    head size and the same options (type_k, type_v, flash_attn, rotate,
+    fa_threads); the rotation of a quantized cache follows each one's head
+    size, as llama.cpp's `self_k_rot` / `self_k_rot_swa`.
+
+    kinds: one entry per layer, (swa, owner): swa the layer's kind, owner
+    the layer whose cells it attends to (itself, or for a layer without
+    KV of its own the earlier layer llama.cpp's reuse callback names).
+    full, swa: (n_head_kv, head_dim) of each kind. `attend(il, ...)` is
+    `KVCache.attend` on layer il's cache and slot (k, v None for a reusing
+    layer); `n` is the positions filled (both caches advance together)."""
+
+    @staticmethod
+    def bytes_needed(kinds, full, swa, n_ctx: int, type_k="f16", type_v="f16") -> int:
+        owners = [(s, o) for il, (s, o) in enumerate(kinds) if o == il]
+        return sum(KVCache.bytes_needed(sum(1 for s, _ in owners if s == kind), *shape, n_ctx, type_k, type_v)
+                   for kind, shape in ((False, full), (True, swa)))
+
+    def __init__(self, kinds, full, swa, n_ctx: int, **options):
+        self._where = []
+        count = {False: 0, True: 0}
+        slot_of = {}
+        for il, (kind, owner) in enumerate(kinds):
+            if owner == il:
+                slot_of[il] = count[kind]
+                count[kind] += 1
+            elif owner not in slot_of or kinds[owner][0] != kind:
+                raise ValueError(f"layer {il} reuses the cells of layer {owner}, which is not an earlier "
+                                 f"layer of its kind")
+            self._where.append((kind, slot_of[owner], owner != il))
+        self.base = KVCache(max(count[False], 1), *full, n_ctx, **options)
+        self.swa = KVCache(max(count[True], 1), *swa, n_ctx, **options)
+        self.n_ctx = self.base.n_ctx
+        self.flash_attn, self.type_k, self.type_v = self.base.flash_attn, self.base.type_k, self.base.type_v
+
+    @property
+    def n(self) -> int:
+        return self.base.n
+
+    @n.setter
+    def n(self, value: int) -> None:
+        self.base.n = self.swa.n = value
+
+    def of(self, il: int):
+        """(the KVCache, slot, reused) of layer il."""
+        kind, slot, reused = self._where[il]
+        return (self.swa if kind else self.base), slot, reused
+
+    def attend(self, il: int, q, k, v, pos, kq_scale: float, profile, n_swa: int = 0, sinks=None):
+        cache, slot, _ = self.of(il)
+        return cache.attend(slot, q, k, v, pos, kq_scale, profile, n_swa, sinks)
+
+    def truncate(self, n: int) -> None:
+        self.base.truncate(n)
+        self.swa.truncate(n)
 
 
 class HybridCache(KVCache):

@@ -14,6 +14,7 @@ vendored by llama-cpp-python 0.3.36, `src/llama-model.cpp` and
 | dense | `dense` | llama, qwen2, qwen3, gemma3, phi3 |
 | mixture of experts | `moe` | qwen3moe, glm4moe, deepseek2 (MLA attention: `mla`), gpt-oss (llama.cpp's `openai-moe`) |
 | hybrid (Gated DeltaNet + gated attention + experts or a dense FFN) | `hybrid` | qwen3next, qwen35moe, qwen35 |
+| Gemma 4 (two kinds of layers, shared KV, per-layer embeddings, dense or MoE) | `gemma4` | gemma4 |
 
 Every operation follows ggml-cpu's arithmetic, order of float operations
 included, in the CPU profile the model was loaded with (`strata_ref.cpu`:
@@ -150,6 +151,24 @@ class ArchKeys:
     def float(self, name: str, default=None, required: bool = False, positive: bool = True) -> float:
         return _float_param(self.full(name), self.value(name, default, required), positive)
 
+    def ints_per_layer(self, name: str, n_layer: int, default=None, required: bool = False,
+                       lo: int = 1, hi=None) -> tuple:
+        """An integer key llama.cpp reads with `get_key_or_arr`: one value
+        for every layer, or an array of one value per layer; a tuple of
+        n_layer ints either way (ModelLoadError naming the key for a wrong
+        length, type or range)."""
+        k = self.full(name)
+        v = self.md.get(k, default)
+        if v is None:
+            if required:
+                raise ModelLoadError(f"GGUF metadata has no `{k}`")
+            return None
+        if isinstance(v, (list, np.ndarray)):
+            if len(v) != n_layer:
+                raise ModelLoadError(f"`{k}` has {len(v)} values for {n_layer} layers")
+            return tuple(_int_param(k, x.item() if isinstance(x, np.generic) else x, lo, hi) for x in v)
+        return (_int_param(k, v, lo, hi),) * n_layer
+
     def per_layer_bools(self, name: str, n_layer: int):
         """A BOOL / integer array of one value per layer as a tuple of bools,
         or None when the key is absent."""
@@ -184,7 +203,7 @@ class CommonHParams:
     rope_freq_scale: float
 
 
-def common_params(k: ArchKeys, spec: ArchSpec, ff_required: bool = True) -> dict:
+def common_params(k: ArchKeys, spec: ArchSpec, ff_required: bool = True, per_layer: tuple = ()) -> dict:
     """The hyperparameters every family reads, in llama.cpp's order and with
     its defaults (`llama_model_base::load_hparams`): n_layer, n_embd, n_ff
     (0 when absent and not `ff_required`), n_head, n_head_kv, head_dim,
@@ -192,13 +211,27 @@ def common_params(k: ArchKeys, spec: ArchSpec, ff_required: bool = True) -> dict
     (linear or YaRN factor) and, for an architecture whose `spec` runs YaRN
     (`ArchSpec.rope_scaling`), the YaRN fields of `rope_yarn_params`. A
     RoPE scaling the architecture does not run raises ModelLoadError naming
-    the key."""
+    the key. per_layer: of "feed_forward_length" and
+    "attention.head_count_kv", those that may hold one value per layer
+    (gemma4); n_ff and n_head_kv are then their largest values, and the
+    graph reads the per-layer ones (`ArchKeys.ints_per_layer`)."""
     arch = k.arch
     n_layer = k.int("block_count", required=True, hi=MAX_LAYERS)
     n_embd = k.int("embedding_length", required=True)
-    n_ff = k.int("feed_forward_length", required=True) if ff_required or "feed_forward_length" in k else 0
+    if "feed_forward_length" in per_layer:
+        n_ff = max(k.ints_per_layer("feed_forward_length", n_layer, required=True))
+    else:
+        n_ff = k.int("feed_forward_length", required=True) if ff_required or "feed_forward_length" in k else 0
     n_head = k.int("attention.head_count", required=True)
-    n_head_kv = k.int("attention.head_count_kv", n_head, hi=n_head)
+    if "attention.head_count_kv" in per_layer:
+        kvs = k.ints_per_layer("attention.head_count_kv", n_layer, n_head, hi=n_head)
+        bad = [v for v in kvs if n_head % v]
+        if bad:
+            raise ModelLoadError(f"`{arch}.attention.head_count` = {n_head} is not a multiple of "
+                                 f"`{arch}.attention.head_count_kv` = {bad[0]}")
+        n_head_kv = max(kvs)
+    else:
+        n_head_kv = k.int("attention.head_count_kv", n_head, hi=n_head)
     if n_head % n_head_kv:
         raise ModelLoadError(f"`{arch}.attention.head_count` = {n_head} is not a multiple of "
                              f"`{arch}.attention.head_count_kv` = {n_head_kv}")
@@ -549,9 +582,15 @@ class Model:
 
     def embed(self, tokens) -> np.ndarray:
         """float32 (n, n_embd) token embeddings (ggml `get_rows`; llama.cpp's
-        node name: the spec's `names.embd`)."""
+        node name: the spec's `names.embd`), times hp.embd_scale where the
+        graph has one other than 1 (gemma: ggml_scale by sqrtf(n_embd),
+        node `inp_scaled`)."""
         x = self.tok_embd.rows_f32([int(t) for t in tokens])
         trace.emit(self.spec.names.embd, "GET_ROWS", x)
+        s = getattr(self.hp, "embd_scale", 1.0)
+        if s != 1.0:
+            x = (x * np.float32(s)).astype(np.float32)
+            trace.emit("inp_scaled", "SCALE", x)
         return x
 
     def forward(self, tokens, cache, all_logits: bool = False) -> np.ndarray:

@@ -180,7 +180,8 @@ class MoEFFN:
     `__call__(x)`: x float32 (n, n_embd) (the normed FFN input); returns
     float32 (n, n_embd). `last_x`, `last_ids` / `last_weights` keep the input
     and the routing of the last call (int32 / float32 (n, n_expert_used)),
-    for tools (`check_experts`).
+    for tools (`check_experts`); `last_router_x` the router's input (x,
+    except in gemma4, whose router reads its own: `route_logits`).
     """
 
     def __init__(self, w, prefix: str, hp, spec, profile):
@@ -204,6 +205,9 @@ class MoEFFN:
             self.gate_up = (cmoe.ExpertMatrix.stack([self.gate, self.up], prefix + "ffn_gate_up_exps")
                             if self.gate.type == self.up.type else None)
         self.down = w.experts(prefix + "ffn_down_exps.weight", E, e, F)
+        #: float32 (n_expert,) the per-expert scale of the down products
+        #: (`ffn_down_exps.scale`, gemma4's per_expert_scale), None: none
+        self.down_scale = w.vec(prefix + "ffn_down_exps.scale", E, required=False) if ex.down_scale else None
         self.b_gate = self.b_up = self.b_down = None
         if biases:
             self.b_gate = w.table(prefix + "ffn_gate_exps.bias", E, F)
@@ -214,7 +218,7 @@ class MoEFFN:
             self.shared = GatedFFN(w, prefix, "_shexp", e, hp.n_ff_shexp, profile)
             if ex.shared_gated:
                 self.shared_gate = w.mat(prefix + "ffn_gate_inp_shexp.weight", 1, e)
-        self.last_x = self.last_ids = self.last_weights = None
+        self.last_x = self.last_ids = self.last_weights = self.last_router_x = None
 
     def matrices(self) -> list:
         mats = [self.router] + ([self.gate_up] if self.gate_up is not None else [self.gate, self.up])
@@ -225,8 +229,13 @@ class MoEFFN:
 
     def route(self, x):
         """(ids, weights) of `build_moe_ffn` for x float32 (n, n_embd)."""
+        return self.route_logits(self.router.matmul(x))
+
+    def route_logits(self, logits):
+        """(ids, weights) of `build_moe_ffn` for router logits float32 (n,
+        n_expert) computed by the caller (`probs_in`: gemma4's router reads
+        another input than the experts)."""
         hp = self.hp
-        logits = self.router.matmul(x)
         ids, w = cmoe.routing_weights(logits, hp.n_expert_used, hp.gating, hp.norm_w, hp.w_scale, self.cpu,
                                       bias=self.router_bias, probs_bias=self.probs_bias)
         if T.on():
@@ -292,11 +301,18 @@ class MoEFFN:
         if self.act == "swiglu_oai":
             a = swiglu_oai(g, u)
             T.emit("ffn_moe_swiglu_oai", "SWIGLU_OAI", a, il)
+        elif self.act == "geglu":
+            a = ops.geglu(g, u, self.cpu)
+            T.emit("ffn_moe_geglu", "GEGLU", a, il)
         else:
             a = ops.swiglu(g, u, self.cpu)
             T.emit("ffn_moe_swiglu", "SWIGLU", a, il)
         y = self.down.mul_mat_id(a, ids)
         T.emit("ffn_moe_down", "MUL_MAT_ID", y, il)
+        if self.down_scale is not None:
+            # build_lora_mm_id: the product times its expert's scale (ggml_mul)
+            y = (y * self.down_scale[ids][:, :, None]).astype(np.float32)
+            T.emit("ffn_moe_down_scaled", "MUL", y, il)
         if self.b_down is not None:
             y = (y + self.b_down[ids]).astype(np.float32)
             T.emit("ffn_moe_down_biased", "ADD_ID", y, il)
@@ -323,6 +339,7 @@ class MoEFFN:
     def __call__(self, x):
         ids, weights = self.route(x)
         self.last_x, self.last_ids, self.last_weights = x, ids, weights
+        self.last_router_x = x
         out = self.experts(x, ids, weights)
         if self.shared is not None and self.shared_gate is None:
             # glm4moe: routed + shared, ungated

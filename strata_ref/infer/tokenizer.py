@@ -11,7 +11,15 @@ llama-cpp-python 0.3.36):
 - SentencePiece-style (`tokenizer.ggml.model = "llama"`): spaces become
   U+2581, a space is prefixed when `add_space_prefix`, characters are merged
   by highest token score (ties: leftmost), unknown characters fall back to
-  `<0xXX>` byte tokens.
+  `<0xXX>` byte tokens;
+- Gemma 4's SentencePiece-style BPE (`tokenizer.ggml.model = "gemma4"`,
+  llama.cpp's BPE vocabulary with the `gemma4` pre-tokenizer): spaces
+  become U+2581, the text is split into runs of newlines and runs of other
+  characters, a run of newlines that is a token is that token, every other
+  run is merged pair by pair over its UTF-8 characters (not GPT-2's byte
+  alphabet), lowest merge rank first, and a piece left without a token
+  falls back to `<0xXX>` byte tokens; BOS is always added (llama.cpp
+  overrides `add_bos_token` false for it).
 
 Special tokens (types CONTROL and USER_DEFINED) are cut out of the text
 before either algorithm runs; CONTROL tokens only when `parse_special`.
@@ -315,6 +323,15 @@ class Tokenizer:
                 merges[(a, b)] = rank
             add_bos_default = pre in _IGNORE_MERGES
             add_space_prefix = False
+        elif model == "gemma4":
+            for rank, m in enumerate(_strings(md, "tokenizer.ggml.merges", required=True)):
+                # llama.cpp splits at the first space after the first
+                # character and keeps a pair's first rank (`emplace`)
+                i = m.find(" ", 1)
+                merges.setdefault((m[:i], m[i + 1:]) if i >= 0 else ("", ""), rank)
+            pre = "gemma4"
+            add_bos_default = True
+            add_space_prefix = False
         elif model == "llama":
             if scores is None:
                 raise TokenizerError("GGUF metadata has no `tokenizer.ggml.scores` "
@@ -323,7 +340,8 @@ class Tokenizer:
             add_space_prefix = True
         else:
             raise TokenizerError(f"unsupported tokenizer model `tokenizer.ggml.model` = "
-                                 f"{model!r}; supported: gpt2 (byte-level BPE), llama (SentencePiece)")
+                                 f"{model!r}; supported: gpt2 (byte-level BPE), llama (SentencePiece), "
+                                 f"gemma4 (SentencePiece-style BPE)")
 
         def opt_id(key):
             return _opt_id(md, key, n)
@@ -335,16 +353,19 @@ class Tokenizer:
         for i, t in enumerate(tokens):
             if types[i] == CONTROL and t in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>",
                                              "<end_of_turn>", "<|end|>", "<|eom_id|>",
-                                             "<|return|>", "<|call|>"):
+                                             "<|return|>", "<|call|>", "<eos>", "<turn|>"):
                 eog.add(i)
         # gpt-oss's harmony format: with <|return|> and <|call|> ending
         # generation, <|end|> only ends a message (llama.cpp drops it)
         names = {tokens[i] for i in eog}
         if {"<|return|>", "<|call|>", "<|end|>"} <= names:
             eog = {i for i in eog if tokens[i] != "<|end|>"}
+        add_bos = _opt_bool(md, "tokenizer.ggml.add_bos_token", add_bos_default)
+        if model == "gemma4":
+            add_bos = True      # llama.cpp's override for the gemma4 pre-tokenizer
         tok = cls(model=model, pre=pre, tokens=tokens, types=types,
                   scores=scores, merges=merges, bos_id=bos, eos_id=eos,
-                  add_bos=_opt_bool(md, "tokenizer.ggml.add_bos_token", add_bos_default),
+                  add_bos=add_bos,
                   add_eos=_opt_bool(md, "tokenizer.ggml.add_eos_token", False),
                   add_space_prefix=_opt_bool(md, "tokenizer.ggml.add_space_prefix",
                                              add_space_prefix),
@@ -357,6 +378,8 @@ class Tokenizer:
         if self.model == "gpt2":
             rx = _regex()
             self._patterns = [rx.compile(p) for p in PRE_TOKENIZERS[self.pre]]
+        elif self.model == "gemma4":
+            self._patterns = [_regex().compile("[^\n]+|[\n]+")]
         # llama.cpp tries longer special tokens first.
         sp = [(t, i, self.types[i]) for i, t in enumerate(self.tokens)
               if self.types[i] in (CONTROL, USER_DEFINED, UNKNOWN) and t]
@@ -388,6 +411,8 @@ class Tokenizer:
                 continue
             if self.model == "gpt2":
                 self._encode_bpe(frag, out)
+            elif self.model == "gemma4":
+                self._encode_gemma4(frag, out)
             else:
                 if self.add_space_prefix and prev_special:
                     frag = " " + frag
@@ -424,6 +449,19 @@ class Tokenizer:
             ids = self._cache.get(word)
             if ids is None:
                 ids = self._bpe_word(word)
+                if len(self._cache) < 100_000:
+                    self._cache[word] = ids
+            out.extend(ids)
+
+    def _encode_gemma4(self, text: str, out: list[int]) -> None:
+        idx = self._index
+        for word in _split(text.replace(" ", "\u2581"), self._patterns):
+            ids = self._cache.get(word)
+            if ids is None:
+                if not word.strip("\n") and word in idx:
+                    ids = [idx[word]]          # a run of newlines that is a token
+                else:
+                    ids = self._bpe_word(word)
                 if len(self._cache) < 100_000:
                     self._cache[word] = ids
             out.extend(ids)
@@ -465,6 +503,8 @@ class Tokenizer:
             t = idx.get(s)
             if t is not None:
                 ids.append(t)
+            elif self.model == "gemma4":      # byte fallback: <0xXX> per UTF-8 byte
+                ids.extend(idx[b] for b in (f"<0x{c:02X}>" for c in s.encode("utf-8")) if b in idx)
             else:  # unknown merge result: fall back to one token per byte
                 ids.extend(idx[c] for c in s if c in idx)
         return ids

@@ -7,8 +7,9 @@ Rows are independent, so a matrix of 29 rows (three panels and 5 rows
 left to the row kernel) must give, row for row, what each row gives alone
 (one row: always the row kernel). The extreme blocks put every value at
 its type's largest (Q4_K 15, Q5_K 31, Q6_K 63) with the largest scales,
-against activations quantized to -128 everywhere: the int16 pair sums the
-AVX2 panel adds before its `madd` reach their bound there.
+against activations quantized to -127 everywhere (Q8_K's largest
+magnitude: its scale is -127 / max): the int16 pair sums the AVX2 panel
+adds before its `madd` come closest to their bound there.
 """
 from __future__ import annotations
 
@@ -76,11 +77,11 @@ def test_panel_at_the_int16_bound(profile, tname, repacked):
     t = GGMLType[tname]
     raw = _extreme(t, 16)
     run = runner(t, select(profile).isa)
-    x = np.full((8, COLS), -1.0, np.float32)      # Q8_K: -128 everywhere
+    x = np.full((8, COLS), -1.0, np.float32)      # Q8_K: -127 everywhere
     y, alone = _both(run, repacked, raw, x, 1)
     assert np.array_equal(y.view(np.uint32), alone.view(np.uint32))
     # the value itself: every weight vmax (Q6_K: 63 - 32) times its scale
-    # times d_w = 1, every activation -1 (q -128 times d_a = 1/128); exact
+    # times d_w = 1, every activation -1 (q -127 times d_a = 1/127); exact
     vmax = {GGMLType.Q4_K: 15, GGMLType.Q5_K: 31, GGMLType.Q6_K: 63}[t]
     scale = 127 if t == GGMLType.Q6_K else 63
     q = vmax - 32 if t == GGMLType.Q6_K else vmax

@@ -167,3 +167,13 @@ def test_tensor_errors_name_the_tensor(tmp_path):
     f = _patched(tmp_path / "g.gguf", tensor_fn=lambda n, t, s, d: None if n.startswith("blk.5.attn_k")
                  or n == "blk.5.attn_v.weight" else (n, t, s, d))
     assert load(f, profile="avx2").layers[5].attn.wk is None
+
+
+def test_the_speed_line_names_the_cache_on_a_v0_4_0_profile(files):
+    # a v0.4.0 profile names its cache in the speed line (flash attention
+    # being its default); the gemma4 cache (IswaCache) once lacked what
+    # that note reads, so every such generate ended in an AttributeError
+    from strata_ref.cli.inference import cache_note
+    from strata_ref.infer.loader import load
+    m = load(files["gemma4"], profile="v0.4.0-haswell", flash_attn=False)
+    assert cache_note(m) == " | kv: k f16, v f16, flash attention off"

@@ -59,6 +59,16 @@ def test_q8_k_hand_block_negative_max():
     assert bsums[0] == -127 + 64 and bsums[1] == 32 and not bsums[2:].any()
 
 
+@pytest.mark.parametrize("inf", [np.inf, -np.inf])
+def test_q8_k_infinite_max_gives_an_infinite_d(inf):
+    # ggml's reference: iscale = -127 / max = -+0, d = 1 / iscale = -+inf
+    # (C's division; numba's own would raise ZeroDivisionError)
+    x = np.ones((1, 512), np.float32)
+    x[0, 3] = inf
+    q, d, _ = act_quant.q8_k_fields(x)
+    assert d[0, 0] == -inf and d[0, 1] == np.float32(1.0) / (np.float32(-127.0) / np.float32(1.0))
+
+
 def test_zero_blocks_and_bad_input():
     assert not act_quant.quantize_q8_0_act(np.zeros(64, np.float32)).any()
     assert not act_quant.quantize_q8_k_act(np.zeros(256, np.float32)).any()

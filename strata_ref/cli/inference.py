@@ -218,7 +218,7 @@ def cache_note(m) -> str:
     c = m.new_cache(1)
     if c.type_k.name == c.type_v.name == "F16" and not c.flash_attn and m.cpu.default_flash_attn is None:
         return ""
-    rot = ", rotated" if c.rot_k or c.rot_v else ""
+    rot = ", rotated" if c.rotated else ""
     return (f" | kv: k {c.type_k.name.lower()}, v {c.type_v.name.lower()}, flash attention "
             f"{'on' if c.flash_attn else 'off'}{rot}")
 

@@ -209,7 +209,12 @@ def _q8_k(x, q, d, bsums, pos_rows, fused=False):
                 for jj in range(16):
                     tot += int(q[t, base + j * 16 + jj])
                 bsums[t, i * 16 + j] = tot
-            d[t, i] = np.float32(np.float32(1.0) / iscale)
+            if iscale == 0:
+                # an infinite amax: C's 1 / +-0 is +-inf (numba's division
+                # would raise ZeroDivisionError)
+                d[t, i] = np.float32(np.copysign(np.inf, iscale))
+            else:
+                d[t, i] = np.float32(np.float32(1.0) / iscale)
 
 
 def q8_k_fields(x, qdtype=np.int8, mat_rows: int = 0, isa=None):

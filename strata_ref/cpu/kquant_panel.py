@@ -202,7 +202,7 @@ def _off(t, name):
 
 #: how many 4-value groups' `maddubs` pair sums may be added in int16 before
 #: the scale's `madd` without overflow: a pair sum is at most 2 * vmax *
-#: 128 (Q8_K quants lie in -128 .. 127), vmax 15 / 31 / 63
+#: 128 (Q8_K's quants lie in -127 .. 127; 128 leaves a margin), vmax 15 / 31 / 63
 _INT16_GROUPS = {GGMLType.Q4_K: 8, GGMLType.Q5_K: 4, GGMLType.Q6_K: 2}
 for _t, _g in _INT16_GROUPS.items():
     assert _g * 2 * (2 ** {GGMLType.Q4_K: 4, GGMLType.Q5_K: 5, GGMLType.Q6_K: 6}[_t] - 1) * 128 <= 32767

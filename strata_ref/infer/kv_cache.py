@@ -220,6 +220,8 @@ class KVCache:
         disabled = rotation_disabled() if rotate is None else not rotate
         #: Hadamard sizes of K's and V's rotation (0: none)
         self.rot_k, self.rot_v = rotation_sizes(head_dim, head_dim, self.type_k, self.type_v, disabled)
+        #: whether K or V is rotated (`IswaCache` has the same attribute)
+        self.rotated = bool(self.rot_k or self.rot_v)
         self.n_ctx = int(n_ctx)
         self.n = 0
         self.head_dim = int(head_dim)
@@ -376,6 +378,7 @@ class IswaCache:
         self.swa = KVCache(max(count[True], 1), *swa, n_ctx, **options)
         self.n_ctx = self.base.n_ctx
         self.flash_attn, self.type_k, self.type_v = self.base.flash_attn, self.base.type_k, self.base.type_v
+        self.rotated = self.base.rotated or self.swa.rotated
 
     @property
     def n(self) -> int:

@@ -68,7 +68,6 @@ from numba.extending import intrinsic
 from ..types import GGMLType, block_format
 from ._digest import kquant_row_kernels
 from . import kquant_panel
-from .kquant_panel import make_panel
 from .fp import fma32 as _fma
 from .simd import (I32x8, _BYTES, _I8, _I16, _I32, _V8I32, _V16I8, _V16I16, _V32I8, _byte_ptr, _check_array,
                    _literal, _mod8_ir, _splat, scaled_pairs_ir, f8_add, f8_fma, f8_hsum, f8_lane, f8_mul,
@@ -319,7 +318,7 @@ def _make_kernels(t: GGMLType, mode: int):
     # several activation rows on the repacked / tiled paths: eight weight
     # rows at a time as a panel (`kquant_panel`, the same bits)
     PANEL = MODE in _PANEL_KINDS
-    panel = make_panel(t, _PANEL_KINDS[MODE], _q6_unpack if Q6 else unpack, scales8, mins, _Q6_SC) if PANEL else None
+    panel = kquant_panel.make_panel(t, _PANEL_KINDS[MODE], _q6_unpack if Q6 else unpack, scales8, mins, _Q6_SC) if PANEL else None
 
     # --- the float steps of one super-block for one activation row (the
     # module docstring's modes); st = (acc F32x8, out, accm, mv F32x8):

@@ -14,9 +14,11 @@ that produce the same integers give the same bits. Here:
   bytes, so that one 32-byte load holds 4 consecutive values of each of
   the 8 rows; beside it their scales and mins (int32, 8 rows side by
   side) and `d` / `dmin` (float32, 8 rows side by side).
-* One `vpdpbusd` (`simd.i8x32_dot_u`: unsigned weight bytes by the signed
-  activation bytes, 4 broadcast) adds the dot of those 4 values to each
-  row's int32 lane; 8 of them give a 32-value chunk's exact dot per row.
+* Against 4 activation bytes broadcast, one `maddubs` (unsigned weight
+  bytes by signed activation bytes; with VNNI one `vpdpbusd`) gives the
+  dot of those 4 values for each row; 8 of them a 32-value chunk's
+  (`_chunk_intrinsic`: on AVX2 their int16 pair sums are added within
+  their bound, then one `madd` multiplies by the rows' scales).
 * The scales, mins and float steps then run on 8 rows at once, a row per
   lane, with the operations `kquant_dots.fstep` does for one row (a lane
   computes exactly what the scalar code computes), so no horizontal sum
@@ -28,10 +30,8 @@ Two activation rows share each panel load. The rows left over (fewer than
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
-
 from llvmlite import ir
-from numba import types
+from numba import njit, types
 from numba.extending import intrinsic
 
 from ..types import GGMLType, block_format

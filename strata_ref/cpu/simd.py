@@ -53,7 +53,7 @@ __all__ = ["F32x8", "I32x8", "I8x32", "HOST_AVX2", "HOST_F16C",
            "f8_from_bits", "f8_to_i32", "f8_set", "i32_and", "i32_or", "i32_shl", "i32_select", "f8_load", "f8_store", "f8_fma", "f8_add", "f8_mul", "f8_lane", "f8_hsum", "f8_hsum16", "f8_f16_load", "f8_round_f16", "f8_f16_store", "f16_bits",
            "i8x32_lanes", "i8x32_lanes_u", "i8x32_dot_u", "i8x32_lanes_scaled", "i8_store", "HOST_VNNI", "i8_xor", "i32_neg_shl", "i32_zero", "i32_splat", "i32_set2", "i32_add", "i32_sub",
            "i32_mul", "i32_to_f8", "i32_hsum", "i32_hsum8", "i32_pairsum", "i32_lane", "i32_load", "i32_pairdot", "i8_load", "i8_nibbles", "i8_bits16", "i8_or", "i8_sub",
-           "i8_splat", "i8_bcast4", "prefetch", "f16_at", "u16_at", "u32_at", "i8_at"]
+           "i8_splat", "prefetch", "f16_at", "u16_at", "u32_at", "i8_at"]
 
 _FEATURES = llb.get_host_cpu_features()
 #: the lanes use AVX2's maddubs / madd (else portable IR); STRATA_REF_PORTABLE_LANES=1
@@ -779,19 +779,6 @@ def i8_xor(typingctx, a, b):
 def i8_sub(typingctx, a, b):
     """a - b per byte (wrapping)."""
     return I8x32(I8x32, I8x32), lambda c, b, s, a: b.sub(a[0], a[1])
-
-
-@intrinsic
-def i8_bcast4(typingctx, a, off):
-    """I8x32 of the 4 bytes a[off:off + 4], repeated 8 times (one 32-bit
-    broadcast: the activation operand of a `vpdpbusd` whose 8 int32 lanes
-    are 8 weight rows, `kquant_panel`)."""
-    _check_array("a", a, _BYTES)
-
-    def codegen(context, builder, sig, args):
-        w = builder.load(_byte_ptr(context, builder, sig.args[0], args[0], args[1], _I32), align=1)
-        return builder.bitcast(_splat(builder, w, _V8I32), _V32I8)
-    return I8x32(a, types.intp), codegen
 
 
 @intrinsic

@@ -109,10 +109,19 @@ def main(argv=None) -> int:
         ap.error(f"--types: unknown ggml type {bad[0]!r} (names as ggml spells them: Q4_K, IQ4_XS, ...)")
     if args.only and set(args.only.split(",")) - set(SHAPES[args.shapes]):
         ap.error(f"--only: the matrices of {args.shapes} are {', '.join(SHAPES[args.shapes])}")
+    from strata_ref import cpu as _cpu
+    try:
+        _cpu.select(args.cpu)
+    except ValueError as e:
+        ap.error(str(e))
     from strata_ref._threads import configure
     configure()
     import numba
-    numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
+    if args.threads > numba.config.NUMBA_NUM_THREADS:
+        # both engines must get the same thread count
+        ap.error(f"--threads {args.threads}: numba runs at most {numba.config.NUMBA_NUM_THREADS} here "
+                 "(NUMBA_NUM_THREADS)")
+    numba.set_num_threads(args.threads)
     from strata_ref import GGMLType, block_format, cpu
     from strata_ref.cpu.matmul import QMatrix
     from strata_ref.routes.mmvq_inputs import sane_blocks

@@ -71,8 +71,8 @@ from . import kquant_panel
 from .fp import fma32 as _fma
 from .simd import (I32x8, _BYTES, _I8, _I16, _I32, _V8I32, _V16I8, _V16I16, _V32I8, _byte_ptr, _check_array,
                    _literal, _mod8_ir, _splat, scaled_pairs_ir, f8_add, f8_fma, f8_hsum, f8_lane, f8_mul,
-                   f8_set, f8_splat, f8_sub, f8_zero, f16_at, i8_at, i8_load, i8x32_lanes_scaled, i32_add,
-                   i32_hsum, i32_hsum8, i32_lane, i32_load, i32_mul, i32_pairdot, i32_pairsum, i32_splat,
+                   f8_splat, f8_zero, f16_at, i8_at, i8_load, i8x32_lanes_scaled, i32_add,
+                   i32_hsum, i32_lane, i32_load, i32_mul, i32_pairdot, i32_pairsum, i32_splat,
                    i32_sub, i32_to_f8, i32_zero)
 
 __all__ = ["KQUANT_TYPES", "LANES", "TILED", "REPACK", "GENERIC", "NEON", "ARM_8X4", "kernels",
@@ -478,38 +478,6 @@ def _make_kernels(t: GGMLType, mode: int):
         return ffinish(st)
 
     @njit(inline="always")
-    def rows_eight(w, r, rb, x, xd, xb, out):
-        # REPACK's gemv (one activation row) for weight rows r .. r+7 at
-        # once: each row's float steps are `fstep`'s, one per lane (the
-        # lanes are independent rows, so the bits are `row_direct`'s); the
-        # 16 horizontal sums of a super-block in two transposing trees
-        acc, accm = f8_zero(), f8_zero()
-        for b in range(xd.shape[1]):
-            o = r * rb + b * BB
-            xo, bo = 256 * b, 8 * b
-            l0, m0 = direct_ints(w, o, x, xo, xb, bo)
-            l1, m1 = direct_ints(w, o + rb, x, xo, xb, bo)
-            l2, m2 = direct_ints(w, o + 2 * rb, x, xo, xb, bo)
-            l3, m3 = direct_ints(w, o + 3 * rb, x, xo, xb, bo)
-            l4, m4 = direct_ints(w, o + 4 * rb, x, xo, xb, bo)
-            l5, m5 = direct_ints(w, o + 5 * rb, x, xo, xb, bo)
-            l6, m6 = direct_ints(w, o + 6 * rb, x, xo, xb, bo)
-            l7, m7 = direct_ints(w, o + 7 * rb, x, xo, xb, bo)
-            da = f8_splat(xd[0, b])
-            ds = f8_mul(f8_set(f16_at(w, o + D), f16_at(w, o + rb + D), f16_at(w, o + 2 * rb + D),
-                               f16_at(w, o + 3 * rb + D), f16_at(w, o + 4 * rb + D), f16_at(w, o + 5 * rb + D),
-                               f16_at(w, o + 6 * rb + D), f16_at(w, o + 7 * rb + D)), da)
-            dm = f8_mul(f8_set(f16_at(w, o + DMIN), f16_at(w, o + rb + DMIN), f16_at(w, o + 2 * rb + DMIN),
-                               f16_at(w, o + 3 * rb + DMIN), f16_at(w, o + 4 * rb + DMIN),
-                               f16_at(w, o + 5 * rb + DMIN), f16_at(w, o + 6 * rb + DMIN),
-                               f16_at(w, o + 7 * rb + DMIN)), da)
-            acc = f8_fma(i32_to_f8(i32_hsum8(l0, l1, l2, l3, l4, l5, l6, l7)), ds, acc)
-            accm = f8_fma(i32_to_f8(i32_hsum8(m0, m1, m2, m3, m4, m5, m6, m7)), dm, accm)
-        res = f8_sub(acc, accm)
-        for k in range(8):
-            out[0, r + k] = f8_lane(res, k)
-
-    @njit(inline="always")
     def rows_two(w, ow, x, oa, ob, xd, xb, ba, bb, ta, tb, gemm, scr):
         # one weight row (unpacked in scr) with activation rows ta and tb
         sa = fstart()
@@ -557,17 +525,12 @@ def _make_kernels(t: GGMLType, mode: int):
         xbf = xb.reshape(-1)
         nbs = xb.shape[1]
         nb = xd.shape[1]
-        if n == 1 and MODE == REPACK and not Q6:
-            r = r0
-            while r + 8 <= r1:
-                rows_eight(w, r, rb, x, xd, xbf, out)
-                r += 8
-            for rr in range(r, r1):
-                out[0, rr] = row_direct(w, rr * rb, x, 0, xd, xbf, 0, 0)
-            return
         if (n == 1 and MODE != ARM_8X4) or MODE == GENERIC:
-            # straight from the stored blocks (the generic code's lanes are
-            # other sums, and one row needs each block once)
+            # straight from the stored blocks, one weight row at a time (the
+            # generic code's lanes are other sums, and one row needs each
+            # block once); REPACK's gemv too: each row's float steps are
+            # `fstep`'s, and one row streamed at a time reads a matrix from
+            # memory at twice the speed of eight rows side by side
             for r in range(r0, r1):
                 for t in range(n):
                     out[t, r] = row_direct(w, r * rb, x, t * cols, xd, xbf, t * nbs, t)

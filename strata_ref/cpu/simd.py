@@ -52,7 +52,7 @@ __all__ = ["F32x8", "I32x8", "I8x32", "HOST_AVX2", "HOST_F16C",
            "f8_zero", "f8_splat", "f8_sub", "f8_div", "f8_abs", "f8_gt", "f8_le", "f8_select", "f8_bits",
            "f8_from_bits", "f8_to_i32", "f8_set", "i32_and", "i32_or", "i32_shl", "i32_select", "f8_load", "f8_store", "f8_fma", "f8_add", "f8_mul", "f8_lane", "f8_hsum", "f8_hsum16", "f8_f16_load", "f8_round_f16", "f8_f16_store", "f16_bits",
            "i8x32_lanes", "i8x32_lanes_u", "i8x32_dot_u", "i8x32_lanes_scaled", "i8_store", "HOST_VNNI", "i8_xor", "i32_neg_shl", "i32_zero", "i32_splat", "i32_set2", "i32_add", "i32_sub",
-           "i32_mul", "i32_to_f8", "i32_hsum", "i32_hsum8", "i32_pairsum", "i32_lane", "i32_load", "i32_pairdot", "i8_load", "i8_nibbles", "i8_bits16", "i8_or", "i8_sub",
+           "i32_mul", "i32_to_f8", "i32_hsum", "i32_pairsum", "i32_lane", "i32_load", "i32_pairdot", "i8_load", "i8_nibbles", "i8_bits16", "i8_or", "i8_sub",
            "i8_splat", "prefetch", "f16_at", "u16_at", "u32_at", "i8_at"]
 
 _FEATURES = llb.get_host_cpu_features()
@@ -654,24 +654,6 @@ def i32_hsum(typingctx, v):
         fn = _fn(builder, "llvm.vector.reduce.add.v8i32", _I32, [_V8I32])
         return builder.sext(builder.call(fn, [args[0]]), ir.IntType(64))
     return types.int64(I32x8), codegen
-
-
-@intrinsic
-def i32_hsum8(typingctx, v0, v1, v2, v3, v4, v5, v6, v7):
-    """I32x8 whose lane k is the sum of the 8 lanes of vk (`i32_hsum` of
-    eight vectors at once: three levels of pairwise adds of even and odd
-    lanes, a transpose as it goes). int32 sums, exact under `i32_hsum`'s
-    bounds (integer addition in any order gives the same sum)."""
-    ev = ir.Constant(_V8I32, [0, 2, 4, 6, 8, 10, 12, 14])
-    od = ir.Constant(_V8I32, [1, 3, 5, 7, 9, 11, 13, 15])
-
-    def codegen(context, builder, sig, args):
-        vs = list(args)
-        while len(vs) > 1:
-            vs = [builder.add(builder.shuffle_vector(a, b, ev), builder.shuffle_vector(a, b, od))
-                  for a, b in zip(vs[0::2], vs[1::2])]
-        return vs[0]
-    return I32x8(*([I32x8] * 8)), codegen
 
 
 @intrinsic

@@ -29,7 +29,13 @@ llama.cpp loads and runs (its text is noise), with every tensor the
 architecture needs at its real size. About 1.1 GB (`1.5b`) and 4.9 GB
 (`7b`).
 
-    python tools/make_bench_model.py 1.5b OUT.gguf [--seed 0]
+    python tools/make_bench_model.py 1.5b OUT.gguf [--seed 0] [--tokenizer GGUF]
+
+`--tokenizer GGUF` takes the `tokenizer.*` keys from that file instead of
+the registry model; `python tools/make_bench_model.py tokenizer OUT.gguf`
+writes a GGUF of only those keys of the registry model (5.9 MB), so
+that a machine without the 0.5 GB model (or without network) writes the
+same bench models byte for byte.
 """
 from __future__ import annotations
 
@@ -136,12 +142,34 @@ def tokenizer_fields(path):
     return out
 
 
-def write(out: Path, shape_name: str, seed: int) -> int:
-    """Write the model; returns its size in bytes."""
-    import gguf
+def _tokenizer_source(path=None) -> Path:
+    if path is not None:
+        return Path(path)
     from strata_ref.models import resolve
+    return resolve(TOKENIZER_FROM)
+
+
+def write_tokenizer(out: Path, source=None) -> int:
+    """A GGUF holding only the `tokenizer.*` keys of `source` (default: the
+    registry's TOKENIZER_FROM), for `write(..., tokenizer=out)` elsewhere;
+    returns its size in bytes."""
+    import gguf
+    w = gguf.GGUFWriter(str(out), "qwen2")
+    for key, val, vtype, sub in tokenizer_fields(_tokenizer_source(source)):
+        w.add_key_value(key, val, vtype, sub)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    return out.stat().st_size
+
+
+def write(out: Path, shape_name: str, seed: int, tokenizer=None) -> int:
+    """Write the model (the tokenizer keys from the GGUF `tokenizer`, else
+    from the registry's TOKENIZER_FROM); returns its size in bytes."""
+    import gguf
     s = SHAPES[shape_name]
-    tok = tokenizer_fields(resolve(TOKENIZER_FROM))
+    tok = tokenizer_fields(_tokenizer_source(tokenizer))
     vocab = next(len(v) for k, v, _, _ in tok if k == "tokenizer.ggml.tokens")
     spec = tensors(s, vocab)
     total = sum(n_bytes(t, sh) for _, t, sh in spec)
@@ -188,12 +216,21 @@ def write(out: Path, shape_name: str, seed: int) -> int:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("shape", choices=sorted(SHAPES))
+    ap.add_argument("shape", choices=sorted(SHAPES) + ["tokenizer"],
+                    help="a model shape, or `tokenizer`: only the tokenizer keys")
     ap.add_argument("out", type=Path)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tokenizer", type=Path, default=None, metavar="GGUF",
+                    help=f"take the tokenizer keys from this GGUF (default: {TOKENIZER_FROM})")
     a = ap.parse_args(argv)
+    if a.tokenizer is not None and not a.tokenizer.is_file():
+        ap.error(f"--tokenizer: no such file: {a.tokenizer}")
     t0 = time.perf_counter()
-    total = write(a.out, a.shape, a.seed)
+    if a.shape == "tokenizer":
+        size = write_tokenizer(a.out, a.tokenizer)
+        print(f"wrote {a.out} ({size / 1e6:.1f} MB): the tokenizer keys")
+        return 0
+    total = write(a.out, a.shape, a.seed, a.tokenizer)
     print(f"wrote {a.out} ({total / 1e9:.2f} GB) in {time.perf_counter() - t0:.0f} s")
     return 0
 

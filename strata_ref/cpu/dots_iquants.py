@@ -14,7 +14,8 @@ variant by the instruction-set chain (`traits.kernel`):
   chunk), i.e. `madd(maddubs(..), scale)` summed with `add_epi32`;
   acc = fma(d, float(lanes), acc) with d = fp16(d_w) * d_a; the result is
   `hsum_float_8(acc)` times 0.125 (IQ2_*), 0.25 (IQ3_XXS) or 1 (IQ3_S,
-  IQ4_XS). IQ1_S adds a scalar `accum1 = fma(d, float(sumi1), accum1)` of
+  IQ4_XS). IQ4_XS runs this path on its stored blocks (`iq4_rows`: the
+  same lanes and float steps, half the bytes read). IQ1_S adds a scalar `accum1 = fma(d, float(sumi1), accum1)` of
   the delta terms (sumi1 = sum of scale * delta * bsums, exact) and returns
   `fma(0.125, accum1, hsum)` (GCC contracts both); IQ1_M keeps the delta
   terms in a second set of 8 lanes (lane L: scale * delta * the sum of
@@ -77,7 +78,7 @@ from ..formats.iq_tables import (IQ1S_GRID_BYTES, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_
                                  IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS, KVALUES_IQ4NL)
 from ..types import GGMLType as T
 from ..types import block_format
-from . import act_quant
+from . import act_quant, iq4_rows
 from .traits import Family, kernel
 from .fp import fma32, hsum8
 from .lanes import _check, _ptr, fma8_into, lanes_scaled_add, q8_block_dot
@@ -533,6 +534,11 @@ class IQuantFamily(Family):
             kpath = _PATH_OF_VARIANT[variant]
             # the NEON code has its own result factor (`_NEON_POST`)
             kpost = _NEON_POST.get(qm.type, post) if kpath == _NEON else post
+            if qm.type == T.IQ4_XS and kpath == _AVX2:
+                # the same bits from the stored blocks (`iq4_rows`), which
+                # a mat-vec reads at half the bytes of the widened copy
+                iq4_rows.matmul_iq4_xs(qm.raw.reshape(qm.rows, -1), xq, xd, out, r0, r1, parallel)
+                continue
             args = (mode, kpath, np.float32(kpost), np.float32(tfac), qm.type in _NEON_POST, wq, sc, d,
                     dq4, xq, xd, xs4, out)
             if parallel:

@@ -432,19 +432,25 @@ def _lanes_ir(builder, wv, xv, unsigned_w: bool):
     return builder.add(builder.add(parts[0], parts[1]), builder.add(parts[2], parts[3]))
 
 
-def _scaled_lanes_ir(builder, wv, xv, s16):
+def _scaled_lanes_ir(builder, wv, xv, s16, signed_w: bool = False):
     """<8 x i32>: lane L = s * (the exact dot of values 4L..4L+3 of the
     unsigned bytes wv with the signed xv), s = s16[0] for lanes 0-3 and
     s16[8] for lanes 4-7 (<16 x i16> holding those two values in its
     halves). On AVX2 ggml's `madd(maddubs(w, x), scales)`: exact while the
-    pair sums fit int16 (unsigned weights below 64 times |x| <= 127)."""
+    pair sums fit int16 (unsigned weights below 64 times |x| <= 127).
+    signed_w: the bytes of wv are signed (|w| <= 127), multiplied as
+    ggml's `mul_add_epi8` does (maddubs of |w| and x with w's sign; exact
+    for |x| <= 127), then the same madd."""
     if HOST_AVX2:
         maddubs = _fn(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16I16, [_V32I8, _V32I8])
         maddwd = _fn(builder, "llvm.x86.avx2.pmadd.wd", _V8I32, [_V16I16, _V16I16])
+        if signed_w:
+            psign = _fn(builder, "llvm.x86.avx2.psign.b", _V32I8, [_V32I8, _V32I8])
+            wv, xv = builder.call(psign, [wv, wv]), builder.call(psign, [xv, wv])
         return builder.call(maddwd, [builder.call(maddubs, [wv, xv]), s16])
     s32 = builder.sext(builder.shuffle_vector(s16, ir.Constant(_V16I16, ir.Undefined),
                                               ir.Constant(_V8I32, [0, 2, 4, 6, 8, 10, 12, 14])), _V8I32)
-    return builder.mul(_lanes_ir(builder, wv, xv, True), s32)
+    return builder.mul(_lanes_ir(builder, wv, xv, not signed_w), s32)
 
 
 def scaled_pairs_ir(builder, chunks, xs, sv, idx):

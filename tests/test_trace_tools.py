@@ -73,10 +73,15 @@ def test_which_names_the_profile_of_stored_llama_cpp_logits(tmp_path, qwen3, cap
                    for p in ARM_PROFILES for fa in (False, True)}
     assert {"armv8.0", "armv8.2-dotprod", "armv8.2-fp16", "armv8.6-i8mm"} <= set(ARM_PROFILES)
     for p in sorted(set(ARM_PROFILES) - fa_f16)[:1]:
-        assert main(["which", str(f), qwen3, "--cpu", p, "--flash-attn", "on"]) == 1
-        out = capsys.readouterr().out
+        # nothing compared: exit 2, as for --cpu naming no profile
+        assert main(["which", str(f), qwen3, "--cpu", p, "--flash-attn", "on"]) == 2
+        cap = capsys.readouterr()
+        out = cap.out
         assert f"{p} flash attention on : not run (flash attention not emulated on this profile)" in out
         assert "no candidate was run" in out
+        assert cap.err == ("strata-ref: error: no candidate could be run (each one's line says what is not "
+                           "emulated), so nothing was compared: choose other --cpu, --flash-attn or cache "
+                           "types\n")
     # armv8.0's flash attention over the F16 cache is emulated: a candidate
     # like any other (run, reproducing none of these x86 rows)
     assert "armv8.0" in fa_f16

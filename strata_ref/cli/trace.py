@@ -97,6 +97,10 @@ def cmd_which(a) -> int:
                    "matches": [c.json() for c in cands if c.matches]})
     else:
         print(report_text(e, cands))
+    if all(c.not_emulated for c in cands):
+        # nothing was compared: a choice of candidates to change, as --cpu ''
+        return err("no candidate could be run (each one's line says what is not emulated), so nothing was "
+                   "compared: choose other --cpu, --flash-attn or cache types")
     return 0 if any(c.matches for c in cands) else 1
 
 
@@ -153,7 +157,8 @@ def add_which(sub) -> None:
         description="Run LOGITS' token ids through MODEL in every candidate (CPU profile x flash "
                     "attention) and count the rows equal bit for bit; name the candidates that "
                     "reproduce every row, else the nearest and its first differing row. Exit 0 when "
-                    "one matches, 1 when none does, 2 on bad input (docs/trace.md).",
+                    "one matches, 1 when none does, 2 on bad input or when no candidate can be run "
+                    "(what each needs not emulated: nothing compared) (docs/trace.md).",
         formatter_class=Help)
     wh.add_argument("logits", metavar="LOGITS",
                     help=".npz (tokens, logits[, columns, split]), a trace, or .npy with --tokens")

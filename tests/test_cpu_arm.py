@@ -292,8 +292,10 @@ def test_unemulated_repacked_layout_is_refused():
     x = rng.standard_normal((1, 128)).astype(np.float32)
     m = QMatrix(GGMLType.Q1_0, w, 4, 128, "w", "armv8.2-dotprod")
     assert m.repacked()
-    with pytest.raises(NotImplementedError, match="q1_0_4x4"):
+    with pytest.raises(NotImplementedError, match="q1_0_4x4") as e:
         m.matmul(x)
+    # the short phrase `strata-ref which` prints for a candidate not run
+    assert (e.value.what, e.value.where) == ("the Q1_0 mat-mul (w)", "on this profile")
     plain = QMatrix(GGMLType.Q1_0, w, 4, 128, "w", "armv8.0")
     assert not plain.repacked()
     assert plain.matmul(x).shape == (1, 4)

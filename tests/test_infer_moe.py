@@ -552,10 +552,13 @@ def test_mla_cache_is_f16_without_flash_attention():
     c = KVCache(2, 1, 160, 64, v_of_k=128, flash_attn=False)
     assert c.v is None and c.k.shape == (2, 1, 64, 160)
     assert KVCache.bytes_needed(2, 1, 160, 64, v_of_k=128) == c.k.nbytes
-    for opts in (dict(flash_attn=True), dict(type_k="q8_0"), dict(type_v="bf16", flash_attn=False)):
-        # not emulated yet: NotImplementedError, which `which` lists as not run
-        with pytest.raises(NotImplementedError, match="MLA cache .* pass --flash-attn off"):
+    for opts, what in ((dict(flash_attn=True), "flash attention"), (dict(type_k="q8_0"), "a q8_0 K cache"),
+                       (dict(type_v="bf16", flash_attn=False), "a bf16 V cache")):
+        # not emulated yet: NotImplementedError, which `which` lists as not
+        # run, in a short phrase
+        with pytest.raises(NotImplementedError, match="MLA cache .* pass --flash-attn off") as e:
             KVCache(2, 1, 160, 64, v_of_k=128, **opts)
+        assert (e.value.what, e.value.where) == (what, "for the MLA cache (deepseek2)")
     with pytest.raises(ValueError, match="v_of_k 200 is outside 1 .. head_dim 160"):
         KVCache(2, 1, 160, 64, v_of_k=200, flash_attn=False)
 

@@ -345,3 +345,25 @@ def test_which_lists_a_profile_without_a_kernel_for_a_weight_type_as_not_run(tmp
     assert by["avx2"]["matches"] and by["avx2"]["not_emulated"] is None
     skip = by["v0.4.0-sandybridge"]["not_emulated"]
     assert "Q4_K" in skip and "v0.4.0-sandybridge" in skip and by["v0.4.0-sandybridge"]["equal_rows"] == 0
+
+
+def test_which_says_in_a_short_phrase_what_a_model_does_not_emulate(tmp_path, capsys):
+    # gemma4 runs with the F16 cache without flash attention only, on every
+    # profile: the candidate's line says so in a few words (the error's
+    # whole sentence, with its advice, once stood inside "... not emulated
+    # on this profile"), and the JSON gives the bare phrase and its place
+    from infer_helpers import tiny_gemma4
+    path = tmp_path / "gemma4.gguf"
+    tiny_gemma4("gemma4", path)
+    f = tmp_path / "l.npz"
+    np.savez(f, tokens=np.array([257, 72, 101]), logits=np.zeros((3, 8), np.float32))
+    assert main(["which", str(f), str(path), "--cpu", "avx2,armv8.2-dotprod", "--flash-attn", "on",
+                 "--cache-type-k", "q8_0"]) == 2
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == "  avx2            flash attention on : not run (flash attention and a q8_0 K cache " \
+                     "not emulated for gemma4)"
+    assert out[2] == "  armv8.2-dotprod flash attention on : not run (flash attention and a q8_0 K cache " \
+                     "not emulated on this profile)"
+    assert main(["which", str(f), str(path), "--cpu", "avx2", "--flash-attn", "on", "--json"]) == 2
+    c, = json.loads(capsys.readouterr().out)["candidates"]
+    assert (c["not_emulated"], c["not_emulated_where"], c["equal_rows"]) == ("flash attention", "for gemma4", 0)

@@ -136,9 +136,13 @@ class QMatrix:
                 raise self._not_emulated(e) from None
 
     def _not_emulated(self, e: NotImplementedError) -> NotImplementedError:
-        """A kernel's NotImplementedError, naming the tensor and the profile."""
-        return NotImplementedError(f"{self.name or 'a matrix'}: {e} on the CPU profile {self.profile.name} "
-                                   f"(docs/inference.md lists what each profile covers)")
+        """A kernel's NotImplementedError as NotEmulated, naming the tensor
+        and the profile."""
+        from .._notemulated import NotEmulated
+        name = self.name or "a matrix"
+        return NotEmulated(f"{name}: {e} on the CPU profile {self.profile.name} "
+                           f"(docs/inference.md lists what each profile covers)",
+                           f"the {self.type.name} mat-mul ({name})", "on this profile")
 
     @property
     def packed(self) -> Packed:

@@ -66,7 +66,6 @@ import numpy as np
 
 from ..cpu import ops
 from . import trace as T
-from ..types import GGMLType
 from .kv_cache import IswaCache, cache_type, resolve_flash_attn
 from .layers import GatedFFN
 from .model import (CommonHParams, ArchKeys, Model, ModelLoadError, arch_spec, common_params,
@@ -319,15 +318,18 @@ class Gemma4Model(Model):
 
     @staticmethod
     def _refuse_cache(options) -> None:
-        """NotImplementedError for a cache other than F16 without flash
-        attention (ValueError for an unknown type or flash_attn value)."""
+        """NotEmulated (a NotImplementedError) for a cache other than F16
+        without flash attention (ValueError for an unknown type or
+        flash_attn value)."""
+        from .._notemulated import NotEmulated, cache_phrase
         tk = cache_type(options.get("type_k", "f16"), "type_k (--cache-type-k)")
         tv = cache_type(options.get("type_v", "f16"), "type_v (--cache-type-v)")
         fa = options.get("flash_attn")
-        if tk != GGMLType.F16 or tv != GGMLType.F16 or (fa is not None and resolve_flash_attn(fa, tv)):
-            raise NotImplementedError("gemma4 runs with an F16 KV cache without flash attention only (the "
-                                      "other caches are not checked against llama.cpp for this graph yet): "
-                                      "leave the cache types at f16 and pass --flash-attn off")
+        what = cache_phrase(tk, tv, fa is not None and resolve_flash_attn(fa, tv))
+        if what:
+            raise NotEmulated("gemma4 runs with an F16 KV cache without flash attention only (the "
+                              "other caches are not checked against llama.cpp for this graph yet): "
+                              "leave the cache types at f16 and pass --flash-attn off", what, "for gemma4")
 
     def _cache_bytes(self, n_ctx: int, **options) -> int:
         self._refuse_cache(options)

@@ -211,12 +211,12 @@ class KVCache:
             raise ValueError(f"v_of_k {self.v_of_k} is outside 1 .. head_dim {head_dim}")
         if self.v_of_k and (self.flash_attn or self.type_k != GGMLType.F16 or self.type_v != GGMLType.F16):
             # not emulated yet (`which` lists such a candidate as not run)
-            raise NotImplementedError("the MLA cache (deepseek2) is emulated with F16 K / V and flash "
-                                      "attention off only: pass --flash-attn off (the v0.4.0 profiles "
-                                      "turn it on by default) and leave the cache types at f16")
-        if isinstance(fa_threads, bool) or not isinstance(fa_threads, (int, np.integer)) or fa_threads < 1:
-            raise ValueError(f"fa_threads must be a whole number >= 1, got {fa_threads!r}")
-        self.fa_threads = int(fa_threads)
+            from .._notemulated import NotEmulated, cache_phrase
+            raise NotEmulated("the MLA cache (deepseek2) is emulated with F16 K / V and flash "
+                              "attention off only: pass --flash-attn off (the v0.4.0 profiles "
+                              "turn it on by default) and leave the cache types at f16",
+                              cache_phrase(self.type_k, self.type_v, self.flash_attn),
+                              "for the MLA cache (deepseek2)")
         disabled = rotation_disabled() if rotate is None else not rotate
         #: Hadamard sizes of K's and V's rotation (0: none)
         self.rot_k, self.rot_v = rotation_sizes(head_dim, head_dim, self.type_k, self.type_v, disabled)

@@ -707,6 +707,7 @@ def unemulated_cache(profile, opts) -> str | None:
     `ARM64_FLASH_ATTN_CACHES` (docs/arm64.md); the x86 attention would give
     other bits there, silently. Raises ValueError for an unknown cache
     type."""
+    from .._notemulated import cache_phrase
     from ..cpu import select
     from ..cpu.profiles import LLAMA_CPP_ARM64
     from .kv_cache import cache_type, resolve_flash_attn
@@ -718,19 +719,16 @@ def unemulated_cache(profile, opts) -> str | None:
     fa = resolve_flash_attn(opts.get("flash_attn"), tv)
     if fa and (tk.name.lower(), tv.name.lower()) in ARM64_FLASH_ATTN_CACHES.get(prof.name, ()):
         return None
-    what = [f"{'an' if t.name[0] in 'FI' else 'a'} {t.name.lower()} {kv} cache"
-            for t, kv in ((tk, "K"), (tv, "V")) if t != GGMLType.F16]
-    if fa:
-        what.insert(0, "flash attention")
-    return " and ".join(what) or None
+    return cache_phrase(tk, tv, fa) or None
 
 
 def _refuse_unemulated_cache(profile, opts) -> None:
-    """NotImplementedError (one line, naming what) for a KV cache the
-    profile's build computes in code not emulated yet (`unemulated_cache`)."""
+    """NotEmulated (one line, naming what) for a KV cache the profile's
+    build computes in code not emulated yet (`unemulated_cache`)."""
+    from .._notemulated import NotEmulated
     from ..cpu import select
     what = unemulated_cache(profile, opts)
     if what:
-        raise NotImplementedError(f"{what} on the arm64 profile {select(profile).name}: ggml's ARM "
-                                  "code for it is not emulated yet (docs/arm64.md); use the F16 cache "
-                                  "without flash attention")
+        raise NotEmulated(f"{what} on the arm64 profile {select(profile).name}: ggml's ARM "
+                          "code for it is not emulated yet (docs/arm64.md); use the F16 cache "
+                          "without flash attention", what, "on this profile")

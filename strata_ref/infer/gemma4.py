@@ -64,6 +64,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._text import count
 from ..cpu import ops
 from . import trace as T
 from .kv_cache import IswaCache, cache_type, resolve_flash_attn
@@ -128,6 +129,10 @@ class Gemma4HParams(CommonHParams):
             raise ModelLoadError(f"`{arch}.attention.value_length_swa` differs from "
                                  f"`{arch}.attention.key_length_swa` (llama.cpp requires them equal)")
         # llama_model_base::load_hparams: n_rot_swa defaults to the full layers' n_rot
+        if "rope.dimension_count_swa" not in k and not 2 <= c["n_rot"] <= hd_swa:
+            raise ModelLoadError(f"GGUF metadata has no `{arch}.rope.dimension_count_swa`, and its default, "
+                                 f"the full layers' `{arch}.rope.dimension_count` = {c['n_rot']}, does not fit "
+                                 f"the sliding-window heads (`{arch}.attention.key_length_swa` = {hd_swa})")
         n_rot_swa = k.int("rope.dimension_count_swa", c["n_rot"], lo=2, hi=hd_swa)
         if n_rot_swa % 2:
             raise ModelLoadError(f"`{arch}.rope.dimension_count_swa` = {n_rot_swa} is odd (RoPE rotates pairs)")
@@ -143,8 +148,9 @@ class Gemma4HParams(CommonHParams):
         shared = k.int("attention.shared_kv_layers", 0, lo=0, hi=n_layer)
         n_kv = n_layer - shared
         if n_kv < 2:
-            raise ModelLoadError(f"`{arch}.attention.shared_kv_layers` = {shared} leaves {n_kv} layers with a "
-                                 f"KV cache of their own (llama.cpp asserts at least 2)")
+            raise ModelLoadError(f"`{arch}.attention.shared_kv_layers` = {shared} leaves "
+                                 f"{count(n_kv, 'layer')} with a KV cache of {'its' if n_kv == 1 else 'their'} "
+                                 f"own (llama.cpp asserts at least 2)")
         for il in range(n_kv, n_layer):
             owner = n_kv - (2 if layers[il] else 1)
             if layers[owner] != layers[il]:

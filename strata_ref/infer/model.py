@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import cpu
+from .._text import count
 from ..cpu import ops
 from ..cpu.matmul import QMatrix
 from ..types import PLAIN_TYPES, GGMLType, block_format
@@ -165,7 +166,7 @@ class ArchKeys:
             return None
         if isinstance(v, (list, np.ndarray)):
             if len(v) != n_layer:
-                raise ModelLoadError(f"`{k}` has {len(v)} values for {n_layer} layers")
+                raise ModelLoadError(f"`{k}` has {count(len(v), 'value')} for {count(n_layer, 'layer')}")
             return tuple(_int_param(k, x.item() if isinstance(x, np.generic) else x, lo, hi) for x in v)
         return (_int_param(k, v, lo, hi),) * n_layer
 
@@ -304,7 +305,7 @@ def swa_params(k: ArchKeys, swa: Swa | None, n_layer: int, rope_base: float, rop
                 all(isinstance(b, (bool, int, np.integer, np.bool_)) for b in pattern)):
             raise ModelLoadError(f"`{kp}` must be an array of BOOL or integers, got {_shown(pattern)}")
         if len(pattern) != n_layer:
-            raise ModelLoadError(f"`{kp}` has {len(pattern)} values for {n_layer} layers")
+            raise ModelLoadError(f"`{kp}` has {count(len(pattern), 'value')} for {count(n_layer, 'layer')}")
         layers = tuple(bool(b) for b in pattern)
     else:
         p = _int_param(kp, pattern, 0)

@@ -81,9 +81,11 @@ def kv_opts(ref, name: str) -> dict:
     """The KV-cache options of configuration `name` of a llama_kv file
     (tools/llama_ref.py `kvcache`, tools/arm_ref.py `kv`), as `new_cache`
     takes them."""
-    return dict(type_k=str(ref[f"{name}:type_k"]), type_v=str(ref[f"{name}:type_v"]),
-                flash_attn=bool(ref[f"{name}:flash_attn"]), rotate=not bool(ref[f"{name}:rot_disable"]),
-                fa_threads=int(ref["n_threads"]))
+    fa = bool(ref[f"{name}:flash_attn"])
+    # llama.cpp's thread count sets flash attention's split only (and
+    # new_cache refuses it without flash attention)
+    return dict(type_k=str(ref[f"{name}:type_k"]), type_v=str(ref[f"{name}:type_v"]), flash_attn=fa,
+                rotate=not bool(ref[f"{name}:rot_disable"]), **({"fa_threads": int(ref["n_threads"])} if fa else {}))
 
 
 def check_kv_config(m, ref, name: str, label: str = "") -> None:

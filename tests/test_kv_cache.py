@@ -197,7 +197,16 @@ def test_cache_types_and_errors():
     with pytest.raises(ValueError, match="does not divide head_dim 48"):
         KVCache(1, 1, 48, 8, "q8_0", "f16")
     with pytest.raises(ValueError, match="fa_threads"):
-        KVCache(1, 1, 64, 8, fa_threads=0)
+        KVCache(1, 1, 64, 8, flash_attn=True, fa_threads=0)
+    # fa_threads sets flash attention's split only: refused without it
+    # (once silently unused), named with the flash_attn it met
+    for fa in (False, "off", None):
+        with pytest.raises(ValueError, match=f"fa_threads 4 needs flash attention, but flash_attn="
+                                             f"{fa!r} turns it off: pass flash_attn=True"):
+            KVCache(1, 1, 64, 8, flash_attn=fa, fa_threads=4)
+    assert KVCache(1, 1, 64, 8, flash_attn=True, fa_threads=4).fa_threads == 4
+    assert KVCache(1, 1, 64, 8, "f16", "q8_0", fa_threads=3).fa_threads == 3     # on: its V's default
+    assert KVCache(1, 1, 64, 8).fa_threads == 2
     with pytest.raises(ValueError, match="n_ctx must be positive"):
         KVCache(1, 1, 64, 0)
 

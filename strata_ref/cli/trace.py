@@ -4,8 +4,8 @@ that reproduces an engine's logits (docs/trace.md)."""
 from __future__ import annotations
 
 from .._text import printable
-from .common import (Help, KV_TYPES, cpu_problem, err, json_out, out_problem, patterns_problem, split_list,
-                     token_ids, utf8_problem)
+from .common import (Help, KV_TYPES, cpu_problem, err, fa_threads_problem, json_out, out_problem,
+                     patterns_problem, split_list, token_ids, utf8_problem)
 
 
 def cmd_trace(a) -> int:
@@ -20,9 +20,8 @@ def cmd_trace(a) -> int:
             return err(f"--tokens {a.tokens[:80]!r} is not a comma-separated list of token ids")
     if a.split is not None and a.split < 1:
         return err(f"--split must be >= 1, got {a.split}")
-    if a.fa_threads is not None and a.fa_threads < 1:
-        return err(f"--fa-threads must be >= 1, got {a.fa_threads}")
     bad = (patterns_problem(a.tensors) or cpu_problem(a.cpu)
+           or fa_threads_problem(a.fa_threads, a.flash_attn, a.cache_type_v, a.cpu)
            or (utf8_problem(a.prompt, "--prompt") if a.prompt is not None else None)
            or out_problem(a.out, "--out", "trace", "trace.npz", inputs=(a.model,)))
     if bad:
@@ -126,7 +125,8 @@ def add_trace(sub) -> None:
     tr.add_argument("--flash-attn", default=None, metavar="on|off|auto",
                     help="flash attention (default: the profile's llama.cpp's, as `generate`)")
     tr.add_argument("--fa-threads", type=int, default=None, metavar="N",
-                    help="llama.cpp's thread count for flash attention's split (default 2)")
+                    help="llama.cpp's thread count for flash attention's split (default 2); needs "
+                         "flash attention on")
     tr.add_argument("--compress", action="store_true", help="deflate the entries (smaller, slower)")
     tr.set_defaults(func=cmd_trace)
 

@@ -37,6 +37,13 @@ def row_hashes(rows) -> "np.ndarray":
                      for r in rows], np.uint64)
 
 
+def f32_bits(a):
+    """The uint32 bit patterns of `a` as float32 (contiguous): for comparing
+    results bit for bit (NaN payloads, -0.0) with np.array_equal."""
+    import numpy as np
+    return np.ascontiguousarray(a, np.float32).view(np.uint32)
+
+
 def profile_files(name: str) -> list:
     """pytest params (profile, path) of every stored DATA/<profile>/<name>."""
     return [pytest.param(p, DATA / p / name, id=p) for p in PROFILES if (DATA / p / name).is_file()]

@@ -9,13 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from infer_helpers import tiny_gemma4
+from infer_helpers import f32_bits, tiny_gemma4
 
 ARCH = "gemma4"
-
-
-def _bits(a):
-    return np.ascontiguousarray(a, np.float32).view(np.uint32)
 
 
 @pytest.fixture(scope="module")
@@ -106,8 +102,8 @@ def test_gelu_is_ggmls_table():
     got = ops.gelu(x, prof)
     tab = ops.gelu_table(prof)
     want = [0.0, 0.0] + [tab[int(v)] for v in x[2:8].astype(np.float16).view(np.uint16)] + [10.0, 11.5]
-    assert np.array_equal(_bits(got), _bits(np.array(want, np.float32)))
-    assert np.array_equal(_bits(ops.gelu(x.reshape(2, 5), prof)), _bits(got.reshape(2, 5)))
+    assert np.array_equal(f32_bits(got), f32_bits(np.array(want, np.float32)))
+    assert np.array_equal(f32_bits(ops.gelu(x.reshape(2, 5), prof)), f32_bits(got.reshape(2, 5)))
 
 
 def test_cache_other_than_f16_is_refused(files):

@@ -12,14 +12,10 @@ import gguf as gguf_py
 import numpy as np
 import pytest
 
-from infer_helpers import DATA, PROFILES, tiny_model
+from infer_helpers import DATA, PROFILES, f32_bits, tiny_model
 from strata_ref import hash_array
 from strata_ref.cli import main
 from strata_ref.hashing import fnv1a64
-
-
-def _bits(a):
-    return np.ascontiguousarray(a, np.float32).view(np.uint32)
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +148,7 @@ def test_dequant_writes_the_oracles_rows(tmp_path, qwen3, capsys):
     assert main(["dequant", qwen3, "blk.1.ffn_down.weight", "--row0", "3", "--rows", "4",
                  "--out", str(tmp_path / "r.bin")]) == 0
     got = np.fromfile(tmp_path / "r.bin", "<f4").reshape(4, -1)
-    assert np.array_equal(_bits(got), _bits(want))
+    assert np.array_equal(f32_bits(got), f32_bits(want))
     assert f"fnv1a64 {hash_array(want):016x}" in capsys.readouterr().out
     assert main(["dequant", qwen3, "blk.1.ffn_down.weight", "--dtype", "bf16", "--out", str(tmp_path / "r.npy")]) == 0
     bits = np.load(tmp_path / "r.npy")
@@ -236,7 +232,7 @@ def test_matmul_cpu_route_is_llama_cpps_mat_mul(tmp_path, capsys, tag):
     assert main(args + ["--compare", str(tmp_path / "y.npy")]) == 0
     assert "0 of" in capsys.readouterr().out
     assert main(args + ["--out", str(tmp_path / "o.npy")]) == 0
-    assert np.array_equal(_bits(np.load(tmp_path / "o.npy")), _bits(v[f"{tag}_y"]).reshape(-1, v[f"{tag}_y"].shape[-1]))
+    assert np.array_equal(f32_bits(np.load(tmp_path / "o.npy")), f32_bits(v[f"{tag}_y"]).reshape(-1, v[f"{tag}_y"].shape[-1]))
     # the scalar build's arithmetic gives other bits
     assert main(args[:-1] + ["scalar", "--compare", str(tmp_path / "y.npy")]) == 1
 
@@ -254,7 +250,7 @@ def test_matmul_routes_and_their_agreement(tmp_path, qwen3, capsys):
     from strata_ref import gguf
     t = gguf.read(qwen3).tensor("blk.0.attn_q.weight")
     raw = np.asarray(t.data).reshape(64, -1)
-    assert np.array_equal(_bits(m), _bits(np.concatenate([mmvq_f32(t.type, raw, x[:8]), mmvq_f32(t.type, raw, x[8:])])))
+    assert np.array_equal(f32_bits(m), f32_bits(np.concatenate([mmvq_f32(t.type, raw, x[:8]), mmvq_f32(t.type, raw, x[8:])])))
     # q8_1 activations: within a few percent of the exact product
     exact = x.astype(np.float64) @ w.T.astype(np.float64)
     assert np.abs(m - exact).max() < 0.02 * np.abs(exact).max()

@@ -57,7 +57,8 @@ class Candidate:
     values: tuple | None = None           # (engine, candidate) at that logit
     row_ulps: list = field(default_factory=list)
     nan_vs_number: int = 0                # logits NaN on one side only (no distance to show)
-    not_emulated: str | None = None       # what of this candidate is not emulated (not run)
+    not_emulated: str | None = None       # what of this candidate is not emulated (not run), short
+    not_emulated_where: str | None = None  # where: "on this profile", "for gemma4", ... (None: in the what)
 
     @property
     def matches(self) -> bool:
@@ -68,7 +69,16 @@ class Candidate:
                 "equal_rows": self.equal_rows, "matches": self.matches, "first_differing_row": self.first_row,
                 "max_ulp": self.max_ulp, "max_abs_diff": self.max_abs, "first_differing_logit": self.first_col,
                 "values": list(self.values) if self.values else None, "nan_vs_number": self.nan_vs_number,
-                "not_emulated": self.not_emulated}
+                "not_emulated": self.not_emulated, "not_emulated_where": self.not_emulated_where}
+
+    def not_run_reason(self) -> str | None:
+        """Why the candidate was not run, in words ("flash attention not
+        emulated on this profile"); None when it was run."""
+        if not self.not_emulated:
+            return None
+        if self.not_emulated_where is None:
+            return self.not_emulated
+        return f"{self.not_emulated} not emulated {self.not_emulated_where}"
 
 
 def _ids(a, what: str, src) -> np.ndarray:
@@ -235,7 +245,10 @@ def which(logits: EngineLogits, model, profiles=None, flash_attn=(False, True), 
     profiles' flash attention and KV cache types other than F16,
     `infer.model.unemulated_cache`), or whose model holds a weight type the
     profile has no kernel for yet (NotImplementedError), is not run: it
-    comes back with `not_emulated` saying what, and no equal rows."""
+    comes back with `not_emulated` saying what (a short phrase: "flash
+    attention", "a q8_0 K cache", "the Q4_K mat-mul (blk.0.attn_q.weight)")
+    and `not_emulated_where` where ("on this profile", "for gemma4"), and
+    no equal rows."""
     from .cpu import PROFILES, select
     from .infer.kv_cache import resolve_flash_attn
     from .infer.model import unemulated_cache
@@ -246,14 +259,17 @@ def which(logits: EngineLogits, model, profiles=None, flash_attn=(False, True), 
             fas = (resolve_flash_attn(select(p).default_flash_attn, cache.get("type_v") or "f16"),)
         for fa in fas:
             skip = unemulated_cache(p, dict(cache, flash_attn="on" if fa else "off"))
+            where = "on this profile" if skip else None
             ours = None
             if not skip:
                 try:
                     ours = candidate_logits(model, p, fa, logits.tokens, logits.split, **cache)
-                except NotImplementedError as e:    # a weight type the profile lacks a kernel for
-                    skip = str(e)
+                except NotImplementedError as e:    # a weight type or a cache not emulated
+                    # NotEmulated has the short phrase; another's message says it all
+                    skip, where = getattr(e, "what", None) or str(e), getattr(e, "where", None)
             if skip:
-                out.append(Candidate(p, fa, logits.logits.shape[0], 0, not_emulated=skip))
+                out.append(Candidate(p, fa, logits.logits.shape[0], 0, not_emulated=skip,
+                                     not_emulated_where=where))
             else:
                 out.append(_score(logits, ours, p, fa))
             if progress is not None:
@@ -280,8 +296,8 @@ def report_text(e: EngineLogits, cands: list) -> str:
     w = max([7] + [len(c.profile) for c in cands])
     for c in cands:
         if c.not_emulated:
-            what = c.not_emulated if "not emulated" in c.not_emulated else f"{c.not_emulated} not emulated on this profile"
-            out.append(f"  {c.profile:<{w}s} flash attention {'on ' if c.flash_attn else 'off'}: not run ({what})")
+            out.append(f"  {c.profile:<{w}s} flash attention {'on ' if c.flash_attn else 'off'}: "
+                       f"not run ({printable(c.not_run_reason())})")
             continue
         extra = "" if c.matches else (f"  first differing row {c.first_row}, max |difference| {c.max_abs:.3g}"
                                       + (f" over the numbers, {c.nan_vs_number} NaN against numbers"
@@ -295,7 +311,7 @@ def report_text(e: EngineLogits, cands: list) -> str:
     else:
         n = nearest(cands)
         if n is None:
-            out.append("no candidate was run: each one's setting is not emulated on its profile")
+            out.append("no candidate was run: what each one needs is not emulated yet (its line says what)")
             return "\n".join(out)
         out.append(f"no candidate reproduces every row; nearest: {n.profile} (flash attention "
                    f"{'on' if n.flash_attn else 'off'}), {n.equal_rows}/{n.rows} rows; its first differing row "

@@ -37,6 +37,13 @@ def row_hashes(rows) -> "np.ndarray":
                      for r in rows], np.uint64)
 
 
+def f32_bits(a):
+    """The uint32 bit patterns of `a` as float32 (contiguous): for comparing
+    results bit for bit (NaN payloads, -0.0) with np.array_equal."""
+    import numpy as np
+    return np.ascontiguousarray(a, np.float32).view(np.uint32)
+
+
 def profile_files(name: str) -> list:
     """pytest params (profile, path) of every stored DATA/<profile>/<name>."""
     return [pytest.param(p, DATA / p / name, id=p) for p in PROFILES if (DATA / p / name).is_file()]
@@ -81,9 +88,11 @@ def kv_opts(ref, name: str) -> dict:
     """The KV-cache options of configuration `name` of a llama_kv file
     (tools/llama_ref.py `kvcache`, tools/arm_ref.py `kv`), as `new_cache`
     takes them."""
-    return dict(type_k=str(ref[f"{name}:type_k"]), type_v=str(ref[f"{name}:type_v"]),
-                flash_attn=bool(ref[f"{name}:flash_attn"]), rotate=not bool(ref[f"{name}:rot_disable"]),
-                fa_threads=int(ref["n_threads"]))
+    fa = bool(ref[f"{name}:flash_attn"])
+    # llama.cpp's thread count sets flash attention's split only (and
+    # new_cache refuses it without flash attention)
+    return dict(type_k=str(ref[f"{name}:type_k"]), type_v=str(ref[f"{name}:type_v"]), flash_attn=fa,
+                rotate=not bool(ref[f"{name}:rot_disable"]), **({"fa_threads": int(ref["n_threads"])} if fa else {}))
 
 
 def check_kv_config(m, ref, name: str, label: str = "") -> None:

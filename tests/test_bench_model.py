@@ -4,6 +4,8 @@ made and run by tools/bench_infer.py, not here: about 1 and 5 GB)."""
 import sys
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
 import make_bench_model as mb  # noqa: E402
@@ -46,3 +48,19 @@ def test_bench_infer_finds_the_models_in_the_projects_cache(tmp_path, monkeypatc
     want.parent.mkdir()
     want.write_bytes(b"")
     assert bench_infer.bench_model("bench-1.5b") == want
+
+
+def test_bench_matvec_float_weights_are_finite():
+    # random bytes of F32 / BF16 hold NaN, infinities and values near the
+    # largest finite: the benchmark compared NaN products; its float
+    # weights are N(0, 1) values now, its quantized ones unchanged
+    import bench_matvec
+    from strata_ref import dequantize
+    from strata_ref.routes.mmvq_inputs import sane_blocks
+    for t in (T.F32, T.F16, T.BF16):
+        raw = bench_matvec.weight_bytes(t, 64, 256, np.random.default_rng(0))
+        w = np.asarray(dequantize(raw, t), np.float32).reshape(-1)
+        assert w.size == 64 * 256 and np.isfinite(w).all() and 0.5 < w.std() < 2.0
+        assert np.abs(w - np.random.default_rng(0).standard_normal(w.size).astype(np.float32)).max() < 0.01
+    raw = bench_matvec.weight_bytes(T.Q4_K, 64, 256, np.random.default_rng(0))
+    assert raw.tobytes() == sane_blocks(T.Q4_K, 64, np.random.default_rng(0)).tobytes()

@@ -297,6 +297,37 @@ def test_trace_checks_patterns_and_counts_before_the_work(model, tmp_path, capsy
     assert not os.path.exists(out)
 
 
+def test_fa_threads_without_flash_attention_is_refused(tiny, capsys, monkeypatch):
+    # --fa-threads sets flash attention's split only: with flash attention
+    # off (given, or a 0.3.36 profile's default) it was silently unused
+    from strata_ref.cli.common import fa_threads_problem
+    from strata_ref.infer import load
+    m = load(tiny, cpu="avx2")
+    _no_work(monkeypatch)
+    for extra, why in [(["--flash-attn", "off"], "--flash-attn is off"),
+                       ([], "flash attention is off by default on the avx2 profile")]:
+        msg = f"--fa-threads 4 needs flash attention on, but {why}: add --flash-attn on " \
+              f"(--fa-threads sets flash attention's split only)"
+        assert main(["generate", "--cpu", "avx2", "--fa-threads", "4", *extra, tiny, "hi"]) == 2
+        assert _err_line(capsys) == msg
+        assert main(["trace", tiny, "--cpu", "avx2", "--tokens", "1,2", "--out", "t.npz", "--fa-threads", "4",
+                     *extra]) == 2
+        assert _err_line(capsys) == msg
+    # on: given, a v0.4.0 profile's default, a block-type V cache's
+    assert fa_threads_problem(4, "on", None, "avx2") is None
+    assert fa_threads_problem(4, None, None, "v0.4.0-haswell") is None
+    assert fa_threads_problem(4, None, "q8_0", "avx2") is None
+    assert fa_threads_problem(4, "off", None, "v0.4.0-haswell").endswith("but --flash-attn is off: add "
+                                                                       "--flash-attn on (--fa-threads sets "
+                                                                       "flash attention's split only)")
+    # the library: new_cache names both
+    with pytest.raises(ValueError, match=r"fa_threads 3 needs flash attention, but flash_attn=False turns"):
+        m.new_cache(8, flash_attn=False, fa_threads=3)
+    with pytest.raises(ValueError, match=r"fa_threads 3 needs flash attention, but flash_attn=None turns"):
+        m.new_cache(8, fa_threads=3)            # avx2's default: off for an F16 V
+    assert m.new_cache(8, flash_attn=True, fa_threads=3).fa_threads == 3
+
+
 def test_hash_tensors_names_a_pattern_that_matches_nothing(tiny, capsys):
     assert main(["hash", tiny, "--tensors", "blk.0.*,nomatch"]) == 2
     assert _err_line(capsys) == "--tensors: pattern 'nomatch' matches no tensor of tiny.gguf"

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from _amx import BIG_TYPES, big_blocks, positive_rows
-from infer_helpers import DATA
+from infer_helpers import DATA, f32_bits
 from strata_ref import cpu
 from strata_ref.cpu.act_quant import q8_0_fields, q8_1_fields, q8_k_fields
 from strata_ref.cpu.matmul import QMatrix
@@ -35,10 +35,6 @@ SPR = "v0.4.0-sapphirerapids"
 ZEN4 = "v0.4.0-zen4"
 STORED = DATA / "v0.4.0-sapphirerapids" / "ggml_amx_mm.npz"
 f32 = np.float32
-
-
-def _bits(a):
-    return np.ascontiguousarray(a, np.float32).view(np.uint32)
 
 
 # ------------------------------------------------------------- ggml's own
@@ -61,7 +57,7 @@ def test_amx_is_ggml_amx_bitwise(stored, t):
     for n in stored["ns"]:
         assert q.segments(int(n)) == [(0, rows, "amx")]
         got = q.matmul(stored[f"x{n}"])
-        bad = np.flatnonzero((_bits(got) != _bits(stored[f"{t}_y{n}"])).any(axis=0))
+        bad = np.flatnonzero((f32_bits(got) != f32_bits(stored[f"{t}_y{n}"])).any(axis=0))
         assert bad.size == 0, f"{t} n={n}: weight rows {bad.tolist()} differ"
 
 
@@ -72,7 +68,7 @@ def test_zen4_is_not_amx(stored):
     rows, cols = int(stored["rows"]), int(stored["cols"])
     for t in ("Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "F16"):
         q = QMatrix(T[t], stored[f"{t}_w"], rows, cols, t, ZEN4)
-        assert (_bits(q.matmul(stored["x2"])) != _bits(stored[f"{t}_y2"])).any(), t
+        assert (f32_bits(q.matmul(stored["x2"])) != f32_bits(stored[f"{t}_y2"])).any(), t
 
 
 # ------------------------------------------------- independent computation
@@ -159,9 +155,9 @@ def test_integer_above_2_24_rounds_once(t):
     i_b = np.einsum("rbk,bk->rb", w.reshape(rows, -1, 256), aq[0].reshape(-1, 256))
     assert (np.abs(i_b) > 1 << 24).all()
     got = QMatrix(t, raw, rows, cols, "w", SPR).matmul(x)
-    assert np.array_equal(_bits(got), _bits(want))
+    assert np.array_equal(f32_bits(got), f32_bits(want))
     z = QMatrix(t, raw, rows, cols, "w", ZEN4).matmul(x)
-    assert (_bits(z) != _bits(want)).any()
+    assert (f32_bits(z) != f32_bits(want)).any()
 
 
 @pytest.mark.parametrize("t", [T.Q4_1, T.Q8_0, T.Q4_0], ids=lambda t: t.name)
@@ -175,9 +171,9 @@ def test_one_fma_chain_over_blocks(t):
     x = rng.standard_normal((3, cols)).astype(np.float32)
     want = _reference(t, raw, rows, cols, x, cpu.select(SPR).isa)
     got = QMatrix(t, raw, rows, cols, "w", SPR).matmul(x)
-    assert np.array_equal(_bits(got), _bits(want))
+    assert np.array_equal(f32_bits(got), f32_bits(want))
     if t != T.Q4_0:     # Q4_0: zen4's repacked q4_0_8x8 rounds the same (test_zen4_is_not_amx)
-        assert (_bits(QMatrix(t, raw, rows, cols, "w", ZEN4).matmul(x)) != _bits(want)).any()
+        assert (f32_bits(QMatrix(t, raw, rows, cols, "w", ZEN4).matmul(x)) != f32_bits(want)).any()
 
 
 def test_f16_lanes_of_unrounded_activations():
@@ -198,8 +194,8 @@ def test_f16_lanes_of_unrounded_activations():
             want[m, r] = acc[0]
     raw = w.view(np.uint8).reshape(-1)
     got = QMatrix(T.F16, raw, rows, cols, "w", SPR).matmul(x)
-    assert np.array_equal(_bits(got), _bits(want))
-    assert (_bits(QMatrix(T.F16, raw, rows, cols, "w", ZEN4).matmul(x)) != _bits(want)).any()
+    assert np.array_equal(f32_bits(got), f32_bits(want))
+    assert (f32_bits(QMatrix(T.F16, raw, rows, cols, "w", ZEN4).matmul(x)) != f32_bits(want)).any()
 
 
 # ------------------------------------------------------------ which weights
@@ -246,6 +242,6 @@ def test_mixed_stack_computes_each_part_on_its_path():
     x = rng.standard_normal((3, cols)).astype(np.float32)
     got = QMatrix.stack(parts).matmul(x)
     want = np.concatenate([p.matmul(x) for p in parts], axis=1)
-    assert np.array_equal(_bits(got), _bits(want))
+    assert np.array_equal(f32_bits(got), f32_bits(want))
     z = QMatrix(T.Q8_0, parts[1].raw, 8, cols, "p", ZEN4).matmul(x)
-    assert np.array_equal(_bits(got[:, 32:]), _bits(z))
+    assert np.array_equal(f32_bits(got[:, 32:]), f32_bits(z))

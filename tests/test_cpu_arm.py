@@ -17,7 +17,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from infer_helpers import DATA, TINY_IDS, arm_profile_files, tiny_model
+from infer_helpers import DATA, TINY_IDS, arm_profile_files, f32_bits, tiny_model
 from strata_ref import GGMLType
 from strata_ref.cpu import PROFILES, act_quant
 from strata_ref.cpu.matmul import QMatrix
@@ -31,10 +31,6 @@ TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q1_0", "
 #: families' "neon" / "dotprod" variants; the float types through the
 #: chain's dots and tinyBLAS)
 DONE = frozenset(TYPES)
-
-
-def _bits(a):
-    return np.ascontiguousarray(a, np.float32).view(np.uint32)
 
 
 def _data(profile, name):
@@ -109,7 +105,7 @@ def test_matmul_is_the_arm_builds_bits(t, profile):
     for n in v["ns"]:
         y = w.matmul(v[f"x{n}"])
         want = v[f"{t}_y{n}"]
-        bad = np.flatnonzero(_bits(y) != _bits(want))
+        bad = np.flatnonzero(f32_bits(y) != f32_bits(want))
         assert bad.size == 0, (f"{t} {profile} n={n}: {bad.size} of {y.size} differ, first at "
                                f"{np.unravel_index(bad[0], y.shape)}: {y.flat[bad[0]]!r} vs "
                                f"{want.flat[bad[0]]!r}")
@@ -178,7 +174,7 @@ def test_tiny_random_models_are_the_arm_builds_bits(arch, profile, tmp_path):
     assert hashlib.sha256(f.read_bytes()).hexdigest() == str(ref[f"{arch}_sha256"])
     m = load(f, profile=profile)
     got = m.forward(TINY_IDS, m.new_cache(64), all_logits=True)
-    assert np.array_equal(_bits(got), _bits(ref[f"{arch}_logits"]))
+    assert np.array_equal(f32_bits(got), f32_bits(ref[f"{arch}_logits"]))
 
 
 def _logits(m, ids, n_prompt: int, kind: str) -> np.ndarray:
@@ -278,8 +274,8 @@ def test_repacked_q8_0_expert_rows_take_the_gemv():
     m = QMatrix(GGMLType.Q8_0, w, 8, 64, "w", "armv8.2-dotprod")
     assert m.repacked()
     rows = np.concatenate([m.matmul(x[r:r + 1]) for r in range(4)])
-    assert np.array_equal(_bits(m.matmul(x, mmid=True)), _bits(rows))
-    assert not np.array_equal(_bits(m.matmul(x)), _bits(rows))     # the gemm
+    assert np.array_equal(f32_bits(m.matmul(x, mmid=True)), f32_bits(rows))
+    assert not np.array_equal(f32_bits(m.matmul(x)), f32_bits(rows))     # the gemm
 
 
 def test_unemulated_repacked_layout_is_refused():
@@ -292,8 +288,10 @@ def test_unemulated_repacked_layout_is_refused():
     x = rng.standard_normal((1, 128)).astype(np.float32)
     m = QMatrix(GGMLType.Q1_0, w, 4, 128, "w", "armv8.2-dotprod")
     assert m.repacked()
-    with pytest.raises(NotImplementedError, match="q1_0_4x4"):
+    with pytest.raises(NotImplementedError, match="q1_0_4x4") as e:
         m.matmul(x)
+    # the short phrase `strata-ref which` prints for a candidate not run
+    assert (e.value.what, e.value.where) == ("the Q1_0 mat-mul (w)", "on this profile")
     plain = QMatrix(GGMLType.Q1_0, w, 4, 128, "w", "armv8.0")
     assert not plain.repacked()
     assert plain.matmul(x).shape == (1, 4)
@@ -394,7 +392,7 @@ def test_typed_models_are_the_arm_builds_bits(t, profile, tmp_path):
     incr = np.concatenate([m.forward(IDS[:N_PROMPT], cache, all_logits=True)]
                           + [m.forward([k], cache)[None] for k in IDS[N_PROMPT:]])
     for kind, got in (("batched", batched), ("incr", incr)):
-        bad = np.flatnonzero((_bits(got) != _bits(ref[f"{t}_{kind}"])).any(axis=1))
+        bad = np.flatnonzero((f32_bits(got) != f32_bits(ref[f"{t}_{kind}"])).any(axis=1))
         assert bad.size == 0, f"{t} {profile} {kind}: rows {bad.tolist()} differ"
 
 
@@ -420,4 +418,4 @@ def test_i8mm_stacks_only_what_ggml_chunks_alike():
     ids = np.array([[0], [1], [0]])
     got = gu.mul_mat_id(x, ids)
     want = np.concatenate([e.mul_mat_id(x, ids) for e in ex], axis=2)
-    assert np.array_equal(_bits(got), _bits(want))
+    assert np.array_equal(f32_bits(got), f32_bits(want))

@@ -15,15 +15,12 @@ the model tests'.
 import numpy as np
 import pytest
 
+from infer_helpers import f32_bits
 from strata_ref import GGMLType
 from strata_ref.cpu import matvec, select
 from strata_ref.cpu.matmul import QMatrix
 from strata_ref.routes.mmvq_inputs import sane_blocks
 from strata_ref.types import block_format
-
-
-def _bits(a):
-    return np.ascontiguousarray(a, np.float32).view(np.uint32)
 
 
 def _matrix(t, rows, cols, profile, seed):
@@ -54,7 +51,7 @@ def test_rows_and_tokens_are_independent(t, profile):
             for r in range(rows):
                 # one weight row, one token, serially, on the tensor's path
                 y = run(repacked, False, blocks[r:r + 1], x[i:i + 1], 1)
-                assert _bits(y)[0, 0] == _bits(full)[i, r], (t.name, profile, rows, n, i, r)
+                assert f32_bits(y)[0, 0] == f32_bits(full)[i, r], (t.name, profile, rows, n, i, r)
 
 
 @pytest.mark.parametrize("t", [GGMLType[n] for n in ("Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q6_K")])
@@ -66,7 +63,7 @@ def test_thread_split_changes_no_bit(t, monkeypatch):
     run, raw2 = m.packed.data
     outs = [run(m.repacked(), False, raw2, x, parts) for parts in (1, 2, 3, 7)]
     for o in outs[1:]:
-        assert np.array_equal(_bits(o), _bits(outs[0]))
+        assert np.array_equal(f32_bits(o), f32_bits(outs[0]))
 
 
 def test_runner_refuses_other_types():

@@ -25,17 +25,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from infer_helpers import DATA, model_path
+from infer_helpers import DATA, f32_bits, model_path
 from strata_ref import cpu
 from strata_ref.cpu.profiles import V0_4_0
 
 VERSION = "v0.4.0"
 #: the v0.4.0 profiles declared
 V040 = [p for p in cpu.PROFILES.values() if p.version == V0_4_0]
-
-
-def _bits(a):
-    return np.ascontiguousarray(a, np.float32).view(np.uint32)
 
 
 #: the default suite runs the models stored first (the F16 / BF16 dots, a
@@ -132,7 +128,7 @@ def test_prebuilt_logits_are_llama_cpp_bits(profile, model, fa, path, kind):
     bad = np.flatnonzero(hashes != ref[f"{kind}_hash"])
     got = np.take_along_axis(ours, ref[f"{kind}_ids"], axis=1)
     want = ref[f"{kind}_logits"]
-    bad_top = np.flatnonzero((_bits(got) != _bits(want)).any(axis=1))
+    bad_top = np.flatnonzero((f32_bits(got) != f32_bits(want)).any(axis=1))
     assert bad.size == 0 and bad_top.size == 0, (
         f"{profile} {model} fa={fa} {kind}: rows {bad.tolist()} differ "
         f"(top-k max |diff| {np.abs(got - want).max():.3g})")

@@ -25,16 +25,12 @@ import hashlib
 import numpy as np
 import pytest
 
-from infer_helpers import DATA, PROFILES, TINY_IDS, load_model, profile_files, tiny_model
+from infer_helpers import DATA, PROFILES, TINY_IDS, f32_bits, load_model, profile_files, tiny_model
 from model_variants import VARIANTS
 from strata_ref.cpu import PROFILES as CPU_PROFILES
 
 MODELS = {"SmolLM2-135M-Instruct": "SmolLM2-135M-Instruct", "Qwen2.5-Coder-0.5B-Instruct":
           "Qwen2.5-Coder-0.5B-Instruct", "gemma-3-270m": "gemma-3-270m"}
-
-
-def _bits(a):
-    return np.ascontiguousarray(a, np.float32).view(np.uint32)
 
 
 def _logits(m, ids, n_prompt: int, kind: str) -> np.ndarray:
@@ -98,7 +94,7 @@ def test_variant_logits_are_llama_cpp_bits(name, profile, path, kind):
     ours = _logits(m, ids, len(ref["prompt_ids"]), kind)
     got = np.take_along_axis(ours, ref[f"{kind}_ids"], axis=1)
     want = ref[f"{kind}_logits"]
-    bad = np.flatnonzero((_bits(got) != _bits(want)).any(axis=1))
+    bad = np.flatnonzero((f32_bits(got) != f32_bits(want)).any(axis=1))
     assert bad.size == 0, (f"{name} {profile} {kind}: rows {bad.tolist()} differ "
                            f"(max |diff| {np.abs(got - want).max():.3g})")
     if kind == "incr":
@@ -131,7 +127,7 @@ def test_registry_model_logits_are_llama_cpp_bits(name, profile, path, kind):
     ours = _logits(m, ids, len(ref["prompt_ids"]), kind)
     got = np.take_along_axis(ours, ref[f"{kind}_ids"], axis=1)
     want = ref[f"{kind}_logits"]
-    bad = np.flatnonzero((_bits(got) != _bits(want)).any(axis=1))
+    bad = np.flatnonzero((f32_bits(got) != f32_bits(want)).any(axis=1))
     assert bad.size == 0, (f"{profile} {kind}: rows {bad.tolist()} differ "
                            f"(max |diff| {np.abs(got - want).max():.3g})")
     # the stored top-1 is llama.cpp's argmax; ours over the full vocabulary
@@ -170,4 +166,4 @@ def test_tiny_random_models_are_llama_cpp_bits(arch, profile, path, tmp_path):
     assert hashlib.sha256(f.read_bytes()).hexdigest() == str(ref[f"{arch}_sha256"])
     m = load(f, profile=profile)
     got = m.forward(TINY_IDS, m.new_cache(64), all_logits=True)
-    assert np.array_equal(_bits(got), _bits(ref[f"{arch}_logits"]))
+    assert np.array_equal(f32_bits(got), f32_bits(ref[f"{arch}_logits"]))

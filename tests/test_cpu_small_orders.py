@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from infer_helpers import f32_bits
 from strata_ref import GGMLType as T, block_format
 from strata_ref.cpu import act_quant
 from strata_ref.cpu.dots_small import pack_small
@@ -36,10 +37,6 @@ def _hsum8(v):
 def _lanes(w, x):
     """int64 (8,): lane L = exact dot of values 4L..4L+3 of 32."""
     return (w.astype(np.int64) * x.astype(np.int64)).reshape(8, 4).sum(axis=1)
-
-
-def _bits(a):
-    return np.asarray(a, f32).view(np.uint32)
 
 
 def _wide_blocks(t, rows, cols, rng):
@@ -118,13 +115,13 @@ def test_iq4_nl_mxfp4_orders(t):
     vec = np.array([_b32_avx2(wq[r], ws[r], xq[0], xs[0]) for r in range(rows)])
     one = np.array([[_b32_one_acc(wq[r], ws[r], xq[t_], xs[t_]) for r in range(rows)] for t_ in range(2)])
     rep = np.array([[_b32_repacked(wq[r], ws[r], xq[t_], xs[t_]) for r in range(rows)] for t_ in range(2)])
-    assert (_bits(vec) != _bits(one[0])).any() and (_bits(rep[0]) != _bits(one[0])).any()
-    assert np.array_equal(_bits(_mm(t, raw, rows, cols, x[:1], "avx2")[0]), _bits(vec))
+    assert (f32_bits(vec) != f32_bits(one[0])).any() and (f32_bits(rep[0]) != f32_bits(one[0])).any()
+    assert np.array_equal(f32_bits(_mm(t, raw, rows, cols, x[:1], "avx2")[0]), f32_bits(vec))
     if t == T.IQ4_NL:        # two rows: tinyBLAS_Q0 (the Q4_0 order, not vec_dot's)
-        assert np.array_equal(_bits(_mm(t, raw, rows, cols, x, "avx512")), _bits(one))
+        assert np.array_equal(f32_bits(_mm(t, raw, rows, cols, x, "avx512")), f32_bits(one))
     qm = QMatrix(t, raw, rows, cols, "", "avx2")        # 24 rows: repacked
     assert qm.repacked()
-    assert np.array_equal(_bits(qm.matmul(x)), _bits(rep))
+    assert np.array_equal(f32_bits(qm.matmul(x)), f32_bits(rep))
 
 
 def test_nvfp4_two_scales_per_vector():
@@ -154,8 +151,8 @@ def test_nvfp4_two_scales_per_vector():
         for g in range(cols // 16):
             s = _fma(f32(xs[0, g // 2] * ws[r, g]), sub_dot(r, xq, g), s)
         per16.append(s)
-    assert (_bits(want) != _bits(per16)).any()
-    assert np.array_equal(_bits(_mm(T.NVFP4, raw, rows, cols, x, "avx2")[0]), _bits(want))
+    assert (f32_bits(want) != f32_bits(per16)).any()
+    assert np.array_equal(f32_bits(_mm(T.NVFP4, raw, rows, cols, x, "avx2")[0]), f32_bits(want))
     xq, xs = act_quant.q8_0_fields(x, ref=True)
     gen = []
     for r in range(rows):
@@ -163,7 +160,7 @@ def test_nvfp4_two_scales_per_vector():
         for g in range(cols // 16):
             s = f32(s + f32(f32(xs[0, g // 2] * ws[r, g]) * sub_dot(r, xq, g)))
         gen.append(s)
-    assert np.array_equal(_bits(_mm(T.NVFP4, raw, rows, cols, x, "scalar")[0]), _bits(gen))
+    assert np.array_equal(f32_bits(_mm(T.NVFP4, raw, rows, cols, x, "scalar")[0]), f32_bits(gen))
 
 
 def test_q1_0_block_then_row_scale():
@@ -190,8 +187,8 @@ def test_q1_0_block_then_row_scale():
             acc = fma_f32(np.full(8, ws[r, b], f32), blk, acc)
         want.append(_hsum8(acc))
         flat.append(_hsum8(alt))
-    assert (_bits(want) != _bits(flat)).any()
-    assert np.array_equal(_bits(_mm(T.Q1_0, raw, rows, cols, x, "avx2")[0]), _bits(want))
+    assert (f32_bits(want) != f32_bits(flat)).any()
+    assert np.array_equal(f32_bits(_mm(T.Q1_0, raw, rows, cols, x, "avx2")[0]), f32_bits(want))
 
 
 @pytest.mark.parametrize("t", [T.TQ1_0, T.TQ2_0], ids=lambda t: t.name)
@@ -220,8 +217,8 @@ def test_tq_lanes_carry_their_bsums(t):
             alt = fma_f32(sl.astype(f32), d, alt)
         want.append(_hsum8(acc))
         signed.append(_hsum8(alt))
-    assert (_bits(want) != _bits(signed)).any()
-    assert np.array_equal(_bits(_mm(t, raw, rows, cols, x, "avx2")[0]), _bits(want))
+    assert (f32_bits(want) != f32_bits(signed)).any()
+    assert np.array_equal(f32_bits(_mm(t, raw, rows, cols, x, "avx2")[0]), f32_bits(want))
 
 
 # ----------------------------------------------------------- float types
@@ -311,9 +308,9 @@ def test_bf16_avx2_vec_dot_reduction():
             alt += np.float64(f32(wv[r, i] * xv[i]))
         want.append(f32(tot))
         other.append(f32(alt))
-    assert (_bits(want) != _bits(other)).any()
-    assert np.array_equal(_bits(_mm(T.BF16, raw16.view(np.uint8).reshape(-1), rows, cols, x, "avx2")[0]),
-                          _bits(want))
+    assert (f32_bits(want) != f32_bits(other)).any()
+    assert np.array_equal(f32_bits(_mm(T.BF16, raw16.view(np.uint8).reshape(-1), rows, cols, x, "avx2")[0]),
+                          f32_bits(want))
 
 
 def test_vdpbf16ps_is_the_instruction():
@@ -337,7 +334,7 @@ def test_vdpbf16ps_is_the_instruction():
     b = (v["b"].astype(np.uint32) << 16).view(f32).reshape(-1)
     run(acc, np.ascontiguousarray(a), np.ascontiguousarray(b))
     want = v["out"]
-    same = (_bits(acc) == _bits(want)) | (np.isnan(acc) & np.isnan(want))
+    same = (f32_bits(acc) == f32_bits(want)) | (np.isnan(acc) & np.isnan(want))
     assert same.all(), np.flatnonzero(~same)[:10]
     near = np.abs(v["acc"]) < 2.0 ** -125
     assert (want[near] == 0).sum() > 50 and (want[near] != 0).sum() > 50
@@ -361,7 +358,7 @@ def test_both_f16_widenings_are_the_table():
     for fpext in ([False, True] if _HOST_F16C else [False]):
         out = np.empty(65536, f32)
         widen(h, out, fpext)
-        assert np.array_equal(_bits(out), _bits(F16_TO_F32)), fpext
+        assert np.array_equal(f32_bits(out), f32_bits(F16_TO_F32)), fpext
 
 
 @pytest.mark.parametrize("t, parts", [(T.IQ4_NL, (16, 12, 8)), (T.MXFP4, (8, 4)), (T.F16, (8, 6, 4)),
@@ -384,8 +381,8 @@ def test_stacked_parts_keep_their_own_paths(t, parts):
     x = _wide_acts(5, cols, rng)
     stacked = QMatrix.stack(mats)
     want = np.concatenate([m.matmul(x) for m in mats], axis=1)
-    assert np.array_equal(_bits(stacked.matmul(x)), _bits(want))
+    assert np.array_equal(f32_bits(stacked.matmul(x)), f32_bits(want))
     # and it matters: one path for the whole stack gives other bits
     one = QMatrix(t, stacked.raw, stacked.rows, cols, "", "avx2")
     one.repackable = False           # as the old whole-stack rule: a part is not % 8
-    assert (_bits(one.matmul(x)) != _bits(want)).any()
+    assert (f32_bits(one.matmul(x)) != f32_bits(want)).any()

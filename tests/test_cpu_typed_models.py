@@ -18,12 +18,8 @@ import hashlib
 import numpy as np
 import pytest
 
-from infer_helpers import PROFILES, profile_files
+from infer_helpers import PROFILES, f32_bits, profile_files
 from typed_models import IDS, N_PROMPT, TYPED, typed_model
-
-
-def _bits(a):
-    return np.ascontiguousarray(a, np.float32).view(np.uint32)
 
 
 def test_every_profile_has_typed_reference_data():
@@ -59,6 +55,6 @@ def test_typed_model_logits_are_llama_cpp_bits(t, profile, path, model_files):
                           + [m.forward([k], cache)[None] for k in IDS[N_PROMPT:]])
     for kind, got in (("batched", batched), ("incr", incr)):
         want = ref[f"{t}_{kind}"]
-        bad = np.flatnonzero((_bits(got) != _bits(want)).any(axis=1))
+        bad = np.flatnonzero((f32_bits(got) != f32_bits(want)).any(axis=1))
         assert bad.size == 0, (f"{t} {profile} {kind}: rows {bad.tolist()} differ "
                                f"(max |diff| {np.abs(got - want).max():.3g})")

@@ -9,13 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from infer_helpers import tiny_gemma4
+from infer_helpers import f32_bits, tiny_gemma4
 
 ARCH = "gemma4"
-
-
-def _bits(a):
-    return np.ascontiguousarray(a, np.float32).view(np.uint32)
 
 
 @pytest.fixture(scope="module")
@@ -106,8 +102,8 @@ def test_gelu_is_ggmls_table():
     got = ops.gelu(x, prof)
     tab = ops.gelu_table(prof)
     want = [0.0, 0.0] + [tab[int(v)] for v in x[2:8].astype(np.float16).view(np.uint16)] + [10.0, 11.5]
-    assert np.array_equal(_bits(got), _bits(np.array(want, np.float32)))
-    assert np.array_equal(_bits(ops.gelu(x.reshape(2, 5), prof)), _bits(got.reshape(2, 5)))
+    assert np.array_equal(f32_bits(got), f32_bits(np.array(want, np.float32)))
+    assert np.array_equal(f32_bits(ops.gelu(x.reshape(2, 5), prof)), f32_bits(got.reshape(2, 5)))
 
 
 def test_cache_other_than_f16_is_refused(files):
@@ -125,10 +121,20 @@ def test_cache_other_than_f16_is_refused(files):
     ("attention.key_length_swa", None, r"no `gemma4.attention.key_length_swa`"),
     ("attention.value_length_swa", 32, r"`gemma4.attention.value_length_swa` differs"),
     ("embedding_length_per_layer_input", None, r"no `gemma4.embedding_length_per_layer_input`"),
-    ("attention.shared_kv_layers", 5, r"leaves 1 layers with a KV cache of their own"),
+    ("attention.shared_kv_layers", 5, r"= 5 leaves 1 layer with a KV cache of its own \(llama.cpp asserts"),
+    ("attention.shared_kv_layers", 6, r"= 6 leaves 0 layers with a KV cache of their own \(llama.cpp asserts"),
+    # the full layers' 128 is its default, too large for the heads of 64:
+    # once "`gemma4.rope.dimension_count_swa` = 128 is out of range"
+    ("rope.dimension_count_swa", None, r"^GGUF metadata has no `gemma4.rope.dimension_count_swa`, and its "
+                                       r"default, the full layers' `gemma4.rope.dimension_count` = 128, does "
+                                       r"not fit the sliding-window heads \(`gemma4.attention.key_length_swa` "
+                                       r"= 64\)$"),
+    ("rope.dimension_count_swa", 66, r"^`gemma4.rope.dimension_count_swa` = 66 is out of range"),
     ("attention.shared_kv_layers", 3, r"layer 3 would reuse the KV cells of layer 2, a layer of the other kind"),
     ("attention.head_count_kv", [2, 1, 2, 1, 2, 1], r"the sliding-window layers have different KV head counts"),
     ("feed_forward_length", [512] * 5, r"`gemma4.feed_forward_length` has 5 values for 6 layers"),
+    ("feed_forward_length", [512], r"`gemma4.feed_forward_length` has 1 value for 6 layers"),
+    ("attention.sliding_window_pattern", [1], r"`gemma4.attention.sliding_window_pattern` has 1 value for 6 layers"),
     ("rope.scaling.attn_factor", 2.0, r"`gemma4.rope.scaling.attn_factor` is not supported"),
 ])
 def test_hparam_errors_name_the_key(tmp_path, key, value, pattern):
@@ -160,6 +166,12 @@ def test_tensor_errors_name_the_tensor(tmp_path):
              tensor_fn=lambda n, t, s, d: None if n == "blk.2.inp_gate.weight" else (n, t, s, d))
     _refused(tmp_path / "e.gguf", r"gemma4: missing tensor `blk.1.ffn_gate_inp.scale`", name="gemma4-moe",
              tensor_fn=lambda n, t, s, d: None if n == "blk.1.ffn_gate_inp.scale" else (n, t, s, d))
+    # a layer without its fused gate / up experts: named as the file names
+    # them (once "missing tensor `blk.0.ffn_gate_exps.weight`" only)
+    _refused(tmp_path / "e2.gguf", r"^gemma4: missing tensor `blk\.0\.ffn_gate_up_exps\.weight` \(the fused gate "
+             r"and up experts\), or `blk\.0\.ffn_gate_exps\.weight` and `blk\.0\.ffn_up_exps\.weight`$",
+             name="gemma4-moe", tensor_fn=lambda n, t, s, d: None if n == "blk.0.ffn_gate_up_exps.weight"
+             else (n, t, s, d))
     # a layer of its own KV needs attn_k; a shared layer does not
     _refused(tmp_path / "f.gguf", r"gemma4: missing tensor `blk.3.attn_k.weight`",
              tensor_fn=lambda n, t, s, d: None if n == "blk.3.attn_k.weight" else (n, t, s, d))

@@ -22,19 +22,15 @@ from strata_ref.cpu.fp import fma32, hsum8, hsum16
 from strata_ref.cpu.isa import x86_avx512
 from strata_ref.cpu.simd import f8_load, f8_store
 from strata_ref.numerics import fma_f32
-from infer_helpers import DATA, load_model, profile_files
+from infer_helpers import DATA, f32_bits, load_model, profile_files
 
 F32 = np.float32
-
-
-def _bits(a):
-    return np.ascontiguousarray(a, np.float32).view(np.uint32)
 
 
 def _same(a, b):
     a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
     assert a.shape == b.shape, (a.shape, b.shape)
-    bad = np.flatnonzero(_bits(a) != _bits(b))
+    bad = np.flatnonzero(f32_bits(a) != f32_bits(b))
     assert bad.size == 0, f"{bad.size} of {a.size} values differ, first at {bad[0]}: " \
                           f"{a.reshape(-1)[bad[0]]!r} vs {b.reshape(-1)[bad[0]]!r}"
 

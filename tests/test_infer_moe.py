@@ -17,16 +17,12 @@ import hashlib
 import numpy as np
 import pytest
 
-from infer_helpers import (DATA, MOE_CTX, MOE_LAYERS, MOE_PENDING, MOE_ROUTER, MOE_SEEDS, PROFILES, arm_profile_files,
-                           moe_seed, profile_files, tiny_moe_model)
+from infer_helpers import (DATA, MOE_CTX, MOE_LAYERS, MOE_PENDING, MOE_ROUTER, MOE_SEEDS, PROFILES,
+                           arm_profile_files, f32_bits, moe_seed, profile_files, tiny_moe_model)
 from strata_ref.cpu import PROFILES as CPU_PROFILES
 from strata_ref.cpu import moe as cmoe
 
 ARCHS = tuple(MOE_LAYERS)
-
-
-def _bits(a):
-    return np.ascontiguousarray(a, np.float32).view(np.uint32)
 
 
 @pytest.fixture(scope="module")
@@ -82,13 +78,13 @@ def test_tiny_moe_logits_are_llama_cpp_bits(arch, profile, path, tiny_files):
     for n_ctx, key in [(512, "")] + [(n, f"ctx{n}_") for n in MOE_CTX.get(arch, ())]:
         ids = prompt + ref[key + "greedy_ids"].tolist()
         got = m.forward(ids, m.new_cache(n_ctx), all_logits=True)
-        bad = np.flatnonzero((_bits(got) != _bits(ref[key + "batched"])).any(axis=1))
+        bad = np.flatnonzero((f32_bits(got) != f32_bits(ref[key + "batched"])).any(axis=1))
         assert bad.size == 0, f"{profile} n_ctx {n_ctx} batched: rows {bad.tolist()} differ"
         cache = m.new_cache(n_ctx)
         rows = [m.forward(prompt, cache, all_logits=True)]
         rows += [m.forward([t], cache)[None] for t in ids[len(prompt):]]
         got = np.concatenate(rows)
-        bad = np.flatnonzero((_bits(got) != _bits(ref[key + "incr"])).any(axis=1))
+        bad = np.flatnonzero((f32_bits(got) != f32_bits(ref[key + "incr"])).any(axis=1))
         assert bad.size == 0, f"{profile} n_ctx {n_ctx} incremental: rows {bad.tolist()} differ"
         # greedy: the stored continuation is llama.cpp's argmax of its own rows
         assert np.argmax(got[len(prompt) - 1:-1], axis=1).tolist() == ref[key + "greedy_ids"].tolist()
@@ -220,7 +216,7 @@ def test_mul_mat_id_routes_rows_to_their_experts():
     for t in range(3):
         for j in range(2):
             want = em.experts[ids[t, j]].matmul(x[t])
-            assert np.array_equal(_bits(y[t, j]), _bits(want[0]))
+            assert np.array_equal(f32_bits(y[t, j]), f32_bits(want[0]))
     with pytest.raises(ValueError, match=r"expert ids must lie in \[0, 4\)"):
         em.mul_mat_id(x, ids + 2)
     with pytest.raises(ValueError, match="activations must be"):
@@ -265,7 +261,7 @@ def test_hash_of_3d_expert_tensors_is_in_ggml_element_order(tiny_files, capsys):
             assert rows[name]["hash"]["f32"] == f"{hash_array(ref):016x}", name
             em = getattr(L.moe, part)
             ours = np.stack([dequant_f32(q.type, q.raw, q.rows, q.cols) for q in em.experts])
-            assert np.array_equal(_bits(ours), _bits(ref)), name
+            assert np.array_equal(f32_bits(ours), f32_bits(ref)), name
             seen.add(rows[name]["type"])
     assert {"Q4_K", "Q8_0", "IQ3_S", "Q2_K", "Q6_K", "Q4_0"} <= seen
 
@@ -278,7 +274,7 @@ def test_check_experts_gives_the_layers_cpu_bits_and_the_route(tiny_files):
     c = check_experts(m, 1, prompt="Hello world")
     assert c.x.shape == (11, 256) and c.ids.shape == (11, 2) and c.profile == "avx2"
     # the CPU side is what the layer's MoE block computes in the forward pass
-    assert np.array_equal(_bits(c.cpu), _bits(m.layers[1].moe(c.x)))
+    assert np.array_equal(f32_bits(c.cpu), f32_bits(m.layers[1].moe(c.x)))
     assert np.array_equal(c.ids, m.layers[1].moe.last_ids)
     # the route side is the mode-8 oracle on the same experts and weights
     moe = m.layers[1].moe
@@ -287,7 +283,7 @@ def test_check_experts_gives_the_layers_cpu_bits_and_the_route(tiny_files):
                                  [rows(moe.gate, e) for e in range(8)],
                                  [rows(moe.up, e) for e in range(8)],
                                  [rows(moe.down, e) for e in range(8)], moe.gate.type, moe.down.type)
-    assert np.array_equal(_bits(c.route[:2]), _bits(want))
+    assert np.array_equal(f32_bits(c.route[:2]), f32_bits(want))
     # they agree to the activation quantizations' error, not bitwise
     assert np.abs(c.cpu - c.route).max() < 0.05 * np.abs(c.cpu).max()
 
@@ -552,10 +548,13 @@ def test_mla_cache_is_f16_without_flash_attention():
     c = KVCache(2, 1, 160, 64, v_of_k=128, flash_attn=False)
     assert c.v is None and c.k.shape == (2, 1, 64, 160)
     assert KVCache.bytes_needed(2, 1, 160, 64, v_of_k=128) == c.k.nbytes
-    for opts in (dict(flash_attn=True), dict(type_k="q8_0"), dict(type_v="bf16", flash_attn=False)):
-        # not emulated yet: NotImplementedError, which `which` lists as not run
-        with pytest.raises(NotImplementedError, match="MLA cache .* pass --flash-attn off"):
+    for opts, what in ((dict(flash_attn=True), "flash attention"), (dict(type_k="q8_0"), "a q8_0 K cache"),
+                       (dict(type_v="bf16", flash_attn=False), "a bf16 V cache")):
+        # not emulated yet: NotImplementedError, which `which` lists as not
+        # run, in a short phrase
+        with pytest.raises(NotImplementedError, match="MLA cache .* pass --flash-attn off") as e:
             KVCache(2, 1, 160, 64, v_of_k=128, **opts)
+        assert (e.value.what, e.value.where) == (what, "for the MLA cache (deepseek2)")
     with pytest.raises(ValueError, match="v_of_k 200 is outside 1 .. head_dim 160"):
         KVCache(2, 1, 160, 64, v_of_k=200, flash_attn=False)
 
@@ -605,8 +604,8 @@ def test_phi3_rope_factors_follow_the_context(tiny_files):
     ids = [257, 72, 101, 108, 108, 111]
     short = m.forward(ids, m.new_cache(256), all_logits=True)
     long_ = m.forward(ids, m.new_cache(512), all_logits=True)
-    assert np.array_equal(_bits(short[0]), _bits(long_[0]))      # position 0: angle 0 either way
-    assert (_bits(short[1:]) != _bits(long_[1:])).any(axis=1).all()
+    assert np.array_equal(f32_bits(short[0]), f32_bits(long_[0]))      # position 0: angle 0 either way
+    assert (f32_bits(short[1:]) != f32_bits(long_[1:])).any(axis=1).all()
 
 
 def test_phi3_tensor_errors_name_the_tensor(tmp_path):

@@ -26,7 +26,7 @@ import functools
 import numpy as np
 import pytest
 
-from infer_helpers import DATA, PROFILES, check_kv_config, load_model, profile_files
+from infer_helpers import DATA, PROFILES, check_kv_config, f32_bits, load_model, profile_files
 from strata_ref import cpu
 from strata_ref.cpu.flash_attn import fa_path, flash_attn_ext
 from strata_ref.cpu.hadamard import fwht, gen_hadamard, hadamard_scale, mul_mat_hadamard
@@ -35,10 +35,6 @@ from strata_ref.infer.kv_cache import (CACHE_TYPES, KVCache, cache_type, kv_leng
 from strata_ref.types import GGMLType as T
 
 KV_MODELS = ("SmolLM2-135M-Instruct", "Qwen2.5-Coder-0.5B-Instruct", "gemma-3-270m")
-
-
-def _bits(a):
-    return np.ascontiguousarray(a, np.float32).view(np.uint32)
 
 
 # ------------------------------------------------------------ the oracle
@@ -50,7 +46,7 @@ def test_gen_hadamard_is_ggml_matrix(n):
     c = np.float32(1.0 / float(np.sqrt(np.float32(n))))
     i = np.arange(n)
     sign = np.array([[(-1) ** bin(a & b).count("1") for b in i] for a in i])
-    assert np.array_equal(_bits(h), _bits(sign * c))
+    assert np.array_equal(f32_bits(h), f32_bits(sign * c))
     assert np.array_equal(h, h.T)
     # orthonormal: H H = I within the rounding of c
     e = np.abs(h.astype(np.float64) @ h.astype(np.float64) - np.eye(n)).max()
@@ -113,7 +109,7 @@ def test_fwht_scales_first_then_butterflies():
     l1 = [a[0] + a[1], a[0] - a[1], a[2] + a[3], a[2] - a[3]]
     l1 = [np.float32(v) for v in l1]
     want = np.array([l1[0] + l1[2], l1[1] + l1[3], l1[0] - l1[2], l1[1] - l1[3]], np.float32)
-    assert np.array_equal(_bits(y), _bits(want))
+    assert np.array_equal(f32_bits(y), f32_bits(want))
     # the first level rounds 0.5 + 2^-25 to 0.5 (a tie, to even), so the
     # result is 0.5 + 2^-24, where the exact 0.5 + 1.5 * 2^-24 rounds to
     # 0.5 + 2^-23
@@ -197,7 +193,16 @@ def test_cache_types_and_errors():
     with pytest.raises(ValueError, match="does not divide head_dim 48"):
         KVCache(1, 1, 48, 8, "q8_0", "f16")
     with pytest.raises(ValueError, match="fa_threads"):
-        KVCache(1, 1, 64, 8, fa_threads=0)
+        KVCache(1, 1, 64, 8, flash_attn=True, fa_threads=0)
+    # fa_threads sets flash attention's split only: refused without it
+    # (once silently unused), named with the flash_attn it met
+    for fa in (False, "off", None):
+        with pytest.raises(ValueError, match=f"fa_threads 4 needs flash attention, but flash_attn="
+                                             f"{fa!r} turns it off: pass flash_attn=True"):
+            KVCache(1, 1, 64, 8, flash_attn=fa, fa_threads=4)
+    assert KVCache(1, 1, 64, 8, flash_attn=True, fa_threads=4).fa_threads == 4
+    assert KVCache(1, 1, 64, 8, "f16", "q8_0", fa_threads=3).fa_threads == 3     # on: its V's default
+    assert KVCache(1, 1, 64, 8).fa_threads == 2
     with pytest.raises(ValueError, match="n_ctx must be positive"):
         KVCache(1, 1, 64, 0)
 
@@ -279,7 +284,7 @@ def test_fa_vec_accumulates_an_f16_v_in_f16():
     d = np.empty((1, 1), np.float32)
     _vec_rows(s, vf, False, 0, np.float32(0.125), np.array([39]), 0, 0, 40, True, True, True, out32, d, d,
               False, np.zeros(1, np.float32))
-    assert not np.array_equal(_bits(out16), _bits(out32.reshape(1, -1)))
+    assert not np.array_equal(f32_bits(out16), f32_bits(out32.reshape(1, -1)))
     assert np.allclose(out16, out32.reshape(1, -1), atol=2e-3)
 
 
@@ -298,7 +303,7 @@ def test_fa_fma_only_on_fma_builds():
     assert prof.fma and not nofma.fma
     a = flash_attn_ext(q, T.F16, k, T.F16, v, 30, 256, np.array([28, 29]), 0.125, prof)
     b = flash_attn_ext(q, T.F16, k, T.F16, v, 30, 256, np.array([28, 29]), 0.125, nofma)
-    assert not np.array_equal(_bits(a), _bits(b))
+    assert not np.array_equal(f32_bits(a), f32_bits(b))
 
 
 def test_fa_tiled_rows_do_not_depend_on_their_neighbours():
@@ -309,10 +314,10 @@ def test_fa_tiled_rows_do_not_depend_on_their_neighbours():
     pos = np.arange(70)
     a = flash_attn_ext(q, T.F16, k, T.F16, v, 70, 256, pos, 0.125, prof)
     b = flash_attn_ext(q[6:], T.F16, k, T.F16, v, 70, 256, pos[6:], 0.125, prof)
-    assert np.array_equal(_bits(a[6:]), _bits(b))
+    assert np.array_equal(f32_bits(a[6:]), f32_bits(b))
     # and differ from the vec path, which rounds q to F16 and sums in F16
     c = flash_attn_ext(q[:10], T.F16, k, T.F16, v, 70, 256, pos[:10], 0.125, prof)
-    assert not np.array_equal(_bits(a[:10]), _bits(c))
+    assert not np.array_equal(f32_bits(a[:10]), f32_bits(c))
 
 
 def test_fa_split_depends_on_the_thread_count():
@@ -320,12 +325,12 @@ def test_fa_split_depends_on_the_thread_count():
     q, k, v = _fa_inputs(1, 2, 1, 64, 400, seed=6)
     outs = [flash_attn_ext(q, T.F16, k, T.F16, v, 400, 512, np.array([399]), 0.125, prof,
                            n_threads=nt) for nt in (1, 2, 4)]
-    assert not np.array_equal(_bits(outs[0]), _bits(outs[1]))
+    assert not np.array_equal(f32_bits(outs[0]), f32_bits(outs[1]))
     # F16 accumulators: the chunks agree to F16 rounding
     assert np.allclose(outs[0], outs[1], atol=5e-3) and np.allclose(outs[1], outs[2], atol=5e-3)
     # one thread is the vec path over all cells
     vec = flash_attn_ext(q, T.F16, k, T.F16, v, 400, 256, np.array([399]), 0.125, prof)
-    assert np.array_equal(_bits(outs[0]), _bits(vec))
+    assert np.array_equal(f32_bits(outs[0]), f32_bits(vec))
 
 
 def test_f32_cache_is_cast_to_f16_for_flash_attention():
@@ -334,7 +339,7 @@ def test_f32_cache_is_cast_to_f16_for_flash_attention():
     k32 = (k.astype(np.float32) + np.float32(1e-4)).astype(np.float32)
     a = flash_attn_ext(q, T.F32, k32, T.F32, v.astype(np.float32), 12, 256, np.arange(9, 12), 0.125, prof)
     b = flash_attn_ext(q, T.F16, k32.astype(np.float16), T.F16, v, 12, 256, np.arange(9, 12), 0.125, prof)
-    assert np.array_equal(_bits(a), _bits(b))
+    assert np.array_equal(f32_bits(a), f32_bits(b))
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -349,7 +354,7 @@ def test_generic_attention_equals_the_f16_kernel(profile):
         pos = np.arange(T_ - n, T_)
         a = f16_attention.attention(q, k.view(np.uint16), v.view(np.uint16), T_, pos, 0.125, prof)
         b = attention_mm(q, T.F16, k, T.F16, v, T_, kv_length(T_), pos, 0.125, prof)
-        assert np.array_equal(_bits(a), _bits(b)), (profile, n)
+        assert np.array_equal(f32_bits(a), f32_bits(b)), (profile, n)
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -377,7 +382,7 @@ def test_f16_attention_kernel_edges(profile):
             b = attention_mm(q, T.F16, k[:, :T_], T.F16, v[:, :T_], T_, kv_length(T_), pos, 0.125, prof,
                              n_swa, sk)
             assert np.isfinite(a).all()
-            assert np.array_equal(_bits(a), _bits(b)), (profile, n, hd, T_, n_swa)
+            assert np.array_equal(f32_bits(a), f32_bits(b)), (profile, n, hd, T_, n_swa)
 
 
 # ------------------------------------------------- llama.cpp, op by op
@@ -410,14 +415,14 @@ def test_attention_ops_are_llama_cpp_bits(profile, path):
     tk, tv = T(int(d["type_k"])), T(int(d["type_v"]))
     for n in (64, 128, 256):
         if f"rot_{n}" in d.files:
-            assert np.array_equal(_bits(gen_hadamard(n)), _bits(d[f"rot_{n}"])), n
+            assert np.array_equal(f32_bits(gen_hadamard(n)), f32_bits(d[f"rot_{n}"])), n
     prefixes = ["b_"] + [f"d{c}_" for c in d["calls"]]
     n_rot = 0
     for p in prefixes:
         for w in ("Qcur", "Kcur", "Vcur", "kqv_out"):
             if f"{p}rot_{w}_in" in d.files:
                 x = d[f"{p}rot_{w}_in"]
-                assert np.array_equal(_bits(fwht(x, x.shape[-1])), _bits(d[f"{p}rot_{w}_out"])), (p, w)
+                assert np.array_equal(f32_bits(fwht(x, x.shape[-1])), f32_bits(d[f"{p}rot_{w}_out"])), (p, w)
                 n_rot += 1
         q = d[p + "fa_q"].transpose(1, 0, 2)
         mask = d[p + "fa_mask"]
@@ -427,7 +432,7 @@ def test_attention_ops_are_llama_cpp_bits(profile, path):
         out = flash_attn_ext(q, tk, _cells(d[p + "fa_k"], tk), tv, _cells(d[p + "fa_v"], tv), T_,
                              mask.shape[1], pos, float(d[p + "fa_scale"]), prof)
         want = d[p + "fa_out"].reshape(out.shape)
-        bad = int((_bits(out) != _bits(want)).sum())
+        bad = int((f32_bits(out) != f32_bits(want)).sum())
         assert bad == 0, f"{p}: {bad} of {out.size} values differ (max {np.abs(out - want).max():.3g})"
     assert n_rot == 0 or n_rot >= 4
 

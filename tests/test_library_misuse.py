@@ -127,3 +127,22 @@ def test_embedding_rows_outside_the_matrix_are_named():
     for bad in ([3], [-1]):
         with pytest.raises(IndexError, match=r"token_embd.weight: row ids must be in 0 \.\. 2"):
             m.rows_f32(bad)
+
+
+def test_qmatrix_takes_a_ggml_type_name():
+    # QMatrix took a GGMLType only: "Q4_K" gave "'Q4_K' is not a valid GGMLType"
+    from strata_ref import cpu, quantize
+    from strata_ref.cpu.matmul import QMatrix
+    rng = np.random.default_rng(0)
+    raw = quantize(rng.standard_normal((4, 256)).astype(np.float32), "Q4_K")
+    x = rng.standard_normal((2, 256)).astype(np.float32)
+    want = QMatrix(T.Q4_K, raw, 4, 256, "w", cpu.select("avx2")).matmul(x)
+    for name in ("Q4_K", "q4_k", " q4_K "):
+        m = QMatrix(name, raw, 4, 256, "w", "avx2")
+        assert m.type is T.Q4_K
+        assert np.array_equal(m.matmul(x).view(np.uint32), want.view(np.uint32))
+    with pytest.raises(ValueError, match=r"^QMatrix 'blk\.0\.w': unknown ggml type name 'Q4_Z\\x1b\[2J' "
+                                         r"\(names such as Q4_K, or ids 0\.\.\d+\)$"):
+        QMatrix("Q4_Z\x1b[2J", raw, 4, 256, "blk.0.w", "avx2")
+    with pytest.raises(ValueError, match=r"^QMatrix: not a ggml type: 4\.5$"):
+        QMatrix(4.5, raw, 4, 256)

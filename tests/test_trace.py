@@ -26,17 +26,13 @@ import zipfile
 import numpy as np
 import pytest
 
-from infer_helpers import DATA, TINY_IDS, tiny_model, tiny_moe_model
+from infer_helpers import DATA, TINY_IDS, f32_bits, tiny_model, tiny_moe_model
 from strata_ref.cli import main
 from strata_ref.diff import diff_traces
 from strata_ref.tracefile import (TraceError, TraceWriter, canonical_shape, derived_name, is_auto_name,
                                   open_trace, strip_view_suffixes)
 
 IDS6 = TINY_IDS[:6]
-
-
-def _bits(a):
-    return np.ascontiguousarray(a, np.float32).view(np.uint32)
 
 
 @functools.lru_cache(maxsize=None)
@@ -196,11 +192,11 @@ def test_first_departing_node_against_another_build(tmp_path, tiny, capsys):
         fd = rep.first_diff
         assert (fd.a.name, fd.a.op, fd.a.layer, fd.a.call, fd.a.seq) == ("Qcur-0", "MUL_MAT", 0, 0, 3)
         xa, xb = a.array(fd.a), b.array(fd.b)
-    diff = np.flatnonzero(_bits(xa) != _bits(xb))
+    diff = np.flatnonzero(f32_bits(xa) != f32_bits(xb))
     assert fd.n_diff == diff.size > 0 and fd.first["index"] == diff[0]
     r, c = divmod(int(diff[0]), xa.shape[-1])
     assert (fd.first["row"], fd.first["col"], fd.first["block"], fd.first["offset"]) == (r, c, c // 32, c % 32)
-    ia, ib = (_bits(x).reshape(-1)[diff].astype(np.int64) for x in (xa, xb))
+    ia, ib = (f32_bits(x).reshape(-1)[diff].astype(np.int64) for x in (xa, xb))
     same_sign = (ia >> 31) == (ib >> 31)
     assert same_sign.all() and fd.max_ulp == int(np.abs(ia - ib).max())
     assert main(["diff", str(ref), str(ours)]) == 1
@@ -218,7 +214,7 @@ def test_tracing_changes_no_bit(tmp_path, tiny, arch):
     ours = _our_trace(tmp_path, tiny(arch), "avx2", split=None)
     with open_trace(ours) as t:
         (e,) = t.find("result_output")
-        assert np.array_equal(_bits(t.array(e)), _bits(want))
+        assert np.array_equal(f32_bits(t.array(e)), f32_bits(want))
         assert t.model["arch"] == arch and len(t.entries) > 40
 
 

@@ -12,14 +12,10 @@ import gguf as gguf_py
 import numpy as np
 import pytest
 
-from infer_helpers import DATA, PROFILES, tiny_model
+from infer_helpers import DATA, PROFILES, f32_bits, tiny_model
 from strata_ref import hash_array
 from strata_ref.cli import main
 from strata_ref.hashing import fnv1a64
-
-
-def _bits(a):
-    return np.ascontiguousarray(a, np.float32).view(np.uint32)
 
 
 @pytest.fixture(scope="module")
@@ -73,10 +69,15 @@ def test_which_names_the_profile_of_stored_llama_cpp_logits(tmp_path, qwen3, cap
                    for p in ARM_PROFILES for fa in (False, True)}
     assert {"armv8.0", "armv8.2-dotprod", "armv8.2-fp16", "armv8.6-i8mm"} <= set(ARM_PROFILES)
     for p in sorted(set(ARM_PROFILES) - fa_f16)[:1]:
-        assert main(["which", str(f), qwen3, "--cpu", p, "--flash-attn", "on"]) == 1
-        out = capsys.readouterr().out
+        # nothing compared: exit 2, as for --cpu naming no profile
+        assert main(["which", str(f), qwen3, "--cpu", p, "--flash-attn", "on"]) == 2
+        cap = capsys.readouterr()
+        out = cap.out
         assert f"{p} flash attention on : not run (flash attention not emulated on this profile)" in out
         assert "no candidate was run" in out
+        assert cap.err == ("strata-ref: error: no candidate could be run (each one's line says what is not "
+                           "emulated), so nothing was compared: choose other --cpu, --flash-attn or cache "
+                           "types\n")
     # armv8.0's flash attention over the F16 cache is emulated: a candidate
     # like any other (run, reproducing none of these x86 rows)
     assert "armv8.0" in fa_f16
@@ -147,7 +148,7 @@ def test_dequant_writes_the_oracles_rows(tmp_path, qwen3, capsys):
     assert main(["dequant", qwen3, "blk.1.ffn_down.weight", "--row0", "3", "--rows", "4",
                  "--out", str(tmp_path / "r.bin")]) == 0
     got = np.fromfile(tmp_path / "r.bin", "<f4").reshape(4, -1)
-    assert np.array_equal(_bits(got), _bits(want))
+    assert np.array_equal(f32_bits(got), f32_bits(want))
     assert f"fnv1a64 {hash_array(want):016x}" in capsys.readouterr().out
     assert main(["dequant", qwen3, "blk.1.ffn_down.weight", "--dtype", "bf16", "--out", str(tmp_path / "r.npy")]) == 0
     bits = np.load(tmp_path / "r.npy")
@@ -231,7 +232,7 @@ def test_matmul_cpu_route_is_llama_cpps_mat_mul(tmp_path, capsys, tag):
     assert main(args + ["--compare", str(tmp_path / "y.npy")]) == 0
     assert "0 of" in capsys.readouterr().out
     assert main(args + ["--out", str(tmp_path / "o.npy")]) == 0
-    assert np.array_equal(_bits(np.load(tmp_path / "o.npy")), _bits(v[f"{tag}_y"]).reshape(-1, v[f"{tag}_y"].shape[-1]))
+    assert np.array_equal(f32_bits(np.load(tmp_path / "o.npy")), f32_bits(v[f"{tag}_y"]).reshape(-1, v[f"{tag}_y"].shape[-1]))
     # the scalar build's arithmetic gives other bits
     assert main(args[:-1] + ["scalar", "--compare", str(tmp_path / "y.npy")]) == 1
 
@@ -249,7 +250,7 @@ def test_matmul_routes_and_their_agreement(tmp_path, qwen3, capsys):
     from strata_ref import gguf
     t = gguf.read(qwen3).tensor("blk.0.attn_q.weight")
     raw = np.asarray(t.data).reshape(64, -1)
-    assert np.array_equal(_bits(m), _bits(np.concatenate([mmvq_f32(t.type, raw, x[:8]), mmvq_f32(t.type, raw, x[8:])])))
+    assert np.array_equal(f32_bits(m), f32_bits(np.concatenate([mmvq_f32(t.type, raw, x[:8]), mmvq_f32(t.type, raw, x[8:])])))
     # q8_1 activations: within a few percent of the exact product
     exact = x.astype(np.float64) @ w.T.astype(np.float64)
     assert np.abs(m - exact).max() < 0.02 * np.abs(exact).max()
@@ -340,3 +341,25 @@ def test_which_lists_a_profile_without_a_kernel_for_a_weight_type_as_not_run(tmp
     assert by["avx2"]["matches"] and by["avx2"]["not_emulated"] is None
     skip = by["v0.4.0-sandybridge"]["not_emulated"]
     assert "Q4_K" in skip and "v0.4.0-sandybridge" in skip and by["v0.4.0-sandybridge"]["equal_rows"] == 0
+
+
+def test_which_says_in_a_short_phrase_what_a_model_does_not_emulate(tmp_path, capsys):
+    # gemma4 runs with the F16 cache without flash attention only, on every
+    # profile: the candidate's line says so in a few words (the error's
+    # whole sentence, with its advice, once stood inside "... not emulated
+    # on this profile"), and the JSON gives the bare phrase and its place
+    from infer_helpers import tiny_gemma4
+    path = tmp_path / "gemma4.gguf"
+    tiny_gemma4("gemma4", path)
+    f = tmp_path / "l.npz"
+    np.savez(f, tokens=np.array([257, 72, 101]), logits=np.zeros((3, 8), np.float32))
+    assert main(["which", str(f), str(path), "--cpu", "avx2,armv8.2-dotprod", "--flash-attn", "on",
+                 "--cache-type-k", "q8_0"]) == 2
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == "  avx2            flash attention on : not run (flash attention and a q8_0 K cache " \
+                     "not emulated for gemma4)"
+    assert out[2] == "  armv8.2-dotprod flash attention on : not run (flash attention and a q8_0 K cache " \
+                     "not emulated on this profile)"
+    assert main(["which", str(f), str(path), "--cpu", "avx2", "--flash-attn", "on", "--json"]) == 2
+    c, = json.loads(capsys.readouterr().out)["candidates"]
+    assert (c["not_emulated"], c["not_emulated_where"], c["equal_rows"]) == ("flash attention", "for gemma4", 0)

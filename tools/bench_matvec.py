@@ -7,7 +7,8 @@ ggml's own `ggml_mul_mat`, in the same process, on real model shapes.
 For each weight type and each matrix shape of the model (`SHAPES`: rows x
 cols of Qwen2.5-1.5B's q / kv / o / gate-up / down and its 151,936-token
 output matrix; `7b`: Llama-3-8B's), random valid blocks
-(`routes.mmvq_inputs.sane_blocks`, seeded) and `--n` activation rows of
+(`routes.mmvq_inputs.sane_blocks`, seeded; N(0, 1) values for F32, F16
+and BF16: `weight_bytes`) and `--n` activation rows of
 N(0, 1) values are multiplied
 
 * by strata-ref (`cpu.QMatrix.matmul`, the profile's kernels, after a
@@ -52,6 +53,27 @@ SHAPES = {
 
 
 _CLOCK = time.perf_counter
+
+
+def weight_bytes(t, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
+    """uint8 (rows * cols / QK * block bytes): the weights of a benchmark
+    matrix of type t. A quantized type: random valid blocks
+    (`routes.mmvq_inputs.sane_blocks`); F32, F16, BF16: N(0, 1) values
+    converted to the type (random bytes of those types hold NaN, infinities
+    and values near the largest finite, so the products compared were NaN)."""
+    from strata_ref import GGMLType, block_format
+    from strata_ref.numerics import f32_to_bf16_bits, f32_to_f16_bits
+    from strata_ref.routes.mmvq_inputs import sane_blocks
+    t = GGMLType(t)
+    fmt = block_format(t)
+    if fmt.quantized:
+        return sane_blocks(t, rows * cols // fmt.block_values, rng).reshape(-1)
+    v = rng.standard_normal(rows * cols).astype(np.float32)
+    bits = {GGMLType.F32: lambda: v, GGMLType.F16: lambda: f32_to_f16_bits(v),
+            GGMLType.BF16: lambda: f32_to_bf16_bits(v)}.get(t)
+    if bits is None:
+        raise ValueError(f"{t.name}: no benchmark weights for this type (ggml-cpu has no mat-mul for it)")
+    return bits().view(np.uint8)
 
 
 def _timed(f) -> float:
@@ -122,9 +144,8 @@ def main(argv=None) -> int:
         ap.error(f"--threads {args.threads}: numba runs at most {numba.config.NUMBA_NUM_THREADS} here "
                  "(NUMBA_NUM_THREADS)")
     numba.set_num_threads(args.threads)
-    from strata_ref import GGMLType, block_format, cpu
+    from strata_ref import GGMLType, cpu
     from strata_ref.cpu.matmul import QMatrix
-    from strata_ref.routes.mmvq_inputs import sane_blocks
     from bench_infer import peer_site
     prof = cpu.select(args.cpu)
     site = peer_site(prof.name)
@@ -146,11 +167,10 @@ def main(argv=None) -> int:
     only = set(args.only.split(",")) if args.only else None
     for tname in args.types.split(","):
         t = GGMLType[tname]
-        fmt = block_format(t)
         for mname, (rows, cols) in SHAPES[args.shapes].items():
             if only and mname not in only:
                 continue
-            raw = sane_blocks(t, rows * cols // fmt.block_values, rng).reshape(-1)
+            raw = weight_bytes(t, rows, cols, rng)
             x = rng.standard_normal((args.n, cols)).astype(np.float32)
             ours = QMatrix(t, raw, rows, cols, name=mname, profile=prof)
             plain = QMatrix(t, raw, rows, cols, name=mname, profile=prof)

@@ -90,6 +90,31 @@ def cpu_problem(name) -> str | None:
     return None
 
 
+def fa_threads_problem(fa_threads, flash_attn, cache_type_v, cpu) -> str | None:
+    """Why `--fa-threads N` does not apply, as one line, or None: N below 1,
+    or flash attention off (`--flash-attn off`, or the default of the
+    profile `cpu` for the V cache type `cache_type_v`), since N only sets
+    flash attention's split. Run after `cpu_problem` and the cache types'
+    checks."""
+    if fa_threads is None:
+        return None
+    if fa_threads < 1:
+        return f"--fa-threads must be >= 1, got {fa_threads}"
+    from ..cpu import select
+    from ..infer.kv_cache import resolve_flash_attn
+    prof = select(cpu)
+    try:
+        if resolve_flash_attn(prof.default_flash_attn if flash_attn is None else flash_attn,
+                              cache_type_v or "f16"):
+            return None
+    except ValueError:
+        return None             # a bad --flash-attn or cache type: its own check names it
+    why = ("--flash-attn is off" if flash_attn is not None
+           else f"flash attention is off by default on the {prof.name} profile")
+    return (f"--fa-threads {fa_threads} needs flash attention on, but {why}: add --flash-attn on "
+            f"(--fa-threads sets flash attention's split only)")
+
+
 def utf8_problem(text: str, what: str = "the prompt") -> str | None:
     """None, or the message for a command-line text that is not UTF-8 (bytes
     the locale could not decode arrive as lone surrogates), naming the first

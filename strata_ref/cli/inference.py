@@ -6,7 +6,8 @@ import codecs
 import sys
 
 from .. import infer
-from .common import Help, KV_TYPES, cpu_problem, err, note_once, seed_problem, utf8_problem
+from .common import (Help, KV_TYPES, cpu_problem, err, fa_threads_problem, note_once, seed_problem,
+                     utf8_problem)
 
 
 def _check_generate_args(a) -> str | None:
@@ -33,11 +34,9 @@ def _check_generate_args(a) -> str | None:
         if "requires flash attention" in msg:
             msg = f"--cache-type-v {tv.name.lower()} needs --flash-attn on (or auto): " + msg
         return msg.replace("flash_attn ", "--flash-attn ", 1) if msg.startswith("flash_attn ") else msg
-    if a.fa_threads is not None and a.fa_threads < 1:
-        return f"--fa-threads must be >= 1, got {a.fa_threads}"
-    bad_cpu = cpu_problem(a.cpu)
-    if bad_cpu:
-        return bad_cpu
+    bad = cpu_problem(a.cpu) or fa_threads_problem(a.fa_threads, a.flash_attn, a.cache_type_v, a.cpu)
+    if bad:
+        return bad
     return utf8_problem(a.args[-1])
 
 
@@ -278,5 +277,5 @@ def add_generate(sub) -> None:
     ge.add_argument("--fa-threads", type=int, default=None, metavar="N",
                     help="llama.cpp's thread count to reproduce: flash attention for one token "
                          "over 512+ cached cells splits them into one chunk per thread "
-                         "(default 2)")
+                         "(default 2); needs flash attention on")
     ge.set_defaults(func=cmd_generate)

@@ -4,8 +4,8 @@ that reproduces an engine's logits (docs/trace.md)."""
 from __future__ import annotations
 
 from .._text import printable
-from .common import (Help, KV_TYPES, cpu_problem, err, json_out, out_problem, patterns_problem, split_list,
-                     token_ids, utf8_problem)
+from .common import (Help, KV_TYPES, cpu_problem, err, fa_threads_problem, json_out, out_problem,
+                     patterns_problem, split_list, token_ids, utf8_problem)
 
 
 def cmd_trace(a) -> int:
@@ -20,9 +20,8 @@ def cmd_trace(a) -> int:
             return err(f"--tokens {a.tokens[:80]!r} is not a comma-separated list of token ids")
     if a.split is not None and a.split < 1:
         return err(f"--split must be >= 1, got {a.split}")
-    if a.fa_threads is not None and a.fa_threads < 1:
-        return err(f"--fa-threads must be >= 1, got {a.fa_threads}")
     bad = (patterns_problem(a.tensors) or cpu_problem(a.cpu)
+           or fa_threads_problem(a.fa_threads, a.flash_attn, a.cache_type_v, a.cpu)
            or (utf8_problem(a.prompt, "--prompt") if a.prompt is not None else None)
            or out_problem(a.out, "--out", "trace", "trace.npz", inputs=(a.model,)))
     if bad:
@@ -97,6 +96,10 @@ def cmd_which(a) -> int:
                    "matches": [c.json() for c in cands if c.matches]})
     else:
         print(report_text(e, cands))
+    if all(c.not_emulated for c in cands):
+        # nothing was compared: a choice of candidates to change, as --cpu ''
+        return err("no candidate could be run (each one's line says what is not emulated), so nothing was "
+                   "compared: choose other --cpu, --flash-attn or cache types")
     return 0 if any(c.matches for c in cands) else 1
 
 
@@ -122,7 +125,8 @@ def add_trace(sub) -> None:
     tr.add_argument("--flash-attn", default=None, metavar="on|off|auto",
                     help="flash attention (default: the profile's llama.cpp's, as `generate`)")
     tr.add_argument("--fa-threads", type=int, default=None, metavar="N",
-                    help="llama.cpp's thread count for flash attention's split (default 2)")
+                    help="llama.cpp's thread count for flash attention's split (default 2); needs "
+                         "flash attention on")
     tr.add_argument("--compress", action="store_true", help="deflate the entries (smaller, slower)")
     tr.set_defaults(func=cmd_trace)
 
@@ -153,7 +157,8 @@ def add_which(sub) -> None:
         description="Run LOGITS' token ids through MODEL in every candidate (CPU profile x flash "
                     "attention) and count the rows equal bit for bit; name the candidates that "
                     "reproduce every row, else the nearest and its first differing row. Exit 0 when "
-                    "one matches, 1 when none does, 2 on bad input (docs/trace.md).",
+                    "one matches, 1 when none does, 2 on bad input or when no candidate can be run "
+                    "(what each needs not emulated: nothing compared) (docs/trace.md).",
         formatter_class=Help)
     wh.add_argument("logits", metavar="LOGITS",
                     help=".npz (tokens, logits[, columns, split]), a trace, or .npy with --tokens")

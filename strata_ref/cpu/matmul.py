@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..types import GGMLType, block_format
+from ..types import UnsupportedTypeError, block_format, parse_type
 from .traits import Family, amx_buffer, family, mm_path
 
 __all__ = ["QMatrix", "Packed", "PARALLEL_MIN_MACS", "row_ids"]
@@ -61,7 +61,8 @@ def row_ids(ids, rows: int, name: str) -> np.ndarray:
 
 
 class QMatrix:
-    """A weight matrix of `rows` x `cols` (ggml: ne[1] x ne[0]) in type `t`.
+    """A weight matrix of `rows` x `cols` (ggml: ne[1] x ne[0]) in type `t`
+    (a GGMLType, its id, or its name: "Q4_K", any case).
 
     raw: uint8 bytes of the tensor (rows * cols / QK blocks). `matmul(x)`
     takes float32 (n, cols) and returns float32 (n, rows) = x @ W.T, the way
@@ -70,14 +71,18 @@ class QMatrix:
     quantization and float order included. Packing happens at the first
     `matmul` (a matrix used only for `row_f32`, such as an untied token
     embedding, is never packed). Raises ValueError for a row length that is
-    not a multiple of the block, raw of another size, and at the first
+    not a multiple of the block, raw of another size, an unknown type
+    (UnsupportedTypeError, naming it), and at the first
     product for a type ggml-cpu does not multiply (I8 ... F64).
     """
 
     def __init__(self, t, raw, rows: int, cols: int, name: str = "", profile=None):
         from . import select
         self.profile = select(profile)
-        self.type = GGMLType(t)
+        try:
+            self.type = parse_type(t)
+        except UnsupportedTypeError as e:
+            raise UnsupportedTypeError(f"QMatrix {name!r}: {e}" if name else f"QMatrix: {e}") from None
         self.rows, self.cols, self.name = int(rows), int(cols), name
         fmt = block_format(self.type)
         raw = np.asarray(raw, dtype=np.uint8).reshape(-1)
@@ -136,9 +141,13 @@ class QMatrix:
                 raise self._not_emulated(e) from None
 
     def _not_emulated(self, e: NotImplementedError) -> NotImplementedError:
-        """A kernel's NotImplementedError, naming the tensor and the profile."""
-        return NotImplementedError(f"{self.name or 'a matrix'}: {e} on the CPU profile {self.profile.name} "
-                                   f"(docs/inference.md lists what each profile covers)")
+        """A kernel's NotImplementedError as NotEmulated, naming the tensor
+        and the profile."""
+        from .._notemulated import NotEmulated
+        name = self.name or "a matrix"
+        return NotEmulated(f"{name}: {e} on the CPU profile {self.profile.name} "
+                           f"(docs/inference.md lists what each profile covers)",
+                           f"the {self.type.name} mat-mul ({name})", "on this profile")
 
     @property
     def packed(self) -> Packed:

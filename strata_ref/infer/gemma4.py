@@ -64,9 +64,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._text import count
 from ..cpu import ops
 from . import trace as T
-from ..types import GGMLType
 from .kv_cache import IswaCache, cache_type, resolve_flash_attn
 from .layers import GatedFFN
 from .model import (CommonHParams, ArchKeys, Model, ModelLoadError, arch_spec, common_params,
@@ -129,6 +129,10 @@ class Gemma4HParams(CommonHParams):
             raise ModelLoadError(f"`{arch}.attention.value_length_swa` differs from "
                                  f"`{arch}.attention.key_length_swa` (llama.cpp requires them equal)")
         # llama_model_base::load_hparams: n_rot_swa defaults to the full layers' n_rot
+        if "rope.dimension_count_swa" not in k and not 2 <= c["n_rot"] <= hd_swa:
+            raise ModelLoadError(f"GGUF metadata has no `{arch}.rope.dimension_count_swa`, and its default, "
+                                 f"the full layers' `{arch}.rope.dimension_count` = {c['n_rot']}, does not fit "
+                                 f"the sliding-window heads (`{arch}.attention.key_length_swa` = {hd_swa})")
         n_rot_swa = k.int("rope.dimension_count_swa", c["n_rot"], lo=2, hi=hd_swa)
         if n_rot_swa % 2:
             raise ModelLoadError(f"`{arch}.rope.dimension_count_swa` = {n_rot_swa} is odd (RoPE rotates pairs)")
@@ -144,8 +148,9 @@ class Gemma4HParams(CommonHParams):
         shared = k.int("attention.shared_kv_layers", 0, lo=0, hi=n_layer)
         n_kv = n_layer - shared
         if n_kv < 2:
-            raise ModelLoadError(f"`{arch}.attention.shared_kv_layers` = {shared} leaves {n_kv} layers with a "
-                                 f"KV cache of their own (llama.cpp asserts at least 2)")
+            raise ModelLoadError(f"`{arch}.attention.shared_kv_layers` = {shared} leaves "
+                                 f"{count(n_kv, 'layer')} with a KV cache of {'its' if n_kv == 1 else 'their'} "
+                                 f"own (llama.cpp asserts at least 2)")
         for il in range(n_kv, n_layer):
             owner = n_kv - (2 if layers[il] else 1)
             if layers[owner] != layers[il]:
@@ -319,15 +324,18 @@ class Gemma4Model(Model):
 
     @staticmethod
     def _refuse_cache(options) -> None:
-        """NotImplementedError for a cache other than F16 without flash
-        attention (ValueError for an unknown type or flash_attn value)."""
+        """NotEmulated (a NotImplementedError) for a cache other than F16
+        without flash attention (ValueError for an unknown type or
+        flash_attn value)."""
+        from .._notemulated import NotEmulated, cache_phrase
         tk = cache_type(options.get("type_k", "f16"), "type_k (--cache-type-k)")
         tv = cache_type(options.get("type_v", "f16"), "type_v (--cache-type-v)")
         fa = options.get("flash_attn")
-        if tk != GGMLType.F16 or tv != GGMLType.F16 or (fa is not None and resolve_flash_attn(fa, tv)):
-            raise NotImplementedError("gemma4 runs with an F16 KV cache without flash attention only (the "
-                                      "other caches are not checked against llama.cpp for this graph yet): "
-                                      "leave the cache types at f16 and pass --flash-attn off")
+        what = cache_phrase(tk, tv, fa is not None and resolve_flash_attn(fa, tv))
+        if what:
+            raise NotEmulated("gemma4 runs with an F16 KV cache without flash attention only (the "
+                              "other caches are not checked against llama.cpp for this graph yet): "
+                              "leave the cache types at f16 and pass --flash-attn off", what, "for gemma4")
 
     def _cache_bytes(self, n_ctx: int, **options) -> int:
         self._refuse_cache(options)

@@ -177,7 +177,10 @@ class KVCache:
 
     Raises ValueError for n_ctx < 1, an unknown type, a head_dim that is
     not a multiple of a block type's block, flash attention off with a
-    block-type V, or an MLA cache other than F16 without flash attention.
+    block-type V, or fa_threads (llama.cpp's thread count for flash
+    attention's split; default 2) given with flash attention off;
+    NotEmulated (a NotImplementedError) for an MLA cache other than F16
+    without flash attention.
     """
 
     @staticmethod
@@ -194,7 +197,7 @@ class KVCache:
 
     def __init__(self, n_layer: int, n_head_kv: int, head_dim: int, n_ctx: int,
                  type_k="f16", type_v="f16", flash_attn=None, rotate: bool | None = None,
-                 fa_threads: int = 2, v_of_k: int = 0):
+                 fa_threads: int | None = None, v_of_k: int = 0):
         if n_ctx <= 0:
             raise ValueError(f"n_ctx must be positive, got {n_ctx}")
         self.type_k = cache_type(type_k, "type_k (--cache-type-k)")
@@ -205,18 +208,27 @@ class KVCache:
                 raise ValueError(f"{opt} {t.name.lower()}: its block of {qk} values does not "
                                  f"divide head_dim {head_dim}")
         self.flash_attn = resolve_flash_attn(flash_attn, self.type_v)
+        if fa_threads is not None:
+            if isinstance(fa_threads, bool) or not isinstance(fa_threads, (int, np.integer)) or fa_threads < 1:
+                raise ValueError(f"fa_threads must be a whole number >= 1, got {fa_threads!r}")
+            if not self.flash_attn:
+                # it sets flash attention's split only: silently unused otherwise
+                raise ValueError(f"fa_threads {int(fa_threads)} needs flash attention, but flash_attn="
+                                 f"{flash_attn!r} turns it off: pass flash_attn=True or leave fa_threads out")
+        #: llama.cpp's thread count for flash attention's split of the cells
+        self.fa_threads = 2 if fa_threads is None else int(fa_threads)
         #: MLA: V is the first v_of_k values of each K cell (0: V of its own)
         self.v_of_k = int(v_of_k)
         if self.v_of_k and not 0 < self.v_of_k <= head_dim:
             raise ValueError(f"v_of_k {self.v_of_k} is outside 1 .. head_dim {head_dim}")
         if self.v_of_k and (self.flash_attn or self.type_k != GGMLType.F16 or self.type_v != GGMLType.F16):
             # not emulated yet (`which` lists such a candidate as not run)
-            raise NotImplementedError("the MLA cache (deepseek2) is emulated with F16 K / V and flash "
-                                      "attention off only: pass --flash-attn off (the v0.4.0 profiles "
-                                      "turn it on by default) and leave the cache types at f16")
-        if isinstance(fa_threads, bool) or not isinstance(fa_threads, (int, np.integer)) or fa_threads < 1:
-            raise ValueError(f"fa_threads must be a whole number >= 1, got {fa_threads!r}")
-        self.fa_threads = int(fa_threads)
+            from .._notemulated import NotEmulated, cache_phrase
+            raise NotEmulated("the MLA cache (deepseek2) is emulated with F16 K / V and flash "
+                              "attention off only: pass --flash-attn off (the v0.4.0 profiles "
+                              "turn it on by default) and leave the cache types at f16",
+                              cache_phrase(self.type_k, self.type_v, self.flash_attn),
+                              "for the MLA cache (deepseek2)")
         disabled = rotation_disabled() if rotate is None else not rotate
         #: Hadamard sizes of K's and V's rotation (0: none)
         self.rot_k, self.rot_v = rotation_sizes(head_dim, head_dim, self.type_k, self.type_v, disabled)

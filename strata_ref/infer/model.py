@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import cpu
+from .._text import count
 from ..cpu import ops
 from ..cpu.matmul import QMatrix
 from ..types import PLAIN_TYPES, GGMLType, block_format
@@ -165,7 +166,7 @@ class ArchKeys:
             return None
         if isinstance(v, (list, np.ndarray)):
             if len(v) != n_layer:
-                raise ModelLoadError(f"`{k}` has {len(v)} values for {n_layer} layers")
+                raise ModelLoadError(f"`{k}` has {count(len(v), 'value')} for {count(n_layer, 'layer')}")
             return tuple(_int_param(k, x.item() if isinstance(x, np.generic) else x, lo, hi) for x in v)
         return (_int_param(k, v, lo, hi),) * n_layer
 
@@ -304,7 +305,7 @@ def swa_params(k: ArchKeys, swa: Swa | None, n_layer: int, rope_base: float, rop
                 all(isinstance(b, (bool, int, np.integer, np.bool_)) for b in pattern)):
             raise ModelLoadError(f"`{kp}` must be an array of BOOL or integers, got {_shown(pattern)}")
         if len(pattern) != n_layer:
-            raise ModelLoadError(f"`{kp}` has {len(pattern)} values for {n_layer} layers")
+            raise ModelLoadError(f"`{kp}` has {count(len(pattern), 'value')} for {count(n_layer, 'layer')}")
         layers = tuple(bool(b) for b in pattern)
     else:
         p = _int_param(kp, pattern, 0)
@@ -707,6 +708,7 @@ def unemulated_cache(profile, opts) -> str | None:
     `ARM64_FLASH_ATTN_CACHES` (docs/arm64.md); the x86 attention would give
     other bits there, silently. Raises ValueError for an unknown cache
     type."""
+    from .._notemulated import cache_phrase
     from ..cpu import select
     from ..cpu.profiles import LLAMA_CPP_ARM64
     from .kv_cache import cache_type, resolve_flash_attn
@@ -718,19 +720,16 @@ def unemulated_cache(profile, opts) -> str | None:
     fa = resolve_flash_attn(opts.get("flash_attn"), tv)
     if fa and (tk.name.lower(), tv.name.lower()) in ARM64_FLASH_ATTN_CACHES.get(prof.name, ()):
         return None
-    what = [f"{'an' if t.name[0] in 'FI' else 'a'} {t.name.lower()} {kv} cache"
-            for t, kv in ((tk, "K"), (tv, "V")) if t != GGMLType.F16]
-    if fa:
-        what.insert(0, "flash attention")
-    return " and ".join(what) or None
+    return cache_phrase(tk, tv, fa) or None
 
 
 def _refuse_unemulated_cache(profile, opts) -> None:
-    """NotImplementedError (one line, naming what) for a KV cache the
-    profile's build computes in code not emulated yet (`unemulated_cache`)."""
+    """NotEmulated (one line, naming what) for a KV cache the profile's
+    build computes in code not emulated yet (`unemulated_cache`)."""
+    from .._notemulated import NotEmulated
     from ..cpu import select
     what = unemulated_cache(profile, opts)
     if what:
-        raise NotImplementedError(f"{what} on the arm64 profile {select(profile).name}: ggml's ARM "
-                                  "code for it is not emulated yet (docs/arm64.md); use the F16 cache "
-                                  "without flash attention")
+        raise NotEmulated(f"{what} on the arm64 profile {select(profile).name}: ggml's ARM "
+                          "code for it is not emulated yet (docs/arm64.md); use the F16 cache "
+                          "without flash attention", what, "on this profile")

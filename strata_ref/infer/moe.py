@@ -196,6 +196,11 @@ class MoEFFN:
         self.router_bias = w.vec(prefix + "ffn_gate_inp.bias", E) if biases else None
         self.probs_bias = (w.vec(prefix + "exp_probs_b.bias", E, required=ex.probs_bias is True)
                            if ex.probs_bias else None)
+        if not w.has(prefix + "ffn_gate_up_exps.weight") and not w.has(prefix + "ffn_gate_exps.weight"):
+            # llama.cpp takes either (the fused one first): name both
+            raise ModelLoadError(f"{hp.arch}: missing tensor `{prefix}ffn_gate_up_exps.weight` (the fused "
+                                 f"gate and up experts), or `{prefix}ffn_gate_exps.weight` and "
+                                 f"`{prefix}ffn_up_exps.weight`")
         if w.has(prefix + "ffn_gate_up_exps.weight"):
             self.gate_up = w.experts(prefix + "ffn_gate_up_exps.weight", E, 2 * F, e)
             self.gate = self.up = None

@@ -287,7 +287,10 @@ def test_trace_checks_patterns_and_counts_before_the_work(model, tmp_path, capsy
     for extra, msg in [(["--tensors", "["], "--tensors: pattern '[' has an unclosed '['; write [[] for a literal ["),
                        (["--tensors", ",,"], "--tensors ',,' names no pattern; give comma-separated names or "
                                              "fnmatch globs"),
-                       (["--fa-threads", "0"], "--fa-threads must be >= 1, got 0")]:
+                       (["--fa-threads", "0"], "--fa-threads must be in 1 .. 512 (ggml's GGML_MAX_N_THREADS), "
+                                               "got 0"),
+                       (["--fa-threads", "513"], "--fa-threads must be in 1 .. 512 (ggml's GGML_MAX_N_THREADS), "
+                                                 "got 513")]:
         assert main(tr + extra) == 2
         assert _err_line(capsys) == msg
     monkeypatch.undo()
@@ -321,11 +324,19 @@ def test_fa_threads_without_flash_attention_is_refused(tiny, capsys, monkeypatch
                                                                        "--flash-attn on (--fa-threads sets "
                                                                        "flash attention's split only)")
     # the library: new_cache names both
-    with pytest.raises(ValueError, match=r"fa_threads 3 needs flash attention, but flash_attn=False turns"):
+    with pytest.raises(ValueError, match=r"fa_threads 3 needs flash attention, but flash_attn=False turns "
+                                         r"flash attention off: pass flash_attn=True"):
         m.new_cache(8, flash_attn=False, fa_threads=3)
-    with pytest.raises(ValueError, match=r"fa_threads 3 needs flash attention, but flash_attn=None turns"):
+    with pytest.raises(ValueError, match=r"fa_threads 3 needs flash attention, which is off by default on "
+                                         r"the avx2 profile: pass flash_attn=True"):
         m.new_cache(8, fa_threads=3)            # avx2's default: off for an F16 V
     assert m.new_cache(8, flash_attn=True, fa_threads=3).fa_threads == 3
+    # a thread count given to `load` is for its caches with flash attention:
+    # a cache asked for without it takes none (it was refused)
+    m = load(tiny, cpu="v0.4.0-haswell", fa_threads=3)
+    assert m.new_cache(8).fa_threads == 3
+    c = m.new_cache(8, flash_attn="off")
+    assert not c.flash_attn and c.fa_threads == 2
 
 
 def test_hash_tensors_names_a_pattern_that_matches_nothing(tiny, capsys):

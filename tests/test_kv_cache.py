@@ -196,10 +196,19 @@ def test_cache_types_and_errors():
         KVCache(1, 1, 64, 8, flash_attn=True, fa_threads=0)
     # fa_threads sets flash attention's split only: refused without it
     # (once silently unused), named with the flash_attn it met
-    for fa in (False, "off", None):
+    for fa in (False, "off"):
         with pytest.raises(ValueError, match=f"fa_threads 4 needs flash attention, but flash_attn="
-                                             f"{fa!r} turns it off: pass flash_attn=True"):
+                                             f"{fa!r} turns flash attention off: pass flash_attn=True"):
             KVCache(1, 1, 64, 8, flash_attn=fa, fa_threads=4)
+    with pytest.raises(ValueError, match="fa_threads 4 needs flash attention, but flash attention is "
+                                         "off by default: pass flash_attn=True"):
+        KVCache(1, 1, 64, 8, fa_threads=4)
+    # at most ggml's GGML_MAX_N_THREADS (512): a larger count once ran
+    # until flash attention's split allocated a chunk per thread
+    for bad in (513, 10**30, -1):
+        with pytest.raises(ValueError, match=r"fa_threads must be a whole number in 1 \.\. 512 "):
+            KVCache(1, 1, 64, 8, flash_attn=True, fa_threads=bad)
+    assert KVCache(1, 1, 64, 8, flash_attn=True, fa_threads=512).fa_threads == 512
     assert KVCache(1, 1, 64, 8, flash_attn=True, fa_threads=4).fa_threads == 4
     assert KVCache(1, 1, 64, 8, "f16", "q8_0", fa_threads=3).fa_threads == 3     # on: its V's default
     assert KVCache(1, 1, 64, 8).fa_threads == 2

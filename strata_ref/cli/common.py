@@ -98,8 +98,10 @@ def fa_threads_problem(fa_threads, flash_attn, cache_type_v, cpu) -> str | None:
     checks."""
     if fa_threads is None:
         return None
-    if fa_threads < 1:
-        return f"--fa-threads must be >= 1, got {fa_threads}"
+    from ..infer.kv_cache import MAX_THREADS
+    if not 1 <= fa_threads <= MAX_THREADS:
+        return (f"--fa-threads must be in 1 .. {MAX_THREADS} (ggml's GGML_MAX_N_THREADS), "
+                f"got {fa_threads}")
     from ..cpu import select
     from ..infer.kv_cache import resolve_flash_attn
     prof = select(cpu)

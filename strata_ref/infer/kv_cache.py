@@ -53,6 +53,10 @@ from ..types import GGMLType, block_format
 __all__ = ["KVCache", "IswaCache", "CACHE_TYPES", "cache_type", "rotation_sizes", "rotation_disabled",
            "resolve_flash_attn", "kv_length"]
 
+#: the most threads ggml runs a graph with (ggml.h `GGML_MAX_N_THREADS`,
+#: llama.cpp vendored by llama-cpp-python 0.3.36): the bound of fa_threads
+MAX_THREADS = 512
+
 #: the cache types llama.cpp accepts (`kv_cache_types`, common/arg.cpp), by name
 CACHE_TYPES = {"f32": GGMLType.F32, "f16": GGMLType.F16, "bf16": GGMLType.BF16,
                "q8_0": GGMLType.Q8_0, "q4_0": GGMLType.Q4_0, "q4_1": GGMLType.Q4_1,
@@ -209,12 +213,16 @@ class KVCache:
                                  f"divide head_dim {head_dim}")
         self.flash_attn = resolve_flash_attn(flash_attn, self.type_v)
         if fa_threads is not None:
-            if isinstance(fa_threads, bool) or not isinstance(fa_threads, (int, np.integer)) or fa_threads < 1:
-                raise ValueError(f"fa_threads must be a whole number >= 1, got {fa_threads!r}")
+            if (isinstance(fa_threads, bool) or not isinstance(fa_threads, (int, np.integer))
+                    or not 1 <= fa_threads <= MAX_THREADS):
+                raise ValueError(f"fa_threads must be a whole number in 1 .. {MAX_THREADS} (ggml's "
+                                 f"GGML_MAX_N_THREADS), got {fa_threads!r}")
             if not self.flash_attn:
                 # it sets flash attention's split only: silently unused otherwise
-                raise ValueError(f"fa_threads {int(fa_threads)} needs flash attention, but flash_attn="
-                                 f"{flash_attn!r} turns it off: pass flash_attn=True or leave fa_threads out")
+                why = ("flash attention is off by default" if flash_attn is None
+                       else f"flash_attn={flash_attn!r} turns flash attention off")
+                raise ValueError(f"fa_threads {int(fa_threads)} needs flash attention, but {why}: "
+                                 f"pass flash_attn=True or leave fa_threads out")
         #: llama.cpp's thread count for flash attention's split of the cells
         self.fa_threads = 2 if fa_threads is None else int(fa_threads)
         #: MLA: V is the first v_of_k values of each K cell (0: V of its own)

@@ -568,6 +568,14 @@ class Model:
         opts = {**self.cache_options, **options}
         if opts.get("flash_attn") is None:
             opts["flash_attn"] = self.cpu.default_flash_attn
+        if opts.get("fa_threads") is not None and not _flash_attn_on(opts):
+            if "fa_threads" not in options:
+                # `load`'s fa_threads is for the caches with flash attention
+                opts.pop("fa_threads")
+            elif options.get("flash_attn") is None and self.cache_options.get("flash_attn") is None:
+                raise ValueError(f"fa_threads {options['fa_threads']} needs flash attention, which is "
+                                 f"off by default on the {self.cpu.name} profile: pass flash_attn=True "
+                                 f"or leave fa_threads out")
         _refuse_unemulated_cache(self.cpu, opts)
         n_ctx = min(hp.n_ctx_train, 4096) if n_ctx is None else int(n_ctx)
         if not 1 <= n_ctx <= hp.n_ctx_train:
@@ -721,6 +729,17 @@ def unemulated_cache(profile, opts) -> str | None:
     if fa and (tk.name.lower(), tv.name.lower()) in ARM64_FLASH_ATTN_CACHES.get(prof.name, ()):
         return None
     return cache_phrase(tk, tv, fa) or None
+
+
+def _flash_attn_on(opts) -> bool:
+    """Whether the cache options `opts` (flash_attn resolved from the
+    profile's default, type_v) turn flash attention on; False where they are
+    invalid (True: KVCache then names the problem)."""
+    from .kv_cache import resolve_flash_attn
+    try:
+        return resolve_flash_attn(opts.get("flash_attn"), opts.get("type_v", "f16"))
+    except ValueError:
+        return True
 
 
 def _refuse_unemulated_cache(profile, opts) -> None:

@@ -146,3 +146,28 @@ def test_qmatrix_takes_a_ggml_type_name():
         QMatrix("Q4_Z\x1b[2J", raw, 4, 256, "blk.0.w", "avx2")
     with pytest.raises(ValueError, match=r"^QMatrix: not a ggml type: 4\.5$"):
         QMatrix(4.5, raw, 4, 256)
+
+
+def test_qmatrix_reads_the_weights_as_bytes():
+    # np.asarray(raw, dtype=uint8) converted a float32 array value by value
+    # (300.5 -> 44) and gave "invalid literal for int()" for bytes
+    from strata_ref import quantize
+    from strata_ref.cpu.matmul import QMatrix
+    rng = np.random.default_rng(1)
+    raw = quantize(rng.standard_normal((4, 256)).astype(np.float32), "Q4_K")
+    x = rng.standard_normal((1, 256)).astype(np.float32)
+    want = QMatrix("Q4_K", raw, 4, 256, "w", "avx2").matmul(x).view(np.uint32)
+    for same in (raw.tobytes(), bytearray(raw.tobytes()), raw.view(np.float32), raw.view(np.uint16)):
+        got = QMatrix("Q4_K", same, 4, 256, "w", "avx2").matmul(x).view(np.uint32)
+        assert np.array_equal(got, want)
+    with pytest.raises(ValueError, match=r"^QMatrix 'w': the weights must be the tensor's bytes .*got a list$"):
+        QMatrix("Q4_K", list(raw), 4, 256, "w", "avx2")
+    with pytest.raises(ValueError, match=r"^QMatrix 'w\\x0a': 576 bytes do not hold 2 x 256 Q4_K \(288 bytes\)$"):
+        QMatrix("Q4_K", raw, 2, 256, "w\n", "avx2")
+    with pytest.raises(ValueError, match=r"^QMatrix: 0 x 256 is not a matrix shape"):
+        QMatrix("Q4_K", raw[:0], 0, 256)
+    with pytest.raises(ValueError, match=r"^QMatrix: -2 x -256 is not a matrix shape"):
+        QMatrix("Q4_K", raw, -2, -256)
+    with pytest.raises(ValueError, match=r"^QMatrix 'blk\.0\.w': ggml-cpu has no mat-mul for Q8_1 weights$"):
+        QMatrix("Q8_1", np.zeros(36, np.uint8), 1, 32, "blk.0.w", "avx2").matmul(np.zeros((1, 32), np.float32))
+

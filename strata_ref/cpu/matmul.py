@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._text import printable
 from ..types import UnsupportedTypeError, block_format, parse_type
 from .traits import Family, amx_buffer, family, mm_path
 
@@ -60,6 +61,21 @@ def row_ids(ids, rows: int, name: str) -> np.ndarray:
     return ids
 
 
+def _tensor_bytes(raw, label: str) -> np.ndarray:
+    """The tensor's bytes as flat uint8: a bytes-like object, or an array
+    whose memory is the tensor (uint8, or any numeric dtype, read as its
+    bytes: the float32 data of an F32 tensor, a uint16 view of blocks).
+    ValueError for anything else (a list, an object array), which would
+    otherwise be converted value by value."""
+    if isinstance(raw, (bytes, bytearray, memoryview)):
+        return np.frombuffer(raw, np.uint8)
+    if not isinstance(raw, np.ndarray) or raw.dtype.kind not in "biuf":
+        what = f"a {type(raw).__name__}" if not isinstance(raw, np.ndarray) else f"an array of {raw.dtype}"
+        raise ValueError(f"{label}: the weights must be the tensor's bytes (a uint8 array, bytes, or a "
+                         f"numeric array read as its memory), got {what}")
+    return np.ascontiguousarray(raw).view(np.uint8).reshape(-1)
+
+
 class QMatrix:
     """A weight matrix of `rows` x `cols` (ggml: ne[1] x ne[0]) in type `t`
     (a GGMLType, its id, or its name: "Q4_K", any case).
@@ -79,19 +95,24 @@ class QMatrix:
     def __init__(self, t, raw, rows: int, cols: int, name: str = "", profile=None):
         from . import select
         self.profile = select(profile)
+        label = f"QMatrix '{printable(name)}'" if name else "QMatrix"
         try:
             self.type = parse_type(t)
         except UnsupportedTypeError as e:
-            raise UnsupportedTypeError(f"QMatrix {name!r}: {e}" if name else f"QMatrix: {e}") from None
+            raise UnsupportedTypeError(f"{label}: {e}") from None
         self.rows, self.cols, self.name = int(rows), int(cols), name
+        self._label = label
         fmt = block_format(self.type)
-        raw = np.asarray(raw, dtype=np.uint8).reshape(-1)
+        raw = _tensor_bytes(raw, label)
         qk = fmt.block_values
+        if self.rows < 1 or self.cols < 1:
+            raise ValueError(f"{label}: {rows} x {cols} is not a matrix shape (rows and cols must be >= 1)")
         if cols % qk:
-            raise ValueError(f"{name}: row length {cols} is not a multiple of the "
+            raise ValueError(f"{label}: row length {cols} is not a multiple of the "
                              f"{fmt.name} block size {qk}")
         if raw.size != rows * cols // qk * fmt.block_bytes:
-            raise ValueError(f"{name}: {raw.size} bytes do not hold {rows} x {cols} {fmt.name}")
+            raise ValueError(f"{label}: {raw.size} bytes do not hold {rows} x {cols} {fmt.name} "
+                             f"({rows * cols // qk * fmt.block_bytes} bytes)")
         self.raw = raw
         self._packed = None
         self._amx = None
@@ -134,7 +155,10 @@ class QMatrix:
         """Pack now rather than at the first product; idempotent. Raises
         ValueError for a type ggml-cpu has no mat-mul for."""
         if self._packed is None:
-            fam = family(self.type)
+            try:
+                fam = family(self.type)
+            except ValueError as e:
+                raise ValueError(f"{self._label}: {e}") from None
             try:
                 self._packed = Packed(fam, fam.pack(self))
             except NotImplementedError as e:
@@ -144,7 +168,7 @@ class QMatrix:
         """A kernel's NotImplementedError as NotEmulated, naming the tensor
         and the profile."""
         from .._notemulated import NotEmulated
-        name = self.name or "a matrix"
+        name = printable(self.name) if self.name else "a matrix"
         return NotEmulated(f"{name}: {e} on the CPU profile {self.profile.name} "
                            f"(docs/inference.md lists what each profile covers)",
                            f"the {self.type.name} mat-mul ({name})", "on this profile")

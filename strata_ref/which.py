@@ -65,9 +65,12 @@ class Candidate:
         return self.equal_rows == self.rows
 
     def json(self) -> dict:
+        # a candidate not run has no distances (null, not a perfect 0)
+        ran = not self.not_emulated
         return {"profile": self.profile, "flash_attn": self.flash_attn, "rows": self.rows,
                 "equal_rows": self.equal_rows, "matches": self.matches, "first_differing_row": self.first_row,
-                "max_ulp": self.max_ulp, "max_abs_diff": self.max_abs, "first_differing_logit": self.first_col,
+                "max_ulp": self.max_ulp if ran else None, "max_abs_diff": self.max_abs if ran else None,
+                "first_differing_logit": self.first_col,
                 "values": list(self.values) if self.values else None, "nan_vs_number": self.nan_vs_number,
                 "not_emulated": self.not_emulated, "not_emulated_where": self.not_emulated_where}
 

@@ -64,3 +64,45 @@ def test_bench_matvec_float_weights_are_finite():
         assert np.abs(w - np.random.default_rng(0).standard_normal(w.size).astype(np.float32)).max() < 0.01
     raw = bench_matvec.weight_bytes(T.Q4_K, 64, 256, np.random.default_rng(0))
     assert raw.tobytes() == sane_blocks(T.Q4_K, 64, np.random.default_rng(0)).tobytes()
+
+
+def test_make_bench_model_refuses_a_bad_tokenizer_source_or_output(tmp_path, capsys):
+    # these were tracebacks (GGUF magic, StopIteration) or, for a GGUF
+    # without tokenizer keys, a 69-byte "tokenizer" written as if done
+    import gguf
+    import pytest
+    text = tmp_path / "notes.txt"
+    text.write_text("not a gguf\n")
+    bare = tmp_path / "bare.gguf"
+    w = gguf.GGUFWriter(str(bare), "qwen2")
+    w.add_block_count(1)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    out = tmp_path / "tok.gguf"
+    cases = [(["tokenizer", str(out), "--tokenizer", str(text)], f"--tokenizer: {text}: not a GGUF file"),
+             (["tokenizer", str(out), "--tokenizer", str(bare)], f"--tokenizer: {bare}: has no "
+                                                                  f"tokenizer.ggml.tokens key"),
+             (["1.5b", str(out), "--tokenizer", str(bare)], f"--tokenizer: {bare}: has no tokenizer.ggml.tokens"),
+             (["tokenizer", str(out), "--tokenizer", str(tmp_path)], f"--tokenizer: not a file: {tmp_path}"),
+             (["tokenizer", str(tmp_path)], f"{tmp_path}: is a directory"),
+             (["tokenizer", str(tmp_path / "no" / "t.gguf")], f"{tmp_path / 'no' / 't.gguf'}: its folder "
+                                                              f"does not exist")]
+    for argv, msg in cases:
+        with pytest.raises(SystemExit) as e:
+            mb.main(argv)
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert msg in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_bench_matvec_refuses_a_type_without_a_mat_mul(capsys):
+    import pytest
+    import bench_matvec
+    with pytest.raises(SystemExit) as e:
+        bench_matvec.main(["--types", "Q4_K,I8"])
+    assert e.value.code == 2
+    assert "--types: ggml-cpu has no mat-mul for I8 weights" in capsys.readouterr().err
+

@@ -67,6 +67,9 @@ def test_which_names_the_profile_of_stored_llama_cpp_logits(tmp_path, qwen3, cap
     fa_f16 = {p for p in ARM_PROFILES if ("f16", "f16") in ARM64_FLASH_ATTN_CACHES.get(p, ())}
     assert arm == {(p, fa): "flash attention" if fa and p not in fa_f16 else None
                    for p in ARM_PROFILES for fa in (False, True)}
+    # a candidate not run has no distances: null, not a perfect 0
+    not_run = [c for c in doc["candidates"] if c["not_emulated"]]
+    assert not_run and all(c["max_abs_diff"] is None and c["max_ulp"] is None for c in not_run)
     assert {"armv8.0", "armv8.2-dotprod", "armv8.2-fp16", "armv8.6-i8mm"} <= set(ARM_PROFILES)
     for p in sorted(set(ARM_PROFILES) - fa_f16)[:1]:
         # nothing compared: exit 2, as for --cpu naming no profile

@@ -129,6 +129,12 @@ def main(argv=None) -> int:
     bad = [t for t in args.types.split(",") if t not in _T.__members__]
     if bad:
         ap.error(f"--types: unknown ggml type {bad[0]!r} (names as ggml spells them: Q4_K, IQ4_XS, ...)")
+    from strata_ref.cpu.traits import family
+    for t in args.types.split(","):
+        try:
+            family(_T[t])
+        except ValueError as e:
+            ap.error(f"--types: {e}")
     if args.only and set(args.only.split(",")) - set(SHAPES[args.shapes]):
         ap.error(f"--only: the matrices of {args.shapes} are {', '.join(SHAPES[args.shapes])}")
     from strata_ref import cpu as _cpu

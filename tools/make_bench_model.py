@@ -131,14 +131,22 @@ class Pool:
 
 
 def tokenizer_fields(path):
-    """Every `tokenizer.*` key of the GGUF at `path`: (key, value, type, sub type)."""
+    """Every `tokenizer.*` key of the GGUF at `path`: (key, value, type, sub
+    type). ValueError naming the file when it is not a GGUF gguf-py reads,
+    or has no `tokenizer.ggml.tokens`."""
     import gguf
-    r = gguf.GGUFReader(path)
+    try:
+        r = gguf.GGUFReader(path)
+    except Exception as e:          # gguf-py's errors on a damaged file vary
+        raise ValueError(f"{path}: not a GGUF file gguf-py can read ({e})") from None
     out = []
     for key, f in r.fields.items():
         if key.startswith("tokenizer."):
             sub = f.types[1] if len(f.types) > 1 else None
             out.append((key, f.contents(), f.types[0], sub))
+    if not any(k == "tokenizer.ggml.tokens" for k, _, _, _ in out):
+        raise ValueError(f"{path}: has no tokenizer.ggml.tokens key (a tokenizer source needs the "
+                         f"tokenizer.* keys of a model)")
     return out
 
 
@@ -223,8 +231,15 @@ def main(argv=None) -> int:
     ap.add_argument("--tokenizer", type=Path, default=None, metavar="GGUF",
                     help=f"take the tokenizer keys from this GGUF (default: {TOKENIZER_FROM})")
     a = ap.parse_args(argv)
-    if a.tokenizer is not None and not a.tokenizer.is_file():
-        ap.error(f"--tokenizer: no such file: {a.tokenizer}")
+    if a.tokenizer is not None:
+        if not a.tokenizer.is_file():
+            ap.error(f"--tokenizer: not a file: {a.tokenizer}")
+        try:
+            tokenizer_fields(a.tokenizer)
+        except ValueError as e:
+            ap.error(f"--tokenizer: {e}")
+    if a.out.is_dir() or not a.out.parent.is_dir():
+        ap.error(f"{a.out}: " + ("is a directory" if a.out.is_dir() else "its folder does not exist"))
     t0 = time.perf_counter()
     if a.shape == "tokenizer":
         size = write_tokenizer(a.out, a.tokenizer)

@@ -417,3 +417,29 @@ def test_outputs_get_the_mode_of_a_new_file(tmp_path):
         assert stat.S_IMODE(os.stat(tmp_path / "t.npz").st_mode) == 0o644
     finally:
         os.umask(old)
+
+
+def test_which_takes_the_engines_flash_attention_thread_count(tiny, tmp_path, capsys, monkeypatch):
+    # the thread count changes flash attention's split (512+ cells): which
+    # ran every candidate with 2; --fa-threads now reaches the caches of
+    # the flash-attention candidates, and the others ignore it
+    import strata_ref.which as W
+    ids = [1, 2, 3]
+    ref = W.candidate_logits(tiny, "v0.4.0-haswell", False, ids, None, fa_threads=3)
+    on = W.candidate_logits(tiny, "v0.4.0-haswell", True, ids, None, fa_threads=3)
+    assert ref.shape == on.shape == (3, ref.shape[1])
+    f = tmp_path / "l.npz"
+    np.savez(f, tokens=np.array(ids), logits=ref)
+    seen = []
+    real = W.candidate_logits
+
+    def spy(model, profile, fa, tokens, split, **cache):
+        seen.append((fa, cache.get("fa_threads")))
+        return real(model, profile, fa, tokens, split, **cache)
+    monkeypatch.setattr(W, "candidate_logits", spy)
+    assert main(["which", str(f), tiny, "--cpu", "v0.4.0-haswell", "--fa-threads", "3", "--json"]) == 0
+    assert seen == [(False, 3), (True, 3)]
+    capsys.readouterr()
+    assert main(["which", str(f), tiny, "--fa-threads", "513"]) == 2
+    assert _err_line(capsys) == "--fa-threads must be in 1 .. 512 (ggml's GGML_MAX_N_THREADS), got 513"
+

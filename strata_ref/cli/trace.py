@@ -84,9 +84,16 @@ def cmd_which(a) -> int:
         name = select(p).name
         if name not in profiles:
             profiles.append(name)
+    if a.fa_threads is not None:
+        from ..infer.kv_cache import MAX_THREADS
+        if not 1 <= a.fa_threads <= MAX_THREADS:
+            return err(f"--fa-threads must be in 1 .. {MAX_THREADS} (ggml's GGML_MAX_N_THREADS), "
+                       f"got {a.fa_threads}")
     fa = {"off": (False,), "on": (True,), "both": (False, True), "auto": "auto"}[a.flash_attn]
     e = load_logits(a.logits, toks, a.split)
     cache = {k: v for k, v in (("type_k", a.cache_type_k), ("type_v", a.cache_type_v)) if v is not None}
+    if a.fa_threads is not None:
+        cache["fa_threads"] = a.fa_threads      # the candidates without flash attention ignore it
     per_profile = 1 if fa == "auto" else len(fa)
     with progress_bar(len(profiles) * per_profile, "which", "candidate", enabled=not a.json) as bar:
         cands = which(e, a.model, profiles, fa, bar.update, **cache)
@@ -172,5 +179,9 @@ def add_which(sub) -> None:
                          "`generate` takes it (on for the v0.4.0 profiles, off for the others)")
     wh.add_argument("--cache-type-k", default=None, metavar="T", help=f"KV cache type of K: {KV_TYPES}")
     wh.add_argument("--cache-type-v", default=None, metavar="T", help="KV cache type of V")
+    wh.add_argument("--fa-threads", type=int, default=None, metavar="N",
+                    help="the engine's thread count for flash attention's split of 512+ cached "
+                         "cells (llama.cpp's n_threads; it changes the bits there; default 2): the "
+                         "flash-attention candidates take it")
     wh.add_argument("--json", action="store_true", help="machine-readable output")
     wh.set_defaults(func=cmd_which)

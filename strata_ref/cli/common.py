@@ -90,6 +90,15 @@ def cpu_problem(name) -> str | None:
     return None
 
 
+def fa_threads_bound_problem(fa_threads) -> str | None:
+    """None, or why `--fa-threads N` is outside 1 .. ggml's GGML_MAX_N_THREADS."""
+    from ..infer.kv_cache import MAX_THREADS
+    if fa_threads is not None and not 1 <= fa_threads <= MAX_THREADS:
+        return (f"--fa-threads must be in 1 .. {MAX_THREADS} (ggml's GGML_MAX_N_THREADS), "
+                f"got {fa_threads}")
+    return None
+
+
 def fa_threads_problem(fa_threads, flash_attn, cache_type_v, cpu) -> str | None:
     """Why `--fa-threads N` does not apply, as one line, or None: N below 1,
     or flash attention off (`--flash-attn off`, or the default of the
@@ -98,10 +107,9 @@ def fa_threads_problem(fa_threads, flash_attn, cache_type_v, cpu) -> str | None:
     checks."""
     if fa_threads is None:
         return None
-    from ..infer.kv_cache import MAX_THREADS
-    if not 1 <= fa_threads <= MAX_THREADS:
-        return (f"--fa-threads must be in 1 .. {MAX_THREADS} (ggml's GGML_MAX_N_THREADS), "
-                f"got {fa_threads}")
+    bad = fa_threads_bound_problem(fa_threads)
+    if bad:
+        return bad
     from ..cpu import select
     from ..infer.kv_cache import resolve_flash_attn
     prof = select(cpu)

@@ -4,8 +4,8 @@ that reproduces an engine's logits (docs/trace.md)."""
 from __future__ import annotations
 
 from .._text import printable
-from .common import (Help, KV_TYPES, cpu_problem, err, fa_threads_problem, json_out, out_problem,
-                     patterns_problem, split_list, token_ids, utf8_problem)
+from .common import (Help, KV_TYPES, cpu_problem, err, fa_threads_bound_problem, fa_threads_problem, json_out,
+                     out_problem, patterns_problem, split_list, token_ids, utf8_problem)
 
 
 def cmd_trace(a) -> int:
@@ -84,11 +84,9 @@ def cmd_which(a) -> int:
         name = select(p).name
         if name not in profiles:
             profiles.append(name)
-    if a.fa_threads is not None:
-        from ..infer.kv_cache import MAX_THREADS
-        if not 1 <= a.fa_threads <= MAX_THREADS:
-            return err(f"--fa-threads must be in 1 .. {MAX_THREADS} (ggml's GGML_MAX_N_THREADS), "
-                       f"got {a.fa_threads}")
+    bad = fa_threads_bound_problem(a.fa_threads)
+    if bad:
+        return err(bad)
     fa = {"off": (False,), "on": (True,), "both": (False, True), "auto": "auto"}[a.flash_attn]
     e = load_logits(a.logits, toks, a.split)
     cache = {k: v for k, v in (("type_k", a.cache_type_k), ("type_v", a.cache_type_v)) if v is not None}

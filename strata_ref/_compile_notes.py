@@ -59,9 +59,9 @@ def _listener():
                 first, _totals["noted"] = not _totals["noted"], True
             if first:
                 _log.info(f"compiling with numba, starting with {_name(ev.data)} (a first use on "
-                          "this machine: a model's kernels for a new combination of weight types, "
-                          "architecture options and CPU profile take a minute or two; cached on disk "
-                          "for later runs)")
+                          "this machine of these kernels: up to a minute or two, and for a model once "
+                          "per new combination of weight types, architecture options and CPU "
+                          "profile; cached on disk for later runs)")
 
         def on_end(self, ev):
             if _quiet():

@@ -115,7 +115,9 @@ def model_info(gf) -> dict:
             "n_params": int(sum(t.n_elements for t in gf.tensors)),
             "size": int(sum(t.n_bytes for t in gf.tensors)),
             "n_vocab": len(toks) if toks is not None else 0,
-            "n_embd": num("embedding_length"), "n_layer": num("block_count")}
+            "n_embd": num("embedding_length"),
+            # llama_model_base::load_hparams: the MTP layers are not counted
+            "n_layer": num("block_count") - num("nextn_predict_layers")}
 
 
 # ------------------------------------------------------------------ writing

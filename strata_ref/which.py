@@ -36,12 +36,14 @@ __all__ = ["EngineLogits", "Candidate", "load_logits", "which", "candidate_logit
 class EngineLogits:
     """Logits of another engine: tokens int64 (n,), logits float32 (n, m),
     columns int64 (n, m) or None (m = n_vocab, every column in order),
-    split (the first call's ids; None: one batched call)."""
+    split (the first call's ids; None: one batched call); model: a trace's
+    model identity (`tracefile.MODEL_KEYS`) or None."""
     tokens: np.ndarray
     logits: np.ndarray
     columns: np.ndarray | None = None
     split: int | None = None
     source: str = ""
+    model: dict | None = None
 
 
 @dataclass
@@ -88,6 +90,14 @@ def _ids(a, what: str, src) -> np.ndarray:
     a = np.asarray(a)
     if a.dtype.kind not in "iu" or a.ndim != 1 or a.size == 0:
         raise ValueError(f"{src}: `{what}` must be a non-empty 1-D integer array, got {a.dtype} {a.shape}")
+    return _as_int64(a, what, src)
+
+
+def _as_int64(a: np.ndarray, what: str, src) -> np.ndarray:
+    """a (integers) as int64; ValueError naming an unsigned value past
+    int64's range (it would wrap to a negative id)."""
+    if a.dtype.kind == "u" and a.size and int(a.max()) > np.iinfo(np.int64).max:
+        raise ValueError(f"{src}: `{what}` holds the id {int(a.max())}, past any vocabulary")
     return a.astype(np.int64)
 
 
@@ -117,7 +127,9 @@ def load_logits(path, tokens=None, split: int | None = None) -> EngineLogits:
         except NpyError as e:
             raise ValueError(str(e)) from None
         if "logits" not in d:
-            raise ValueError(f"{src}: no `logits` array (keys: {', '.join(list(d)[:8])})")
+            keys = list(d)
+            more = f", ... ({len(keys) - 8} more)" if len(keys) > 8 else ""
+            raise ValueError(f"{src}: no `logits` array (keys: {', '.join(keys[:8])}{more})")
         logits = d["logits"]
         toks = _ids(d["tokens"], "tokens", src) if "tokens" in d else None
         cols = d.get("columns")
@@ -127,6 +139,12 @@ def load_logits(path, tokens=None, split: int | None = None) -> EngineLogits:
             if s.shape != () or s.dtype.kind not in "iu":
                 raise ValueError(f"{src}: `split` must be one integer, got {s.dtype} {s.shape}")
             fsplit = int(s)
+    elif path.suffix.lower() == ".npz":
+        with open(path, "rb") as f:
+            empty_zip = f.read(4) == b"PK\x05\x06"          # only an end-of-archive record
+        what = "an .npz archive with no arrays" if empty_zip else "not an .npz archive (no zip header)"
+        raise ValueError(f"{src}: {what}; give one written by numpy.savez "
+                         f"(tokens, logits[, columns, split]), a trace, or an .npy with --tokens")
     else:
         try:
             logits = read_npy(path, "", "give float32 logits (tokens, n_vocab) saved with numpy.save "
@@ -141,10 +159,14 @@ def load_logits(path, tokens=None, split: int | None = None) -> EngineLogits:
         toks = given
     if toks is None:
         raise ValueError(f"{src}: no token ids: give --tokens IDS (an .npy holds only logits)")
+    if logits.dtype == np.dtype(">f4"):
+        logits = logits.astype("<f4")       # big-endian float32: the same values, byte-swapped
     if logits.dtype != np.float32:
         raise ValueError(f"{src}: logits are {logits.dtype}; bitwise rows need the engine's float32 values")
     if logits.ndim != 2:
         raise ValueError(f"{src}: logits must be 2-D (a row per position), got shape {logits.shape}")
+    if logits.shape[1] == 0:
+        raise ValueError(f"{src}: rows of 0 logits: nothing to compare")
     if logits.shape[0] != toks.size:
         raise ValueError(f"{src}: {logits.shape[0]} logit rows for {toks.size} token ids (mismatched ids: "
                          f"one row per position)")
@@ -153,7 +175,7 @@ def load_logits(path, tokens=None, split: int | None = None) -> EngineLogits:
         if cols.shape != logits.shape or cols.dtype.kind not in "iu":
             raise ValueError(f"{src}: `columns` must be integers of the logits' shape {logits.shape}, "
                              f"got {cols.dtype} {cols.shape}")
-        cols = cols.astype(np.int64)
+        cols = _as_int64(cols, "columns", src)
         if cols.size and cols.min() < 0:
             raise ValueError(f"{src}: `columns` holds the id {int(cols.min())}; vocabulary ids are "
                              f"0 .. n_vocab - 1")
@@ -183,16 +205,22 @@ def _from_trace(path, tokens, split) -> EngineLogits:
     if len(calls) > 1 and any(c != 1 for c in calls[1:]):
         raise ValueError(f"{path}: calls {calls[:6]}...: only a batched pass or N then one id per call "
                          f"is reproduced")
-    return EngineLogits(toks, np.ascontiguousarray(logits), None, sp, str(path))
+    return EngineLogits(toks, np.ascontiguousarray(logits), None, sp, str(path), dict(t.model or {}))
 
 
-def candidate_logits(model, profile: str, flash_attn: bool, tokens, split: int | None, **cache) -> np.ndarray:
+def candidate_logits(model, profile: str, flash_attn: bool, tokens, split: int | None, logits=None,
+                     **cache) -> np.ndarray:
     """float32 (n, n_vocab): every logit row of `tokens` through MODEL (a
     registry name or path) in `profile` with flash attention on or off,
-    one batched call or split as given."""
+    one batched call or split as given. logits: the `EngineLogits` to be
+    compared, whose width is checked against the model's vocabulary before
+    anything runs (ValueError)."""
     from .infer import load
     from .infer.trace import trace_calls
     m = load(model, cpu=profile, flash_attn="on" if flash_attn else "off", **cache)
+    if logits is not None:
+        _check_width(logits, m.n_vocab)
+        _check_model(logits, m)
     ids = [int(t) for t in tokens]
     bad = [t for t in ids if not 0 <= t < m.n_vocab]
     if bad:
@@ -208,13 +236,35 @@ def candidate_logits(model, profile: str, flash_attn: bool, tokens, split: int |
     return np.concatenate(rows)
 
 
-def _score(e: EngineLogits, ours: np.ndarray, profile: str, fa: bool) -> Candidate:
-    if ours.shape[1] <= (e.columns.max() if e.columns is not None else e.logits.shape[1] - 1):
-        raise ValueError(f"{e.source}: logits for {e.logits.shape[1] if e.columns is None else 'ids up to ' + str(int(e.columns.max()))} "
-                         f"vocabulary entries, the model has {ours.shape[1]}")
-    if e.columns is None and e.logits.shape[1] != ours.shape[1]:
+def _check_width(e: EngineLogits, n_vocab: int) -> None:
+    """ValueError where LOGITS' rows (or its `columns`) do not fit a
+    vocabulary of n_vocab entries."""
+    if e.columns is not None:
+        top = int(e.columns.max()) if e.columns.size else -1
+        if top >= n_vocab:
+            raise ValueError(f"{e.source}: its `columns` name vocabulary ids up to {top}, the model's "
+                             f"vocabulary has {n_vocab} entries (0 .. {n_vocab - 1})")
+    elif e.logits.shape[1] != n_vocab:
         raise ValueError(f"{e.source}: rows of {e.logits.shape[1]} logits, the model's vocabulary has "
-                         f"{ours.shape[1]} (a dump of another model?)")
+                         f"{n_vocab} (a dump of another model?)")
+
+
+def _check_model(e: EngineLogits, m) -> None:
+    """ValueError where a trace's recorded model (`EngineLogits.model`)
+    is not MODEL, as `diff` refuses two traces of different models."""
+    if not e.model or not m.path:
+        return
+    from . import gguf
+    from .tracefile import MODEL_KEYS, model_info
+    ours = model_info(gguf.read(m.path))
+    for k in MODEL_KEYS:
+        a, b = e.model.get(k), ours.get(k)
+        if k != "name" and a not in (None, "", 0) and b not in (None, "", 0) and a != b:
+            raise ValueError(f"{e.source}: a trace of another model: {k} {a!r}, MODEL has {b!r}")
+
+
+def _score(e: EngineLogits, ours: np.ndarray, profile: str, fa: bool) -> Candidate:
+    _check_width(e, ours.shape[1])
     sel = ours if e.columns is None else np.take_along_axis(ours, e.columns, axis=1)
     c = Candidate(profile, fa, e.logits.shape[0], 0)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -266,7 +316,7 @@ def which(logits: EngineLogits, model, profiles=None, flash_attn=(False, True), 
             ours = None
             if not skip:
                 try:
-                    ours = candidate_logits(model, p, fa, logits.tokens, logits.split, **cache)
+                    ours = candidate_logits(model, p, fa, logits.tokens, logits.split, logits=logits, **cache)
                 except NotImplementedError as e:    # a weight type or a cache not emulated
                     # NotEmulated has the short phrase; another's message says it all
                     skip, where = getattr(e, "what", None) or str(e), getattr(e, "where", None)

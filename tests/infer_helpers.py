@@ -219,6 +219,12 @@ def tiny_model(arch: str, path, seed: int = 0) -> None:
 #: the tiny MoE models' prompt (`TINY_IDS`) and the greedy tokens llama.cpp
 #: adds to it in tools/llama_ref.py `moe`
 MOE_N_GREEDY = 20
+#: the long run of the flash-attention MoE data (`tools/llama_ref.py moe
+#: --flash-attn`): 270 prompt ids (TINY_IDS repeated), then FA_LONG_N_GREEDY
+#: greedy tokens: the batched pass takes flash attention's tiled path (64+
+#: query tokens), the decode steps past 256 cells its split-KV path
+FA_LONG_IDS = tuple((TINY_IDS * 23)[:270])
+FA_LONG_N_GREEDY = 8
 #: architecture -> per-layer tensor types of `tiny_moe_model`: (attention or
 #: linear-attention matrices, expert gate / up, expert down) for each layer
 MOE_LAYERS = {
@@ -257,6 +263,16 @@ MOE_LAYERS = {
     "deepseek2-lite": [("Q8_0", "Q4_K", "Q6_K")] + [("Q4_K", "Q8_0", "Q4_0"), ("Q6_K", "Q5_K", "Q8_0"),
                                                   ("Q5_0", "Q6_K", "Q5_1"), ("Q8_0", "Q4_K", "Q4_1")] * 6
     + [("Q4_K", "Q8_0", "Q4_0"), ("Q6_K", "Q5_K", "Q8_0")],
+    # deepseek2's layout with DeepSeek V3's group-limited routing (16
+    # experts in 4 groups of 4, 2 groups used, 4 experts used) and YaRN RoPE
+    # (factor 4 over 16 original positions, yarn_log_multiplier 0.1)
+    "deepseek2-v3": [("Q8_0", "Q4_K", "Q6_K"), ("Q4_K", "Q8_0", "Q4_0"), ("Q6_K", "Q5_K", "Q8_0"),
+                     ("Q5_0", "Q6_K", "Q5_1")],
+    # deepseek2's layout as older converters wrote it: one attn_kv_b per
+    # layer (in Q8_0 / Q5_0 like attn_q_b: its rows are kv_lora_rank 128
+    # long) in place of attn_k_b / attn_v_b, no MLA head lengths
+    "deepseek2-kvb": [("Q8_0", "Q4_K", "Q6_K"), ("Q4_K", "Q8_0", "Q4_0"), ("Q6_K", "Q5_K", "Q8_0"),
+                      ("Q5_0", "Q6_K", "Q5_1")],
     # dense: attention (fused attn_qkv in layers 0-2, separate q / k / v in
     # layer 3), fused ffn_up (gate | up), ffn_down
     "phi3": [("Q8_0", "Q4_K", "Q6_K"), ("Q4_K", "Q8_0", "Q5_0"), ("Q6_K", "Q5_K", "Q8_0"),
@@ -283,10 +299,12 @@ MOE_LAYERS = {
 #: the router's type per architecture: F32, as llama.cpp's quantizer leaves
 #: routers (and qwen3next's shared-expert gate)
 MOE_ROUTER = {"qwen3moe": "F32", "qwen3next": "F32", "qwen35moe": "F32", "gpt-oss": "F32", "glm4moe": "F32",
-              "deepseek2": "F32", "deepseek2-lite": "F32", "gemma4-moe": "F32"}
+              "deepseek2": "F32", "deepseek2-lite": "F32", "deepseek2-v3": "F32", "deepseek2-kvb": "F32",
+              "gemma4-moe": "F32"}
 #: a tiny model's architecture where its name (a key of `MOE_LAYERS`) is a
 #: variant of one
-MOE_ARCH = {"deepseek2-lite": "deepseek2", "gemma4-moe": "gemma4"}
+MOE_ARCH = {"deepseek2-lite": "deepseek2", "deepseek2-v3": "deepseek2", "deepseek2-kvb": "deepseek2",
+            "gemma4-moe": "gemma4"}
 #: the dense FFN width of the tiny models without experts
 DENSE_FF = 512
 #: the seed of each tiny model whose seed was chosen (default 0): the one of
@@ -295,13 +313,16 @@ DENSE_FF = 512
 #: difference between the profiles' logits (tests/test_infer_moe.py
 #: `test_greedy_steps_are_no_near_ties`). The older models keep seed 0.
 MOE_SEEDS = {"qwen35": 13, "phi3": 1, "glm4moe": 23, "deepseek2": 4, "deepseek2-lite": 5, "gemma4": 19,
-             "gemma4-moe": 0}
+             "gemma4-moe": 0, "deepseek2-v3": 0, "deepseek2-kvb": 0}
 
 
 #: the profiles whose llama.cpp data a tiny model does not have yet, with
 #: the reason in a comment (a file that appears while its entry is still
-#: here fails the tests): none now. (The avx512 files of gemma4 were made
-#: on another machine than the rest, as this one had no AVX-512.)
+#: here fails the tests). (The avx512 files of gemma4 were made on another
+#: machine than the rest, as this one had no AVX-512; so were
+#: deepseek2-v3's and deepseek2-kvb's: `python tools/llama_ref.py --profile
+#: avx512 moe --arch deepseek2-v3` (then `deepseek2-kvb`) on the GPU
+#: machine's Sapphire Rapids CPU.)
 MOE_PENDING: dict = {}
 
 
@@ -316,7 +337,7 @@ def moe_seed(arch: str) -> int:
     return MOE_SEEDS.get(arch, 0)
 
 
-def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
+def tiny_moe_model(arch: str, path, seed: int = 0, kv_lora_rank: int = 128, real_yarn: bool = False) -> None:
     """Write a small seeded random GGUF of architecture `arch` (a key of
     `MOE_LAYERS`) to `path`: n_embd 256, 4 heads of 64 over 2 KV heads, the
     259-token byte-level vocabulary of `tiny_model`, weights of std 0.02
@@ -348,7 +369,22 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
     of architecture deepseek2, `MOE_ARCH`): DeepSeek-V2-Lite's layout, 27
     layers (llama.cpp's lite rule: q by `attn_q`, no q LoRA), 8 experts
     with 2 used, softmax routing without `exp_probs_b`, unnormalized
-    weights, two shared experts.
+    weights, two shared experts. deepseek2-v3 (architecture deepseek2):
+    deepseek2's layout with DeepSeek V3's group-limited routing (the 16
+    experts in 4 groups, 2 groups used) and YaRN RoPE (factor 4, 16
+    original positions, `yarn_log_multiplier` 0.1). kv_lora_rank (the
+    deepseek2 files but deepseek2-kvb; default 128): the compressed KV's
+    rank, so the cached head is kv_lora_rank + 32 (128: 160; 160: 192, a
+    multiple of 64 like DeepSeek V3's 576, tests/test_mla_head64.py).
+    real_yarn (deepseek2-v3 only): DeepSeek V3 / R1's own YaRN keys in
+    place of the scaled-down ones: factor 40 over 4096 original positions,
+    `yarn_log_multiplier` 0.1 (tests/test_deepseek2_yarn.py); the rest of
+    the file is the same.
+    deepseek2-kvb
+    (architecture deepseek2): deepseek2's layout as older converters wrote
+    it: one `attn_kv_b` per layer in place of `attn_k_b` / `attn_v_b`, no
+    `key_length_mla` / `value_length_mla`, `key_length` 96 and
+    `value_length` 64 (the per-head sizes), 4 KV heads.
 
     Layer 1's router has equal rows (experts 2 and 5; qwen3next also 11 and
     17): their probabilities tie on every token, so the selection exercises
@@ -369,6 +405,8 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
     rng = np.random.default_rng(seed)
     layers = MOE_LAYERS[arch]
     lite = arch == "deepseek2-lite"
+    v3 = arch == "deepseek2-v3"
+    kvb = arch == "deepseek2-kvb"
     arch = MOE_ARCH.get(arch, arch)
     nxt = arch in ("qwen3next", "qwen35moe", "qwen35")
     q35 = arch in ("qwen35moe", "qwen35")
@@ -379,7 +417,11 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
     ds2 = arch == "deepseek2"
     L, E, H, KV, D = len(layers), 256, 4, 2, 64
     NX, NU, F = (20, 4, 128) if nxt else (8, 2, 128) if lite else (16, 4, 128) if glm or ds2 else (8, 2, 256)
-    QR, KR, DN, DR, DV = 128, 128, 64, 32, 64    # deepseek2's q / kv LoRA ranks, head parts
+    QR, KR, DN, DR, DV = 128, int(kv_lora_rank), 64, 32, 64    # deepseek2's q / kv LoRA ranks, head parts
+    if KR != 128 and (MOE_ARCH.get(arch, arch) != "deepseek2" or arch == "deepseek2-kvb"):
+        raise ValueError(f"kv_lora_rank {KR} is for the absorbed deepseek2 files only, not {arch!r}")
+    if real_yarn and not v3:
+        raise ValueError(f"real_yarn is for deepseek2-v3 only, not {arch!r}")
     experts = {} if dense else {f"{arch}.expert_feed_forward_length": (V.UINT32, F),
                                 f"{arch}.expert_count": (V.UINT32, NX),
                                 f"{arch}.expert_used_count": (V.UINT32, NU)}
@@ -419,16 +461,16 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
         # head of kv_lora_rank + rope values, the MLA head sizes, q LoRA,
         # layer 0 dense, sigmoid routing with exp_probs_b, normalized
         # weights times 2.5, one shared expert, RoPE base 10000, no scaling
-        md = metadata(arch, layers=L, embd=E, ff=DENSE_FF, heads=H, kv_heads=1, ctx=4096,
+        md = metadata(arch, layers=L, embd=E, ff=DENSE_FF, heads=H, kv_heads=H if kvb else 1, ctx=4096,
                       rope_base=10000.0, after_ff={})
-        md.update({f"{arch}.attention.key_length": (V.UINT32, KR + DR),
-                   f"{arch}.attention.value_length": (V.UINT32, KR),
+        md.update({f"{arch}.attention.key_length": (V.UINT32, DN + DR if kvb else KR + DR),
+                   f"{arch}.attention.value_length": (V.UINT32, DV if kvb else KR),
                    f"{arch}.leading_dense_block_count": (V.UINT32, 1),
                    f"{arch}.vocab_size": (V.UINT32, nv),
                    **({} if lite else {f"{arch}.attention.q_lora_rank": (V.UINT32, QR)}),
                    f"{arch}.attention.kv_lora_rank": (V.UINT32, KR),
-                   f"{arch}.attention.key_length_mla": (V.UINT32, DN + DR),
-                   f"{arch}.attention.value_length_mla": (V.UINT32, DV),
+                   **({} if kvb else {f"{arch}.attention.key_length_mla": (V.UINT32, DN + DR),
+                                      f"{arch}.attention.value_length_mla": (V.UINT32, DV)}),
                    f"{arch}.expert_feed_forward_length": (V.UINT32, F),
                    f"{arch}.expert_count": (V.UINT32, NX), f"{arch}.expert_used_count": (V.UINT32, NU),
                    f"{arch}.expert_shared_count": (V.UINT32, 2 if lite else 1),
@@ -436,6 +478,19 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
                    **({} if lite else {f"{arch}.expert_weights_norm": True,
                                        f"{arch}.expert_gating_func": (V.UINT32, 2)}),
                    f"{arch}.rope.dimension_count": (V.UINT32, DR)})
+        if v3:
+            # DeepSeek V3's routing and RoPE keys as the converter writes them,
+            # scaled down: 4 groups of 4 experts, 2 used; YaRN factor 4 over
+            # 16 original positions (the prompt runs past them), context 512
+            # (the n_ctx of the tests: strata-ref refuses more than the file's),
+            # yarn_log_multiplier 0.1 (mscale_all_dim 1 times 0.1)
+            md.update({f"{arch}.context_length": (V.UINT32, 512),
+                       f"{arch}.expert_group_count": (V.UINT32, 4),
+                       f"{arch}.expert_group_used_count": (V.UINT32, 2),
+                       f"{arch}.rope.scaling.type": "yarn",
+                       f"{arch}.rope.scaling.factor": (V.FLOAT32, 40.0 if real_yarn else 4.0),
+                       f"{arch}.rope.scaling.original_context_length": (V.UINT32, 4096 if real_yarn else 16),
+                       f"{arch}.rope.scaling.yarn_log_multiplier": (V.FLOAT32, 0.1)})
     if phi3:
         # LongRoPE as Phi-3-128k's converter writes it: the factors as
         # tensors, attn_factor sqrt(1 + ln(s) / ln(n_orig)) for the scale
@@ -485,10 +540,11 @@ def tiny_moe_model(arch: str, path, seed: int = 0) -> None:
                    [(p + "attn_q_a.weight",) + q(ta, QR, E), (p + "attn_q_a_norm.weight",) + norm(rng, QR),
                     (p + "attn_q_b.weight",) + q(tqb, H * (DN + DR), QR)])
             ts += [(p + "attn_kv_a_mqa.weight",) + q(ta, KR + DR, E),
-                   (p + "attn_kv_a_norm.weight",) + norm(rng, KR),
-                   (p + "attn_k_b.weight",) + q("F16", H, KR, DN, scale=0.1),
-                   (p + "attn_v_b.weight",) + q("F16", H, DV, KR, scale=0.1),
-                   (p + "attn_output.weight",) + q(ta, E, H * DV), (p + "ffn_norm.weight",) + norm(rng, E)]
+                   (p + "attn_kv_a_norm.weight",) + norm(rng, KR)]
+            ts += ([(p + "attn_kv_b.weight",) + q(tqb, H * (DN + DV), KR, scale=0.1)] if kvb else
+                   [(p + "attn_k_b.weight",) + q("F16", H, KR, DN, scale=0.1),
+                    (p + "attn_v_b.weight",) + q("F16", H, DV, KR, scale=0.1)])
+            ts += [(p + "attn_output.weight",) + q(ta, E, H * DV), (p + "ffn_norm.weight",) + norm(rng, E)]
             if i == 0:
                 ts += [(p + "ffn_gate.weight",) + q(tgu, DENSE_FF, E), (p + "ffn_up.weight",) + q(tgu, DENSE_FF, E),
                        (p + "ffn_down.weight",) + q(td, E, DENSE_FF)]
@@ -758,3 +814,92 @@ PRETOK_TEXTS = ["HelloWorld", "CamelCase x", "iPhone IPHONE", "I'M don't", "DON'
                 "x /\n/ y", "日本語です", "naïve", "  two  spaces", "tab\tsep", "🦙🦙 ok",
                 "MIXEDcase", "mixedCASE", "'s 'S 'd", "e\u0301 combined", "3.14/2", "(ok)\n",
                 "ABCdef GHi", "a1b2C3", "__init__", "$100,000"]
+
+#: more texts for the pre-tokenizers with their own CJK / digit / punctuation
+#: rules (deepseek-v3, kimi-k2): Han, kana and hangul next to other scripts,
+#: digit runs of 1-7 and non-ASCII digits, punctuation runs (ASCII and
+#: full-width), contractions, accents and combining marks, emoji, CR LF,
+#: runs of spaces and non-ASCII whitespace. `pretok_corpus()` adds these and
+#: PRETOK_TEXTS to the .inp texts of llama.cpp's vocabulary tests.
+PRETOK_EXTRA = [
+    "中文字符测试", "漢字かな交じり文", "日本語のテキスト、カタカナ・ひらがな。", "한국어 텍스트입니다",
+    "中文123abc", "你好，世界！", "㐀㐁 𠀀𠀁 豈", "〇〆々ー", "ひらがな カタカナ ｶﾀｶﾅ", "Hello世界 世界Hello",
+    "abc日本def", "東京タワー Tokyo", "1", "12", "123", "1234", "12345", "123456", "1234567",
+    "a1234567b", "٣٤٥ ١٢", "１２３４５", "Ⅻ ½ ²³", "x1 y22 z333", "!!!???...", "a...b", "--->",
+    "«quoted» „x“", "(foo)[bar]{baz}", "#$%&*+,-./:;<=>?@^_`|~", "。、！？", "　全角スペース",
+    " , ", "''", "don't I'm you're we've they'll she'd IT'S", "it's we'RE they'Ve I'LL 'D x's",
+    "Привет мир", "Ελληνικά", "mixedРусскийText", "العربية نص", "עברית", "हिन्दी", "ไทย",
+    "café naïve résumé", "e\u0301 a\u0300\u0301", "\u0301start", "A\u030a \u00c5", "ǅungla",
+    "ﬁ ligature", "🦙🦙", "👨\u200d👩\u200d👧", "🇫🇷", "✓ ☃ ⚡", "line1\r\nline2\r\n\r\n",
+    "\n\n\n", "\r", " \n ", "a \n\n b", "a    b", "     ", "    x", "x     ", "\t\t  \tx",
+    "a\u3000b", "a\u00a0b", "a\u2003\u2003b", "x\u0085y", "a \u3000b", "$100,000.50",
+    "3.14159", "C++ & C#", "user@example.com", "http://x.y/z?q=1", "snake_case_name",
+    "camelCaseName ALLCAPS", "\x1c\x1d x", "\u200bzero\u200bwidth", "中文 English 123 !!!\n",
+    "'s'll 're", "Ａｂｃ ｘｙｚ", "가나다ABC", "ㄱㄴㄷ", "ㄅㄆㄇ"]
+
+
+def pretok_corpus() -> list:
+    """The .inp texts of the sdist's vocabulary tests (deepseek-llm's,
+    qwen35's), PRETOK_TEXTS and PRETOK_EXTRA, each once, in that order."""
+    texts = []
+    for name in ("deepseek-llm", "qwen35"):
+        f = vocab_dir() / f"ggml-vocab-{name}.gguf.inp"
+        texts += f.read_text(encoding="utf-8").split("\n__ggml_vocab_test__\n")[:-1]
+    return list(dict.fromkeys(texts + PRETOK_TEXTS + PRETOK_EXTRA))
+
+
+# ---------------------------------------------------------- tiny-model runs
+_LOADED: dict = {}
+
+
+def cached_model(path, profile):
+    """The model of `path` loaded on CPU `profile`, once per test session
+    (the tiny models' tests share it)."""
+    from strata_ref.infer.loader import load
+    key = (str(path), profile)
+    if key not in _LOADED:
+        _LOADED[key] = load(path, profile=profile)
+    return _LOADED[key]
+
+
+def tiny_moe_files(tmp_path_factory, archs, label: str) -> dict:
+    """{arch: path} of the tiny seeded models of `archs` (`tiny_moe_model`
+    at `moe_seed`), written into a fresh temporary folder named `label`."""
+    d = tmp_path_factory.mktemp(label)
+    out = {}
+    for arch in archs:
+        out[arch] = d / f"tiny_{arch}.gguf"
+        tiny_moe_model(arch, out[arch], seed=moe_seed(arch))
+    return out
+
+
+def cache_passes(m, prompt, ids, n_ctx: int = 512, **cache):
+    """(batched rows, incremental rows, the incremental pass's cache) of
+    token ids `ids` over a cache made by `m.new_cache(n_ctx, **cache)`: the
+    batched pass takes all ids in one call, the incremental one the prompt
+    in one call and each further id in its own, as llama.cpp's reference
+    runs (tools/llama_ref.py) do."""
+    import numpy as np
+    batched = m.forward(ids, m.new_cache(n_ctx, **cache), all_logits=True)
+    c = m.new_cache(n_ctx, **cache)
+    rows = [m.forward(prompt, c, all_logits=True)] + [m.forward([t], c)[None] for t in ids[len(prompt):]]
+    return batched, np.concatenate(rows), c
+
+
+def check_stored_fa_run(m, ref, label: str, **cache) -> None:
+    """Assert that `m` reproduces a stored llama.cpp run of
+    `tools/llama_ref.py moe --flash-attn`: the short run's every logit bit
+    for bit (batched and incremental), the long run's row hashes, and both
+    runs' greedy ids."""
+    import numpy as np
+    for p_key, g_key, exact in (("prompt_ids", "greedy_ids", True), ("long_prompt_ids", "long_greedy_ids", False)):
+        prompt, gen = ref[p_key].tolist(), ref[g_key].tolist()
+        batched, incr, _ = cache_passes(m, prompt, prompt + gen, **cache)
+        run = "" if exact else "long "
+        for kind, got in (("batched", batched), ("incr", incr)):
+            if exact:
+                bad = np.flatnonzero((f32_bits(got) != f32_bits(ref[kind])).any(axis=1))
+            else:
+                bad = np.flatnonzero(row_hashes(got) != ref[f"long_{kind}_hash"])
+            assert bad.size == 0, f"{label} {run}{kind}: rows {bad.tolist()} differ"
+        assert np.argmax(incr[len(prompt) - 1:-1], axis=1).tolist() == gen, f"{label} {run}greedy ids"

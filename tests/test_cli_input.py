@@ -303,8 +303,10 @@ def test_unexpected_error_is_one_line_and_called_a_bug(monkeypatch, capsys):
         "strata-ref: error: internal error KeyError: 'tensors' (a bug in strata-ref; "
         "STRATA_REF_DEBUG=1 shows the traceback)"]
     monkeypatch.setenv("STRATA_REF_DEBUG", "1")
-    with pytest.raises(KeyError):
-        main(["info", "x.gguf"])
+    assert main(["info", "x.gguf"]) == 2          # the traceback added, the exit status kept
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback") and "KeyError: 'tensors'" in err
+    assert err.splitlines()[-1].startswith("strata-ref: error: internal error KeyError")
 
 
 @pytest.mark.parametrize("value, traceback, warned", [
@@ -320,9 +322,9 @@ def test_debug_variable_takes_1_and_warns_on_others(monkeypatch, capsys, value, 
     monkeypatch.setattr(cli, "cmd_info", boom)
     monkeypatch.setenv("STRATA_REF_DEBUG", value)
     if traceback:
-        with pytest.raises(KeyError):
-            main(["info", "x.gguf"])
-        assert capsys.readouterr().err == ""
+        assert main(["info", "x.gguf"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("Traceback") and "strata-ref: warning" not in err
         return
     assert main(["info", "x.gguf"]) == 2
     warning = [f"strata-ref: warning: STRATA_REF_DEBUG={value!r} is ignored: give 1 to show the "

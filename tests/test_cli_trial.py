@@ -16,7 +16,8 @@ from strata_ref.cli import main
 
 
 def _err_line(capsys) -> str:
-    err = capsys.readouterr().err.splitlines()
+    # which's note on the candidates to run (every profile: no --cpu) is not an error line
+    err = [e for e in capsys.readouterr().err.splitlines() if not e.startswith("strata-ref which: ")]
     assert len(err) == 1 and err[0].startswith("strata-ref: error: "), err
     return err[0][len("strata-ref: error: "):]
 
@@ -195,8 +196,8 @@ def test_which_says_what_is_wrong_with_a_logits_file(tiny, tmp_path, capsys):
              (crc, f"{crc}: member 'logits.npy' is damaged (Bad CRC-32 for file 'logits.npy'); give a .npz "
                    f"archive written by numpy.savez"),
              (empty, f"{empty}: an empty file (0 bytes)"),
-             (text, f"{text}: not a .npy file (no NumPy header); give float32 logits (tokens, n_vocab) saved "
-                    f"with numpy.save (with --tokens), or an .npz"),
+             (text, f"{text}: not an .npz archive (no zip header); give one written by numpy.savez (tokens, "
+                    f"logits[, columns, split]), a trace, or an .npy with --tokens"),
              (loop, f"{loop}: a symbolic link loop (it leads back to itself)"),
              (tmp_path, f"{tmp_path}: a directory, not a file"),
              ("/dev/zero", "/dev/zero: not a regular file (a device, pipe or socket)")]
@@ -210,6 +211,36 @@ def test_which_says_what_is_wrong_with_a_logits_file(tiny, tmp_path, capsys):
     np.savez(f, tokens=np.arange(3), logits=np.ones((3, 2), np.float32), columns=np.array([[0, -1]] * 3))
     assert main(["which", str(f), tiny]) == 2
     assert _err_line(capsys) == f"{f}: `columns` holds the id -1; vocabulary ids are 0 .. n_vocab - 1"
+    # ids past the model's vocabulary (259) and rows of another width: said before anything runs
+    np.savez(f, tokens=np.arange(3), logits=np.ones((3, 2), np.float32), columns=np.array([[0, 259]] * 3))
+    assert main(["which", str(f), tiny]) == 2
+    assert _err_line(capsys) == (f"{f}: its `columns` name vocabulary ids up to 259, the model's vocabulary "
+                                 f"has 259 entries (0 .. 258)")
+    assert main(["which", str(f), tiny]) == 2
+    note = capsys.readouterr().err.splitlines()[0]       # every profile: the count is said first
+    assert note.startswith("strata-ref which: ") and "candidates" in note and "--cpu P1,P2" in note
+    np.savez(f, tokens=np.arange(3), logits=np.ones((3, 5), np.float32))
+    assert main(["which", str(f), tiny]) == 2
+    assert _err_line(capsys) == f"{f}: rows of 5 logits, the model's vocabulary has 259 (a dump of another model?)"
+    # big-endian float32 logits are the same values (taken); an .npz with no arrays is said so
+    np.savez(f, tokens=np.arange(3), logits=np.ones((3, 5), ">f4"))
+    assert main(["which", str(f), tiny]) == 2
+    assert _err_line(capsys) == f"{f}: rows of 5 logits, the model's vocabulary has 259 (a dump of another model?)"
+    e = tmp_path / "e.npz"
+    np.savez(e)
+    assert main(["which", str(e), tiny]) == 2
+    assert _err_line(capsys).startswith(f"{e}: an .npz archive with no arrays; give one written by numpy.savez")
+    # nothing to compare is not a match; unsigned ids past int64 do not wrap to negative ones
+    np.savez(f, tokens=np.arange(3), logits=np.ones((3, 0), np.float32), columns=np.zeros((3, 0), np.int64))
+    assert main(["which", str(f), tiny]) == 2
+    assert _err_line(capsys) == f"{f}: rows of 0 logits: nothing to compare"
+    np.savez(f, tokens=np.arange(3), logits=np.ones((3, 1), np.float32), columns=np.full((3, 1), 2**64 - 1, np.uint64))
+    assert main(["which", str(f), tiny]) == 2
+    assert _err_line(capsys) == f"{f}: `columns` holds the id {2**64 - 1}, past any vocabulary"
+    np.savez(f, tokens=np.array([1, 2, 2**63 + 5], np.uint64), logits=np.ones((3, 1), np.float32),
+             columns=np.zeros((3, 1), np.int64))
+    assert main(["which", str(f), tiny]) == 2
+    assert _err_line(capsys) == f"{f}: `tokens` holds the id {2**63 + 5}, past any vocabulary"
     np.savez(f, tokens=np.arange(3), logits=np.ones((3, 259), np.float32), split=np.array(4))
     assert main(["which", str(f), tiny]) == 2
     assert _err_line(capsys) == f"{f}: split 4 must be from 1 to the 3 token ids"
@@ -310,7 +341,7 @@ def test_fa_threads_without_flash_attention_is_refused(tiny, capsys, monkeypatch
     for extra, why in [(["--flash-attn", "off"], "--flash-attn is off"),
                        ([], "flash attention is off by default on the avx2 profile")]:
         msg = f"--fa-threads 4 needs flash attention on, but {why}: add --flash-attn on " \
-              f"(--fa-threads sets flash attention's split only)"
+              f"or leave --fa-threads out (it sets flash attention's split only)"
         assert main(["generate", "--cpu", "avx2", "--fa-threads", "4", *extra, tiny, "hi"]) == 2
         assert _err_line(capsys) == msg
         assert main(["trace", tiny, "--cpu", "avx2", "--tokens", "1,2", "--out", "t.npz", "--fa-threads", "4",
@@ -321,8 +352,9 @@ def test_fa_threads_without_flash_attention_is_refused(tiny, capsys, monkeypatch
     assert fa_threads_problem(4, None, None, "v0.4.0-haswell") is None
     assert fa_threads_problem(4, None, "q8_0", "avx2") is None
     assert fa_threads_problem(4, "off", None, "v0.4.0-haswell").endswith("but --flash-attn is off: add "
-                                                                       "--flash-attn on (--fa-threads sets "
-                                                                       "flash attention's split only)")
+                                                                       "--flash-attn on or leave --fa-threads "
+                                                                       "out (it sets flash attention's split "
+                                                                       "only)")
     # the library: new_cache names both
     with pytest.raises(ValueError, match=r"fa_threads 3 needs flash attention, but flash_attn=False turns "
                                          r"flash attention off: pass flash_attn=True"):
@@ -443,3 +475,17 @@ def test_which_takes_the_engines_flash_attention_thread_count(tiny, tmp_path, ca
     assert main(["which", str(f), tiny, "--fa-threads", "513"]) == 2
     assert _err_line(capsys) == "--fa-threads must be in 1 .. 512 (ggml's GGML_MAX_N_THREADS), got 513"
 
+
+
+def test_which_refuses_a_trace_of_another_model(tiny, tmp_path, capsys):
+    # a trace records its model's identity; which compares it with MODEL
+    # as diff compares two traces (it ran the rows and said "0/3 rows")
+    other = tmp_path / "gemma3.gguf"
+    tiny_model("gemma3", other, seed=0)
+    t = tmp_path / "t.npz"
+    assert main(["trace", str(other), "--tokens", "1,2,3", "--cpu", "avx2", "--out", str(t)]) == 0
+    capsys.readouterr()
+    assert main(["which", str(t), tiny, "--cpu", "avx2", "--flash-attn", "off"]) == 2
+    line = _err_line(capsys)
+    assert line.startswith(f"{t}: a trace of another model: ") and "MODEL has" in line
+    assert main(["which", str(t), str(other), "--cpu", "avx2", "--flash-attn", "off"]) == 0

@@ -35,13 +35,17 @@ V040 = [p for p in cpu.PROFILES.values() if p.version == V0_4_0]
 
 
 #: the default suite runs the models stored first (the F16 / BF16 dots, a
-#: legacy quant, K-quants, an I-quant) for x64,
-#: haswell, skylakex and zen4, and SmolLM2 for every variant, plus
-#: sapphirerapids' AMX models' batched pass; the other files (Qwen2.5,
-#: Gemma 3, the SmolLM2 variants of every other weight type) run under
-#: `-m slow`: the one pytest process of the default suite, holding the
-#: compiled code of every profile, grew past this machine's 23 GB with all
-#: of them (OOM-killed), and they would take most of CI's time
+#: legacy quant, K-quants, an I-quant) for x64, haswell, skylakex and zen4
+#: with flash attention on (v0.4.0's default) and, on haswell, off too;
+#: SmolLM2 for every variant with flash attention on, and off on those
+#: four; plus sapphirerapids' AMX models' batched pass. The rest (the
+#: other variants' runs without flash attention, Qwen2.5, Gemma 3, the
+#: SmolLM2 variants of every other weight type) runs under `-m slow`: the
+#: one pytest process of the default suite, holding the compiled code of
+#: every profile, grew past this machine's 23 GB with all of them
+#: (OOM-killed), and CI's 90 minutes do not hold them (each variant and
+#: attention path compiles its own kernels: 20-40 s a case on a 2-core
+#: Zen 3, tests/test_cpu_prebuilt.py took 944 s of a 4,507 s suite)
 DEFAULT_VARIANTS = {"x64", "haswell", "skylakex", "zen4"}
 DEFAULT_MODELS = {"SmolLM2-135M-Instruct", "smollm2-f16", "smollm2-bf16", "smollm2-q4_0", "smollm2-q5_k_m",
                   "smollm2-iq4_xs"}
@@ -49,9 +53,11 @@ DEFAULT_ALSO = {("sapphirerapids", "smollm2-q4_0", "batched"), ("sapphirerapids"
                 ("sapphirerapids", "smollm2-q5_k_m", "batched")}
 
 
-def _in_default(variant: str, model: str, kind: str) -> bool:
-    return ((variant in DEFAULT_VARIANTS and model in DEFAULT_MODELS) or model == "SmolLM2-135M-Instruct"
-            or (variant, model, kind) in DEFAULT_ALSO)
+def _in_default(variant: str, model: str, kind: str, fa: bool) -> bool:
+    smollm2 = model == "SmolLM2-135M-Instruct"
+    return ((variant in DEFAULT_VARIANTS and model in DEFAULT_MODELS
+             and (fa or variant == "haswell" or smollm2))
+            or (smollm2 and fa) or (variant, model, kind) in DEFAULT_ALSO)
 
 
 def _cases():
@@ -62,7 +68,7 @@ def _cases():
             stem = f.stem[len("llama_ref_"):]
             model, fa = (stem[:-3], True) if stem.endswith("-fa") else (stem, False)
             for kind in ("batched", "incr"):
-                marks = () if _in_default(p.variant, model, kind) else (pytest.mark.slow,)
+                marks = () if _in_default(p.variant, model, kind, fa) else (pytest.mark.slow,)
                 out.append(pytest.param(p.name, model, fa, f, kind, marks=marks,
                                         id=f"{p.name}-{model}-{'fa' if fa else 'nofa'}-{kind}"))
     return out
@@ -158,3 +164,77 @@ def test_profiles_select_by_name():
         "cascadelake", "icelake", "cooperlake", "zen4", "alderlake", "sapphirerapids"}
     with pytest.raises(ValueError, match="v0.4.0-zen5"):
         cpu.select("v0.4.0-zen5")
+
+
+# ------------------------------------------------ deepseek2 (MLA), tiny models
+#: tests/data/v0.4.0-<variant>/moe_<arch>.npz (`python tools/prebuilt_ref.py
+#: moe`): the tiny seeded deepseek2 models through the variant's library,
+#: flash attention off and on (v0.4.0's default), every logit of every row
+MLA_FILES = sorted(DATA.glob(f"{VERSION}-*/moe_*.npz"))
+
+
+def _mla_cases():
+    out = []
+    for f in MLA_FILES:
+        variant = f.parent.name[len(VERSION) + 1:]
+        arch = f.stem[len("moe_"):]
+        # haswell's by default (the variant most x86 machines load), the
+        # others under `-m slow`: each variant compiles its MoE / MLA paths
+        # (79 s for haswell's first case in the CI), which the 90-minute CI
+        # budget cannot give every variant
+        marks = () if variant == "haswell" else (pytest.mark.slow,)
+        for fa in (False, True):
+            out.append(pytest.param(f"{VERSION}-{variant}", arch, fa, f, marks=marks,
+                                    id=f"{VERSION}-{variant}-{arch}-{'fa' if fa else 'nofa'}"))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _tiny_moe(arch: str) -> Path:
+    import tempfile
+    from infer_helpers import moe_seed, tiny_moe_model
+    path = Path(tempfile.mkdtemp(prefix="tiny_mla_")) / f"tiny_{arch}.gguf"
+    tiny_moe_model(arch, path, seed=moe_seed(arch))
+    return path
+
+
+def test_mla_data_is_stored():
+    # haswell (the AVX2 builds) and x64 (the baseline) at least
+    have = {(f.parent.name, f.stem) for f in MLA_FILES}
+    for v in ("haswell", "x64"):
+        for arch in ("deepseek2", "deepseek2-v3"):
+            assert (f"{VERSION}-{v}", f"moe_{arch}") in have
+
+
+@pytest.mark.parametrize("profile, arch, fa, path", _mla_cases())
+def test_prebuilt_mla_logits_are_llama_cpp_bits(profile, arch, fa, path):
+    import hashlib
+    from infer_helpers import row_hashes
+    from strata_ref.infer.loader import load
+    ref = np.load(path)
+    assert str(ref["profile"]) == profile and str(ref["cpu_library"]) == f"libggml-cpu-{ref['variant']}.so"
+    f = _tiny_moe(arch)
+    assert hashlib.sha256(f.read_bytes()).hexdigest() == str(ref["sha256"])
+    m = load(f, profile=profile)
+    mode = "on" if fa else "off"
+    want = "enabled" if fa else "disabled"
+    assert f"flash_attn            = {want}" in str(ref[f"{mode}:fa_log"])
+    p = ref[f"{mode}:prompt_ids"].tolist()
+    ids = p + ref[f"{mode}:greedy_ids"].tolist()
+    for kind in ("batched", "incr"):
+        ours = _logits(m, ids, len(p), kind, fa)
+        bad = np.flatnonzero((f32_bits(ours) != f32_bits(ref[f"{mode}:{kind}"])).any(axis=1))
+        assert bad.size == 0, f"{profile} {arch} fa={fa} {kind}: rows {bad.tolist()} differ"
+        if kind == "incr":
+            assert np.argmax(ours[len(p) - 1:-1], axis=1).tolist() == ref[f"{mode}:greedy_ids"].tolist()
+    if fa:
+        # the long run: flash attention's tiled path (batched) and split-KV
+        # path (the decode steps over 512 KV cells)
+        lp = ref["long_prompt_ids"].tolist()
+        lids = lp + ref["long_greedy_ids"].tolist()
+        for kind in ("batched", "incr"):
+            ours = _logits(m, lids, len(lp), kind, True)
+            bad = np.flatnonzero(row_hashes(ours) != ref[f"long_{kind}_hash"])
+            assert bad.size == 0, f"{profile} {arch} long {kind}: rows {bad.tolist()} differ"
+            if kind == "incr":
+                assert np.argmax(ours[len(lp) - 1:-1], axis=1).tolist() == ref["long_greedy_ids"].tolist()

@@ -220,6 +220,20 @@ def test_prompt_that_fills_the_context_says_what_it_needs(tiny, capsys):
         "(one generated token)")
 
 
+def test_prompt_past_the_training_context_says_to_shorten_it(tiny, capsys):
+    # "raise it with --ctx, up to N" could not be followed when the prompt
+    # alone has N tokens or more (trial finding)
+    m = load(tiny)
+    n_train = m.hp.n_ctx_train
+    text = "Hello " * n_train
+    n = len(m.tokenizer.encode(text, add_special=True))
+    assert n >= n_train
+    assert main(["generate", tiny, text]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        f"it needs at least {n + 1} (one generated token); the model's context is {n_train} tokens: "
+        "shorten the prompt")
+
+
 def test_ctx_bounds_are_what_generate_runs(tiny, capsys):
     # 2 and 256 run (2 holds a one-token prompt and one generated token)
     from strata_ref.infer import ctx_problem

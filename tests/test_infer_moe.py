@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from infer_helpers import (DATA, MOE_CTX, MOE_LAYERS, MOE_PENDING, MOE_ROUTER, MOE_SEEDS, PROFILES,
-                           arm_profile_files, f32_bits, moe_seed, profile_files, tiny_moe_model)
+                           arm_profile_files, cached_model, f32_bits, profile_files, tiny_moe_files,
+                           tiny_moe_model)
 from strata_ref.cpu import PROFILES as CPU_PROFILES
 from strata_ref.cpu import moe as cmoe
 
@@ -27,23 +28,10 @@ ARCHS = tuple(MOE_LAYERS)
 
 @pytest.fixture(scope="module")
 def tiny_files(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny_moe")
-    out = {}
-    for arch in ARCHS:
-        out[arch] = d / f"tiny_{arch}.gguf"
-        tiny_moe_model(arch, out[arch], seed=moe_seed(arch))
-    return out
+    return tiny_moe_files(tmp_path_factory, ARCHS, "tiny_moe")
 
 
-_MODELS = {}
-
-
-def _model(path, profile):
-    from strata_ref.infer.loader import load
-    key = (str(path), profile)
-    if key not in _MODELS:
-        _MODELS[key] = load(path, profile=profile)
-    return _MODELS[key]
+_model = cached_model
 
 
 def _cases():
@@ -143,7 +131,8 @@ def test_router_choices_are_no_near_ties(arch, tiny_files):
     # router has two equal rows on purpose (ggml's tie order). The scores
     # of two profiles differ by more than that (their layers' inputs
     # differ), so each profile's routing is checked on its own data;
-    # docs/inference.md records the gaps and that spread.
+    # docs/inference.md records the gaps and that spread. With group-limited
+    # routing (deepseek2-v3) also the group choice and each group's top 2.
     ref = np.load(DATA / "avx2" / f"llama_ref_moe_{arch}.npz")
     ids = ref["prompt_ids"].tolist() + ref["greedy_ids"].tolist()
     for p in PROFILES:
@@ -155,6 +144,20 @@ def test_router_choices_are_no_near_ties(arch, tiny_files):
                 continue
             sc = cmoe.selection_scores(L.moe.router.matmul(L.moe.last_router_x), m.hp.gating, m.cpu,
                                        L.moe.router_bias, L.moe.probs_bias)[1]
+            ng = getattr(m.hp, "n_expert_groups", 0)
+            if ng > 1:
+                # group-limited routing: the group choice (the n_group_used-th
+                # group score against the next), each group's top 2 (the
+                # 2nd score of the group against its 3rd), then the experts
+                # of the chosen groups
+                raw = sc
+                sc, _, gs = cmoe.group_limited(sc, ng, m.hp.n_group_used)
+                g = -np.sort(-gs, axis=1)
+                assert (g[:, m.hp.n_group_used - 1] - g[:, m.hp.n_group_used] > ROUTER_MIN_GAP).all(), (p, il)
+                per = -np.sort(-raw.reshape(len(gs), ng, -1), axis=2)
+                if per.shape[2] > 2:
+                    w = per[:, :, 1] - per[:, :, 2]
+                    assert (w[w != 0] > ROUTER_MIN_GAP).all(), (p, il, float(w[w != 0].min()))
             s = -np.sort(-sc, axis=1)
             gap = s[:, k - 1] - s[:, k]
             assert (gap[gap != 0] > ROUTER_MIN_GAP).all(), (p, il, float(gap[gap != 0].min()))
@@ -201,6 +204,43 @@ def test_routing_weights_by_hand():
     assert np.allclose(w, [sg / sg.sum() * 2.5], rtol=1e-6)
     with pytest.raises(ValueError, match="'sqrt_softplus' is not supported"):
         cmoe.routing_weights(logits, 2, "sqrt_softplus", False, 0.0, prof)
+
+
+def test_group_limited_routing_by_hand():
+    # DeepSeek V3's routing (build_moe_ffn): 8 experts in 4 groups of 2, 2
+    # groups used, 3 experts. sigmoid scores of the logits below; group
+    # scores (top 2 of each group = both): g0 s(2) + s(-2) = 1, g1 s(1.5) +
+    # s(-3) = 0.865, g2 s(1) + s(0.5) = 1.353, g3 s(-1) + s(-0.5) = 0.646:
+    # groups 2 and 0, so experts 0, 4, 5 (ungrouped: 0, 2, 4)
+    prof = CPU_PROFILES["avx2"]
+    logits = np.array([[2.0, -2.0, 1.5, -3.0, 1.0, 0.5, -1.0, -0.5]], np.float32)
+    sg = 1 / (1 + np.exp(-logits[0].astype(np.float64)))
+    masked, groups, scores = cmoe.group_limited(cmoe.selection_scores(logits, "sigmoid", prof)[1], 4, 2)
+    assert groups.tolist() == [[2, 0]]
+    assert np.allclose(scores, [[sg[0] + sg[1], sg[2] + sg[3], sg[4] + sg[5], sg[6] + sg[7]]], rtol=1e-6)
+    assert np.isneginf(masked[0, [2, 3, 6, 7]]).all() and np.isfinite(masked[0, [0, 1, 4, 5]]).all()
+    ids, w = cmoe.routing_weights(logits, 3, "sigmoid", True, 2.5, prof)
+    assert ids.tolist() == [[0, 2, 4]]
+    ids, w = cmoe.routing_weights(logits, 3, "sigmoid", True, 2.5, prof, groups=(4, 2))
+    assert ids.tolist() == [[0, 4, 5]]
+    assert np.allclose(w, [sg[[0, 4, 5]] / sg[[0, 4, 5]].sum() * 2.5], rtol=1e-6)
+    # exp_probs_b moves the selection (and the group scores), not the weights
+    ids, w2 = cmoe.routing_weights(logits, 3, "sigmoid", True, 2.5, prof, groups=(4, 2),
+                                   probs_bias=np.array([0, 0, 0.5, 0, 0, 0, 0, 0], np.float32))
+    assert ids.tolist() == [[2, 4, 5]]         # g1 = 1.365 leads g2 = 1.353, g0 = 1 drops out
+    assert np.allclose(w2, [sg[[2, 4, 5]] / sg[[2, 4, 5]].sum() * 2.5], rtol=1e-6)
+    # a group is scored by its two best experts, not its sum: 2 groups of 4,
+    # one used; g0 0.5 + 0.5 = 1.0 beats g1 0.45 + 0.45 = 0.9 (sum 1.8)
+    sel = np.array([[0.5, 0.5, 0.0, 0.0, 0.45, 0.45, 0.45, 0.45]], np.float32)
+    masked, groups, scores = cmoe.group_limited(sel, 2, 1)
+    assert groups.tolist() == [[0]] and scores.tolist() == [[1.0, np.float32(0.45) + np.float32(0.45)]]
+    assert cmoe.top_k(masked, 2).tolist() == [[0, 1]]
+    # equal group scores: ggml's argsort keeps the lower group first
+    masked, groups, _ = cmoe.group_limited(np.array([[0.1, 0.2, 0.2, 0.1, 0.3, 0.0]], np.float32), 3, 1)
+    assert groups.tolist() == [[0]]
+    for bad in ((3, 1), (4, 0), (4, 4), (8, 2), (1, 1)):
+        with pytest.raises(ValueError, match="group_limited"):
+            cmoe.group_limited(sel, *bad)
 
 
 def test_mul_mat_id_routes_rows_to_their_experts():
@@ -357,7 +397,20 @@ MOE_BAD = [
     ("qwen3moe", dict(expert_used_count=0), "`qwen3moe.expert_used_count` = 0 is out of range"),
     ("qwen3moe", dict(expert_used_count=np.array([2, 4], np.uint32)),
      "per-layer values of `qwen3moe.expert_used_count` are not supported"),
-    ("qwen3moe", dict(expert_group_count=4), "`qwen3moe.expert_group_count` > 1 (group-limited expert routing) is not supported"),
+    ("qwen3moe", dict(expert_group_count=4), "GGUF metadata has no `qwen3moe.expert_group_used_count` "
+                                             "(`qwen3moe.expert_group_count` = 4)"),
+    ("qwen3moe", dict(expert_group_count=3, expert_group_used_count=1),
+     "`qwen3moe.expert_count` = 8 is not a multiple of `qwen3moe.expert_group_count` = 3"),
+    ("qwen3moe", dict(expert_group_count=8, expert_group_used_count=1),
+     "`qwen3moe.expert_group_count` = 8 must be below `qwen3moe.expert_count` = 8"),
+    ("qwen3moe", dict(expert_group_count=4, expert_group_used_count=4),
+     "`qwen3moe.expert_group_used_count` = 4 is out of range (must be in [1, 3]"),
+    ("qwen3moe", dict(expert_group_count=4, expert_group_used_count=0),
+     "`qwen3moe.expert_group_used_count` = 0 is out of range"),
+    ("qwen3moe", dict(expert_group_count=4, expert_group_used_count=7),
+     "`qwen3moe.expert_group_used_count` = 7 is out of range"),
+    ("qwen3next", dict(expert_group_count=4, expert_group_used_count=2),
+     "`qwen3next.expert_group_count` > 1 (group-limited expert routing) is not supported by the qwen3next graph"),
     ("qwen3moe", dict(expert_feed_forward_length=None), "GGUF metadata has no `qwen3moe.expert_feed_forward_length`"),
     ("qwen3moe", {"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0},
      "RoPE scaling `qwen3moe.rope.scaling.type` = 'yarn' is not supported"),
@@ -396,7 +449,14 @@ MOE_BAD = [
     ("deepseek2", {"attention.q_lora_rank": None}, "GGUF metadata has no `deepseek2.attention.q_lora_rank`"),
     ("deepseek2", {"attention.kv_lora_rank": None}, "GGUF metadata has no `deepseek2.attention.kv_lora_rank`"),
     ("deepseek2", {"attention.key_length_mla": None},
-     "the non-absorbed MLA layout of older converters (`attn_kv_b`) is not supported"),
+     "has only one of `deepseek2.attention.key_length_mla` / `deepseek2.attention.value_length_mla`"),
+    # the non-absorbed layout (`attn_kv_b`): one K / V head per query head
+    ("deepseek2", {"attention.key_length_mla": None, "attention.value_length_mla": None,
+                   "attention.key_length": 96, "attention.value_length": 64},
+     "`deepseek2.attention.head_count_kv` = 1 is not `deepseek2.attention.head_count` = 4"),
+    ("deepseek2", {"attention.key_length_mla": None, "attention.value_length_mla": None,
+                   "attention.key_length": 32, "attention.value_length": 64, "attention.head_count_kv": 4},
+     "`deepseek2.attention.key_length` = 32 must exceed `deepseek2.rope.dimension_count` = 32"),
     ("deepseek2", {"attention.key_length_mla": 32},
      "`deepseek2.attention.key_length_mla` = 32 must exceed `deepseek2.rope.dimension_count` = 32"),
     ("deepseek2", {"attention.key_length": 128},
@@ -407,8 +467,8 @@ MOE_BAD = [
     ("deepseek2", {"expert_shared_count": None}, "GGUF metadata has no `deepseek2.expert_shared_count`"),
     ("deepseek2", {"attention.temperature_scale": 0.1},
      "`deepseek2.attention.temperature_scale` (attention temperature tuning) is not supported"),
-    ("deepseek2", {"rope.scaling.type": "yarn", "rope.scaling.factor": 40.0},
-     "RoPE scaling `deepseek2.rope.scaling.type` = 'yarn' is not supported"),
+    ("deepseek2", {"rope.scaling.type": "longrope", "rope.scaling.factor": 40.0},
+     "RoPE scaling `deepseek2.rope.scaling.type` = 'longrope' is not supported"),
     ("deepseek2", {"expert_gating_func": 3}, "`deepseek2.expert_gating_func` = 3 is not supported"),
 ]
 
@@ -543,18 +603,118 @@ def test_deepseek2_hparams():
     assert hp.mla.n_lora_q == 0
 
 
-def test_mla_cache_is_f16_without_flash_attention():
+def test_deepseek2_kv_b_hparams():
+    # files of older converters (no key_length_mla / value_length_mla:
+    # llama_hparams::is_mla() false): the head sizes are key_length (d_nope
+    # + r) and value_length (d_v), head_count_kv the head count, kq_scale
+    # deepseek2.cpp's same formula over n_embd_head_k = key_length
+    from strata_ref.infer.loader import model_class
+    hp = model_class("deepseek2").HPARAMS.from_metadata(_moe_md(
+        "deepseek2", **{"attention.key_length_mla": None, "attention.value_length_mla": None,
+                        "attention.key_length": 96, "attention.value_length": 64,
+                        "attention.head_count_kv": 4}))
+    m = hp.mla
+    assert not m.absorbed and (hp.head_dim, hp.n_head_kv) == (96, 4)
+    assert (m.n_lora_kv, m.d_nope, m.d_rope, m.d_v) == (128, 64, 32, 64)
+    f = np.float32
+    assert m.kq_scale == float(f(1) / np.sqrt(f(96)))
+
+
+def test_kv_cache_with_smaller_v_heads():
+    # deepseek2's non-absorbed files cache K heads of 96 and V heads of 64
     from strata_ref.infer.kv_cache import KVCache
-    c = KVCache(2, 1, 160, 64, v_of_k=128, flash_attn=False)
-    assert c.v is None and c.k.shape == (2, 1, 64, 160)
+    c = KVCache(2, 4, 96, 64, head_dim_v=64, flash_attn=False)
+    assert c.k.shape == (2, 4, 64, 96) and c.v.shape == (2, 4, 64, 64)
+    assert KVCache.bytes_needed(2, 4, 96, 64, head_dim_v=64) == c.k.nbytes + c.v.nbytes
+    for opts in (dict(flash_attn=True), dict(type_k="q8_0"), dict(type_v="bf16", flash_attn=False)):
+        with pytest.raises(NotImplementedError, match="V heads differ in size"):
+            KVCache(2, 4, 96, 64, head_dim_v=64, **opts)
+
+
+def test_deepseek2_yarn_hparams():
+    # DeepSeek V3's YaRN keys (factor 40 over 4096 positions, the
+    # converter's yarn_log_multiplier 0.1, i.e. mscale_all_dim 1):
+    # llama-context.cpp's yarn_attn_factor is get_mscale(s, 1) /
+    # get_mscale(s, 1) = 1 over (1 + 0.1 logf(s)), the RoPE's attn_factor;
+    # deepseek2.cpp cancels that factor (attn_factor_org) and takes kq_scale
+    # = mscale^2 / sqrtf(96) with mscale = attn_factor_org (1 + 0.1 * 1 *
+    # logf(s)); s = 1 / (1 / 40.0f): every step a float32 rounding
+    from strata_ref.infer.loader import model_class
+    from strata_ref.infer.model import _logf
+    f = np.float32
+    hps = model_class("deepseek2").HPARAMS
+    yarn = {"rope.scaling.type": "yarn", "rope.scaling.factor": 40.0,
+            "rope.scaling.original_context_length": 4096, "rope.scaling.yarn_log_multiplier": 0.1}
+    hp = hps.from_metadata(_moe_md("deepseek2", **yarn))
+    s = f(f(1.0) / f(f(1.0) / f(40.0)))
+    lg = _logf(s)
+    assert abs(float(lg) - np.log(40.0)) < 1e-6
+    gm = f(f(f(f(0.1) * f(1.0)) * lg) + f(1))                 # get_mscale(s, 1)
+    attn = f(f(gm / gm) * f(f(1) / f(f(1) + f(f(0.1) * lg))))
+    assert attn == f(1) / f(f(1) + f(f(0.1) * lg)) and abs(float(attn) - 1 / (1 + 0.1 * np.log(40))) < 1e-6
+    assert hp.rope_yarn == (1.0, float(attn), 32.0, 1.0, 4096)
+    assert f(hp.rope_freq_scale) == f(1) / f(40)          # as the graph reads it (float)
+    org = f(attn * f(f(1) + f(f(0.1) * lg)))
+    ms = f(org * f(f(1) + f(f(f(0.1) * f(1.0)) * lg)))
+    kq = f(f(f(f(1.0) * ms) * ms) / np.sqrt(f(96)))
+    assert f(hp.mla.kq_scale).view(np.uint32) == kq.view(np.uint32) and hp.kq_scale == hp.mla.kq_scale
+    # about (1 + 0.1 ln 40)^2 / sqrt(96): 1.3689^2 / 9.798 = 0.19125
+    assert abs(hp.kq_scale - (1 + 0.1 * np.log(40)) ** 2 / np.sqrt(96)) < 1e-6
+    # the tiny model's factor 4: yarn_attn_factor 1 / (1 + 0.1 ln 4)
+    hp = hps.from_metadata(_moe_md("deepseek2", **{**yarn, "rope.scaling.factor": 4.0,
+                                                   "rope.scaling.original_context_length": 16}))
+    assert hp.rope_yarn[1] == float(f(1) / f(f(1) + f(f(0.1) * _logf(f(4)))))
+    assert hp.rope_yarn[4] == 16 and abs(hp.kq_scale - (1 + 0.1 * np.log(4)) ** 2 / np.sqrt(96)) < 1e-6
+    # without the multiplier: get_mscale(s, 1) / (1 + 0.1 logf(s)), and
+    # kq_scale's mscale is attn_factor_org (about 1)
+    hp = hps.from_metadata(_moe_md("deepseek2", **{**yarn, "rope.scaling.yarn_log_multiplier": None}))
+    assert abs(hp.rope_yarn[1] - 1.0) < 1e-6 and abs(hp.kq_scale - (1 + 0.1 * np.log(40)) ** 2 / np.sqrt(96)) < 1e-6
+    # another multiplier (DeepSeek-V2's mscale_all_dim 0.707): mscale =
+    # mscale_all_dims, so the ratio is still 1
+    hp = hps.from_metadata(_moe_md("deepseek2", **{**yarn, "rope.scaling.yarn_log_multiplier": 0.0707}))
+    assert hp.rope_yarn[1] == float(attn)
+
+
+def test_mla_cache_is_f16():
+    # flash attention on or off (tests/test_mla_flash_attn.py checks it
+    # against llama.cpp); other cache types are not emulated yet
+    from strata_ref.infer.kv_cache import KVCache
+    for fa in (False, True):
+        c = KVCache(2, 1, 160, 64, v_of_k=128, flash_attn=fa)
+        assert c.v is None and c.k.shape == (2, 1, 64, 160) and c.flash_attn == fa
+        assert not c.rotated
     assert KVCache.bytes_needed(2, 1, 160, 64, v_of_k=128) == c.k.nbytes
-    for opts, what in ((dict(flash_attn=True), "flash attention"), (dict(type_k="q8_0"), "a q8_0 K cache"),
-                       (dict(type_v="bf16", flash_attn=False), "a bf16 V cache")):
+    # with flash attention: the types checked against llama.cpp
+    for t in ("f32", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"):
+        c = KVCache(2, 1, 160, 64, v_of_k=128, type_k=t, type_v=t, flash_attn=True)
+        assert c.v is None and not c.rotated
+    for opts, what in ((dict(type_k="bf16", type_v="bf16", flash_attn=False), "a bf16 K cache and a bf16 V cache"),
+                       (dict(type_k="f32", type_v="f32", flash_attn=False), "an f32 K cache and an f32 V cache")):
         # not emulated yet: NotImplementedError, which `which` lists as not
         # run, in a short phrase
-        with pytest.raises(NotImplementedError, match="MLA cache .* pass --flash-attn off") as e:
+        with pytest.raises(NotImplementedError,
+                           match="without flash attention, the MLA cache \\(deepseek2\\) is emulated with "
+                                 "an F16 cache only; the cache types .* need flash attention on") as e:
             KVCache(2, 1, 160, 64, v_of_k=128, **opts)
         assert (e.value.what, e.value.where) == (what, "for the MLA cache (deepseek2)")
+        # f16 runs without flash attention: not among the types that need it
+        assert "the cache types f32, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1 need" in str(e.value)
+    # a block-type MLA cache with heads of a multiple of 64 (DeepSeek's 576):
+    # llama.cpp decides a rotation there that MLA's graph never applies;
+    # unrotated for the block types checked (tests/test_mla_head64.py), the
+    # others refused
+    for t in ("q8_0", "q4_0"):
+        assert not KVCache(2, 1, 576, 64, v_of_k=512, type_k=t, type_v=t, flash_attn=True).rotated
+    with pytest.raises(NotImplementedError, match="multiple of 64 \\(here 576\\) is checked against "
+                                                  "llama.cpp with the block types q8_0, q4_0 only") as e:
+        KVCache(2, 1, 576, 64, v_of_k=512, type_k="q5_0", type_v="q5_0", flash_attn=True)
+    assert e.value.where == "for the MLA cache (deepseek2) with heads of 576"
+    assert not KVCache(2, 1, 576, 64, v_of_k=512, flash_attn=True).rotated
+    # llama_init_from_model refuses K and V types that differ for MLA
+    for opts in (dict(type_k="q8_0"), dict(type_v="bf16", flash_attn=False)):
+        with pytest.raises(ValueError, match="refuses different K .* and V .* cache types; give both "
+                                             "the same type \\(--cache-type-k and --cache-type-v\\)"):
+            KVCache(2, 1, 160, 64, v_of_k=128, **opts)
     with pytest.raises(ValueError, match="v_of_k 200 is outside 1 .. head_dim 160"):
         KVCache(2, 1, 160, 64, v_of_k=200, flash_attn=False)
 
@@ -567,6 +727,13 @@ def test_mla_tensor_errors_name_the_tensor(tmp_path):
              tensor_fn=_reshaped("blk.1.attn_v_b.weight", lambda s: (s[1], s[0], s[2])))
     _refused(tmp_path / "c.gguf", "deepseek2", r"deepseek2: missing tensor `blk.0.attn_q_a_norm.weight`",
              tensor_fn=_without("blk.0.attn_q_a_norm.weight"))
+    # the non-absorbed layout of older converters: attn_kv_b of ggml shape
+    # {kv_lora_rank, n_head (d_nope + d_v)}
+    _refused(tmp_path / "d.gguf", "deepseek2-kvb", r"deepseek2: missing tensor `blk.3.attn_kv_b.weight`",
+             tensor_fn=_without("blk.3.attn_kv_b.weight"))
+    _refused(tmp_path / "e.gguf", "deepseek2-kvb", r"tensor `blk.1.attn_kv_b.weight` has ggml shape "
+             r"\[512, 128\], expected \[128, 512\]",
+             tensor_fn=_reshaped("blk.1.attn_kv_b.weight", lambda s: (s[1], s[0])))
 
 
 def test_phi3_hparams():

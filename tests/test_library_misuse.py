@@ -171,3 +171,11 @@ def test_qmatrix_reads_the_weights_as_bytes():
     with pytest.raises(ValueError, match=r"^QMatrix 'blk\.0\.w': ggml-cpu has no mat-mul for Q8_1 weights$"):
         QMatrix("Q8_1", np.zeros(36, np.uint8), 1, 32, "blk.0.w", "avx2").matmul(np.zeros((1, 32), np.float32))
 
+
+
+def test_infer_load_names_cpu_for_profile():
+    # the loader's keyword is profile=, the public load's cpu=: passing
+    # profile= was "got multiple values for keyword argument 'profile'"
+    from strata_ref.infer import load
+    with pytest.raises(TypeError, match="takes the CPU profile as cpu=..., not profile="):
+        load("no-such-model.gguf", profile="avx2")

@@ -21,7 +21,8 @@ def _sha(path) -> str:
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "gemma3", "qwen3moe", "phi3", "glm4moe", "qwen35",
-                                  "deepseek2", "deepseek2-lite", "gemma4", "gemma4-moe"])
+                                  "deepseek2", "deepseek2-lite", "deepseek2-v3", "deepseek2-kvb",
+                                  "gemma4", "gemma4-moe"])
 def test_the_written_model_is_the_one_llama_cpp_ran(tmp_path, arch, capsys):
     out = tmp_path / f"{arch}.gguf"
     assert mt.main([arch, str(out)]) == 0

@@ -414,3 +414,35 @@ def test_trace_bad_input_is_one_line(tmp_path, tiny, capsys):
                  "--cpu", "avx2"]) == 0
     with open_trace(out) as t:
         assert [e.name for e in t.entries] == [f"l_out-{i}" for i in range(6)] + ["result_output"]
+
+
+def test_group_limited_routing_nodes_equal_llama_cpp(tmp_path, tiny):
+    # deepseek2's routing as DeepSeek V3 runs it (group-limited, weights
+    # scaled after the normalization): the group selection's nodes, the
+    # argsort over the masked scores and `ffn_moe_weights_norm` before /
+    # `ffn_moe_weights_scaled` after the scale are llama.cpp's, by name and
+    # bits (they once held the ungrouped choice and the scaled weights)
+    ref = DATA / "avx2" / "llama_trace_tiny_deepseek2-v3.npz"
+    with open_trace(ref) as a:
+        pats = a.options["command"].split("--tensors ", 1)[1]
+    ours = _our_trace(tmp_path, tiny("deepseek2-v3"), "avx2", tensors=pats)
+    with open_trace(ref) as a, open_trace(ours) as b:
+        rep = diff_traces(a, b)
+        names = {e.name for e in a.entries}
+        assert rep.equal and not rep.only_a and not rep.only_b, (rep.only_a[:5], rep.only_b[:5])
+    for n in ("ffn_moe_weights_scaled-1", "FILL(ffn_moe_probs_biased-1)", "SUM_ROWS(_)",
+              "GET_ROWS(ffn_moe_probs_biased-2,ffn_moe_group_topk-2)"):
+        assert n in names
+
+
+def test_model_identity_does_not_count_mtp_layers():
+    # llama_model_n_layer is block_count - nextn_predict_layers
+    # (llama_model_base::load_hparams), as glm4moe's tiny model has one
+    class G:
+        metadata = {"general.architecture": "glm4moe", "glm4moe.block_count": 5,
+                    "glm4moe.nextn_predict_layers": 1, "glm4moe.embedding_length": 256}
+        tensors = []
+    from strata_ref.tracefile import model_info
+    assert model_info(G)["n_layer"] == 4
+    G.metadata = {"general.architecture": "qwen3", "qwen3.block_count": 5}
+    assert model_info(G)["n_layer"] == 5

@@ -344,8 +344,9 @@ def test_which_lists_a_profile_without_a_kernel_for_a_weight_type_as_not_run(tmp
 
 
 def test_which_says_in_a_short_phrase_what_a_model_does_not_emulate(tmp_path, capsys):
-    # gemma4 runs with the F16 cache without flash attention only, on every
-    # profile: the candidate's line says so in a few words (the error's
+    # gemma4 refuses the caches not checked against llama.cpp (flash
+    # attention with a q8_0 K and an F16 V cache): the candidate's line says
+    # so in a few words (the error's
     # whole sentence, with its advice, once stood inside "... not emulated
     # on this profile"), and the JSON gives the bare phrase and its place
     from infer_helpers import tiny_gemma4
@@ -360,8 +361,42 @@ def test_which_says_in_a_short_phrase_what_a_model_does_not_emulate(tmp_path, ca
                      "not emulated for gemma4)"
     assert out[2] == "  armv8.2-dotprod flash attention on : not run (flash attention and a q8_0 K cache " \
                      "not emulated on this profile)"
-    assert main(["which", str(f), str(path), "--cpu", "avx2", "--flash-attn", "on", "--json"]) == 2
+    assert main(["which", str(f), str(path), "--cpu", "avx2", "--flash-attn", "on", "--cache-type-v", "q8_0",
+                 "--json"]) == 2
     c, = json.loads(capsys.readouterr().out)["candidates"]
-    assert (c["not_emulated"], c["not_emulated_where"], c["equal_rows"]) == ("flash attention", "for gemma4", 0)
+    assert (c["not_emulated"], c["not_emulated_where"], c["equal_rows"]) == ("flash attention and a q8_0 V cache",
+                                                                            "for gemma4", 0)
     # not run: no distances (null; they were 0.0, which read as a perfect match)
     assert c["max_abs_diff"] is None and c["max_ulp"] is None
+
+
+def test_which_takes_no_off_candidate_for_a_block_type_v_cache(tmp_path, capsys):
+    # llama.cpp runs a q8_0 V cache only with flash attention: with the
+    # default --flash-attn both, `which` compares the "on" candidates alone
+    # (it stopped with "requires flash attention"); an explicit off still
+    # says why it cannot be
+    from infer_helpers import tiny_gemma4
+    path = tmp_path / "gemma4.gguf"
+    tiny_gemma4("gemma4", path)
+    f = tmp_path / "l.npz"
+    from strata_ref.gguf import read_file
+    n_vocab = len(read_file(path).metadata["tokenizer.ggml.tokens"])
+    np.savez(f, tokens=np.array([257, 72, 101]), logits=np.zeros((3, n_vocab), np.float32))
+    q8 = ["--cache-type-k", "q8_0", "--cache-type-v", "q8_0"]
+    assert main(["which", str(f), str(path), "--cpu", "avx2", *q8, "--json"]) == 1
+    cands = json.loads(capsys.readouterr().out)["candidates"]
+    assert [(c["profile"], c["flash_attn"], c["not_emulated"]) for c in cands] == [("avx2", True, None)]
+    assert main(["which", str(f), str(path), "--cpu", "avx2", *q8, "--flash-attn", "off"]) == 2
+    assert capsys.readouterr().err == ("strata-ref: error: a q8_0 V cache requires flash attention "
+                                       "(llama.cpp: \"quantized V cache requires flash_attn to be enabled\")\n")
+
+
+def test_which_says_when_the_key_list_is_cut(tmp_path):
+    # an .npz without `logits`: the first 8 keys and how many more, not a
+    # silently shortened list
+    from strata_ref.which import load_logits
+    f = tmp_path / "other.npz"
+    np.savez(f, **{f"k{i:02d}": np.zeros(1) for i in range(14)})
+    with pytest.raises(ValueError, match=r"no `logits` array \(keys: k00, k01, k02, k03, k04, k05, k06, "
+                                         r"k07, \.\.\. \(6 more\)\)$"):
+        load_logits(f)

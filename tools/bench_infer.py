@@ -6,7 +6,7 @@ measured in the same run, repeat by repeat.
                                 [--tokens 32] [--prompt-tokens N] [--busy N] [--json FILE]
 
 `--models` takes registry names, GGUF paths, and `bench-1.5b` / `bench-7b`:
-dense Q4_K_M models of Qwen2.5-1.5B's and Llama-3-8B's shapes from seeded
+dense Q4_K_M models of Qwen2.5-1.5B's and Llama-3-8B / Mistral-7B's layer shapes from seeded
 random weights (tools/make_bench_model.py), written into
 <cache>/bench/ the first time (about 1 and 5 GB; <cache> is $STRATA_REF_CACHE, else
 ~/.cache/strata-ref).

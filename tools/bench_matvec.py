@@ -6,7 +6,7 @@ ggml's own `ggml_mul_mat`, in the same process, on real model shapes.
 
 For each weight type and each matrix shape of the model (`SHAPES`: rows x
 cols of Qwen2.5-1.5B's q / kv / o / gate-up / down and its 151,936-token
-output matrix; `7b`: Llama-3-8B's), random valid blocks
+output matrix; `7b`: Llama-3-8B / Mistral-7B's), random valid blocks
 (`routes.mmvq_inputs.sane_blocks`, seeded; N(0, 1) values for F32, F16
 and BF16: `weight_bytes`) and `--n` activation rows of
 N(0, 1) values are multiplied

@@ -41,13 +41,65 @@ the running interpreter. Subcommands:
       `MOE_CTX` also with each smaller context listed there (keys
       ctx<N>_greedy_ids, ctx<N>_batched, ctx<N>_incr: phi3's short LongRoPE
       factors).
+      With --flash-attn: the same with flash attention on (F16 cache),
+      into tests/data/<profile>/llama_ref_moe_fa_<arch>.npz, plus a long
+      run (`FA_LONG_IDS`: 270 prompt ids, then 8 greedy tokens, keys
+      long_prompt_ids, long_greedy_ids, and the `row_hashes` of every row,
+      long_batched_hash, long_incr_hash): its batched pass takes flash
+      attention's tiled path (64+ tokens), its decode steps the split-KV
+      path (512 KV cells). The deepseek2 files were made by
+      `python tools/llama_ref.py --profile P moe --arch deepseek2,deepseek2-v3
+      --flash-attn` for P = scalar, avx2. `--cache-type T` (with
+      --flash-attn): K and V cache type T (llama.cpp requires them equal for
+      MLA), into llama_ref_moe_fa_<T>_<arch>.npz. `--kv-lora-rank R`
+      (deepseek2, deepseek2-v3): the model with compressed KV of rank R
+      (`tiny_moe_model` kv_lora_rank), the file named after
+      <arch>-r<R>; the files of the cached head of 192 (a multiple of 64,
+      like DeepSeek V3's 576: tests/test_mla_head64.py) were made by
+      `python tools/llama_ref.py --profile P moe --arch deepseek2
+      --flash-attn --kv-lora-rank 160 --cache-type T` for P = scalar, avx2
+      and T = f16, q8_0, q4_0.
+      `--real-yarn` (deepseek2-v3 only, with or without --flash-attn): the
+      model with DeepSeek V3's own YaRN keys (`tiny_moe_model` real_yarn:
+      factor 40, 4096 original positions, yarn_log_multiplier 0.1), into
+      llama_ref_moe[_fa]_deepseek2-v3-yarn40.npz, which also store those
+      keys (rope_scaling_factor, rope_orig_ctx, yarn_log_multiplier); made
+      by `python tools/llama_ref.py --profile P moe --arch deepseek2-v3
+      --real-yarn [--flash-attn]` for P = scalar, avx2
+      (tests/test_deepseek2_yarn.py).
 
-  pretok [--pre gpt-4o] [--out tests/data/llama_tok_<pre>.npz]
+  moekv [--arch gemma4,gemma4-moe] [--configs NAME,...] [--out FILE]
+      The tiny models of `moe` (same seeds) with a KV cache of another type
+      or flash attention on (`MOEKV_CONFIGS`, names of `KV_CONFIGS`): for
+      each configuration llama.cpp's greedy continuation and every logit of
+      the incremental and batched passes as `moe` makes them. The "short"
+      prompt is `TINY_IDS` (`MOE_N_GREEDY` greedy tokens), the "long" one
+      BOS and the first `N_LONG` - 1 bytes of the quality prompts joined by
+      newlines (byte b is token b in the tiny vocabulary; `N_GEN_LONG`
+      greedy tokens): its batched pass takes flash attention's tiled path
+      and its decode steps see 512 KV cells (the split-KV path). The rows
+      of the configurations in `MOEKV_FULL` are stored as float32, the
+      others' as their `row_hashes` hash and argmax (the files stay small;
+      a hash still checks every bit of a row). One
+      file per architecture, tests/data/<profile>/llama_kv_moe_<arch>.npz,
+      made by `python tools/llama_ref.py --profile P moekv` (P: scalar,
+      avx2; avx512 needs an AVX-512 CPU).
+
+  pretok [--pre gpt-4o] [--corpus gpt-4o|wide] [--vocab NAME]
+         [--out tests/data/llama_tok_<pre>.npz]
       llama.cpp's token ids (no BOS, no special parsing) of
-      tests/infer_helpers.py `PRETOK_TEXTS` with the probe vocabulary
-      `pretok_vocab(PRETOK_TEXTS, PRE)`, in which every pre-tokenized piece
-      is one token: a conformance set for a pre-tokenizer the sdist has no
-      vocabulary of.
+      tests/infer_helpers.py `PRETOK_TEXTS` (`--corpus wide`:
+      `pretok_corpus()`, the sdist's vocabulary-test texts plus
+      `PRETOK_EXTRA`; the texts are stored) with the probe vocabulary
+      `pretok_vocab(texts, PRE)`, in which every pre-tokenized piece is one
+      token: a conformance set for a pre-tokenizer the sdist has no
+      vocabulary of. `--vocab deepseek-llm` also stores the ids
+      (vocab_lengths, vocab_ids) with the tokens and merges of that sdist
+      vocabulary under PRE. The DeepSeek / Kimi files were made by
+      `python tools/llama_ref.py --profile avx2 pretok --pre deepseek-v3
+      --corpus wide --vocab deepseek-llm`, the same with `--pre kimi-k2`
+      and `--pre deepseek-llm`, and with `--pre deepseek-coder --vocab
+      deepseek-coder` (each file stores its command line).
 
   actquant [--out tests/data/ggml_act_quant.npz]
       Seeded activation vectors (and hand-made edge cases) quantized by
@@ -388,14 +440,48 @@ def cmd_typed(args) -> None:
     print(out, {k: v.shape for k, v in res.items()})
 
 
-def _moe_run(path, ids, n_greedy, n_ctx=512):
+def _moe_run(path, ids, n_greedy, n_ctx=512, flash_attn=False, cache_type="f16"):
     """llama.cpp's greedy continuation of `ids` and every logit of the
     incremental pass (prompt, then one greedy token per call) and of one
     batched teacher-forced pass over prompt + continuation."""
     from llama_cpp import Llama
+    t = _GGML_TYPE_ID[cache_type]
     llm = Llama(model_path=str(path), n_ctx=n_ctx, n_batch=512, n_threads=2, n_threads_batch=2,
-                seed=0, logits_all=True, verbose=False)
+                seed=0, logits_all=True, verbose=False, flash_attn=flash_attn, type_k=t, type_v=t)
     return greedy_passes(llm, ids, n_greedy)
+
+
+def _moe_fa(path, arch, args, name=None) -> None:
+    """`moe --flash-attn` (module docstring): one file per architecture."""
+    from infer_helpers import FA_LONG_IDS, FA_LONG_N_GREEDY, MOE_N_GREEDY, TINY_IDS, moe_seed
+    ids = list(TINY_IDS)
+    ct = args.cache_type
+    gen, batched, incr = _moe_run(path, ids, MOE_N_GREEDY, flash_attn=True, cache_type=ct)
+    lg, lb, li = _moe_run(path, list(FA_LONG_IDS), FA_LONG_N_GREEDY, flash_attn=True, cache_type=ct)
+    tag = "fa" if ct == "f16" else f"fa_{ct}"
+    out = Path(args.out or _data_dir() / f"llama_ref_moe_{tag}_{name or arch}.npz")
+    extra = {} if args.kv_lora_rank is None else {"kv_lora_rank": np.int64(args.kv_lora_rank)}
+    extra.update(_yarn_keys(path) if args.real_yarn else {})
+    np.savez_compressed(out, seed=np.int64(moe_seed(arch)), flash_attn=np.bool_(True), **extra,
+                        type_k=np.array(ct), type_v=np.array(ct),
+                        prompt_ids=np.array(ids, np.int32), greedy_ids=np.array(gen, np.int32),
+                        batched=batched, incr=incr, long_prompt_ids=np.array(FA_LONG_IDS, np.int32),
+                        long_greedy_ids=np.array(lg, np.int32), long_batched_hash=row_hashes(lb),
+                        long_incr_hash=row_hashes(li),
+                        sha256=np.array(hashlib.sha256(path.read_bytes()).hexdigest()), **_provenance())
+    print(out, arch, "greedy", gen, "long greedy", lg)
+
+
+def _yarn_keys(path) -> dict:
+    """The YaRN keys of the GGUF at `path`, as stored with its logits
+    (`moe --real-yarn`): rope_scaling_factor, rope_orig_ctx,
+    yarn_log_multiplier."""
+    sys.path.insert(0, str(REPO))
+    from strata_ref.gguf import read_file
+    md = read_file(path).metadata
+    return {"rope_scaling_factor": np.float32(md["deepseek2.rope.scaling.factor"]),
+            "rope_orig_ctx": np.int64(md["deepseek2.rope.scaling.original_context_length"]),
+            "yarn_log_multiplier": np.float32(md["deepseek2.rope.scaling.yarn_log_multiplier"])}
 
 
 def cmd_moe(args) -> None:
@@ -408,7 +494,32 @@ def cmd_moe(args) -> None:
     with tempfile.TemporaryDirectory() as d:
         for arch in archs:
             path = Path(d) / f"tiny_{arch}.gguf"
+            if args.real_yarn:
+                if arch != "deepseek2-v3":
+                    raise SystemExit("--real-yarn is for --arch deepseek2-v3 only")
+                tiny_moe_model(arch, path, seed=moe_seed(arch), real_yarn=True)
+                name = f"{arch}-yarn40"
+                if args.flash_attn:
+                    _moe_fa(path, arch, args, name=name)
+                    continue
+                gen, batched, incr = _moe_run(path, list(TINY_IDS), MOE_N_GREEDY)
+                out = Path(args.out or _data_dir() / f"llama_ref_moe_{name}.npz")
+                np.savez_compressed(out, seed=np.int64(moe_seed(arch)), prompt_ids=np.array(TINY_IDS, np.int32),
+                                    greedy_ids=np.array(gen, np.int32), batched=batched, incr=incr,
+                                    **_yarn_keys(path), sha256=np.array(hashlib.sha256(path.read_bytes()).hexdigest()),
+                                    **_provenance())
+                print(out, arch, "greedy", gen)
+                continue
+            if args.kv_lora_rank is not None:
+                if not args.flash_attn:
+                    raise SystemExit("--kv-lora-rank needs --flash-attn")
+                tiny_moe_model(arch, path, seed=moe_seed(arch), kv_lora_rank=args.kv_lora_rank)
+                _moe_fa(path, arch, args, name=f"{arch}-r{args.kv_lora_rank}")
+                continue
             tiny_moe_model(arch, path, seed=moe_seed(arch))
+            if args.flash_attn:
+                _moe_fa(path, arch, args)
+                continue
             ids = list(TINY_IDS)
             gen, batched, incr = _moe_run(path, ids, MOE_N_GREEDY)
             extra = {}
@@ -424,24 +535,110 @@ def cmd_moe(args) -> None:
             print(out, arch, "greedy", gen)
 
 
+#: the tiny models `moekv` makes data for, and their configurations
+#: (names of `KV_CONFIGS`)
+MOEKV_CONFIGS = {arch: tuple(KV_CONFIGS) for arch in ("gemma4", "gemma4-moe")}
+#: the configurations whose rows `moekv` stores whole (float32)
+MOEKV_FULL = ("f16-f16-fa", "q8_0-q8_0-fa")
+
+
+def moekv_long_ids() -> list:
+    """The tiny models' long prompt: BOS (257), then the bytes of the
+    quality prompts joined by newlines (byte b is token b), N_LONG ids."""
+    sys.path.insert(0, str(REPO))
+    from strata_ref.quality.prompts import DEFAULT_PROMPTS
+    return ([257] + list("\n".join(DEFAULT_PROMPTS).encode("utf-8")))[:N_LONG]
+
+
+def cmd_moekv(args) -> None:
+    import tempfile
+    from llama_cpp import Llama
+    sys.path.insert(0, str(REPO / "tests"))
+    sys.path.insert(0, str(REPO))
+    from infer_helpers import MOE_N_GREEDY, TINY_IDS, moe_seed, tiny_moe_model
+    archs = args.arch.split(",") if args.arch else list(MOEKV_CONFIGS)
+    with tempfile.TemporaryDirectory() as d:
+        for arch in archs:
+            names = args.configs.split(",") if args.configs else list(MOEKV_CONFIGS[arch])
+            unknown = [n for n in names if n not in KV_CONFIGS]
+            if unknown:
+                raise SystemExit(f"unknown configurations {unknown} (known: {', '.join(KV_CONFIGS)})")
+            path = Path(d) / f"tiny_{arch}.gguf"
+            tiny_moe_model(arch, path, seed=moe_seed(arch))
+            res = {"configs": np.array(names)}
+            for name in names:
+                tk, tv, fa, norot, prompt = KV_CONFIGS[name]
+                old = os.environ.pop("LLAMA_ATTN_ROT_DISABLE", None)
+                if norot:
+                    os.environ["LLAMA_ATTN_ROT_DISABLE"] = "1"
+                try:
+                    llm = Llama(model_path=str(path), n_ctx=512, n_batch=512, n_threads=2, n_threads_batch=2,
+                                seed=0, logits_all=True, verbose=False, type_k=_GGML_TYPE_ID[tk],
+                                type_v=_GGML_TYPE_ID[tv], flash_attn=fa)
+                finally:
+                    os.environ.pop("LLAMA_ATTN_ROT_DISABLE", None)
+                    if old is not None:
+                        os.environ["LLAMA_ATTN_ROT_DISABLE"] = old
+                ids = list(TINY_IDS) if prompt == "short" else moekv_long_ids()
+                gen, batched, incr = greedy_passes(llm, ids, MOE_N_GREEDY if prompt == "short" else N_GEN_LONG)
+                del llm
+                res.update({f"{name}:type_k": np.array(tk), f"{name}:type_v": np.array(tv),
+                            f"{name}:flash_attn": np.bool_(fa), f"{name}:rot_disable": np.bool_(norot),
+                            f"{name}:prompt": np.array(prompt), f"{name}:prompt_ids": np.array(ids, np.int32),
+                            f"{name}:greedy_ids": np.array(gen, np.int32)})
+                for kind, rows in (("batched", batched), ("incr", incr)):
+                    if name in MOEKV_FULL:
+                        res[f"{name}:{kind}"] = rows
+                    else:
+                        res[f"{name}:{kind}_hash"] = row_hashes(rows)
+                        res[f"{name}:{kind}_argmax"] = np.argmax(rows, axis=1).astype(np.int32)
+                print(arch, name, "greedy", gen)
+            out = Path(args.out or _data_dir() / f"llama_kv_moe_{arch}.npz")
+            np.savez_compressed(out, seed=np.int64(moe_seed(arch)), n_threads=np.int64(2), n_ctx=np.int64(512),
+                                sha256=np.array(hashlib.sha256(path.read_bytes()).hexdigest()), **res,
+                                **_provenance())
+            print(out)
+
+
 def cmd_pretok(args) -> None:
     import tempfile
     sys.path.insert(0, str(REPO / "tests"))
     sys.path.insert(0, str(REPO))
-    from infer_helpers import PRETOK_TEXTS, pretok_vocab
+    from infer_helpers import PRETOK_TEXTS, pretok_corpus, pretok_vocab, vocab_dir
     from llama_cpp import Llama
-    from strata_ref.gguf import write_gguf
-    with tempfile.TemporaryDirectory() as t:
-        dst = Path(t) / "pretok.gguf"
-        write_gguf(dst, pretok_vocab(PRETOK_TEXTS, args.pre), [])
-        llm = Llama(model_path=str(dst), vocab_only=True, verbose=False)
-        ids = [llm.tokenize(c.encode("utf-8"), add_bos=False, special=False) for c in PRETOK_TEXTS]
-        del llm
+    from strata_ref import gguf
+    from strata_ref.gguf import GGUFValueType as V, write_gguf
+    texts = PRETOK_TEXTS if args.corpus == "gpt-4o" else pretok_corpus()
+
+    def run(md):
+        with tempfile.TemporaryDirectory() as t:
+            dst = Path(t) / "pretok.gguf"
+            write_gguf(dst, md, [])
+            llm = Llama(model_path=str(dst), vocab_only=True, verbose=False)
+            ids = [llm.tokenize(c.encode("utf-8"), add_bos=False, special=False) for c in texts]
+            del llm
+        return dict(lengths=np.array([len(i) for i in ids], np.int32),
+                    ids=np.array([v for i in ids for v in i], np.int32))
+    extra = {}
+    if args.vocab:
+        # a real byte-level BPE vocabulary (tokens, types, merges of the
+        # sdist's ggml-vocab-<vocab>.gguf) with tokenizer.ggml.pre = PRE
+        src = vocab_dir() / f"ggml-vocab-{args.vocab}.gguf"
+        m = gguf.read(src).metadata
+        md = {"general.architecture": "gpt2", "tokenizer.ggml.model": "gpt2",
+              "tokenizer.ggml.pre": args.pre,
+              "tokenizer.ggml.tokens": (V.ARRAY, list(m["tokenizer.ggml.tokens"]), V.STRING),
+              "tokenizer.ggml.token_type": (V.ARRAY, [int(x) for x in m["tokenizer.ggml.token_type"]],
+                                            V.INT32),
+              "tokenizer.ggml.merges": (V.ARRAY, list(m["tokenizer.ggml.merges"]), V.STRING)}
+        r = run(md)
+        extra = dict(vocab=np.array(args.vocab), vocab_lengths=r["lengths"], vocab_ids=r["ids"],
+                     vocab_sha256=np.array(hashlib.sha256(src.read_bytes()).hexdigest()))
+    r = run(pretok_vocab(texts, args.pre))
     out = Path(args.out or REPO / "tests" / "data" / f"llama_tok_{args.pre}.npz")
-    np.savez_compressed(out, pre=np.array(args.pre), texts=np.array(PRETOK_TEXTS),
-                        lengths=np.array([len(i) for i in ids], np.int32),
-                        ids=np.array([v for i in ids for v in i], np.int32), **_provenance())
-    print(out, len(PRETOK_TEXTS), "texts")
+    np.savez_compressed(out, pre=np.array(args.pre), texts=np.array(texts), **r, **extra,
+                        **_provenance())
+    print(out, len(texts), "texts")
 
 
 def main(argv=None) -> int:
@@ -460,9 +657,26 @@ def main(argv=None) -> int:
     p.add_argument("--out")
     p = sub.add_parser("pretok")
     p.add_argument("--pre", default="gpt-4o", help="the pre-tokenizer name to test")
+    p.add_argument("--corpus", choices=["gpt-4o", "wide"], default="gpt-4o",
+                   help="PRETOK_TEXTS, or pretok_corpus() (needs the sdist's vocab tests)")
+    p.add_argument("--vocab", help="also tokenize with this sdist vocabulary's tokens and merges "
+                                   "(e.g. deepseek-llm) under --pre")
     p.add_argument("--out")
     p = sub.add_parser("moe")
     p.add_argument("--arch", help="comma-separated architectures (default: every tiny MoE model)")
+    p.add_argument("--flash-attn", action="store_true",
+                   help="flash attention on: llama_ref_moe_fa_<arch>.npz (with a long run)")
+    p.add_argument("--cache-type", default="f16", choices=list(_GGML_TYPE_ID),
+                   help="with --flash-attn: K and V cache type (not f16: llama_ref_moe_fa_<type>_<arch>.npz)")
+    p.add_argument("--real-yarn", action="store_true",
+                   help="deepseek2-v3: DeepSeek V3's own YaRN keys (factor 40, 4096 original positions, "
+                        "log multiplier 0.1): llama_ref_moe[_fa]_deepseek2-v3-yarn40.npz")
+    p.add_argument("--kv-lora-rank", type=int, default=None,
+                   help="with --flash-attn, deepseek2: the compressed KV's rank (file <arch>-r<R>)")
+    p.add_argument("--out")
+    p = sub.add_parser("moekv")
+    p.add_argument("--arch", help="comma-separated tiny models (default: gemma4,gemma4-moe)")
+    p.add_argument("--configs", help="comma-separated names of KV_CONFIGS (default: MOEKV_CONFIGS)")
     p.add_argument("--out")
     p = sub.add_parser("kvcache")
     p.add_argument("model")
@@ -474,7 +688,8 @@ def main(argv=None) -> int:
         ensure_profile(__file__)
     args = ap.parse_args(argv)
     {"logits": cmd_logits, "actquant": cmd_actquant, "synthetic": cmd_synthetic,
-     "typed": cmd_typed, "moe": cmd_moe, "pretok": cmd_pretok, "kvcache": cmd_kvcache}[args.cmd](args)
+     "typed": cmd_typed, "moe": cmd_moe, "pretok": cmd_pretok, "kvcache": cmd_kvcache,
+     "moekv": cmd_moekv}[args.cmd](args)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Write a dense model of real size (1.5B or 7B shapes, Q4_K_M) from seeded
+"""Write a dense model of real size (Qwen2.5-1.5B or Llama-3-8B / Mistral-7B shapes, Q4_K_M) from seeded
 random weights, with a real tokenizer, for measuring CPU inference speed
 (`tools/bench_infer.py --models FILE`) with no download.
 

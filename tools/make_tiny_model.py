@@ -9,7 +9,10 @@ file this writes.
 ARCH: qwen3, gemma3 (`tiny_model`: 6 layers, n_embd 64, Q8_0) or one of
 the MoE / hybrid / newer dense architectures of `MOE_LAYERS` (qwen3moe,
 gpt-oss, qwen3next, qwen35moe, qwen35, phi3, glm4moe, deepseek2,
-deepseek2-lite (a deepseek2 file in DeepSeek-V2-Lite's layout), gemma4
+deepseek2-lite (a deepseek2 file in DeepSeek-V2-Lite's layout),
+deepseek2-v3 (deepseek2 with DeepSeek V3's group-limited routing and
+YaRN RoPE), deepseek2-kvb (deepseek2 as older converters wrote it:
+`attn_kv_b`, no MLA head lengths), gemma4
 (Gemma 4 E2B's layout: per-layer embeddings, shared-KV layers),
 gemma4-moe (a gemma4 file in 26B-A4B's layout): `tiny_moe_model`,
 n_embd 256, mixed weight types). The default seed is the one the stored

@@ -253,13 +253,14 @@ def _meta(path: Path) -> dict:
 
 
 def run_driver(backend_dir: Path, model: Path, modes, n_gen: int = N_GEN, wrapper=(),
-               version: str = VERSION) -> dict:
+               version: str = VERSION, ids=None) -> dict:
     """One driver process: {"meta": dict, "log": str, mode: {"prompt_ids",
     "greedy_ids", "incr", "batched"}} (float32 rows over the vocabulary).
+    The prompt is `PROMPT`, or the token ids `ids` when given.
     Raises NotExecutable when no CPU backend loaded from `backend_dir`."""
     with tempfile.TemporaryDirectory(prefix="prebuilt_") as out:
-        cmd = [*wrapper, driver(version), backend_dir, model, out, n_gen, ",".join(modes),
-               "--text", PROMPT]
+        prompt = ["--text", PROMPT] if ids is None else ["--ids", ",".join(map(str, ids))]
+        cmd = [*wrapper, driver(version), backend_dir, model, out, n_gen, ",".join(modes), *prompt]
         p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True)
         if p.returncode == 3:
             raise NotExecutable(p.stderr.strip())
@@ -684,6 +685,71 @@ def cmd_compare(a) -> None:
                 print(f"| {v} | {m} | {prof} | {cells[0]} | {cells[1]} |")
 
 
+#: the tiny seeded MoE models run by `moe` (tests/infer_helpers.py
+#: `tiny_moe_model`), and the variants by default
+MOE_ARCHS = ("deepseek2", "deepseek2-v3")
+MOE_VARIANTS = ("haswell", "x64")
+
+
+def moe_name(arch: str) -> str:
+    return f"moe_{arch}.npz"
+
+
+def cmd_moe(a) -> None:
+    """The tiny deepseek2 models (MLA) through the prebuilt libraries:
+    tests/data/<version>-<variant>/moe_<arch>.npz with, for flash attention
+    off and on (keys off:* / on:*), the prompt `TINY_IDS`, the
+    `MOE_N_GREEDY` greedy ids and every logit of the batched and the
+    incremental pass (float32, as tools/llama_ref.py `moe` stores them),
+    and with flash attention on the long run of `FA_LONG_IDS` (long_*: the
+    greedy ids and the blake2b `row_hashes` of every row; its batched pass
+    takes the tiled path, its decode steps the split-KV path)."""
+    import hashlib
+    from infer_helpers import (FA_LONG_IDS, FA_LONG_N_GREEDY, MOE_N_GREEDY, TINY_IDS, moe_seed,
+                               tiny_moe_model)
+    from infer_helpers import row_hashes as b2
+    fetch(a.version)
+    variants = a.variants.split(",") if a.variants else list(MOE_VARIANTS)
+    archs = a.archs.split(",") if a.archs else list(MOE_ARCHS)
+    with tempfile.TemporaryDirectory(prefix="prebuilt_moe_") as t:
+        for arch in archs:
+            path = Path(t) / f"tiny_{arch}.gguf"
+            tiny_moe_model(arch, path, seed=moe_seed(arch))
+            for v in variants:
+                if not executes(v, a.version):
+                    print(f"{v}: not executable on this CPU, skipped")
+                    continue
+                res = run_driver(variant_dir(v, a.version), path, ("off", "on"), MOE_N_GREEDY,
+                                 version=a.version, ids=TINY_IDS)
+                lon = run_driver(variant_dir(v, a.version), path, ("on",), FA_LONG_N_GREEDY,
+                                 version=a.version, ids=FA_LONG_IDS)
+                meta = res["meta"]
+                lib = Path(meta.get("cpu_library", "")).name
+                if lib != f"libggml-cpu-{v}.so":
+                    raise RuntimeError(f"asked for {v}, the process loaded {lib or 'no CPU library'}")
+                d = {"arch": np.array(arch), "seed": np.int64(moe_seed(arch)),
+                     "sha256": np.array(hashlib.sha256(path.read_bytes()).hexdigest()),
+                     "variant": np.array(v), "profile": np.array(f"{a.version}-{v}"),
+                     "cpu_library": np.array(lib), "system_info": np.array(meta["system_info"]),
+                     "llama_version": np.array(meta["llama_version"]),
+                     "package": np.array(" + ".join(VERSIONS[a.version]["npm"])),
+                     "n_ctx": np.int64(N_CTX), "n_threads": np.int64(N_THREADS),
+                     "type_k": np.array("f16"), "type_v": np.array("f16"),
+                     "command": np.array(f"python tools/prebuilt_ref.py moe --variants {v} --archs {arch}")}
+                for m in ("off", "on"):
+                    for k in ("prompt_ids", "greedy_ids", "batched", "incr"):
+                        d[f"{m}:{k}"] = res[m][k]
+                    d[f"{m}:fa_log"] = np.array("\n".join(_log_lines(res["log"], m)[1]))
+                r = lon["on"]
+                d.update({"long_prompt_ids": r["prompt_ids"], "long_greedy_ids": r["greedy_ids"],
+                          "long_batched_hash": b2(r["batched"]), "long_incr_hash": b2(r["incr"])})
+                out = data_dir(v, a.version) / moe_name(arch)
+                out.parent.mkdir(parents=True, exist_ok=True)
+                np.savez_compressed(out, **d)
+                print(out.relative_to(REPO), "greedy off/on", d["off:greedy_ids"][:4].tolist(),
+                      d["on:greedy_ids"][:4].tolist(), flush=True)
+
+
 def cmd_peer(a) -> None:
     _, models = _selected(a)
     for m in models:
@@ -717,6 +783,10 @@ def main(argv=None) -> int:
             p.add_argument("--wrapper", help="command prefix that runs the driver (an emulator)")
             p.add_argument("--force", action="store_true", help="run again when cached")
     sub.add_parser("classes")
+    p = sub.add_parser("moe", help="the tiny deepseek2 models, flash attention off and on "
+                                   "(tests/data/<version>-<variant>/moe_<arch>.npz)")
+    p.add_argument("--variants", help=f"comma-separated (default: {','.join(MOE_VARIANTS)})")
+    p.add_argument("--archs", help=f"comma-separated (default: {','.join(MOE_ARCHS)})")
     sub.add_parser("loader", help="what the shipped loader takes on this CPU, from every folder "
                                   "without the best k libraries (tests/data/<version>-loader.json)")
     p = sub.add_parser("peer", help="row hashes of llama-cpp-python 0.3.36 (needs --profile)")
@@ -741,7 +811,7 @@ def main(argv=None) -> int:
         else:
             {"fetch": cmd_fetch, "variants": cmd_variants, "run": cmd_run, "store": cmd_store,
              "classes": cmd_classes, "compare": cmd_compare, "peer": cmd_peer,
-             "loader": cmd_loader}[a.cmd](a)
+             "loader": cmd_loader, "moe": cmd_moe}[a.cmd](a)
     except (OSError, subprocess.CalledProcessError, RuntimeError) as e:
         # a missing npm / git / cc, a failed download or build, a driver failure
         raise SystemExit(f"prebuilt_ref: error: {e}")

@@ -65,47 +65,63 @@ def build_parser() -> argparse.ArgumentParser:
 #: Seconds the main thread has, after Ctrl-C, to stop the job cleanly.
 INTERRUPT_GRACE_S = 1.0
 
+# Set by the SIGINT handler that `_keep_interrupts` installs.
+_sigint_seen = False
+
+
+def _exit_130_now() -> None:
+    """End the process with status 130 at once. Raw writes only: the main
+    thread may hold the locks of the Python streams (a bar being drawn);
+    a line end after a half-drawn bar."""
+    try:
+        os.write(2, b"\n")
+    finally:
+        os._exit(130)
+
 
 def _keep_interrupts() -> None:
-    """Make every Ctrl-C stop the command, at once.
+    """Make every Ctrl-C stop the command, at once, with status 130.
 
-    Two ways an interrupt could be late or lost. A KeyboardInterrupt raised
-    while Python code runs as a callback of C code (llvmlite calls one
-    whenever numba compiles or caches a function) cannot leave the
-    callback: CPython reports it as "Exception ignored ..." and drops it.
-    The hook below takes such an interrupt silently and a watcher thread
-    raises it again in the main thread a moment later (the hook only sets
-    an event: an interrupt raised inside the hook would be lost as well).
-    And Python runs its SIGINT handler only between bytecodes, so a long
-    call into C (an LLVM compile) delays it: the signal also wakes a second
-    thread (`signal.set_wakeup_fd`), which ends the process with status 130
-    if it is still running INTERRUPT_GRACE_S seconds later. (That thread
-    needs the GIL: a compiled kernel that holds it still delays the exit
-    until it returns; strata-ref's kernels run in short calls.) Other unraisable errors go to the previous hook. Does
-    nothing when SIGINT was ignored when the process started (a background
-    job of a shell without job control)."""
-    import _thread
+    Three ways an interrupt could be late, lost or turned into an error:
+
+    - A KeyboardInterrupt raised while Python code runs as a callback of C
+      code (llvmlite calls several whenever numba compiles or caches a
+      function) cannot leave the callback: CPython drops it ("Exception
+      ignored ...") and the C code goes on without what the callback was to
+      do. Here numba then failed with RuntimeError "no compiled object yet
+      for <Library ...>" (exit 2), and in 2 of 200 tries LLVM crashed
+      (SIGSEGV). The unraisable hook below therefore ends the process
+      (status 130) from inside the callback, before control returns to
+      that C code.
+    - An error raised after Ctrl-C is taken as its consequence: `main`
+      exits 130 for it (`_sigint_seen`), not 2.
+    - Python runs its SIGINT handler only between bytecodes, so a long call
+      into C (an LLVM compile) delays it: the signal also wakes a thread
+      (`signal.set_wakeup_fd`), which ends the process with status 130 if
+      it is still running INTERRUPT_GRACE_S seconds later. (That thread
+      needs the GIL: a compiled kernel that holds it still delays the exit
+      until it returns; strata-ref's kernels run in short calls.)
+
+    Other unraisable errors go to the previous hook. Does nothing when
+    SIGINT was ignored when the process started (a background job of a
+    shell without job control)."""
     import signal
     import threading
     import time
     if (signal.getsignal(signal.SIGINT) is not signal.default_int_handler
             or threading.current_thread() is not threading.main_thread()):
         return
-    lost = threading.Event()
     previous = sys.unraisablehook
+
+    def on_sigint(signum, frame):
+        global _sigint_seen
+        _sigint_seen = True
+        signal.default_int_handler(signum, frame)
 
     def hook(u):
         if isinstance(u.exc_value, KeyboardInterrupt):
-            lost.set()
-        else:
-            previous(u)
-
-    def reraise():
-        while True:
-            lost.wait()
-            time.sleep(0.02)      # let the C code return from its callback
-            lost.clear()
-            _thread.interrupt_main()
+            _exit_130_now()
+        previous(u)
 
     r, w = os.pipe()
     os.set_blocking(w, False)
@@ -115,16 +131,11 @@ def _keep_interrupts() -> None:
         while signal.SIGINT not in os.read(r, 64):
             pass
         time.sleep(INTERRUPT_GRACE_S)
-        # raw writes only: the main thread may hold the locks of the Python
-        # streams (a bar being drawn); a line end after a half-drawn bar
-        try:
-            os.write(2, b"\n")
-        finally:
-            os._exit(130)
+        _exit_130_now()
 
-    for target, name in ((reraise, "reraise"), (deadline, "deadline")):
-        threading.Thread(target=target, name=f"strata-ref-interrupt-{name}", daemon=True).start()
+    threading.Thread(target=deadline, name="strata-ref-interrupt-deadline", daemon=True).start()
     sys.unraisablehook = hook
+    signal.signal(signal.SIGINT, on_sigint)
 
 
 def _escape_unencodable() -> None:
@@ -138,6 +149,14 @@ def _escape_unencodable() -> None:
             stream.reconfigure(errors="backslashreplace")
 
 
+def _stop_interrupted() -> int:
+    """The way out after Ctrl-C: status 130, and a second Ctrl-C must not
+    interrupt it."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return 130
+
+
 def main(argv=None) -> int:
     """The `strata-ref` command: returns the exit status. With argv None
     (the console script, `python -m strata_ref.cli`) the process is the
@@ -145,6 +164,16 @@ def main(argv=None) -> int:
     a caller passing argv keeps its own."""
     if argv is None:
         _keep_interrupts()
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:
+        # Ctrl-C during _run's setup (numba's import, the parser), outside
+        # its own try around the command
+        return _stop_interrupted()
+
+
+def _run(argv) -> int:
+    """main's body: parse, check the environment, run the command."""
     if sys.stdout is None:
         # started with stdout closed (`>&-`): what the command prints would be
         # lost and its exit status would say it was seen
@@ -193,10 +222,7 @@ def main(argv=None) -> int:
         _compile_notes.log_summary()
         return rc
     except KeyboardInterrupt:
-        # a second Ctrl-C must not interrupt the way out
-        import signal
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        return 130
+        return _stop_interrupted()
     except BrokenPipeError:
         # the reader left (`| head`): the command did not finish, so its
         # verdict is unknown; 141 as a shell reports a process ended by
@@ -210,17 +236,24 @@ def main(argv=None) -> int:
         return 141
     except (ValueError, TypeError, RuntimeError, OSError, ImportError,
             MemoryError, ArithmeticError) as e:
+        if _sigint_seen:
+            return _stop_interrupted()
         # Library errors (GGUFError, ModelError, UnsupportedTypeError...) name
         # what went wrong; show that line, not a traceback (`error_line`:
         # TypeError, MemoryError and ArithmeticError are not expected and
-        # keep their class name; STRATA_REF_DEBUG=1 gives the traceback).
+        # keep their class name; STRATA_REF_DEBUG=1 adds the traceback,
+        # the exit status stays 2).
         if debug:
-            raise
+            import traceback
+            traceback.print_exc()
         return err(error_line(e))
     except Exception as e:
+        if _sigint_seen:
+            return _stop_interrupted()
         # Nothing else is expected: a bug. Still one line, saying so.
         if debug:
-            raise
+            import traceback
+            traceback.print_exc()
         return err(f"internal error {type(e).__name__}: {e} (a bug in strata-ref; "
                     f"STRATA_REF_DEBUG=1 shows the traceback)")
 

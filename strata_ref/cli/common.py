@@ -122,7 +122,7 @@ def fa_threads_problem(fa_threads, flash_attn, cache_type_v, cpu) -> str | None:
     why = ("--flash-attn is off" if flash_attn is not None
            else f"flash attention is off by default on the {prof.name} profile")
     return (f"--fa-threads {fa_threads} needs flash attention on, but {why}: add --flash-attn on "
-            f"(--fa-threads sets flash attention's split only)")
+            f"or leave --fa-threads out (it sets flash attention's split only)")
 
 
 def utf8_problem(text: str, what: str = "the prompt") -> str | None:

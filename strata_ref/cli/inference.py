@@ -142,7 +142,10 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     if len(ids) >= ctx:
         raise ValueError(f"the prompt has {len(ids)} tokens and the context holds {ctx}: it needs "
                          f"at least {len(ids) + 1} (one generated token)"
-                         + ("" if n_ctx else f"; raise it with --ctx, up to {m.hp.n_ctx_train}"))
+                         + ("" if n_ctx else (f"; raise it with --ctx, up to {m.hp.n_ctx_train}"
+                                              if len(ids) < m.hp.n_ctx_train else
+                                              f"; the model's context is {m.hp.n_ctx_train} tokens: "
+                                              f"shorten the prompt")))
     sampler = Sampler(temperature, top_k, top_p, seed)
     m.prepare()
     # one throwaway token loads the compiled kernels, so the speed line
@@ -265,7 +268,8 @@ def add_generate(sub) -> None:
                          "takes on this CPU); default: $STRATA_REF_CPU, else native")
     ge.add_argument("--cache-type-k", default=None, metavar="T",
                     help=f"KV cache type of K, as llama.cpp's -ctk: {KV_TYPES} (default f16); a "
-                         "block type turns on llama.cpp's Hadamard rotation of q and k")
+                         "block type turns on llama.cpp's Hadamard rotation of q and k (not on deepseek2's "
+                         "MLA cache)")
     ge.add_argument("--cache-type-v", default=None, metavar="T",
                     help="KV cache type of V, as llama.cpp's -ctv (default f16); a block type "
                          "needs flash attention and rotates v and the attention output")

@@ -3,6 +3,8 @@ recorded under llama.cpp's names, two traces compared, the CPU profile
 that reproduces an engine's logits (docs/trace.md)."""
 from __future__ import annotations
 
+import sys
+
 from .._text import printable
 from .common import (Help, KV_TYPES, cpu_problem, err, fa_threads_bound_problem, fa_threads_problem, json_out,
                      out_problem, patterns_problem, split_list, token_ids, utf8_problem)
@@ -90,9 +92,18 @@ def cmd_which(a) -> int:
     fa = {"off": (False,), "on": (True,), "both": (False, True), "auto": "auto"}[a.flash_attn]
     e = load_logits(a.logits, toks, a.split)
     cache = {k: v for k, v in (("type_k", a.cache_type_k), ("type_v", a.cache_type_v)) if v is not None}
+    if fa == (False, True) and "type_v" in cache and _block_v(cache["type_v"]):
+        # llama.cpp runs a block-type V cache with flash attention only:
+        # there is no "off" candidate (an explicit --flash-attn off says so)
+        fa = (True,)
     if a.fa_threads is not None:
         cache["fa_threads"] = a.fa_threads      # the candidates without flash attention ignore it
     per_profile = 1 if fa == "auto" else len(fa)
+    if a.cpu is None and not a.json:
+        # every profile: say what is coming (each compiles at its first use)
+        print(f"strata-ref which: {len(profiles) * per_profile} candidates ({len(profiles)} CPU profiles); "
+              f"a profile's first use on this machine compiles its kernels (a minute or more each); "
+              f"--cpu P1,P2 narrows the search", file=sys.stderr, flush=True)
     with progress_bar(len(profiles) * per_profile, "which", "candidate", enabled=not a.json) as bar:
         cands = which(e, a.model, profiles, fa, bar.update, **cache)
     if a.json:
@@ -106,6 +117,16 @@ def cmd_which(a) -> int:
         return err("no candidate could be run (each one's line says what is not emulated), so nothing was "
                    "compared: choose other --cpu, --flash-attn or cache types")
     return 0 if any(c.matches for c in cands) else 1
+
+
+def _block_v(name: str) -> bool:
+    """Whether V cache type `name` is a block type (False for an unknown
+    name: the candidates' cache check then names it)."""
+    from ..infer.kv_cache import _is_block, cache_type
+    try:
+        return _is_block(cache_type(name, "type_v (--cache-type-v)"))
+    except ValueError:
+        return False
 
 
 def add_trace(sub) -> None:
@@ -174,7 +195,8 @@ def add_which(sub) -> None:
     wh.add_argument("--cpu", default=None, metavar="P1,P2", help="candidate profiles (default: all)")
     wh.add_argument("--flash-attn", choices=["off", "on", "both", "auto"], default="both",
                     help="candidate flash-attention settings; auto: each profile's own default, as "
-                         "`generate` takes it (on for the v0.4.0 profiles, off for the others)")
+                         "`generate` takes it (on for the v0.4.0 profiles, off for the others, on for all "
+                         "with a block-type V cache); both: off and on, only on with a block-type V cache")
     wh.add_argument("--cache-type-k", default=None, metavar="T", help=f"KV cache type of K: {KV_TYPES}")
     wh.add_argument("--cache-type-v", default=None, metavar="T", help="KV cache type of V")
     wh.add_argument("--fa-threads", type=int, default=None, metavar="N",

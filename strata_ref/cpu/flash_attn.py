@@ -343,7 +343,8 @@ def _v_to_float(t, data: np.ndarray, T_: int, D: int) -> np.ndarray:
 
 def flash_attn_ext(q: np.ndarray, type_k, kdata: np.ndarray, type_v, vdata: np.ndarray, T_: int,
                    n_kv: int, pos: np.ndarray, scale: float, profile, n_swa: int = 0,
-                   n_threads: int = 2, sinks: np.ndarray | None = None) -> np.ndarray:
+                   n_threads: int = 2, sinks: np.ndarray | None = None,
+                   v_width: int | None = None) -> np.ndarray:
     """llama.cpp's flash attention over one layer's cache on `profile`
     (module docstring; `fa_path` picks the path as ggml does).
 
@@ -357,10 +358,22 @@ def flash_attn_ext(q: np.ndarray, type_k, kdata: np.ndarray, type_v, vdata: np.n
     (`ggml_flash_attn_ext_add_sinks`, taken after the keys, by the first
     chunk only in the split path) or None. Query head j reads KV head j //
     (n_head / n_head_kv). Returns float32 (n, n_head * head_dim).
-    ValueError from `attention.check_attention_args`."""
+
+    v_width (None: head_dim): V's head size DV where it is smaller than
+    K's DK, as ggml's kernels allow (all three paths loop over DV for V and
+    the accumulator, over DK for the K q dots): MLA's absorbed attention
+    (deepseek2), whose V is a view of the first DV values of each K cell
+    (`build_attn` with `llm_graph_input_attn_k`: vdata is then the cells'
+    first DV values, or for a block type their first DV / block_values
+    blocks, and type_v is type_k). The result is (n, n_head * DV).
+    ValueError from `attention.check_attention_args`, and for a v_width
+    outside 1 .. head_dim."""
     check_attention_args(q, kdata, vdata, T_, pos, n_swa)
     type_k, type_v = T(type_k), T(type_v)
-    n, H, D = q.shape
+    n, H, DK = q.shape
+    D = DK if v_width is None else int(v_width)
+    if not 1 <= D <= DK:
+        raise ValueError(f"flash_attn_ext: v_width {v_width} is outside 1 .. head_dim {DK}")
     Hkv = kdata.shape[0]
     G = H // Hkv
     q = np.ascontiguousarray(q, np.float32)
@@ -385,8 +398,8 @@ def flash_attn_ext(q: np.ndarray, type_k, kdata: np.ndarray, type_v, vdata: np.n
         return out.reshape(n, H * D)
     s = np.empty((n, H, max(T_, 1)), np.float32)
     for h in range(Hkv):
-        qg = q[:, h * G:(h + 1) * G].reshape(n * G, D)
-        s[:, h * G:(h + 1) * G, :T_] = cache_dots(type_k, kdata[h, :T_], D, qg, profile, "vec_dot",
+        qg = q[:, h * G:(h + 1) * G].reshape(n * G, DK)
+        s[:, h * G:(h + 1) * G, :T_] = cache_dots(type_k, kdata[h, :T_], DK, qg, profile, "vec_dot",
                                                  one_row=True).reshape(n, G, T_)
     v = _v_to_float(type_v, vdata, T_, D)
     v16 = type_v == T.F16

@@ -431,10 +431,11 @@ def _make_kernels(t: GGMLType, mode: int):
         return lanes(w, o, x, xo, 0, 8), mnx
 
     @njit(inline="always")
-    def scr_pairs(scr, so, scs, w, o, x, xa, xb_):
+    def scr_pairs(scr, so, scs, w, o, x, xa, xb_, two):
         # two activation rows (quants at xa and xb_ of x) from the unpacked
         # super-block: the 4 pair sums of each (Q4_K / Q5_K: sub-blocks 2k,
-        # 2k+1 with their scales; Q6_K: chunks 2k, 2k+1 with theirs)
+        # 2k+1 with their scales; Q6_K: chunks 2k, 2k+1 with theirs); the
+        # second row's are zeros unless `two`
         a0, a1, a2, a3 = i32_zero(), i32_zero(), i32_zero(), i32_zero()
         b0, b1, b2, b3 = i32_zero(), i32_zero(), i32_zero(), i32_zero()
         for j in range(8):
@@ -446,7 +447,7 @@ def _make_kernels(t: GGMLType, mode: int):
                 lo = scr[1][scs + j]
                 hi = lo
             la = i8x32_lanes_scaled(wv, i8_load(x, xa + 32 * j), lo, hi)
-            lb = i8x32_lanes_scaled(wv, i8_load(x, xb_ + 32 * j), lo, hi)
+            lb = i8x32_lanes_scaled(wv, i8_load(x, xb_ + 32 * j), lo, hi) if two else i32_zero()
             k = j // 2
             if k == 0:
                 a0, b0 = i32_add(a0, la), i32_add(b0, lb)
@@ -478,15 +479,16 @@ def _make_kernels(t: GGMLType, mode: int):
         return ffinish(st)
 
     @njit(inline="always")
-    def rows_two(w, ow, x, oa, ob, xd, xb, ba, bb, ta, tb, gemm, scr):
+    def rows_two(w, ow, x, oa, ob, xd, xb, ba, bb, ta, tb, gemm, scr, two):
         # one weight row (unpacked in scr) with activation rows ta and tb
+        # (tb's result is not computed unless `two`)
         sa = fstart()
         sb = fstart()
         for b in range(xd.shape[1]):
             o = ow + b * BB
             d = f16_at(w, o + D)
             dmin = f16_at(w, o + DMIN) if not Q6 else _F32(0.0)
-            a0, a1, a2, a3, b0, b1, b2, b3 = scr_pairs(scr, 256 * b, 8 * b, w, o, x, oa + 256 * b, ob + 256 * b)
+            a0, a1, a2, a3, b0, b1, b2, b3 = scr_pairs(scr, 256 * b, 8 * b, w, o, x, oa + 256 * b, ob + 256 * b, two)
             sb16 = (16 if Q6 else 8) * b
             if Q6:
                 ma = i32_zero()
@@ -496,7 +498,9 @@ def _make_kernels(t: GGMLType, mode: int):
                 ma = i32_mul(mn, i32_load(xb, ba + sb16))
                 mb = i32_mul(mn, i32_load(xb, bb + sb16))
             sa = fstep(sa, li_of(a0, a1, a2, a3, w, o, xb, ba + sb16), a0, a1, a2, a3, ma, d, dmin, xd[ta, b], gemm)
-            sb = fstep(sb, li_of(b0, b1, b2, b3, w, o, xb, bb + sb16), b0, b1, b2, b3, mb, d, dmin, xd[tb, b], gemm)
+            if two:
+                sb = fstep(sb, li_of(b0, b1, b2, b3, w, o, xb, bb + sb16), b0, b1, b2, b3, mb, d, dmin, xd[tb, b],
+                           gemm)
         return ffinish(sa), ffinish(sb)
 
     @njit(inline="always")
@@ -546,11 +550,13 @@ def _make_kernels(t: GGMLType, mode: int):
             unpack_row(w, r * rb, nb, scr)
             t = 0
             while t < n:
-                tb = t + 1 if t + 1 < n else t     # an odd last row runs twice
+                two = t + 1 < n                    # else an odd last row, alone
+                tb = t + 1 if two else t
                 ya, yb = rows_two(w, r * rb, x, t * cols, tb * cols, xd, xbf, t * nbs, tb * nbs, t, tb,
-                                  t < n_gemm, scr)
+                                  t < n_gemm, scr, two)
                 out[t, r] = ya
-                out[tb, r] = yb
+                if two:
+                    out[tb, r] = yb
                 t += 2
 
     return kquant_row_kernels(rows, f"kquant_{t.name}_mode{mode}")

@@ -171,24 +171,27 @@ def make_panel(t: GGMLType, kind: int, unpack, scales8, mins, q6_scales: int):
             fill(w, r, rb, nb, scr, pan, psc, pmn, pd, pdm)
             t = 0
             while t < n:
-                tb = t + 1 if t + 1 < n else t      # an odd last row runs twice
+                two = t + 1 < n                     # else an odd last row, alone
+                tb = t + 1 if two else t
                 acc_a, accm_a, acc_b, accm_b = f8_zero(), f8_zero(), f8_zero(), f8_zero()
                 for b in range(nb):
                     ba, bb = t * nbs + SB * b, tb * nbs + SB * b
-                    a0, a1, a2, a3 = ints(pan, psc, x, t * cols + 256 * b, xb, ba, b)
-                    b0, b1, b2, b3 = ints(pan, psc, x, tb * cols + 256 * b, xb, bb, b)
                     dv = f8_load(pd, 8 * b)
                     dmv = f8_load(pdm, 8 * b)
+                    a0, a1, a2, a3 = ints(pan, psc, x, t * cols + 256 * b, xb, ba, b)
                     acc_a, accm_a = fsteps(acc_a, accm_a, a0, a1, a2, a3, pmn, xb, ba, b, dv, dmv, xd[t, b],
                                            t < n_gemm)
-                    acc_b, accm_b = fsteps(acc_b, accm_b, b0, b1, b2, b3, pmn, xb, bb, b, dv, dmv, xd[tb, b],
-                                           tb < n_gemm)
+                    if two:
+                        b0, b1, b2, b3 = ints(pan, psc, x, tb * cols + 256 * b, xb, bb, b)
+                        acc_b, accm_b = fsteps(acc_b, accm_b, b0, b1, b2, b3, pmn, xb, bb, b, dv, dmv, xd[tb, b],
+                                               tb < n_gemm)
                 if KIND == REPACK:
                     acc_a = f8_sub(acc_a, accm_a)
                     acc_b = f8_sub(acc_b, accm_b)
                 for k in range(8):
                     out[t, r + k] = f8_lane(acc_a, k)
-                    out[tb, r + k] = f8_lane(acc_b, k)
+                    if two:
+                        out[tb, r + k] = f8_lane(acc_b, k)
                 t += 2
             r += 8
         return r

@@ -25,6 +25,14 @@ Sources (llama.cpp vendored by llama-cpp-python 0.3.36): `build_moe_ffn` in
   activations from the plain `from_float`. `QMatrix.matmul(x, mmid=True)`
   computes one expert's rows so; each row's result does not depend on the
   other rows routed with it, only on their number.
+* group-limited routing (DeepSeek V3: `expert_group_count` > 1, the
+  block under "select top n_group_used expert groups" in `build_moe_ffn`):
+  the selection scores viewed as n_group rows of n_expert / n_group; each
+  group's score is the `sum_rows` (double) of its two largest scores (an
+  `argsort_top_k` of 2, then `get_rows`), the `argsort_top_k` of
+  n_group_used over the group scores picks the groups, and the scores of
+  the other groups become -inf (`ggml_fill` then `ggml_set_rows`) before
+  the top k of the experts (`group_limited`).
 * the weights: `soft_max` of the router logits (or of the k selected
   logits for gpt-oss's SOFTMAX_WEIGHT), `ggml_get_rows` of the selected
   probabilities, with `norm_w` their `sum_rows` (double), clamped to at
@@ -44,7 +52,7 @@ from . import ops
 from .matmul import QMatrix
 from ..types import block_format
 
-__all__ = ["argsort_desc", "top_k", "routing_weights", "ExpertMatrix", "expert_sum"]
+__all__ = ["argsort_desc", "top_k", "group_limited", "routing_weights", "ExpertMatrix", "expert_sum"]
 
 _F32 = np.float32
 _THRESHOLD = 16          # libstdc++ `_S_threshold`
@@ -248,8 +256,35 @@ def selection_scores(logits: np.ndarray, gating: str, profile, bias: np.ndarray 
     return probs, selection
 
 
+def group_limited(selection: np.ndarray, n_group: int, n_group_used: int):
+    """The selection scores of group-limited routing (module docstring;
+    llama.cpp `build_moe_ffn`, src/llama-graph.cpp): selection float32
+    (n_tokens, n_expert), the experts in n_group consecutive groups of
+    n_expert / n_group (at least 2: `ggml_argsort_top_k` asserts it).
+    Returns (masked float32 (n_tokens, n_expert): the scores of the groups
+    not chosen set to -inf, groups int32 (n_tokens, n_group_used): the
+    chosen groups in ggml's order, group_scores float32 (n_tokens,
+    n_group)). Raises ValueError for sizes llama.cpp refuses."""
+    sel = np.ascontiguousarray(selection, np.float32)
+    n, E = sel.shape
+    if not 1 < n_group < E or E % n_group or E // n_group < 2 or not 0 < n_group_used < n_group:
+        raise ValueError(f"group_limited: {E} experts in {n_group} groups, {n_group_used} used")
+    per = E // n_group
+    rows = sel.reshape(n * n_group, per)
+    top2 = np.take_along_axis(rows, top_k(rows, 2), axis=1)
+    # ggml_sum_rows of the two (ggml_vec_sum_f32: in double, then float)
+    scores = ops.sum_rows(top2).reshape(n, n_group)
+    groups = top_k(scores, n_group_used)
+    masked = np.full((n, n_group, per), -np.inf, np.float32)
+    g3 = sel.reshape(n, n_group, per)
+    for t in range(n):
+        masked[t, groups[t]] = g3[t, groups[t]]
+    return masked.reshape(n, E), groups.astype(np.int32), scores
+
+
 def routing_weights(logits: np.ndarray, k: int, gating: str, norm_w: bool, w_scale: float,
-                    profile, bias: np.ndarray | None = None, probs_bias: np.ndarray | None = None):
+                    profile, bias: np.ndarray | None = None, probs_bias: np.ndarray | None = None,
+                    groups: tuple | None = None):
     """Expert selection and weights of `build_moe_ffn` (module docstring).
 
     logits: float32 (n_tokens, n_expert), the router mat-mul's output;
@@ -260,10 +295,14 @@ def routing_weights(logits: np.ndarray, k: int, gating: str, norm_w: bool, w_sca
     sigmoid(logits), ggml's `op_sigmoid`: glm4moe); probs_bias: float32
     (n_expert,) added to the probabilities for the selection only
     (`exp_probs_b`, glm4moe), the weights are the unbiased probabilities;
-    w_scale: the weights times it unless 0 or 1 (`expert_weights_scale`).
+    w_scale: the weights times it unless 0 or 1 (`expert_weights_scale`);
+    groups: (n_group, n_group_used) of group-limited routing
+    (`group_limited`, applied to the selection scores) or None.
     Returns (ids int32 (n_tokens, k), weights float32 (n_tokens, k)).
     Raises ValueError for another gating."""
     probs, selection = selection_scores(logits, gating, profile, bias, probs_bias)
+    if groups is not None and len(selection):
+        selection = group_limited(selection, *groups)[0]
     ids = top_k(selection, k)
     w = np.take_along_axis(probs, ids, axis=1)
     if gating == "softmax_weight":

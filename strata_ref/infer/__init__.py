@@ -29,7 +29,10 @@ def load(model=None, cpu=None, **cache_options):
     (`kv_cache.KVCache`: type_k, type_v, flash_attn, rotate, fa_threads),
     used by every `new_cache` of the model. Raises ValueError for an
     unknown profile (before anything is read) or a cache option the model
-    cannot take, ModelLoadError / GGUFError for a model that cannot run."""
+    cannot take, ModelLoadError / GGUFError for a model that cannot run;
+    TypeError for profile= (the loader's name: here it is cpu=)."""
+    if "profile" in cache_options:
+        raise TypeError("strata_ref.infer.load takes the CPU profile as cpu=..., not profile=")
     from .. import cpu as _cpu
     from ..models import resolve
     from .loader import load as _load

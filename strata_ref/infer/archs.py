@@ -130,6 +130,9 @@ class ArchSpec:
     unrotated).
     rope_scaling: the `rope.scaling.type` values the graph runs ("yarn":
     `model.rope_yarn_params`).
+    yarn_log_mul: the loader reads `rope.scaling.yarn_log_multiplier`
+    (divided by 0.1, deepseek2's `load_arch_hparams`) into YaRN's mscale;
+    for the others the key is refused.
     rope_freqs: llama3's per-pair frequency factors (`rope_freqs.weight`)
     are read when the file has them.
     qk_norm: q and k RMS-normed per head (`attn_q_norm`, `attn_k_norm`);
@@ -175,7 +178,9 @@ ssm: the Gated DeltaNet variant of a hybrid ("ba_repeat", qwen3next:
     mla: multi-head latent attention (`infer.mla`, deepseek2): the layers'
     attention is `mla.MlaAttention`, the cached head is
     `attention.key_length` = kv_lora_rank + n_rot wide and
-    `attention.value_length` (kv_lora_rank) may differ from it.
+    `attention.value_length` (kv_lora_rank) may differ from it; files of
+    older converters (`attn_kv_b`) run `mla.MlaMhaAttention`, whose V heads
+    (`value_length`) may differ from the K heads (`key_length`).
     names: `TraceNames`.
 
     `k_first`: whether llama.cpp's graph evaluates K before V (the
@@ -185,6 +190,7 @@ ssm: the Gated DeltaNet variant of a hybrid ("ba_repeat", qwen3next:
     graph: str
     rope: str = "neox"
     rope_scaling: tuple = ("none", "linear")
+    yarn_log_mul: bool = False
     rope_freqs: bool = False
     qk_norm: bool | str = False
     partial_rope: bool = False
@@ -252,6 +258,7 @@ ARCHS: dict[str, ArchSpec] = {s.name: s for s in (
              experts=Experts(gating="sigmoid", norm_w=False, shared=True, ff_required=True,
                              probs_bias=True, shared_gated=False, weights_keys=True, mtp=True)),
     ArchSpec("deepseek2", "moe.DeepSeek2Model", rope="norm", partial_rope=True, mla=True,
+             rope_scaling=("none", "linear", "yarn"), yarn_log_mul=True,
              experts=Experts(norm_w=False, shared=True, ff_required=True, probs_bias="optional",
                              shared_gated=False, weights_keys=True, mtp=True)),
     ArchSpec("qwen3next", "hybrid.Qwen3NextModel", qk_norm=True, q_gate=True,

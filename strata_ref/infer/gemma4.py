@@ -50,13 +50,26 @@ RMSNorm, the (tied) output matrix, tanh soft-capping by
 
 Every operation is `strata_ref.cpu`'s, in ggml's order of float
 operations for the model's profile: the mat-muls (`QMatrix`), the norms,
-RoPE, GeGLU and GELU (ggml's F16 table), the attention over an F16 cache
-(`KVCache.attend`), the experts (`moe.MoEFFN`, `cpu.moe`). Refused by
-name: a fused `attn_qkv`, per-tensor weight scales (`*.scale` tensors
+RoPE, GeGLU and GELU (ggml's F16 table), the attention (`KVCache.attend`
+on each kind's cache of the `IswaCache`: F16 without flash attention, or
+flash attention, or another cache type, with llama.cpp's Hadamard
+rotation sized per kind by its head size; a shared layer rotates its q
+and the output with its kind's rotation but stores nothing), the experts
+(`moe.MoEFFN`, `cpu.moe`).
+
+The KV caches run are those checked bit for bit against llama.cpp's
+(`CHECKED_CACHES`: flash attention with F16, F32, BF16 and each block
+type for K and V, F16 K with a q4_0 V, q8_0 K with a q4_1 V; without it
+F16, F32, BF16, each block type for K with an F16 V, q5_1 K with a BF16 V;
+the rotation off with q8_0 K and V and flash attention), on the profiles
+`CACHE_PROFILES`; the F16 cache without flash attention on every profile.
+Refused by name: any other cache, type pair or profile (NotEmulated), a
+rotated block-type cache whose kinds' head sizes are not all multiples of
+64 or all not (llama.cpp decides both caches' rotation by layer 0's head
+size), a fused `attn_qkv`, per-tensor weight scales (`*.scale` tensors
 other than the router's and the experts' down scale: NVFP4 files), a
 sliding-window pattern that is not an array, per-layer head counts or
-head sizes that differ within a kind, a KV cache other than F16 or flash
-attention (not checked against llama.cpp for this graph).
+head sizes that differ within a kind.
 """
 from __future__ import annotations
 
@@ -67,17 +80,55 @@ import numpy as np
 from .._text import count
 from ..cpu import ops
 from . import trace as T
-from .kv_cache import IswaCache, cache_type, resolve_flash_attn
+from .kv_cache import IswaCache, cache_type, resolve_flash_attn, rotation_disabled
 from .layers import GatedFFN
 from .model import (CommonHParams, ArchKeys, Model, ModelLoadError, arch_spec, common_params,
                     refuse_rope_attn_factor, swa_params)
 from .moe import MoEFFN, expert_params
 
-__all__ = ["Gemma4HParams", "Gemma4Attention", "Gemma4Model"]
+__all__ = ["Gemma4HParams", "Gemma4Attention", "Gemma4Model", "CHECKED_CACHES", "CACHE_PROFILES"]
 
 _F32 = np.float32
 #: this graph's module name (`archs.ArchSpec.module`)
 _GRAPH = __name__.rsplit(".", 1)[-1]
+
+#: the KV caches (type_k, type_v, flash attention) checked bit for bit
+#: against llama.cpp for gemma4 (tests/data/<profile>/llama_kv_moe_gemma4*.npz,
+#: tools/llama_ref.py `moekv`), besides the F16 one without flash attention
+CHECKED_CACHES = frozenset(
+    {("f16", "f16", True), ("f32", "f32", False), ("f32", "f32", True), ("bf16", "bf16", False),
+     ("bf16", "bf16", True), ("f16", "q4_0", True), ("q8_0", "q4_1", True), ("q5_1", "bf16", False)}
+    | {(t, t, True) for t in ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")}
+    | {(t, "f16", False) for t in ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")})
+#: those also checked with the Hadamard rotation off
+CHECKED_NO_ROTATION = (("q8_0", "q8_0", True),)
+#: the profiles the caches of CHECKED_CACHES are checked on (avx512: no
+#: llama.cpp data yet, the machine that made the rest has no AVX-512)
+CACHE_PROFILES = ("scalar", "avx2")
+
+
+def _phrase(key) -> str:
+    tk, tv, fa = key
+    return f"{tk}/{tv} {'with' if fa else 'without'} flash attention"
+
+
+def _checked_phrase() -> str:
+    """CHECKED_CACHES (and the F16 cache without flash attention) in
+    words, grouped: per flash attention setting, the types with K = V, the
+    K types over an f16 V, then the other K/V pairs."""
+    from .._notemulated import names_in_order
+    keys = CHECKED_CACHES | {("f16", "f16", False)}
+    parts = []
+    for fa in (True, False):
+        ks = {(k, v) for k, v, f in keys if f == fa}
+        same = [k for k, v in ks if k == v]
+        over_f16 = [k for k, v in ks if v == "f16" and k != "f16"]
+        pairs = sorted(f"{k}/{v}" for k, v in ks if k != v and v != "f16")
+        words = [f"K = V of {names_in_order(same)}"] if same else []
+        words += [f"K of {names_in_order(over_f16)} over an f16 V"] if over_f16 else []
+        words += [f"the K/V pairs {', '.join(pairs)}"] if pairs else []
+        parts.append(f"{'with' if fa else 'without'} flash attention, {'; '.join(words)}")
+    return "; ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -322,25 +373,55 @@ class Gemma4Model(Model):
         hp = self.hp
         return [(hp.swa_layers[il], hp.kv_owner(il)) for il in range(hp.n_layer)]
 
-    @staticmethod
-    def _refuse_cache(options) -> None:
-        """NotEmulated (a NotImplementedError) for a cache other than F16
-        without flash attention (ValueError for an unknown type or
-        flash_attn value)."""
+    def _refuse_cache(self, options) -> None:
+        """NotEmulated (a NotImplementedError) naming the cache for one not
+        checked against llama.cpp for gemma4 (`CHECKED_CACHES`: on the
+        profiles `CACHE_PROFILES`, and with the rotation off only where
+        `CHECKED_NO_ROTATION` says; the F16 cache without flash attention on
+        every profile), or for a rotated block-type cache whose layer kinds'
+        head sizes are not all multiples of 64 or all not (llama.cpp decides
+        the rotation of both caches by layer 0's head size: not emulated).
+        ValueError for an unknown type or flash_attn value."""
         from .._notemulated import NotEmulated, cache_phrase
+        hp, prof = self.hp, self.cpu
         tk = cache_type(options.get("type_k", "f16"), "type_k (--cache-type-k)")
         tv = cache_type(options.get("type_v", "f16"), "type_v (--cache-type-v)")
-        fa = options.get("flash_attn")
-        what = cache_phrase(tk, tv, fa is not None and resolve_flash_attn(fa, tv))
-        if what:
-            raise NotEmulated("gemma4 runs with an F16 KV cache without flash attention only (the "
-                              "other caches are not checked against llama.cpp for this graph yet): "
-                              "leave the cache types at f16 and pass --flash-attn off", what, "for gemma4")
+        fa = resolve_flash_attn(options.get("flash_attn"), tv)
+        what = cache_phrase(tk, tv, fa)
+        if not what:
+            return
+        key = (tk.name.lower(), tv.name.lower(), fa)
+        # the profile first: a list of checked caches would send the user to
+        # one this profile refuses as well
+        if prof.name not in CACHE_PROFILES:
+            default = (" (flash attention is on by default on the v0.4.0 profiles)"
+                       if fa and prof.name.startswith("v0.4.0") else "")
+            raise NotEmulated(f"gemma4 with {what} is checked against llama.cpp on the profiles "
+                              f"{', '.join(CACHE_PROFILES)} only, not on {prof.name}{default}: use the F16 "
+                              f"cache without flash attention there (--flash-attn off)", what, "on this profile")
+        if key not in CHECKED_CACHES:
+            raise NotEmulated(f"gemma4 with {what} is not checked against llama.cpp: its checked caches "
+                              f"are, {_checked_phrase()}", what, "for gemma4")
+        blocks = [t for t in (tk, tv) if t.name.lower() not in ("f16", "f32", "bf16")]
+        rotate = options.get("rotate")
+        if blocks and (rotation_disabled() if rotate is None else not rotate) and key not in CHECKED_NO_ROTATION:
+            raise NotEmulated(f"gemma4 with {what} and the Hadamard rotation off ($LLAMA_ATTN_ROT_DISABLE or "
+                              f"rotate=False) is not checked against llama.cpp (checked without the rotation: "
+                              f"{', '.join(_phrase(k) for k in CHECKED_NO_ROTATION)})",
+                              f"{what} without the rotation", "for gemma4")
+        if blocks:
+            layer0 = hp.head_dim_swa if hp.swa_layers[0] else hp.head_dim
+            heads = {hp.head_dim_swa if s else hp.head_dim for s in hp.swa_layers}
+            if len({h % 64 == 0 for h in heads | {layer0}}) > 1:
+                raise NotEmulated(f"gemma4 with {what}: the layer kinds' head sizes {sorted(heads)} are not "
+                                  f"all multiples of 64 or all not (llama.cpp decides the rotation of both "
+                                  f"caches by layer 0's head size {layer0}; not emulated)", what, "for gemma4")
 
     def _cache_bytes(self, n_ctx: int, **options) -> int:
         self._refuse_cache(options)
         hp = self.hp
-        return IswaCache.bytes_needed(self._kinds(), hp.kind_shape(False), hp.kind_shape(True), n_ctx)
+        return IswaCache.bytes_needed(self._kinds(), hp.kind_shape(False), hp.kind_shape(True), n_ctx,
+                                      options.get("type_k", "f16"), options.get("type_v", "f16"))
 
     def _make_cache(self, n_ctx: int, **options):
         self._refuse_cache(options)

@@ -35,8 +35,19 @@ Source: llama.cpp vendored by llama-cpp-python 0.3.36:
 * MLA (`llm_graph_input_attn_k`, deepseek2): only K is cached, one head
   per layer; V is a view of the first `v_of_k` values of each K cell,
   made contiguous (`ggml_cont`, F16 bits unchanged) before the V p mul_mat.
-  Here only an F16 cache without flash attention, the way
-  llama-cpp-python runs it (another type or flash attention: ValueError).
+  Here the F16 cache with flash attention off, and with it on (V's DV =
+  v_of_k values per cell, `cpu.flash_attn` with v_width) the types of
+  `MLA_FA_CACHE_TYPES`; llama.cpp requires K's and V's types to be equal
+  for MLA (ValueError where they differ); other types are refused as not
+  emulated (NotEmulated). MLA is never rotated: llama.cpp's cache decides
+  `attn_rot_k` by the head size (a block type and kv_lora_rank + n_rot a
+  multiple of 64, DeepSeek V3's 576), but `build_attn_inp_k` builds no
+  `attn_inp_k_rot` input and `build_attn` for `llm_graph_input_attn_k`
+  multiplies neither q nor k by it (the decision only reaches a K shift,
+  which this cache never does). A block-type MLA cache with such a head is
+  emulated for the types of `MLA_HEAD64_CACHE_TYPES`, checked against
+  llama.cpp (tests/test_mla_head64.py), and refused (NotEmulated) for the
+  others.
 
 Cells are positions 0 .. n-1 in order (one sequence; no ring buffer: a
 sliding-window layer keeps every cell and masks the old ones, which is
@@ -56,6 +67,20 @@ __all__ = ["KVCache", "IswaCache", "CACHE_TYPES", "cache_type", "rotation_sizes"
 #: the most threads ggml runs a graph with (ggml.h `GGML_MAX_N_THREADS`,
 #: llama.cpp vendored by llama-cpp-python 0.3.36): the bound of fa_threads
 MAX_THREADS = 512
+
+#: the cache types of MLA's cache (`KVCache` v_of_k, deepseek2) emulated,
+#: each checked against llama.cpp's logits: F16 with flash attention off
+#: (tests/test_infer_moe.py) ...
+MLA_CACHE_TYPES = frozenset({GGMLType.F16})
+#: ... and these with flash attention on (tests/test_mla_flash_attn.py)
+MLA_FA_CACHE_TYPES = frozenset({GGMLType.F16, GGMLType.F32, GGMLType.BF16, GGMLType.Q8_0, GGMLType.Q4_0,
+                                GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.IQ4_NL})
+
+#: the block types of MLA's cache emulated with flash attention where its
+#: head (kv_lora_rank + n_rot) is a multiple of 64, checked against
+#: llama.cpp's logits on the profiles of `mla.MLA_HEAD64_PROFILES`
+#: (tests/test_mla_head64.py): unrotated, as for any other head size
+MLA_HEAD64_CACHE_TYPES = frozenset({GGMLType.Q8_0, GGMLType.Q4_0})
 
 #: the cache types llama.cpp accepts (`kv_cache_types`, common/arg.cpp), by name
 CACHE_TYPES = {"f32": GGMLType.F32, "f16": GGMLType.F16, "bf16": GGMLType.BF16,
@@ -141,7 +166,8 @@ def resolve_flash_attn(flash_attn, type_v) -> bool:
     else:
         raise ValueError(f"flash_attn {flash_attn!r} must be on, off, auto or a bool")
     if not on and _is_block(tv):
-        raise ValueError(f"a {tv.name.lower()} V cache requires flash attention (llama.cpp: "
+        name = tv.name.lower()
+        raise ValueError(f"{'an' if name[0] in 'aeiou' else 'a'} {name} V cache requires flash attention (llama.cpp: "
                          f"\"quantized V cache requires flash_attn to be enabled\")")
     return on
 
@@ -179,29 +205,36 @@ class KVCache:
     v_of_k > 0: MLA's cache (module docstring): no V array (`v` is None),
     `attend` takes v None and returns (n, n_head * v_of_k).
 
+    head_dim_v (None: head_dim): V's head size where it differs from K's
+    (deepseek2's non-absorbed MLA files, llama.cpp's n_embd_head_v; F16
+    without flash attention only): `attend` returns (n, n_head *
+    head_dim_v).
+
     Raises ValueError for n_ctx < 1, an unknown type, a head_dim that is
     not a multiple of a block type's block, flash attention off with a
     block-type V, or fa_threads (llama.cpp's thread count for flash
     attention's split; default 2) given with flash attention off;
-    NotEmulated (a NotImplementedError) for an MLA cache other than F16
-    without flash attention.
+    NotEmulated (a NotImplementedError) for an MLA cache of a type not
+    emulated (`MLA_CACHE_TYPES`, `MLA_FA_CACHE_TYPES`); ValueError for one
+    whose type_k and type_v differ (llama.cpp refuses it).
     """
 
     @staticmethod
     def bytes_needed(n_layer: int, n_head_kv: int, head_dim: int, n_ctx: int,
-                     type_k="f16", type_v="f16", v_of_k: int = 0) -> int:
+                     type_k="f16", type_v="f16", v_of_k: int = 0, head_dim_v: int | None = None) -> int:
         """Bytes of K and V for these sizes and types (K only for MLA's
-        cache, `v_of_k` > 0)."""
+        cache, `v_of_k` > 0; V's head size head_dim_v, None: head_dim)."""
         per = 0
-        for t, opt in ((type_k, "type_k"), (type_v, "type_v"))[:1 if v_of_k else 2]:
+        dims = (head_dim, head_dim if head_dim_v is None else head_dim_v)
+        for (t, opt), d in list(zip(((type_k, "type_k"), (type_v, "type_v")), dims))[:1 if v_of_k else 2]:
             t = cache_type(t, opt)
-            w = _row_width(t, head_dim) if t not in _FLOAT else head_dim * np.dtype(_STORE_DTYPE[t]).itemsize
+            w = _row_width(t, d) if t not in _FLOAT else d * np.dtype(_STORE_DTYPE[t]).itemsize
             per += w
         return int(n_layer) * int(n_head_kv) * int(n_ctx) * per
 
     def __init__(self, n_layer: int, n_head_kv: int, head_dim: int, n_ctx: int,
                  type_k="f16", type_v="f16", flash_attn=None, rotate: bool | None = None,
-                 fa_threads: int | None = None, v_of_k: int = 0):
+                 fa_threads: int | None = None, v_of_k: int = 0, head_dim_v: int | None = None):
         if n_ctx <= 0:
             raise ValueError(f"n_ctx must be positive, got {n_ctx}")
         self.type_k = cache_type(type_k, "type_k (--cache-type-k)")
@@ -229,28 +262,66 @@ class KVCache:
         self.v_of_k = int(v_of_k)
         if self.v_of_k and not 0 < self.v_of_k <= head_dim:
             raise ValueError(f"v_of_k {self.v_of_k} is outside 1 .. head_dim {head_dim}")
-        if self.v_of_k and (self.flash_attn or self.type_k != GGMLType.F16 or self.type_v != GGMLType.F16):
+        if self.v_of_k and self.type_k != self.type_v:
+            # llama_init_from_model: "model does not support different K (..) and V (..) cache types"
+            raise ValueError(f"the MLA cache (deepseek2) caches K only, its V a view of K: llama.cpp "
+                             f"refuses different K ({self.type_k.name.lower()}) and V "
+                             f"({self.type_v.name.lower()}) cache types; give both the same type "
+                             f"(--cache-type-k and --cache-type-v)")
+        if self.v_of_k and self.type_k not in (MLA_FA_CACHE_TYPES if self.flash_attn else MLA_CACHE_TYPES):
             # not emulated yet (`which` lists such a candidate as not run)
-            from .._notemulated import NotEmulated, cache_phrase
-            raise NotEmulated("the MLA cache (deepseek2) is emulated with F16 K / V and flash "
-                              "attention off only: pass --flash-attn off (the v0.4.0 profiles "
-                              "turn it on by default) and leave the cache types at f16",
-                              cache_phrase(self.type_k, self.type_v, self.flash_attn),
+            from .._notemulated import NotEmulated, cache_phrase, names_in_order
+            fa = names_in_order(t.name.lower() for t in MLA_FA_CACHE_TYPES)
+            fa_only = names_in_order(t.name.lower() for t in MLA_FA_CACHE_TYPES - MLA_CACHE_TYPES)
+            how = (f"with flash attention, the MLA cache (deepseek2) is emulated with the cache types "
+                   f"{fa} only" if self.flash_attn else
+                   f"without flash attention, the MLA cache (deepseek2) is emulated with an F16 cache "
+                   f"only; the cache types {fa_only} need flash attention on (--flash-attn on; which "
+                   f"profiles: docs/inference.md, \"deepseek2 with flash attention\")")
+            raise NotEmulated(how,
+                              cache_phrase(self.type_k, self.type_v, False),
                               "for the MLA cache (deepseek2)")
+        if (self.v_of_k and _is_block(self.type_k) and head_dim % 64 == 0
+                and self.type_k not in MLA_HEAD64_CACHE_TYPES):
+            # llama.cpp decides a Hadamard rotation for such a head size
+            # (`attn_rot_k`) that MLA's graph never applies (module
+            # docstring): checked for MLA_HEAD64_CACHE_TYPES only
+            from .._notemulated import NotEmulated, cache_phrase, names_in_order
+            ok = names_in_order(t.name.lower() for t in MLA_HEAD64_CACHE_TYPES)
+            raise NotEmulated(f"a block-type MLA cache (deepseek2) with heads of kv_lora_rank + n_rot "
+                              f"a multiple of 64 (here {head_dim}) is checked against llama.cpp with "
+                              f"the block types {ok} only; use one of them or f16",
+                              cache_phrase(self.type_k, self.type_v, False),
+                              f"for the MLA cache (deepseek2) with heads of {head_dim}")
+        #: V's head size (head_dim but for deepseek2's non-absorbed MLA files)
+        self.head_dim_v = int(head_dim if head_dim_v is None else head_dim_v)
+        if self.head_dim_v != head_dim and (self.v_of_k or self.head_dim_v < 1 or self.flash_attn
+                                            or self.type_k != GGMLType.F16 or self.type_v != GGMLType.F16):
+            if self.v_of_k or self.head_dim_v < 1:
+                raise ValueError(f"head_dim_v {self.head_dim_v} with v_of_k {self.v_of_k}")
+            from .._notemulated import NotEmulated, cache_phrase
+            raise NotEmulated("a cache whose V heads differ in size from its K heads (deepseek2's "
+                              "non-absorbed MLA files) is emulated with F16 K / V and flash attention "
+                              "off only: pass --flash-attn off and leave the cache types at f16",
+                              cache_phrase(self.type_k, self.type_v, self.flash_attn),
+                              "for K and V heads of different sizes")
+        # MLA's `build_attn` (`llm_graph_input_attn_k`) never rotates: llama.cpp
+        # makes the Hadamard input only for `llm_graph_input_attn_kv`
         disabled = rotation_disabled() if rotate is None else not rotate
+        disabled = disabled or bool(self.v_of_k)
         #: Hadamard sizes of K's and V's rotation (0: none)
-        self.rot_k, self.rot_v = rotation_sizes(head_dim, head_dim, self.type_k, self.type_v, disabled)
+        self.rot_k, self.rot_v = rotation_sizes(head_dim, self.head_dim_v, self.type_k, self.type_v, disabled)
         #: whether K or V is rotated (`IswaCache` has the same attribute)
         self.rotated = bool(self.rot_k or self.rot_v)
         self.n_ctx = int(n_ctx)
         self.n = 0
         self.head_dim = int(head_dim)
-        self.k = self._alloc(self.type_k, n_layer, n_head_kv)
-        self.v = None if self.v_of_k else self._alloc(self.type_v, n_layer, n_head_kv)
+        self.k = self._alloc(self.type_k, n_layer, n_head_kv, self.head_dim)
+        self.v = None if self.v_of_k else self._alloc(self.type_v, n_layer, n_head_kv, self.head_dim_v)
 
-    def _alloc(self, t, n_layer, n_head_kv):
+    def _alloc(self, t, n_layer, n_head_kv, d):
         dt = _STORE_DTYPE.get(t, np.uint8)
-        return np.zeros((n_layer, n_head_kv, self.n_ctx, _row_width(t, self.head_dim)), dt)
+        return np.zeros((n_layer, n_head_kv, self.n_ctx, _row_width(t, d)), dt)
 
     # ------------------------------------------------------------ storing
     def _encode(self, t: GGMLType, x: np.ndarray, profile) -> np.ndarray:
@@ -294,19 +365,25 @@ class KVCache:
         if not self.v_of_k:
             self.v[il, :, self.n:self.n + m] = self._encode(self.type_v, v, prof)
 
-    def _decode(self, t, a: np.ndarray) -> np.ndarray:
+    def _decode(self, t, a: np.ndarray, d: int) -> np.ndarray:
         from ..cpu.flash_attn import _v_to_float
         if t == GGMLType.F32:
             return np.array(a, np.float32)
-        return _v_to_float(t, a, a.shape[1], self.head_dim)
+        return _v_to_float(t, a, a.shape[1], d)
+
+    def _v_view(self, il: int) -> np.ndarray:
+        """MLA's V cells of layer il (`v_of_k`): the first v_of_k values of
+        each K cell as stored, (n_head_kv, n_ctx, w) (a block type: the
+        first v_of_k / block_values blocks; ggml's `ggml_view_4d` of K)."""
+        return self.k[il][:, :, :_row_width(self.type_k, self.v_of_k)]
 
     def keys(self, il: int, T: int) -> np.ndarray:
-        return self._decode(self.type_k, self.k[il, :, :T])
+        return self._decode(self.type_k, self.k[il, :, :T], self.head_dim)
 
     def values(self, il: int, T: int) -> np.ndarray:
         if self.v_of_k:
             return self.keys(il, T)[:, :, :self.v_of_k]
-        return self._decode(self.type_v, self.v[il, :, :T])
+        return self._decode(self.type_v, self.v[il, :, :T], self.head_dim_v)
 
     def truncate(self, n: int) -> None:
         """Forget positions n and later."""
@@ -342,7 +419,11 @@ class KVCache:
             self.store(il, k, v, profile)
         T = self.n + q.shape[0]
         n_kv = kv_length(T)
-        if self.v_of_k:
+        if self.v_of_k and self.flash_attn:
+            # V: a view of each K cell's first v_of_k values, K's type
+            out = flash_attn_ext(q, self.type_k, self.k[il], self.type_k, self._v_view(il), T, n_kv, pos,
+                                 kq_scale, profile, n_swa, self.fa_threads, sinks, v_width=self.v_of_k)
+        elif self.v_of_k:
             kb = self.k[il].view(np.uint16)
             out = f16_attention.attention(q, kb, kb, T, pos, kq_scale, profile, n_swa, sinks=sinks,
                                           v_width=self.v_of_k)
@@ -350,8 +431,9 @@ class KVCache:
             out = flash_attn_ext(q, self.type_k, self.k[il], self.type_v, self.v[il], T, n_kv, pos,
                                  kq_scale, profile, n_swa, self.fa_threads, sinks)
         elif self.type_k == self.type_v == GGMLType.F16:
+            vw = None if self.head_dim_v == self.head_dim else self.head_dim_v
             out = f16_attention.attention(q, self.k[il].view(np.uint16), self.v[il].view(np.uint16), T, pos,
-                                kq_scale, profile, n_swa, sinks=sinks)
+                                kq_scale, profile, n_swa, sinks=sinks, v_width=vw)
         else:
             out = attention_mm(q, self.type_k, self.k[il], self.type_v, self.v[il], T, n_kv, pos,
                                kq_scale, profile, n_swa, sinks)

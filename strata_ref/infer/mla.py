@@ -32,20 +32,54 @@ weight: the same kernel choice per head, never repacked; on x86 builds
 ggml converts the permuted q_nope to F16 before tinyBLAS either way, an
 ARM build whose tinyBLAS takes F16 weights with F32 activations
 (`TINYBLAS_F16_F32B`) could differ and is not checked), the attention
-`KVCache.attend` over a cache whose V is a view of K (`kv_cache`, F16
-without flash attention as llama-cpp-python runs it), the norms and RoPE
-`cpu.ops`'.
+`KVCache.attend` over a cache whose V is a view of K (`kv_cache`: F16
+without flash attention as llama-cpp-python runs it, `cpu.f16_attention`
+with a V narrower than K; with flash attention ggml's kernel with DV =
+R < DK = R + r, `cpu.flash_attn` with `v_width`, over the cache types of
+`MLA_FLASH_ATTN_PROFILES` on the profiles listed there; its output goes
+through W_vb per head as above: llama.cpp's `build_attn_mha` multiplies
+a permuted view of it, which on x86 is converted to W_vb's vec_dot type
+like the contiguous one), the norms and RoPE `cpu.ops`'.
 
-kq_scale (deepseek2.cpp): mscale^2 / sqrtf(d_nope + r) in float32, mscale =
-attn_factor_org * (1 + 0.1 yarn_log_mul logf(1 / freq_scale)),
-attn_factor_org = attn_factor * (1 + 0.1 logf(1 / freq_scale)): 1 /
+The non-absorbed layout of older converters (one `attn_kv_b` of ggml
+shape {R, H (d_nope + d_v)} per layer, no `attention.key_length_mla` /
+`value_length_mla`; llama.cpp's `hparams.is_mla()` false, so
+n_embd_head_k = `attention.key_length` = d_nope + r, n_embd_head_v =
+`value_length` = d_v and `head_count_kv` = H): deepseek2.cpp's `else`
+branch of `is_mla`, plain multi-head attention over a cache of H K heads
+of d_nope + r and H V heads of d_v (`build_attn` with
+`llm_graph_input_attn_kv`):
+
+    q, c, kpe as above                 (q by W_q or the q LoRA)
+    kv     = W_kvb c                    (n, H, d_nope + d_v)
+    kn, v  = kv split at d_nope per head (v made contiguous, `ggml_cont`)
+    Q      = q with its last r values per head roped   (`ggml_rope_set_offset`)
+    K      = kn | kpe repeated over the heads           (n, H, d_nope + r)
+    out    = W_o softmax(K Q * kq_scale + mask) V
+
+kq_scale (deepseek2.cpp `graph::graph`, the same formula in both layouts,
+d_nope + r being n_embd_head_k either way): mscale^2 / sqrtf(d_nope + r) in
+float32, mscale = attn_factor_org * (1 + 0.1 yarn_log_mul logf(1 /
+freq_scale)), attn_factor_org = attn_factor * (1 + 0.1 logf(1 /
+freq_scale)), attn_factor the context's `yarn_attn_factor`
+(llama-context.cpp; `model.rope_yarn_params`), which with YaRN holds
+1 / (1 + 0.1 logf(1 / freq_scale)), so attn_factor_org is about 1: 1 /
 sqrtf(d_nope + r) without RoPE scaling; `rope.scaling.yarn_log_multiplier`
 is read (divided by 0.1 as llama.cpp undoes the converter's factor).
 
+YaRN (`rope.scaling.type` = yarn, DeepSeek V3 / R1 / Kimi K2): both RoPEs
+(q_pe and k_pe) are `ggml_rope_ext` with the context's ext_factor (1),
+attn_factor (the yarn_attn_factor above, not the mscale of kq_scale),
+beta_fast 32, beta_slow 1 and n_ctx_orig
+(`rope.scaling.original_context_length`): the model's RoPE tables
+(`ops.rope_cache` with `yarn`).
+
 For `strata-ref trace` the block records a subset of deepseek2.cpp's node
 names (q, kv_cmpr_pe, k_pe, kv_cmpr, q_pe, Qcur, Kcur, kqv_out and the
-output projection), not checked against a llama.cpp dump; the attention's
-inner nodes (kq, kq_soft_max, kqv, kqv_mla) are not recorded.
+output projection; the non-absorbed layout: kv, Vcur_cont, Qcur and Kcur
+in place of q_pe, Qcur and Kcur), not checked against a llama.cpp dump;
+the attention's inner nodes (kq, kq_soft_max, kqv, kqv_mla) are not
+recorded.
 """
 from __future__ import annotations
 
@@ -59,20 +93,44 @@ from ..types import block_format
 from . import trace as T
 from .model import ArchKeys, ModelLoadError, _logf
 
-__all__ = ["MlaParams", "mla_params", "MlaAttention"]
+__all__ = ["MlaParams", "mla_params", "MlaAttention", "MlaMhaAttention", "mla_attention",
+           "MLA_FLASH_ATTN_PROFILES", "MLA_HEAD64_PROFILES"]
+
+_FA_TYPES = frozenset({"f16", "f32", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"})
+#: the CPU profiles on which flash attention over the absorbed layout's
+#: cache runs, with the cache types (type_k = type_v) of each, checked
+#: bitwise against the profile's llama.cpp build's logits (llama-cpp-python
+#: 0.3.36: tests/data/<profile>/llama_ref_moe_fa[_<type>]_deepseek2*.npz;
+#: prebuilt v0.4.0: tests/data/<profile>/moe_deepseek2*.npz, F16: the variants
+#: this Zen 3 CPU executes); any
+#: other combination is refused (NotEmulated) and --flash-attn off runs
+MLA_FLASH_ATTN_PROFILES = {"scalar": _FA_TYPES, "avx2": _FA_TYPES,
+                           **{f"v0.4.0-{v}": frozenset({"f16"})
+                              for v in ("x64", "sse42", "sandybridge", "ivybridge", "piledriver", "haswell")}}
+#: the block cache types (a subset of the profile's in
+#: `MLA_FLASH_ATTN_PROFILES`) checked where the cached head (kv_lora_rank +
+#: n_rot) is a multiple of 64, as DeepSeek V3's 576: llama.cpp decides its
+#: Hadamard rotation by head size but never applies it to the MLA cache
+#: (kv_cache's module docstring); checked bitwise with a head of 192
+#: (tests/data/<profile>/llama_ref_moe_fa_<type>_deepseek2-r160.npz,
+#: tests/test_mla_head64.py); refused elsewhere. Unquantized types (f16,
+#: f32, bf16) are never rotated and need no entry.
+MLA_HEAD64_PROFILES = {"scalar": frozenset({"q8_0", "q4_0"}), "avx2": frozenset({"q8_0", "q4_0"})}
 
 
 @dataclass(frozen=True)
 class MlaParams:
     """MLA's sizes (module docstring): n_lora_q (0: q by `attn_q` directly,
-    llama.cpp's lite variants), n_lora_kv (R), d_nope, d_rope (r), d_v, and
-    kq_scale (float32 value)."""
+    llama.cpp's lite variants), n_lora_kv (R), d_nope, d_rope (r), d_v,
+    kq_scale (float32 value), and absorbed (the `attn_k_b` / `attn_v_b`
+    layout; False: the `attn_kv_b` one of older converters)."""
     n_lora_q: int
     n_lora_kv: int
     d_nope: int
     d_rope: int
     d_v: int
     kq_scale: float
+    absorbed: bool = True
 
 
 def _n_vocab(k: ArchKeys) -> int:
@@ -84,18 +142,23 @@ def _n_vocab(k: ArchKeys) -> int:
     return len(toks) if toks is not None else 0
 
 
-def mla_params(k: ArchKeys, c: dict) -> MlaParams:
+def mla_params(k: ArchKeys, c: dict, yarn: tuple | None = None) -> MlaParams:
     """MLA's hyperparameters of a deepseek2 file as
     `llama_model_deepseek2::load_arch_hparams` reads them, c the common
     ones (`model.common_params`: head_dim is `attention.key_length`, n_rot
-    `rope.dimension_count`, n_layer without the MTP layers).
+    `rope.dimension_count`, n_layer without the MTP layers), yarn the
+    YaRN parameters (`model.rope_yarn_params`) or None without YaRN.
 
     `attention.q_lora_rank` is required except for llama.cpp's lite
-    variants (26 or 27 layers, or 48 with 128256 tokens); the
-    `attention.kv_lora_rank`, `attention.key_length_mla` and
-    `value_length_mla` keys are required (files without the MLA lengths
-    are the old non-absorbed layout, refused), and so is
-    `expert_shared_count`; `attention.temperature_scale` (mistral-large's
+    variants (26 or 27 layers, or 48 with 128256 tokens);
+    `attention.kv_lora_rank` and `expert_shared_count` are required.
+    `attention.key_length_mla` and `value_length_mla` (both or neither)
+    make the absorbed layout, whose `key_length` must be kv_lora_rank + r,
+    `value_length` kv_lora_rank and `head_count_kv` 1; without them
+    (`hparams.is_mla()` false: the non-absorbed layout of older converters)
+    the head sizes are `key_length` (d_nope + r) and `value_length` (d_v)
+    and `head_count_kv` must be `head_count` (deepseek2.cpp repeats k_pe
+    over all the heads). `attention.temperature_scale` (mistral-large's
     temperature tuning) and the GLM-4.7-Lite default gating (a file without
     `expert_gating_func`, 47 or 48 layers, 154880 tokens: llama.cpp takes
     sigmoid) are refused. Every problem is a ModelLoadError naming the key."""
@@ -105,25 +168,37 @@ def mla_params(k: ArchKeys, c: dict) -> MlaParams:
     n_lora_q = 0 if lite else k.int("attention.q_lora_rank", required=True)
     n_lora_kv = k.int("attention.kv_lora_rank", required=True)
     have_k, have_v = "attention.key_length_mla" in k, "attention.value_length_mla" in k
-    if not (have_k and have_v):
-        raise ModelLoadError(f"GGUF metadata has no `{k.full('attention.key_length_mla')}` / "
-                             f"`{k.full('attention.value_length_mla')}`: the non-absorbed MLA layout "
-                             f"of older converters (`attn_kv_b`) is not supported (reconvert the model)")
-    d_k = k.int("attention.key_length_mla")
-    d_v = k.int("attention.value_length_mla")
+    if have_k != have_v:
+        raise ModelLoadError(f"GGUF metadata has only one of `{k.full('attention.key_length_mla')}` / "
+                             f"`{k.full('attention.value_length_mla')}` (llama.cpp asserts both or neither)")
+    absorbed = have_k
     r = c["n_rot"]
+    if absorbed:
+        d_k_key = "attention.key_length_mla"
+        d_k = k.int("attention.key_length_mla")
+        d_v = k.int("attention.value_length_mla")
+        if c["head_dim"] != n_lora_kv + r:
+            raise ModelLoadError(f"`{k.full('attention.key_length')}` = {c['head_dim']} is not "
+                                 f"kv_lora_rank + rope.dimension_count = {n_lora_kv + r}")
+        if k.int("attention.value_length", n_lora_kv) != n_lora_kv:
+            raise ModelLoadError(f"`{k.full('attention.value_length')}` is not "
+                                 f"`{k.full('attention.kv_lora_rank')}` = {n_lora_kv}")
+        if c["n_head_kv"] != 1:
+            raise ModelLoadError(f"`{k.full('attention.head_count_kv')}` = {c['n_head_kv']}: MLA caches "
+                                 f"one KV head (the converter writes 1)")
+    else:
+        # llama_hparams::n_embd_head_k_mla() / n_embd_head_v_mla() fall back
+        # to n_embd_head_k / n_embd_head_v (key_length / value_length)
+        d_k_key = "attention.key_length"
+        d_k = c["head_dim"]
+        d_v = k.int("attention.value_length", d_k, lo=1)
+        if c["n_head_kv"] != c["n_head"]:
+            raise ModelLoadError(f"`{k.full('attention.head_count_kv')}` = {c['n_head_kv']} is not "
+                                 f"`{k.full('attention.head_count')}` = {c['n_head']}: the non-absorbed "
+                                 f"MLA layout (`attn_kv_b`) caches one K / V head per query head")
     if d_k - r < 1:
-        raise ModelLoadError(f"`{k.full('attention.key_length_mla')}` = {d_k} must exceed "
+        raise ModelLoadError(f"`{k.full(d_k_key)}` = {d_k} must exceed "
                              f"`{k.full('rope.dimension_count')}` = {r} (llama.cpp asserts it)")
-    if c["head_dim"] != n_lora_kv + r:
-        raise ModelLoadError(f"`{k.full('attention.key_length')}` = {c['head_dim']} is not "
-                             f"kv_lora_rank + rope.dimension_count = {n_lora_kv + r}")
-    if k.int("attention.value_length", n_lora_kv) != n_lora_kv:
-        raise ModelLoadError(f"`{k.full('attention.value_length')}` is not "
-                             f"`{k.full('attention.kv_lora_rank')}` = {n_lora_kv}")
-    if c["n_head_kv"] != 1:
-        raise ModelLoadError(f"`{k.full('attention.head_count_kv')}` = {c['n_head_kv']}: MLA caches "
-                             f"one KV head (the converter writes 1)")
     if "expert_shared_count" not in k:
         raise ModelLoadError(f"GGUF metadata has no `{k.full('expert_shared_count')}`")
     if k.float("attention.temperature_scale", 0.0, positive=False) != 0.0:
@@ -134,14 +209,17 @@ def mla_params(k: ArchKeys, c: dict) -> MlaParams:
                              f"GLM-4.7-Lite (llama.cpp's sigmoid default for it is not supported)")
     f = np.float32
     log_mul = f(k.float("rope.scaling.yarn_log_multiplier", 0.0, positive=False)) / f(0.1)
-    # deepseek2.cpp: attn_factor 1 (llama-cpp-python's; `rope.scaling.attn_factor`
-    # other than 1 is refused by the MoE graph), freq_scale from the RoPE scaling
+    # deepseek2.cpp `graph::graph`: attn_factor is the context's
+    # yarn_attn_factor (`model.rope_yarn_params`' with YaRN; 1 without,
+    # llama-cpp-python's value, as `rope.scaling.attn_factor` other than 1
+    # is refused there), freq_scale the context's
+    attn = f(1.0) if yarn is None else f(yarn[1])
     lg = _logf(f(1.0) / f(c["rope_freq_scale"]))
-    org = f(1.0) * f(f(1.0) + f(f(0.1) * lg))
+    org = f(attn * f(f(1.0) + f(f(0.1) * lg)))
     mscale = f(org * f(f(1.0) + f(f(f(0.1) * f(log_mul)) * lg)))
     kq_scale = f(f(f(f(1.0) * mscale) * mscale) / np.sqrt(f(d_k)))
     return MlaParams(n_lora_q=n_lora_q, n_lora_kv=n_lora_kv, d_nope=d_k - r, d_rope=r, d_v=d_v,
-                     kq_scale=float(kq_scale))
+                     kq_scale=float(kq_scale), absorbed=absorbed)
 
 
 def _per_head(w, name: str, n_head: int, rows: int, cols: int, profile) -> list:
@@ -165,17 +243,14 @@ def _per_head(w, name: str, n_head: int, rows: int, cols: int, profile) -> list:
     return mats
 
 
-class MlaAttention:
-    """One MLA block (module docstring), loaded from the tensors of the
-    layer whose names start with `prefix`; hp has n_embd, n_head, eps and
-    `mla` (`MlaParams`).
-
-    `__call__(x, pos, cache, ci, cos_sin, n_swa=0)`: x float32 (n,
-    n_embd); pos int (n,) positions; cache a `KVCache` made with `v_of_k`
-    = R (ci: this layer's slot); cos_sin the RoPE tables (n, r/2) of `pos`.
-    Returns float32 (n, n_embd). A missing tensor, or one of another shape,
-    is a ModelLoadError naming it; a file with `attn_kv_b` (the
-    non-absorbed layout) is refused."""
+class _MlaProjections:
+    """What both of deepseek2's attention layouts share (module docstring),
+    loaded from the tensors of the layer whose names start with `prefix`
+    (hp has n_embd, n_head, eps and `mla`): q (by `attn_q`, or the q LoRA
+    `attn_q_a`, `attn_q_a_norm`, `attn_q_b`), the compressed KV with its
+    RoPE part (`attn_kv_a_mqa`, `attn_kv_a_norm`) and `attn_output`. A
+    missing tensor, or one of another shape, is a ModelLoadError naming
+    it."""
 
     def __init__(self, w, prefix: str, hp, spec, profile):
         m = hp.mla
@@ -183,9 +258,6 @@ class MlaAttention:
         R, r, dn, dv = m.n_lora_kv, m.d_rope, m.d_nope, m.d_v
         self.hp, self.m, self.cpu = hp, m, profile
         self.il = int(prefix.split(".")[1]) if prefix.startswith("blk.") else -1
-        if w.has(prefix + "attn_kv_b.weight"):
-            raise ModelLoadError(f"{hp.arch}: tensor `{prefix}attn_kv_b.weight` (the non-absorbed MLA "
-                                 f"layout of older converters) is not supported")
         if m.n_lora_q:
             self.wq = None
             self.wq_a = w.mat(prefix + "attn_q_a.weight", m.n_lora_q, e)
@@ -196,21 +268,20 @@ class MlaAttention:
             self.wq = w.mat(prefix + "attn_q.weight", H * (dn + r), e)
         self.wkv_a = w.mat(prefix + "attn_kv_a_mqa.weight", R + r, e)
         self.kv_a_norm = w.vec(prefix + "attn_kv_a_norm.weight", R)
-        self.wk_b = _per_head(w, prefix + "attn_k_b.weight", H, R, dn, profile)
-        self.wv_b = _per_head(w, prefix + "attn_v_b.weight", H, dv, R, profile)
         self.wo = w.mat(prefix + "attn_output.weight", e, H * dv)
         #: the name of the output projection's node (the trace's)
         self.out_name = T.derived_name("MUL_MAT", [self.wo.name, T.node("kqv_out", self.il)])
 
-    def matrices(self) -> list:
-        qs = [self.wq] if self.wq is not None else [self.wq_a, self.wq_b]
-        return qs + [self.wkv_a] + self.wk_b + self.wv_b + [self.wo]
+    def _q_matrices(self) -> list:
+        return [self.wq] if self.wq is not None else [self.wq_a, self.wq_b]
 
-    def __call__(self, x, pos, cache, ci, cos_sin, n_swa=0):
+    def _project(self, x, cos, sin):
+        """deepseek2.cpp up to the layouts' branch: q float32 (n, H, d_nope +
+        r) unroped, the normed compressed KV c (n, R) and the roped key
+        part kpe (n, 1, r)."""
         hp, m, il, prof = self.hp, self.m, self.il, self.cpu
         n, H = x.shape[0], hp.n_head
         R, r, dn = m.n_lora_kv, m.d_rope, m.d_nope
-        cos, sin = cos_sin
         if self.wq is None:
             q = self.wq_a.matmul(x)
             T.emit("q", "MUL_MAT", q, il)
@@ -225,6 +296,41 @@ class MlaAttention:
         k_pe = ops.rope(kv_pe[:, R:].reshape(n, 1, r), cos, sin, r, False, prof)
         T.emit("k_pe", "ROPE", k_pe, il)
         kv = T.norm(np.ascontiguousarray(kv_pe[:, :R]), self.kv_a_norm, hp.eps, "kv_cmpr", il)
+        return q, kv, k_pe
+
+    def _out(self, o):
+        T.emit("kqv_out", "CONT", o, self.il)
+        out = self.wo.matmul(o)
+        T.emit(self.out_name, "MUL_MAT", out)
+        return out
+
+
+class MlaAttention(_MlaProjections):
+    """One MLA block of the absorbed layout (module docstring), loaded from
+    the tensors of the layer whose names start with `prefix`; hp has
+    n_embd, n_head, eps and `mla` (`MlaParams`).
+
+    `__call__(x, pos, cache, ci, cos_sin, n_swa=0)`: x float32 (n,
+    n_embd); pos int (n,) positions; cache a `KVCache` made with `v_of_k`
+    = R (ci: this layer's slot); cos_sin the RoPE tables (n, r/2) of `pos`.
+    Returns float32 (n, n_embd). A missing tensor, or one of another shape,
+    is a ModelLoadError naming it."""
+
+    def __init__(self, w, prefix: str, hp, spec, profile):
+        super().__init__(w, prefix, hp, spec, profile)
+        m, H = hp.mla, hp.n_head
+        self.wk_b = _per_head(w, prefix + "attn_k_b.weight", H, m.n_lora_kv, m.d_nope, profile)
+        self.wv_b = _per_head(w, prefix + "attn_v_b.weight", H, m.d_v, m.n_lora_kv, profile)
+
+    def matrices(self) -> list:
+        return self._q_matrices() + [self.wkv_a] + self.wk_b + self.wv_b + [self.wo]
+
+    def __call__(self, x, pos, cache, ci, cos_sin, n_swa=0):
+        hp, m, il, prof = self.hp, self.m, self.il, self.cpu
+        n, H = x.shape[0], hp.n_head
+        R, r, dn = m.n_lora_kv, m.d_rope, m.d_nope
+        cos, sin = cos_sin
+        q, kv, k_pe = self._project(x, cos, sin)
         q_pe = ops.rope(q[:, :, dn:], cos, sin, r, False, prof)
         T.emit("q_pe", "ROPE", q_pe, il)
         q_nope = q[:, :, :dn]
@@ -240,8 +346,50 @@ class MlaAttention:
         o = np.empty((n, H, m.d_v), np.float32)
         for h in range(H):
             o[:, h] = self.wv_b[h].matmul(a[:, h])
-        o = o.reshape(n, H * m.d_v)
-        T.emit("kqv_out", "CONT", o, il)
-        out = self.wo.matmul(o)
-        T.emit(self.out_name, "MUL_MAT", out)
-        return out
+        return self._out(o.reshape(n, H * m.d_v))
+
+
+class MlaMhaAttention(_MlaProjections):
+    """One attention block of deepseek2's non-absorbed layout (older
+    converters' `attn_kv_b`; module docstring), deepseek2.cpp's `!is_mla`
+    branch: the compressed KV expanded by `attn_kv_b` (a 2-D matrix of
+    ggml shape {R, H (d_nope + d_v)}) into per-head k_nope and V, K =
+    k_nope | k_pe repeated over the heads, multi-head attention over a
+    `KVCache` of H heads of d_nope + r (K) and d_v (V, `head_dim_v`).
+    Same call as `MlaAttention`; a missing tensor, or one of another
+    shape, is a ModelLoadError naming it."""
+
+    def __init__(self, w, prefix: str, hp, spec, profile):
+        super().__init__(w, prefix, hp, spec, profile)
+        m = hp.mla
+        self.wkv_b = w.mat(prefix + "attn_kv_b.weight", hp.n_head * (m.d_nope + m.d_v), m.n_lora_kv)
+
+    def matrices(self) -> list:
+        return self._q_matrices() + [self.wkv_a, self.wkv_b, self.wo]
+
+    def __call__(self, x, pos, cache, ci, cos_sin, n_swa=0):
+        hp, m, il, prof = self.hp, self.m, self.il, self.cpu
+        n, H = x.shape[0], hp.n_head
+        r, dn = m.d_rope, m.d_nope
+        cos, sin = cos_sin
+        q, kv, k_pe = self._project(x, cos, sin)
+        kv = self.wkv_b.matmul(kv)
+        T.emit("kv", "MUL_MAT", kv, il)
+        kv = kv.reshape(n, H, dn + m.d_v)
+        v = np.ascontiguousarray(kv[:, :, dn:])
+        T.emit("Vcur_cont", "CONT", v, il)
+        # ggml_rope_ext with ggml_rope_set_offset(d_nope): the last r values
+        # of each head rotated, the first d_nope copied
+        Q = np.concatenate([q[:, :, :dn], ops.rope(q[:, :, dn:], cos, sin, r, False, prof)], axis=2)
+        T.emit("Qcur", "ROPE", Q, il)
+        K = np.concatenate([kv[:, :, :dn], np.broadcast_to(k_pe, (n, H, r))], axis=2)
+        T.emit("Kcur", "CONCAT", K, il)
+        a = cache.attend(ci, Q, K, v, pos, m.kq_scale, prof, n_swa)
+        return self._out(a)
+
+
+def mla_attention(w, prefix: str, hp, spec, profile):
+    """deepseek2's attention block for the layout of the file (`MlaParams`
+    absorbed): `MlaAttention` or `MlaMhaAttention`."""
+    cls = MlaAttention if hp.mla.absorbed else MlaMhaAttention
+    return cls(w, prefix, hp, spec, profile)

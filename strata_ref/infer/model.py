@@ -262,7 +262,7 @@ def common_params(k: ArchKeys, spec: ArchSpec, ff_required: bool = True, per_lay
                n_head_kv=n_head_kv, head_dim=head_dim, n_rot=n_rot, n_ctx_train=n_ctx_train,
                eps=eps, rope_base=base, rope_freq_scale=freq_scale)
     if yarn:
-        out["rope_yarn"] = rope_yarn_params(k, scaling, freq_scale, n_ctx_train)
+        out["rope_yarn"] = rope_yarn_params(k, scaling, freq_scale, n_ctx_train, spec.yarn_log_mul)
     return out
 
 
@@ -319,27 +319,48 @@ def swa_params(k: ArchKeys, swa: Swa | None, n_layer: int, rope_base: float, rop
                 rope_freq_scale_swa=rope_freq_scale if swa.rope_of_full else 1.0)
 
 
-def rope_yarn_params(k: ArchKeys, scaling: str, freq_scale: float, n_ctx_train: int) -> tuple:
+def rope_yarn_params(k: ArchKeys, scaling: str, freq_scale: float, n_ctx_train: int,
+                     log_mul_key: bool = False) -> tuple:
     """(ext_factor, attn_factor, beta_fast, beta_slow, n_ctx_orig) as
     llama.cpp's context sets them with llama-cpp-python's defaults
     (`llama_context::llama_context`, src/llama-context.cpp; the Python
     wrapper passes yarn_ext_factor -1 = from the model, attn_factor 1,
     beta_fast 32, beta_slow 1): ext_factor 1 for YaRN scaling else 0;
-    with ext_factor != 0 attn_factor = get_mscale(1/freq_scale) /
-    (1 + 0.1 ln(1/freq_scale)), mscale(s) = 0.1 ln(s) + 1 for s > 1 (so 1
-    unless the file has `rope.scaling.yarn_log_multiplier`, which is
-    refused), times `rope.scaling.attn_factor`. float32 arithmetic of the
-    library's plain (no FMA) build; n_ctx_orig from
-    `rope.scaling.original_context_length`, else the training context."""
+    with ext_factor != 0 attn_factor = get_mscale(s, mscale) /
+    get_mscale(s, mscale_all_dims) / (1 + 0.1 logf(s)), s = 1 /
+    freq_scale, get_mscale(s, m) = 0.1 m logf(s) + 1 for s > 1 (else 1);
+    mscale_all_dims is hparams' `rope_yarn_log_mul` and mscale 1, except
+    for an architecture whose loader reads it (`log_mul_key`:
+    `ArchSpec.yarn_log_mul`, deepseek2), `rope.scaling.yarn_log_multiplier` divided
+    by 0.1 (`llama_model_deepseek2::load_arch_hparams`) and takes mscale =
+    mscale_all_dims unless that is 1 (so its ratio is 1); without the key
+    the ratio is get_mscale(s, 1). The key is refused for the other
+    architectures (their loaders do not read it). Then times
+    `rope.scaling.attn_factor`. float32 arithmetic of the library's plain
+    (no FMA) build; n_ctx_orig from `rope.scaling.original_context_length`,
+    else the training context."""
     f = np.float32
     ext = f(1.0) if scaling == "yarn" else f(0.0)
     attn = f(1.0)
-    if "rope.scaling.yarn_log_multiplier" in k and k.float("rope.scaling.yarn_log_multiplier", positive=False):
-        raise ModelLoadError(f"`{k.full('rope.scaling.yarn_log_multiplier')}` is not supported")
+    log_mul = f(0.0)
+    if "rope.scaling.yarn_log_multiplier" in k:
+        if not log_mul_key:
+            if k.float("rope.scaling.yarn_log_multiplier", positive=False):
+                raise ModelLoadError(f"`{k.full('rope.scaling.yarn_log_multiplier')}` is not supported")
+        else:
+            # [TAG_DEEPSEEK2_YARN_LOG_MUL_FIX]: the converter's 0.1 cancelled
+            log_mul = f(f(k.float("rope.scaling.yarn_log_multiplier", positive=False)) / f(0.1))
     if ext != 0:
         factor = f(f(1.0) / f(freq_scale))
-        # get_mscale(factor, 1): (0.1 * 1) * logf(factor) + 1, for factor > 1
-        attn = f(1.0) if factor <= 1.0 else f(f(f(f(0.1) * f(1.0)) * _logf(factor)) + f(1.0))
+
+        def get_mscale(m):
+            # (0.1f * mscale) * logf(scale) + 1.0f, for scale > 1
+            return f(1.0) if factor <= 1.0 else f(f(f(f(0.1) * f(m)) * _logf(factor)) + f(1.0))
+        if log_mul != 0:
+            mscale = log_mul if log_mul != 1 else f(1.0)
+            attn = f(get_mscale(mscale) / get_mscale(log_mul))
+        else:
+            attn = get_mscale(f(1.0))
         attn = f(attn * f(f(1.0) / f(f(1.0) + f(f(0.1) * _logf(factor)))))
     attn = f(attn * f(k.float("rope.scaling.attn_factor", 1.0)))
     n_orig = k.int("rope.scaling.original_context_length", n_ctx_train)

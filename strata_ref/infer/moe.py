@@ -29,12 +29,18 @@ loaded and not run.
 
 deepseek2 (DeepSeek V2 / V3 / R1, Kimi K2): multi-head latent attention
 (`mla`: q LoRA, the compressed KV with its shared RoPE part, the absorbed
-`attn_k_b` / `attn_v_b`), normal-pair RoPE; `ffn_norm` before the FFN;
+`attn_k_b` / `attn_v_b`, or older converters' `attn_kv_b` run as plain
+multi-head attention), normal-pair RoPE; `ffn_norm` before the FFN;
 the first `leading_dense_block_count` layers dense SwiGLU, the others
 routed experts gated per `expert_gating_func` (softmax when absent), the
-selection biased by `exp_probs_b` where the file has it, weights
-normalized if `expert_weights_norm`, times `expert_weights_scale`, plus
-the ungated shared expert (`src/models/deepseek2.cpp`).
+selection biased by `exp_probs_b` where the file has it, limited to the
+best `expert_group_used_count` of `expert_group_count` expert groups
+where that is above 1 (DeepSeek V3's group-limited routing,
+`cpu.moe.group_limited`; the other graphs here run it too, as
+`build_moe_ffn` is shared), weights normalized if `expert_weights_norm`,
+times `expert_weights_scale`, plus the ungated shared expert
+(`src/models/deepseek2.cpp`); YaRN RoPE where the file scales by it
+(`mla`).
 
 The MoE arithmetic (`cpu.moe`): the router mat-mul, ggml's argsort with
 libstdc++'s tie order, `ggml_mul_mat_id` per expert in ggml-cpu's code
@@ -51,8 +57,8 @@ from ..cpu import moe as cmoe
 from ..cpu import ops
 from . import trace as T
 from .layers import Attention, GatedFFN, sigmoid
-from .mla import MlaAttention, mla_params
-from .kv_cache import KVCache
+from .mla import MLA_FLASH_ATTN_PROFILES, MLA_HEAD64_PROFILES, mla_attention, mla_params
+from .kv_cache import KVCache, _is_block
 from .model import (CommonHParams, ArchKeys, Model, ModelLoadError, arch_spec, common_params,
                     refuse_rope_attn_factor, swa_params)
 
@@ -60,17 +66,46 @@ __all__ = ["MoEHParams", "MoEFFN", "Qwen3MoEModel", "Glm4MoEModel", "DeepSeek2Mo
            "expert_params"]
 
 
-def expert_params(k: ArchKeys, n_ff: int, ff_key_required: bool = False) -> dict:
+def expert_params(k: ArchKeys, n_ff: int, ff_key_required: bool = False, groups: bool = False) -> dict:
     """n_expert, n_expert_used and n_ff_exp as llama.cpp reads them:
     `expert_count` (> 1), `expert_used_count` (1 .. n_expert; one value
     for every layer), `expert_feed_forward_length`, else n_ff /
-    n_expert_used. `expert_group_count` above 1 (DeepSeek's group-limited
-    routing) is refused."""
+    n_expert_used. With `groups` (the graphs of this module) also
+    n_expert_groups / n_group_used, DeepSeek V3's group-limited routing:
+    `expert_group_count` (0 or 1: none) and `expert_group_used_count`,
+    checked as `llama_model_base::load_hparams` (src/llama-model.cpp)
+    asserts them (fewer groups than experts, n_expert a multiple of the
+    group count, 0 < used < groups) and with at least 2 experts per group
+    (`ggml_argsort_top_k` of 2 in `build_moe_ffn`); without `groups`
+    (hybrid, gemma4) `expert_group_count` above 1 is refused. Every
+    problem is a ModelLoadError naming the key."""
     n_expert = k.int("expert_count", required=True, lo=1, hi=1024)
     n_used = k.int("expert_used_count", required=True, lo=1, hi=n_expert)
-    if k.int("expert_group_count", 0, lo=0) > 1:
+    n_groups = k.int("expert_group_count", 0, lo=0)
+    out = {}
+    if n_groups > 1 and not groups:
         raise ModelLoadError(f"`{k.full('expert_group_count')}` > 1 (group-limited expert "
-                             f"routing) is not supported")
+                             f"routing) is not supported by the {k.arch} graph")
+    if groups:
+        kg, ku = k.full("expert_group_count"), k.full("expert_group_used_count")
+        if n_groups >= n_expert:
+            raise ModelLoadError(f"`{kg}` = {n_groups} must be below `{k.full('expert_count')}` = "
+                                 f"{n_expert} (llama.cpp asserts it)")
+        n_group_used = 0
+        if n_groups > 1:
+            if n_expert % n_groups:
+                raise ModelLoadError(f"`{k.full('expert_count')}` = {n_expert} is not a multiple of "
+                                     f"`{kg}` = {n_groups}")
+            if n_expert // n_groups < 2:
+                raise ModelLoadError(f"`{kg}` = {n_groups}: groups of {n_expert // n_groups} expert; "
+                                     f"group-limited routing scores each group by its top 2")
+            if ku not in k.md:
+                raise ModelLoadError(f"GGUF metadata has no `{ku}` (`{kg}` = {n_groups})")
+            n_group_used = k.int("expert_group_used_count", lo=0)
+            if not 0 < n_group_used < n_groups:
+                raise ModelLoadError(f"`{ku}` = {n_group_used} is out of range (must be in "
+                                     f"[1, {n_groups - 1}]: below `{kg}` = {n_groups})")
+        out = dict(n_expert_groups=n_groups if n_groups > 1 else 0, n_group_used=n_group_used)
     if ff_key_required:
         n_ff_exp = k.int("expert_feed_forward_length", required=True)
     else:
@@ -78,7 +113,7 @@ def expert_params(k: ArchKeys, n_ff: int, ff_key_required: bool = False) -> dict
         if n_ff_exp == 0:
             raise ModelLoadError(f"GGUF metadata has no `{k.full('expert_feed_forward_length')}` "
                                  f"(nor a `{k.full('feed_forward_length')}` to derive it)")
-    return dict(n_expert=n_expert, n_expert_used=n_used, n_ff_exp=n_ff_exp)
+    return dict(n_expert=n_expert, n_expert_used=n_used, n_ff_exp=n_ff_exp, **out)
 
 
 @dataclass(frozen=True)
@@ -102,6 +137,8 @@ class MoEHParams(CommonHParams):
     n_dense_lead: int = 0      # leading layers with the dense FFN
     n_layer_all: int = 0       # with the MTP layers, which the main pass skips
     mla: object = None         # `mla.MlaParams` (deepseek2), None: plain attention
+    n_expert_groups: int = 0   # group-limited routing (`expert_group_count`), 0: none
+    n_group_used: int = 0      # `expert_group_used_count`
 
     @classmethod
     def from_metadata(cls, md) -> "MoEHParams":
@@ -123,13 +160,13 @@ class MoEHParams(CommonHParams):
         # llama_model_base::load_hparams: n_layer = block_count - nextn_predict_layers
         n_all = c["n_layer"]
         c["n_layer"] = n_all - k.int("nextn_predict_layers", 0, lo=0, hi=n_all - 1)
-        e = expert_params(k, c["n_ff"], ff_key_required=ex.ff_required)
+        e = expert_params(k, c["n_ff"], ff_key_required=ex.ff_required, groups=True)
         swa = swa_params(k, spec.swa, c["n_layer"], c["rope_base"], c["rope_freq_scale"])
         # 1/sqrt(head_dim) (gpt-oss: 1/sqrt(n_rot), the same here)
         kq_scale = 1.0 / math.sqrt(float(c["head_dim"]))
         opts = dict(gating=ex.gating, norm_w=ex.norm_w, probs_bias=bool(ex.probs_bias))
         if spec.mla:
-            opts["mla"] = mla_params(k, c)
+            opts["mla"] = mla_params(k, c, yarn)
             kq_scale = opts["mla"].kq_scale
         if ex.weights_keys:
             opts.update(_weights_keys(k, ex, e["n_ff_exp"], c["n_layer"]))
@@ -241,8 +278,10 @@ class MoEFFN:
         n_expert) computed by the caller (`probs_in`: gemma4's router reads
         another input than the experts)."""
         hp = self.hp
+        ng = getattr(hp, "n_expert_groups", 0)
         ids, w = cmoe.routing_weights(logits, hp.n_expert_used, hp.gating, hp.norm_w, hp.w_scale, self.cpu,
-                                      bias=self.router_bias, probs_bias=self.probs_bias)
+                                      bias=self.router_bias, probs_bias=self.probs_bias,
+                                      groups=(ng, hp.n_group_used) if ng > 1 else None)
         if T.on():
             self._trace_route(logits, w)
         return ids, w
@@ -265,23 +304,50 @@ class MoEFFN:
         else:
             probs = ops.soft_max_rows(logits, self.cpu)
             T.emit("ffn_moe_probs", "SOFT_MAX", probs, il)
-        chosen = probs
+        chosen, src = probs, "ffn_moe_probs"
         if self.probs_bias is not None:
-            chosen = (probs + self.probs_bias).astype(np.float32)
+            chosen, src = (probs + self.probs_bias).astype(np.float32), "ffn_moe_probs_biased"
             T.emit("ffn_moe_probs_biased", "ADD", chosen, il)
+        ng = getattr(hp, "n_expert_groups", 0)
+        if ng > 1 and n:
+            chosen = self._trace_groups(chosen, T.node(src, il), ng, hp.n_group_used)
         order = cmoe.argsort_desc(chosen).astype(np.int32)
         T.emit("ffn_moe_argsort", "ARGSORT", order, il)
         sel = np.take_along_axis(probs, order[:, :k], axis=1)
         T.emit("ffn_moe_weights", "GET_ROWS", sel.reshape(n, k, 1), il)
         if hp.gating == "softmax_weight":
             T.emit(T.derived_name("SOFT_MAX", [T.node("ffn_moe_weights", il)]), "SOFT_MAX", w)
+        scaled = hp.w_scale not in (0.0, 1.0)
         if hp.norm_w:
             s = ops.sum_rows(sel)
             T.emit("ffn_moe_weights_sum", "SUM_ROWS", s.reshape(n, 1), il)
             s = np.where(s < np.float32(np.inf), s, np.float32(np.inf))
             s = np.where(s > cmoe.WEIGHTS_SUM_MIN, s, cmoe.WEIGHTS_SUM_MIN).astype(np.float32)
             T.emit("ffn_moe_weights_sum_clamped", "CLAMP", s.reshape(n, 1), il)
-            T.emit("ffn_moe_weights_norm", "DIV", w, il)
+            # ggml_div, before `expert_weights_scale` (the engine's w is after)
+            T.emit("ffn_moe_weights_norm", "DIV", (sel / s.reshape(n, 1)).astype(np.float32) if scaled else w, il)
+        if scaled:
+            T.emit("ffn_moe_weights_scaled", "SCALE", w.reshape(n, k, 1), il)
+
+    def _trace_groups(self, chosen, src: str, n_group: int, n_used: int):
+        """The group-limited selection's nodes of `build_moe_ffn` (names
+        as llama.cpp's graph leaves them: derived from `src`, the node of
+        the selection scores; `ffn_moe_group_topk` a view, not written),
+        recomputed with `cpu.moe`'s steps; returns the masked scores."""
+        n, E = chosen.shape
+        per = E // n_group
+        rows = chosen.reshape(n * n_group, per)
+        T.emit(T.derived_name("ARGSORT", [src]), "ARGSORT",
+               cmoe.argsort_desc(rows).astype(np.int32).reshape(n, n_group, per))
+        top2 = np.take_along_axis(rows, cmoe.top_k(rows, 2), axis=1)
+        T.emit(T.derived_name("GET_ROWS", [src, "_"]), "GET_ROWS", top2.reshape(n, n_group, 2, 1))
+        masked, groups, scores = cmoe.group_limited(chosen, n_group, n_used)
+        T.emit(T.derived_name("SUM_ROWS", ["_"]), "SUM_ROWS", scores.reshape(n, n_group, 1))
+        T.emit(T.derived_name("ARGSORT", ["_"]), "ARGSORT", cmoe.argsort_desc(scores).astype(np.int32))
+        kept = np.take_along_axis(chosen.reshape(n, n_group, per), groups[:, :, None].astype(np.intp), axis=1)
+        T.emit(T.derived_name("GET_ROWS", [src, T.node("ffn_moe_group_topk", self.il)]), "GET_ROWS", kept)
+        T.emit(T.derived_name("FILL", [src]), "FILL", np.full((n, n_group, per), -np.inf, np.float32))
+        return masked
 
     def experts(self, x, ids, weights):
         """The routed part for given ids / weights: float32 (n, n_embd)."""
@@ -376,7 +442,7 @@ class _MoELayers(Model):
 
     HPARAMS = MoEHParams
     FFN_NORM = "ffn_norm"
-    #: the attention block's class (`layers.Attention`; deepseek2: `mla.MlaAttention`)
+    #: the attention block's class (`layers.Attention`; deepseek2: `mla.mla_attention`)
     ATTENTION = Attention
 
     def _load_layers(self) -> None:
@@ -451,17 +517,54 @@ class Glm4MoEModel(Qwen3MoEModel):
 class DeepSeek2Model(Qwen3MoEModel):
     """deepseek2 (module docstring): qwen3moe's layer loop with MLA
     attention over a cache of one K head of kv_lora_rank + n_rot values
-    whose first kv_lora_rank values are V (`KVCache` `v_of_k`)."""
+    whose first kv_lora_rank values are V (`KVCache` `v_of_k`); files of
+    the non-absorbed layout (`attn_kv_b`, `mla.MlaMhaAttention`) cache
+    n_head K heads of d_nope + n_rot and V heads of d_v."""
 
-    ATTENTION = MlaAttention
+    ATTENTION = staticmethod(mla_attention)
+
+    def _rope(self, pos):
+        # deepseek2.cpp's q_pe / k_pe ropes: normal pairs, with YaRN where
+        # the file scales by it (`MoEHParams.rope_yarn`)
+        hp = self.hp
+        return {False: ops.rope_cache(pos, hp.n_rot, hp.rope_base, hp.rope_freq_scale, yarn=hp.rope_yarn,
+                                      profile=self.cpu)}
+
+    def _cache_shape(self) -> tuple:
+        """(n_head_kv, head_dim, options) of the layout's cache."""
+        hp, m = self.hp, self.hp.mla
+        if m.absorbed:
+            return 1, hp.head_dim, {"v_of_k": m.n_lora_kv}
+        return hp.n_head, m.d_nope + m.d_rope, {"head_dim_v": m.d_v}
 
     def _cache_bytes(self, n_ctx: int, **options) -> int:
-        hp = self.hp
-        return KVCache.bytes_needed(hp.n_layer, 1, hp.head_dim, n_ctx, v_of_k=hp.mla.n_lora_kv)
+        hkv, d, opt = self._cache_shape()
+        return KVCache.bytes_needed(self.hp.n_layer, hkv, d, n_ctx, **opt)
 
     def _make_cache(self, n_ctx: int, **options):
-        hp = self.hp
-        return KVCache(hp.n_layer, 1, hp.head_dim, n_ctx, v_of_k=hp.mla.n_lora_kv, **options)
+        hkv, d, opt = self._cache_shape()
+        cache = KVCache(self.hp.n_layer, hkv, d, n_ctx, **opt, **options)
+        tk = cache.type_k.name.lower()
+        if cache.v_of_k and cache.flash_attn and tk not in MLA_FLASH_ATTN_PROFILES.get(self.cpu.name, ()):
+            # checked against llama.cpp only on the profiles and types listed
+            from .._notemulated import NotEmulated, types_on_profiles
+            where = types_on_profiles(MLA_FLASH_ATTN_PROFILES)
+            raise NotEmulated(f"flash attention over the MLA cache (deepseek2) is checked against "
+                              f"llama.cpp for the cache types {where} only, not {tk} on "
+                              f"{self.cpu.name}: pass --flash-attn off (with an f16 cache)",
+                              "flash attention", f"for the MLA cache (deepseek2) of type {tk} on {self.cpu.name}")
+        if (cache.v_of_k and _is_block(cache.type_k) and d % 64 == 0
+                and tk not in MLA_HEAD64_PROFILES.get(self.cpu.name, ())):
+            # the head size at which llama.cpp decides a rotation it never
+            # applies to MLA: checked per profile (MLA_HEAD64_PROFILES)
+            from .._notemulated import NotEmulated, cache_phrase, types_on_profiles
+            where = types_on_profiles(MLA_HEAD64_PROFILES)
+            raise NotEmulated(f"a block-type MLA cache (deepseek2) with heads of kv_lora_rank + n_rot a "
+                              f"multiple of 64 (here {d}) is checked against llama.cpp for the cache "
+                              f"types {where} only, not {tk} on {self.cpu.name}; use an f16 cache",
+                              cache_phrase(cache.type_k, cache.type_v, False),
+                              f"for the MLA cache (deepseek2) with heads of {d} on {self.cpu.name}")
+        return cache
 
 
 class GptOssModel(_MoELayers):

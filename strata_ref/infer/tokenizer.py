@@ -68,6 +68,24 @@ _GPT4O = (f"[^\\r\\n\\p{{L}}\\p{{N}}]?{_UPPERISH}*{_LOWERISH}+{_CONTRACTIONS}?"
           f"|[^\\r\\n\\p{{L}}\\p{{N}}]?{_UPPERISH}+{_LOWERISH}*{_CONTRACTIONS}?"
           f"|\\p{{N}}{{1,3}}| ?[^{_WS}\\p{{L}}\\p{{N}}]+[\\r\\n/]*|{_S}*[\\r\\n]+|{_S}+(?!{_NS})|{_S}+")
 
+# deepseek-llm's letter class, as llama-vocab.cpp spells it (literal
+# characters and ranges, no \p{..}: matched by code point value)
+_DEEPSEEK_LLM_LETTERS = (
+    "A-Za-z\xb5\xc0-\xd6\xd8-\xf6\xf8-\u01ba\u01bc-\u01bf\u01c4-\u0293\u0295-\u02af\u0370-\u0373"
+    "\u0376\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-\u03a1\u03a3-\u03f5\u03f7-\u0481"
+    "\u048a-\u052f\u0531-\u0556\u10a0-\u10c5\u13a0-\u13f5\u13f8-\u13fd\u1c90-\u1cba\u1cbd-\u1cbf"
+    "\u1d00-\u1d2b\u1d6b-\u1d77\u1d79-\u1d9a\u1e00-\u1f15\u1f18-\u1f1d\u1f20-\u1f45\u1f48-\u1f4d"
+    "\u1f50-\u1f57\u1f59\u1f5b\u1f5d\u1f5f-\u1f7d\u1f80-\u1fb4\u1fb6-\u1fbc\u1fbe\u1fc2-\u1fc4"
+    "\u1fc6-\u1fcc\u1fd0-\u1fd3\u1fd6-\u1fdb\u1fe0-\u1fec\u1ff2-\u1ff4\u1ff6-\u1ffc\u2102\u2107"
+    "\u210a-\u2113\u2115\u2119-\u211d\u2124\u2126\u2128\u212a-\u212d\u212f-\u2134\u2139\u213c-\u213f"
+    "\u2145-\u2149\u214e\u2183\u2184\u2c00-\u2c7b\u2c7e-\u2ce4\u2ceb-\u2cee\u2cf2\u2cf3\ua640-\ua66d"
+    "\ua680-\ua69b\ua722-\ua76f\ua771-\ua787\ua78b-\ua78e\uab70-\uabbf\ufb00-\ufb06\ufb13-\ufb17"
+    "\uff21-\uff3a\uff41-\uff5a\U00010400-\U0001044f\U000104b0-\U000104d3\U000104d8-\U000104fb"
+    "\U00010c80-\U00010cb2\U00010cc0-\U00010cf2\U000118a0-\U000118df\U0001e900-\U0001e943")
+# llama.cpp's kimi-k2 regex list is this one trigger, which unicode.cpp
+# replaces by its own splitter (`_kimi_k2_split` here)
+_KIMI_K2 = "\\p{Han}+"
+
 PRE_TOKENIZERS: dict[str, list[str]] = {
     "gpt-2": [_GPT2],
     "mpt": [_GPT2],
@@ -78,12 +96,37 @@ PRE_TOKENIZERS: dict[str, list[str]] = {
     "qwen2": [_llama3_like("")],
     "qwen35": [_llama3_like("", "\\p{L}\\p{M}")],
     "gpt-4o": [_GPT4O],
+    # DeepSeek's pre-tokenizers. llama.cpp runs a regex without \p{..}
+    # categories through std::wregex on the text in which every non-ASCII
+    # whitespace character is replaced by U+000B (`_split` does the same),
+    # so the U+3000 of deepseek-llm's punctuation class and the whitespace
+    # characters inside the CJK ranges match only as whitespace; `$` is
+    # std::regex's end of input (\Z here).
+    "deepseek-llm": ["[\r\n]",
+                     f"{_S}?[{_DEEPSEEK_LLM_LETTERS}]+",
+                     f"{_S}?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+",
+                     f"{_S}+\\Z",
+                     "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+",
+                     "\\p{N}+"],
+    "deepseek-coder": ["[\r\n]",
+                       f"{_S}?\\p{{L}}+",
+                       f"{_S}?\\p{{P}}+",
+                       "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+",
+                       "\\p{N}"],
+    "deepseek-v3": ["\\p{N}{1,3}",
+                    "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
+                    ("[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+"
+                     "|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+"
+                     f"| ?[\\p{{P}}\\p{{S}}]+[\r\n]*|{_S}*[\r\n]+|{_S}+(?!{_NS})|{_S}+")],
+    # llama.cpp's trigger regex for its own kimi-k2 splitter (`_kimi_k2_split`)
+    "kimi-k2": [_KIMI_K2],
 }
 # Names llama.cpp maps to the same pre-tokenizer type.
 _PRE_ALIASES = {"llama3": "llama-bpe", "llama-v3": "llama-bpe", "phi-2": "gpt-2",
                 "deepseek-r1-qwen": "qwen2", "refact": "smollm", "command-r": "smollm",
                 "codeshell": "smollm", "llama4": "gpt-4o", "kanana2": "gpt-4o", "talkie": "gpt-4o",
-                "minimax-m2": "gpt-4o"}
+                "minimax-m2": "gpt-4o", "hunyuan-dense": "deepseek-v3", "hy_v4": "deepseek-v3",
+                "joyai-llm": "deepseek-v3"}
 # Pre-tokenizers for which llama.cpp takes a whole piece as one token when the
 # vocabulary has it (`ignore_merges`), and which add BOS by default.
 _IGNORE_MERGES = {"llama-bpe"}
@@ -118,24 +161,146 @@ def _regex():
     return regex
 
 
+# llama.cpp matches its regexes on a copy of the text in which every
+# non-ASCII whitespace character is U+000B (the collapsed text of the \p{..}
+# regexes and the wide text of the others alike); the same copy here
+_VT = {c: "\x0b" for c in (0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029,
+                           0x202F, 0x205F, 0x3000)}
+
+
 def _split(text: str, patterns) -> list[str]:
-    """Split `text` by each compiled pattern in turn, keeping matches and gaps
-    (llama.cpp `unicode_regex_split`)."""
-    pieces = [text]
+    """Split `text` by each compiled pattern (or splitter function) in turn,
+    keeping matches and gaps (llama.cpp `unicode_regex_split`)."""
+    shadow = text.translate(_VT)
+    spans = [(0, len(text))]
     for pat in patterns:
         out = []
-        for p in pieces:
-            pos = 0
-            for m in pat.finditer(p):
-                if m.start() > pos:
-                    out.append(p[pos:m.start()])
-                if m.end() > m.start():
-                    out.append(m.group())
-                pos = m.end()
-            if pos < len(p):
-                out.append(p[pos:])
-        pieces = out
-    return pieces
+        for s, e in spans:
+            if callable(pat):
+                for n in pat(text[s:e]):
+                    out.append((s, s + n))
+                    s += n
+                continue
+            pos = s
+            for m in pat.finditer(shadow[s:e]):
+                a, b = s + m.start(), s + m.end()
+                if a > pos:
+                    out.append((pos, a))
+                if b > a:
+                    out.append((a, b))
+                pos = b
+            if pos < e:
+                out.append((pos, e))
+        spans = out
+    return [text[a:b] for a, b in spans]
+
+
+def _han(c: str) -> bool:
+    """llama.cpp `unicode_cpt_is_han`: the CJK ideograph blocks only."""
+    o = ord(c)
+    return (0x4E00 <= o <= 0x9FFF or 0x3400 <= o <= 0x4DBF or 0x20000 <= o <= 0x2A6DF
+            or 0x2A700 <= o <= 0x2EBEF or 0xF900 <= o <= 0xFAFF or 0x2F800 <= o <= 0x2FA1F)
+
+
+_CLASS_CACHE: dict = {}
+
+
+def _cls(c: str) -> int:
+    r"""1 letter (\p{L}), 2 number (\p{N}), 3 llama.cpp whitespace, 0 other."""
+    k = _CLASS_CACHE.get(c)
+    if k is None:
+        rx = _regex()
+        k = (3 if c in _WS_CHARS else 1 if rx.match(r"\p{L}", c) else 2 if rx.match(r"\p{N}", c)
+             else 0)
+        if len(_CLASS_CACHE) < 100_000:
+            _CLASS_CACHE[c] = k
+    return k
+
+
+_WS_CHARS = frozenset("\t\n\x0b\x0c\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"
+                      + "".join(map(chr, range(0x2000, 0x200B))))
+
+
+def _kimi_k2_split(text: str) -> list[int]:
+    r"""Piece lengths (code points) of llama.cpp's kimi-k2 splitter
+    (`unicode_regex_split_custom_kimi_k2`), step for step. It is not the
+    HF regex it is named after: a letter run is any \p{L} that is not Han
+    (no upper / lower case split, no \p{M}), a combining mark counts as
+    punctuation, digits go in threes from the left."""
+    n = len(text)
+    out = []
+    prev = 0
+
+    def cls(i):
+        return _cls(text[i]) if i < n else -1      # -1: past the end (no flags)
+
+    def letter(i):
+        return i < n and cls(i) == 1 and not _han(text[i])
+
+    def add(end):
+        nonlocal prev
+        if end > prev:
+            out.append(end - prev)
+        prev = end
+
+    pos = 0
+    while pos < n:
+        c = text[pos]
+        k = cls(pos)
+        if _han(c):                                   # [\p{Han}]+
+            while pos < n and _han(text[pos]):
+                pos += 1
+            add(pos)
+            continue
+        lead_ok = not (c in "\r\n" or k in (1, 2))
+        if (k == 1) or (lead_ok and letter(pos + 1)):  # letters, optional lead, contraction
+            if lead_ok:
+                pos += 1
+            while letter(pos):
+                pos += 1
+            if pos < n and text[pos] == "'" and pos + 1 < n:
+                c1 = text[pos + 1].lower() if text[pos + 1].isascii() else ""
+                if c1 in ("s", "t", "m", "d"):
+                    pos += 2
+                elif pos + 2 < n:
+                    c2 = text[pos + 2].lower() if text[pos + 2].isascii() else ""
+                    if (c1, c2) in (("r", "e"), ("v", "e"), ("l", "l")):
+                        pos += 3
+            add(pos)
+            continue
+        if k == 2:                                    # \p{N}{1,3}
+            ini = pos
+            while cls(pos) == 2:
+                pos += 1
+                if pos - ini >= 3:
+                    add(pos)
+                    ini = pos
+            add(pos)
+            continue
+        k2 = cls(pos + 1) if c == " " else k          # ' ?[^\s\p{L}\p{N}]+[\r\n]*'
+        if k2 == 0:
+            pos += c == " "
+            while cls(pos) == 0:
+                pos += 1
+            while pos < n and text[pos] in "\r\n":
+                pos += 1
+            add(pos)
+            continue
+        nws, last_rn = 0, 0
+        while cls(pos + nws) == 3:
+            if text[pos + nws] in "\r\n":
+                last_rn = pos + nws + 1
+            nws += 1
+        if last_rn > 0:                               # \s*[\r\n]+
+            pos = last_rn
+        elif nws > 1 and pos + nws < n:               # \s+(?!\S)
+            pos += nws - 1
+        elif nws > 0:                                 # \s+
+            pos += nws
+        else:
+            pos += 1
+        add(pos)
+    return out
 
 
 # ------------------------------------------------------------ metadata types
@@ -314,8 +479,10 @@ class Tokenizer:
             if pre not in PRE_TOKENIZERS:
                 raise TokenizerError(
                     f"unsupported pre-tokenizer `tokenizer.ggml.pre` = {pre!r}; "
-                    f"supported: {', '.join(sorted(PRE_TOKENIZERS))}")
-            for rank, m in enumerate(_strings(md, "tokenizer.ggml.merges", required=True)):
+                    f"supported: {', '.join(sorted({*PRE_TOKENIZERS, *_PRE_ALIASES}))}")
+            # llama.cpp lets a kimi-k2 vocabulary go without merges
+            for rank, m in enumerate(_strings(md, "tokenizer.ggml.merges",
+                                              required=pre != "kimi-k2") or []):
                 a, sep, b = m.partition(" ")
                 if not sep:
                     raise TokenizerError(f"malformed BPE merge #{rank} of "
@@ -377,7 +544,8 @@ class Tokenizer:
         self._index = {t: i for i, t in enumerate(self.tokens)}
         if self.model == "gpt2":
             rx = _regex()
-            self._patterns = [rx.compile(p) for p in PRE_TOKENIZERS[self.pre]]
+            self._patterns = [_kimi_k2_split if p == _KIMI_K2 else rx.compile(p)
+                              for p in PRE_TOKENIZERS[self.pre]]
         elif self.model == "gemma4":
             self._patterns = [_regex().compile("[^\n]+|[\n]+")]
         # llama.cpp tries longer special tokens first.
@@ -393,9 +561,18 @@ class Tokenizer:
     def encode(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
         """Token ids of `text` (llama.cpp `llama_tokenize`). With add_special,
         BOS is prepended when the file's add_bos flag says so, and never twice:
-        a text already starting with BOS (parsed as special) gets no second."""
+        a text already starting with BOS (parsed as special) gets no second.
+        That last rule is strata-ref's: `llama_tokenize` keeps both and logs
+        a warning (`check_double_bos_eos`), and llama-cpp-python's chat path
+        adds none (`add_bos=not added_special`), leaving BOS to the
+        template's text."""
         if not isinstance(text, str):
             raise TypeError(f"text must be str, got {type(text).__name__}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(f"text is not valid Unicode: a lone surrogate U+{ord(text[e.start]):04X} "
+                             f"at character {e.start}") from None
         out: list[int] = []
         fragments = self._partition(text, parse_special) if text else []
         if add_special and self.add_bos:

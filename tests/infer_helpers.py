@@ -7,9 +7,11 @@ and a test skips cleanly when it cannot be fetched (offline).
 from __future__ import annotations
 
 import functools
+import os
 import subprocess
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -146,8 +148,11 @@ def vocab_dir() -> Path:
     if sd is None:
         dest = cache / "sdist"
         dest.mkdir(parents=True, exist_ok=True)
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary",
-                            ":all:", "-d", str(dest), SDIST], capture_output=True, text=True)
+        with tempfile.TemporaryDirectory(dir=dest, prefix=".fetch-") as tmp:   # one per process
+            r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary",
+                                ":all:", "-d", tmp, SDIST], capture_output=True, text=True)
+            if (Path(tmp) / SDIST_FILE).is_file():
+                os.replace(Path(tmp) / SDIST_FILE, dest / SDIST_FILE)
         sd = _find_sdist(cache)
         if r.returncode or sd is None:
             pytest.skip(f"cannot fetch {SDIST} (offline?): {r.stderr.strip()[-200:]}")
@@ -157,7 +162,7 @@ def vocab_dir() -> Path:
             name = m.name.rsplit("/", 1)[-1]
             if "/vendor/llama.cpp/models/" in m.name and name.startswith("ggml-vocab-") and m.isfile():
                 with tf.extractfile(m) as src:
-                    part = out / (name + ".part")
+                    part = out / f"{name}.{os.getpid()}.part"   # one per process: pytest-xdist workers
                     part.write_bytes(src.read())
                     part.replace(out / name)
     return out

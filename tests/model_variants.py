@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -132,7 +133,7 @@ def build_variant(name: str, rebuild: bool = False) -> Path:
             raise VariantMismatch(f"{name}: tensor {tname} ({t.type.name} -> {ttype}) differs from "
                                   f"llama.cpp's quantizer")
         tensors.append((tname, GGMLType[ttype], t.shape, data))
-    tmp = out.with_suffix(".part")
+    tmp = out.with_suffix(f".{os.getpid()}.part")   # one per process: pytest-xdist workers
     write_gguf(tmp, md, tensors, alignment=src.alignment if src.alignment != 32 else None)
     tmp.replace(out)
     stamp.write_text(man["sha256"] + "\n")

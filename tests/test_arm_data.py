@@ -44,7 +44,7 @@ def test_file_has_the_x86_layout_and_names_its_build(variant, path):
         want = set(np.load(x86).files) - {"sha256"}
         if "configs" in ref.files:
             # a KV-cache file: the ARM builds ran a subset of the x86
-            # configurations (tools/arm_ref.py KV_ARM), each with every key
+            # configurations (tools/arm_ref.py `_kv_arm`: all of them since 2026-12-07), each with every key
             run = {str(c) for c in ref["configs"]}
             assert run <= {str(c) for c in np.load(x86)["configs"]}
             want = {k for k in want if ":" not in k or k.split(":")[0] in run}

@@ -40,7 +40,7 @@ rotated one, the tiny dense / typed / I-quant / MoE models, every weight
 type through ggml_mul_mat and the activation quantizers. The registry
 logits files also keep an 8-byte hash of every whole row (`*_hash`,
 tests/infer_helpers.py `row_hashes`). Jobs: `actquant`, `mm`, `tiny`,
-`typed`, `iq`, `moe:ARCH`, `logits:MODEL`, `kv:MODEL` (the `KV_ARM`
+`typed`, `iq`, `moe:ARCH`, `logits:MODEL`, `kv:MODEL` (all the
 configurations of tools/llama_ref.py `kvcache`), `ops:FILE` (the op-level
 vectors of tools/llama_dump.py `--vectors`, `OPS`; needs the model's logits
 file first); default: all, `jobs_all`.
@@ -486,13 +486,16 @@ def job_logits(name: str, model: str) -> None:
     print(f"{out.name}: greedy {g['greedy_ids'].tolist()}", flush=True)
 
 
-#: the KV-cache configurations made per ARM variant (a subset of
-#: tools/llama_ref.py KV_CONFIGS: flash attention over F16 and Q8_0 caches,
-#: and the long prompt's tiled / split-KV paths)
-KV_ARM = ("f16-f16-fa", "q8_0-q8_0-fa", "f16-f16-fa-long")
+#: the KV-cache configurations made per ARM variant: every one of
+#: tools/llama_ref.py KV_CONFIGS (the cache types with and without flash
+#: attention, the rotation off, the long prompt's tiled / split-KV paths),
+#: as for the x86 profiles
+def _kv_arm() -> tuple:
+    from llama_ref import KV_CONFIGS
+    return tuple(KV_CONFIGS)
 
 
-def job_kv(name: str, model: str, configs: tuple = KV_ARM) -> None:
+def job_kv(name: str, model: str, configs: tuple | None = None) -> None:
     """tools/llama_ref.py `kvcache MODEL --configs ...`: per configuration
     (cache types, flash attention, rotation, prompt) a fresh context, the
     incremental pass with greedy tokens, then the batched one; each row as
@@ -500,6 +503,7 @@ def job_kv(name: str, model: str, configs: tuple = KV_ARM) -> None:
     from llama_ref import KV_CONFIGS, N_GEN_LONG, N_LONG, _GGML_TYPE_ID
     from strata_ref.models import resolve
     from strata_ref.quality.prompts import DEFAULT_PROMPTS
+    configs = _kv_arm() if configs is None else configs
     path = resolve(model)
     stem = Path(path).stem
     res, info = {"configs": np.array(list(configs))}, None

@@ -50,7 +50,7 @@ def test_rows_and_tokens_are_independent(t, profile):
         for i in range(n):
             for r in range(rows):
                 # one weight row, one token, serially, on the tensor's path
-                y = run(repacked, False, blocks[r:r + 1], x[i:i + 1], 1)
+                y = run(repacked, True, False, blocks[r:r + 1], x[i:i + 1], 1)
                 assert f32_bits(y)[0, 0] == f32_bits(full)[i, r], (t.name, profile, rows, n, i, r)
 
 
@@ -61,7 +61,7 @@ def test_thread_split_changes_no_bit(t, monkeypatch):
     m, raw = _matrix(t, 203, cols, "avx2", seed=3)
     x = np.random.default_rng(1).standard_normal((3, cols)).astype(np.float32)
     run, raw2 = m.packed.data
-    outs = [run(m.repacked(), False, raw2, x, parts) for parts in (1, 2, 3, 7)]
+    outs = [run(m.repacked(), True, False, raw2, x, parts) for parts in (1, 2, 3, 7)]
     for o in outs[1:]:
         assert np.array_equal(f32_bits(o), f32_bits(outs[0]))
 

@@ -50,8 +50,8 @@ def _read_bandwidth(threads: int, isa) -> float:
     raw = np.ones((rows, cols // 32 * 34), np.uint8)
     x = np.ones((1, cols), np.float32)
     run = matvec.runner(GGMLType.Q8_0, isa)
-    run(False, False, raw, x, threads)
-    best = min(_timed(lambda: run(False, False, raw, x, threads)) for _ in range(5))
+    run(False, False, False, raw, x, threads)
+    best = min(_timed(lambda: run(False, False, False, raw, x, threads)) for _ in range(5))
     return raw.nbytes / best / 1e9
 
 

@@ -10,15 +10,18 @@ instruction-set chain `isa` (`strata_ref.cpu.isa`), holding exactly the
 kernels that chain runs for t (its `vec_dot` variant, its tinyBLAS_Q0,
 tiled and repacked ones where it has them) and its activation quantizer:
 
-    run(repacked, mmid, raw, x, parts) -> out
+    run(repacked, tinyblas, mmid, raw, x, parts) -> out
 
 raw: uint8 (rows, row_bytes), the tensor's blocks; x: float32 (n, cols);
 out: float32 (n, rows). repacked: the tensor sits in ggml's CPU_REPACK
-buffer; mmid: the rows are one expert's share of a MUL_MAT_ID (no
-tinyBLAS; the repacked path runs its gemv for every row); parts: split the
-rows over that many of numba's threads. The path is `traits.choose_path`'s,
-decided inside from n, so the compiled dense layer calls the runner as it
-is.
+buffer; tinyblas: llamafile may take the product (False where ggml's own
+row count is below what x has: the K of a KV cache, whose x stacks the
+query heads of one KV head while ggml multiplies each head's tokens apart,
+`attention.cache_dots`); mmid: the rows are one expert's share of a
+MUL_MAT_ID (no tinyBLAS; the repacked path runs its gemv for every row);
+parts: split the rows over that many of numba's threads. The path is
+`traits.choose_path`'s, decided inside from n, so the compiled dense layer
+calls the runner as it is.
 """
 from __future__ import annotations
 
@@ -76,14 +79,14 @@ def _legacy_runner(t: GGMLType, isa):
     MMID_ROW_BY_ROW = isa.resolve("REPACK").get(t) in neon_legacy.GEMM_NOT_GEMV
     Q8_1 = vec_dot_type(t) == GGMLType.Q8_1
 
-    def run(repacked, mmid, raw, x, parts):
+    def run(repacked, tinyblas, mmid, raw, x, parts):
         n, k = x.shape
         xq = np.empty((n, k), np.int8)
         xs = np.empty((n, k // 32), np.float32)
         xm = np.empty((n, k // 32), np.float32) if Q8_1 else xs
         QUANT(x, xq, xs, xm, Q8_1)
         out = np.empty((n, raw.shape[0]), np.float32)
-        path = choose_path(repacked, False, HAS_TB, n, mmid)
+        path = choose_path(repacked, False, HAS_TB and tinyblas, n, mmid)
         if path == REPACK and mmid and MMID_ROW_BY_ROW:
             for r in range(n):
                 rp_s(raw, xq[r:r + 1], xs[r:r + 1], xm[r:r + 1], out[r:r + 1])
@@ -119,9 +122,9 @@ def _kquant_runner(t: GGMLType, isa):
     PER32 = t != GGMLType.Q6_K
     Q8_K_FMA = bool(isa.resolve("Q8_K_FMA"))
 
-    def run(repacked, mmid, raw, x, parts):
+    def run(repacked, tinyblas, mmid, raw, x, parts):
         n, k = x.shape
-        path = choose_path(repacked, HAS_TILED, False, n, mmid)
+        path = choose_path(repacked, HAS_TILED, False, n, mmid)   # (no tinyBLAS_Q0 for K-quants)
         n_gemm = n - n % 4 if path == REPACK and not mmid else 0
         xq = np.empty((n, k), np.int8)
         xd = np.empty((n, k // 256), np.float32)
@@ -189,7 +192,7 @@ class _StoredFamily(Family):
     def matmul(self, qm, packed, x, segments, parallel, mmid):
         parts = threads() if parallel else 1
         return self.by_segment(qm, segments, lambda r0, r1, path, variant: packed.runner(
-            path == "repack", bool(mmid), packed.blocks[r0:r1], x, parts))
+            path == "repack", path == "tinyblas", bool(mmid), packed.blocks[r0:r1], x, parts))
 
 
 FAMILY = _StoredFamily()

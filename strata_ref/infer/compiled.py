@@ -197,7 +197,7 @@ def _mm(runner):
     def mm(W, x, c):
         raw, repacked = W
         macs = x.shape[0] * raw.shape[0] * x.shape[1]
-        return runner(repacked, False, raw, x, c.threads if macs >= PARALLEL_MIN_MACS else 1)
+        return runner(repacked, True, False, raw, x, c.threads if macs >= PARALLEL_MIN_MACS else 1)
     return mm
 
 

@@ -35,22 +35,12 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
+from ..formats._qnum import fma32   # float32 a*b + c rounded once (LLVM `llvm.fma.f32`)
+
 _F32 = np.float32
 
 __all__ = ["fma32", "hsum4", "hsum8", "hsum16", "f32_bits", "bits_f32", "R", "LOG2E", "LN2_HI",
            "LN2_LO", "C1", "C2", "C3", "C4", "C5", "ONE", "ONE_BITS"]
-
-
-@intrinsic
-def fma32(typingctx, a, b, c):
-    """float32 a*b + c with a single rounding (LLVM `llvm.fma.f32`)."""
-    sig = types.float32(types.float32, types.float32, types.float32)
-
-    def codegen(context, builder, signature, args):
-        flt = ir.FloatType()
-        fn = builder.module.declare_intrinsic("llvm.fma", [flt], ir.FunctionType(flt, [flt, flt, flt]))
-        return builder.call(fn, args)
-    return sig, codegen
 
 
 @njit(inline="always", cache=True)

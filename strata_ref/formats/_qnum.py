@@ -19,12 +19,17 @@ output bits. Each is written here once:
 * `f32_bits` / `bits_f32`: reinterpret float32 <-> uint32 (C `memcpy`).
 * `fp16_store(b, o, f)`: `GGML_FP32_TO_FP16` (ggml's NaN rule) stored little
   endian at byte offset o (`_bytes.f16(b, o)` reads it back, `GGML_FP16_TO_FP32`).
+* `fma32(a, b, c)`: a*b + c rounded once, what GCC makes of `a*b + c` where
+  it contracts (the aarch64 builds of ggml-base: `strata_ref.cpu.base_quant`;
+  every FMA build of ggml-cpu: `strata_ref.cpu.fp`); `mul_add(a, b, c)` is
+  the same expression rounded twice, as a build without FMA computes it.
 
 Numba promotes float32 op int64 to float64, so every function takes and
 returns float32 where C has float, and callers cast integers with
 `np.float32(...)` before they meet a float, as C converts them.
 """
 import numpy as np
+from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
@@ -51,6 +56,28 @@ def _u32_as_f32(typingctx, u):
     def codegen(context, builder, sig, args):
         return builder.bitcast(args[0], context.get_value_type(types.float32))
     return types.float32(types.uint32), codegen
+
+
+@intrinsic
+def fma32(typingctx, a, b, c):
+    """float32 a*b + c with a single rounding (LLVM `llvm.fma.f32`)."""
+    sig = types.float32(types.float32, types.float32, types.float32)
+
+    def codegen(context, builder, signature, args):
+        flt = ir.FloatType()
+        fn = builder.module.declare_intrinsic("llvm.fma", [flt], ir.FunctionType(flt, [flt, flt, flt]))
+        return builder.call(fn, args)
+    return sig, codegen
+
+
+@njit(inline="always", cache=True, error_model="numpy")
+def mul_add(a, b, c, fused):
+    """float32 a*b + c: rounded once (fma32) when the literal `fused` is
+    True, else the product and the sum each rounded (C without
+    contraction)."""
+    if fused:
+        return fma32(np.float32(a), np.float32(b), np.float32(c))
+    return np.float32(np.float32(a * b) + c)
 
 
 @njit(inline="always", cache=True, error_model="numpy")

@@ -53,7 +53,7 @@ from numba import njit
 from ..numerics import f32_bits_to_f16_bits
 from ..types import GGMLType, block_format
 from . import register_chunk_quantize, register_quantize
-from ._qnum import f32_bits, nearest_int
+from ._qnum import f32_bits, mul_add, nearest_int
 from .iq_grid_maps import grid_map
 from .iq_tables import KVALUES_IQ4NL
 
@@ -129,22 +129,26 @@ def _best_index(kv, x):
 
 
 @njit(cache=True)
-def _iq4_sums(xb, w, kv, idv):
-    # sum w*q*x and sum w*q*q with q the code value nearest id*x
+def _iq4_sums(xb, w, kv, idv, fused):
+    # sum w*q*x and sum w*q*q with q the code value nearest id*x; fused:
+    # each term added by one FMA of (w*q) and x or q, as GCC contracts them
+    # on aarch64 (`strata_ref.cpu.base_quant`)
     sumqx = _ZERO
     sumq2 = _ZERO
     for j in range(xb.shape[0]):
         q = kv[_best_index(kv, idv * xb[j])]
-        sumqx += w[j] * q * xb[j]
-        sumq2 += w[j] * q * q
+        wq = w[j] * q
+        sumqx = mul_add(wq, xb[j], sumqx, fused)
+        sumq2 = mul_add(wq, q, sumq2, fused)
     return sumqx, sumq2
 
 
 @njit(cache=True)
-def _iq4_sub_scale(xb, kv, ntry, L):
+def _iq4_sub_scale(xb, kv, ntry, L, fused):
     """Scale of one 32-value sub-block (ggml `quantize_row_iq4_nl_impl`,
     no importance matrix: weight = x^2). Writes the first-pass codes to L;
-    returns the scale, 0 for a sub-block below GROUP_MAX_EPS (L untouched)."""
+    returns the scale, 0 for a sub-block below GROUP_MAX_EPS (L untouched).
+    fused: the weighted sums by FMA (`_iq4_sums`)."""
     n = xb.shape[0]
     w = np.empty(n, np.float32)
     amax = _ZERO
@@ -167,13 +171,14 @@ def _iq4_sub_scale(xb, kv, ntry, L):
         lj = _best_index(kv, idv * xb[j])
         L[j] = lj
         q = kv[lj]
-        sumqx += w[j] * q * xb[j]
-        sumq2 += w[j] * q * q
+        wq = w[j] * q
+        sumqx = mul_add(wq, xb[j], sumqx, fused)
+        sumq2 = mul_add(wq, q, sumq2, fused)
     d = sumqx / sumq2 if sumq2 > _ZERO else _ZERO
     best = d * sumqx
     for itry in range(-ntry, ntry + 1):
         idv = _F(itry + np.int64(v0)) / mx
-        sqx, sq2 = _iq4_sums(xb, w, kv, idv)
+        sqx, sq2 = _iq4_sums(xb, w, kv, idv, fused)
         if sq2 > _ZERO and sqx * sqx > best * sq2:
             d = sqx / sq2
             best = d * sqx
@@ -188,9 +193,9 @@ def _iq4_pack(L, out, o_qs):
 
 
 @njit(cache=True)
-def _iq4_nl_block(x, out, kv, ntry, o_d, o_qs):
+def _iq4_nl_block(x, out, kv, ntry, o_d, o_qs, fused):
     L = np.full(32, 8, np.uint8)      # see the module docstring (ntry < 0)
-    d = _iq4_sub_scale(x, kv, ntry, L)
+    d = _iq4_sub_scale(x, kv, ntry, L, fused)
     _put_u16(out, o_d, _fp16_bits(d))
     if ntry > 0:
         idv = _ONE / d if d != _ZERO else _ZERO
@@ -208,7 +213,7 @@ def _iq4_xs_block(x, out, kv, o_d, o_sh, o_sl, o_qs):
     amax_scale = _ZERO
     max_scale = _ZERO
     for ib in range(nsub):
-        d = _iq4_sub_scale(x[32 * ib:32 * ib + 32], kv, 7, L[32 * ib:32 * ib + 32])
+        d = _iq4_sub_scale(x[32 * ib:32 * ib + 32], kv, 7, L[32 * ib:32 * ib + 32], False)
         scales[ib] = d
         if abs(d) > amax_scale:
             amax_scale = abs(d)
@@ -769,9 +774,9 @@ _KV = KVALUES_IQ4NL.astype(np.float32)
 
 
 @njit(nogil=True, cache=True)
-def _run_iq4_nl(x, out, status, kv, ntry, o_d, o_qs):
+def _run_iq4_nl(x, out, status, kv, ntry, o_d, o_qs, fused):
     for i in range(x.shape[0]):
-        status[i] = _iq4_nl_block(x[i], out[i], kv, ntry, o_d, o_qs)
+        status[i] = _iq4_nl_block(x[i], out[i], kv, ntry, o_d, o_qs, fused)
 
 
 @njit(nogil=True, cache=True)
@@ -856,10 +861,10 @@ def _check(status, fmt) -> None:
                          f"{b} ({_ABORT_REASONS[int(status[b])]})")
 
 
-def _quantize_iq4_nl(x, ntry):
+def _quantize_iq4_nl(x, ntry, fused=False):
     x = _prepare(x, _NL)
     out = np.zeros((x.shape[0], _NL.block_bytes), np.uint8)
-    _check(_map_blocks(_run_iq4_nl, x, out, _KV, ntry, _NL.offset("d"), _NL.offset("qs")), _NL)
+    _check(_map_blocks(_run_iq4_nl, x, out, _KV, ntry, _NL.offset("d"), _NL.offset("qs"), fused), _NL)
     return out
 
 

@@ -7,6 +7,13 @@ scans (strict comparisons, first hit wins, starting from 0 or ±FLT_MAX), the
 same `1.0f/d` reciprocal followed by multiplications, and the same truncating
 casts (`(int8_t)(v + 8.5f)`, `(uint8_t)(v + 0.5f)`, `roundf`), so the bytes
 equal ggml's portable (no FMA) build. See ../shared/spec/formats.md §8.
+
+`quant_q4_0_fma`, `quant_q4_1_fma`, `quant_q5_0_fma`, `quant_q5_1_fma` are
+the same blocks as GCC compiles them where it contracts `x*id + 8.5f` (and
+`(x - min)*id + 0.5f`) into one fused multiply-add: ggml-base on aarch64
+(`strata_ref.cpu.base_quant`, docs/arm64.md). Where 1/d overflows (a block
+whose largest |x| is subnormal) they keep the x86 casts; aarch64's
+saturating conversions are not reproduced there.
 """
 import numpy as np
 from numba import njit
@@ -14,7 +21,7 @@ from numba import njit
 from ..types import GGMLType, block_format
 from ._qdrive import register_block_quantizer
 from ._qnum import (abs_max_bits, bits_f32, c_roundf_int, c_trunc_int, f32_bits,
-                    first_signed_absmax, fp16_store, store_u32, to_i8)
+                    first_signed_absmax, fp16_store, mul_add, store_u32, to_i8)
 
 _F0 = np.float32(0.0)
 _F1 = np.float32(1.0)
@@ -90,36 +97,48 @@ def bounded(d, idv):
 # common (range-proven) loop is branch-free, the other follows C's x86 casts.
 
 @njit(inline="always", cache=True, error_model="numpy")
-def codes_q4_0(x, b, idv, safe):
+def codes_q4_0(x, b, idv, safe, fused):
     for j in range(16):
-        q0 = min(15, small_code(x[j] * idv + np.float32(8.5), safe)) & 0xFF
-        q1 = min(15, small_code(x[j + 16] * idv + np.float32(8.5), safe)) & 0xFF
+        q0 = min(15, small_code(mul_add(x[j], idv, np.float32(8.5), fused), safe)) & 0xFF
+        q1 = min(15, small_code(mul_add(x[j + 16], idv, np.float32(8.5), fused), safe)) & 0xFF
         b[Q4_0_QS + j] = q0 | ((q1 & 0x0F) << 4)
 
 
-@njit(cache=True, error_model="numpy")
-def quant_q4_0(x, b):
+@njit(inline="always", cache=True, error_model="numpy")
+def block_q4_0(x, b, fused):
     """ggml `quantize_row_q4_0_ref`, one block: d = max/-8, q = (int8)(x*id + 8.5) capped at 15."""
     _, mx = first_signed_absmax(x)
     d = mx / np.float32(-8.0)
     idv = recip_or_zero(d)
     fp16_store(b, Q4_0_D, d)
     if bounded(d, idv):
-        codes_q4_0(x, b, idv, True)
+        codes_q4_0(x, b, idv, True, fused)
     else:
-        codes_q4_0(x, b, idv, False)
-
-
-@njit(inline="always", cache=True, error_model="numpy")
-def codes_q4_1(x, b, mn, idv, safe):
-    for j in range(16):
-        q0 = min(15, small_code((x[j] - mn) * idv + np.float32(0.5), safe)) & 0xFF
-        q1 = min(15, small_code((x[j + 16] - mn) * idv + np.float32(0.5), safe)) & 0xFF
-        b[Q4_1_QS + j] = q0 | ((q1 & 0x0F) << 4)
+        codes_q4_0(x, b, idv, False, fused)
 
 
 @njit(cache=True, error_model="numpy")
-def quant_q4_1(x, b):
+def quant_q4_0(x, b):
+    """ggml `quantize_row_q4_0_ref`, one block: d = max/-8, q = (int8)(x*id + 8.5) capped at 15."""
+    block_q4_0(x, b, False)
+
+
+@njit(cache=True, error_model="numpy")
+def quant_q4_0_fma(x, b):
+    """`quant_q4_0` with `x*id + c` fused (module docstring)."""
+    block_q4_0(x, b, True)
+
+
+@njit(inline="always", cache=True, error_model="numpy")
+def codes_q4_1(x, b, mn, idv, safe, fused):
+    for j in range(16):
+        q0 = min(15, small_code(mul_add(x[j] - mn, idv, np.float32(0.5), fused), safe)) & 0xFF
+        q1 = min(15, small_code(mul_add(x[j + 16] - mn, idv, np.float32(0.5), fused), safe)) & 0xFF
+        b[Q4_1_QS + j] = q0 | ((q1 & 0x0F) << 4)
+
+
+@njit(inline="always", cache=True, error_model="numpy")
+def block_q4_1(x, b, fused):
     """ggml `quantize_row_q4_1_ref`, one block: d = (max-min)/15, m = min."""
     mn, mx = min_max(x)
     d = (mx - mn) / np.float32(15.0)
@@ -127,9 +146,21 @@ def quant_q4_1(x, b):
     fp16_store(b, Q4_1_D, d)
     fp16_store(b, Q4_1_M, mn)
     if bounded(d, idv):
-        codes_q4_1(x, b, mn, idv, True)
+        codes_q4_1(x, b, mn, idv, True, fused)
     else:
-        codes_q4_1(x, b, mn, idv, False)
+        codes_q4_1(x, b, mn, idv, False, fused)
+
+
+@njit(cache=True, error_model="numpy")
+def quant_q4_1(x, b):
+    """ggml `quantize_row_q4_1_ref`, one block: d = (max-min)/15, m = min."""
+    block_q4_1(x, b, False)
+
+
+@njit(cache=True, error_model="numpy")
+def quant_q4_1_fma(x, b):
+    """`quant_q4_1` with `x*id + c` fused (module docstring)."""
+    block_q4_1(x, b, True)
 
 
 @njit(inline="always", cache=True, error_model="numpy")
@@ -140,40 +171,52 @@ def pack_q5(b, o_qs, o_qh, q0, q1, j, qh):
 
 
 @njit(inline="always", cache=True, error_model="numpy")
-def codes_q5_0(x, b, idv, safe):
+def codes_q5_0(x, b, idv, safe, fused):
     qh = 0
     for j in range(16):
-        q0 = min(31, small_code(x[j] * idv + np.float32(16.5), safe)) & 0xFF
-        q1 = min(31, small_code(x[j + 16] * idv + np.float32(16.5), safe)) & 0xFF
+        q0 = min(31, small_code(mul_add(x[j], idv, np.float32(16.5), fused), safe)) & 0xFF
+        q1 = min(31, small_code(mul_add(x[j + 16], idv, np.float32(16.5), fused), safe)) & 0xFF
         qh = pack_q5(b, Q5_0_QS, Q5_0_QH, q0, q1, j, qh)
     store_u32(b, Q5_0_QH, qh)
 
 
-@njit(cache=True, error_model="numpy")
-def quant_q5_0(x, b):
+@njit(inline="always", cache=True, error_model="numpy")
+def block_q5_0(x, b, fused):
     """ggml `quantize_row_q5_0_ref`, one block: d = max/-16, q = (int8)(x*id + 16.5) capped at 31."""
     _, mx = first_signed_absmax(x)
     d = mx / np.float32(-16.0)
     idv = recip_or_zero(d)
     fp16_store(b, Q5_0_D, d)
     if bounded(d, idv):
-        codes_q5_0(x, b, idv, True)
+        codes_q5_0(x, b, idv, True, fused)
     else:
-        codes_q5_0(x, b, idv, False)
+        codes_q5_0(x, b, idv, False, fused)
+
+
+@njit(cache=True, error_model="numpy")
+def quant_q5_0(x, b):
+    """ggml `quantize_row_q5_0_ref`, one block: d = max/-16, q = (int8)(x*id + 16.5) capped at 31."""
+    block_q5_0(x, b, False)
+
+
+@njit(cache=True, error_model="numpy")
+def quant_q5_0_fma(x, b):
+    """`quant_q5_0` with `x*id + c` fused (module docstring)."""
+    block_q5_0(x, b, True)
 
 
 @njit(inline="always", cache=True, error_model="numpy")
-def codes_q5_1(x, b, mn, idv, safe):
+def codes_q5_1(x, b, mn, idv, safe, fused):
     qh = 0
     for j in range(16):
-        q0 = c_trunc_int((x[j] - mn) * idv + np.float32(0.5), safe) & 0xFF
-        q1 = c_trunc_int((x[j + 16] - mn) * idv + np.float32(0.5), safe) & 0xFF
+        q0 = c_trunc_int(mul_add(x[j] - mn, idv, np.float32(0.5), fused), safe) & 0xFF
+        q1 = c_trunc_int(mul_add(x[j + 16] - mn, idv, np.float32(0.5), fused), safe) & 0xFF
         qh = pack_q5(b, Q5_1_QS, Q5_1_QH, q0, q1, j, qh)
     store_u32(b, Q5_1_QH, qh)
 
 
-@njit(cache=True, error_model="numpy")
-def quant_q5_1(x, b):
+@njit(inline="always", cache=True, error_model="numpy")
+def block_q5_1(x, b, fused):
     """ggml `quantize_row_q5_1_ref`, one block: d = (max-min)/31, m = min, q = (uint8)(v + 0.5)."""
     mn, mx = min_max(x)
     d = (mx - mn) / np.float32(31.0)
@@ -181,9 +224,21 @@ def quant_q5_1(x, b):
     fp16_store(b, Q5_1_D, d)
     fp16_store(b, Q5_1_M, mn)
     if bounded(d, idv):
-        codes_q5_1(x, b, mn, idv, True)
+        codes_q5_1(x, b, mn, idv, True, fused)
     else:
-        codes_q5_1(x, b, mn, idv, False)
+        codes_q5_1(x, b, mn, idv, False, fused)
+
+
+@njit(cache=True, error_model="numpy")
+def quant_q5_1(x, b):
+    """ggml `quantize_row_q5_1_ref`, one block: d = (max-min)/31, m = min, q = (uint8)(v + 0.5)."""
+    block_q5_1(x, b, False)
+
+
+@njit(cache=True, error_model="numpy")
+def quant_q5_1_fma(x, b):
+    """`quant_q5_1` with `x*id + c` fused (module docstring)."""
+    block_q5_1(x, b, True)
 
 
 @njit(inline="always", cache=True, error_model="numpy")

@@ -12,8 +12,9 @@ Source: llama.cpp vendored by llama-cpp-python 0.3.36:
   (`GGML_FP32_TO_BF16`), F32 as is, Q8_0 by the profile's activation
   quantizer (`quantize_row_q8_0`: the AVX version on the AVX builds, the
   reference on the baseline build), Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL by
-  ggml's reference quantizers (`quantize_row_*_ref`, `strata_ref.quantize`)
-  in every build.
+  ggml's reference quantizers (`quantize_row_*_ref` in ggml-base), as the
+  build's compiler made them: as written on x86, contracted into FMAs on
+  arm64 (`strata_ref.cpu.base_quant`).
 * the rotation (`llama_kv_cache` constructor, `build_input_k_rot` /
   `build_input_v_rot`, `llm_graph_context::build_attn`): when K's type is a
   block type and head_dim % 64 == 0, q and k are rotated (after RoPE and
@@ -349,8 +350,9 @@ class KVCache:
             blocks[:, :, :2] = f32_to_f16_bits(d).reshape(Hkv * m, nb, 1).view(np.uint8)
             blocks[:, :, 2:] = q.reshape(Hkv * m, nb, 32).view(np.uint8)
             return blocks.reshape(Hkv, m, -1)
-        from ..quantize import quantize
-        return quantize(rows, t).reshape(Hkv, m, -1)
+        # ggml-base's reference quantizer, as the build compiled it (contracted on arm64)
+        from ..cpu.base_quant import quantize_base
+        return quantize_base(rows, t, profile.isa).reshape(Hkv, m, -1)
 
     def store(self, il: int, k: np.ndarray, v: np.ndarray, profile=None) -> None:
         """Write k, v (float32 (m, n_head_kv, head_dim)) at positions n ..

@@ -43,7 +43,9 @@ kernels are keyed by the chain's name.
 The names every chain resolves (`generic` defines them all):
 
 * constants: `FMA` (the build contracts C's `a * b + c` into one FMA:
-  GCC does on builds with FMA instructions), `F32_EPR` / `F32_STEP` and
+  GCC does on builds with FMA instructions), `BASE_FMA` (ggml-base, built
+  without the variant's flags, is contracted too: arm64, whose baseline
+  has FMA; its reference quantizers, `base_quant`, `Q8_K_FMA`), `F32_EPR` / `F32_STEP` and
   `F16_EPR` / `F16_STEP` (`GGML_F32_EPR`, `GGML_F32_STEP`, ...: float
   lanes per vector and per step of the 4-accumulator loops of `vec.cpp`;
   0 where the build has no `GGML_SIMD`), `EXPF_LANES` (lanes of the
@@ -101,7 +103,7 @@ from numba.extending import (NativeValue, box, models, overload_attribute, overl
 
 __all__ = ["Isa", "IsaType", "chain", "CONSTANTS", "FUNCTIONS", "TABLES"]
 
-CONSTANTS = ("FMA", "F32_EPR", "F32_STEP", "F16_EPR", "F16_STEP", "EXPF_LANES", "TINYBLAS", "TINYBLAS_F16",
+CONSTANTS = ("FMA", "BASE_FMA", "F32_EPR", "F32_STEP", "F16_EPR", "F16_STEP", "EXPF_LANES", "TINYBLAS", "TINYBLAS_F16",
              "TINYBLAS_BF16", "F32_TAIL_FMA", "FA_S_FMA", "TINYBLAS_F32_MIN_ROWS", "TINYBLAS_F16_F32B",
              "ROPE_FMA", "Q8_K_FMA", "F16_VA", "TINYBLAS_F16_MIN_ROWS")
 FUNCTIONS = {  # name: number of arguments

@@ -52,6 +52,9 @@ from . import x86_avx2 as _avx2
 _F32 = np.float32
 
 FMA = True
+#: aarch64's base instruction set has FMA, so ggml-base's reference quantizers
+#: are contracted too (`strata_ref.cpu.base_quant`)
+BASE_FMA = True
 F32_EPR = F16_EPR = 4
 F32_STEP = F16_STEP = 16
 EXPF_LANES = 4
@@ -70,7 +73,7 @@ ROPE_FMA = 2
 #: FMA baseline): GCC vectorizes `nearest_int(iscale * x)` as `fmla` of
 #: 1.5 * 2^23 and iscale * x (disassembly), so each q is the exact product
 #: rounded half to even, not the rounded product (smollm2-q2_k's logits)
-Q8_K_FMA = True
+Q8_K_FMA = BASE_FMA
 
 #: every quantized weight type has a NEON `vec_dot` in arch/arm/quants.c
 #: (the legacy quants' over `ggml_vdotq_s32`'s lanes: `neon_legacy`); a

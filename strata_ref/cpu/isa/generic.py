@@ -26,6 +26,9 @@ from ..vec import rest_in_double
 _F32 = np.float32
 
 FMA = False
+#: whether GCC contracts `a*b + c` in ggml-base (ggml-quants.c, compiled without the
+#: variant's flags): no FMA there on x86 (`strata_ref.cpu.base_quant`)
+BASE_FMA = False
 F32_EPR = F32_STEP = F16_EPR = F16_STEP = 0
 #: the vector exp is libm's expf on one value at a time
 EXPF_LANES = 1
@@ -43,7 +46,7 @@ ROPE_FMA = 0
 #: `quantize_row_q8_K_ref` (ggml-quants.c, in ggml-base) rounds the product
 #: `iscale * x` to float before `nearest_int` adds 1.5 * 2^23 (x86 builds
 #: compile ggml-base without FMA: no contraction)
-Q8_K_FMA = False
+Q8_K_FMA = BASE_FMA
 #: llamafile takes F32 weights from 2 activation rows (`llamafile_sgemm`)
 TINYBLAS_F32_MIN_ROWS = 2
 #: llamafile's F16 tinyBLAS multiplies F16 activations (converted first)

@@ -301,13 +301,18 @@ def test_unemulated_repacked_layout_is_refused():
     (dict(flash_attn=True, type_k="q4_0"), "flash attention and a q4_0 K cache on the arm64 profile armv8.0"),
     (dict(type_k="q8_0"), "a q8_0 K cache on the arm64 profile armv8.0"),
     (dict(type_v="q4_0"), "flash attention and a q4_0 V cache on the arm64 profile armv8.0")])
-def test_unemulated_kv_caches_are_refused(opts, what, tmp_path, capsys):
+def test_unemulated_kv_caches_are_refused(opts, what, tmp_path, capsys, monkeypatch):
     # trial finding: flash attention and quantized KV caches ran on the ARM
-    # profiles through the x86 code (other bits, no word); a cache whose ARM
-    # code is not emulated and checked (`ARM64_FLASH_ATTN_CACHES`) is
-    # refused. A quantized V cache turns flash attention on (`auto`)
+    # profiles through the x86 code (other bits, no word); a cache type
+    # whose ARM code is not emulated and checked (`ARM64_KV_TYPES`) is
+    # refused. Every cache type is checked now, so the table is cut down
+    # here to see the refusal. A quantized V cache turns flash attention on
+    # (`auto`)
     from strata_ref.cli import main
+    from strata_ref.infer import model as model_mod
     from strata_ref.infer.loader import load
+    monkeypatch.setitem(model_mod.ARM64_KV_TYPES, "armv8.0",
+                        {False: frozenset({"f16"}), True: frozenset({"f16", "q8_0"})})
     f = tmp_path / "tiny.gguf"
     tiny_model("qwen3", f, seed=0)
     m = load(f, profile="armv8.0")
@@ -324,33 +329,49 @@ def test_unemulated_kv_caches_are_refused(opts, what, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("profile", ARM)
-def test_every_arm_profile_refuses_unemulated_caches(profile):
-    # flash attention runs over the caches checked against the profile's
-    # build (ARM64_FLASH_ATTN_CACHES); other types, and quantized caches
-    # without flash attention, are refused
-    from strata_ref.infer.model import ARM64_FLASH_ATTN_CACHES, unemulated_cache
-    done = ARM64_FLASH_ATTN_CACHES.get(profile, frozenset())
-    for tk, tv in (("f16", "f16"), ("q8_0", "q8_0")):
-        got = unemulated_cache(profile, dict(flash_attn=True, type_k=tk, type_v=tv))
-        assert (got is None) == ((tk, tv) in done), (profile, tk, tv, got)
-    assert unemulated_cache(profile, dict(flash_attn=True, type_v="q4_0")) == "flash attention and a q4_0 V cache"
-    assert unemulated_cache(profile, dict(type_k="q8_0")) == "a q8_0 K cache"
-    # a mixed pair is not checked on any build
-    assert unemulated_cache(profile, dict(flash_attn=True, type_k="q8_0", type_v="f16")) \
-        == "flash attention and a q8_0 K cache"
+def test_arm_profiles_run_the_caches_their_data_checks(profile):
+    # ARM64_KV_TYPES claims no more than the profile's stored data checks:
+    # each type it lists, with and without flash attention, is the K or the
+    # V type of a configuration of that setting in the llama_kv file (F16
+    # without flash attention: every llama_ref file); a pair runs iff both
+    # types are listed. (A stored configuration outside the table is
+    # checked to be refused: test_kv_cache_is_the_arm_builds_bits.)
+    from strata_ref.infer.kv_cache import CACHE_TYPES
+    from strata_ref.infer.model import ARM64_KV_TYPES, unemulated_cache
+    ref = np.load(DATA / profile / "llama_kv_SmolLM2-135M-Instruct.npz")
+    stored = {False: {"f16"}, True: set()}
+    for name in map(str, ref["configs"]):
+        fa = bool(ref[f"{name}:flash_attn"])
+        stored[fa] |= {str(ref[f"{name}:type_k"]), str(ref[f"{name}:type_v"])}
+    table = ARM64_KV_TYPES[profile]
+    assert set(table[False]) <= stored[False] and set(table[True]) <= stored[True], (table, stored)
+    for fa in (False, True):
+        for tk in CACHE_TYPES:
+            for tv in CACHE_TYPES:
+                if not fa and tv not in ("f32", "f16", "bf16"):
+                    continue             # llama.cpp: a quantized V cache needs flash attention
+                got = unemulated_cache(profile, dict(flash_attn=fa, type_k=tk, type_v=tv))
+                assert (got is None) == (tk in table[fa] and tv in table[fa]), (fa, tk, tv, got)
     assert unemulated_cache(profile, {}) is None
     assert unemulated_cache("avx2", dict(flash_attn=True)) is None
+
+
+#: the KV configurations every arm64 profile checks by default; each other
+#: one is checked by default on one profile in turn (the rest `-m slow`):
+#: every cache type compiles its own kernels per profile
+_KV_EVERY_PROFILE = ("f16-f16-fa", "q8_0-q8_0-fa")
 
 
 def _kv_cases():
     # every (profile, configuration) of the stored llama_kv files; the long
     # prompt (the tiled and split-KV paths, 278 rows) is marked slow
     out = []
-    for p in arm_profile_files("llama_kv_SmolLM2-135M-Instruct.npz"):
+    for k, p in enumerate(arm_profile_files("llama_kv_SmolLM2-135M-Instruct.npz")):
         prof, path = p.values
         ref = np.load(path)
-        for name in map(str, ref["configs"]):
-            slow = str(ref[f"{name}:prompt"]) == "long"
+        for i, name in enumerate(map(str, ref["configs"])):
+            slow = str(ref[f"{name}:prompt"]) == "long" or (
+                name not in _KV_EVERY_PROFILE and i % len(ARM) != k % len(ARM))
             out.append(pytest.param(prof, name, id=f"{prof}-{name}",
                                     marks=[pytest.mark.slow] if slow else []))
     return out
@@ -419,3 +440,56 @@ def test_i8mm_stacks_only_what_ggml_chunks_alike():
     got = gu.mul_mat_id(x, ids)
     want = np.concatenate([e.mul_mat_id(x, ids) for e in ex], axis=2)
     assert np.array_equal(f32_bits(got), f32_bits(want))
+
+
+@pytest.mark.parametrize("profile", ARM)
+@pytest.mark.parametrize("t", ["q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"])
+def test_base_quantizers_are_the_arm_builds_bits(t, profile):
+    # a block-type KV cache is stored by ggml-base's reference quantizer,
+    # which GCC contracts on arm64 (`cpu.base_quant`): the build's own
+    # from_float under qemu (tools/arm_ref.py basequant) on blocks searched
+    # so that the FMA changes their bytes, then 16 plain blocks
+    from strata_ref.cpu import select
+    from strata_ref.cpu.base_quant import quantize_base
+    ref = _data(profile, "ggml_base_quant.npz")
+    x, want = ref[f"{t}_x"], ref[t]
+    got = quantize_base(x, t, select(profile).isa)
+    assert np.array_equal(got, want), np.flatnonzero((got != want).any(axis=1))[:8]
+    searched = len(x) - 16
+    if t in ("q4_0", "q5_0", "iq4_nl"):
+        assert searched >= 32           # the data can tell the two forms apart
+    # the x86 form (rounded twice) gives other bytes on every searched block
+    plain = quantize_base(x, t, select("avx2").isa)
+    assert (plain[:searched] != want[:searched]).any(axis=1).all()
+
+
+def test_base_quant_refuses_what_it_does_not_emulate():
+    from strata_ref.cpu import select
+    from strata_ref.cpu.base_quant import quantize_base
+    x = np.ones((2, 256), np.float32)
+    with pytest.raises(NotImplementedError, match="Q4_K's reference quantizer"):
+        quantize_base(x, "Q4_K", select("armv8.0").isa)
+    assert quantize_base(x, "Q4_K", select("avx2").isa).shape == (2, 144)   # as written on x86
+    with pytest.raises(ValueError, match="32-value blocks"):
+        quantize_base(np.ones((2, 48), np.float32), "q4_0", select("armv8.0").isa)
+
+
+@pytest.mark.parametrize("t", ["Q8_0", "Q4_0"])
+def test_cache_dots_take_the_path_ggml_takes(t):
+    # attention stacks the query heads of one KV head as rows of K q, but
+    # ggml multiplies each head's tokens apart: one decode token is
+    # vec_dot, where llamafile's tinyBLAS_Q0_ARM would take the stacked
+    # rows (found on armv8.2-dotprod's q8_0 / q4_0 K caches without flash
+    # attention: its tinyBLAS rounds otherwise than its vec_dot)
+    from strata_ref import quantize
+    from strata_ref.cpu import select
+    from strata_ref.cpu.attention import cache_dots
+    rng = np.random.default_rng(1)
+    k = np.asarray(quantize(rng.standard_normal((256, 64)).astype(np.float32), t)).reshape(256, -1)
+    q = rng.standard_normal((3, 64)).astype(np.float32)
+    prof = select("armv8.2-dotprod")
+    stacked = cache_dots(t, k, 64, q, prof, "vec_dot")
+    apart = np.concatenate([cache_dots(t, k, 64, q[i:i + 1], prof, "vec_dot") for i in range(3)])
+    assert np.array_equal(f32_bits(stacked), f32_bits(apart))
+    tiny = cache_dots(t, k, 64, q, prof, "tinyblas")
+    assert not np.array_equal(f32_bits(tiny), f32_bits(apart))     # the two paths are told apart

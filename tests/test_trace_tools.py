@@ -43,7 +43,7 @@ def test_which_names_the_profile_of_stored_llama_cpp_logits(tmp_path, qwen3, cap
     # tiled path, flash attention off) as their 0.3.36 counterparts do
     # (docs/prebuilt.md), so they reproduce the same rows. The arm64
     # profiles are tried with and without flash attention (with it where
-    # it is emulated, `ARM64_FLASH_ATTN_CACHES`; elsewhere named, not run)
+    # it is emulated, `ARM64_KV_TYPES`; elsewhere named, not run)
     # and reproduce none
     ref = np.load(DATA / profile / "llama_ref_tiny.npz")
     f = tmp_path / "logits.npz"
@@ -63,8 +63,8 @@ def test_which_names_the_profile_of_stored_llama_cpp_logits(tmp_path, qwen3, cap
     arm = {(c["profile"], c["flash_attn"]): c["not_emulated"] for c in doc["candidates"]
            if c["profile"].startswith("armv8")}
     from infer_helpers import ARM_PROFILES
-    from strata_ref.infer.model import ARM64_FLASH_ATTN_CACHES
-    fa_f16 = {p for p in ARM_PROFILES if ("f16", "f16") in ARM64_FLASH_ATTN_CACHES.get(p, ())}
+    from strata_ref.infer.model import ARM64_KV_TYPES
+    fa_f16 = {p for p in ARM_PROFILES if "f16" in ARM64_KV_TYPES.get(p, {}).get(True, ())}
     assert arm == {(p, fa): "flash attention" if fa and p not in fa_f16 else None
                    for p in ARM_PROFILES for fa in (False, True)}
     assert {"armv8.0", "armv8.2-dotprod", "armv8.2-fp16", "armv8.6-i8mm"} <= set(ARM_PROFILES)

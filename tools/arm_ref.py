@@ -34,13 +34,15 @@ About 15 minutes for everything on 2 shared cores; builds run at nice 10.
 `data` runs the drivers under `qemu-aarch64-static -cpu MODEL` (nice 10)
 and writes tests/data/<variant>/ with the keys and cases of the x86
 profiles' files (tools/llama_ref.py `logits`, `synthetic`, `typed`, `moe`,
-`actquant`; tools/llama_ref_iq.py; tools/ggml_mm.py): the registry models,
+`actquant`; tools/llama_ref_iq.py; tools/ggml_mm.py), and `basequant`:
+ggml-base's reference quantizers of the KV-cache block types on blocks where
+FMA contraction changes the bytes (`ggml_base_quant.npz`, no x86 counterpart): the registry models,
 the llama.cpp-quantized SmolLM2 variants (tests/model_variants.py) and the
 rotated one, the tiny dense / typed / I-quant / MoE models, every weight
 type through ggml_mul_mat and the activation quantizers. The registry
 logits files also keep an 8-byte hash of every whole row (`*_hash`,
 tests/infer_helpers.py `row_hashes`). Jobs: `actquant`, `mm`, `tiny`,
-`typed`, `iq`, `moe:ARCH`, `logits:MODEL`, `kv:MODEL` (all the
+`basequant`, `typed`, `iq`, `moe:ARCH`, `logits:MODEL`, `kv:MODEL` (all the
 configurations of tools/llama_ref.py `kvcache`), `ops:FILE` (the op-level
 vectors of tools/llama_dump.py `--vectors`, `OPS`; needs the model's logits
 file first); default: all, `jobs_all`.
@@ -709,6 +711,59 @@ def job_actquant(name: str) -> None:
     print(out.name, flush=True)
 
 
+#: the KV-cache block types whose `from_float` is ggml-base's reference
+#: quantizer (`strata_ref.cpu.base_quant`), with their ggml type ids
+BASE_QUANT_TYPES = (("q4_0", 2), ("q4_1", 3), ("q5_0", 6), ("q5_1", 7), ("iq4_nl", 20))
+
+
+def base_quant_inputs(per_type: int = 48, seed: int = 0, budget: int = 1 << 23) -> dict:
+    """{type name: float32 (blocks, 32)}: for each type of
+    `BASE_QUANT_TYPES`, up to `per_type` seeded N(0, 1) blocks whose
+    contracted quantization differs from the one rounded twice, searched
+    among `budget` blocks (so the data can tell the two apart), then 16
+    plain seeded blocks. Q4_0 / Q5_0 give about 4 and 9 such blocks per
+    million, IQ4_NL about 50; Q4_1 / Q5_1 none in 8.4 million (their
+    `v + 0.5f` is exact except across a power of two: the FMA changes
+    nothing there in practice)."""
+    from strata_ref.cpu.base_quant import quantize_base
+    from strata_ref.cpu.isa import chain
+    fused, plain = chain(("arm_neon", "generic")), chain(("x86_64", "generic"))
+    rng = np.random.default_rng(seed)
+    out = {}
+    for tname, _ in BASE_QUANT_TYPES:
+        found, n, seen = [], 0, 0
+        while n < per_type and seen < budget:
+            x = rng.standard_normal((32768, 32)).astype(np.float32)
+            diff = (quantize_base(x, tname, fused) != quantize_base(x, tname, plain)).any(axis=1)
+            found.append(x[diff])
+            n, seen = n + int(diff.sum()), seen + len(x)
+        out[tname] = np.concatenate([np.concatenate(found)[:per_type],
+                                     rng.standard_normal((16, 32)).astype(np.float32)])
+        print(f"  {tname}: {min(n, per_type)} blocks where the FMA changes the bytes "
+              f"(of {seen} searched)", flush=True)
+    return out
+
+
+def job_basequant(name: str) -> None:
+    """ggml-cpu's from_float of the KV-cache block types (ggml-base's
+    `quantize_row_<type>_ref`, as this build compiled it) on
+    `base_quant_inputs()`, all blocks of a type as one row."""
+    x = base_quant_inputs()
+    res = {}
+    with tempfile.TemporaryDirectory() as d:
+        for tname, tid in BASE_QUANT_TYPES:
+            xf, of = Path(d) / "x.bin", Path(d) / "q.bin"
+            x[tname].astype(np.float32).tofile(xf)
+            qemu(name, "ggml_ops", ["quant", tid, x[tname].size, xf, of])
+            res[f"{tname}_x"] = x[tname]
+            res[tname] = np.fromfile(of, np.uint8).reshape(len(x[tname]), -1)
+    out = data_dir(name) / "ggml_base_quant.npz"
+    info = qemu(name, "ggml_ops", ["info"]).strip()
+    sve = int(re.search(r"sve_bytes (\d+)", info).group(1))
+    np.savez_compressed(out, **res, **provenance(name, "basequant", _system_info(name), sve))
+    print(out.name, flush=True)
+
+
 def _system_info(name: str) -> str:
     """llama_print_system_info() of the variant's build (a tiny model run)."""
     from infer_helpers import tiny_model
@@ -721,7 +776,7 @@ def _system_info(name: str) -> str:
 def jobs_all() -> list:
     from infer_helpers import MOE_LAYERS
     from model_variants import VARIANTS as MV
-    return (["actquant", "mm", "tiny", "typed", "iq"] + [f"moe:{a}" for a in MOE_LAYERS]
+    return (["actquant", "basequant", "mm", "tiny", "typed", "iq"] + [f"moe:{a}" for a in MOE_LAYERS]
             + [f"logits:{m}" for m in ("SmolLM2-135M-Instruct", "gemma-3-270m",
                                        "Qwen2.5-Coder-0.5B-Instruct")]
             + [f"logits:{v}" for v in MV] + ["logits:smollm2-rot-q8_0", "kv:SmolLM2-135M-Instruct"]
@@ -743,7 +798,7 @@ def job_file(job: str) -> str:
         return f"llama_ref_{stem}.npz"
     return {"moe": f"llama_ref_moe_{arg}.npz", "tiny": "llama_ref_tiny.npz",
             "typed": "llama_ref_typed.npz", "iq": "llama_ref_tiny_iq.npz", "mm": "ggml_mm.npz",
-            "actquant": "ggml_act_quant.npz"}[kind]
+            "actquant": "ggml_act_quant.npz", "basequant": "ggml_base_quant.npz"}[kind]
 
 
 def run_job(name: str, job: str) -> None:
@@ -759,7 +814,7 @@ def run_job(name: str, job: str) -> None:
         job_moe(name, arg)
     else:
         {"tiny": job_tiny, "typed": job_typed, "iq": job_iq, "mm": job_mm,
-         "actquant": job_actquant}[kind](name)
+         "actquant": job_actquant, "basequant": job_basequant}[kind](name)
     print(f"  {name} {job}: {time.time() - t0:.0f} s", flush=True)
 
 

@@ -714,28 +714,32 @@ def check_logits(logits: np.ndarray, where: str, spread: bool = True) -> None:
                                f"with the wrong type)")
 
 
-#: the KV caches each arm64 profile runs with flash attention, as (type_k,
-#: type_v): ggml's ARM flash-attention code is emulated for them and checked
-#: bitwise against that ARM build's own logits under qemu (every row of the
-#: batched and the incremental pass, the greedy ids; the vec, tiled and
-#: split-KV paths: tests/data/<profile>/llama_kv_SmolLM2-135M-Instruct.npz,
-#: `python tools/arm_ref.py data PROFILE --only kv:SmolLM2-135M-Instruct`)
-ARM64_FLASH_ATTN_CACHES = {
-    "armv8.0": frozenset({("f16", "f16"), ("q8_0", "q8_0")}),
-    "armv8.2-dotprod": frozenset({("f16", "f16"), ("q8_0", "q8_0")}),
-    "armv8.2-fp16": frozenset({("f16", "f16"), ("q8_0", "q8_0")}),
-    "armv8.6-i8mm": frozenset({("f16", "f16"), ("q8_0", "q8_0")}),
-}
+#: the KV-cache types each arm64 profile runs, without and with flash
+#: attention: {profile: {flash_attn: frozenset of type names}}; a cache runs
+#: when its K and its V type are both in the set of its flash-attention
+#: setting. ggml's ARM code for them is emulated and checked bitwise against
+#: that ARM build's own logits under qemu (every row of the batched and the
+#: incremental pass, the greedy ids; every configuration of
+#: tools/llama_ref.py KV_CONFIGS: each type with K = V, quantized K over an
+#: F16 or BF16 V, F16 K over a Q4_0 V, Q8_0 K over a Q4_1 V, the vec, tiled
+#: and split-KV flash-attention paths, the rotation off:
+#: tests/data/<profile>/llama_kv_SmolLM2-135M-Instruct.npz, `python
+#: tools/arm_ref.py data PROFILE --only kv:SmolLM2-135M-Instruct`). In ggml
+#: the K type sets how q is converted and dotted and the V type how V is
+#: accumulated, each on its own, so a checked K type may go with any checked
+#: V type.
+_ARM64_ALL_TYPES = frozenset({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"})
+ARM64_KV_TYPES = {p: {False: _ARM64_ALL_TYPES, True: _ARM64_ALL_TYPES}
+                  for p in ("armv8.0", "armv8.2-dotprod", "armv8.2-fp16", "armv8.6-i8mm")}
 
 
 def unemulated_cache(profile, opts) -> str | None:
     """What of a KV-cache setting (opts: flash_attn, type_k, type_v as
     `load` takes them) the profile's build computes in code not emulated yet,
     as words ("flash attention", "a q8_0 K cache", ...), or None when all of
-    it is: on the arm64 profiles, the cache types other than F16 without
-    flash attention, and flash attention over any cache but those of
-    `ARM64_FLASH_ATTN_CACHES` (docs/arm64.md); the x86 attention would give
-    other bits there, silently. Raises ValueError for an unknown cache
+    it is: on the arm64 profiles, a K or V type outside `ARM64_KV_TYPES`
+    for the flash-attention setting (docs/arm64.md); the x86 attention would
+    give other bits there, silently. Raises ValueError for an unknown cache
     type."""
     from .._notemulated import cache_phrase
     from ..cpu import select
@@ -747,7 +751,8 @@ def unemulated_cache(profile, opts) -> str | None:
     tk = cache_type(opts.get("type_k", "f16"), "type_k (--cache-type-k)")
     tv = cache_type(opts.get("type_v", "f16"), "type_v (--cache-type-v)")
     fa = resolve_flash_attn(opts.get("flash_attn"), tv)
-    if fa and (tk.name.lower(), tv.name.lower()) in ARM64_FLASH_ATTN_CACHES.get(prof.name, ()):
+    done = ARM64_KV_TYPES.get(prof.name, {}).get(fa, frozenset())
+    if tk.name.lower() in done and tv.name.lower() in done:
         return None
     return cache_phrase(tk, tv, fa) or None
 

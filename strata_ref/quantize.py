@@ -114,6 +114,16 @@ def quantize(x, t) -> np.ndarray:
                 a reference quantizer.
     """
     tt = parse_type(t)
+    return quantize_with(x, tt, lambda: _quantizer(tt))
+
+
+def quantize_with(x, t, blocks_fn) -> np.ndarray:
+    """`quantize`'s checks, conversions, errors and shapes around another
+    block quantizer of type t: `blocks_fn()` returns a function from
+    float32 (n, QK) to uint8 (n, B) (with a `checks_finite` attribute when
+    it takes `check_finite=True` and raises `NonFiniteInput` itself);
+    `strata_ref.cpu.base_quant` gives the contracted ones."""
+    tt = parse_type(t)
     fmt = block_format(tt)
     a = np.asarray(x)
     if a.dtype.kind != "f" or a.dtype.itemsize not in _ACCEPTED_SIZES:
@@ -121,7 +131,7 @@ def quantize(x, t) -> np.ndarray:
                         f"values, got dtype {a.dtype}")
     if a.ndim not in (1, 2):
         raise ValueError(f"quantize({tt.name}): x must be 1-D or 2-D, got shape {a.shape}")
-    fn = _quantizer(tt)
+    fn = blocks_fn()
     from .formats._qdrive import NonFiniteInput, first_nonfinite
     qk = fmt.block_values
     n = a.shape[-1]

@@ -470,8 +470,20 @@ def test_base_quant_refuses_what_it_does_not_emulate():
     with pytest.raises(NotImplementedError, match="Q4_K's reference quantizer"):
         quantize_base(x, "Q4_K", select("armv8.0").isa)
     assert quantize_base(x, "Q4_K", select("avx2").isa).shape == (2, 144)   # as written on x86
-    with pytest.raises(ValueError, match="32-value blocks"):
-        quantize_base(np.ones((2, 48), np.float32), "q4_0", select("armv8.0").isa)
+    arm, x86 = select("armv8.0").isa, select("scalar").isa
+    with pytest.raises(ValueError, match="row length 48 is not a multiple of the block size 32"):
+        quantize_base(np.ones((2, 48), np.float32), "q4_0", arm)
+    # the inputs, shapes and errors of strata_ref.quantize on every build
+    # (trial findings: 1-D and empty input, NaN named without its position)
+    for t in ("q4_0", "iq4_nl"):
+        for x in (np.zeros((0, 32), np.float32), np.linspace(-1, 1, 64, dtype=np.float32)):
+            assert quantize_base(x, t, arm).shape == quantize_base(x, t, x86).shape
+        y = np.ones((3, 64), np.float32)
+        y[2, 5] = np.nan
+        with pytest.raises(ValueError, match=rf"quantize\({t.upper()}\): x\[2, 5\] is NaN"):
+            quantize_base(y, t, arm)
+    with pytest.raises(TypeError, match="instruction-set chain"):
+        quantize_base(x, "q4_0", "armv8.0")
 
 
 @pytest.mark.parametrize("t", ["Q8_0", "Q4_0"])

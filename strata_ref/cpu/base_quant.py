@@ -40,31 +40,39 @@ _FUSED_BLOCKS = {GGMLType.Q4_0: _lq.quant_q4_0_fma, GGMLType.Q4_1: _lq.quant_q4_
 FUSED_TYPES = frozenset(_FUSED_BLOCKS) | {GGMLType.IQ4_NL}
 
 
-def quantize_base(x: np.ndarray, t, isa) -> np.ndarray:
-    """ggml-base's `quantize_row_<t>_ref` of float32 rows x (rows,
-    n_per_row), n_per_row a whole number of blocks, as the build of
-    instruction-set chain `isa` computes it: `strata_ref.quantize` where
-    the chain's `BASE_FMA` is False, else the contracted form (module
-    docstring). Returns uint8 (rows, blocks per row * block bytes). Raises
-    NotImplementedError for a type outside `FUSED_TYPES` on a contracting
-    build, and quantize's errors (ValueError for NaN / Inf or a bad
-    shape)."""
-    from ..quantize import quantize
+def _fused_blocks(t: GGMLType):
+    """The contracted block quantizer of t, float32 (n, QK) -> uint8 (n, B),
+    in the form `quantize_with` takes."""
+    if t == GGMLType.IQ4_NL:
+        from ..formats.iquants_quant import _quantize_iq4_nl
+        return lambda blocks: _quantize_iq4_nl(blocks, -1, True)
+    fmt, fn = block_format(t), _FUSED_BLOCKS[t]
+
+    def run(blocks, check_finite=False):
+        return run_blocks(fn, blocks, fmt.block_bytes, check_finite)
+    run.checks_finite = True
+    return run
+
+
+def quantize_base(x, t, isa) -> np.ndarray:
+    """ggml-base's `quantize_row_<t>_ref` of x as the build of
+    instruction-set chain `isa` (`strata_ref.cpu.select(profile).isa`)
+    computes it: `strata_ref.quantize` where the chain's `BASE_FMA` is
+    False, else the contracted form (module docstring). x, t, the result's
+    shape and dtype and the errors are `strata_ref.quantize`'s (1-D or 2-D
+    float input, rows of whole blocks; ValueError naming the position of a
+    NaN / Inf), plus NotImplementedError for a type outside `FUSED_TYPES`
+    on a contracting build and TypeError for an `isa` that is not a
+    chain."""
+    from ..quantize import quantize, quantize_with
+    from .isa import Isa
+    if not isinstance(isa, Isa):
+        raise TypeError(f"quantize_base: isa must be an instruction-set chain "
+                        f"(strata_ref.cpu.select(profile).isa), got {type(isa).__name__}")
     t = parse_type(t)
     if not isa.resolve("BASE_FMA"):
         return quantize(x, t)
     if t not in FUSED_TYPES:
         raise NotImplementedError(f"{t.name}'s reference quantizer as an FMA-contracting ggml-base "
                                   f"computes it is not emulated")
-    x = np.ascontiguousarray(x, np.float32)
-    fmt = block_format(t)
-    if x.ndim != 2 or x.shape[1] % fmt.block_values:
-        raise ValueError(f"{t.name}: rows of a whole number of {fmt.block_values}-value blocks "
-                         f"expected, got shape {x.shape}")
-    blocks = x.reshape(-1, fmt.block_values)
-    if t == GGMLType.IQ4_NL:
-        from ..formats.iquants_quant import _quantize_iq4_nl
-        out = _quantize_iq4_nl(blocks, -1, True)
-    else:
-        out = run_blocks(_FUSED_BLOCKS[t], blocks, fmt.block_bytes, True)
-    return out.reshape(x.shape[0], -1)
+    return quantize_with(x, t, lambda: _fused_blocks(t))

@@ -53,8 +53,8 @@ def _extreme(t: GGMLType, rows: int) -> np.ndarray:
 
 
 def _both(run, repacked, raw, x, parts):
-    y = run(repacked, False, raw, x, parts)
-    alone = np.concatenate([run(repacked, False, raw[r:r + 1], x, 1) for r in range(raw.shape[0])], axis=1)
+    y = run(repacked, True, False, raw, x, parts)
+    alone = np.concatenate([run(repacked, True, False, raw[r:r + 1], x, 1) for r in range(raw.shape[0])], axis=1)
     return y, alone
 
 

@@ -721,8 +721,8 @@ def base_quant_inputs(per_type: int = 48, seed: int = 0, budget: int = 1 << 23) 
     `BASE_QUANT_TYPES`, up to `per_type` seeded N(0, 1) blocks whose
     contracted quantization differs from the one rounded twice, searched
     among `budget` blocks (so the data can tell the two apart), then 16
-    plain seeded blocks. Q4_0 / Q5_0 give about 4 and 9 such blocks per
-    million, IQ4_NL about 50; Q4_1 / Q5_1 none in 8.4 million (their
+    plain seeded blocks. Q4_0 / Q5_0 give about 4 and 8 such blocks per
+    million, IQ4_NL about 70; Q4_1 / Q5_1 none in 8.4 million (their
     `v + 0.5f` is exact except across a power of two: the FMA changes
     nothing there in practice)."""
     from strata_ref.cpu.base_quant import quantize_base
@@ -1065,18 +1065,22 @@ def float_skeleton(obj: Path, func: str) -> list:
 
 def cmd_disasm(a) -> int:
     """Print the float-instruction skeleton of functions of a variant's
-    ggml-cpu objects (how GCC ordered and fused the arithmetic)."""
-    d = cpu_objects(a.variant)
+    ggml-cpu objects and of ggml-base's (built once for every variant: the
+    reference quantizers, `strata_ref.cpu.base_quant`), showing how GCC
+    ordered and fused the arithmetic."""
+    base = cache() / "base" / "ggml" / "src" / "CMakeFiles" / "ggml-base.dir"
+    dirs = (cpu_objects(a.variant), base)
     for func in a.functions:
         hits = []
-        for obj in sorted(d.rglob("*.o")):
-            ops = float_skeleton(obj, func)
-            if ops:
-                hits.append((obj, ops))
+        for d in dirs:
+            for obj in sorted(d.rglob("*.o")):
+                ops = float_skeleton(obj, func)
+                if ops:
+                    hits.append((d, obj, ops))
         if not hits:
-            print(f"{func}: not found (or no float instructions) in {d}")
-        for obj, ops in hits:
-            print(f"{func} ({obj.relative_to(d)}): " + "; ".join(ops))
+            print(f"{func}: not found (or no float instructions) in {', '.join(map(str, dirs))}")
+        for d, obj, ops in hits:
+            print(f"{func} ({d.name}/{obj.relative_to(d)}): " + "; ".join(ops))
     return 0
 
 

@@ -9,7 +9,7 @@ no FMA to contract and the quantizers compute as written
 (`strata_ref.quantize`). On aarch64 FMA is part of the base instruction set
 and GCC 12 contracts (`-ffp-contract=fast`, GNU C's default), as the
 disassembly of the arm64 builds' `ggml-quants.c.o` shows (`python
-tools/arm_ref.py disasm`; docs/arm64.md "KV caches"):
+tools/arm_ref.py disasm`; docs/arm64.md "Flash attention and the KV caches"):
 
 * Q4_0 / Q5_0: `(int8_t)(x*id + 8.5f)` (16.5f) is `fmla` then `fcvtzs`:
   fma(x, id, 8.5) truncated;

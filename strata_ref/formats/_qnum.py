@@ -72,9 +72,9 @@ def fma32(typingctx, a, b, c):
 
 @njit(inline="always", cache=True, error_model="numpy")
 def mul_add(a, b, c, fused):
-    """float32 a*b + c: rounded once (fma32) when the literal `fused` is
-    True, else the product and the sum each rounded (C without
-    contraction)."""
+    """float32 a*b + c: rounded once (fma32) when `fused` is True, else
+    the product and the sum each rounded (C without contraction); a
+    literal `fused` lets LLVM drop the other branch."""
     if fused:
         return fma32(np.float32(a), np.float32(b), np.float32(c))
     return np.float32(np.float32(a * b) + c)

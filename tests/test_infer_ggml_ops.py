@@ -380,18 +380,15 @@ def test_swiglu_tail_uses_the_scalar_silu(profile, width):
             assert y[r, i] == want
 
 
-def test_softcap_is_scale_tanhf_scale():
+@pytest.mark.parametrize("profile, fused", [("avx2", False), ("armv8.0", True)])
+def test_softcap_is_scale_tanhf_scale(profile, fused):
     # llama.cpp: ggml_scale(x, 1/c) (a float32 product), ggml_tanh (libm
-    # tanhf per value), ggml_scale(., c)
-    import ctypes
-    import ctypes.util
-    libm = ctypes.CDLL(ctypes.util.find_library("m"))
-    libm.tanhf.restype = ctypes.c_float
-    libm.tanhf.argtypes = [ctypes.c_float]
-    x = (np.random.default_rng(12).standard_normal(500) * 40).astype(np.float32)
+    # tanhf per value: the build's glibc, tests/test_cpu_libm.py), ggml_scale(., c)
+    from strata_ref.cpu.libm import tanhf_array
+    x = (np.random.default_rng(12).standard_normal(5000) * 40).astype(np.float32)
     inv = F32(1.0) / F32(30.0)
-    want = np.array([F32(F32(libm.tanhf(F32(v * inv))) * F32(30.0)) for v in x], np.float32)
-    _same(ops.softcap(x, 30.0), want)
+    want = (tanhf_array((x * inv).astype(np.float32), fused) * F32(30.0)).astype(np.float32)
+    _same(ops.softcap(x, 30.0, PROFILES[profile]), want)
 
 
 @pytest.mark.parametrize("profile", ["scalar", "avx2", "avx512"])

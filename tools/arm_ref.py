@@ -42,7 +42,9 @@ rotated one, the tiny dense / typed / I-quant / MoE models, every weight
 type through ggml_mul_mat and the activation quantizers. The registry
 logits files also keep an 8-byte hash of every whole row (`*_hash`,
 tests/infer_helpers.py `row_hashes`). Jobs: `actquant`, `mm`, `tiny`,
-`basequant`, `typed`, `iq`, `moe:ARCH`, `logits:MODEL`, `kv:MODEL` (all the
+`basequant`, `unary` (ggml's `tanh` and `gelu` ops: libm `tanhf` where
+aarch64 glibc's contracted one differs, the F16 GELU table), `typed`,
+`iq`, `moe:ARCH`, `logits:MODEL`, `kv:MODEL` (all the
 configurations of tools/llama_ref.py `kvcache`), `ops:FILE` (the op-level
 vectors of tools/llama_dump.py `--vectors`, `OPS`; needs the model's logits
 file first); default: all, `jobs_all`.
@@ -639,19 +641,73 @@ def job_iq(name: str) -> None:
 
 
 def job_moe(name: str, arch: str) -> None:
-    """tools/llama_ref.py `moe`: one tiny MoE / hybrid model."""
-    from infer_helpers import MOE_N_GREEDY, TINY_IDS, tiny_moe_model
+    """tools/llama_ref.py `moe`: one tiny MoE / hybrid model (seed
+    `moe_seed(arch)`), at n_ctx 512 and each smaller context of `MOE_CTX`
+    (keys ctx<N>_greedy_ids, ctx<N>_batched, ctx<N>_incr)."""
+    from infer_helpers import MOE_CTX, MOE_N_GREEDY, TINY_IDS, moe_seed, tiny_moe_model
+    plan = greedy_plan(["ids:" + ",".join(map(str, TINY_IDS))], MOE_N_GREEDY)
+    extra, infos = {}, []
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / f"tiny_{arch}.gguf"
-        tiny_moe_model(arch, path, seed=0)
-        r = run_llama(name, path, greedy_plan(["ids:" + ",".join(map(str, TINY_IDS))], MOE_N_GREEDY))
+        tiny_moe_model(arch, path, seed=moe_seed(arch))
         sha = hashlib.sha256(path.read_bytes()).hexdigest()
-    g = split_greedy(r, MOE_N_GREEDY)
+        for n_ctx in (512, *MOE_CTX.get(arch, ())):
+            r = run_llama(name, path, plan, n_ctx=n_ctx)
+            g = split_greedy(r, MOE_N_GREEDY)
+            key = "" if n_ctx == 512 else f"ctx{n_ctx}_"
+            extra.update({key + k: g[k] for k in ("greedy_ids", "batched", "incr")})
+            infos.append(r)
     out = data_dir(name) / f"llama_ref_moe_{arch}.npz"
-    np.savez_compressed(out, prompt_ids=g["prompt_ids"], greedy_ids=g["greedy_ids"],
-                        batched=g["batched"], incr=g["incr"], sha256=np.array(sha),
+    r = infos[0]
+    np.savez_compressed(out, seed=np.int64(moe_seed(arch)), prompt_ids=g["prompt_ids"], **extra,
+                        sha256=np.array(sha),
                         **provenance(name, f"moe:{arch}", r["system_info"], r["sve_bytes"], r["repack"]))
-    print(f"{out.name}: greedy {g['greedy_ids'].tolist()}", flush=True)
+    print(f"{out.name}: greedy {extra['greedy_ids'].tolist()}", flush=True)
+
+
+def _cache_type_id(ct: str) -> int:
+    """The ggml type id of KV cache type `ct` (tools/llama_ref.py `_GGML_TYPE_ID`)."""
+    sys.path.insert(0, str(REPO / "tools"))
+    from llama_ref import _GGML_TYPE_ID
+    return _GGML_TYPE_ID[ct]
+
+
+def job_moefa(name: str, spec: str) -> None:
+    """tools/llama_ref.py `moe --flash-attn [--cache-type T] [--kv-lora-rank
+    R]`: spec `ARCH[-rR][:T]` (T default f16), the tiny model with flash
+    attention on over a cache of type T (K and V), the short run's every
+    logit and the long run's (`FA_LONG_IDS`) row hashes, into
+    llama_ref_moe_fa[_T]_ARCH[-rR].npz."""
+    from infer_helpers import FA_LONG_IDS, FA_LONG_N_GREEDY, MOE_N_GREEDY, TINY_IDS, moe_seed, tiny_moe_model
+    stem, _, ct = spec.partition(":")
+    ct = ct or "f16"
+    arch, rank = stem, None
+    m = re.fullmatch(r"(.+)-r(\d+)", stem)
+    if m:
+        arch, rank = m.group(1), int(m.group(2))
+    tid = _cache_type_id(ct)
+    kv = (tid, tid, 1)
+    runs = {}
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / f"tiny_{stem}.gguf"
+        tiny_moe_model(arch, path, seed=moe_seed(arch), **({} if rank is None else {"kv_lora_rank": rank}))
+        sha = hashlib.sha256(path.read_bytes()).hexdigest()
+        for key, ids, n in (("", TINY_IDS, MOE_N_GREEDY), ("long_", FA_LONG_IDS, FA_LONG_N_GREEDY)):
+            r = run_llama(name, path, greedy_plan(["ids:" + ",".join(map(str, ids))], n), kv=kv)
+            runs[key] = (r, split_greedy(r, n))
+    r, g = runs[""]
+    lg = runs["long_"][1]
+    extra = {} if rank is None else {"kv_lora_rank": np.int64(rank)}
+    tag = "fa" if ct == "f16" else f"fa_{ct}"
+    out = data_dir(name) / f"llama_ref_moe_{tag}_{stem}.npz"
+    np.savez_compressed(out, seed=np.int64(moe_seed(arch)), flash_attn=np.bool_(True), **extra,
+                        type_k=np.array(ct), type_v=np.array(ct), prompt_ids=g["prompt_ids"],
+                        greedy_ids=g["greedy_ids"], batched=g["batched"], incr=g["incr"],
+                        long_prompt_ids=lg["prompt_ids"], long_greedy_ids=lg["greedy_ids"],
+                        long_batched_hash=row_hashes(lg["batched"]), long_incr_hash=row_hashes(lg["incr"]),
+                        sha256=np.array(sha),
+                        **provenance(name, f"moefa:{spec}", r["system_info"], r["sve_bytes"], r["repack"]))
+    print(f"{out.name}: greedy {g['greedy_ids'].tolist()} long {lg['greedy_ids'].tolist()}", flush=True)
 
 
 def job_mm(name: str) -> None:
@@ -744,6 +800,40 @@ def base_quant_inputs(per_type: int = 48, seed: int = 0, budget: int = 1 << 23) 
     return out
 
 
+def unary_inputs(n_search: int = 512, n_plain: int = 256, seed: int = 0) -> dict:
+    """The inputs of `unary`: for tanh, float32 values where aarch64
+    glibc's contracted `tanhf` and the x86 one differ (`cpu.libm`, searched
+    in seeded random values of magnitude 2^-12 .. 2^5), then plain ones and
+    the branch edges of `tanhf` / `expm1f`; for gelu, every finite F16
+    value in (-10, 10) as float32 (the whole of ggml's table in use)."""
+    from strata_ref.cpu.libm import tanhf_array
+    rng = np.random.default_rng(seed)
+    x = (rng.choice([-1.0, 1.0], 1 << 20) * np.exp2(rng.uniform(-12, 5, 1 << 20))).astype(np.float32)
+    differ = x[tanhf_array(x, True).view(np.uint32) != tanhf_array(x, False).view(np.uint32)]
+    edges = np.array([0.0, -0.0, 1.0, -1.0, 22.0, -22.0, 2.0 ** -55, 0.3465736, 0.34657362, 0.5198604,
+                      1.0397208, 1.0397209, 12.0, 21.99, np.inf, -np.inf], np.float32)
+    h = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+    gelu = np.unique(h[np.isfinite(h) & (np.abs(h) < 10)])
+    return {"tanh": np.concatenate([differ[:n_search], x[-n_plain:], edges]), "gelu": gelu}
+
+
+def job_unary(name: str) -> None:
+    """ggml-cpu's `tanh` (libm `tanhf`) and `gelu` (the F16 table) ops of
+    the build (`ggml_ops unary`) on `unary_inputs()`."""
+    res = {}
+    with tempfile.TemporaryDirectory() as d:
+        for op, x in unary_inputs().items():
+            xf, of = Path(d) / "x.bin", Path(d) / "y.bin"
+            x.tofile(xf)
+            qemu(name, "ggml_ops", ["unary", op, x.size, xf, of])
+            res[f"{op}_x"], res[op] = x, np.fromfile(of, np.float32)
+    out = data_dir(name) / "ggml_unary.npz"
+    info = qemu(name, "ggml_ops", ["info"]).strip()
+    sve = int(re.search(r"sve_bytes (\d+)", info).group(1))
+    np.savez_compressed(out, **res, **provenance(name, "unary", _system_info(name), sve))
+    print(out.name, {k: v.shape for k, v in res.items()}, flush=True)
+
+
 def job_basequant(name: str) -> None:
     """ggml-cpu's from_float of the KV-cache block types (ggml-base's
     `quantize_row_<type>_ref`, as this build compiled it) on
@@ -776,7 +866,7 @@ def _system_info(name: str) -> str:
 def jobs_all() -> list:
     from infer_helpers import MOE_LAYERS
     from model_variants import VARIANTS as MV
-    return (["actquant", "basequant", "mm", "tiny", "typed", "iq"] + [f"moe:{a}" for a in MOE_LAYERS]
+    return (["actquant", "basequant", "unary", "mm", "tiny", "typed", "iq"] + [f"moe:{a}" for a in MOE_LAYERS]
             + [f"logits:{m}" for m in ("SmolLM2-135M-Instruct", "gemma-3-270m",
                                        "Qwen2.5-Coder-0.5B-Instruct")]
             + [f"logits:{v}" for v in MV] + ["logits:smollm2-rot-q8_0", "kv:SmolLM2-135M-Instruct"]
@@ -791,6 +881,9 @@ def job_file(job: str) -> str:
         return f"llama_kv_{lookup(arg).name}.npz"
     if kind == "ops":
         return arg
+    if kind == "moefa":
+        stem, _, ct = arg.partition(":")
+        return f"llama_ref_moe_{'fa' if ct in ('', 'f16') else 'fa_' + ct}_{stem}.npz"
     if kind == "logits":
         from model_variants import VARIANTS as MV
         from strata_ref.models import lookup
@@ -798,7 +891,8 @@ def job_file(job: str) -> str:
         return f"llama_ref_{stem}.npz"
     return {"moe": f"llama_ref_moe_{arg}.npz", "tiny": "llama_ref_tiny.npz",
             "typed": "llama_ref_typed.npz", "iq": "llama_ref_tiny_iq.npz", "mm": "ggml_mm.npz",
-            "actquant": "ggml_act_quant.npz", "basequant": "ggml_base_quant.npz"}[kind]
+            "actquant": "ggml_act_quant.npz", "basequant": "ggml_base_quant.npz",
+            "unary": "ggml_unary.npz"}[kind]
 
 
 def run_job(name: str, job: str) -> None:
@@ -812,9 +906,11 @@ def run_job(name: str, job: str) -> None:
         job_ops(name, arg)
     elif kind == "moe":
         job_moe(name, arg)
+    elif kind == "moefa":
+        job_moefa(name, arg)
     else:
         {"tiny": job_tiny, "typed": job_typed, "iq": job_iq, "mm": job_mm,
-         "actquant": job_actquant, "basequant": job_basequant}[kind](name)
+         "actquant": job_actquant, "basequant": job_basequant, "unary": job_unary}[kind](name)
     print(f"  {name} {job}: {time.time() - t0:.0f} s", flush=True)
 
 
@@ -1103,8 +1199,8 @@ def main(argv=None) -> int:
                    help="only the variants' ggml-cpu libraries (while the base builds elsewhere)")
     p = sub.add_parser("data")
     p.add_argument("variants", nargs="*")
-    p.add_argument("--only", help="comma-separated jobs (default: all): actquant, mm, tiny, "
-                   "typed, iq, moe:ARCH, logits:MODEL (registry model, variant name or "
+    p.add_argument("--only", help="comma-separated jobs (default: all): actquant, basequant, unary, mm, "
+                   "tiny, typed, iq, moe:ARCH, logits:MODEL (registry model, variant name or "
                    "smollm2-rot-q8_0), kv:MODEL, ops:FILE")
     p.add_argument("--missing", action="store_true",
                    help="skip jobs whose file exists (a run cut short goes on)")

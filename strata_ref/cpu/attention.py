@@ -111,10 +111,10 @@ def attention_mm(q: np.ndarray, type_k, kdata: np.ndarray, type_v, vdata: np.nda
     # q reaches K q as a permuted (non-contiguous) view: ggml converts it to
     # K's vec_dot_type and hands the copy to llamafile; an F32 K has nothing
     # to convert, and llamafile's first attempt wants a contiguous src1, so
-    # that product is vec_dot whatever the token count. kq is contiguous:
-    # V p takes ggml's path for V's type.
+    # that product is vec_dot whatever the token count (`mm_path`
+    # src1_cont). kq is contiguous: V p takes ggml's path for V's type.
     isa = profile.isa
-    path_kq = "vec_dot" if type_k == T.F32 else mm_path(isa, type_k, n, False, n_kv, D)
+    path_kq = mm_path(isa, type_k, n, False, n_kv, D, src1_cont=False)
     path_vp = mm_path(isa, type_v, n, False, D, n_kv)
     out = np.empty((n, H, D), np.float32)
     qpos = np.tile(np.asarray(pos, np.int64), G)

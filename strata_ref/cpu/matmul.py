@@ -201,7 +201,7 @@ class QMatrix:
         every = int(layout.rsplit("_", 1)[1].split("x")[0])
         return all(r % every == 0 for r in (self.part_rows if part_rows is None else (rows,)))
 
-    def segments(self, n: int, mmid: bool = False, no_amx: bool = False) -> list:
+    def segments(self, n: int, mmid: bool = False, no_amx: bool = False, src1_cont: bool = True) -> list:
         """[(r0, r1, path)]: the row ranges of this matrix with the ggml path
         (`traits.mm_path`) each takes with n activation rows. ggml decides
         per GGUF tensor, so a matrix stacked from several can have parts on
@@ -209,7 +209,8 @@ class QMatrix:
         is not; tinyBLAS's rows % 4 for float types; an AMX part of rows %
         32 == 0 next to one that is not); consecutive parts on one path
         form one range. A forced `path` is one range. no_amx: the paths the
-        parts would take if no AMX buffer held them."""
+        parts would take if no AMX buffer held them; src1_cont: `mm_path`'s
+        (the activations a contiguous tensor in ggml's graph)."""
         if self.path is not None:
             return [(0, self.rows, self.path)]
         isa = self.profile.isa
@@ -218,7 +219,7 @@ class QMatrix:
         for rows in self.part_rows:
             amx = not no_amx and self.amx(rows)
             path = mm_path(isa, self.type, n, self.repacked(rows, mmid or no_amx), rows, self.cols, mmid,
-                           amx)
+                           amx, src1_cont)
             if out and out[-1][2] == path:
                 out[-1] = (out[-1][0], r0 + rows, path)
             else:
@@ -226,8 +227,12 @@ class QMatrix:
             r0 += rows
         return out
 
-    def matmul(self, x: np.ndarray, mmid: bool = False) -> np.ndarray:
+    def matmul(self, x: np.ndarray, mmid: bool = False, src1_cont: bool = True) -> np.ndarray:
         """float32 (n, cols) -> float32 (n, rows).
+
+        src1_cont: False where ggml's graph hands the mul_mat a permuted
+        (non-contiguous) view of the activations, which llamafile's first
+        attempt skips (`traits.tinyblas_wants_f32`).
 
         mmid: the rows are the activations ggml's MUL_MAT_ID routes to this
         matrix as one expert (ggml-cpu.c `ggml_compute_forward_mul_mat_id`,
@@ -239,7 +244,7 @@ class QMatrix:
         if x.ndim != 2 or x.shape[1] != self.cols:
             raise ValueError(f"{self.name}: activations must be (n, {self.cols}), got {x.shape}")
         parallel = x.shape[0] * self.rows * self.cols >= PARALLEL_MIN_MACS
-        segs = self.segments(x.shape[0], mmid)
+        segs = self.segments(x.shape[0], mmid, src1_cont=src1_cont)
         amx = [(r0, r1) for r0, r1, path in segs if path == "amx"]
         if len(amx) == len(segs):
             return self._amx_rows(x, 0, self.rows, parallel)
@@ -251,7 +256,7 @@ class QMatrix:
                 raise self._not_emulated(e) from None
         # parts in the AMX buffer next to parts that are not: the family
         # computes every row, the AMX ones are then replaced
-        out = p.family.matmul(self, p.data, x, self.segments(x.shape[0], mmid, no_amx=True), parallel,
+        out = p.family.matmul(self, p.data, x, self.segments(x.shape[0], mmid, True, src1_cont), parallel,
                               bool(mmid))
         for r0, r1 in amx:
             out[:, r0:r1] = self._amx_rows(x, r0, r1, parallel)

@@ -48,6 +48,7 @@ from ..numerics import f32_bits_to_f16_bits
 from . import fp16_va
 from .act_quant import round_to_f16
 from .fp import f32_bits, fma32
+from .libm import tanhf
 from .simd import HOST_F16C, f8_f16_store, f8_load, f8_mul, f8_splat, f8_store, f8_sub
 
 __all__ = ["f16_products", "soft_max", "soft_max_rows", "swiglu", "silu", "sigmoid",
@@ -373,18 +374,20 @@ def swiglu(g: np.ndarray, u: np.ndarray, profile) -> np.ndarray:
 
 
 @jit
-def _softcap(x, inv, c, out):
+def _softcap(x, inv, c, fused, out):
     for i in range(x.size):
-        out[i] = _F32(math.tanh(_F32(x[i] * inv)) * c)
+        out[i] = _F32(tanhf(_F32(x[i] * inv), fused) * c)
 
 
-def softcap(x: np.ndarray, c: float) -> np.ndarray:
-    """Final logit soft-capping as llama.cpp builds it (gemma2/3): ggml_scale
-    by the float32 1/c, `ggml_tanh` (libm `tanhf`; numba lowers float32
-    math.tanh to it), ggml_scale by c. x float32, any shape."""
+def softcap(x: np.ndarray, c: float, profile) -> np.ndarray:
+    """Final logit soft-capping as llama.cpp builds it (gemma2 / gemma4):
+    ggml_scale by the float32 1/c, `ggml_tanh` (libm `tanhf` per value:
+    `cpu.libm`, the build's glibc, `LIBM_FMA`), ggml_scale by c. x float32,
+    any shape; returns a new float32 array of its shape."""
     x = np.ascontiguousarray(x, np.float32)
     out = np.empty_like(x)
-    _softcap(x.reshape(-1), _F32(_F32(1.0) / _F32(c)), _F32(c), out.reshape(-1))
+    _softcap(x.reshape(-1), _F32(_F32(1.0) / _F32(c)), _F32(c), bool(profile.isa.resolve("LIBM_FMA")),
+             out.reshape(-1))
     return out
 
 
@@ -612,16 +615,16 @@ _GELU_COEF_A = _F32(0.044715)
 
 
 @jit
-def _gelu_table(f16, fused, out):
+def _gelu_table(f16, fused, libm_fused, out):
     # ggml_cpu_init: table[i] = fp16(ggml_gelu_f32(fp16 i)), ggml_gelu_f32 =
     # 0.5f*x*(1.0f + tanhf(SQRT_2_OVER_PI*x*(1.0f + GELU_COEF_A*x*x))); GCC
-    # contracts the inner 1.0f + (a*x)*x on FMA builds (libm tanhf: numba
-    # lowers float32 math.tanh to it)
+    # contracts the inner 1.0f + (a*x)*x on FMA builds (libm tanhf: the
+    # build's glibc, `cpu.libm`)
     for i in range(65536):
         x = f16[i]
         ax = _F32(_GELU_COEF_A * x)
         inner = fma32(ax, x, _F32(1.0)) if fused else _F32(_F32(1.0) + _F32(ax * x))
-        t = math.tanh(_F32(_F32(_SQRT_2_OVER_PI * x) * inner))
+        t = tanhf(_F32(_F32(_SQRT_2_OVER_PI * x) * inner), libm_fused)
         out[i] = round_to_f16(_F32(_F32(_F32(0.5) * x) * _F32(_F32(1.0) + t)))
 
 
@@ -630,14 +633,14 @@ _GELU_TABLES = {}
 
 def gelu_table(profile) -> np.ndarray:
     """ggml's GELU table of `profile` as float32 (65536,): the value for
-    each fp16 bit pattern (cached per FMA flag)."""
-    fused = bool(profile.fma)
-    if fused not in _GELU_TABLES:
+    each fp16 bit pattern (cached per FMA and `LIBM_FMA` flag)."""
+    key = (bool(profile.fma), bool(profile.isa.resolve("LIBM_FMA")))
+    if key not in _GELU_TABLES:
         from ..numerics import F16_TO_F32
         out = np.empty(65536, np.float32)
-        _gelu_table(F16_TO_F32, fused, out)
-        _GELU_TABLES[fused] = out
-    return _GELU_TABLES[fused]
+        _gelu_table(F16_TO_F32, *key, out)
+        _GELU_TABLES[key] = out
+    return _GELU_TABLES[key]
 
 
 @njit(inline="always", cache=True)

@@ -46,7 +46,7 @@ from numba import njit
 from ..types import GGMLType as T
 
 __all__ = ["TypeTraits", "TRAITS", "traits", "vec_dot_type", "family", "Family", "mm_path",
-           "choose_path", "kernel", "PATHS", "VEC_DOT", "TINYBLAS", "TILED", "REPACK", "FLOAT_TYPES",
+           "choose_path", "tinyblas_wants_f32", "kernel", "PATHS", "VEC_DOT", "TINYBLAS", "TILED", "REPACK", "FLOAT_TYPES",
            "amx_buffer", "AMX_ROWS"]
 
 #: path codes (`choose_path`) and their names (`mm_path`; "amx" is decided
@@ -193,17 +193,34 @@ def amx_buffer(isa, t, rows: int, cols: int) -> bool:
     return k is not None and rows % AMX_ROWS == 0 and cols % k == 0
 
 
+def tinyblas_wants_f32(isa, t) -> bool:
+    """Whether llamafile takes weights of type t only with the activations
+    still float32, before ggml converts them to the `vec_dot_type`: F32
+    weights (nothing is converted), and F16 on chains with
+    `TINYBLAS_F16_F32B` (ARM NEON without FP16 arithmetic:
+    `tinyBLAS<4, float32x4_t, float32x4_t, ggml_fp16_t, float>`). ggml-cpu.c
+    `ggml_compute_forward_mul_mat` tries llamafile on the float32
+    activations only when they are contiguous (`src1_cont`), and again on
+    the converted copy only when a conversion was made."""
+    t = T(t)
+    return t == T.F32 or (t == T.F16 and bool(isa.resolve("TINYBLAS_F16_F32B")))
+
+
 def mm_path(isa, t, n: int, repacked: bool, rows: int = 4, cols: int = 0, mmid: bool = False,
-            amx: bool = False) -> str:
+            amx: bool = False, src1_cont: bool = True) -> str:
     """ggml-cpu's code path for a weight tensor of type t (rows x cols) with
     n activation rows on the instruction-set chain `isa`: "amx", "repack",
     "tiled", "tinyblas" or "vec_dot" (module docstring). amx: the tensor is
     in the AMX buffer (`amx_buffer`), which a MUL_MAT_ID never reads;
-    repacked: in the repack buffer (`matmul.QMatrix.repacked`)."""
+    repacked: in the repack buffer (`matmul.QMatrix.repacked`); src1_cont:
+    the activations are a contiguous tensor in ggml's graph (False for a
+    permuted view, such as attention's q: then no tinyBLAS for the types of
+    `tinyblas_wants_f32`)."""
     t = T(t)
     if amx and not mmid:
         return "amx"
-    tb = has_tinyblas(isa, t, rows, cols) and n >= tinyblas_min_rows(isa, t)
+    tb = (has_tinyblas(isa, t, rows, cols) and n >= tinyblas_min_rows(isa, t)
+          and (src1_cont or not tinyblas_wants_f32(isa, t)))
     tiled = isa.resolve("TILED").get(t)
     tiled = tiled is not None and rows % TILED_ROWS.get(tiled, 1) == 0
     code = choose_path.py_func(bool(repacked), tiled, tb, int(n), bool(mmid))

@@ -29,9 +29,10 @@ The absorbed path llama.cpp takes for files with `attn_k_b` / `attn_v_b`
 Every product is `cpu.matmul`'s (`W_kb`, `W_vb`: one F16 (or other type)
 matrix per head, the 2-D products ggml's batched mul_mat makes of a 3-D
 weight: the same kernel choice per head, never repacked; on x86 builds
-ggml converts the permuted q_nope to F16 before tinyBLAS either way, an
-ARM build whose tinyBLAS takes F16 weights with F32 activations
-(`TINYBLAS_F16_F32B`) could differ and is not checked), the attention
+ggml converts the permuted q_nope to F16 before tinyBLAS either way; an
+ARM build whose tinyBLAS takes F16 weights only with F32 activations
+(`TINYBLAS_F16_F32B`) runs `vec_dot` on a permuted view: `QMatrix.matmul`
+src1_cont), the attention
 `KVCache.attend` over a cache whose V is a view of K (`kv_cache`: F16
 without flash attention as llama-cpp-python runs it, `cpu.f16_attention`
 with a V narrower than K; with flash attention ggml's kernel with DV =
@@ -39,7 +40,8 @@ R < DK = R + r, `cpu.flash_attn` with `v_width`, over the cache types of
 `MLA_FLASH_ATTN_PROFILES` on the profiles listed there; its output goes
 through W_vb per head as above: llama.cpp's `build_attn_mha` multiplies
 a permuted view of it, which on x86 is converted to W_vb's vec_dot type
-like the contiguous one), the norms and RoPE `cpu.ops`'.
+like the contiguous one, and on `TINYBLAS_F16_F32B` builds is `vec_dot`),
+the norms and RoPE `cpu.ops`'.
 
 The non-absorbed layout of older converters (one `attn_kv_b` of ggml
 shape {R, H (d_nope + d_v)} per layer, no `attention.key_length_mla` /
@@ -334,9 +336,13 @@ class MlaAttention(_MlaProjections):
         q_pe = ops.rope(q[:, :, dn:], cos, sin, r, False, prof)
         T.emit("q_pe", "ROPE", q_pe, il)
         q_nope = q[:, :, :dn]
+        # q_nope reaches W_kb as a permuted view (deepseek2.cpp
+        # `q_nope_perm`), the attention's output reaches W_vb as one with
+        # flash attention (`build_attn_mha` permutes it) and contiguous
+        # without (kqv): `QMatrix.matmul` src1_cont
         q_abs = np.empty((n, H, R), np.float32)
         for h in range(H):
-            q_abs[:, h] = self.wk_b[h].matmul(q_nope[:, h])
+            q_abs[:, h] = self.wk_b[h].matmul(q_nope[:, h], src1_cont=False)
         T.emit("q_nope_absorbed_perm", "PERMUTE", q_abs, il)
         Q = np.concatenate([q_abs, q_pe], axis=2)
         K = np.concatenate([kv.reshape(n, 1, R), k_pe], axis=2)
@@ -345,7 +351,7 @@ class MlaAttention(_MlaProjections):
         a = cache.attend(ci, Q, K, None, pos, m.kq_scale, prof, n_swa).reshape(n, H, R)
         o = np.empty((n, H, m.d_v), np.float32)
         for h in range(H):
-            o[:, h] = self.wv_b[h].matmul(a[:, h])
+            o[:, h] = self.wv_b[h].matmul(a[:, h], src1_cont=not cache.flash_attn)
         return self._out(o.reshape(n, H * m.d_v))
 
 

@@ -674,7 +674,7 @@ class Model:
             # intermediate nodes are not recorded)
             trace.emit(trace.derived_name("MUL_MAT", [self.output.name, names.head_rows or names.result_norm]),
                        "MUL_MAT", logits)
-            logits = ops.softcap(logits, hp.final_softcap)
+            logits = ops.softcap(logits, hp.final_softcap, self.cpu)
             trace.emit("result_output", "SCALE", logits)
         else:
             trace.emit("result_output", "MUL_MAT", logits)

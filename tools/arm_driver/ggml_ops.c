@@ -10,6 +10,10 @@
  *       tensor of ggml type id TYPE, x float32 (N, COLS); OUT float32 (N, ROWS).
  *   ggml_ops quant TYPE N X_FILE OUT_FILE
  *       ggml_get_type_traits_cpu(TYPE)->from_float over N float32 values.
+ *   ggml_ops unary OP N X_FILE OUT_FILE
+ *       y = ggml_tanh(x) (OP tanh: libm tanhf per value) or ggml_gelu(x)
+ *       (OP gelu: ggml's fp16 GELU table) through a ggml graph, one
+ *       thread, over N float32 values; OUT float32 (N).
  *   ggml_ops info
  *       llama's system info line is not linked here: ggml-cpu's features and
  *       the SVE vector length in bytes.
@@ -93,10 +97,31 @@ static int cmd_quant(int argc, char **argv) {
     return 0;
 }
 
+static int cmd_unary(int argc, char **argv) {
+    if (argc < 6) die("usage: ggml_ops unary tanh|gelu N X_FILE OUT_FILE");
+    int tanh_op = !strcmp(argv[2], "tanh");
+    if (!tanh_op && strcmp(argv[2], "gelu")) die("unary op must be tanh or gelu");
+    long n = num(argv[3]);
+    if (n <= 0) die("bad length");
+    float *x = read_all(argv[4], (size_t)n * sizeof(float));
+    struct ggml_init_params ip = {8 * (size_t)n + (16u << 20), NULL, false};
+    struct ggml_context *ctx = ggml_init(ip);
+    struct ggml_tensor *a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, n);
+    memcpy(a->data, x, (size_t)n * sizeof(float));
+    struct ggml_tensor *y = tanh_op ? ggml_tanh(ctx, a) : ggml_gelu(ctx, a);
+    struct ggml_cgraph *gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, y);
+    if (ggml_graph_compute_with_ctx(ctx, gf, 1) != GGML_STATUS_SUCCESS) die("graph compute failed");
+    write_all(argv[5], y->data, (size_t)n * sizeof(float));
+    ggml_free(ctx);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     ggml_cpu_init();
     if (argc >= 2 && !strcmp(argv[1], "mm")) return cmd_mm(argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "quant")) return cmd_quant(argc, argv);
+    if (argc >= 2 && !strcmp(argv[1], "unary")) return cmd_unary(argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "info")) {
         printf("neon %d arm_fma %d fp16_va %d dotprod %d matmul_int8 %d sve %d sve_bytes %d sme %d llamafile %d\n",
                ggml_cpu_has_neon(), ggml_cpu_has_arm_fma(), ggml_cpu_has_fp16_va(), ggml_cpu_has_dotprod(),
@@ -104,6 +129,6 @@ int main(int argc, char **argv) {
                ggml_cpu_has_sme(), ggml_cpu_has_llamafile());
         return 0;
     }
-    die("usage: ggml_ops mm|quant|info ...");
+    die("usage: ggml_ops mm|quant|unary|info ...");
     return 2;
 }

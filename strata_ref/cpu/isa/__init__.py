@@ -71,7 +71,9 @@ The names every chain resolves (`generic` defines them all):
   `act_quant.q8_k_fields`), `F16_VA` (Arm's FP16 vector arithmetic: the
   F16 macros and llamafile's F16 tinyBLAS compute in binary16,
   `cpu.fp16_va`), `TINYBLAS_F16_MIN_ROWS` (the fewest activation rows
-  llamafile takes F16 weights with: 2, 8 with FP16 arithmetic).
+  llamafile takes F16 weights with: 2, 8 with FP16 arithmetic),
+  `LIBM_FMA` (the C library the build links is contracted: aarch64
+  glibc's `expm1f` under `tanhf`, `cpu.libm`).
 * functions (numba): `madd(a, b, c)`; `expf_v(x)`, `silu_v(x)` (one lane
   of `ggml_v_expf` / `ggml_v_silu`) and `expf8(v)`, `silu8(v)` (the same on
   an `F32x8`); `lane_sum(w, c0)` (the lane sum of one `EXPF_LANES` vector
@@ -105,7 +107,7 @@ __all__ = ["Isa", "IsaType", "chain", "CONSTANTS", "FUNCTIONS", "TABLES"]
 
 CONSTANTS = ("FMA", "BASE_FMA", "F32_EPR", "F32_STEP", "F16_EPR", "F16_STEP", "EXPF_LANES", "TINYBLAS", "TINYBLAS_F16",
              "TINYBLAS_BF16", "F32_TAIL_FMA", "FA_S_FMA", "TINYBLAS_F32_MIN_ROWS", "TINYBLAS_F16_F32B",
-             "ROPE_FMA", "Q8_K_FMA", "F16_VA", "TINYBLAS_F16_MIN_ROWS")
+             "ROPE_FMA", "Q8_K_FMA", "F16_VA", "TINYBLAS_F16_MIN_ROWS", "LIBM_FMA")
 FUNCTIONS = {  # name: number of arguments
     "madd": 3, "expf_v": 1, "silu_v": 1, "expf8": 1, "silu8": 1, "lane_sum": 2,
     "reduce_f32": 1, "reduce_f32_cols": 3, "hsum": 1, "hsum_cols": 3,

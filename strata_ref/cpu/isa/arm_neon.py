@@ -74,6 +74,9 @@ ROPE_FMA = 2
 #: 1.5 * 2^23 and iscale * x (disassembly), so each q is the exact product
 #: rounded half to even, not the rounded product (smollm2-q2_k's logits)
 Q8_K_FMA = BASE_FMA
+#: aarch64 glibc's `expm1f` (under `tanhf`) is contracted by GCC too
+#: (`libm.a` disassembly: `fmadd` / `fmsub` / `fnmsub`; `cpu.libm`)
+LIBM_FMA = BASE_FMA
 
 #: every quantized weight type has a NEON `vec_dot` in arch/arm/quants.c
 #: (the legacy quants' over `ggml_vdotq_s32`'s lanes: `neon_legacy`); a

@@ -47,6 +47,9 @@ ROPE_FMA = 0
 #: `iscale * x` to float before `nearest_int` adds 1.5 * 2^23 (x86 builds
 #: compile ggml-base without FMA: no contraction)
 Q8_K_FMA = BASE_FMA
+#: the C library's float functions (`cpu.libm`: glibc 2.36's `tanhf` over
+#: `expm1f`) are x86-64 glibc's, compiled without FMA
+LIBM_FMA = BASE_FMA
 #: llamafile takes F32 weights from 2 activation rows (`llamafile_sgemm`)
 TINYBLAS_F32_MIN_ROWS = 2
 #: llamafile's F16 tinyBLAS multiplies F16 activations (converted first)

@@ -96,9 +96,18 @@ def _mm_case(t, profile):
     return pytest.param(t, profile, id=f"{t}-{profile}", marks=marks)
 
 
-@pytest.mark.parametrize("t, profile", [_mm_case(t, p) for p in ARM for t in TYPES])
-def test_matmul_is_the_arm_builds_bits(t, profile):
-    v = _data(profile, "ggml_mm.npz")
+#: ggml_mm_odd.npz (`tools/arm_ref.py data P --only mmodd`): the 32-value
+#: block types with rows of 5 blocks, which end the NEON `vec_dot`s in
+#: their scalar tail (the i8mm build's Q5_0: GCC's `usdot`, `neon_legacy`)
+ODD_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "MXFP4")
+
+
+@pytest.mark.parametrize("t, profile, fname", [pytest.param(*_mm_case(t, p).values, "ggml_mm.npz",
+                                                            marks=_mm_case(t, p).marks, id=f"{t}-{p}")
+                                               for p in ARM for t in TYPES]
+                         + [pytest.param(t, p, "ggml_mm_odd.npz", id=f"{t}-{p}-odd") for p in ARM for t in ODD_TYPES])
+def test_matmul_is_the_arm_builds_bits(t, profile, fname):
+    v = _data(profile, fname)
     rows, cols = int(v["rows"]), int(v["cols"])
     w = QMatrix(GGMLType[t], v[f"{t}_w"], rows, cols, t, profile)
     w.repackable = False         # ggml's graph API kept the plain layout
@@ -505,3 +514,8 @@ def test_cache_dots_take_the_path_ggml_takes(t):
     assert np.array_equal(f32_bits(stacked), f32_bits(apart))
     tiny = cache_dots(t, k, 64, q, prof, "tinyblas")
     assert not np.array_equal(f32_bits(tiny), f32_bits(apart))     # the two paths are told apart
+
+
+def test_odd_block_data_is_stored_for_every_profile():
+    # the odd-row products would otherwise skip silently
+    assert all((DATA / p / "ggml_mm_odd.npz").is_file() for p in ARM)

@@ -21,7 +21,8 @@ import hashlib
 import numpy as np
 import pytest
 
-from infer_helpers import DATA, cache_passes, cached_model, f32_bits, profile_files, row_hashes, tiny_moe_files
+from infer_helpers import (ARM_PROFILES, DATA, arm_profile_files, cache_passes, cached_model, f32_bits,
+                           profile_files, row_hashes, tiny_moe_files)
 from strata_ref.infer import gemma4 as g4
 
 ARCHS = ("gemma4", "gemma4-moe")
@@ -42,12 +43,18 @@ DEFAULT = ("f16-f16-fa", "q8_0-q8_0-fa", "q4_0-q4_0-fa", "q8_0-f16")
 
 
 def _cases():
+    # the x86 profiles: DEFAULT in each; the arm64 ones: each of DEFAULT on
+    # one of them in turn (the rest under `-m slow`)
     out = []
     for arch in ARCHS:
-        for p in profile_files(f"llama_kv_moe_{arch}.npz"):
+        for p in profile_files(f"llama_kv_moe_{arch}.npz") + arm_profile_files(f"llama_kv_moe_{arch}.npz"):
             profile, path = p.values
             for name in np.load(path)["configs"].tolist():
-                marks = () if name in DEFAULT else (pytest.mark.slow,)
+                if profile in ARM_PROFILES:
+                    default = name in DEFAULT and ARM_PROFILES[DEFAULT.index(name) % len(ARM_PROFILES)] == profile
+                else:
+                    default = name in DEFAULT
+                marks = () if default else (pytest.mark.slow,)
                 out.append(pytest.param(arch, profile, path, name, id=f"{arch}-{profile}-{name}", marks=marks))
     return out
 
@@ -142,8 +149,8 @@ def test_unchecked_profiles_are_refused(tiny_files):
     from strata_ref.infer.loader import load
     m = load(tiny_files["gemma4"], profile="avx512")
     m.new_cache(64, flash_attn=False)          # the F16 cache without flash attention: checked
-    with pytest.raises(NotEmulated, match="checked against llama.cpp on the profiles scalar, avx2 only, "
-                                          "not on avx512") as e:
+    with pytest.raises(NotEmulated, match="checked against llama.cpp on the profiles scalar, avx2, armv8.0, "
+                                          "armv8.2-dotprod, armv8.2-fp16, armv8.6-i8mm only, not on avx512") as e:
         m.new_cache(64, flash_attn=True)
     assert (e.value.what, e.value.where) == ("flash attention", "on this profile")
     assert str(e.value).endswith("without flash attention there (--flash-attn off)")

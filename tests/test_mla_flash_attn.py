@@ -19,7 +19,8 @@ import hashlib
 import numpy as np
 import pytest
 
-from infer_helpers import (DATA, cached_model, check_stored_fa_run, f32_bits, profile_files,
+from infer_helpers import (ARM_PROFILES, DATA, arm_profile_files, cached_model, check_stored_fa_run, f32_bits,
+                           profile_files,
                            tiny_moe_files)
 from strata_ref.cpu import PROFILES as CPU_PROFILES
 from strata_ref.infer.mla import MLA_FLASH_ATTN_PROFILES
@@ -50,12 +51,29 @@ def _name(arch, ct):
 DEFAULT_TYPES = ("q8_0",)
 
 
+#: the arm64 profile whose F16 and DEFAULT_TYPES files the default suite
+#: checks (the other arm64 files under `-m slow`)
+DEFAULT_ARM = "armv8.2-fp16"
+
+
+def _files(name: str) -> list:
+    """(profile, path) params of the x86 and the arm64 profiles' files."""
+    return profile_files(name) + arm_profile_files(name)
+
+
+def _slow(ct: str, profile: str) -> tuple:
+    arm = profile in ARM_PROFILES
+    default = (ct == "f16" or ct in DEFAULT_TYPES) and (not arm or profile == DEFAULT_ARM)
+    return () if default else (pytest.mark.slow,)
+
+
 def _cases():
-    return ([pytest.param(arch, "f16", *p.values, id=f"{arch}-f16-{p.values[0]}")
-             for arch in ARCHS for p in profile_files(_name(arch, "f16"))]
+    return ([pytest.param(arch, "f16", *p.values, id=f"{arch}-f16-{p.values[0]}",
+                          marks=_slow("f16", p.values[0]))
+             for arch in ARCHS for p in _files(_name(arch, "f16"))]
             + [pytest.param("deepseek2", ct, *p.values, id=f"deepseek2-{ct}-{p.values[0]}",
-                            marks=() if ct in DEFAULT_TYPES else (pytest.mark.slow,))
-               for ct in OTHER_TYPES for p in profile_files(_name("deepseek2", ct))])
+                            marks=_slow(ct, p.values[0]))
+               for ct in OTHER_TYPES for p in _files(_name("deepseek2", ct))])
 
 
 def test_every_checked_profile_has_data():
@@ -64,10 +82,10 @@ def test_every_checked_profile_has_data():
     # (F16) in tests/test_cpu_prebuilt.py (`moe_<arch>.npz`, flash attention
     # on and off)
     for arch in ARCHS:
-        have = {(p.values[0], "f16") for p in profile_files(_name(arch, "f16"))}
+        have = {(p.values[0], "f16") for p in _files(_name(arch, "f16"))}
         have |= {(f.parent.name, "f16") for f in DATA.glob(f"v0.4.0-*/moe_{arch}.npz")}
         if arch == "deepseek2":
-            have |= {(p.values[0], ct) for ct in OTHER_TYPES for p in profile_files(_name(arch, ct))}
+            have |= {(p.values[0], ct) for ct in OTHER_TYPES for p in _files(_name(arch, ct))}
         want = {(p, t) for p, ts in MLA_FLASH_ATTN_PROFILES.items() for t in ts
                 if arch == "deepseek2" or t == "f16"}
         assert have == want, arch
@@ -108,7 +126,7 @@ def test_fa_paths_of_the_long_run():
     assert fa_path(f16, f16, 12, kv_length(12)) == "vec"
 
 
-@pytest.mark.parametrize("profile", sorted(p for p in ("avx512", "v0.4.0-skylakex", "armv8.0")
+@pytest.mark.parametrize("profile", sorted(p for p in ("avx512", "v0.4.0-skylakex")
                                            if p not in MLA_FLASH_ATTN_PROFILES))
 def test_mla_flash_attn_is_refused_where_not_checked(profile, tiny_files):
     # NotEmulated naming flash attention and the profile; without flash

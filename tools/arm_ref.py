@@ -42,7 +42,8 @@ rotated one, the tiny dense / typed / I-quant / MoE models, every weight
 type through ggml_mul_mat and the activation quantizers. The registry
 logits files also keep an 8-byte hash of every whole row (`*_hash`,
 tests/infer_helpers.py `row_hashes`). Jobs: `actquant`, `mm`, `tiny`,
-`basequant`, `unary` (ggml's `tanh` and `gelu` ops: libm `tanhf` where
+`mmodd` (the 32-value block types with rows of 5 blocks), `basequant`,
+`unary` (ggml's `tanh` and `gelu` ops: libm `tanhf` where
 aarch64 glibc's contracted one differs, the F16 GELU table), `typed`,
 `iq`, `moe:ARCH`, `logits:MODEL`, `kv:MODEL` (all the
 configurations of tools/llama_ref.py `kvcache`), `ops:FILE` (the op-level
@@ -539,6 +540,45 @@ def job_kv(name: str, model: str, configs: tuple | None = None) -> None:
     print(out.name, flush=True)
 
 
+def job_moekv(name: str, arch: str) -> None:
+    """tools/llama_ref.py `moekv --arch ARCH`: the tiny model (its seed)
+    with each configuration of `MOEKV_CONFIGS[arch]`: greedy ids, and per
+    pass every logit (`MOEKV_FULL`) or each row's hash and argmax, into
+    llama_kv_moe_ARCH.npz."""
+    from infer_helpers import MOE_N_GREEDY, TINY_IDS, moe_seed, tiny_moe_model
+    from llama_ref import KV_CONFIGS, MOEKV_CONFIGS, MOEKV_FULL, N_GEN_LONG, _GGML_TYPE_ID, moekv_long_ids
+    names = MOEKV_CONFIGS[arch]
+    res, info = {"configs": np.array(list(names))}, None
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / f"tiny_{arch}.gguf"
+        tiny_moe_model(arch, path, seed=moe_seed(arch))
+        sha = hashlib.sha256(path.read_bytes()).hexdigest()
+        for cfg in names:
+            tk, tv, fa, norot, prompt = KV_CONFIGS[cfg]
+            ids, n_gen = (list(TINY_IDS), MOE_N_GREEDY) if prompt == "short" else (moekv_long_ids(), N_GEN_LONG)
+            env = {"LLAMA_ATTN_ROT_DISABLE": "1"} if norot else {}
+            info = run_llama(name, path, greedy_plan(["ids:" + ",".join(map(str, ids))], n_gen), env=env,
+                             kv=(_GGML_TYPE_ID[tk], _GGML_TYPE_ID[tv], int(fa)))
+            g = split_greedy(info, n_gen)
+            res.update({f"{cfg}:type_k": np.array(tk), f"{cfg}:type_v": np.array(tv),
+                        f"{cfg}:flash_attn": np.bool_(fa), f"{cfg}:rot_disable": np.bool_(norot),
+                        f"{cfg}:prompt": np.array(prompt), f"{cfg}:prompt_ids": g["prompt_ids"],
+                        f"{cfg}:greedy_ids": g["greedy_ids"]})
+            for kind in ("batched", "incr"):
+                if cfg in MOEKV_FULL:
+                    res[f"{cfg}:{kind}"] = g[kind]
+                else:
+                    res[f"{cfg}:{kind}_hash"] = row_hashes(g[kind])
+                    res[f"{cfg}:{kind}_argmax"] = np.argmax(g[kind], axis=1).astype(np.int32)
+            print(f"  {cfg}: greedy {g['greedy_ids'].tolist()}", flush=True)
+    out = data_dir(name) / f"llama_kv_moe_{arch}.npz"
+    np.savez_compressed(out, seed=np.int64(moe_seed(arch)), n_threads=np.int64(2), n_ctx=np.int64(512),
+                        sha256=np.array(sha), **res,
+                        **provenance(name, f"moekv:{arch}", info["system_info"], info["sve_bytes"],
+                                     info["repack"]))
+    print(out.name, flush=True)
+
+
 #: the op-level vectors of tools/llama_dump.py `--vectors` per x86 profile:
 #: file -> (model, layers); split 5, decode call 7, ids from the variant's own
 #: llama_ref file (`--prompt-ref`)
@@ -710,26 +750,34 @@ def job_moefa(name: str, spec: str) -> None:
     print(f"{out.name}: greedy {g['greedy_ids'].tolist()} long {lg['greedy_ids'].tolist()}", flush=True)
 
 
-def job_mm(name: str) -> None:
+#: `mmodd`: the types of 32-value blocks (and the float ones) with rows of
+#: an odd number of blocks, where the NEON `vec_dot`s end in their scalar
+#: tail (MLA's cached head of 160)
+MM_ODD_COLS = 160
+MM_ODD_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "MXFP4")
+
+
+def job_mm(name: str, odd: bool = False) -> None:
     """tools/ggml_mm.py: every weight type through the build's ggml_mul_mat
-    (same seeds, shapes and npz layout)."""
+    (same seeds, shapes and npz layout), into ggml_mm.npz; odd: the types
+    of `MM_ODD_TYPES` with rows of `MM_ODD_COLS`, into ggml_mm_odd.npz."""
     import ggml_mm
     from strata_ref.types import GGMLType
+    cols = MM_ODD_COLS if odd else ggml_mm.COLS
     rng = np.random.default_rng(20261201)
-    xs = {n: rng.standard_normal((n, ggml_mm.COLS)).astype(np.float32) for n in ggml_mm.NS}
+    xs = {n: rng.standard_normal((n, cols)).astype(np.float32) for n in ggml_mm.NS}
     res = {f"x{n}": x for n, x in xs.items()}
     skipped = []
     with tempfile.TemporaryDirectory() as d:
-        for i, t in enumerate(ggml_mm.TYPES):
-            w = ggml_mm.weights(t, 1000 + i)
+        for i, t in enumerate(MM_ODD_TYPES if odd else ggml_mm.TYPES):
+            w = ggml_mm.weights(t, 1000 + i, cols)
             wf = Path(d) / "w.bin"
             w.tofile(wf)
             try:
                 for n, x in xs.items():
                     xf, yf = Path(d) / "x.bin", Path(d) / "y.bin"
                     x.tofile(xf)
-                    qemu(name, "ggml_ops", ["mm", int(GGMLType[t]), ggml_mm.ROWS, ggml_mm.COLS, n,
-                                            wf, xf, yf])
+                    qemu(name, "ggml_ops", ["mm", int(GGMLType[t]), ggml_mm.ROWS, cols, n, wf, xf, yf])
                     res[f"{t}_y{n}"] = np.fromfile(yf, np.float32).reshape(n, ggml_mm.ROWS)
             except RuntimeError as e:
                 skipped.append(t)
@@ -737,11 +785,12 @@ def job_mm(name: str) -> None:
                 continue
             res[f"{t}_w"] = w
     info = qemu(name, "ggml_ops", ["info"]).strip()
-    out = data_dir(name) / "ggml_mm.npz"
+    out = data_dir(name) / ("ggml_mm_odd.npz" if odd else "ggml_mm.npz")
     sve = int(re.search(r"sve_bytes (\d+)", info).group(1))
-    np.savez_compressed(out, rows=np.int64(ggml_mm.ROWS), cols=np.int64(ggml_mm.COLS),
+    np.savez_compressed(out, rows=np.int64(ggml_mm.ROWS), cols=np.int64(cols),
                         ns=np.array(ggml_mm.NS), skipped=np.array(skipped), **res,
-                        **provenance(name, "mm", _system_info(name), sve), ggml_cpu_info=np.array(info))
+                        **provenance(name, "mmodd" if odd else "mm", _system_info(name), sve),
+                        ggml_cpu_info=np.array(info))
     print(out.name, "skipped", skipped, flush=True)
 
 
@@ -866,11 +915,20 @@ def _system_info(name: str) -> str:
 def jobs_all() -> list:
     from infer_helpers import MOE_LAYERS
     from model_variants import VARIANTS as MV
-    return (["actquant", "basequant", "unary", "mm", "tiny", "typed", "iq"] + [f"moe:{a}" for a in MOE_LAYERS]
+    return (["actquant", "basequant", "unary", "mm", "mmodd", "tiny", "typed", "iq"] + [f"moe:{a}" for a in MOE_LAYERS]
             + [f"logits:{m}" for m in ("SmolLM2-135M-Instruct", "gemma-3-270m",
                                        "Qwen2.5-Coder-0.5B-Instruct")]
             + [f"logits:{v}" for v in MV] + ["logits:smollm2-rot-q8_0", "kv:SmolLM2-135M-Instruct"]
-            + [f"ops:{f}" for f in OPS])
+            + [f"ops:{f}" for f in OPS] + [f"moefa:{s}" for s in MOEFA_SPECS]
+            + ["moekv:gemma4", "moekv:gemma4-moe"])
+
+
+#: the flash-attention runs of deepseek2's MLA cache (`moefa`), as the x86
+#: profiles store them: F16 for deepseek2 and deepseek2-v3, every other
+#: cache type for deepseek2, and the cached head of 192 (kv_lora_rank 160)
+#: over F16, Q8_0, Q4_0
+MOEFA_SPECS = (("deepseek2", "deepseek2-v3", "deepseek2-r160", "deepseek2-r160:q8_0", "deepseek2-r160:q4_0")
+               + tuple(f"deepseek2:{t}" for t in ("f32", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")))
 
 
 def job_file(job: str) -> str:
@@ -881,6 +939,8 @@ def job_file(job: str) -> str:
         return f"llama_kv_{lookup(arg).name}.npz"
     if kind == "ops":
         return arg
+    if kind == "moekv":
+        return f"llama_kv_moe_{arg}.npz"
     if kind == "moefa":
         stem, _, ct = arg.partition(":")
         return f"llama_ref_moe_{'fa' if ct in ('', 'f16') else 'fa_' + ct}_{stem}.npz"
@@ -891,7 +951,7 @@ def job_file(job: str) -> str:
         return f"llama_ref_{stem}.npz"
     return {"moe": f"llama_ref_moe_{arg}.npz", "tiny": "llama_ref_tiny.npz",
             "typed": "llama_ref_typed.npz", "iq": "llama_ref_tiny_iq.npz", "mm": "ggml_mm.npz",
-            "actquant": "ggml_act_quant.npz", "basequant": "ggml_base_quant.npz",
+            "actquant": "ggml_act_quant.npz", "basequant": "ggml_base_quant.npz", "mmodd": "ggml_mm_odd.npz",
             "unary": "ggml_unary.npz"}[kind]
 
 
@@ -908,9 +968,12 @@ def run_job(name: str, job: str) -> None:
         job_moe(name, arg)
     elif kind == "moefa":
         job_moefa(name, arg)
+    elif kind == "moekv":
+        job_moekv(name, arg)
     else:
         {"tiny": job_tiny, "typed": job_typed, "iq": job_iq, "mm": job_mm,
-         "actquant": job_actquant, "basequant": job_basequant, "unary": job_unary}[kind](name)
+         "actquant": job_actquant, "basequant": job_basequant, "unary": job_unary,
+         "mmodd": lambda n: job_mm(n, odd=True)}[kind](name)
     print(f"  {name} {job}: {time.time() - t0:.0f} s", flush=True)
 
 

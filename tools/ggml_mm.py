@@ -124,20 +124,20 @@ def ggml_mul_mat(base, cpu, type_id: int, w_raw: np.ndarray, rows: int, cols: in
         base.ggml_free(ctx)
 
 
-def weights(t: str, seed: int) -> np.ndarray:
-    """The raw test matrix of type t: uint8 (ROWS * COLS / block values *
+def weights(t: str, seed: int, cols: int = COLS) -> np.ndarray:
+    """The raw test matrix of type t: uint8 (ROWS * cols / block values *
     block bytes,), seeded; float types as normals * 0.05."""
     from strata_ref.routes.mmvq_inputs import sane_blocks
     from strata_ref.types import GGMLType, block_format
     rng = np.random.default_rng(seed)
     if t == "F32":
-        return (rng.standard_normal((ROWS, COLS)) * 0.05).astype(np.float32).view(np.uint8).reshape(-1)
+        return (rng.standard_normal((ROWS, cols)) * 0.05).astype(np.float32).view(np.uint8).reshape(-1)
     if t in ("F16", "BF16"):
         from strata_ref.quantize import quantize
-        w = (rng.standard_normal((ROWS, COLS)) * 0.05).astype(np.float32)
+        w = (rng.standard_normal((ROWS, cols)) * 0.05).astype(np.float32)
         return quantize(w, GGMLType[t]).reshape(-1)
     fmt = block_format(GGMLType[t])
-    b = sane_blocks(GGMLType[t], ROWS * COLS // fmt.block_values, rng)
+    b = sane_blocks(GGMLType[t], ROWS * cols // fmt.block_values, rng)
     if t == "NVFP4":
         # UE4M3 scales well inside the finite range (0x7F is NaN)
         for f in fmt.fields:

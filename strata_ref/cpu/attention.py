@@ -32,7 +32,8 @@ import numpy as np
 from ..types import GGMLType as T
 from .matmul import QMatrix
 from .ops import soft_max
-from .traits import mm_path
+from .mmla import TWO_ROW_VARIANTS
+from .traits import kernel, mm_path
 
 __all__ = ["cache_dots", "cache_raw", "attention_mm"]
 
@@ -116,12 +117,22 @@ def attention_mm(q: np.ndarray, type_k, kdata: np.ndarray, type_v, vdata: np.nda
     isa = profile.isa
     path_kq = mm_path(isa, type_k, n, False, n_kv, D, src1_cont=False)
     path_vp = mm_path(isa, type_v, n, False, D, n_kv)
+    # a two-row `vec_dot` (i8mm, `mmla`): ggml takes it per chunk of the
+    # whole product, K's n_kv rows against every query head's tokens (nr1 =
+    # n * H), and only when each head has an even number of tokens (ne11)
+    two_row = path_kq == "vec_dot" and kernel(isa, type_k, "vec_dot") in TWO_ROW_VARIANTS
+    q_all = np.ascontiguousarray(q.transpose(1, 0, 2)).reshape(H * n, D)    # head after head
     out = np.empty((n, H, D), np.float32)
     qpos = np.tile(np.asarray(pos, np.int64), G)
     for h in range(Hkv):
         # rows (g, t): the G query heads of this KV head, token after token
-        qg = np.ascontiguousarray(q[:, h * G:(h + 1) * G].transpose(1, 0, 2)).reshape(G * n, D)
-        s = cache_dots(type_k, kdata[h, :T_], D, qg, profile, path_kq)
+        rows = slice(h * G * n, (h + 1) * G * n)
+        if two_row and n % 2 == 0:
+            kk = np.zeros((max(n_kv, T_),) + kdata.shape[2:], kdata.dtype)
+            kk[:T_] = kdata[h, :T_]
+            s = np.ascontiguousarray(cache_dots(type_k, kk, D, q_all, profile, path_kq)[rows, :T_])
+        else:
+            s = cache_dots(type_k, kdata[h, :T_], D, q_all[rows], profile, path_kq, one_row=two_row)
         sk = None if sinks is None else np.repeat(np.asarray(sinks, np.float32)[h * G:(h + 1) * G], n)
         p = soft_max(s, kq_scale, qpos, profile, n_swa, sk)
         pk = np.zeros((G * n, n_kv), np.float32)

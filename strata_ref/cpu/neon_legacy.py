@@ -20,7 +20,15 @@ float32:
   in that order. An odd last block is scalar C as GCC contracted it
   (disassembly): Q4_0 `fma(float(sumi) * d_w, d_a, sum)`, Q8_0
   `fma(float(sumi), d, sum)`, Q5_0 `fma(d, float(sumi), sum)`, Q4_1 / Q5_1
-  `sum + fma(d, float(sumi), round(m * s))`.
+  `sum + fma(d, float(sumi), round(m * s))`. The i8mm build's Q5_0
+  (`VEC_DOT` "i8mm_usdot") is the same but for that last block's integer
+  sum: GCC 12.2 vectorizes the scalar loop with `usdot` (unsigned by
+  signed bytes) over the bytes of `(int8_t)(q - 16)`, so a negative weight
+  value v counts as v + 256 (disassembly of `ggml_vec_dot_q5_0_q8_0` in
+  that build: `add` of -16 to the bytes, then `usdot`; ggml's own
+  `ggml_mul_mat` of a Q5_0 row of 5 blocks gives those bits, the other
+  builds the exact sum). Rows of an even number of blocks never reach it;
+  MLA's cached head of 160 values (5 blocks) does.
 * `ONE_ACC`, llamafile's `tinyBLAS_Q0_ARM` (dotprod builds, Q4_0 and Q8_0,
   two or more activation rows): the dotprod lanes into one 4-lane
   accumulator over all blocks, unfused as above, then `vaddvq_f32`.
@@ -71,10 +79,13 @@ LANE_NEON = np.array([(p % 16 % 8) // 2 for p in range(32)], np.int64)
 
 
 
-def _make_kernels(t: GGMLType, mode: int, dotprod: bool):
+def _make_kernels(t: GGMLType, mode: int, dotprod: bool, usdot_tail: bool = False):
     """(serial, parallel) kernels k(raw, xq, xs, xm, out[, parts]) of
-    `legacy_dots.kernels`' interface for weight type t in `mode`."""
+    `legacy_dots.kernels`' interface for weight type t in `mode`;
+    usdot_tail: the odd last block's weights read as unsigned bytes (module
+    docstring, Q5_0 of the i8mm build)."""
     T = int(t)
+    USDOT = usdot_tail
     MIN_PAIR = T == int(GGMLType.Q4_1)          # one summs per pair of blocks
     MIN_TWO = T == int(GGMLType.Q5_1)           # summs0 / summs1
     TAIL = {int(GGMLType.Q4_0): 0, int(GGMLType.Q8_0): 1, int(GGMLType.Q5_0): 2}.get(T, 3)
@@ -96,6 +107,14 @@ def _make_kernels(t: GGMLType, mode: int, dotprod: bool):
         s = np.int32(0)
         for p in range(32):
             s += np.int32(wv[32 * b + p]) * np.int32(xq[t, 32 * b + p])
+        return s
+
+    @njit(inline="always")
+    def whole_u8(wv, xq, t, b):
+        # the weight bytes as `usdot` reads them: unsigned
+        s = np.int32(0)
+        for p in range(32):
+            s += (np.int32(wv[32 * b + p]) & 0xFF) * np.int32(xq[t, 32 * b + p])
         return s
 
     @njit(inline="always")
@@ -128,7 +147,7 @@ def _make_kernels(t: GGMLType, mode: int, dotprod: bool):
         elif MIN_TWO:
             s = _F32(_F32(s + summs) + summs1)
         if b < nb:
-            si = _F32(whole(wv, xq, t, b))
+            si = _F32(whole_u8(wv, xq, t, b) if USDOT else whole(wv, xq, t, b))
             d = _F32(dw[b] * xs[t, b])
             if TAIL == 0:
                 s = fma32(_F32(si * dw[b]), xs[t, b], s)
@@ -198,7 +217,8 @@ def _make_kernels(t: GGMLType, mode: int, dotprod: bool):
                 else:
                     out[t, r] = repacked(wv, dw, xq, xs, t, t < n_gemm)
 
-    return legacy_row_kernels(rows, f"neon_legacy_{t.name}_mode{mode}_{'dotprod' if dotprod else 'neon'}")
+    return legacy_row_kernels(rows, f"neon_legacy_{t.name}_mode{mode}_{'dotprod' if dotprod else 'neon'}"
+                                    f"{'_usdot' if usdot_tail else ''}")
 
 
 #: repacked layouts whose gemm rounds otherwise than their gemv: a MUL_MAT_ID
@@ -209,7 +229,8 @@ GEMM_NOT_GEMV = frozenset({"q8_0_4x4"})
 ONE_ROW = {"i8mm": "dotprod"}
 #: kernel variants an instruction-set chain names (`traits.kernel`): (mode,
 #: dotprod lanes)
-VARIANTS = {"neon": (PAIRS, False), "dotprod": (PAIRS, True), "tinyblas_q0_arm": (ONE_ACC, True),
+VARIANTS = {"neon": (PAIRS, False), "dotprod": (PAIRS, True), "i8mm_usdot": (PAIRS, True, True),
+            "tinyblas_q0_arm": (ONE_ACC, True),
             "i8mm": (PAIRS_MMLA, True), "q4_0_4x8": (REPACK_4X8, True), "q8_0_4x8": (REPACK_4X8, True),
             "q4_0_4x4": (REPACK_4X4, True), "q8_0_4x4": (REPACK_4X4, True)}
 _KERNELS: dict = {}
@@ -223,6 +244,5 @@ def variant_kernels(t, variant: str):
     key = (GGMLType(t), variant)
     k = _KERNELS.get(key)
     if k is None:
-        mode, dotprod = VARIANTS[variant]
-        k = _KERNELS[key] = _make_kernels(GGMLType(t), mode, dotprod)
+        k = _KERNELS[key] = _make_kernels(GGMLType(t), *VARIANTS[variant])
     return k

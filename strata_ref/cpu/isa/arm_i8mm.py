@@ -29,6 +29,9 @@ from ...types import GGMLType as T
 
 TINYBLAS = 0
 TINYBLAS_Q0 = {T.Q8_0: None, T.Q4_0: None}
-VEC_DOT = {T.Q4_0: "i8mm", T.Q4_1: "i8mm", T.Q8_0: "i8mm", T.Q4_K: "neon_i8mm", T.Q6_K: "neon_i8mm"}
+#: Q5_0: dotprod's code, with GCC 12.2's `usdot` in the odd last block
+#: (`neon_legacy`)
+VEC_DOT = {T.Q4_0: "i8mm", T.Q4_1: "i8mm", T.Q8_0: "i8mm", T.Q4_K: "neon_i8mm", T.Q6_K: "neon_i8mm",
+           T.Q5_0: "i8mm_usdot"}
 REPACK = {T.Q4_0: "q4_0_4x8", T.Q8_0: "q8_0_4x8", T.Q1_0: "q1_0_4x8", T.IQ4_NL: "iq4_nl_4x4",
           T.MXFP4: "mxfp4_4x4", T.Q4_K: "arm_q4_K_8x8", T.Q5_K: "arm_q5_K_8x8", T.Q6_K: "arm_q6_K_8x8"}

@@ -500,12 +500,32 @@ def _kv_arm() -> tuple:
     return tuple(KV_CONFIGS)
 
 
+def _kv_config_run(name: str, model: Path, cfg: str, res: dict, plan) -> tuple:
+    """Configuration `cfg` of tools/llama_ref.py `KV_CONFIGS` under qemu
+    (its cache types, flash attention, rotation): plan(prompt) gives the
+    prompt's driver step and the greedy token count. Adds the
+    configuration's keys (type_k, type_v, flash_attn, rot_disable, prompt,
+    prompt_ids, greedy_ids) to `res`; returns (the run, `split_greedy`)."""
+    from llama_ref import KV_CONFIGS, _GGML_TYPE_ID
+    tk, tv, fa, norot, prompt = KV_CONFIGS[cfg]
+    step, n_gen = plan(prompt)
+    env = {"LLAMA_ATTN_ROT_DISABLE": "1"} if norot else {}
+    info = run_llama(name, model, greedy_plan([step], n_gen), env=env,
+                     kv=(_GGML_TYPE_ID[tk], _GGML_TYPE_ID[tv], int(fa)))
+    g = split_greedy(info, n_gen)
+    res.update({f"{cfg}:type_k": np.array(tk), f"{cfg}:type_v": np.array(tv),
+                f"{cfg}:flash_attn": np.bool_(fa), f"{cfg}:rot_disable": np.bool_(norot),
+                f"{cfg}:prompt": np.array(prompt), f"{cfg}:prompt_ids": g["prompt_ids"],
+                f"{cfg}:greedy_ids": g["greedy_ids"]})
+    return info, g
+
+
 def job_kv(name: str, model: str, configs: tuple | None = None) -> None:
     """tools/llama_ref.py `kvcache MODEL --configs ...`: per configuration
     (cache types, flash attention, rotation, prompt) a fresh context, the
     incremental pass with greedy tokens, then the batched one; each row as
     top-32 ids / logits, log-sum-exp and whole-row hash."""
-    from llama_ref import KV_CONFIGS, N_GEN_LONG, N_LONG, _GGML_TYPE_ID
+    from llama_ref import N_GEN_LONG, N_LONG
     from strata_ref.models import resolve
     from strata_ref.quality.prompts import DEFAULT_PROMPTS
     configs = _kv_arm() if configs is None else configs
@@ -517,17 +537,8 @@ def job_kv(name: str, model: str, configs: tuple | None = None) -> None:
         short.write_text(PROMPT, encoding="utf-8")
         long_.write_text("\n".join(DEFAULT_PROMPTS), encoding="utf-8")
         for cfg in configs:
-            tk, tv, fa, norot, prompt = KV_CONFIGS[cfg]
-            steps, n_gen = ((f"tok:{short}", N_GEN) if prompt == "short"
-                            else (f"tok:{long_}:{N_LONG}", N_GEN_LONG))
-            env = {"LLAMA_ATTN_ROT_DISABLE": "1"} if norot else {}
-            info = run_llama(name, path, greedy_plan([steps], n_gen), env=env,
-                             kv=(_GGML_TYPE_ID[tk], _GGML_TYPE_ID[tv], int(fa)))
-            g = split_greedy(info, n_gen)
-            res.update({f"{cfg}:type_k": np.array(tk), f"{cfg}:type_v": np.array(tv),
-                        f"{cfg}:flash_attn": np.bool_(fa), f"{cfg}:rot_disable": np.bool_(norot),
-                        f"{cfg}:prompt": np.array(prompt), f"{cfg}:prompt_ids": g["prompt_ids"],
-                        f"{cfg}:greedy_ids": g["greedy_ids"]})
+            info, g = _kv_config_run(name, path, cfg, res, lambda prompt: (
+                (f"tok:{short}", N_GEN) if prompt == "short" else (f"tok:{long_}:{N_LONG}", N_GEN_LONG)))
             for kind in ("batched", "incr"):
                 i, v, l = topk(g[kind], 32)
                 res.update({f"{cfg}:{kind}_ids": i, f"{cfg}:{kind}_logits": v,
@@ -546,7 +557,7 @@ def job_moekv(name: str, arch: str) -> None:
     pass every logit (`MOEKV_FULL`) or each row's hash and argmax, into
     llama_kv_moe_ARCH.npz."""
     from infer_helpers import MOE_N_GREEDY, TINY_IDS, moe_seed, tiny_moe_model
-    from llama_ref import KV_CONFIGS, MOEKV_CONFIGS, MOEKV_FULL, N_GEN_LONG, _GGML_TYPE_ID, moekv_long_ids
+    from llama_ref import MOEKV_CONFIGS, MOEKV_FULL, N_GEN_LONG, moekv_long_ids
     names = MOEKV_CONFIGS[arch]
     res, info = {"configs": np.array(list(names))}, None
     with tempfile.TemporaryDirectory() as d:
@@ -554,16 +565,9 @@ def job_moekv(name: str, arch: str) -> None:
         tiny_moe_model(arch, path, seed=moe_seed(arch))
         sha = hashlib.sha256(path.read_bytes()).hexdigest()
         for cfg in names:
-            tk, tv, fa, norot, prompt = KV_CONFIGS[cfg]
-            ids, n_gen = (list(TINY_IDS), MOE_N_GREEDY) if prompt == "short" else (moekv_long_ids(), N_GEN_LONG)
-            env = {"LLAMA_ATTN_ROT_DISABLE": "1"} if norot else {}
-            info = run_llama(name, path, greedy_plan(["ids:" + ",".join(map(str, ids))], n_gen), env=env,
-                             kv=(_GGML_TYPE_ID[tk], _GGML_TYPE_ID[tv], int(fa)))
-            g = split_greedy(info, n_gen)
-            res.update({f"{cfg}:type_k": np.array(tk), f"{cfg}:type_v": np.array(tv),
-                        f"{cfg}:flash_attn": np.bool_(fa), f"{cfg}:rot_disable": np.bool_(norot),
-                        f"{cfg}:prompt": np.array(prompt), f"{cfg}:prompt_ids": g["prompt_ids"],
-                        f"{cfg}:greedy_ids": g["greedy_ids"]})
+            info, g = _kv_config_run(name, path, cfg, res, lambda prompt: (
+                ("ids:" + ",".join(map(str, TINY_IDS)), MOE_N_GREEDY) if prompt == "short"
+                else ("ids:" + ",".join(map(str, moekv_long_ids())), N_GEN_LONG)))
             for kind in ("batched", "incr"):
                 if cfg in MOEKV_FULL:
                     res[f"{cfg}:{kind}"] = g[kind]

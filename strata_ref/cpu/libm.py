@@ -54,7 +54,10 @@ _TWO = _F32(2.0)
 _HALF = _F32(0.5)
 _HUGE = _F32(1.0e30)
 _TINY = _F32(1.0e-30)
+
+
 def _f(bits: int) -> np.float32:
+    """The float32 of bit pattern `bits` (the constants' hexadecimal spelling)."""
     return np.array([bits], np.uint32).view(np.float32)[0]
 
 

@@ -98,3 +98,23 @@ def test_tanh_and_gelu_are_the_arm_builds_bits(profile, path):
     # ggml_gelu: the F16 table at fp16(x), x every finite F16 in (-10, 10)
     tab = ops.gelu_table(prof)[f32_to_f16_bits(ref["gelu_x"])]
     assert (_bits(tab) == _bits(ref["gelu"])).all()
+
+
+def test_arguments_are_checked_and_shapes_kept():
+    prof = PROFILES["armv8.0"]
+    # 0-d and n-d shapes come back as they went in
+    assert tanhf_array(np.float32(0.5), False).shape == ()
+    assert ops.softcap(np.float32(3.0), 30.0, prof).shape == ()
+    assert ops.softcap(np.zeros((2, 3), np.float32), 30.0, "armv8.0").shape == (2, 3)
+    with pytest.raises(TypeError, match="fused must be a bool"):
+        tanhf_array([0.5], "no")
+    with pytest.raises(TypeError, match="profile must be a CPU profile or its name"):
+        ops.softcap(np.ones(3, np.float32), 30.0, None)
+    with pytest.raises(ValueError, match="finite and non-zero"):
+        ops.softcap(np.ones(3, np.float32), 0.0, prof)
+    # the GELU table handed out is the caller's own: changing it changes
+    # no later table
+    g = ops.gelu_table("armv8.0")
+    keep = g.copy()
+    g[:] = 0
+    assert (_bits(ops.gelu_table(prof)) == _bits(keep)).all()

@@ -191,9 +191,14 @@ def _tanhf_into(x, fused, out):
         out[i] = tanhf(x[i], fused)
 
 
-def tanhf_array(x: np.ndarray, fused: bool) -> np.ndarray:
-    """`tanhf` of every value of float32 x (any shape), as a new array."""
-    x = np.ascontiguousarray(x, np.float32)
-    out = np.empty_like(x)
-    _tanhf_into(x.reshape(-1), bool(fused), out.reshape(-1))
+def tanhf_array(x, fused: bool) -> np.ndarray:
+    """`tanhf` of every value of x (any shape, converted to float32 as a
+    float32 `ggml_tanh` input would be), as a new float32 array of x's
+    shape. fused: True for the aarch64 glibc, False for the x86-64 one (a
+    bool; TypeError otherwise)."""
+    if not isinstance(fused, (bool, np.bool_)):
+        raise TypeError(f"tanhf_array: fused must be a bool, got {type(fused).__name__}")
+    x = np.asarray(x, np.float32)
+    out = np.empty(x.shape, np.float32)
+    _tanhf_into(np.ascontiguousarray(x).reshape(-1), bool(fused), out.reshape(-1))
     return out

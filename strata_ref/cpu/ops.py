@@ -379,15 +379,31 @@ def _softcap(x, inv, c, fused, out):
         out[i] = _F32(tanhf(_F32(x[i] * inv), fused) * c)
 
 
+def _profile(profile, fn: str):
+    """A `Profile` from a profile or its name (`cpu.select`); TypeError for
+    anything else."""
+    from . import Profile, select
+    if isinstance(profile, str):
+        return select(profile)
+    if not isinstance(profile, Profile):
+        raise TypeError(f"{fn}: profile must be a CPU profile or its name, got {type(profile).__name__}")
+    return profile
+
+
 def softcap(x: np.ndarray, c: float, profile) -> np.ndarray:
     """Final logit soft-capping as llama.cpp builds it (gemma2 / gemma4):
     ggml_scale by the float32 1/c, `ggml_tanh` (libm `tanhf` per value:
     `cpu.libm`, the build's glibc, `LIBM_FMA`), ggml_scale by c. x float32,
-    any shape; returns a new float32 array of its shape."""
-    x = np.ascontiguousarray(x, np.float32)
-    out = np.empty_like(x)
-    _softcap(x.reshape(-1), _F32(_F32(1.0) / _F32(c)), _F32(c), bool(profile.isa.resolve("LIBM_FMA")),
-             out.reshape(-1))
+    any shape; c a finite non-zero cap (ValueError otherwise); profile a
+    `Profile` or its name. Returns a new float32 array of x's shape."""
+    prof = _profile(profile, "softcap")
+    c = float(c)
+    if not np.isfinite(c) or c == 0.0:
+        raise ValueError(f"softcap: the cap must be finite and non-zero, got {c!r}")
+    x = np.asarray(x, np.float32)
+    out = np.empty(x.shape, np.float32)
+    _softcap(np.ascontiguousarray(x).reshape(-1), _F32(_F32(1.0) / _F32(c)), _F32(c),
+             bool(prof.isa.resolve("LIBM_FMA")), out.reshape(-1))
     return out
 
 
@@ -632,15 +648,18 @@ _GELU_TABLES = {}
 
 
 def gelu_table(profile) -> np.ndarray:
-    """ggml's GELU table of `profile` as float32 (65536,): the value for
-    each fp16 bit pattern (cached per FMA and `LIBM_FMA` flag)."""
+    """ggml's GELU table of `profile` (a `Profile` or its name) as float32
+    (65536,): the value for each fp16 bit pattern; a copy of the table
+    cached per FMA and `LIBM_FMA` flag, so a caller's change to it reaches
+    no other computation."""
+    profile = _profile(profile, "gelu_table")
     key = (bool(profile.fma), bool(profile.isa.resolve("LIBM_FMA")))
     if key not in _GELU_TABLES:
         from ..numerics import F16_TO_F32
         out = np.empty(65536, np.float32)
         _gelu_table(F16_TO_F32, *key, out)
         _GELU_TABLES[key] = out
-    return _GELU_TABLES[key]
+    return _GELU_TABLES[key].copy()
 
 
 @njit(inline="always", cache=True)

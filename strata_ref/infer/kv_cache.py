@@ -291,7 +291,7 @@ class KVCache:
             ok = names_in_order(t.name.lower() for t in MLA_HEAD64_CACHE_TYPES)
             raise NotEmulated(f"a block-type MLA cache (deepseek2) with heads of kv_lora_rank + n_rot "
                               f"a multiple of 64 (here {head_dim}) is checked against llama.cpp with "
-                              f"the block types {ok} only; use one of them or f16",
+                              f"the block types {ok} only; use one of them, or f16, bf16 or f32 (never rotated)",
                               cache_phrase(self.type_k, self.type_v, False),
                               f"for the MLA cache (deepseek2) with heads of {head_dim}")
         #: V's head size (head_dim but for deepseek2's non-absorbed MLA files)

@@ -51,8 +51,8 @@ def _name(arch, ct):
 DEFAULT_TYPES = ("q8_0",)
 
 
-#: the arm64 profile whose F16 and DEFAULT_TYPES files the default suite
-#: checks (the other arm64 files under `-m slow`)
+#: the arm64 profile whose DEFAULT_TYPES files the default suite checks
+#: (the other arm64 files under `-m slow`)
 DEFAULT_ARM = "armv8.2-fp16"
 
 
@@ -62,8 +62,10 @@ def _files(name: str) -> list:
 
 
 def _slow(ct: str, profile: str) -> tuple:
-    arm = profile in ARM_PROFILES
-    default = (ct == "f16" or ct in DEFAULT_TYPES) and (not arm or profile == DEFAULT_ARM)
+    if profile in ARM_PROFILES:
+        default = ct in DEFAULT_TYPES and profile == DEFAULT_ARM
+    else:
+        default = ct == "f16" or ct in DEFAULT_TYPES
     return () if default else (pytest.mark.slow,)
 
 

@@ -58,11 +58,9 @@ def _files(name: str) -> list:
 def _cases():
     # the F16 control (a type that was never refused here) under `-m slow`:
     # its long run takes flash attention's tiled and split-KV paths,
-    # minutes; the arm64 profiles under `-m slow` but armv8.2-fp16's Q8_0
+    # minutes; the arm64 profiles under `-m slow`
     return [pytest.param(ct, *p.values, id=f"{ct}-{p.values[0]}",
-                         marks=() if ct != "f16" and (p.values[0] not in ARM_PROFILES or
-                                                      (ct, p.values[0]) == ("q8_0", "armv8.2-fp16"))
-                         else (pytest.mark.slow,))
+                         marks=() if ct != "f16" and p.values[0] not in ARM_PROFILES else (pytest.mark.slow,))
             for ct in TYPES for p in _files(_name(ct))]
 
 

@@ -121,6 +121,26 @@ def test_mm_path_is_ggml_dispatch(isa, t, n, repacked, rows, cols, mmid, want):
     assert (path, kernel(isa, t, path)) == want
 
 
+@pytest.mark.parametrize("profile, t, want_cont, want_perm", [
+    # ggml tries llamafile on float32 activations only when contiguous, and
+    # on the converted copy only when one was made: F32 weights (nothing to
+    # convert) never take it for a permuted view, F16 weights not on the
+    # NEON builds whose tinyBLAS wants float32 activations (armv8.0,
+    # dotprod), but do where it takes the F16 copy (x86, FP16 arithmetic)
+    ("avx2", T.F32, "tinyblas", "vec_dot"),
+    ("armv8.0", T.F32, "tinyblas", "vec_dot"),
+    ("avx2", T.F16, "tinyblas", "tinyblas"),
+    ("armv8.0", T.F16, "tinyblas", "vec_dot"),
+    ("armv8.2-dotprod", T.F16, "tinyblas", "vec_dot"),
+    ("armv8.2-fp16", T.F16, "tinyblas", "tinyblas"),
+    ("armv8.2-dotprod", T.Q8_0, "tinyblas", "tinyblas"),     # tinyBLAS_Q0_ARM takes the Q8_0 copy
+])
+def test_mm_path_of_a_permuted_activation(profile, t, want_cont, want_perm):
+    isa = PROFILES[profile].isa
+    assert mm_path(isa, t, 8, False, 64, 256) == want_cont
+    assert mm_path(isa, t, 8, False, 64, 256, src1_cont=False) == want_perm
+
+
 def test_threading_is_set_up_by_a_call_not_by_import():
     code = ("import os, strata_ref.cpu.matmul, strata_ref.infer.model, strata_ref.cpu.matvec;"
             "a = os.environ.get('GOMP_SPINCOUNT');"

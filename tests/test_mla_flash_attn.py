@@ -162,7 +162,8 @@ def test_mla_flash_attn_cache_types_are_per_profile(tiny_files):
         m.new_cache(64, type_k="q8_0", type_v="q8_0")
     assert e.value.what == "flash attention" and "q8_0" in e.value.where
     # the profiles with the same types named together (was one list per profile)
-    assert ("for the cache types f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1 on scalar, avx2; "
+    assert ("for the cache types f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1 on scalar, avx2, "
+            "armv8.0, armv8.2-dotprod, armv8.2-fp16, armv8.6-i8mm; "
             "f16 on v0.4.0-x64, v0.4.0-sse42, v0.4.0-sandybridge, v0.4.0-ivybridge, v0.4.0-piledriver, "
             "v0.4.0-haswell only") in str(e.value)
     assert _model(tiny_files["deepseek2"], "avx2").new_cache(64, flash_attn=True, type_k="q8_0",

@@ -52,9 +52,14 @@ def profile_files(name: str) -> list:
 
 
 #: the arm64 profiles (docs/arm64.md), whose data tools/arm_ref.py made under qemu
-ARM_PROFILES = tuple(n for n, p in _cpu.PROFILES.items() if p.version == _cpu.profiles.LLAMA_CPP_ARM64)
+ARM_PROFILES = _cpu.profiles.ARM64_PROFILES
 #: CPU_REPACK layouts of the ARM builds whose gemv / gemm are not emulated yet
 ARM_MISSING_LAYOUTS = ("q1_0_4x4", "q1_0_4x8")
+
+
+def all_profile_files(name: str) -> list:
+    """`profile_files(name)` and then `arm_profile_files(name)`."""
+    return profile_files(name) + arm_profile_files(name)
 
 
 def arm_profile_files(name: str) -> list:

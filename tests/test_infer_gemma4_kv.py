@@ -21,8 +21,8 @@ import hashlib
 import numpy as np
 import pytest
 
-from infer_helpers import (ARM_PROFILES, DATA, arm_profile_files, cache_passes, cached_model, f32_bits,
-                           profile_files, row_hashes, tiny_moe_files)
+from infer_helpers import (ARM_PROFILES, DATA, all_profile_files, cache_passes, cached_model, f32_bits,
+                           row_hashes, tiny_moe_files)
 from strata_ref.infer import gemma4 as g4
 
 ARCHS = ("gemma4", "gemma4-moe")
@@ -49,7 +49,7 @@ def _cases():
     # armv8.2-fp16 (one more chain's compiling in CI), the rest under `-m slow`
     out = []
     for arch in ARCHS:
-        for p in profile_files(f"llama_kv_moe_{arch}.npz") + arm_profile_files(f"llama_kv_moe_{arch}.npz"):
+        for p in all_profile_files(f"llama_kv_moe_{arch}.npz"):
             profile, path = p.values
             for name in np.load(path)["configs"].tolist():
                 if profile in ARM_PROFILES:
@@ -149,16 +149,18 @@ def test_rotation_off_is_refused_but_where_checked(tiny_files):
 def test_unchecked_profiles_are_refused(tiny_files):
     from strata_ref._notemulated import NotEmulated
     from strata_ref.infer.loader import load
-    m = load(tiny_files["gemma4"], profile="avx512")
+    # every 0.3.36 profile is checked (avx512 too); the v0.4.0 ones are not
+    m = load(tiny_files["gemma4"], profile="v0.4.0-skylakex")
     m.new_cache(64, flash_attn=False)          # the F16 cache without flash attention: checked
-    with pytest.raises(NotEmulated, match="checked against llama.cpp on the profiles scalar, avx2, armv8.0, "
-                                          "armv8.2-dotprod, armv8.2-fp16, armv8.6-i8mm only, not on avx512") as e:
+    with pytest.raises(NotEmulated, match="checked against llama.cpp on the profiles scalar, avx2, avx512, "
+                                          "armv8.0, armv8.2-dotprod, armv8.2-fp16, armv8.6-i8mm only, not on "
+                                          "v0.4.0-skylakex ") as e:
         m.new_cache(64, flash_attn=True)
     assert (e.value.what, e.value.where) == ("flash attention", "on this profile")
     assert str(e.value).endswith("without flash attention there (--flash-attn off)")
     # the profile is refused before the list of checked caches, which would
     # name caches this profile refuses too
-    with pytest.raises(NotEmulated, match="not on avx512: use the F16") as e:
+    with pytest.raises(NotEmulated, match="not on v0.4.0-skylakex .*: use the F16") as e:
         m.new_cache(64, type_k="q4_1", type_v="q8_0", flash_attn=True)
     # v0.4.0 turns flash attention on by default: the refusal says so
     with pytest.raises(NotEmulated, match="not on v0.4.0-haswell \\(flash attention is on by default on "

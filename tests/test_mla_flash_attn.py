@@ -19,8 +19,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from infer_helpers import (ARM_PROFILES, DATA, arm_profile_files, cached_model, check_stored_fa_run, f32_bits,
-                           profile_files,
+from infer_helpers import (ARM_PROFILES, DATA, all_profile_files, cached_model, check_stored_fa_run, f32_bits,
                            tiny_moe_files)
 from strata_ref.cpu import PROFILES as CPU_PROFILES
 from strata_ref.infer.mla import MLA_FLASH_ATTN_PROFILES
@@ -56,11 +55,6 @@ DEFAULT_TYPES = ("q8_0",)
 DEFAULT_ARM = "armv8.2-fp16"
 
 
-def _files(name: str) -> list:
-    """(profile, path) params of the x86 and the arm64 profiles' files."""
-    return profile_files(name) + arm_profile_files(name)
-
-
 def _slow(ct: str, profile: str) -> tuple:
     if profile in ARM_PROFILES:
         default = ct in DEFAULT_TYPES and profile == DEFAULT_ARM
@@ -72,10 +66,10 @@ def _slow(ct: str, profile: str) -> tuple:
 def _cases():
     return ([pytest.param(arch, "f16", *p.values, id=f"{arch}-f16-{p.values[0]}",
                           marks=_slow("f16", p.values[0]))
-             for arch in ARCHS for p in _files(_name(arch, "f16"))]
+             for arch in ARCHS for p in all_profile_files(_name(arch, "f16"))]
             + [pytest.param("deepseek2", ct, *p.values, id=f"deepseek2-{ct}-{p.values[0]}",
                             marks=_slow(ct, p.values[0]))
-               for ct in OTHER_TYPES for p in _files(_name("deepseek2", ct))])
+               for ct in OTHER_TYPES for p in all_profile_files(_name("deepseek2", ct))])
 
 
 def test_every_checked_profile_has_data():
@@ -84,10 +78,10 @@ def test_every_checked_profile_has_data():
     # (F16) in tests/test_cpu_prebuilt.py (`moe_<arch>.npz`, flash attention
     # on and off)
     for arch in ARCHS:
-        have = {(p.values[0], "f16") for p in _files(_name(arch, "f16"))}
+        have = {(p.values[0], "f16") for p in all_profile_files(_name(arch, "f16"))}
         have |= {(f.parent.name, "f16") for f in DATA.glob(f"v0.4.0-*/moe_{arch}.npz")}
         if arch == "deepseek2":
-            have |= {(p.values[0], ct) for ct in OTHER_TYPES for p in _files(_name(arch, ct))}
+            have |= {(p.values[0], ct) for ct in OTHER_TYPES for p in all_profile_files(_name(arch, ct))}
         want = {(p, t) for p, ts in MLA_FLASH_ATTN_PROFILES.items() for t in ts
                 if arch == "deepseek2" or t == "f16"}
         assert have == want, arch
@@ -162,7 +156,7 @@ def test_mla_flash_attn_cache_types_are_per_profile(tiny_files):
         m.new_cache(64, type_k="q8_0", type_v="q8_0")
     assert e.value.what == "flash attention" and "q8_0" in e.value.where
     # the profiles with the same types named together (was one list per profile)
-    assert ("for the cache types f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1 on scalar, avx2, "
+    assert ("for the cache types f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1 on scalar, avx2, avx512, "
             "armv8.0, armv8.2-dotprod, armv8.2-fp16, armv8.6-i8mm; "
             "f16 on v0.4.0-x64, v0.4.0-sse42, v0.4.0-sandybridge, v0.4.0-ivybridge, v0.4.0-piledriver, "
             "v0.4.0-haswell only") in str(e.value)

@@ -26,8 +26,8 @@ import hashlib
 import numpy as np
 import pytest
 
-from infer_helpers import (ARM_PROFILES, DATA, arm_profile_files, cached_model, check_stored_fa_run, f32_bits,
-                           moe_seed, profile_files, tiny_moe_model)
+from infer_helpers import (ARM_PROFILES, DATA, all_profile_files, cached_model, check_stored_fa_run, f32_bits,
+                           moe_seed, tiny_moe_model)
 from strata_ref.cpu import PROFILES as CPU_PROFILES
 from strata_ref.infer.kv_cache import MLA_HEAD64_CACHE_TYPES
 from strata_ref.infer.mla import MLA_FLASH_ATTN_PROFILES, MLA_HEAD64_PROFILES
@@ -50,27 +50,22 @@ def _name(ct):
     return f"llama_ref_moe_fa{'' if ct == 'f16' else '_' + ct}_deepseek2-r{RANK}.npz"
 
 
-def _files(name: str) -> list:
-    """(profile, path) params of the x86 and the arm64 profiles' files."""
-    return profile_files(name) + arm_profile_files(name)
-
-
 def _cases():
     # the F16 control (a type that was never refused here) under `-m slow`:
     # its long run takes flash attention's tiled and split-KV paths,
     # minutes; the arm64 profiles under `-m slow`
     return [pytest.param(ct, *p.values, id=f"{ct}-{p.values[0]}",
                          marks=() if ct != "f16" and p.values[0] not in ARM_PROFILES else (pytest.mark.slow,))
-            for ct in TYPES for p in _files(_name(ct))]
+            for ct in TYPES for p in all_profile_files(_name(ct))]
 
 
 def test_bookkeeping_is_the_stored_data():
     # a (profile, block type) is in MLA_HEAD64_PROFILES exactly when its data
     # is stored; every such type is one the profile runs with flash
     # attention and one KVCache emulates with such a head
-    have = {(p.values[0], ct) for ct in TYPES if ct != "f16" for p in _files(_name(ct))}
+    have = {(p.values[0], ct) for ct in TYPES if ct != "f16" for p in all_profile_files(_name(ct))}
     assert have == {(p, t) for p, ts in MLA_HEAD64_PROFILES.items() for t in ts}
-    assert {(p.values[0]) for p in _files(_name("f16"))} == set(MLA_HEAD64_PROFILES)
+    assert {(p.values[0]) for p in all_profile_files(_name("f16"))} == set(MLA_HEAD64_PROFILES)
     for p, ts in MLA_HEAD64_PROFILES.items():
         assert ts <= MLA_FLASH_ATTN_PROFILES[p], p
     assert set().union(*MLA_HEAD64_PROFILES.values()) == {t.name.lower() for t in MLA_HEAD64_CACHE_TYPES}

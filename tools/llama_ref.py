@@ -49,7 +49,8 @@ the running interpreter. Subcommands:
       attention's tiled path (64+ tokens), its decode steps the split-KV
       path (512 KV cells). The deepseek2 files were made by
       `python tools/llama_ref.py --profile P moe --arch deepseek2,deepseek2-v3
-      --flash-attn` for P = scalar, avx2. `--cache-type T` (with
+      --flash-attn` for P = scalar, avx2, and avx512 on a Sapphire Rapids
+      CPU (as every avx512 file of this docstring). `--cache-type T` (with
       --flash-attn): K and V cache type T (llama.cpp requires them equal for
       MLA), into llama_ref_moe_fa_<T>_<arch>.npz. `--kv-lora-rank R`
       (deepseek2, deepseek2-v3): the model with compressed KV of rank R
@@ -57,8 +58,8 @@ the running interpreter. Subcommands:
       <arch>-r<R>; the files of the cached head of 192 (a multiple of 64,
       like DeepSeek V3's 576: tests/test_mla_head64.py) were made by
       `python tools/llama_ref.py --profile P moe --arch deepseek2
-      --flash-attn --kv-lora-rank 160 --cache-type T` for P = scalar, avx2
-      and T = f16, q8_0, q4_0.
+      --flash-attn --kv-lora-rank 160 --cache-type T` for P = scalar, avx2,
+      avx512 and T = f16, q8_0, q4_0.
       `--real-yarn` (deepseek2-v3 only, with or without --flash-attn): the
       model with DeepSeek V3's own YaRN keys (`tiny_moe_model` real_yarn:
       factor 40, 4096 original positions, yarn_log_multiplier 0.1), into
@@ -83,7 +84,8 @@ the running interpreter. Subcommands:
       a hash still checks every bit of a row). One
       file per architecture, tests/data/<profile>/llama_kv_moe_<arch>.npz,
       made by `python tools/llama_ref.py --profile P moekv` (P: scalar,
-      avx2; avx512 needs an AVX-512 CPU).
+      avx2; avx512 needs an AVX-512 CPU: its files were made with
+      `--arch gemma4` and `--arch gemma4-moe` on a Sapphire Rapids CPU).
 
   pretok [--pre gpt-4o] [--corpus gpt-4o|wide] [--vocab NAME]
          [--out tests/data/llama_tok_<pre>.npz]

@@ -48,8 +48,8 @@ from dataclasses import dataclass
 
 from .isa import Isa, chain
 
-__all__ = ["Profile", "PROFILES", "ALIASES", "LLAMA_CPP", "LLAMA_CPP_ARM64", "V0_4_0", "DEFAULT_FLASH_ATTN",
-           "X86_OPTIONS", "OPTION_CPU_FLAGS", "host_flags"]
+__all__ = ["Profile", "PROFILES", "ARM64_PROFILES", "ALIASES", "LLAMA_CPP", "LLAMA_CPP_ARM64", "V0_4_0",
+           "DEFAULT_FLASH_ATTN", "X86_OPTIONS", "OPTION_CPU_FLAGS", "host_flags"]
 
 #: the llama.cpp whose arithmetic the profiles without a version prefix
 #: reproduce
@@ -206,6 +206,9 @@ PROFILES = {p.name: p for p in (
             chain(("arm_i8mm", "arm_fp16", "arm_dotprod", "arm_neon", "generic")),
             march="armv8.6-a+dotprod+fp16+i8mm"),
 )}
+
+#: the arm64 profiles (0.3.36's ARM builds), in the table's order
+ARM64_PROFILES = tuple(n for n, p in PROFILES.items() if p.version == LLAMA_CPP_ARM64)
 
 #: ggml variants whose library gives the bits of another one's for every
 #: stored model (docs/prebuilt.md "Alias classes": the options they add only

@@ -91,6 +91,7 @@ import numpy as np
 
 from ..cpu import ops
 from ..cpu.matmul import QMatrix
+from ..cpu.profiles import ARM64_PROFILES
 from ..types import block_format
 from . import trace as T
 from .model import ArchKeys, ModelLoadError, _logf
@@ -102,13 +103,13 @@ _FA_TYPES = frozenset({"f16", "f32", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5
 #: the CPU profiles on which flash attention over the absorbed layout's
 #: cache runs, with the cache types (type_k = type_v) of each, checked
 #: bitwise against the profile's llama.cpp build's logits (llama-cpp-python
-#: 0.3.36, its arm64 builds under qemu included:
+#: 0.3.36, avx512's made on a Sapphire Rapids CPU, its arm64 builds under
+#: qemu:
 #: tests/data/<profile>/llama_ref_moe_fa[_<type>]_deepseek2*.npz;
 #: prebuilt v0.4.0: tests/data/<profile>/moe_deepseek2*.npz, F16: the variants
 #: this Zen 3 CPU executes); any
 #: other combination is refused (NotEmulated) and --flash-attn off runs
-_ARM64 = ("armv8.0", "armv8.2-dotprod", "armv8.2-fp16", "armv8.6-i8mm")
-MLA_FLASH_ATTN_PROFILES = {"scalar": _FA_TYPES, "avx2": _FA_TYPES, **{p: _FA_TYPES for p in _ARM64},
+MLA_FLASH_ATTN_PROFILES = {**{p: _FA_TYPES for p in ("scalar", "avx2", "avx512", *ARM64_PROFILES)},
                            **{f"v0.4.0-{v}": frozenset({"f16"})
                               for v in ("x64", "sse42", "sandybridge", "ivybridge", "piledriver", "haswell")}}
 #: the block cache types (a subset of the profile's in
@@ -119,7 +120,7 @@ MLA_FLASH_ATTN_PROFILES = {"scalar": _FA_TYPES, "avx2": _FA_TYPES, **{p: _FA_TYP
 #: (tests/data/<profile>/llama_ref_moe_fa_<type>_deepseek2-r160.npz,
 #: tests/test_mla_head64.py); refused elsewhere. Unquantized types (f16,
 #: f32, bf16) are never rotated and need no entry.
-MLA_HEAD64_PROFILES = {p: frozenset({"q8_0", "q4_0"}) for p in ("scalar", "avx2", *_ARM64)}
+MLA_HEAD64_PROFILES = {p: frozenset({"q8_0", "q4_0"}) for p in ("scalar", "avx2", "avx512", *ARM64_PROFILES)}
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from .. import cpu
 from .._text import count
 from ..cpu import ops
 from ..cpu.matmul import QMatrix
+from ..cpu.profiles import ARM64_PROFILES
 from ..types import PLAIN_TYPES, GGMLType, block_format
 from . import trace
 from .archs import ARCHS, SUPPORTED_ARCHS, ArchSpec, Swa
@@ -729,8 +730,7 @@ def check_logits(logits: np.ndarray, where: str, spread: bool = True) -> None:
 #: accumulated, each on its own, so a checked K type may go with any checked
 #: V type.
 _ARM64_ALL_TYPES = frozenset({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"})
-ARM64_KV_TYPES = {p: {False: _ARM64_ALL_TYPES, True: _ARM64_ALL_TYPES}
-                  for p in ("armv8.0", "armv8.2-dotprod", "armv8.2-fp16", "armv8.6-i8mm")}
+ARM64_KV_TYPES = {p: {False: _ARM64_ALL_TYPES, True: _ARM64_ALL_TYPES} for p in ARM64_PROFILES}
 
 
 def unemulated_cache(profile, opts) -> str | None:

@@ -14,9 +14,10 @@ LOGITS is (docs/trace.md, "which"):
 * an .npz with `tokens` int (n,) and `logits` float32 (n, n_vocab), one
   row per position, or (n, k) with `columns` int (n, k): the vocabulary
   ids of the k values given per row (a top-k dump); optional `split` (int:
-  the engine ran the first `split` ids in one call, then one per call);
-* a trace container (`strata_ref.tracefile`): its tokens, calls and
-  `result_output` nodes;
+  the engine ran the first `split` ids in one call, then one per call) and
+  `n_ctx` (int: the context length it ran with);
+* a trace container (`strata_ref.tracefile`): its tokens, calls,
+  `result_output` nodes and the `n_ctx` of its options;
 * an .npy of logits (n, n_vocab), with the ids given apart (`tokens=`).
 """
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._text import printable
 from .ulp import compare_bits
 
 __all__ = ["EngineLogits", "Candidate", "load_logits", "which", "candidate_logits", "nearest"]
@@ -37,13 +39,16 @@ class EngineLogits:
     """Logits of another engine: tokens int64 (n,), logits float32 (n, m),
     columns int64 (n, m) or None (m = n_vocab, every column in order),
     split (the first call's ids; None: one batched call); model: a trace's
-    model identity (`tracefile.MODEL_KEYS`) or None."""
+    model identity (`tracefile.MODEL_KEYS`) or None; n_ctx: the context
+    length the engine ran with, where the file says (a trace's options,
+    an .npz's `n_ctx`), else None."""
     tokens: np.ndarray
     logits: np.ndarray
     columns: np.ndarray | None = None
     split: int | None = None
     source: str = ""
     model: dict | None = None
+    n_ctx: int | None = None
 
 
 @dataclass
@@ -139,6 +144,7 @@ def load_logits(path, tokens=None, split: int | None = None) -> EngineLogits:
             if s.shape != () or s.dtype.kind not in "iu":
                 raise ValueError(f"{src}: `split` must be one integer, got {s.dtype} {s.shape}")
             fsplit = int(s)
+        fctx = _ctx(d["n_ctx"], src) if "n_ctx" in d else None
     elif path.suffix.lower() == ".npz":
         with open(path, "rb") as f:
             empty_zip = f.read(4) == b"PK\x05\x06"          # only an end-of-archive record
@@ -151,7 +157,7 @@ def load_logits(path, tokens=None, split: int | None = None) -> EngineLogits:
                                         "(with --tokens), or an .npz")
         except NpyError as e:
             raise ValueError(str(e)) from None
-        toks, cols, fsplit = None, None, None
+        toks, cols, fsplit, fctx = None, None, None, None
     if tokens is not None:
         given = _ids(tokens, "--tokens", src)
         if toks is not None and (toks.size != given.size or (toks != given).any()):
@@ -182,7 +188,16 @@ def load_logits(path, tokens=None, split: int | None = None) -> EngineLogits:
     sp = split if split is not None else fsplit
     if sp is not None and not 1 <= sp <= toks.size:
         raise ValueError(f"{src}: split {sp} must be from 1 to the {toks.size} token ids")
-    return EngineLogits(toks, np.ascontiguousarray(logits), cols, sp, src)
+    return EngineLogits(toks, np.ascontiguousarray(logits), cols, sp, src, n_ctx=fctx)
+
+
+def _ctx(v, src) -> int:
+    """A file's n_ctx (an .npz's 0-d integer array or a trace option's
+    JSON number) as an int >= 1; ValueError naming the file otherwise."""
+    a = np.asarray(v)
+    if a.shape != () or a.dtype.kind not in "iu" or int(a) < 1:
+        raise ValueError(f"{src}: `n_ctx` must be one integer >= 1, got {printable(repr(v), backslash=False)[:80]}")
+    return int(a)
 
 
 def _from_trace(path, tokens, split) -> EngineLogits:
@@ -196,6 +211,7 @@ def _from_trace(path, tokens, split) -> EngineLogits:
         rows = [a.reshape(-1, a.shape[-1]) for a in (t.array(e) for e in outs)]
         toks = t.tokens
         calls = t.calls.tolist()
+        n_ctx = t.options.get("n_ctx")
     logits = np.concatenate(rows).astype(np.float32)
     if tokens is not None:
         g = _ids(tokens, "--tokens", path)
@@ -205,18 +221,20 @@ def _from_trace(path, tokens, split) -> EngineLogits:
     if len(calls) > 1 and any(c != 1 for c in calls[1:]):
         raise ValueError(f"{path}: calls {calls[:6]}...: only a batched pass or N then one id per call "
                          f"is reproduced")
-    return EngineLogits(toks, np.ascontiguousarray(logits), None, sp, str(path), dict(t.model or {}))
+    return EngineLogits(toks, np.ascontiguousarray(logits), None, sp, str(path), dict(t.model or {}),
+                        None if n_ctx is None else _ctx(n_ctx, path))
 
 
 def candidate_logits(model, profile: str, flash_attn: bool, tokens, split: int | None, logits=None,
-                     **cache) -> np.ndarray:
+                     n_ctx: int | None = None, **cache) -> np.ndarray:
     """float32 (n, n_vocab): every logit row of `tokens` through MODEL (a
     registry name or path) in `profile` with flash attention on or off,
-    one batched call or split as given. logits: the `EngineLogits` to be
-    compared, whose width is checked against the model's vocabulary before
-    anything runs (ValueError)."""
+    one batched call or split as given, at context length n_ctx
+    (`infer.trace.pass_ctx`; None: the reference drivers' 512). logits: the
+    `EngineLogits` to be compared, whose width is checked against the
+    model's vocabulary before anything runs (ValueError)."""
     from .infer import load
-    from .infer.trace import trace_calls
+    from .infer.trace import pass_ctx, trace_calls
     m = load(model, cpu=profile, flash_attn="on" if flash_attn else "off", **cache)
     if logits is not None:
         _check_width(logits, m.n_vocab)
@@ -225,10 +243,7 @@ def candidate_logits(model, profile: str, flash_attn: bool, tokens, split: int |
     bad = [t for t in ids if not 0 <= t < m.n_vocab]
     if bad:
         raise ValueError(f"token id {bad[0]} is outside the model's vocabulary (size {m.n_vocab})")
-    n_ctx = min(m.hp.n_ctx_train, max(512, -(-len(ids) // 256) * 256))
-    if len(ids) > n_ctx:
-        raise ValueError(f"{len(ids)} tokens do not fit the model's context of {n_ctx}")
-    cache_ = m.new_cache(n_ctx)
+    cache_ = m.new_cache(pass_ctx(m, len(ids), n_ctx))
     rows = []
     for call in trace_calls(ids, split):
         out = m.forward(call, cache_, all_logits=True)
@@ -288,7 +303,8 @@ def _score(e: EngineLogits, ours: np.ndarray, profile: str, fa: bool) -> Candida
     return c
 
 
-def which(logits: EngineLogits, model, profiles=None, flash_attn=(False, True), progress=None, **cache) -> list:
+def which(logits: EngineLogits, model, profiles=None, flash_attn=(False, True), progress=None,
+          n_ctx: int | None = None, **cache) -> list:
     """Every candidate (profile x flash attention) scored against the
     engine's logits (`Candidate`), in the order tried. profiles: names
     (default every `strata_ref.cpu.PROFILES`). flash_attn: the settings
@@ -301,7 +317,9 @@ def which(logits: EngineLogits, model, profiles=None, flash_attn=(False, True), 
     comes back with `not_emulated` saying what (a short phrase: "flash
     attention", "a q8_0 K cache", "the Q4_K mat-mul (blk.0.attn_q.weight)")
     and `not_emulated_where` where ("on this profile", "for gemma4"), and
-    no equal rows."""
+    no equal rows. n_ctx: the context length the candidates run with
+    (default: `logits.n_ctx`, else the drivers' default of
+    `infer.trace.pass_ctx`)."""
     from .cpu import PROFILES, select
     from .infer.kv_cache import resolve_flash_attn
     from .infer.model import unemulated_cache
@@ -316,7 +334,8 @@ def which(logits: EngineLogits, model, profiles=None, flash_attn=(False, True), 
             ours = None
             if not skip:
                 try:
-                    ours = candidate_logits(model, p, fa, logits.tokens, logits.split, logits=logits, **cache)
+                    ours = candidate_logits(model, p, fa, logits.tokens, logits.split, logits=logits,
+                                            n_ctx=n_ctx if n_ctx is not None else logits.n_ctx, **cache)
                 except NotImplementedError as e:    # a weight type or a cache not emulated
                     # NotEmulated has the short phrase; another's message says it all
                     skip, where = getattr(e, "what", None) or str(e), getattr(e, "where", None)

@@ -401,3 +401,51 @@ def test_which_says_when_the_key_list_is_cut(tmp_path):
     with pytest.raises(ValueError, match=r"no `logits` array \(keys: k00, k01, k02, k03, k04, k05, k06, "
                                          r"k07, \.\.\. \(6 more\)\)$"):
         load_logits(f)
+
+
+def test_which_and_trace_take_the_context_length(tmp_path, capsys):
+    # phi3's LongRoPE takes its short factors up to n_ctx 256 (the tiny
+    # model's original context) and the long ones above: llama.cpp's avx2
+    # logits at n_ctx 256 and 512 (tools/llama_ref.py moe, MOE_CTX) are
+    # reproduced only at the n_ctx they were made with
+    from infer_helpers import moe_seed, tiny_moe_model
+    from strata_ref.tracefile import open_trace
+    ref = np.load(DATA / "avx2" / "llama_ref_moe_phi3.npz")
+    model = tmp_path / "phi3.gguf"
+    tiny_moe_model("phi3", model, seed=moe_seed("phi3"))
+    ids = ref["prompt_ids"].tolist() + ref["ctx256_greedy_ids"].tolist()
+    short = ref["ctx256_batched"]
+    assert (f32_bits(short) != f32_bits(ref["batched"][:len(ids)])).any()  # the factors matter here
+    f = tmp_path / "short.npz"
+    np.savez(f, tokens=np.array(ids), logits=short)
+    args = ["which", str(f), str(model), "--cpu", "avx2", "--flash-attn", "off", "--json"]
+    assert main(args) == 1                              # the default 512: long factors
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["n_ctx"] is None and doc["matches"] == []
+    assert main(args + ["--ctx", "256"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["n_ctx"] == 256 and doc["candidates"][0]["equal_rows"] == len(ids)
+    # an .npz that says its n_ctx needs no --ctx
+    np.savez(f, tokens=np.array(ids), logits=short, n_ctx=np.int64(256))
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["n_ctx"] == 256
+    # trace --ctx 256 records llama.cpp's short-factor logits and its n_ctx
+    t = tmp_path / "t.npz"
+    tok = ",".join(map(str, ids))
+    assert main(["trace", str(model), "--tokens", tok, "--cpu", "avx2", "--ctx", "256",
+                 "--tensors", "result_output", "--out", str(t)]) == 0
+    assert "n_ctx 256" in capsys.readouterr().out
+    with open_trace(t) as tr:
+        assert tr.options["n_ctx"] == 256
+        out = tr.array(tr.find("result_output")[0]).reshape(len(ids), -1)
+    assert np.array_equal(f32_bits(out), f32_bits(short))
+    # bad --ctx: one line, exit 2, nothing run
+    for extra, msg in ((["--ctx", "0"], "--ctx must be >= 1, got 0"),
+                       (["--ctx", "3"], f"--ctx 3 holds fewer than the {len(ids)} token ids"),
+                       (["--ctx", "100000"], "--ctx 100000 is more than the model's training context of ")):
+        assert main(["trace", str(model), "--tokens", tok, "--cpu", "avx2", "--out", str(tmp_path / "x.npz")]
+                    + extra) == 2
+        assert msg in capsys.readouterr().err
+    np.savez(f, tokens=np.array(ids), logits=short, n_ctx=np.float32(256))
+    assert main(args) == 2
+    assert "`n_ctx` must be one integer >= 1" in capsys.readouterr().err

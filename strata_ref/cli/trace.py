@@ -12,7 +12,7 @@ from .common import (Help, KV_TYPES, cpu_problem, err, fa_threads_bound_problem,
 
 def cmd_trace(a) -> int:
     from ..infer import load
-    from ..infer.trace import run_trace
+    from ..infer.trace import pass_ctx, run_trace
     if (a.prompt is None) == (a.tokens is None):
         return err("trace takes --prompt TEXT or --tokens IDS (one of them)")
     ids = None
@@ -22,7 +22,7 @@ def cmd_trace(a) -> int:
             return err(f"--tokens {a.tokens[:80]!r} is not a comma-separated list of token ids")
     if a.split is not None and a.split < 1:
         return err(f"--split must be >= 1, got {a.split}")
-    bad = (patterns_problem(a.tensors) or cpu_problem(a.cpu)
+    bad = (patterns_problem(a.tensors) or cpu_problem(a.cpu) or _ctx_problem(a.ctx)
            or fa_threads_problem(a.fa_threads, a.flash_attn, a.cache_type_v, a.cpu)
            or (utf8_problem(a.prompt, "--prompt") if a.prompt is not None else None)
            or out_problem(a.out, "--out", "trace", "trace.npz", inputs=(a.model,)))
@@ -36,14 +36,33 @@ def cmd_trace(a) -> int:
     if a.split is not None and a.split > len(ids):
         return err(f"--split {a.split} is more than the {len(ids)} token ids (at most {len(ids)}; "
                    f"leave it out for one batched call)")
+    bad = _ctx_problem(a.ctx, m, len(ids))
+    if bad:
+        return err(bad)
+    n_ctx = pass_ctx(m, len(ids), a.ctx)
     n = run_trace(m, ids, a.out, split=a.split, patterns=split_list(a.tensors),
-                  producer=f"strata-ref trace --cpu {m.cpu.name}", compress=a.compress)
+                  producer=f"strata-ref trace --cpu {m.cpu.name}", compress=a.compress, n_ctx=n_ctx)
     c = m.new_cache(1)
     print(f"{printable(a.out)}: {n} tensors, {len(ids)} tokens"
           + (f", {len(ids) - a.split + 1} calls" if a.split and a.split < len(ids) else ", one call")
-          + f"; cpu {m.cpu.name}, flash attention {'on' if c.flash_attn else 'off'}, "
+          + f"; cpu {m.cpu.name}, n_ctx {n_ctx}, flash attention {'on' if c.flash_attn else 'off'}, "
             f"cache {c.type_k.name.lower()}/{c.type_v.name.lower()}")
     return 0
+
+
+def _ctx_problem(n_ctx, m=None, n_ids: int | None = None) -> str | None:
+    """Why --ctx n_ctx cannot run a pass of n_ids token ids through model
+    m (each check where its argument is given), or None."""
+    if n_ctx is None:
+        return None
+    if n_ctx < 1:
+        return f"--ctx must be >= 1, got {n_ctx}"
+    if m is not None and n_ctx > m.hp.n_ctx_train:
+        return (f"--ctx {n_ctx} is more than the model's training context of {m.hp.n_ctx_train} "
+                f"(`{m.hp.arch}.context_length`)")
+    if n_ids is not None and n_ids > n_ctx:
+        return f"--ctx {n_ctx} holds fewer than the {n_ids} token ids (at least {n_ids})"
+    return None
 
 
 def cmd_diff(a) -> int:
@@ -86,11 +105,14 @@ def cmd_which(a) -> int:
         name = select(p).name
         if name not in profiles:
             profiles.append(name)
-    bad = fa_threads_bound_problem(a.fa_threads)
+    bad = fa_threads_bound_problem(a.fa_threads) or _ctx_problem(a.ctx)
     if bad:
         return err(bad)
     fa = {"off": (False,), "on": (True,), "both": (False, True), "auto": "auto"}[a.flash_attn]
     e = load_logits(a.logits, toks, a.split)
+    bad = _ctx_problem(a.ctx, n_ids=e.tokens.size)
+    if bad:
+        return err(bad)
     cache = {k: v for k, v in (("type_k", a.cache_type_k), ("type_v", a.cache_type_v)) if v is not None}
     if fa == (False, True) and "type_v" in cache and _block_v(cache["type_v"]):
         # llama.cpp runs a block-type V cache with flash attention only:
@@ -105,9 +127,10 @@ def cmd_which(a) -> int:
               f"a profile's first use on this machine compiles its kernels (a minute or more each); "
               f"--cpu P1,P2 narrows the search", file=sys.stderr, flush=True)
     with progress_bar(len(profiles) * per_profile, "which", "candidate", enabled=not a.json) as bar:
-        cands = which(e, a.model, profiles, fa, bar.update, **cache)
+        cands = which(e, a.model, profiles, fa, bar.update, n_ctx=a.ctx, **cache)
     if a.json:
         json_out({"logits": a.logits, "rows": int(e.logits.shape[0]), "split": e.split,
+                  "n_ctx": a.ctx if a.ctx is not None else e.n_ctx,
                    "candidates": [c.json() for c in cands],
                    "matches": [c.json() for c in cands if c.matches]})
     else:
@@ -153,6 +176,9 @@ def add_trace(sub) -> None:
     tr.add_argument("--fa-threads", type=int, default=None, metavar="N",
                     help="llama.cpp's thread count for flash attention's split (default 2); needs "
                          "flash attention on")
+    tr.add_argument("--ctx", type=int, default=None, metavar="N",
+                    help="context length in tokens (default: 512, or the next multiple of 256 that holds "
+                         "the ids, as the reference drivers run; phi3's LongRoPE factors depend on it)")
     tr.add_argument("--compress", action="store_true", help="deflate the entries (smaller, slower)")
     tr.set_defaults(func=cmd_trace)
 
@@ -203,5 +229,8 @@ def add_which(sub) -> None:
                     help="the engine's thread count for flash attention's split of 512+ cached "
                          "cells (llama.cpp's n_threads; it changes the bits there; default 2): the "
                          "flash-attention candidates take it")
+    wh.add_argument("--ctx", type=int, default=None, metavar="N",
+                    help="the context length the engine ran with (default: the file's n_ctx, else 512 or "
+                         "the next multiple of 256 that holds the ids; phi3's LongRoPE factors depend on it)")
     wh.add_argument("--json", action="store_true", help="machine-readable output")
     wh.set_defaults(func=cmd_which)

@@ -26,7 +26,7 @@ import numpy as np
 from ..tracefile import TraceWriter, derived_name, model_info
 
 __all__ = ["on", "wants", "emit", "node", "recording", "Recorder", "run_trace", "derived_name",
-           "norm", "attention_nodes", "trace_calls"]
+           "norm", "attention_nodes", "trace_calls", "pass_ctx"]
 
 #: the active Recorder (None: not tracing)
 _REC = None
@@ -166,16 +166,41 @@ def trace_calls(ids, split: int | None) -> list:
     return [ids[:split]] + [[t] for t in ids[split:]]
 
 
+def pass_ctx(m, n_tokens: int, n_ctx: int | None = None) -> int:
+    """The context length (tokens) a pass of `n_tokens` ids through model
+    `m` runs with: `n_ctx` where given, else what the reference drivers
+    use (tools/llama_ref.py, tools/llama_trace.c): 512, or the next
+    multiple of 256 that holds the ids, at most the model's training
+    context. The length is part of the arithmetic where the model's RoPE
+    depends on it: phi3's LongRoPE takes its short factors for a context up
+    to `rope.scaling.original_context_length` and the long ones above it
+    (llama.cpp `llm_build_phi3`, `model.get_rope_factors`), so logits made
+    at another n_ctx are reproduced only at that n_ctx. Raises ValueError
+    for an n_ctx that is not an int in 1 .. the training context, or that
+    holds fewer than `n_tokens` ids."""
+    train = m.hp.n_ctx_train
+    if n_ctx is None:
+        n_ctx = min(train, max(512, -(-n_tokens // 256) * 256))
+    elif isinstance(n_ctx, bool) or not isinstance(n_ctx, (int, np.integer)) or not 1 <= n_ctx <= train:
+        raise ValueError(f"n_ctx {n_ctx!r} is outside 1 .. {train} (the model's training context)")
+    if n_tokens > n_ctx:
+        raise ValueError(f"{n_tokens} tokens do not fit a context of {n_ctx}")
+    return int(n_ctx)
+
+
 def run_trace(m, ids, path, split: int | None = None, patterns=None, producer: str = "strata-ref trace",
-              options: dict | None = None, compress: bool = False, progress=None) -> int:
+              options: dict | None = None, compress: bool = False, progress=None,
+              n_ctx: int | None = None) -> int:
     """Run `ids` through model `m` (a loaded `infer` model) with every
     logit row computed, recording each node llama.cpp's graph names into
     the trace container `path` (`tracefile.TraceWriter`, streamed: one
     tensor in memory at a time). split: evaluate the first `split` ids in
     one call, then one id per call (None: one batched call). patterns:
     fnmatch globs of node names to keep (None: all). Returns the number of
-    nodes written. Raises ValueError for ids outside the vocabulary, an
-    empty list, or more ids than the model's context."""
+    nodes written. n_ctx: the context length (`pass_ctx`; None: the
+    drivers' default), stored in the trace's options. Raises ValueError
+    for ids outside the vocabulary, an empty list, or more ids than the
+    context (`pass_ctx`)."""
     from .. import gguf
     ids = [int(t) for t in ids]
     if not ids:
@@ -184,11 +209,7 @@ def run_trace(m, ids, path, split: int | None = None, patterns=None, producer: s
     if bad:
         raise ValueError(f"token id {bad[0]} is outside the vocabulary (size {m.n_vocab})")
     calls = trace_calls(ids, split)
-    # llama.cpp's drivers run with n_ctx 512 (more for a longer pass); the
-    # context length changes no arithmetic here, only what the cache holds
-    n_ctx = min(m.hp.n_ctx_train, max(512, -(-len(ids) // 256) * 256))
-    if len(ids) > n_ctx:
-        raise ValueError(f"{len(ids)} tokens do not fit the model's context of {n_ctx}")
+    n_ctx = pass_ctx(m, len(ids), n_ctx)
     info = model_info(gguf.read(m.path)) if m.path else {}
     cache = m.new_cache(n_ctx)
     opts = {"cpu": m.cpu.name, "flash_attn": bool(getattr(cache, "flash_attn", False)),

@@ -402,7 +402,11 @@ class Gemma4Model(Model):
                               f"{', '.join(CACHE_PROFILES)} only, not on {prof.name}{default}: use the F16 "
                               f"cache without flash attention there (--flash-attn off)", what, "on this profile")
         if key not in CHECKED_CACHES:
-            raise NotEmulated(f"gemma4 with {what} is not checked against llama.cpp: its checked caches "
+            # the same types checked with flash attention the other way: say so first
+            other = key[:2] + (not fa,)
+            hint = (f"; these types are checked {'without' if fa else 'with'} flash attention "
+                    f"(--flash-attn {'off' if fa else 'on'})" if other in CHECKED_CACHES else "")
+            raise NotEmulated(f"gemma4 with {what} is not checked against llama.cpp{hint}: its checked caches "
                               f"are, {_checked_phrase()}", what, "for gemma4")
         blocks = [t for t in (tk, tv) if t.name.lower() not in ("f16", "f32", "bf16")]
         rotate = options.get("rotate")

@@ -387,6 +387,9 @@ def open_trace(path) -> Trace:
             options = json.loads(_small(zf, names, "options", path, "str")) if "options.npy" in names else {}
         except json.JSONDecodeError:
             raise TraceError(f"{path}: entry `options` is not JSON") from None
+        if not isinstance(options, dict):
+            raise TraceError(f"{path}: entry `options` is JSON {type(options).__name__}, not an object "
+                             f"(of flash_attn, type_k, n_ctx, ...)")
         producer = _small(zf, names, "producer", path, "str") if "producer.npy" in names else ""
         entries = _entries(zf, path, len(calls))
         if len(entries) != n_tensors:
@@ -395,8 +398,7 @@ def open_trace(path) -> Trace:
     except BaseException:
         zf.close()
         raise
-    return Trace(path, producer, tokens, calls, model, options if isinstance(options, dict) else {},
-                 entries, zf)
+    return Trace(path, producer, tokens, calls, model, options, entries, zf)
 
 
 def _entries(zf, path, n_calls: int) -> list:

@@ -206,11 +206,21 @@ def _from_trace(path, tokens, split) -> EngineLogits:
         outs = t.find("result_output")
         if not outs:
             raise ValueError(f"{path}: the trace has no `result_output` node")
-        if len(outs) != len(t.calls):
-            raise ValueError(f"{path}: {len(outs)} `result_output` nodes for {len(t.calls)} calls")
-        rows = [a.reshape(-1, a.shape[-1]) for a in (t.array(e) for e in outs)]
-        toks = t.tokens
         calls = t.calls.tolist()
+        # a call of more than one ubatch (512 tokens) has a node per ubatch
+        per_call = [[e for e in outs if e.call == c] for c in range(len(calls))]
+        lacking = [c for c, es in enumerate(per_call) if not es]
+        if lacking:
+            raise ValueError(f"{path}: call {lacking[0]} of {len(calls)} has no `result_output` node")
+        rows = []
+        for c, es in enumerate(per_call):
+            got = [a.reshape(-1, a.shape[-1]) if a.ndim else a.reshape(1, 1) for a in (t.array(e) for e in es)]
+            n = sum(g.shape[0] for g in got)
+            if n != calls[c] or len({g.shape[1] for g in got}) != 1:
+                raise ValueError(f"{path}: call {c}'s `result_output` nodes hold {n} rows of "
+                                 f"{sorted({g.shape[1] for g in got})} logits for its {calls[c]} tokens")
+            rows += got
+        toks = t.tokens
         n_ctx = t.options.get("n_ctx")
     logits = np.concatenate(rows).astype(np.float32)
     if tokens is not None:
@@ -226,11 +236,12 @@ def _from_trace(path, tokens, split) -> EngineLogits:
 
 
 def candidate_logits(model, profile: str, flash_attn: bool, tokens, split: int | None, logits=None,
-                     n_ctx: int | None = None, **cache) -> np.ndarray:
+                     n_ctx: int | None = None, ctx_what: str = "n_ctx", **cache) -> np.ndarray:
     """float32 (n, n_vocab): every logit row of `tokens` through MODEL (a
     registry name or path) in `profile` with flash attention on or off,
     one batched call or split as given, at context length n_ctx
-    (`infer.trace.pass_ctx`; None: the reference drivers' 512). logits: the
+    (`infer.trace.pass_ctx`, its errors naming it `ctx_what`; None: the
+    reference drivers' 512). logits: the
     `EngineLogits` to be compared, whose width is checked against the
     model's vocabulary before anything runs (ValueError)."""
     from .infer import load
@@ -243,7 +254,7 @@ def candidate_logits(model, profile: str, flash_attn: bool, tokens, split: int |
     bad = [t for t in ids if not 0 <= t < m.n_vocab]
     if bad:
         raise ValueError(f"token id {bad[0]} is outside the model's vocabulary (size {m.n_vocab})")
-    cache_ = m.new_cache(pass_ctx(m, len(ids), n_ctx))
+    cache_ = m.new_cache(pass_ctx(m, len(ids), n_ctx, ctx_what))
     rows = []
     for call in trace_calls(ids, split):
         out = m.forward(call, cache_, all_logits=True)
@@ -323,6 +334,9 @@ def which(logits: EngineLogits, model, profiles=None, flash_attn=(False, True), 
     from .cpu import PROFILES, select
     from .infer.kv_cache import resolve_flash_attn
     from .infer.model import unemulated_cache
+    ctx, ctx_what = n_ctx, "n_ctx"
+    if ctx is None and logits.n_ctx is not None:
+        ctx, ctx_what = logits.n_ctx, f"{logits.source}: its n_ctx"
     out = []
     for p in profiles or list(PROFILES):
         fas = flash_attn
@@ -335,7 +349,7 @@ def which(logits: EngineLogits, model, profiles=None, flash_attn=(False, True), 
             if not skip:
                 try:
                     ours = candidate_logits(model, p, fa, logits.tokens, logits.split, logits=logits,
-                                            n_ctx=n_ctx if n_ctx is not None else logits.n_ctx, **cache)
+                                            n_ctx=ctx, ctx_what=ctx_what, **cache)
                 except NotImplementedError as e:    # a weight type or a cache not emulated
                     # NotEmulated has the short phrase; another's message says it all
                     skip, where = getattr(e, "what", None) or str(e), getattr(e, "where", None)

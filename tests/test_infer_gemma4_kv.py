@@ -159,8 +159,13 @@ def test_unchecked_profiles_are_refused(tiny_files):
                                           "armv8.0, armv8.2-dotprod, armv8.2-fp16, armv8.6-i8mm only, not on "
                                           "v0.4.0-skylakex ") as e:
         m.new_cache(64, flash_attn=True)
-    assert (e.value.what, e.value.where) == ("flash attention", "on this profile")
+    assert (e.value.what, e.value.where) == ("flash attention", "for gemma4 on this profile")
     assert str(e.value).endswith("without flash attention there (--flash-attn off)")
+    # with flash attention already off, the cache types are what to change
+    with pytest.raises(NotEmulated, match="not on v0.4.0-skylakex: use the F16 cache there "
+                                          "\\(no --cache-type-k / --cache-type-v\\)$") as e:
+        m.new_cache(64, type_k="q8_0", flash_attn=False)
+    assert e.value.what == "a q8_0 K cache"
     # the profile is refused before the list of checked caches, which would
     # name caches this profile refuses too
     with pytest.raises(NotEmulated, match="not on v0.4.0-skylakex .*: use the F16") as e:

@@ -122,16 +122,22 @@ def test_fa_paths_of_the_long_run():
     assert fa_path(f16, f16, 12, kv_length(12)) == "vec"
 
 
-@pytest.mark.parametrize("profile", sorted(p for p in ("avx512", "v0.4.0-skylakex")
-                                           if p not in MLA_FLASH_ATTN_PROFILES))
+@pytest.mark.parametrize("profile", ["v0.4.0-sapphirerapids"])
 def test_mla_flash_attn_is_refused_where_not_checked(profile, tiny_files):
     # NotEmulated naming flash attention and the profile; without flash
     # attention the MLA cache runs there
+    assert profile not in MLA_FLASH_ATTN_PROFILES
     m = _model(tiny_files["deepseek2"], profile)
     with pytest.raises(NotImplementedError, match="flash attention over the MLA cache .* pass --flash-attn off") as e:
         m.new_cache(64, flash_attn=True)
     assert e.value.what == "flash attention" and profile in e.value.where
     assert not m.new_cache(64, flash_attn=False).flash_attn
+    # a type emulated with flash attention only: flash attention is no way
+    # out on this profile, an f16 cache is
+    with pytest.raises(NotImplementedError, match=f"emulated with flash attention only, .* not bf16 on "
+                                                  f"{profile}: use an f16 cache here$") as e:
+        m.new_cache(64, type_k="bf16", type_v="bf16", flash_attn=False)
+    assert e.value.what == "a bf16 K cache and a bf16 V cache"
 
 
 def test_flash_attn_v_width_is_checked():
@@ -159,6 +165,6 @@ def test_mla_flash_attn_cache_types_are_per_profile(tiny_files):
     assert ("for the cache types f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1 on scalar, avx2, avx512, "
             "armv8.0, armv8.2-dotprod, armv8.2-fp16, armv8.6-i8mm; "
             "f16 on v0.4.0-x64, v0.4.0-sse42, v0.4.0-sandybridge, v0.4.0-ivybridge, v0.4.0-piledriver, "
-            "v0.4.0-haswell only") in str(e.value)
+            "v0.4.0-haswell, v0.4.0-skylakex, v0.4.0-zen4 only") in str(e.value)
     assert _model(tiny_files["deepseek2"], "avx2").new_cache(64, flash_attn=True, type_k="q8_0",
                                                               type_v="q8_0").type_k.name == "Q8_0"

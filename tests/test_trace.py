@@ -140,6 +140,13 @@ def test_bad_containers_are_one_clear_error(tmp_path):
             zo.writestr(n, data)
     with open_trace(big) as t, pytest.raises(TraceError, match="header says"):
         t.array(t.entries[0])
+    # options that are JSON but not an object (of flash_attn, n_ctx, ...)
+    odd = tmp_path / "odd.npz"
+    with zipfile.ZipFile(p) as zi, zipfile.ZipFile(odd, "w") as zo:
+        for n in zi.namelist():
+            zo.writestr(n, zi.read(n) if n != "options.npy" else _npy(np.array("[1, 2]")))
+    with pytest.raises(TraceError, match="entry `options` is JSON list, not an object"):
+        open_trace(odd)
     with pytest.raises(ValueError, match="do not split"):
         _write(tmp_path / "x.npz", tokens=(1, 2, 3), calls=(2,))
     assert main(["diff", str(cut), str(p)]) == 2
@@ -446,3 +453,11 @@ def test_model_identity_does_not_count_mtp_layers():
     assert model_info(G)["n_layer"] == 4
     G.metadata = {"general.architecture": "qwen3", "qwen3.block_count": 5}
     assert model_info(G)["n_layer"] == 5
+
+
+def _npy(a: np.ndarray) -> bytes:
+    """`a` as the bytes of an .npy file."""
+    import io
+    b = io.BytesIO()
+    np.save(b, a)
+    return b.getvalue()

@@ -439,8 +439,37 @@ def test_which_and_trace_take_the_context_length(tmp_path, capsys):
         assert tr.options["n_ctx"] == 256
         out = tr.array(tr.find("result_output")[0]).reshape(len(ids), -1)
     assert np.array_equal(f32_bits(out), f32_bits(short))
+    # a call of more than one ubatch (512 ids): a `result_output` node per
+    # ubatch, joined again by which; its n_ctx the drivers' 768
+    long = tmp_path / "long.npz"
+    tok600 = ",".join(map(str, (ids * 20)[:600]))
+    assert main(["trace", str(model), "--tokens", tok600, "--cpu", "avx2", "--tensors", "result_output",
+                 "--out", str(long)]) == 0
+    assert "600 tokens, one call; cpu avx2, n_ctx 768" in capsys.readouterr().out
+    with open_trace(long) as tr:
+        assert [e.shape[0] for e in tr.find("result_output")] == [512, 88]
+    assert main(["which", str(long), str(model), "--cpu", "avx2", "--flash-attn", "off", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["n_ctx"], doc["candidates"][0]["equal_rows"]) == (768, 600)
+    # kl: every pass of a sequence at one n_ctx, stored with REF's tokens
+    # for the engine; its logits at another n_ctx are measured as such
+    from strata_ref.infer.loader import load
+    ref_toks, g = tmp_path / "tok.npz", tmp_path / "g.npz"
+    assert main(["kl", str(model), "--tokens-out", str(ref_toks), "--limit", "1", "--max-tokens", "4",
+                 "--cpu", "avx2"]) == 0
+    capsys.readouterr()
+    d = dict(np.load(ref_toks))
+    n = int(d["n_ctx:0"])
+    assert n == int(d["n_prompt:0"]) + 4 + 1 < 256           # short factors
+    m = load(str(model), profile="avx2")
+    for c, extra, same in ((n, [], True), (512, [], False), (512, ["--ctx", "512"], True)):
+        d["logits:0"] = m.forward(d["tokens:0"].tolist(), m.new_cache(c), all_logits=True)
+        np.savez(g, **d)
+        assert main(["kl", str(model), "--test-logits", str(g), "--cpu", "avx2", "--json"] + extra) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert (doc["test"] == doc["floor"]) == same, (c, extra)
     # bad --ctx: one line, exit 2, nothing run
-    for extra, msg in ((["--ctx", "0"], "--ctx must be >= 1, got 0"),
+    for extra, msg in ((["--ctx", "0"], "--ctx 0 is not a context length (an int >= 1)"),
                        (["--ctx", "3"], f"--ctx 3 holds fewer than the {len(ids)} token ids"),
                        (["--ctx", "100000"], "--ctx 100000 is more than the model's training context of ")):
         assert main(["trace", str(model), "--tokens", tok, "--cpu", "avx2", "--out", str(tmp_path / "x.npz")]

@@ -18,6 +18,8 @@ def cmd_kl(a) -> int:
         return err(f"--max-tokens must be >= 1, got {a.max_tokens}")
     if a.limit is not None and a.limit < 1:
         return err(f"--limit must be >= 1, got {a.limit}")
+    if a.ctx is not None and a.ctx < 1:
+        return err(f"--ctx {a.ctx} is not a context length (an int >= 1)")
     if seed_problem(a.seed):
         return err(seed_problem(a.seed))
     bad_cpu = cpu_problem(a.cpu)
@@ -46,8 +48,9 @@ def cmd_kl(a) -> int:
         if note:
             print(f"strata-ref: note: {note}", file=sys.stderr)
     with progress_bar(len(plist), "kl", "prompt", enabled=not a.json) as bar:
-        results, sts, fl = kl.run_kl_many(ref, tests, plist, a.max_tokens, sampler, a.chat, bar.update)
-    meta = {"ref": a.ref, "cpu": ref.cpu.name, "prompts_file": a.prompts,
+        results, sts, fl = kl.run_kl_many(ref, tests, plist, a.max_tokens, sampler, a.chat, bar.update,
+                                          a.ctx)
+    meta = {"ref": a.ref, "cpu": ref.cpu.name, "prompts_file": a.prompts, "n_ctx": a.ctx,
             "max_tokens": a.max_tokens, "temperature": a.temperature, "top_k": a.top_k,
             "top_p": a.top_p, "seed": a.seed, "chat": a.chat}
     if a.json:
@@ -85,13 +88,15 @@ def _kl_external(a, ref, plist, sampler) -> int:
     if a.tokens_out:
         with progress_bar(len(plist), "kl", "prompt", enabled=not a.json) as bar:
             with atomic_output(a.tokens_out) as f:
-                n = kl.write_reference_tokens(f, ref, plist, a.max_tokens, sampler, a.chat, bar.update)
-        print(f"{printable(a.tokens_out)}: REF's tokens for {n} prompts (tokens:<i>, n_prompt:<i>, prompt:<i>); "
-              f"add logits:<i> from the engine and run `strata-ref kl REF --test-logits FILE`")
+                n = kl.write_reference_tokens(f, ref, plist, a.max_tokens, sampler, a.chat, bar.update,
+                                              a.ctx)
+        print(f"{printable(a.tokens_out)}: REF's tokens for {count(n, 'prompt')} (tokens:<i>, n_prompt:<i>, "
+              f"n_ctx:<i>, prompt:<i>); add logits:<i> from the engine, run at n_ctx:<i>, and run "
+              f"`strata-ref kl REF --test-logits FILE`")
         return 0
     seqs = kl.load_test_logits(a.test_logits, ref.n_vocab)
     with progress_bar(len(seqs), "kl", "sequence", enabled=not a.json) as bar:
-        res, st, fl = kl.run_kl_external(ref, seqs, sampler, bar.update)
+        res, st, fl = kl.run_kl_external(ref, seqs, sampler, bar.update, a.ctx)
     meta = {"ref": a.ref, "cpu": ref.cpu.name, "test_logits": a.test_logits, "temperature": a.temperature,
             "seed": a.seed}
     if a.json:
@@ -239,6 +244,9 @@ def add_kl(sub) -> None:
                     help="each prompt is a user message in the model's chat template")
     kq.add_argument("--cpu", default=None, metavar="PROFILE",
                     help="CPU profile of both models (default: $STRATA_REF_CPU, else native)")
+    kq.add_argument("--ctx", type=int, default=None, metavar="N",
+                    help="context length of every pass (default: the prompt plus --max-tokens plus one; "
+                         "with --test-logits, the file's n_ctx:<i>); phi3's LongRoPE factors depend on it")
     kq.add_argument("--json", action="store_true", help="machine-readable output, every position's KL")
     kq.add_argument("--plot", default=None, metavar="DIR",
                     help="write the KL distribution chart (PNG, needs matplotlib) into DIR")

@@ -52,14 +52,18 @@ def cmd_trace(a) -> int:
 
 def _ctx_problem(n_ctx, m=None, n_ids: int | None = None) -> str | None:
     """Why --ctx n_ctx cannot run a pass of n_ids token ids through model
-    m (each check where its argument is given), or None."""
+    m (each check where its argument is given), or None; the words of
+    `infer.trace.pass_ctx`."""
     if n_ctx is None:
         return None
     if n_ctx < 1:
-        return f"--ctx must be >= 1, got {n_ctx}"
-    if m is not None and n_ctx > m.hp.n_ctx_train:
-        return (f"--ctx {n_ctx} is more than the model's training context of {m.hp.n_ctx_train} "
-                f"(`{m.hp.arch}.context_length`)")
+        return f"--ctx {n_ctx} is not a context length (an int >= 1)"
+    if m is not None:
+        from ..infer.trace import pass_ctx
+        try:
+            pass_ctx(m, n_ids or 0, n_ctx, "--ctx")
+        except ValueError as e:
+            return str(e)
     if n_ids is not None and n_ids > n_ctx:
         return f"--ctx {n_ctx} holds fewer than the {n_ids} token ids (at least {n_ids})"
     return None

@@ -398,9 +398,11 @@ class Gemma4Model(Model):
         if prof.name not in CACHE_PROFILES:
             default = (" (flash attention is on by default on the v0.4.0 profiles)"
                        if fa and prof.name.startswith("v0.4.0") else "")
+            fix = ("the F16 cache without flash attention there (--flash-attn off)" if fa else
+                   "the F16 cache there (no --cache-type-k / --cache-type-v)")
             raise NotEmulated(f"gemma4 with {what} is checked against llama.cpp on the profiles "
-                              f"{', '.join(CACHE_PROFILES)} only, not on {prof.name}{default}: use the F16 "
-                              f"cache without flash attention there (--flash-attn off)", what, "on this profile")
+                              f"{', '.join(CACHE_PROFILES)} only, not on {prof.name}{default}: use {fix}",
+                              what, "for gemma4 on this profile")
         if key not in CHECKED_CACHES:
             # the same types checked with flash attention the other way: say so first
             other = key[:2] + (not fa,)

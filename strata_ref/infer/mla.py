@@ -107,11 +107,12 @@ _FA_TYPES = frozenset({"f16", "f32", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5
 #: qemu:
 #: tests/data/<profile>/llama_ref_moe_fa[_<type>]_deepseek2*.npz;
 #: prebuilt v0.4.0: tests/data/<profile>/moe_deepseek2*.npz, F16: the variants
-#: this Zen 3 CPU executes); any
+#: a Zen 4 CPU executes, every one but sapphirerapids); any
 #: other combination is refused (NotEmulated) and --flash-attn off runs
 MLA_FLASH_ATTN_PROFILES = {**{p: _FA_TYPES for p in ("scalar", "avx2", "avx512", *ARM64_PROFILES)},
                            **{f"v0.4.0-{v}": frozenset({"f16"})
-                              for v in ("x64", "sse42", "sandybridge", "ivybridge", "piledriver", "haswell")}}
+                              for v in ("x64", "sse42", "sandybridge", "ivybridge", "piledriver", "haswell",
+                                        "skylakex", "zen4")}}
 #: the block cache types (a subset of the profile's in
 #: `MLA_FLASH_ATTN_PROFILES`) checked where the cached head (kv_lora_rank +
 #: n_rot) is a multiple of 64, as DeepSeek V3's 576: llama.cpp decides its

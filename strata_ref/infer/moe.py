@@ -58,7 +58,7 @@ from ..cpu import ops
 from . import trace as T
 from .layers import Attention, GatedFFN, sigmoid
 from .mla import MLA_FLASH_ATTN_PROFILES, MLA_HEAD64_PROFILES, mla_attention, mla_params
-from .kv_cache import KVCache, _is_block
+from .kv_cache import KVCache, _is_block, cache_type
 from .model import (CommonHParams, ArchKeys, Model, ModelLoadError, arch_spec, common_params,
                     refuse_rope_attn_factor, swa_params)
 
@@ -542,12 +542,23 @@ class DeepSeek2Model(Qwen3MoEModel):
         return KVCache.bytes_needed(self.hp.n_layer, hkv, d, n_ctx, **opt)
 
     def _make_cache(self, n_ctx: int, **options):
+        from .._notemulated import NotEmulated, types_on_profiles
         hkv, d, opt = self._cache_shape()
-        cache = KVCache(self.hp.n_layer, hkv, d, n_ctx, **opt, **options)
+        try:
+            cache = KVCache(self.hp.n_layer, hkv, d, n_ctx, **opt, **options)
+        except NotEmulated as e:
+            tk = cache_type(options.get("type_k", "f16"), "type_k").name.lower()
+            if "v_of_k" not in opt or tk in MLA_FLASH_ATTN_PROFILES.get(self.cpu.name, ()):
+                raise
+            # a type emulated with flash attention only, but not on this
+            # profile: flash attention is no way out here
+            raise NotEmulated(f"the MLA cache (deepseek2) of type {tk} is emulated with flash attention "
+                              f"only, and that is checked against llama.cpp for the cache types "
+                              f"{types_on_profiles(MLA_FLASH_ATTN_PROFILES)} only, not {tk} on "
+                              f"{self.cpu.name}: use an f16 cache here", e.what, e.where) from None
         tk = cache.type_k.name.lower()
         if cache.v_of_k and cache.flash_attn and tk not in MLA_FLASH_ATTN_PROFILES.get(self.cpu.name, ()):
             # checked against llama.cpp only on the profiles and types listed
-            from .._notemulated import NotEmulated, types_on_profiles
             where = types_on_profiles(MLA_FLASH_ATTN_PROFILES)
             raise NotEmulated(f"flash attention over the MLA cache (deepseek2) is checked against "
                               f"llama.cpp for the cache types {where} only, not {tk} on "
@@ -557,7 +568,7 @@ class DeepSeek2Model(Qwen3MoEModel):
                 and tk not in MLA_HEAD64_PROFILES.get(self.cpu.name, ())):
             # the head size at which llama.cpp decides a rotation it never
             # applies to MLA: checked per profile (MLA_HEAD64_PROFILES)
-            from .._notemulated import NotEmulated, cache_phrase, types_on_profiles
+            from .._notemulated import cache_phrase
             where = types_on_profiles(MLA_HEAD64_PROFILES)
             raise NotEmulated(f"a block-type MLA cache (deepseek2) with heads of kv_lora_rank + n_rot a "
                               f"multiple of 64 (here {d}) is checked against llama.cpp for the cache "

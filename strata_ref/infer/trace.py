@@ -166,7 +166,7 @@ def trace_calls(ids, split: int | None) -> list:
     return [ids[:split]] + [[t] for t in ids[split:]]
 
 
-def pass_ctx(m, n_tokens: int, n_ctx: int | None = None) -> int:
+def pass_ctx(m, n_tokens: int, n_ctx: int | None = None, what: str = "n_ctx") -> int:
     """The context length (tokens) a pass of `n_tokens` ids through model
     `m` runs with: `n_ctx` where given, else what the reference drivers
     use (tools/llama_ref.py, tools/llama_trace.c): 512, or the next
@@ -175,16 +175,20 @@ def pass_ctx(m, n_tokens: int, n_ctx: int | None = None) -> int:
     depends on it: phi3's LongRoPE takes its short factors for a context up
     to `rope.scaling.original_context_length` and the long ones above it
     (llama.cpp `llm_build_phi3`, `model.get_rope_factors`), so logits made
-    at another n_ctx are reproduced only at that n_ctx. Raises ValueError
-    for an n_ctx that is not an int in 1 .. the training context, or that
-    holds fewer than `n_tokens` ids."""
+    at another n_ctx are reproduced only at that n_ctx. Raises ValueError,
+    its message naming the value as `what`, for an n_ctx that is not an
+    int >= 1, is more than the training context, or holds fewer than
+    `n_tokens` ids."""
     train = m.hp.n_ctx_train
     if n_ctx is None:
         n_ctx = min(train, max(512, -(-n_tokens // 256) * 256))
-    elif isinstance(n_ctx, bool) or not isinstance(n_ctx, (int, np.integer)) or not 1 <= n_ctx <= train:
-        raise ValueError(f"n_ctx {n_ctx!r} is outside 1 .. {train} (the model's training context)")
+    elif isinstance(n_ctx, bool) or not isinstance(n_ctx, (int, np.integer)) or n_ctx < 1:
+        raise ValueError(f"{what} {n_ctx!r} is not a context length (an int >= 1)")
+    elif n_ctx > train:
+        raise ValueError(f"{what} {n_ctx} is more than the model's training context of {train} "
+                         f"(`{m.hp.arch}.context_length`)")
     if n_tokens > n_ctx:
-        raise ValueError(f"{n_tokens} tokens do not fit a context of {n_ctx}")
+        raise ValueError(f"{what} {n_ctx} holds fewer than the {n_tokens} token ids (at least {n_tokens})")
     return int(n_ctx)
 
 

@@ -73,11 +73,26 @@ def summarize(rows: dict) -> dict:
             "dp_p1": float(np.percentile(dp, 1))}
 
 
-def reference_pass(m, prompt_ids, max_tokens: int, sampler):
+def sequence_ctx(m, n_prompt: int, max_tokens: int, n_ctx: int | None = None) -> int:
+    """The context length (tokens) every pass of one sequence runs with,
+    REF's and TEST's alike: n_ctx where given, else the prompt plus
+    max_tokens plus one, at most the model's training context. One length
+    for all of them, as it is part of the arithmetic where RoPE depends on
+    it (phi3's LongRoPE: `infer.trace.pass_ctx`). Raises ValueError for an
+    n_ctx outside 1 .. the training context or too small for the
+    sequence."""
+    from ..infer.trace import pass_ctx
+    if n_ctx is None:
+        n_ctx = min(m.hp.n_ctx_train, n_prompt + max_tokens + 1)
+    return pass_ctx(m, n_prompt + max_tokens, n_ctx)
+
+
+def reference_pass(m, prompt_ids, max_tokens: int, sampler, n_ctx: int | None = None):
     """REF's generation: (tokens, logits) where logits (G, vocab) float32
     row j is the incremental pass's distribution that produced token j. It
-    stops after an end-of-generation token (which counts) or max_tokens."""
-    cache = m.new_cache(min(m.hp.n_ctx_train, len(prompt_ids) + max_tokens + 1))
+    stops after an end-of-generation token (which counts) or max_tokens.
+    n_ctx: the context length (`sequence_ctx`)."""
+    cache = m.new_cache(sequence_ctx(m, len(prompt_ids), max_tokens, n_ctx))
     logits = m.forward(list(prompt_ids), cache)
     toks, rows = [], []
     for i in range(max_tokens):
@@ -90,11 +105,12 @@ def reference_pass(m, prompt_ids, max_tokens: int, sampler):
     return toks, np.stack(rows) if rows else np.zeros((0, m.n_vocab), np.float32)
 
 
-def teacher_forced(m, prompt_ids, tokens) -> np.ndarray:
+def teacher_forced(m, prompt_ids, tokens, n_ctx: int | None = None) -> np.ndarray:
     """float32 (len(tokens), vocab): m's batched pass over prompt + tokens,
-    the rows that predict each of `tokens`."""
+    the rows that predict each of `tokens`, at context length n_ctx (None:
+    `sequence_ctx`'s default for len(tokens) generated ids; pass REF's)."""
     ids = list(prompt_ids) + list(tokens)
-    cache = m.new_cache(min(m.hp.n_ctx_train, len(ids) + 1))
+    cache = m.new_cache(sequence_ctx(m, len(prompt_ids), len(tokens), n_ctx))
     out = m.forward(ids[:-1] if tokens else ids, cache, all_logits=True)
     return out[len(prompt_ids) - 1:]
 
@@ -109,11 +125,13 @@ class PromptResult:
 
 
 def run_kl_many(ref, tests, prompts, max_tokens: int = 32, sampler=None, chat: bool = False,
-                progress=None):
+                progress=None, n_ctx: int | None = None):
     """`run_kl` for several TEST models against one REF generation: tests
     is a list of loaded models. Returns (per-prompt lists of PromptResult,
     one list per test; the overall statistics per test; the floor's). The
-    floor is the same for every test (REF's own batched pass)."""
+    floor is the same for every test (REF's own batched pass). Every pass
+    of a prompt runs at one context length (`sequence_ctx`; n_ctx: that
+    length for every prompt)."""
     from ..infer.chat import format_chat
     from ..infer.sampling import Sampler
     for t in tests:
@@ -128,11 +146,12 @@ def run_kl_many(ref, tests, prompts, max_tokens: int = 32, sampler=None, chat: b
             ids = ref.tokenizer.encode(text_in, add_special=True, parse_special=True)
         else:
             ids = ref.tokenizer.encode(text, add_special=True, parse_special=False)
-        toks, rlog = reference_pass(ref, ids, max_tokens, sampler)
-        floor = kl_rows(rlog, teacher_forced(ref, ids, toks), toks)
+        ctx = sequence_ctx(ref, len(ids), max_tokens, n_ctx)
+        toks, rlog = reference_pass(ref, ids, max_tokens, sampler, ctx)
+        floor = kl_rows(rlog, teacher_forced(ref, ids, toks, ctx), toks)
         for i, t in enumerate(tests):
-            results[i].append(PromptResult(text, len(ids), toks, kl_rows(rlog, teacher_forced(t, ids, toks), toks),
-                                           floor))
+            results[i].append(PromptResult(text, len(ids), toks,
+                                           kl_rows(rlog, teacher_forced(t, ids, toks, ctx), toks), floor))
         if progress:
             progress(1)
     cat = lambda rs, key: {k: np.concatenate([getattr(r, key)[k] for r in rs]) for k in ("kl", "dp", "top1")}
@@ -140,7 +159,7 @@ def run_kl_many(ref, tests, prompts, max_tokens: int = 32, sampler=None, chat: b
 
 
 def run_kl(ref, test, prompts, max_tokens: int = 32, sampler=None, chat: bool = False,
-           progress=None):
+           progress=None, n_ctx: int | None = None):
     """KL(REF || TEST) at REF's generated positions for each prompt, and
     the noise floor (REF incremental vs REF batched). ref, test: loaded
     models (`variants.load_variant`) with the same vocabulary; prompts: str
@@ -148,7 +167,7 @@ def run_kl(ref, test, prompts, max_tokens: int = 32, sampler=None, chat: bool = 
     with 1 per prompt. Returns (per-prompt PromptResult list, overall test
     statistics, overall floor statistics). Raises ValueError when the
     models' vocabularies differ."""
-    res, st, fl = run_kl_many(ref, [test], prompts, max_tokens, sampler, chat, progress)
+    res, st, fl = run_kl_many(ref, [test], prompts, max_tokens, sampler, chat, progress, n_ctx)
     return res[0], st[0], fl
 
 
@@ -162,20 +181,23 @@ def _encode(ref, text: str, chat: bool) -> list:
 
 
 def write_reference_tokens(path, ref, prompts, max_tokens: int = 32, sampler=None, chat: bool = False,
-                           progress=None) -> int:
+                           progress=None, n_ctx: int | None = None) -> int:
     """REF's generation from each prompt, for another engine to be
     teacher-forced on (`kl REF --tokens-out FILE`): an .npz with, per prompt
-    i, `tokens:<i>` int32 (prompt ids + generated ids), `n_prompt:<i>` and
-    `prompt:<i>` (the text). The engine adds `logits:<i>` (`load_test_logits`).
-    Returns the number of prompts."""
+    i, `tokens:<i>` int32 (prompt ids + generated ids), `n_prompt:<i>`,
+    `n_ctx:<i>` (the context length REF ran with, `sequence_ctx`: the
+    engine should run with it too) and `prompt:<i>` (the text). The engine
+    adds `logits:<i>` (`load_test_logits`). Returns the number of prompts."""
     from ..infer.sampling import Sampler
     sampler = sampler or Sampler(0.0)
     out = {}
     for i, text in enumerate(prompts):
         ids = _encode(ref, text, chat)
-        toks, _ = reference_pass(ref, ids, max_tokens, sampler)
+        ctx = sequence_ctx(ref, len(ids), max_tokens, n_ctx)
+        toks, _ = reference_pass(ref, ids, max_tokens, sampler, ctx)
         out[f"tokens:{i}"] = np.array(list(ids) + list(toks), np.int32)
         out[f"n_prompt:{i}"] = np.int64(len(ids))
+        out[f"n_ctx:{i}"] = np.int64(ctx)
         out[f"prompt:{i}"] = np.array(text)
         if progress:
             progress(1)
@@ -189,10 +211,12 @@ def load_test_logits(path, n_vocab: int) -> list:
     was teacher-forced on: prompt + REF's generation), `n_prompt:<i>` and
     `logits:<i>` float32, either one row per position (len(tokens),
     n_vocab) or only the rows that predict the generated ids (len(tokens)
-    - n_prompt, n_vocab); `prompt:<i>` (text) optional. A single sequence
-    may leave out the `:0`. Returns [(prompt text, ids, n_prompt, rows
-    (G, n_vocab))]. Raises ValueError (one line) for missing keys, rows of
-    another vocabulary or count, and non-finite logits in a compared row."""
+    - n_prompt, n_vocab); `prompt:<i>` (text) and `n_ctx:<i>` (the context
+    length the engine ran with; REF runs with it) optional. A single
+    sequence may leave out the `:0`. Returns [(prompt text, ids, n_prompt,
+    rows (G, n_vocab), n_ctx or None)]. Raises ValueError (one line) for
+    missing keys, rows of another vocabulary or count, a bad n_ctx, and
+    non-finite logits in a compared row."""
     try:
         d = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as e:
@@ -236,30 +260,39 @@ def load_test_logits(path, n_vocab: int) -> list:
                 raise ValueError(f"--test-logits {path}: `logits{sfx}` has {what} in the row that predicts "
                                  f"generated id {int(bad[0])} ({bad.size} such rows): KL needs finite logits")
             text = str(d["prompt" + sfx]) if "prompt" + sfx in keys else f"#{i}"
-            out.append((text, [int(t) for t in ids], n_prompt, np.ascontiguousarray(rows)))
+            ctx = None
+            if "n_ctx" + sfx in keys:
+                c = np.asarray(d["n_ctx" + sfx])
+                if c.shape != () or c.dtype.kind not in "iu" or not ids.size <= int(c) <= 2 ** 31:
+                    raise ValueError(f"--test-logits {path}: `n_ctx{sfx}` must be one integer from the "
+                                     f"{ids.size} ids up, got {c.dtype} {c.shape}")
+                ctx = int(c)
+            out.append((text, [int(t) for t in ids], n_prompt, np.ascontiguousarray(rows), ctx))
     return out
 
 
-def run_kl_external(ref, seqs, sampler=None, progress=None):
+def run_kl_external(ref, seqs, sampler=None, progress=None, n_ctx: int | None = None):
     """KL(REF || another engine) at REF's generated positions: `seqs` from
     `load_test_logits`. REF regenerates each sequence from its prompt ids
     (the same sampler as made them) and must give the file's ids, else
     ValueError naming the sequence and position (the engine's rows belong
-    to other positions). Returns (PromptResult list, test statistics,
-    floor statistics) as `run_kl`."""
+    to other positions). REF runs at n_ctx where given, else at the
+    sequence's own n_ctx, else `sequence_ctx`'s default. Returns
+    (PromptResult list, test statistics, floor statistics) as `run_kl`."""
     from ..infer.sampling import Sampler
     sampler = sampler or Sampler(0.0)
     results = []
-    for i, (text, ids, n_prompt, rows) in enumerate(seqs):
+    for i, (text, ids, n_prompt, rows, *rest) in enumerate(seqs):
         want = ids[n_prompt:]
-        toks, rlog = reference_pass(ref, ids[:n_prompt], len(want), sampler)
+        ctx = sequence_ctx(ref, n_prompt, len(want), n_ctx if n_ctx is not None else (rest[0] if rest else None))
+        toks, rlog = reference_pass(ref, ids[:n_prompt], len(want), sampler, ctx)
         if toks != want:
             j = next((k for k, (a, b) in enumerate(zip(toks, want)) if a != b), min(len(toks), len(want)))
             got = toks[j] if j < len(toks) else "end of generation"
             raise ValueError(f"sequence {i}: REF generates {got} at generated position {j}, the file has "
                              f"{want[j] if j < len(want) else 'nothing'} (mismatched ids: the logits must come "
                              f"from REF's own tokens, `strata-ref kl REF --tokens-out FILE`)")
-        floor = kl_rows(rlog, teacher_forced(ref, ids[:n_prompt], toks), toks)
+        floor = kl_rows(rlog, teacher_forced(ref, ids[:n_prompt], toks, ctx), toks)
         results.append(PromptResult(text, n_prompt, toks, kl_rows(rlog, rows, toks), floor))
         if progress:
             progress(1)

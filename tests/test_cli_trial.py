@@ -113,7 +113,7 @@ def test_kl_tokens_out_keeps_an_engines_logits_and_writes_the_name_given(tiny, t
         assert main([*argv, str(out)]) == 0
         assert capsys.readouterr().out.startswith(f"{out}: REF's tokens for 1 prompt ")
         with np.load(out) as d:
-            assert sorted(d.files) == ["n_prompt:0", "prompt:0", "tokens:0"]
+            assert sorted(d.files) == ["n_ctx:0", "n_prompt:0", "prompt:0", "tokens:0"]
     assert sorted(os.listdir(tmp_path)) == ["theirs.npz", "tok.txt"]
 
 

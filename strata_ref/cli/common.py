@@ -294,7 +294,8 @@ OUT_KINDS = {
     "trace": ("a trace container", lambda p: "format.npy" in (_zip_names(p) or ())),
     "tokens": ("a token file of `kl --tokens-out`",
                lambda p: (lambda n: n is not None and all(
-                   m.split(":")[0].removesuffix(".npy") in ("tokens", "n_prompt", "prompt") for m in n))(_zip_names(p))),
+                   m.split(":")[0].removesuffix(".npy") in ("tokens", "n_prompt", "n_ctx", "prompt")
+                   for m in n))(_zip_names(p))),
     "raw": ("an empty file (a raw dump has no header to recognise)", lambda p: False),
 }
 

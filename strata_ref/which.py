@@ -208,7 +208,10 @@ def _from_trace(path, tokens, split) -> EngineLogits:
             raise ValueError(f"{path}: the trace has no `result_output` node")
         calls = t.calls.tolist()
         # a call of more than one ubatch (512 tokens) has a node per ubatch
-        per_call = [[e for e in outs if e.call == c] for c in range(len(calls))]
+        per_call = [[] for _ in calls]
+        for e in outs:
+            if 0 <= e.call < len(calls):
+                per_call[e.call].append(e)
         lacking = [c for c, es in enumerate(per_call) if not es]
         if lacking:
             raise ValueError(f"{path}: call {lacking[0]} of {len(calls)} has no `result_output` node")

@@ -35,11 +35,10 @@ from __future__ import annotations
 
 import llvmlite.binding as llb
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
-from .._jitcache import cached
 from ..types import GGMLType, block_format
-from ._digest import cpu_digest
+from ._digest import legacy_row_kernels
 from .legacy_rows import field_offset
 from .fp import fma32 as _fma
 from .simd import (HOST_VNNI, f8_fma, f8_hsum, f8_mul, f8_splat, f8_zero, f16_at, i8_bits16, i8_load, i8_nibbles,
@@ -332,18 +331,8 @@ def _make_kernels(t: GGMLType, mode: int):
                 out[t, r] = one_row(w, r * rb, x, t * cols, xs, xm, t)
             r += 1
 
-    def serial(raw, xq, xs, xm, out):
-        rows(raw, xq, xs, xm, out, 0, raw.shape[0])
-
-    def parallel(raw, xq, xs, xm, out, parts):
-        R = raw.shape[0]
-        for p in prange(parts):
-            rows(raw, xq, xs, xm, out, _split(R, parts, p), _split(R, parts, p + 1))
-
     # closures: cached under their own names (strata_ref._jitcache)
-    name = f"legacy_{t.name}_mode{mode}"
-    return (cached(njit(serial), name + "_serial", cpu_digest),
-            cached(njit(parallel=True)(parallel), name + "_parallel", cpu_digest))
+    return legacy_row_kernels(rows, f"legacy_{t.name}_mode{mode}", _split)
 
 
 @njit(inline="always")

@@ -383,3 +383,26 @@ def test_a_closed_pipe_is_not_success(forged, tmp_path):
     _, err = p.communicate(timeout=120)
     assert p.returncode == 141, err
     assert b"Traceback" not in err and b"Exception ignored" not in err, err
+
+
+@pytest.mark.parametrize("argv", [
+    ["generate", "--ctx", "2_56", "hi"],            # int() would read 256
+    ["generate", "--max-tokens", " 7", "hi"],       # and 7
+    ["generate", "--seed", "\u0663", "hi"],         # an Arabic-Indic 3
+    ["kl", "m", "--ctx", "1e3"],
+    ["which", "x.npz", "m", "--ctx", "0x100"],
+])
+def test_integer_options_take_decimal_digits_only(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "is not a decimal integer" in err and "Traceback" not in err
+
+
+def test_which_refuses_an_empty_profile_in_its_list(capsys):
+    # before any file is read: "avx2,,avx512" and "avx2," are typing slips
+    for cpu in ("avx2,,avx512", "avx2,"):
+        assert main(["which", "missing.npz", "missing.gguf", "--cpu", cpu]) == 2
+        assert capsys.readouterr().err.strip() == (
+            f"strata-ref: error: --cpu {cpu!r} has an empty item; give comma-separated names")

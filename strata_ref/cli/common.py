@@ -8,6 +8,7 @@ import errno
 import json
 import logging
 import os
+import re
 import sys
 
 from .._text import printable
@@ -71,6 +72,23 @@ def error_line(e: BaseException) -> str:
     if isinstance(e, (ValueError, RuntimeError, ImportError, OSError)) and msg:
         return msg
     return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+
+
+def decimal(text: str) -> int:
+    """argparse type of an integer option: an optional sign and ASCII
+    digits, nothing else (Python's int() would also take "2_56", " 7 "
+    and other scripts' digits)."""
+    if not re.fullmatch(r"[+-]?[0-9]+", text):
+        raise argparse.ArgumentTypeError(f"{printable(text[:40])!r} is not a decimal integer")
+    return int(text)
+
+
+def empty_item_problem(text: str | None, flag: str) -> str | None:
+    """Why a comma-separated list has an empty item ("a,,b", "a,"), as one
+    line, or None."""
+    if text is not None and any(not p.strip() for p in text.split(",")):
+        return f"{flag} {printable(text[:80])!r} has an empty item; give comma-separated names"
+    return None
 
 
 def split_list(s: str | None) -> list[str] | None:

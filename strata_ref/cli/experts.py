@@ -7,7 +7,7 @@ import json
 
 from .._text import printable
 from .._npio import atomic_output
-from .common import Help, cpu_problem, err, json_out, out_problem
+from .common import Help, decimal, cpu_problem, err, json_out, out_problem
 
 
 _NPY_ASK = "give float32 (n, n_embd) saved with numpy.save"
@@ -144,7 +144,7 @@ def add_experts(sub) -> None:
                                         "result and the mode-8 expert route's")
     ex.add_argument("model", metavar="MODEL", help="registry name, alias or .gguf path of a "
                                                    "qwen3moe, glm4moe, qwen3next or qwen35moe model")
-    ex.add_argument("--layer", type=int, required=True, metavar="N", help="the layer (0-based)")
+    ex.add_argument("--layer", type=decimal, required=True, metavar="N", help="the layer (0-based)")
     ex.add_argument("--prompt", metavar="TEXT",
                     help="take the FFN input that llama.cpp's graph has at the layer for this text")
     ex.add_argument("--activations", metavar="FILE.npy",
@@ -172,6 +172,6 @@ def add_matmul(sub) -> None:
     mm.add_argument("--cpu", default=None, metavar="PROFILE", help="the profile of --route cpu")
     mm.add_argument("--out", default=None, metavar="Y.npy", help="write the route's float32 (tokens, rows)")
     mm.add_argument("--compare", default=None, metavar="Y.npy", help="an engine's float32 (tokens, rows)")
-    mm.add_argument("--worst", type=int, default=5, metavar="N", help="largest ulp distances listed")
+    mm.add_argument("--worst", type=decimal, default=5, metavar="N", help="largest ulp distances listed")
     mm.add_argument("--json", action="store_true", help="machine-readable comparison")
     mm.set_defaults(func=cmd_matmul)

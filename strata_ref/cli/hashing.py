@@ -8,7 +8,7 @@ import signal
 import sys
 
 from .._text import count, printable
-from .common import err, split_list
+from .common import decimal, err, split_list
 
 
 class _Terminated(Exception):
@@ -188,7 +188,7 @@ def add_hash(sub) -> None:
                         "e.g. 'blk.0.*,output.weight'")
     h.add_argument("--json", action="store_true", help="machine-readable output")
     h.add_argument("--no-progress", action="store_true", help="no progress bar")
-    h.add_argument("--jobs", type=int, default=None, metavar="N",
+    h.add_argument("--jobs", type=decimal, default=None, metavar="N",
                    help="tensors hashed in parallel by N worker processes (default and most: the "
                         "core count; 1: in this process); with --scheduler local, N dask workers")
     h.add_argument("--scheduler", default=None, metavar="ADDRESS",

@@ -6,7 +6,7 @@ import codecs
 import sys
 
 from .. import infer
-from .common import (Help, KV_TYPES, cpu_problem, err, fa_threads_problem, note_once, seed_problem,
+from .common import (Help, decimal, KV_TYPES, cpu_problem, err, fa_threads_problem, note_once, seed_problem,
                      utf8_problem)
 
 
@@ -238,21 +238,21 @@ def add_generate(sub) -> None:
     ge.add_argument("args", nargs="+", metavar="[MODEL] PROMPT",
                     help="optional registry model or .gguf path (default: "
                          "SmolLM2-135M-Instruct), then the prompt (quoted)")
-    ge.add_argument("--max-tokens", type=int, default=32, metavar="N",
+    ge.add_argument("--max-tokens", type=decimal, default=32, metavar="N",
                     help="tokens to generate at most (0: only run the prompt)")
     ge.add_argument("--temperature", type=float, default=0.0, metavar="T",
                     help="sampling temperature; 0 is greedy (the most likely token)")
-    ge.add_argument("--top-k", type=int, default=0, metavar="K",
+    ge.add_argument("--top-k", type=decimal, default=0, metavar="K",
                     help="sample among the K most likely tokens (0: all)")
     ge.add_argument("--top-p", type=float, default=1.0, metavar="P",
                     help="sample among the most likely tokens whose probabilities add "
                          "up to P, in (0, 1] (1: all)")
-    ge.add_argument("--seed", type=int, default=0, metavar="S",
+    ge.add_argument("--seed", type=decimal, default=0, metavar="S",
                     help="seed of the sampler's random numbers, 0 .. 2^32 - 1 (a 32-bit seed, "
                          "as llama.cpp's)")
     ge.add_argument("--chat", action="store_true",
                     help="format the prompt as one user message with the model's chat template")
-    ge.add_argument("--ctx", type=int, default=None, metavar="N",
+    ge.add_argument("--ctx", type=decimal, default=None, metavar="N",
                     help="context length in tokens, from 2 to the model's training context "
                          "(default: that, at most 4096)")
     ge.add_argument("--cpu", default=None, metavar="PROFILE",
@@ -278,7 +278,7 @@ def add_generate(sub) -> None:
                          "llama-cpp-python 0.3.36's profiles, but on for a block-type V cache; "
                          "auto, i.e. on, for the v0.4.0 profiles; auto: on, as llama.cpp "
                          "resolves it on the CPU)")
-    ge.add_argument("--fa-threads", type=int, default=None, metavar="N",
+    ge.add_argument("--fa-threads", type=decimal, default=None, metavar="N",
                     help="llama.cpp's thread count to reproduce: flash attention for one token "
                          "over 512+ cached cells splits them into one chunk per thread "
                          "(default 2); needs flash attention on")

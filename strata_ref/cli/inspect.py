@@ -8,7 +8,7 @@ import sys
 
 from .._text import count, printable
 from .._npio import atomic_output
-from .common import Help, err, out_problem
+from .common import Help, decimal, err, out_problem
 
 
 def _moe_summary(f) -> str:
@@ -301,17 +301,17 @@ def add_compare(sub) -> None:
                         "must hold exactly ROWS rows: ROWS*LD or (ROWS-1)*LD+cols values")
     c.add_argument("--dtype", choices=["f32", "f16", "bf16"], default="f32",
                    help="value type of the dump")
-    c.add_argument("--row0", type=int, default=0, metavar="R",
+    c.add_argument("--row0", type=decimal, default=0, metavar="R",
                    help="first tensor row the dump holds")
-    c.add_argument("--rows", type=int, default=None, metavar="N",
+    c.add_argument("--rows", type=decimal, default=None, metavar="N",
                    help="rows the dump holds (default: every row from R to the end)")
-    c.add_argument("--ld", type=int, default=None, metavar="L",
+    c.add_argument("--ld", type=decimal, default=None, metavar="L",
                    help="values from one dump row to the next (default: the tensor's row length)")
     c.add_argument("--hash", default=None, metavar="HEX",
                    help="compare against this FNV-1a 64 (hex) of the rows instead of a dump")
-    c.add_argument("--worst", type=int, default=5, metavar="N",
+    c.add_argument("--worst", type=decimal, default=5, metavar="N",
                    help="list the N largest ulp distances with row, block and offset in the block")
-    c.add_argument("--max-ulp", type=int, default=None, metavar="K",
+    c.add_argument("--max-ulp", type=decimal, default=None, metavar="K",
                    help="an opt-in tolerance: exit 0 also when every differing value is a number within "
                         "K ulps (the report still says it is not bitwise)")
     c.set_defaults(func=cmd_compare)
@@ -323,8 +323,8 @@ def add_dequant(sub) -> None:
     dq.add_argument("model", metavar="MODEL", help="registry model or .gguf path")
     dq.add_argument("tensor", metavar="TENSOR", help="tensor name (`info --tensors` lists them)")
     dq.add_argument("--dtype", choices=["f32", "f16", "bf16"], default="f32", help="output value type")
-    dq.add_argument("--row0", type=int, default=0, metavar="R", help="first row")
-    dq.add_argument("--rows", type=int, default=None, metavar="N", help="rows (default: to the end)")
+    dq.add_argument("--row0", type=decimal, default=0, metavar="R", help="first row")
+    dq.add_argument("--rows", type=decimal, default=None, metavar="N", help="rows (default: to the end)")
     dq.add_argument("--out", required=True, metavar="FILE",
                     help="raw little-endian values, or .npy (bf16 as uint16 bits)")
     dq.set_defaults(func=cmd_dequant)

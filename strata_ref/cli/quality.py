@@ -6,7 +6,7 @@ import sys
 
 from .._text import count, printable
 from .._npio import atomic_output
-from .common import (Help, cpu_problem, err, json_out, native_note, out_problem, plot_problem, seed_problem,
+from .common import (Help, decimal, cpu_problem, err, json_out, native_note, out_problem, plot_problem, seed_problem,
                      write_charts)
 
 
@@ -231,20 +231,21 @@ def add_kl(sub) -> None:
     kq.add_argument("--prompts", default=None, metavar="FILE",
                     help="prompts, one per line or JSON lines with \"prompt\" (default: the "
                          "built-in set of strata_ref.quality.prompts)")
-    kq.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N prompts")
-    kq.add_argument("--max-tokens", type=int, default=32, metavar="N",
+    kq.add_argument("--limit", type=decimal, default=None, metavar="N", help="only the first N prompts")
+    kq.add_argument("--max-tokens", type=decimal, default=32, metavar="N",
                     help="tokens REF generates per prompt")
     kq.add_argument("--temperature", type=float, default=0.0, metavar="T",
                     help="REF's sampling temperature; 0 is greedy")
-    kq.add_argument("--top-k", type=int, default=0, metavar="K", help="REF samples among the K most likely (0: all)")
+    kq.add_argument("--top-k", type=decimal, default=0, metavar="K",
+                    help="REF samples among the K most likely (0: all)")
     kq.add_argument("--top-p", type=float, default=1.0, metavar="P", help="REF's top-p, in (0, 1]")
-    kq.add_argument("--seed", type=int, default=0, metavar="S",
+    kq.add_argument("--seed", type=decimal, default=0, metavar="S",
                     help="REF's sampling seed, 0 .. 2^32 - 1")
     kq.add_argument("--chat", action="store_true",
                     help="each prompt is a user message in the model's chat template")
     kq.add_argument("--cpu", default=None, metavar="PROFILE",
                     help="CPU profile of both models (default: $STRATA_REF_CPU, else native)")
-    kq.add_argument("--ctx", type=int, default=None, metavar="N",
+    kq.add_argument("--ctx", type=decimal, default=None, metavar="N",
                     help="context length of every pass (default: the prompt plus --max-tokens plus one; "
                          "with --test-logits, the file's n_ctx:<i>); phi3's LongRoPE factors depend on it")
     kq.add_argument("--json", action="store_true", help="machine-readable output, every position's KL")
@@ -265,10 +266,10 @@ def add_layers(sub) -> None:
     ly.add_argument("model", metavar="MODEL", help="registry model or .gguf path")
     ly.add_argument("--type", default="Q4_K", metavar="TYPE", help="the ggml type to requantize to")
     ly.add_argument("--prompts", default=None, metavar="FILE", help="calibration prompts (default: the built-in set)")
-    ly.add_argument("--limit", type=int, default=16, metavar="N", help="use the first N prompts")
-    ly.add_argument("--max-tokens", type=int, default=24, metavar="N", help="tokens generated per prompt")
+    ly.add_argument("--limit", type=decimal, default=16, metavar="N", help="use the first N prompts")
+    ly.add_argument("--max-tokens", type=decimal, default=24, metavar="N", help="tokens generated per prompt")
     ly.add_argument("--cpu", default=None, metavar="PROFILE", help="CPU profile (default: $STRATA_REF_CPU, else native)")
-    ly.add_argument("--jobs", type=int, default=None, metavar="N",
+    ly.add_argument("--jobs", type=decimal, default=None, metavar="N",
                     help="worker processes for the per-layer tasks (default 1: in this process)")
     ly.add_argument("--scheduler", default=None, metavar="ADDR",
                     help="run the tasks on dask.distributed: 'local' or a scheduler address")
@@ -290,7 +291,7 @@ def add_rotate(sub) -> None:
     ro.add_argument("output", metavar="OUT", help="the rotated .gguf to write")
     ro.add_argument("--type", default=None, metavar="TYPE",
                     help="ggml type of every 2-D weight (default: each tensor keeps its type)")
-    ro.add_argument("--seed", type=int, default=0, metavar="S",
+    ro.add_argument("--seed", type=decimal, default=0, metavar="S",
                     help="seed of the Hadamard signs, 0 .. 2^32 - 1")
     ro.add_argument("--force", action="store_true",
                     help="replace OUT even when it exists and is not a GGUF file (an earlier "
@@ -303,8 +304,8 @@ def add_rotate(sub) -> None:
     ro.add_argument("--types", default=None, metavar="T1,T2",
                     help="weight types the measurement requantizes both to (default Q8_0,Q4_0)")
     ro.add_argument("--prompts", default=None, metavar="FILE", help="prompts (default: the built-in set)")
-    ro.add_argument("--limit", type=int, default=None, metavar="N", help="the first N prompts (default 12)")
-    ro.add_argument("--max-tokens", type=int, default=24, metavar="N", help="tokens generated per prompt")
+    ro.add_argument("--limit", type=decimal, default=None, metavar="N", help="the first N prompts (default 12)")
+    ro.add_argument("--max-tokens", type=decimal, default=24, metavar="N", help="tokens generated per prompt")
     ro.add_argument("--cpu", default=None, metavar="PROFILE", help="CPU profile (default: $STRATA_REF_CPU, else native)")
     ro.add_argument("--plot", default=None, metavar="DIR",
                     help="write rotation_crest.png, rotation_a8.png and rotation_kl.png into DIR")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import sys
 
 from .._text import printable
-from .common import (Help, KV_TYPES, cpu_problem, err, fa_threads_bound_problem, fa_threads_problem, json_out,
-                     out_problem, patterns_problem, split_list, token_ids, utf8_problem)
+from .common import (Help, decimal, KV_TYPES, cpu_problem, empty_item_problem, err, fa_threads_bound_problem,
+                     fa_threads_problem, json_out, out_problem, patterns_problem, split_list, token_ids, utf8_problem)
 
 
 def cmd_trace(a) -> int:
@@ -98,6 +98,9 @@ def cmd_which(a) -> int:
         if toks is None:
             return err(f"--tokens {a.tokens[:80]!r} is not a comma-separated list of token ids")
     profiles = []
+    bad = empty_item_problem(a.cpu, "--cpu")
+    if bad:
+        return err(bad)
     if a.cpu is not None and not split_list(a.cpu):
         # an empty list would otherwise mean every profile (minutes of compiling)
         return err(f"--cpu {a.cpu!r} names no profile (give P1,P2 or leave --cpu out for all)")
@@ -166,7 +169,7 @@ def add_trace(sub) -> None:
     tr.add_argument("model", metavar="MODEL", help="registry model or .gguf path")
     tr.add_argument("--prompt", metavar="TEXT", help="the text, tokenized as `generate` does")
     tr.add_argument("--tokens", metavar="IDS", help="or comma-separated token ids")
-    tr.add_argument("--split", type=int, default=None, metavar="N",
+    tr.add_argument("--split", type=decimal, default=None, metavar="N",
                     help="the first N ids in one call, then one id per call (default: one batched call)")
     tr.add_argument("--tensors", default=None, metavar="PATTERNS",
                     help="only nodes whose names match these comma-separated fnmatch patterns")
@@ -177,10 +180,10 @@ def add_trace(sub) -> None:
     tr.add_argument("--cache-type-v", default=None, metavar="T", help="KV cache type of V")
     tr.add_argument("--flash-attn", default=None, metavar="on|off|auto",
                     help="flash attention (default: the profile's llama.cpp's, as `generate`)")
-    tr.add_argument("--fa-threads", type=int, default=None, metavar="N",
+    tr.add_argument("--fa-threads", type=decimal, default=None, metavar="N",
                     help="llama.cpp's thread count for flash attention's split (default 2); needs "
                          "flash attention on")
-    tr.add_argument("--ctx", type=int, default=None, metavar="N",
+    tr.add_argument("--ctx", type=decimal, default=None, metavar="N",
                     help="context length in tokens (default: 512, or the next multiple of 256 that holds "
                          "the ids, as the reference drivers run; phi3's LongRoPE factors depend on it)")
     tr.add_argument("--compress", action="store_true", help="deflate the entries (smaller, slower)")
@@ -199,9 +202,9 @@ def add_diff(sub) -> None:
     df.add_argument("b", metavar="B", help="trace compared with A")
     df.add_argument("--map", default=None, metavar="FILE",
                     help="JSON {\"B name\": \"A name\"} ({il}: any layer) for a B of other naming")
-    df.add_argument("--block", type=int, default=32, metavar="N",
+    df.add_argument("--block", type=decimal, default=32, metavar="N",
                     help="block length the first difference is placed in (32: q8_0, 256: q8_K)")
-    df.add_argument("--worst", type=int, default=5, metavar="N", help="largest ulp distances listed per node")
+    df.add_argument("--worst", type=decimal, default=5, metavar="N", help="largest ulp distances listed per node")
     df.add_argument("--all", action="store_true", help="a line for every compared node")
     df.add_argument("--json", action="store_true", help="machine-readable report, every node")
     df.set_defaults(func=cmd_diff)
@@ -220,7 +223,7 @@ def add_which(sub) -> None:
                     help=".npz (tokens, logits[, columns, split]), a trace, or .npy with --tokens")
     wh.add_argument("model", metavar="MODEL", help="registry model or .gguf path")
     wh.add_argument("--tokens", default=None, metavar="IDS", help="the token ids of an .npy")
-    wh.add_argument("--split", type=int, default=None, metavar="N",
+    wh.add_argument("--split", type=decimal, default=None, metavar="N",
                     help="the engine ran the first N ids in one call, then one per call")
     wh.add_argument("--cpu", default=None, metavar="P1,P2", help="candidate profiles (default: all)")
     wh.add_argument("--flash-attn", choices=["off", "on", "both", "auto"], default="both",
@@ -229,11 +232,11 @@ def add_which(sub) -> None:
                          "with a block-type V cache); both: off and on, only on with a block-type V cache")
     wh.add_argument("--cache-type-k", default=None, metavar="T", help=f"KV cache type of K: {KV_TYPES}")
     wh.add_argument("--cache-type-v", default=None, metavar="T", help="KV cache type of V")
-    wh.add_argument("--fa-threads", type=int, default=None, metavar="N",
+    wh.add_argument("--fa-threads", type=decimal, default=None, metavar="N",
                     help="the engine's thread count for flash attention's split of 512+ cached "
                          "cells (llama.cpp's n_threads; it changes the bits there; default 2): the "
                          "flash-attention candidates take it")
-    wh.add_argument("--ctx", type=int, default=None, metavar="N",
+    wh.add_argument("--ctx", type=decimal, default=None, metavar="N",
                     help="the context length the engine ran with (default: the file's n_ctx, else 512 or "
                          "the next multiple of 256 that holds the ids; phi3's LongRoPE factors depend on it)")
     wh.add_argument("--json", action="store_true", help="machine-readable output")

@@ -32,7 +32,7 @@ read from the cache's F16 bits in place: nothing is converted ahead.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from ._digest import jit
 from ..numerics import F16_TO_F32
@@ -142,18 +142,16 @@ def _vp_f16_va(p, Tp, T, v, vo, row, hd, isa, tiny, out, oo):
 
 
 @jit
-def _attention(q, kbits, vbits, hv, T, pos, kq_scale, n_swa, n_tok, isa, sinks, has_sinks, out):
-    # q (n, H, hd) float32; kbits / vbits (Hkv, >= T, row) uint16, the
-    # layer's F16 cache, V the first hv values of each vbits cell; out (n,
-    # H * hv). One query head at a time: q rounded to F16, K q for the T
-    # cells, soft_max, p rounded to F16, V p.
+def _head(q, kf, vf, head, G, ctx, row, vctx, vrs, hv, T, pos, kq_scale, n_swa, isa, sinks, has_sinks,
+          tiny_kq, tiny_vp, f32b, out):
+    # every token of query head `head` (of KV head head // G): q rounded to
+    # F16, K q for the T cells, soft_max, p rounded to F16, V p into
+    # out[t, head * hv:]
     n, H, hd = q.shape
-    Hkv, ctx, row = kbits.shape
-    vctx, vrs = vbits.shape[1], vbits.shape[2]
-    G = H // Hkv
+    h = head // G
+    base = h * ctx * row
+    vbase = h * vctx * vrs
     Tp = T + (-T % 64)
-    kf = kbits.reshape(-1)
-    vf = vbits.reshape(-1)
     qf = np.empty(hd, np.float32)
     srow = np.empty(max(T, 1), np.float32)
     w = np.empty(Tp, np.float32)
@@ -161,6 +159,33 @@ def _attention(q, kbits, vbits, hv, T, pos, kq_scale, n_swa, n_tok, isa, sinks, 
     acc = np.empty((64, hv), np.float32)
     vrow = np.empty(hv, np.float32)
     qrow = np.empty(hd, np.float32)
+    kacc = np.empty(64, np.float32)
+    for t in range(n):
+        for d in range(hd):
+            qrow[d] = q[t, head, d]
+        _round_row_f16(qrow, qf, hd)
+        for c in range(T):
+            srow[c] = _kq_dot(qf, kf, base + c * row, hd, isa, tiny_kq, kacc)
+        _soft_max_row(srow, T, kq_scale, pos[t], n_swa, w, p, isa, has_sinks, sinks[head])
+        if not (tiny_vp and f32b):
+            _round_row_f16(p, p, Tp)
+        _vp(p, Tp, T, vf, vbase, vrs, hv, isa, tiny_vp, acc, out[t], head * hv, vrow)
+
+
+@jit(parallel=True)
+def _attention(q, kbits, vbits, hv, T, pos, kq_scale, n_swa, n_tok, isa, sinks, has_sinks, out):
+    # q (n, H, hd) float32; kbits / vbits (Hkv, >= T, row) uint16, the
+    # layer's F16 cache, V the first hv values of each vbits cell; out (n,
+    # H * hv). The query heads are independent: numba's threads take them
+    # (`_head`, a function of its own: see `_digest`'s note on prange
+    # bodies); each head's arithmetic is the same on any thread.
+    n, H, hd = q.shape
+    Hkv, ctx, row = kbits.shape
+    vctx, vrs = vbits.shape[1], vbits.shape[2]
+    G = H // Hkv
+    Tp = T + (-T % 64)
+    kf = kbits.reshape(-1)
+    vf = vbits.reshape(-1)
     # K q: ggml's m is the KV length (a multiple of 256 in llama.cpp); V p:
     # m is head_dim, k the padded KV length
     # where tinyBLAS takes F16 weights only with unconverted F32 activations
@@ -170,22 +195,9 @@ def _attention(q, kbits, vbits, hv, T, pos, kq_scale, n_swa, n_tok, isa, sinks, 
     f32b = isa.TINYBLAS_F16_F32B
     tiny_kq = tinyblas_takes(isa, n_tok, hd, 256) and not f32b
     tiny_vp = tinyblas_takes(isa, n_tok, Tp, hv)
-    kacc = np.empty(64, np.float32)
-    for h in range(Hkv):
-        base = h * ctx * row
-        vbase = h * vctx * vrs
-        for t in range(n):
-            for g in range(G):
-                head = h * G + g
-                for d in range(hd):
-                    qrow[d] = q[t, head, d]
-                _round_row_f16(qrow, qf, hd)
-                for c in range(T):
-                    srow[c] = _kq_dot(qf, kf, base + c * row, hd, isa, tiny_kq, kacc)
-                _soft_max_row(srow, T, kq_scale, pos[t], n_swa, w, p, isa, has_sinks, sinks[head])
-                if not (tiny_vp and f32b):
-                    _round_row_f16(p, p, Tp)
-                _vp(p, Tp, T, vf, vbase, vrs, hv, isa, tiny_vp, acc, out[t], head * hv, vrow)
+    for head in prange(H):
+        _head(q, kf, vf, head, G, ctx, row, vctx, vrs, hv, T, pos, kq_scale, n_swa, isa, sinks, has_sinks,
+              tiny_kq, tiny_vp, f32b, out)
 
 
 def _check_f16_args(q, kbits, vbits, T, pos, n_swa, v_width) -> None:

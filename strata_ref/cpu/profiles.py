@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 from .isa import Isa, chain
 
-__all__ = ["Profile", "PROFILES", "ARM64_PROFILES", "ALIASES", "LLAMA_CPP", "LLAMA_CPP_ARM64", "V0_4_0",
+__all__ = ["Profile", "PROFILES", "ARM64_PROFILES", "SOURCE_BUILD_PROFILES", "ALIASES", "LLAMA_CPP", "LLAMA_CPP_ARM64", "V0_4_0",
            "DEFAULT_FLASH_ATTN", "X86_OPTIONS", "OPTION_CPU_FLAGS", "host_flags"]
 
 #: the llama.cpp whose arithmetic the profiles without a version prefix
@@ -209,6 +209,10 @@ PROFILES = {p.name: p for p in (
 
 #: the arm64 profiles (0.3.36's ARM builds), in the table's order
 ARM64_PROFILES = tuple(n for n, p in PROFILES.items() if p.version == LLAMA_CPP_ARM64)
+#: the profiles of llama-cpp-python 0.3.36's llama.cpp built here from
+#: source (tools/peer_build.py, tools/arm_ref.py): the x86 builds, then the
+#: arm64 ones, in the table's order
+SOURCE_BUILD_PROFILES = tuple(n for n, p in PROFILES.items() if p.version in (LLAMA_CPP, LLAMA_CPP_ARM64))
 
 #: ggml variants whose library gives the bits of another one's for every
 #: stored model (docs/prebuilt.md "Alias classes": the options they add only

@@ -79,7 +79,7 @@ import numpy as np
 
 from .._text import count
 from ..cpu import ops
-from ..cpu.profiles import ARM64_PROFILES
+from ..cpu.profiles import SOURCE_BUILD_PROFILES
 from . import trace as T
 from .kv_cache import IswaCache, cache_type, resolve_flash_attn, rotation_disabled
 from .layers import GatedFFN
@@ -106,7 +106,7 @@ CHECKED_NO_ROTATION = (("q8_0", "q8_0", True),)
 #: the profiles the caches of CHECKED_CACHES are checked on: the x86 ones
 #: (avx512's data made on a Sapphire Rapids CPU, docs/inference.md) and the
 #: arm64 builds (under qemu: tools/arm_ref.py `moekv`)
-CACHE_PROFILES = ("scalar", "avx2", "avx512", *ARM64_PROFILES)
+CACHE_PROFILES = SOURCE_BUILD_PROFILES
 
 
 def _phrase(key) -> str:

@@ -91,7 +91,7 @@ import numpy as np
 
 from ..cpu import ops
 from ..cpu.matmul import QMatrix
-from ..cpu.profiles import ARM64_PROFILES
+from ..cpu.profiles import SOURCE_BUILD_PROFILES
 from ..types import block_format
 from . import trace as T
 from .model import ArchKeys, ModelLoadError, _logf
@@ -109,7 +109,7 @@ _FA_TYPES = frozenset({"f16", "f32", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5
 #: prebuilt v0.4.0: tests/data/<profile>/moe_deepseek2*.npz, F16: the variants
 #: a Zen 4 CPU executes, every one but sapphirerapids); any
 #: other combination is refused (NotEmulated) and --flash-attn off runs
-MLA_FLASH_ATTN_PROFILES = {**{p: _FA_TYPES for p in ("scalar", "avx2", "avx512", *ARM64_PROFILES)},
+MLA_FLASH_ATTN_PROFILES = {**{p: _FA_TYPES for p in SOURCE_BUILD_PROFILES},
                            **{f"v0.4.0-{v}": frozenset({"f16"})
                               for v in ("x64", "sse42", "sandybridge", "ivybridge", "piledriver", "haswell",
                                         "skylakex", "zen4")}}
@@ -121,7 +121,7 @@ MLA_FLASH_ATTN_PROFILES = {**{p: _FA_TYPES for p in ("scalar", "avx2", "avx512",
 #: (tests/data/<profile>/llama_ref_moe_fa_<type>_deepseek2-r160.npz,
 #: tests/test_mla_head64.py); refused elsewhere. Unquantized types (f16,
 #: f32, bf16) are never rotated and need no entry.
-MLA_HEAD64_PROFILES = {p: frozenset({"q8_0", "q4_0"}) for p in ("scalar", "avx2", "avx512", *ARM64_PROFILES)}
+MLA_HEAD64_PROFILES = {p: frozenset({"q8_0", "q4_0"}) for p in SOURCE_BUILD_PROFILES}
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ so that numba, too, takes them as unset.
 from __future__ import annotations
 
 import os
+import re
 
 __all__ = ["env_value", "drop_blank_numba_env", "numba_env_problem", "check_numba_env", "switch",
            "switch_problem", "SWITCHES", "debug_setting"]
@@ -91,10 +92,8 @@ def numba_env_problem(environ=None) -> str | None:
     v = env_value("NUMBA_NUM_THREADS", environ)
     if v is None:
         return None
-    try:
-        n = int(v)
-    except ValueError:
-        n = None
+    # digits only: int() (and so numba) would also read "2_0" as 20 and " 2"
+    n = int(v) if re.fullmatch(r"[0-9]+", v) else None
     if n is None or n < 1:
         return (f"NUMBA_NUM_THREADS={v!r} is not a number of threads: give a whole "
                 f"number >= 1, or unset it for one thread per CPU")

@@ -42,6 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ._text import printable
+
 __all__ = ["FORMAT", "TraceError", "TraceWriter", "Trace", "TraceEntry", "open_trace",
            "canonical_shape", "derived_name", "strip_view_suffixes", "is_auto_name",
            "SKIPPED_OPS", "model_info", "MODEL_KEYS"]
@@ -368,6 +370,12 @@ def open_trace(path) -> Trace:
     try:
         names = set(zf.namelist())
         fmt = _small(zf, names, "format", path, "str") if "format.npy" in names else None
+        if fmt is None:
+            held = sorted(n[:-4] if n.endswith(".npy") else n for n in names)
+            shown = ", ".join(printable(n[:40]) for n in held[:6]) + (", ..." if len(held) > 6 else "")
+            raise TraceError(f"{path}: not a trace container (no `format` entry; it holds "
+                             f"{shown or 'nothing'}): give a file `strata-ref trace` or "
+                             f"tools/llama_trace.c wrote")
         if fmt != FORMAT:
             raise TraceError(f"{path}: not a trace container (format {fmt!r}, expected {FORMAT!r})")
         if "n_tensors.npy" not in names:

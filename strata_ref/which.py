@@ -108,9 +108,10 @@ def _as_int64(a: np.ndarray, what: str, src) -> np.ndarray:
 
 def load_logits(path, tokens=None, split: int | None = None) -> EngineLogits:
     """Read LOGITS (module docstring); `tokens` (ids) is required for an
-    .npy and overrides nothing else; `split` overrides the file's. Raises
-    ValueError (one line) for a file of another shape or dtype, rows that
-    do not match the ids, columns out of order."""
+    .npy and overrides nothing else; `split` overrides an .npz's, and must
+    agree with a trace's recorded calls. Raises ValueError (one line) for a
+    file of another shape or dtype, rows that do not match the ids, columns
+    out of order, a `split` that a trace's calls contradict."""
     from ._npio import NpyError, ZIP_MAGIC, input_problem, read_npy, read_npz
     path = Path(path)
     src = str(path)
@@ -230,7 +231,11 @@ def _from_trace(path, tokens, split) -> EngineLogits:
         g = _ids(tokens, "--tokens", path)
         if g.size != toks.size or (g != toks).any():
             raise ValueError(f"{path}: the trace's tokens differ from --tokens")
-    sp = split if split is not None else (calls[0] if len(calls) > 1 else None)
+    sp = calls[0] if len(calls) > 1 else None
+    if split is not None and split != (toks.size if sp is None else sp):
+        # the trace records how the engine called: a --split that disagrees is a mistake
+        ran = "one batched call" if sp is None else f"{sp} ids, then one per call"
+        raise ValueError(f"{path}: the trace ran {ran}, not --split {split} (leave --split out for a trace)")
     if len(calls) > 1 and any(c != 1 for c in calls[1:]):
         raise ValueError(f"{path}: calls {calls[:6]}...: only a batched pass or N then one id per call "
                          f"is reproduced")
@@ -374,14 +379,24 @@ def nearest(cands: list) -> Candidate:
     return max(run, key=lambda c: (c.equal_rows, -c.max_abs)) if run else None
 
 
-def report_text(e: EngineLogits, cands: list) -> str:
-    """The `strata-ref which` report: one line per candidate, then the
+def report_text(e: EngineLogits, cands: list, n_ctx: int | None = None) -> str:
+    """The `strata-ref which` report: what was compared (rows, calls, the
+    context length: n_ctx as given, else the file's, else the drivers'
+    default of `infer.trace.pass_ctx`), one line per candidate, then the
     profiles that reproduce every row, or the nearest and its first
     differing row."""
     from ._text import printable
     kind = "every logit" if e.columns is None else f"{e.logits.shape[1]} logits"
-    how = "one batched call" if e.split is None else f"{e.split} ids, then one per call"
-    out = [f"{printable(e.source)}: {e.logits.shape[0]} rows ({kind} each), {how}"]
+    how = ("one batched call" if e.split is None or e.split >= e.logits.shape[0]
+           else f"{e.split} ids, then one per call")
+    if n_ctx is not None:
+        ctx = f"n_ctx {n_ctx}"
+    elif e.n_ctx is not None:
+        ctx = f"n_ctx {e.n_ctx} (the file's)"
+    else:
+        ctx = ("n_ctx the drivers' default (512, or the next multiple of 256 that holds the ids, at most the "
+               "training context)")
+    out = [f"{printable(e.source)}: {e.logits.shape[0]} rows ({kind} each), {how}, {ctx}"]
     w = max([7] + [len(c.profile) for c in cands])
     for c in cands:
         if c.not_emulated:

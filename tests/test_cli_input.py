@@ -136,7 +136,7 @@ def test_cache_that_cannot_be_created_is_named(monkeypatch, capsys):
         "a writable directory" in err[0]
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "two"])
+@pytest.mark.parametrize("value", ["0", "-1", "two", "2_0", " 2"])
 def test_bad_numba_threads_is_one_line_exit_2(tmp_path, value):
     p = tmp_path / "w.gguf"
     write_gguf(p, {}, [("w", T.F32, (4,), np.zeros(4, np.float32))])

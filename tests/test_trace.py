@@ -128,7 +128,7 @@ def test_bad_containers_are_one_clear_error(tmp_path):
         open_trace(part)
     plain = tmp_path / "plain.npz"
     np.savez(plain, logits=np.zeros(3))
-    with pytest.raises(TraceError, match="not a trace container"):
+    with pytest.raises(TraceError, match=r"not a trace container \(no `format` entry; it holds logits\)"):
         open_trace(plain)
     # a header claiming more data than the entry holds is refused, not allocated
     big = tmp_path / "big.npz"

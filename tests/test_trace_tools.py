@@ -94,6 +94,15 @@ def test_which_nearest_and_bad_input(tmp_path, qwen3, capsys):
     np.savez(f, tokens=ref["ids"], logits=logits)
     assert main(["which", str(f), qwen3, "--cpu", "avx2", "--flash-attn", "off"]) == 1
     out = capsys.readouterr().out
+    # the header says what ran: rows, calls and the context length
+    assert out.splitlines()[0] == (f"{f}: 12 rows (every logit each), one batched call, n_ctx the drivers' "
+                                   "default (512, or the next multiple of 256 that holds the ids, at most the "
+                                   "training context)")
+    assert "11/12 rows bitwise  first differing row 7" in out
+    # (the tiny model's training context is 256, which the default takes)
+    assert main(["which", str(f), qwen3, "--cpu", "avx2", "--flash-attn", "off", "--ctx", "256"]) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == f"{f}: 12 rows (every logit each), one batched call, n_ctx 256"
     assert "11/12 rows bitwise  first differing row 7" in out
     assert "nearest: avx2 (flash attention off), 11/12 rows; its first differing row 7 (token 119): logit of id 100" in out
     # auto: each profile's own default, as `generate` takes it
@@ -439,6 +448,13 @@ def test_which_and_trace_take_the_context_length(tmp_path, capsys):
         assert tr.options["n_ctx"] == 256
         out = tr.array(tr.find("result_output")[0]).reshape(len(ids), -1)
     assert np.array_equal(f32_bits(out), f32_bits(short))
+    # the trace records its calls (one batched): a --split that says
+    # otherwise is refused, not used
+    from strata_ref.which import load_logits
+    with pytest.raises(ValueError, match=r"the trace ran one batched call, not --split 5 "
+                                         r"\(leave --split out for a trace\)$"):
+        load_logits(t, split=5)
+    assert load_logits(t, split=len(ids)).split is None      # all ids in the first call: the same
     # a call of more than one ubatch (512 ids): a `result_output` node per
     # ubatch, joined again by which; its n_ctx the drivers' 768
     long = tmp_path / "long.npz"

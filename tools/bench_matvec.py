@@ -158,8 +158,14 @@ def main(argv=None) -> int:
     libs = None
     if site is not None:
         sys.path.insert(0, str(site))
-        from ggml_mm import _libs
-        libs = _libs()
+        try:
+            from ggml_mm import _libs
+            libs = _libs()
+        except ModuleNotFoundError as e:
+            ap.error(f"the llama.cpp peer in {site} needs {e.name!r}: pip install -e '.[peer]'")
+    else:
+        print(f"no llama.cpp peer built for {prof.name}: the ggml columns stay empty "
+              f"(python tools/peer_build.py {prof.name} builds it)", file=sys.stderr)
     from profile_infer import _read_bandwidth
     bw = _read_bandwidth(args.threads, prof.isa)
     global _CLOCK

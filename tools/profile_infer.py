@@ -169,8 +169,12 @@ def main(argv=None) -> int:
     numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
     from strata_ref import cpu
     from strata_ref.infer.loader import load
-    from strata_ref.models import resolve
-    prof = cpu.select(args.cpu)
+    from strata_ref.models import ModelError, resolve
+    try:
+        prof = cpu.select(args.cpu)
+        paths = [resolve(name) for name in args.models]       # before the minutes of measuring
+    except (ValueError, ModelError) as e:
+        ap.error(str(e))
     bw = _read_bandwidth(args.threads, prof.isa)
     t_par, t_call = _call_overheads()
     load_avg = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
@@ -179,8 +183,8 @@ def main(argv=None) -> int:
           f"{numba.threading_layer()}")
     print(f"read bandwidth {bw:.1f} GB/s ({args.threads} threads); empty parallel region "
           f"{t_par * 1e6:.1f} us; empty njit call {t_call * 1e6:.2f} us")
-    for name in args.models:
-        m = load(resolve(name), profile=prof)
+    for path in paths:
+        m = load(path, profile=prof)
         m.prepare()
         ids = m.tokenizer.encode(PROMPT)
         run_once(m, ids, args.tokens)
@@ -223,7 +227,7 @@ def main(argv=None) -> int:
             timers.remove()
         tp, pa, td, da, dc = best
         wb = weight_bytes(m)
-        print(f"\n{name}: prompt {len(ids)} tokens {best_p * 1e3:.2f} ms "
+        print(f"\n{path}: prompt {len(ids)} tokens {best_p * 1e3:.2f} ms "
               f"({len(ids) / best_p:.1f} tok/s), decode {best_d / n_dec * 1e3:.3f} ms/token "
               f"({n_dec / best_d:.1f} tok/s), as run by default, unwrapped; weights read per token "
               f"{wb / 1e6:.1f} MB, bandwidth floor {wb / (bw * 1e9) * 1e3:.3f} ms/token")

@@ -156,6 +156,19 @@ def utf8_problem(text: str, what: str = "the prompt") -> str | None:
     return None
 
 
+def sampling_problem(temperature: float, top_k: int, top_p: float) -> str | None:
+    """Why `--temperature`, `--top-k` or `--top-p` cannot sample, as one
+    line naming the option, or None (`generate` and `kl` take the same)."""
+    import math
+    if not math.isfinite(temperature) or temperature < 0:
+        return f"--temperature must be a finite number >= 0 (0: greedy), got {temperature}"
+    if not 0.0 < top_p <= 1.0:
+        return f"--top-p must be in (0, 1], got {top_p}"
+    if top_k < 0:
+        return f"--top-k must be >= 0 (0: off), got {top_k}"
+    return None
+
+
 def seed_problem(seed) -> str | None:
     """A seed is llama.cpp's uint32_t (`llama_sampler_init_dist`); the
     rotation's is written as a UINT32 key."""

@@ -6,19 +6,15 @@ import codecs
 import sys
 
 from .. import infer
-from .common import (Help, decimal, KV_TYPES, cpu_problem, err, fa_threads_problem, note_once, seed_problem,
-                     utf8_problem)
+from .common import (Help, decimal, KV_TYPES, cpu_problem, err, fa_threads_problem, note_once,
+                     sampling_problem, seed_problem, utf8_problem)
 
 
 def _check_generate_args(a) -> str | None:
     """The first problem with generate's options or prompt, or None."""
-    import math
-    if not math.isfinite(a.temperature) or a.temperature < 0:
-        return f"--temperature must be a finite number >= 0 (0: greedy), got {a.temperature}"
-    if not 0.0 < a.top_p <= 1.0:
-        return f"--top-p must be in (0, 1], got {a.top_p}"
-    if a.top_k < 0:
-        return f"--top-k must be >= 0 (0: off), got {a.top_k}"
+    bad = sampling_problem(a.temperature, a.top_k, a.top_p)
+    if bad:
+        return bad
     if seed_problem(a.seed):
         return seed_problem(a.seed)
     if a.max_tokens < 0:

@@ -98,12 +98,12 @@ def cmd_which(a) -> int:
         if toks is None:
             return err(f"--tokens {a.tokens[:80]!r} is not a comma-separated list of token ids")
     profiles = []
-    bad = empty_item_problem(a.cpu, "--cpu")
-    if bad:
-        return err(bad)
     if a.cpu is not None and not split_list(a.cpu):
         # an empty list would otherwise mean every profile (minutes of compiling)
         return err(f"--cpu {a.cpu!r} names no profile (give P1,P2 or leave --cpu out for all)")
+    bad = empty_item_problem(a.cpu, "--cpu")
+    if bad:
+        return err(bad)
     for p in split_list(a.cpu) or list(PROFILES):
         # the profile names of `generate --cpu` (any case, `native`), each once
         bad = cpu_problem(p)
@@ -141,7 +141,7 @@ def cmd_which(a) -> int:
                    "candidates": [c.json() for c in cands],
                    "matches": [c.json() for c in cands if c.matches]})
     else:
-        print(report_text(e, cands))
+        print(report_text(e, cands, a.ctx))
     if all(c.not_emulated for c in cands):
         # nothing was compared: a choice of candidates to change, as --cpu ''
         return err("no candidate could be run (each one's line says what is not emulated), so nothing was "

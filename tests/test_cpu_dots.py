@@ -70,3 +70,38 @@ def test_runner_refuses_other_types():
     with pytest.raises(KeyError, match="IQ4_XS"):
         matvec.runner(GGMLType.IQ4_XS, select("avx2").isa)
     assert select("avx2").name == "avx2"
+
+
+@pytest.mark.parametrize("profile", ["avx2", "avx512", "armv8.6-i8mm"])
+@pytest.mark.parametrize("types", [("Q4_K", "Q4_K", "Q6_K"), ("Q5_0", "Q8_0", "Q5_0"), ("Q4_0", "Q5_K"),
+                                   ("Q8_0", "Q6_K", "Q4_1")])
+def test_group_runner_is_each_runner(types, profile):
+    # q, k, v (gate, up) in one parallel region: each output the bits of
+    # the type's own runner, with any part count, token count and layout
+    isa = select(profile).isa
+    ts = [GGMLType[n] for n in types]
+    cols = 1024
+    mats = [np.ascontiguousarray(_matrix(t, rows, cols, profile, seed=rows)[0].packed.data[1])
+            for t, rows in zip(ts, (70, 37, 16))]
+    group = matvec.group_runner(ts, isa)
+    rng = np.random.default_rng(len(types))
+    for n in (1, 3, 8, 9):
+        x = rng.standard_normal((n, cols)).astype(np.float32)
+        for repacked in (False, True):
+            flags = (repacked,) * len(ts)
+            for parts in (1, 2, 3):
+                outs = group(flags, tuple(mats), x, parts)
+                assert len(outs) == len(ts)
+                for t, raw, o in zip(ts, mats, outs):
+                    ref = matvec.runner(t, isa)(repacked, True, False, raw, x, 1)
+                    assert o.shape == (n, raw.shape[0])
+                    assert np.array_equal(f32_bits(o), f32_bits(ref)), (t.name, n, repacked, parts)
+
+
+def test_group_runner_takes_two_or_three():
+    isa = select("avx2").isa
+    for ts in ((GGMLType.Q4_K,), (GGMLType.Q4_K,) * 4):
+        with pytest.raises(ValueError, match=f"2 or 3 types, got {len(ts)}"):
+            matvec.group_runner(ts, isa)
+    with pytest.raises(KeyError, match="IQ4_XS"):
+        matvec.group_runner((GGMLType.Q4_K, GGMLType.IQ4_XS), isa)

@@ -13,13 +13,22 @@ instruction-set modules, numerics, types) and of those switches.
 """
 from __future__ import annotations
 
+from collections import namedtuple
 from pathlib import Path
 
 from numba import njit, prange
 
 from .._jitcache import cached, sources_digest
 
-__all__ = ["cpu_digest", "jit", "even_split", "legacy_row_kernels", "kquant_row_kernels"]
+__all__ = ["cpu_digest", "jit", "even_split", "RowKernels", "legacy_row_kernels", "kquant_row_kernels"]
+
+#: the compiled kernels of one weight layout: serial(...) over every weight
+#: row, parallel(..., parts) over `parts` ranges on numba's threads,
+#: span(..., r0, r1) over rows r0 .. r1 (what each part runs; a caller
+#: with its own parallel region, `matvec.group_runner`, calls it), and
+#: split(R, parts, p), the first row of part p (the boundaries the layout
+#: allows)
+RowKernels = namedtuple("RowKernels", "serial parallel span split")
 
 
 def cpu_digest() -> str:
@@ -53,7 +62,7 @@ def even_split(R, parts, p):
 # x 1536 output matrix 6.8 ms, 19 GB/s, against 4.4 ms, 30 GB/s, when the
 # body calls the compiled row loop). The arithmetic is the same code.
 def legacy_row_kernels(rows, name: str, split=even_split):
-    """(serial, parallel) compiled kernels over a factory's numba function
+    """The `RowKernels` (serial, parallel, span, split) over a factory's numba function
     rows(raw, xq, xs, xm, out, r0, r1), which fills out[:, r0:r1]:
     serial(raw, xq, xs, xm, out) does every weight row, parallel(raw, xq,
     xs, xm, out, parts) splits them into `parts` contiguous ranges (part p
@@ -71,14 +80,15 @@ def legacy_row_kernels(rows, name: str, split=even_split):
         R = raw.shape[0]
         for p in prange(parts):
             span_c(raw, xq, xs, xm, out, split(R, parts, p), split(R, parts, p + 1))
-    return (cached(njit(serial), name + "_serial", cpu_digest),
-            cached(njit(parallel=True)(parallel), name + "_parallel", cpu_digest))
+    return RowKernels(cached(njit(serial), name + "_serial", cpu_digest),
+                      cached(njit(parallel=True)(parallel), name + "_parallel", cpu_digest), span_c, split)
 
 
 def kquant_row_kernels(rows, name: str):
     """As `legacy_row_kernels` for rows(raw, xq, xd, xb, n_gemm, out, r0,
     r1) of the K-quant interface (`kquant_dots.kernels`): serial(raw, xq,
-    xd, xb, n_gemm, out), parallel(..., parts)."""
+    xd, xb, n_gemm, out), parallel(..., parts), span(..., r0, r1); parts
+    split evenly (each row's arithmetic is its own)."""
     def span(raw, xq, xd, xb, n_gemm, out, r0, r1):
         rows(raw, xq, xd, xb, n_gemm, out, r0, r1)
     span_c = cached(njit(span), name + "_span", cpu_digest)
@@ -90,5 +100,5 @@ def kquant_row_kernels(rows, name: str):
         R = raw.shape[0]
         for p in prange(parts):
             span_c(raw, xq, xd, xb, n_gemm, out, even_split(R, parts, p), even_split(R, parts, p + 1))
-    return (cached(njit(serial), name + "_serial", cpu_digest),
-            cached(njit(parallel=True)(parallel), name + "_parallel", cpu_digest))
+    return RowKernels(cached(njit(serial), name + "_serial", cpu_digest),
+                      cached(njit(parallel=True)(parallel), name + "_parallel", cpu_digest), span_c, even_split)

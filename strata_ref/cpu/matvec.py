@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections import namedtuple
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from .._jitcache import cached
 from ..types import GGMLType
@@ -36,9 +36,9 @@ from . import kquant_dots, legacy_dots, mmla, neon_legacy
 from ._digest import cpu_digest
 from .act_quant import _q8_k
 from .._threads import threads
-from .traits import REPACK, TILED, TINYBLAS, Family, choose_path, kernel, vec_dot_type
+from .traits import REPACK, TILED, TINYBLAS, VEC_DOT, Family, choose_path, kernel, vec_dot_type
 
-__all__ = ["RUN_TYPES", "runner", "FAMILY", "StoredBlocks"]
+__all__ = ["RUN_TYPES", "runner", "group_runner", "FAMILY", "StoredBlocks"]
 
 #: the types `runner` serves
 RUN_TYPES = legacy_dots.LEGACY_TYPES + kquant_dots.KQUANT_TYPES
@@ -53,14 +53,14 @@ assert set(ONE_ROW) == mmla.TWO_ROW_VARIANTS
 
 
 def _one_row(module, t, isa):
-    """The (serial, parallel) kernels of the vec_dot a MUL_MAT_ID runs."""
+    """The `RowKernels` of the vec_dot a MUL_MAT_ID runs."""
     v = kernel(isa, t, "vec_dot")
     return module.variant_kernels(t, ONE_ROW.get(v, v))
 
 
 def _three(module, t, isa):
-    """The (serial, parallel) kernels of the chain's vec_dot, tinyBLAS_Q0
-    and repacked variants of t (the vec_dot ones where it has no other)."""
+    """The `RowKernels` of the chain's vec_dot, tinyBLAS_Q0 and repacked
+    variants of t (the vec_dot ones where it has no other)."""
     vd = module.variant_kernels(t, kernel(isa, t, "vec_dot"))
     tb = isa.lookup("TINYBLAS_Q0", t)
     rp = isa.resolve("REPACK").get(t)
@@ -68,9 +68,37 @@ def _three(module, t, isa):
             tb is not None)
 
 
-def _legacy_runner(t: GGMLType, isa):
-    (vd_s, vd_p), (tb_s, tb_p), (rp_s, rp_p), HAS_TB = _three(legacy_dots, t, isa)
-    v1_s, v1_p = _one_row(legacy_dots, t, isa)
+#: the compiled pieces of a runner: act(repacked, tinyblas, mmid, x) ->
+#: a, the activations quantized with the path chosen (a tuple);
+#: part(a, raw, out, parts, p), part p of `parts` of the product on one
+#: thread, as the path's parallel kernel splits the rows (part(a, raw,
+#: out, 1, 0): every row)
+Pieces = namedtuple("Pieces", "act part")
+
+
+def _span_part(k):
+    """part(...fixed args..., out, parts, p) of a `RowKernels` k: its span
+    over part p of its own split."""
+    span, split = k.span, k.split
+
+    @njit(inline="always")
+    def legacy(raw, xq, xs, xm, out, parts, p):
+        R = raw.shape[0]
+        span(raw, xq, xs, xm, out, split(R, parts, p), split(R, parts, p + 1))
+
+    @njit(inline="always")
+    def kquant(raw, xq, xd, xb, n_gemm, out, parts, p):
+        R = raw.shape[0]
+        span(raw, xq, xd, xb, n_gemm, out, split(R, parts, p), split(R, parts, p + 1))
+    return legacy, kquant
+
+
+def _legacy_pieces(t: GGMLType, isa):
+    """(Pieces, run) of legacy type t on chain `isa`."""
+    vd, tb, rp, HAS_TB = _three(legacy_dots, t, isa)
+    v1 = _one_row(legacy_dots, t, isa)
+    vd_part, tb_part, rp_part, v1_part = (_span_part(k)[0] for k in (vd, tb, rp, v1))
+    vd_p, tb_p, rp_p, v1_p, rp_s = vd.parallel, tb.parallel, rp.parallel, v1.parallel, rp.serial
     QUANT = isa.resolve("quantize_rows_q8")
     # a MUL_MAT_ID on a repacked layout whose gemm rounds otherwise than its
     # gemv (`neon_legacy.GEMM_NOT_GEMV`) takes the gemv for every row, as
@@ -79,50 +107,63 @@ def _legacy_runner(t: GGMLType, isa):
     MMID_ROW_BY_ROW = isa.resolve("REPACK").get(t) in neon_legacy.GEMM_NOT_GEMV
     Q8_1 = vec_dot_type(t) == GGMLType.Q8_1
 
-    def run(repacked, tinyblas, mmid, raw, x, parts):
+    @njit(inline="always")
+    def act(repacked, tinyblas, mmid, x):
         n, k = x.shape
         xq = np.empty((n, k), np.int8)
         xs = np.empty((n, k // 32), np.float32)
         xm = np.empty((n, k // 32), np.float32) if Q8_1 else xs
         QUANT(x, xq, xs, xm, Q8_1)
+        return choose_path(repacked, False, HAS_TB and tinyblas, n, mmid), mmid, xq, xs, xm
+
+    @njit(inline="always")
+    def part(a, raw, out, parts, p):
+        path, mmid, xq, xs, xm = a
+        if path == REPACK:
+            rp_part(raw, xq, xs, xm, out, parts, p)
+        elif path == TINYBLAS:
+            tb_part(raw, xq, xs, xm, out, parts, p)
+        elif mmid:
+            v1_part(raw, xq, xs, xm, out, parts, p)
+        else:
+            vd_part(raw, xq, xs, xm, out, parts, p)
+
+    def run(repacked, tinyblas, mmid, raw, x, parts):
+        a = act(repacked, tinyblas, mmid, x)
+        path, _, xq, xs, xm = a
+        n = x.shape[0]
         out = np.empty((n, raw.shape[0]), np.float32)
-        path = choose_path(repacked, False, HAS_TB and tinyblas, n, mmid)
         if path == REPACK and mmid and MMID_ROW_BY_ROW:
             for r in range(n):
                 rp_s(raw, xq[r:r + 1], xs[r:r + 1], xm[r:r + 1], out[r:r + 1])
+        elif parts <= 1:
+            part(a, raw, out, 1, 0)
         elif path == REPACK:
-            if parts > 1:
-                rp_p(raw, xq, xs, xm, out, parts)
-            else:
-                rp_s(raw, xq, xs, xm, out)
+            rp_p(raw, xq, xs, xm, out, parts)
         elif path == TINYBLAS:
-            if parts > 1:
-                tb_p(raw, xq, xs, xm, out, parts)
-            else:
-                tb_s(raw, xq, xs, xm, out)
+            tb_p(raw, xq, xs, xm, out, parts)
         elif mmid:
-            if parts > 1:
-                v1_p(raw, xq, xs, xm, out, parts)
-            else:
-                v1_s(raw, xq, xs, xm, out)
-        elif parts > 1:
-            vd_p(raw, xq, xs, xm, out, parts)
+            v1_p(raw, xq, xs, xm, out, parts)
         else:
-            vd_s(raw, xq, xs, xm, out)
+            vd_p(raw, xq, xs, xm, out, parts)
         return out
-    return run
+    return Pieces(act, part), run
 
 
-def _kquant_runner(t: GGMLType, isa):
+def _kquant_pieces(t: GGMLType, isa):
+    """(Pieces, run) of K-quant type t on chain `isa`."""
     K = kquant_dots
-    (vd_s, vd_p), _, (rp_s, rp_p), _ = _three(K, t, isa)
+    vd, _, rp, _ = _three(K, t, isa)
     TIE_ROWS = isa.resolve("REPACK").get(t) in K.AMAX_TIE_LAYOUTS
     HAS_TILED = t in isa.resolve("TILED")
-    tl_s, tl_p = K.variant_kernels(t, "tiled") if HAS_TILED else (vd_s, vd_p)
+    tl = K.variant_kernels(t, "tiled") if HAS_TILED else vd
+    vd_part, tl_part, rp_part = (_span_part(k)[1] for k in (vd, tl, rp))
+    vd_p, tl_p, rp_p = vd.parallel, tl.parallel, rp.parallel
     PER32 = t != GGMLType.Q6_K
     Q8_K_FMA = bool(isa.resolve("Q8_K_FMA"))
 
-    def run(repacked, tinyblas, mmid, raw, x, parts):
+    @njit(inline="always")
+    def act(repacked, tinyblas, mmid, x):
         n, k = x.shape
         path = choose_path(repacked, HAS_TILED, False, n, mmid)   # (no tinyBLAS_Q0 for K-quants)
         n_gemm = n - n % 4 if path == REPACK and not mmid else 0
@@ -137,44 +178,113 @@ def _kquant_runner(t: GGMLType, isa):
                     xb[t_, j] = b16[t_, 2 * j] + b16[t_, 2 * j + 1]
         else:
             xb = b16
-        out = np.empty((n, raw.shape[0]), np.float32)
-        if path == REPACK:
-            if parts > 1:
-                rp_p(raw, xq, xd, xb, n_gemm, out, parts)
-            else:
-                rp_s(raw, xq, xd, xb, n_gemm, out)
-        elif path == TILED:
-            if parts > 1:
-                tl_p(raw, xq, xd, xb, n_gemm, out, parts)
-            else:
-                tl_s(raw, xq, xd, xb, n_gemm, out)
-        else:
+        if path == VEC_DOT:
             # the two-row (i8mm) vec_dots take their n_gemm as "two rows
             # allowed": never for a MUL_MAT_ID; the others ignore it
-            two = 0 if mmid else n
-            if parts > 1:
-                vd_p(raw, xq, xd, xb, two, out, parts)
-            else:
-                vd_s(raw, xq, xd, xb, two, out)
+            n_gemm = 0 if mmid else n
+        return path, n_gemm, xq, xd, xb
+
+    @njit(inline="always")
+    def part(a, raw, out, parts, p):
+        path, n_gemm, xq, xd, xb = a
+        if path == REPACK:
+            rp_part(raw, xq, xd, xb, n_gemm, out, parts, p)
+        elif path == TILED:
+            tl_part(raw, xq, xd, xb, n_gemm, out, parts, p)
+        else:
+            vd_part(raw, xq, xd, xb, n_gemm, out, parts, p)
+
+    def run(repacked, tinyblas, mmid, raw, x, parts):
+        a = act(repacked, tinyblas, mmid, x)
+        path, n_gemm, xq, xd, xb = a
+        out = np.empty((x.shape[0], raw.shape[0]), np.float32)
+        if parts <= 1:
+            part(a, raw, out, 1, 0)
+        elif path == REPACK:
+            rp_p(raw, xq, xd, xb, n_gemm, out, parts)
+        elif path == TILED:
+            tl_p(raw, xq, xd, xb, n_gemm, out, parts)
+        else:
+            vd_p(raw, xq, xd, xb, n_gemm, out, parts)
         return out
-    return run
+    return Pieces(act, part), run
 
 
-def runner(t, isa):
-    """The compiled `run` of weight type t on chain `isa` (module
-    docstring); KeyError for a type not in `RUN_TYPES`."""
+def _pieces(t: GGMLType, isa):
+    """(Pieces, compiled run) of type t on chain `isa`, made once."""
     t = GGMLType(t)
     key = (t, isa)
     r = _RUNNERS.get(key)
     if r is None:
         if t in legacy_dots.LEGACY_TYPES:
-            fn = _legacy_runner(t, isa)
+            pieces, fn = _legacy_pieces(t, isa)
         elif t in kquant_dots.KQUANT_TYPES:
-            fn = _kquant_runner(t, isa)
+            pieces, fn = _kquant_pieces(t, isa)
         else:
             raise KeyError(f"no compiled mat-mul runner for {t.name}")
-        r = _RUNNERS[key] = cached(njit(fn), f"matvec_{t.name}_{isa.key}", cpu_digest)
+        r = _RUNNERS[key] = pieces, cached(njit(fn), f"matvec_{t.name}_{isa.key}", cpu_digest)
     return r
+
+
+def runner(t, isa):
+    """The compiled `run` of weight type t on chain `isa` (module
+    docstring); KeyError for a type not in `RUN_TYPES`."""
+    return _pieces(t, isa)[1]
+
+
+def group_runner(types, isa):
+    """One compiled call for two or three products of the same
+    activations (q, k and v; gate and up): run(repacked, raws, x, parts)
+    -> outs, repacked / raws / outs tuples in the order of `types`, each
+    product as `runner(t, isa)` computes it (dense, no MUL_MAT_ID,
+    tinyBLAS allowed) but all of them in one parallel region, part p of
+    every matrix on thread p (a decode step's small matrices cost their
+    region's start more than their reading). KeyError for a type not in
+    `RUN_TYPES`; ValueError for another count."""
+    types = tuple(GGMLType(t) for t in types)
+    key = ("group", types, isa)
+    r = _RUNNERS.get(key)
+    if r is None:
+        if len(types) not in (2, 3):
+            raise ValueError(f"group_runner takes 2 or 3 types, got {len(types)}")
+        ps = [_pieces(t, isa)[0] for t in types]
+        fn = _group3(*ps) if len(ps) == 3 else _group2(*ps)
+        name = f"matvec_group_{'_'.join(t.name for t in types)}_{isa.key}"
+        r = _RUNNERS[key] = cached(njit(parallel=True)(fn), name, cpu_digest)
+    return r
+
+
+def _group2(a, b):
+    act_a, act_b, part_a, part_b = a.act, b.act, a.part, b.part
+
+    def run(repacked, raws, x, parts):
+        n = x.shape[0]
+        ra, rb = raws
+        xa, xb = act_a(repacked[0], True, False, x), act_b(repacked[1], True, False, x)
+        oa, ob = np.empty((n, ra.shape[0]), np.float32), np.empty((n, rb.shape[0]), np.float32)
+        for p in prange(parts):
+            part_a(xa, ra, oa, parts, p)
+            part_b(xb, rb, ob, parts, p)
+        return oa, ob
+    return run
+
+
+def _group3(a, b, c):
+    act_a, act_b, act_c, part_a, part_b, part_c = a.act, b.act, c.act, a.part, b.part, c.part
+
+    def run(repacked, raws, x, parts):
+        n = x.shape[0]
+        ra, rb, rc = raws
+        xa, xb = act_a(repacked[0], True, False, x), act_b(repacked[1], True, False, x)
+        xc = act_c(repacked[2], True, False, x)
+        oa, ob = np.empty((n, ra.shape[0]), np.float32), np.empty((n, rb.shape[0]), np.float32)
+        oc = np.empty((n, rc.shape[0]), np.float32)
+        for p in prange(parts):
+            part_a(xa, ra, oa, parts, p)
+            part_b(xb, rb, ob, parts, p)
+            part_c(xc, rc, oc, parts, p)
+        return oa, ob, oc
+    return run
 
 
 #: the packed form of a stored-block matrix: its runner and its blocks as

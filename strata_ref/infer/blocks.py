@@ -111,7 +111,7 @@ def attention_fn(s: AttnShape, k):
     QK_NORM, Q_GATE, SCALE_Q, K_FIRST = s.qk_norm, s.q_gate, s.scale_q, s.k_first
     Q_MM = "Qcur_full" if Q_GATE else "Qcur"
     jit = k["jit"]
-    mm_qkv, mm_q, mm_k, mm_v, mm_o = k["mm_qkv"], k["mm_q"], k["mm_k"], k["mm_v"], k["mm_o"]
+    mm_qkv, mm_q_k_v, mm_o = k["mm_qkv"], k["mm_q_k_v"], k["mm_o"]
     cols, add_row, norm, rope, scale = k["cols"], k["add_row"], k["norm"], k["rope"], k["scale"]
     attend, split_gate, gate_mul = k["attend"], k["split_gate"], k["gate_mul"]
     emit, emit_scaled, emit_out, emit_out_sum = k["emit"], k["emit_scaled"], k["emit_out"], k["emit_out_sum"]
@@ -150,9 +150,7 @@ def attention_fn(s: AttnShape, k):
             kk = cols(qkv, nqr, nqr + nkv)
             v = cols(qkv, nqr + nkv, nqr + 2 * nkv)
         else:
-            q = mm_q(A.wq, x, c)
-            kk = mm_k(A.wk, x, c)
-            v = mm_v(A.wv, x, c)
+            q, kk, v = mm_q_k_v(A.wq, A.wk, A.wv, x, c)
         # the three streams in the order llama.cpp's graph evaluates them
         # (independent: the order changes no bit, only the trace's order)
         emit(q, Q_MM, "MUL_MAT", c)
@@ -196,7 +194,7 @@ def ffn_fn(s: FfnShape, k):
     with LLM_FFN_PAR)."""
     STACKED, GELU, DOWN = s.stacked, s.gelu, s.down
     ACT, ACT_OP = ("ffn_geglu", "GEGLU") if GELU else ("ffn_swiglu", "SWIGLU")
-    mm_gu, mm_g, mm_u, mm_d = k["mm_gu"], k["mm_g"], k["mm_u"], k["mm_d"]
+    mm_gu, mm_gate_up, mm_d = k["mm_gu"], k["mm_gate_up"], k["mm_d"]
     cols, geglu, swiglu, emit = k["cols"], k["geglu"], k["swiglu"], k["emit"]
 
     def ffn(F, x, c):
@@ -206,8 +204,7 @@ def ffn_fn(s: FfnShape, k):
             g = cols(gu, 0, n_ff)
             u = cols(gu, n_ff, 2 * n_ff)
         else:
-            g = mm_g(F.w_gate, x, c)
-            u = mm_u(F.w_up, x, c)
+            g, u = mm_gate_up(F.w_gate, F.w_up, x, c)
         emit(g, "ffn_gate", "MUL_MAT", c)
         emit(u, "ffn_up", "MUL_MAT", c)
         if GELU:

@@ -201,12 +201,34 @@ def _mm(runner):
     return mm
 
 
+def _mm3(group):
+    """q, k and v of one input in one parallel region (`matvec.group_runner`);
+    parallel as `_mm` decides for the three together."""
+    @_inline
+    def mm(Wa, Wb, Wc, x, c):
+        macs = x.shape[0] * (Wa[0].shape[0] + Wb[0].shape[0] + Wc[0].shape[0]) * x.shape[1]
+        return group((Wa[1], Wb[1], Wc[1]), (Wa[0], Wb[0], Wc[0]), x,
+                     c.threads if macs >= PARALLEL_MIN_MACS else 1)
+    return mm
+
+
+def _mm2(group):
+    """gate and up of one input in one parallel region, as `_mm3`."""
+    @_inline
+    def mm(Wa, Wb, x, c):
+        macs = x.shape[0] * (Wa[0].shape[0] + Wb[0].shape[0]) * x.shape[1]
+        return group((Wa[1], Wb[1]), (Wa[0], Wb[0]), x, c.threads if macs >= PARALLEL_MIN_MACS else 1)
+    return mm
+
+
 def kit(types, isa) -> dict:
     """The compiled kit of `blocks` for weight slots of ggml types `types`
     (q|qkv, k, v, o, gate|gate_up, up, down: the unused slots repeat a
     used one) on the instruction-set chain `isa`."""
-    mq, mk, mv, mo, mg, mu, md = (_mm(matvec.runner(t, isa)) for t in types)
-    return dict(jit=_inline, mm_qkv=mq, mm_q=mq, mm_k=mk, mm_v=mv, mm_o=mo, mm_gu=mg, mm_g=mg, mm_u=mu,
+    mq, mo, mg, md = (_mm(matvec.runner(types[i], isa)) for i in (0, 3, 4, 6))
+    q_k_v = _mm3(matvec.group_runner(types[:3], isa))
+    gate_up = _mm2(matvec.group_runner(types[4:6], isa))
+    return dict(jit=_inline, mm_qkv=mq, mm_q_k_v=q_k_v, mm_o=mo, mm_gu=mg, mm_gate_up=gate_up,
                 mm_d=md, cols=_cols, add_row=_add_row, add=_add, scale=_scale, norm=_norm,
                 norm_unnumbered=_norm, rope=_rope_c, geglu=_geglu_c, swiglu=_swiglu_c, attend=_attend,
                 split_gate=_eager_only, gate_mul=_eager_only, emit=_no_emit, emit_scaled=_no_emit_scaled,

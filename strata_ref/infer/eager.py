@@ -52,6 +52,12 @@ def _mm(W, x, c):
     return W.matmul(x)
 
 
+def _mm_each(*args):
+    # q, k, v (or gate, up) of one input: each its own product
+    *ws, x, c = args
+    return tuple(W.matmul(x) for W in ws)
+
+
 def _cols(a, c0, c1):
     return a[:, c0:c1]
 
@@ -176,7 +182,7 @@ def _out_rows(x, residual, c):
 #: the primitives `blocks` composes, eagerly
 KIT = dict(
     jit=lambda f: f,
-    mm_qkv=_mm, mm_q=_mm, mm_k=_mm, mm_v=_mm, mm_o=_mm, mm_gu=_mm, mm_g=_mm, mm_u=_mm, mm_d=_mm,
+    mm_qkv=_mm, mm_q_k_v=_mm_each, mm_o=_mm, mm_gu=_mm, mm_gate_up=_mm_each, mm_d=_mm,
     cols=_cols, add_row=_add_row, add=_add, scale=_scale, norm=_norm, norm_unnumbered=_norm_unnumbered,
     rope=_rope, geglu=_geglu, swiglu=_swiglu, attend=_attend, split_gate=_split_gate, gate_mul=_gate_mul,
     emit=_emit, emit_scaled=_emit_scaled, emit_out=_emit_out, emit_out_sum=_emit_out_sum, out_rows=_out_rows,

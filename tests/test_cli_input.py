@@ -406,3 +406,98 @@ def test_which_refuses_an_empty_profile_in_its_list(capsys):
         assert main(["which", "missing.npz", "missing.gguf", "--cpu", cpu]) == 2
         assert capsys.readouterr().err.strip() == (
             f"strata-ref: error: --cpu {cpu!r} has an empty item; give comma-separated names")
+
+
+@pytest.mark.parametrize("argv, flag, value", [
+    (["hash", "absent.gguf", "--out"], "--out", "f32,,f16"),
+    (["hash", "absent.gguf", "--out"], "--out", "f32,"),
+    (["hash", "absent.gguf", "--types"], "--types", "Q4_0,,Q8_0"),
+    (["hash", "absent.gguf", "--tensors"], "--tensors", "a*,,b*"),
+    (["trace", "absent.gguf", "--tokens", "1,2", "--out", "t.npz", "--tensors"], "--tensors", ",a*"),
+])
+def test_an_empty_item_in_a_list_is_refused_before_the_file_is_read(argv, flag, value, capsys):
+    # "f32,,f16" hashed f32 and f16 as if the slip were not there
+    assert main(argv + [value]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err.splitlines() == [
+        f"strata-ref: error: {flag} {value!r} has an empty item; give comma-separated names"]
+
+
+@pytest.mark.parametrize("flag, msg", [
+    ("--out", "--out: unknown or no dtype (',,'); choose from f32,f16,bf16"),
+    ("--types", "--types ',,' names no type"),
+    ("--tensors", "--tensors ',,' names no pattern; give comma-separated names or fnmatch globs"),
+])
+def test_a_list_naming_nothing_keeps_its_own_line(flag, msg, capsys):
+    assert main(["hash", "absent.gguf", flag, ",,"]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"strata-ref: error: {msg}"]
+
+
+def test_hash_types_the_file_lacks_are_an_error_naming_what_it_holds(tmp_path, capsys):
+    # an empty chain with exit 0 (and a note) where --tensors nomatch* was an error
+    p = tmp_path / "q.gguf"
+    write_gguf(p, {}, [("a", T.F32, (32,), np.ones(32, np.float32)),
+                       ("b", T.Q8_0, (32,), np.zeros(34, np.uint8)),
+                       ("c", T.F32, (32,), np.zeros(32, np.float32))])
+    assert main(["hash", str(p), "--types", "q4_k,2"]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err.splitlines() == [
+        "strata-ref: error: --types Q4_0,Q4_K matches no tensor of q.gguf, which holds F32, Q8_0"]
+    # each selects a tensor, the two together none
+    assert main(["hash", str(p), "--types", "Q8_0", "--tensors", "a,c"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "strata-ref: error: --types Q8_0 and --tensors 'a,c' together match no tensor of q.gguf"]
+    assert main(["hash", str(p), "--types", "Q8_0", "--tensors", "a,b", "--out", "f32", "--json"]) == 0
+    assert [t["name"] for t in json.loads(capsys.readouterr().out)["tensors"]] == ["b"]
+
+
+@pytest.mark.parametrize("argv, least, why", [
+    (["generate", "absent.gguf", "Hi"], 2, "one prompt token and one generated"),
+    (["kl", "absent.gguf", "b.gguf"], 1, "one token"),
+    (["trace", "absent.gguf", "--tokens", "1,2", "--out", "t.npz"], 1, "one token"),
+    (["which", "absent.npz", "absent.gguf", "--cpu", "avx2"], 1, "one token"),
+])
+@pytest.mark.parametrize("ctx", ["0", "-3"])
+def test_a_ctx_below_the_commands_minimum_is_worded_alike(argv, least, why, ctx, capsys):
+    # generate said "is outside 2 .. the model's training context", the
+    # others "is not a context length (an int >= 1)"
+    assert main(argv + ["--ctx", ctx]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err.splitlines() == [
+        f"strata-ref: error: --ctx {ctx} is below the minimum of {least} ({why})"]
+
+
+def test_which_says_when_two_items_give_one_profile(tmp_path, monkeypatch, capsys):
+    # `--cpu avx512,native` dropped native without a word where native is avx512
+    import strata_ref.which as which_mod
+    from strata_ref.cpu import select
+
+    class Candidate:
+        matches, not_emulated = True, None
+
+        def json(self):
+            return {"matches": True}
+    tried = []
+
+    def which(e, model, profiles, *args, **kw):
+        tried.append(list(profiles))
+        return [Candidate()] * len(profiles)
+    monkeypatch.setattr(which_mod, "which", which)
+    monkeypatch.setattr(which_mod, "report_text", lambda e, cands, n_ctx: "the report")
+    logits = tmp_path / "l.npz"
+    np.savez(logits, tokens=np.array([1, 2, 3]), logits=np.zeros((3, 8), np.float32))
+    native = select("native").name
+    for cpu, note in [(f"{native},native", f"--cpu native is {native} on this machine: tried once"),
+                      (f"native,{native}", f"--cpu native is {native} on this machine: tried once"),
+                      ("avx2,AVX2", "--cpu names AVX2 twice: tried once"),
+                      ("v0.4.0-haswell,v0.4.0-alderlake", "--cpu v0.4.0-alderlake is v0.4.0-haswell: tried once")]:
+        for extra in ([], ["--json"]):
+            assert main(["which", str(logits), "m.gguf", "--cpu", cpu, "--flash-attn", "off"] + extra) == 0
+            cap = capsys.readouterr()
+            assert cap.err.splitlines() == [f"strata-ref: note: {note}"]
+            assert (json.loads(cap.out)["matches"] == [{"matches": True}] if extra
+                    else cap.out == "the report\n")
+            assert tried.pop() == [select(cpu.split(",")[0]).name]
+    # distinct profiles: no note
+    assert main(["which", str(logits), "m.gguf", "--cpu", "avx2,scalar", "--json"]) == 0
+    assert capsys.readouterr().err == "" and tried.pop() == ["avx2", "scalar"]

@@ -359,7 +359,9 @@ def test_fuzz_tokenizer_metadata(tokenizer_bases, tmp_path, monkeypatch, capsys)
             rc = main(argv + (["--chat"] if chat else []))
             out, errs = capsys.readouterr()
             if rc == 0:
-                assert re.search(r"\[prompt: \d+ tokens?, .* tok/s[^\n]*\]\n$", out), label
+                # the text on stdout, the speed line on stderr
+                assert out.endswith("\n") and "[prompt: " not in out, label
+                assert re.search(r"^\[prompt: \d+ tokens?, .* tok/s.*\]$", errs, re.M), label
                 counts["ran"] += 1
             else:
                 assert rc == 2, f"{label}: exit {rc}"

@@ -80,24 +80,25 @@ def test_batched_equals_incremental_argmax():
 
 def test_run_generate_streams_text_and_speed_line():
     from strata_ref.cli.inference import run_generate
-    buf = io.StringIO()
-    assert run_generate(str(model_path(SMOL)), PROMPT, max_tokens=4, out=buf) == 0
-    text = buf.getvalue()
-    assert text.startswith(PROMPT + " Paris.\n\n")
-    last = text.rstrip("\n").rsplit("\n", 1)[-1]
+    buf, err = io.StringIO(), io.StringIO()
+    assert run_generate(str(model_path(SMOL)), PROMPT, max_tokens=4, out=buf, err=err) == 0
+    # the text alone on `out` (4 tokens: " Paris", ".", "\n", "\n"), ending
+    # with one newline more; the speeds on `err`
+    assert buf.getvalue() == PROMPT + SPEC[SMOL]["text"][:9] + "\n"
+    last = err.getvalue().splitlines()[0]
     assert "prompt: 5 tokens" in last and "tok/s" in last and "decode: 4 tokens (3 passes)" in last
 
 
 def test_run_generate_says_when_the_context_stopped_it():
     from strata_ref.cli.inference import run_generate
-    buf = io.StringIO()
+    buf, err = io.StringIO(), io.StringIO()
     # 5 prompt tokens in a context of 7: two tokens of the 5 asked for
-    assert run_generate(str(model_path(SMOL)), PROMPT, max_tokens=5, n_ctx=7, out=buf) == 0
-    last = buf.getvalue().rstrip("\n").rsplit("\n", 1)[-1]
-    assert "decode: 2 tokens (1 pass; stopped: the context of 7 tokens is full)" in last
-    buf = io.StringIO()
-    assert run_generate(str(model_path(SMOL)), PROMPT, max_tokens=1, n_ctx=7, out=buf) == 0
+    assert run_generate(str(model_path(SMOL)), PROMPT, max_tokens=5, n_ctx=7, out=buf, err=err) == 0
+    assert "decode: 2 tokens (1 pass; stopped: the context of 7 tokens is full)" in err.getvalue()
     assert "stopped" not in buf.getvalue()
+    buf, err = io.StringIO(), io.StringIO()
+    assert run_generate(str(model_path(SMOL)), PROMPT, max_tokens=1, n_ctx=7, out=buf, err=err) == 0
+    assert "decode: 1 token (0 passes)" in err.getvalue() and "stopped" not in err.getvalue()
 
 
 def test_run_generate_chat_and_context_errors():
@@ -107,9 +108,9 @@ def test_run_generate_chat_and_context_errors():
     with pytest.raises(ValueError, match="context holds 8"):
         generate(m, list(range(100, 120)), 4, Sampler(), n_ctx=8)
     from strata_ref.cli.inference import run_generate
-    buf = io.StringIO()
-    run_generate(str(model_path(SMOL)), "Say hi", max_tokens=2, chat=True, out=buf)
-    assert "tok/s" in buf.getvalue()
+    buf, err = io.StringIO(), io.StringIO()
+    assert run_generate(str(model_path(SMOL)), "Say hi", max_tokens=2, chat=True, out=buf, err=err) == 0
+    assert "tok/s" in err.getvalue() and "tok/s" not in buf.getvalue()
 
 
 # ---------------------------------------------------------------- by hand

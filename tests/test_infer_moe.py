@@ -838,5 +838,6 @@ def test_generate_command_runs_each_tiny_model(arch, tiny_files, capsys):
     from strata_ref.cli import main
     assert main(["generate", str(tiny_files[arch]), "Hello", "--max-tokens", "4",
                  "--cpu", "avx2", "--ctx", "64"]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith("Hello") and "decode: 4 tokens" in out and "cpu: avx2" in out
+    cap = capsys.readouterr()
+    assert cap.out.startswith("Hello") and "[prompt: " not in cap.out
+    assert "decode: 4 tokens" in cap.err and "cpu: avx2" in cap.err

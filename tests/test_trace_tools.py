@@ -485,7 +485,7 @@ def test_which_and_trace_take_the_context_length(tmp_path, capsys):
         doc = json.loads(capsys.readouterr().out)
         assert (doc["test"] == doc["floor"]) == same, (c, extra)
     # bad --ctx: one line, exit 2, nothing run
-    for extra, msg in ((["--ctx", "0"], "--ctx 0 is not a context length (an int >= 1)"),
+    for extra, msg in ((["--ctx", "0"], "--ctx 0 is below the minimum of 1 (one token)"),
                        (["--ctx", "3"], f"--ctx 3 holds fewer than the {len(ids)} token ids"),
                        (["--ctx", "100000"], "--ctx 100000 is more than the model's training context of ")):
         assert main(["trace", str(model), "--tokens", tok, "--cpu", "avx2", "--out", str(tmp_path / "x.npz")]

@@ -97,6 +97,28 @@ def split_list(s: str | None) -> list[str] | None:
     return [p.strip() for p in s.split(",") if p.strip()]
 
 
+def list_problem(text: str | None, flag: str, names_nothing: str) -> str | None:
+    """Why the comma-separated list `text` of option `flag` cannot be
+    taken, as one line, or None (text None: not given): `names_nothing`
+    for a list of no item ("", ",,"), the line of `empty_item_problem` for
+    one with an empty item among others ("a,,b", "a,")."""
+    if text is None:
+        return None
+    if not split_list(text):
+        return names_nothing
+    return empty_item_problem(text, flag)
+
+
+def below_minimum(flag: str, value, minimum: int, why: str) -> str | None:
+    """None, or the line for an integer option below the least value the
+    command takes, with the reason for that least value:
+    "--ctx 0 is below the minimum of 2 (one prompt token and one generated)".
+    value None: not given."""
+    if value is None or value >= minimum:
+        return None
+    return f"{flag} {value} is below the minimum of {minimum} ({why})"
+
+
 def cpu_problem(name) -> str | None:
     """Why `--cpu NAME` (None: $STRATA_REF_CPU, else native) names no CPU
     profile, as one line, or None; checked before any model is read."""
@@ -386,14 +408,14 @@ def out_problem(path, flag: str, kind: str, example: str, inputs=(), force_flag:
 
 def patterns_problem(text, what: str = "--tensors") -> str | None:
     """Why comma-separated fnmatch patterns cannot select anything, as one
-    line, or None (text None: no filter): a list of no pattern (",,"), a
-    pattern with an unclosed `[` (fnmatch would take it literally)."""
-    if text is None:
-        return None
-    pats = split_list(text)
-    if not pats:
-        return f"{what} {text!r} names no pattern; give comma-separated names or fnmatch globs"
-    for p in pats:
+    line, or None (text None: no filter): a list of no pattern (",,"), an
+    empty item ("a*,,b*"), a pattern with an unclosed `[` (fnmatch would
+    take it literally)."""
+    bad = list_problem(text, what, f"{what} {text!r} names no pattern; give comma-separated names or "
+                                   f"fnmatch globs")
+    if bad or text is None:
+        return bad
+    for p in split_list(text):
         if "[" in p and "]" not in p[p.index("[") + 1:]:
             return f"{what}: pattern {p!r} has an unclosed '['; write [[] for a literal ["
     return None

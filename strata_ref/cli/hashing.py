@@ -8,7 +8,7 @@ import signal
 import sys
 
 from .._text import count, printable
-from .common import decimal, err, split_list
+from .common import decimal, err, list_problem, patterns_problem, split_list
 
 
 class _Terminated(Exception):
@@ -27,10 +27,15 @@ def cmd_hash(a) -> int:
     from ..tasks import cpu_count
     from ..types import parse_type
 
-    outs = list(dict.fromkeys(o.lower() for o in split_list(a.out) or []))
-    bad = [o for o in outs if o not in HASH_DTYPES]
-    if bad or not outs:
-        return err(f"--out: unknown or no dtype ({a.out!r}); choose from f32,f16,bf16")
+    no_dtype = f"--out: unknown or no dtype ({a.out!r}); choose from f32,f16,bf16"
+    bad = (list_problem(a.out, "--out", no_dtype)
+           or list_problem(a.types, "--types", f"--types {a.types!r} names no type")
+           or patterns_problem(a.tensors))
+    if bad:
+        return err(bad)
+    outs = list(dict.fromkeys(o.lower() for o in split_list(a.out)))
+    if any(o not in HASH_DTYPES for o in outs):
+        return err(no_dtype)
     if a.device != "cuda" and (a.kernel or a.compare):
         return err("--kernel and --compare need --device cuda")
     if a.device == "cuda" and (a.jobs or a.scheduler or a.manifest):
@@ -40,11 +45,7 @@ def cmd_hash(a) -> int:
         return err(f"--jobs must be >= 1, got {a.jobs}")
     if a.resume and not a.manifest:
         return err("--resume needs --manifest FILE (the manifest to resume from)")
-    types = None
-    if a.types is not None:
-        types = {parse_type(t) for t in split_list(a.types) or []}
-        if not types:
-            return err(f"--types {a.types!r} names no type")
+    types = None if a.types is None else {parse_type(t) for t in split_list(a.types)}
     if a.device == "cuda":
         # before the model is fetched or read: a machine without a GPU
         # says so at once
@@ -56,19 +57,11 @@ def cmd_hash(a) -> int:
             return 2
     path = resolve(a.model)
     f = read(path)
-    select = None
-    if a.tensors is not None:
-        select = _name_filter(a.tensors)
-        if select is None or not any(select(t.name) for t in f.tensors):
-            return err(f"--tensors {a.tensors!r} matches no tensor of {path.name}")
-        import fnmatch
-        idle = [p for p in split_list(a.tensors) if not any(fnmatch.fnmatchcase(t.name, p) for t in f.tensors)]
-        if idle:
-            return err(f"--tensors: pattern {idle[0]!r} matches no tensor of {path.name}")
+    select = None if a.tensors is None else _name_filter(a.tensors)
+    bad = _selection_problem(f, path.name, a.tensors, types)
+    if bad:
+        return err(bad)
     tensors = [t for t in f.tensors if (types is None or t.type in types) and (select is None or select(t.name))]
-    if types is not None and not tensors:
-        print(f"strata-ref: note: no tensor of type {', '.join(sorted(t.name for t in types))} "
-              f"in {path.name}", file=sys.stderr)
     if a.device == "cuda":
         return _hash_device(a, f, tensors, outs)
     total = sum(t.n_bytes for t in tensors)
@@ -100,12 +93,31 @@ def cmd_hash(a) -> int:
 
 def _name_filter(patterns: str):
     """A predicate on tensor names from comma-separated fnmatch patterns
-    (None when the list names no pattern)."""
+    (checked by `patterns_problem`)."""
     import fnmatch
     pats = split_list(patterns)
-    if not pats:
-        return None
     return lambda name: any(fnmatch.fnmatchcase(name, p) for p in pats)
+
+
+def _selection_problem(model, file_name: str, patterns, types) -> str | None:
+    """Why `--tensors PATTERNS` (None: not given) and `--types` (a set of
+    GGMLType, None: not given) select no tensor of `model`, as one line, or
+    None: a pattern that matches no tensor, types the file has no tensor
+    of (the line names those it holds), or the two together leaving none."""
+    if patterns is not None:
+        idle = [p for p in split_list(patterns) if not any(_name_filter(p)(t.name) for t in model.tensors)]
+        if idle:
+            return f"--tensors: pattern {idle[0]!r} matches no tensor of {file_name}"
+    if types is None:
+        return None
+    asked = ",".join(sorted(t.name for t in types))
+    if not any(t.type in types for t in model.tensors):
+        held = ", ".join(dict.fromkeys(t.type.name for t in model.tensors)) or "no tensor"
+        return f"--types {asked} matches no tensor of {file_name}, which holds {held}"
+    keep = _name_filter(patterns) if patterns is not None else None
+    if keep is not None and not any(t.type in types and keep(t.name) for t in model.tensors):
+        return f"--types {asked} and --tensors {patterns!r} together match no tensor of {file_name}"
+    return None
 
 
 def _print_hashes(model, rows: list, chained: dict, outs: list, as_json: bool,

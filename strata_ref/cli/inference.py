@@ -1,13 +1,16 @@
-"""`strata-ref generate`: CPU inference streamed to the terminal, then the
-prompt and decode speeds."""
+"""`strata-ref generate`: CPU inference streamed to stdout, then the prompt
+and decode speeds on stderr."""
 from __future__ import annotations
 
 import codecs
 import sys
 
 from .. import infer
-from .common import (Help, decimal, KV_TYPES, cpu_problem, err, fa_threads_problem, note_once,
+from .common import (Help, below_minimum, decimal, KV_TYPES, cpu_problem, err, fa_threads_problem, note_once,
                      sampling_problem, seed_problem, utf8_problem)
+
+#: the least `generate --ctx`: one prompt token and one generated
+MIN_CTX = 2
 
 
 def _check_generate_args(a) -> str | None:
@@ -79,8 +82,11 @@ def cmd_generate(a) -> int:
 def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 0.0,
                  top_k: int = 40, top_p: float = 0.95, seed: int = 0, chat: bool = False,
                  out=None, n_ctx: int | None = None, cpu=None, err=None, cache=None) -> int:
-    """`strata-ref generate`: stream the continuation of `prompt` to stdout
-    (`out`), then a line with the prompt and decode speeds in tok/s.
+    """`strata-ref generate`: stream `prompt` and its continuation to stdout
+    (`out`), ending with one newline, then write a line with the prompt and
+    decode speeds in tok/s to stderr (`err`), as llama.cpp's tools print
+    their timings: stdout holds the text alone, to compare with another
+    engine's.
 
     model: registry name, alias or GGUF path (None: the default model).
     chat: format `prompt` as one user message with the model's chat template.
@@ -95,7 +101,8 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     native one and llama.cpp's native build on this CPU would take code that
     no profile reproduces, a note on `err` says so, once per model cache
     (`common.note_once`, `strata_ref.cpu.native_note`).
-    err: where the n_ctx error and the note go (default sys.stderr).
+    err: where the speed line, the n_ctx error and the note go (default
+    sys.stderr).
     cache: KV cache options (`kv_cache.KVCache`: type_k, type_v, flash_attn,
     fa_threads), named in the speed line when not the default.
     """
@@ -107,15 +114,16 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
         raise ValueError(f"--max-tokens must be >= 0, got {max_tokens}")
     from ..infer.sampling import Sampler
     out = out or sys.stdout
+    errs = err or sys.stderr
     prof = _cpu.select(cpu)
     cache = dict(cache or {})
     # the lower bound before the model is loaded (or fetched), the upper after
-    bad_ctx = infer.ctx_problem(n_ctx)
+    bad_ctx = below_minimum("--ctx", n_ctx, MIN_CTX, "one prompt token and one generated")
     if not bad_ctx:
         m = infer.load(model, cpu=prof, **cache)
         bad_ctx = infer.ctx_problem(n_ctx, m)
     if bad_ctx:
-        print(f"strata-ref: error: {bad_ctx}", file=err or sys.stderr)
+        print(f"strata-ref: error: {bad_ctx}", file=errs)
         return 2
     name = cpu if cpu is not None else env_value(_cpu.ENV) or "native"
     # "native", "v0.4.0-native" or an alias: named after the profile it chose
@@ -186,7 +194,8 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
     timed_compile = (" | the speeds include numba compiling (a first run)"
                      if _compile_notes.stats()[0] > compiled_before else "")
     echo_prompt()
-    out.write(dec.decode(b"", final=True))
+    out.write(dec.decode(b"", final=True) + "\n")
+    out.flush()
     p_tps = len(ids) / tp if tp > 0 else float("inf")
     # the first generated token comes from the prompt pass: the speed is
     # that of the n_dec single-token passes, the count all generated tokens
@@ -197,14 +206,14 @@ def run_generate(model, prompt: str, max_tokens: int = 64, temperature: float = 
             and len(ids) + len(gen) >= ctx else "")
     def n_of(n, what):
         return f"{n} {what}" + ("" if n == 1 else "s")
-    out.write(f"\n[prompt: {n_of(len(ids), 'token')}, {p_tps:.1f} tok/s | decode: {n_of(len(gen), 'token')} "
-              f"({n_dec} {'pass' if n_dec == 1 else 'passes'}{full}), {d_speed} | cpu: {prof.name}"
-              f"{f' ({chosen})' if native else ''}"
-              f"{cache_note(m)}{timed_compile}]\n")
-    out.flush()
+    errs.write(f"[prompt: {n_of(len(ids), 'token')}, {p_tps:.1f} tok/s | decode: {n_of(len(gen), 'token')} "
+               f"({n_dec} {'pass' if n_dec == 1 else 'passes'}{full}), {d_speed} | cpu: {prof.name}"
+               f"{f' ({chosen})' if native else ''}"
+               f"{cache_note(m)}{timed_compile}]\n")
+    errs.flush()
     if chosen == "native":
         # after the speed line it explains (and never before an error)
-        note_once(_cpu.native_note(), err)
+        note_once(_cpu.native_note(), errs)
     return 0
 
 
@@ -228,8 +237,8 @@ def add_generate(sub) -> None:
               + " " * 27 + "[--top-p P] [--seed S] [--chat] [--ctx N] [--cpu PROFILE]\n"
               + " " * 27 + "[--cache-type-k T] [--cache-type-v T] [--flash-attn on|off|auto]\n"
               + " " * 27 + "[--fa-threads N] [MODEL] PROMPT",
-        description="Run a GGUF model on the CPU as llama.cpp does and stream the "
-                    "continuation of PROMPT, then the prompt and decode speeds.",
+        description="Run a GGUF model on the CPU as llama.cpp does and stream PROMPT and its "
+                    "continuation to stdout, then the prompt and decode speeds to stderr.",
         formatter_class=Help)
     ge.add_argument("args", nargs="+", metavar="[MODEL] PROMPT",
                     help="optional registry model or .gguf path (default: "

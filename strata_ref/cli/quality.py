@@ -6,8 +6,8 @@ import sys
 
 from .._text import count, printable
 from .._npio import atomic_output
-from .common import (Help, decimal, cpu_problem, err, json_out, native_note, out_problem, plot_problem,
-                     sampling_problem, seed_problem, write_charts)
+from .common import (Help, below_minimum, decimal, cpu_problem, err, json_out, native_note, out_problem,
+                     plot_problem, sampling_problem, seed_problem, write_charts)
 
 
 def cmd_kl(a) -> int:
@@ -18,9 +18,8 @@ def cmd_kl(a) -> int:
         return err(f"--max-tokens must be >= 1, got {a.max_tokens}")
     if a.limit is not None and a.limit < 1:
         return err(f"--limit must be >= 1, got {a.limit}")
-    if a.ctx is not None and a.ctx < 1:
-        return err(f"--ctx {a.ctx} is not a context length (an int >= 1)")
-    bad = sampling_problem(a.temperature, a.top_k, a.top_p) or seed_problem(a.seed)
+    bad = (below_minimum("--ctx", a.ctx, 1, "one token") or sampling_problem(a.temperature, a.top_k, a.top_p)
+           or seed_problem(a.seed))
     if bad:
         return err(bad)
     bad_cpu = cpu_problem(a.cpu)

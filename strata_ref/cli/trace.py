@@ -6,8 +6,9 @@ from __future__ import annotations
 import sys
 
 from .._text import printable
-from .common import (Help, decimal, KV_TYPES, cpu_problem, empty_item_problem, err, fa_threads_bound_problem,
-                     fa_threads_problem, json_out, out_problem, patterns_problem, split_list, token_ids, utf8_problem)
+from .common import (Help, decimal, KV_TYPES, below_minimum, cpu_problem, err, fa_threads_bound_problem,
+                     fa_threads_problem, json_out, list_problem, out_problem, patterns_problem, split_list,
+                     token_ids, utf8_problem)
 
 
 def cmd_trace(a) -> int:
@@ -56,8 +57,9 @@ def _ctx_problem(n_ctx, m=None, n_ids: int | None = None) -> str | None:
     `infer.trace.pass_ctx`."""
     if n_ctx is None:
         return None
-    if n_ctx < 1:
-        return f"--ctx {n_ctx} is not a context length (an int >= 1)"
+    bad = below_minimum("--ctx", n_ctx, 1, "one token")
+    if bad:
+        return bad
     if m is not None:
         from ..infer.trace import pass_ctx
         try:
@@ -97,21 +99,23 @@ def cmd_which(a) -> int:
         toks = token_ids(a.tokens)
         if toks is None:
             return err(f"--tokens {a.tokens[:80]!r} is not a comma-separated list of token ids")
-    profiles = []
-    if a.cpu is not None and not split_list(a.cpu):
-        # an empty list would otherwise mean every profile (minutes of compiling)
-        return err(f"--cpu {a.cpu!r} names no profile (give P1,P2 or leave --cpu out for all)")
-    bad = empty_item_problem(a.cpu, "--cpu")
+    # an empty list would otherwise mean every profile (minutes of compiling)
+    bad = list_problem(a.cpu, "--cpu", f"--cpu {a.cpu!r} names no profile (give P1,P2 or leave --cpu out "
+                                        f"for all)")
     if bad:
         return err(bad)
+    given, repeats = {}, []     # profile name -> the --cpu item that named it first
     for p in split_list(a.cpu) or list(PROFILES):
         # the profile names of `generate --cpu` (any case, `native`), each once
         bad = cpu_problem(p)
         if bad:
             return err(bad)
         name = select(p).name
-        if name not in profiles:
-            profiles.append(name)
+        if name in given:
+            repeats.append(_repeat_note(given[name], p, name))
+        else:
+            given[name] = p
+    profiles = list(given)
     bad = fa_threads_bound_problem(a.fa_threads) or _ctx_problem(a.ctx)
     if bad:
         return err(bad)
@@ -120,6 +124,8 @@ def cmd_which(a) -> int:
     bad = _ctx_problem(a.ctx, n_ids=e.tokens.size)
     if bad:
         return err(bad)
+    for note in repeats:       # once the input is known good: never beside an error line
+        print(f"strata-ref: note: {printable(note, backslash=False)}", file=sys.stderr)
     cache = {k: v for k, v in (("type_k", a.cache_type_k), ("type_v", a.cache_type_v)) if v is not None}
     if fa == (False, True) and "type_v" in cache and _block_v(cache["type_v"]):
         # llama.cpp runs a block-type V cache with flash attention only:
@@ -147,6 +153,21 @@ def cmd_which(a) -> int:
         return err("no candidate could be run (each one's line says what is not emulated), so nothing was "
                    "compared: choose other --cpu, --flash-attn or cache types")
     return 0 if any(c.matches for c in cands) else 1
+
+
+def _repeat_note(first: str, again: str, name: str) -> str:
+    """The note for `which --cpu` items `first` and `again` that both give
+    profile `name` (its one candidate runs once): `native` or an alias
+    beside the profile it resolves to, or a name given twice."""
+    from ..cpu import NATIVE_NAMES
+    first, again = first.strip(), again.strip()
+    if first.lower() == again.lower():
+        what = f"--cpu names {again} twice"
+    else:
+        other = again if again.lower() != name.lower() else first
+        where = " on this machine" if other.lower() in NATIVE_NAMES else ""
+        what = f"--cpu {other} is {name}{where}"
+    return f"{what}: tried once"
 
 
 def _block_v(name: str) -> bool:

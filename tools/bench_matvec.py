@@ -2,7 +2,7 @@
 ggml's own `ggml_mul_mat`, in the same process, on real model shapes.
 
     python tools/bench_matvec.py [--cpu avx2] [--types Q4_K,Q6_K,Q5_K,Q8_0,IQ4_XS]
-                                 [--shapes 1.5b] [--n 1] [--threads 2] [--repeats 5]
+                                 [--shapes 1.5b] [--n 1] [--threads 2] [--repeats 5] [--group]
 
 For each weight type and each matrix shape of the model (`SHAPES`: rows x
 cols of Qwen2.5-1.5B's q / kv / o / gate-up / down and its 151,936-token
@@ -28,6 +28,13 @@ reads over that time as GB/s, and next to them the weight-streaming
 bandwidth of the machine at the same thread count
 (`profile_infer._read_bandwidth`: the Q8_0 kernel over a 381 MB matrix). On a machine
 shared with other work the figures are noise: say so when reporting them.
+
+`--group` times instead the products a layer makes of one input (`GROUPS`:
+q, k, v; gate, up; every matrix of the type given): apart (one runner call
+each), as one `matvec.group_runner` call (one parallel region), and as one
+ggml graph holding their mul_mats (one compute: llama.cpp's graph runs them
+in one OpenMP region); ours called from a compiled loop, ggml through
+ctypes (its per-call overhead counts against it).
 """
 from __future__ import annotations
 
@@ -83,34 +90,112 @@ def _timed(f) -> float:
 
 
 class GgmlMul:
-    """y = W x by ggml's CPU library through one graph built once."""
+    """y = W x by ggml's CPU library through one graph built once; with
+    several weights (`more`: (type_id, raw, rows) each, the same x) one
+    graph of their mul_mats, run in one compute as llama.cpp's graph runs
+    q, k and v."""
 
-    def __init__(self, libs, type_id, raw, rows, cols, x, threads):
+    def __init__(self, libs, type_id, raw, rows, cols, x, threads, more=()):
         import ctypes
         from ggml_mm import _Params
         self.base, self.cpu, self.threads = libs[0], libs[1], threads
         n = x.shape[0]
+        mats = [(type_id, raw, rows)] + list(more)
         # the graph's work buffer comes from the context at every compute
-        need = raw.nbytes + x.nbytes + 4 * n * rows + (256 << 20)
+        need = sum(r.nbytes + 4 * n * m + (16 << 20) for _, r, m in mats) + x.nbytes + (256 << 20)
         self.ctx = self.base.ggml_init(_Params(need, None, False))
-        a = self.base.ggml_new_tensor_2d(self.ctx, type_id, cols, rows)
         b = self.base.ggml_new_tensor_2d(self.ctx, 0, cols, n)
-        ctypes.memmove(self.base.ggml_get_data(a), raw.ctypes.data, raw.nbytes)
         ctypes.memmove(self.base.ggml_get_data(b), np.ascontiguousarray(x).ctypes.data, x.nbytes)
-        self.y = self.base.ggml_mul_mat(self.ctx, a, b)
         self.gf = self.base.ggml_new_graph(self.ctx)
-        self.base.ggml_build_forward_expand(self.gf, self.y)
-        self.out = np.empty((n, rows), np.float32)
+        self.ys = []
+        for tid, r, m in mats:
+            a = self.base.ggml_new_tensor_2d(self.ctx, tid, cols, m)
+            ctypes.memmove(self.base.ggml_get_data(a), r.ctypes.data, r.nbytes)
+            y = self.base.ggml_mul_mat(self.ctx, a, b)
+            self.base.ggml_build_forward_expand(self.gf, y)
+            self.ys.append((y, np.empty((n, m), np.float32)))
+        self.y, self.out = self.ys[0]
 
     def __call__(self):
         import ctypes
         if self.cpu.ggml_graph_compute_with_ctx(self.ctx, self.gf, self.threads) != 0:
             raise RuntimeError("ggml_graph_compute_with_ctx failed")
-        ctypes.memmove(self.out.ctypes.data, self.base.ggml_get_data(self.y), self.out.nbytes)
+        for y, out in self.ys:
+            ctypes.memmove(out.ctypes.data, self.base.ggml_get_data(y), out.nbytes)
         return self.out
 
     def close(self):
         self.base.ggml_free(self.ctx)
+
+
+#: the products of one input a decode step makes (`matvec.group_runner`)
+GROUPS = {"q,k,v": ("q/o", "k/v", "k/v"), "gate,up": ("gate/up", "gate/up")}
+
+
+def bench_groups(args, prof, libs, bw) -> None:
+    """`--group`: each of `GROUPS` as three (two) runner calls, as one
+    `matvec.group_runner` call, and as one ggml graph of the mul_mats;
+    the calls made from a compiled loop (as the compiled layers make
+    them), best of `--repeats` rounds of 200 (50 for gate, up; 20 for ggml)."""
+    from numba import njit
+    from strata_ref import GGMLType
+    from strata_ref.cpu import matvec
+
+    @njit
+    def each(run, flags, raws, x, parts, reps):
+        for _ in range(reps):
+            for i in range(len(raws)):
+                run(flags[i], True, False, raws[i], x, parts)
+
+    @njit
+    def grouped(group, flags, raws, x, parts, reps):
+        for _ in range(reps):
+            group(flags, raws, x, parts)
+
+    print(f"{'type':7s} {'products':8s} {'MB':>6s} | {'apart us':>9s} {'group us':>9s} {'GB/s':>5s} "
+          f"{'apart/group':>11s} | {'ggml us':>8s} {'ggml/group':>10s} {'bits':>4s}")
+    rng = np.random.default_rng(0)
+    for tname in args.types.split(","):
+        t = GGMLType[tname]
+        for gname, members in GROUPS.items():
+            cols = SHAPES[args.shapes][members[0]][1]
+            shapes = [SHAPES[args.shapes][m][0] for m in members]
+            raws = tuple(weight_bytes(t, r, cols, rng).reshape(r, -1) for r in shapes)
+            x = rng.standard_normal((args.n, cols)).astype(np.float32)
+            flags = tuple(bool(_qmatrix(t, r, cols, prof).repacked()) for r in raws)
+            run = matvec.runner(t, prof.isa)
+            group = matvec.group_runner((t,) * len(raws), prof.isa)
+            reps = 200 if len(raws) == 3 else 50
+            outs = group(flags, raws, x, args.threads)
+            each(run, flags, raws, x, args.threads, 1)
+            grouped(group, flags, raws, x, args.threads, 1)
+            peer = (GgmlMul(libs, int(t), raws[0], shapes[0], cols, x, args.threads,
+                            more=[(int(t), r, m) for r, m in zip(raws[1:], shapes[1:])]) if libs else None)
+            ta, tg, tp = [], [], []
+            for _ in range(args.repeats):
+                ta.append(_timed(lambda: each(run, flags, raws, x, args.threads, reps)) / reps)
+                tg.append(_timed(lambda: grouped(group, flags, raws, x, args.threads, reps)) / reps)
+                if peer:
+                    # (each compute takes a new work buffer from the graph's context)
+                    tp.append(_timed(lambda: [peer() for _ in range(20)]) / 20)
+            mb = sum(r.nbytes for r in raws) / 1e6
+            a, g = min(ta), min(tg)
+            line = (f"{tname:7s} {gname:8s} {mb:6.2f} | {a * 1e6:9.1f} {g * 1e6:9.1f} {mb / 1e3 / g:5.1f} "
+                    f"{a / g:10.2f}x |")
+            if peer:
+                peer()
+                p = min(tp)
+                # ggml's plain buffer takes its vec_dot: compare where ours does too
+                same = all(np.array_equal(o.view(np.uint32), y[1].view(np.uint32))
+                           for o, y in zip(outs, peer.ys)) if not any(flags) else None
+                line += f" {p * 1e6:8.1f} {p / g:9.2f}x {'' if same is None else '=' if same else 'DIFF':>4s}"
+                peer.close()
+            print(line, flush=True)
+
+
+def _qmatrix(t, raw, cols, prof):
+    from strata_ref.cpu.matmul import QMatrix
+    return QMatrix(t, raw.reshape(-1), raw.shape[0], cols, name="w", profile=prof)
 
 
 def main(argv=None) -> int:
@@ -122,6 +207,8 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=1, help="activation rows")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--group", action="store_true",
+                    help="time q, k, v and gate, up as one group call, apart, and as one ggml graph")
     args = ap.parse_args(argv)
     if args.n < 1 or args.threads < 1 or args.repeats < 1:
         ap.error("--n, --threads and --repeats must be >= 1")
@@ -173,6 +260,9 @@ def main(argv=None) -> int:
     load = os.getloadavg()[0]
     print(f"profile {prof.name}; {args.threads} threads; n = {args.n}; read bandwidth {bw:.1f} GB/s; "
           f"load average {load:.2f}; {'thread CPU time' if args.threads == 1 else 'wall time'}; peer: {'ggml of the llama.cpp built for ' + prof.name if libs else 'none'}")
+    if args.group:
+        bench_groups(args, prof, libs, bw)
+        return 0
     print(f"{'type':7s} {'matrix':8s} {'rows x cols':>14s} {'MB':>7s} | {'ours ms':>8s} {'GB/s':>5s} "
           f"{'plain ms':>8s} | {'ggml ms':>8s} {'GB/s':>5s} {'ours/ggml':>9s} {'bits':>4s}")
     rng = np.random.default_rng(0)

@@ -400,6 +400,28 @@ def test_integer_options_take_decimal_digits_only(argv, capsys):
     assert "is not a decimal integer" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("argv,shown", [
+    (["generate", "--temperature", "1_0", "hi"], "'1_0'"),             # float() reads 10.0
+    (["generate", "--top-p", " 0.5", "hi"], "' 0.5'"),
+    (["generate", "--top-p", "nan", "hi"], "'nan'"),
+    (["kl", "m", "--temperature", "inf"], "'inf'"),
+    (["kl", "m", "--top-p", "\u0660.\u0665"], "'\u0660.\u0665'"),    # Arabic-Indic 0.5
+    (["generate", "--temperature", "0.7\x1b", "hi"], "'0.7\\x1b'"),    # escaped once
+])
+def test_number_options_take_decimal_notation_only(argv, shown, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith(f"{shown} is not a decimal number"), err
+
+
+def test_number_options_take_what_decimal_notation_writes():
+    from strata_ref.cli.common import real
+    assert [real(t) for t in ("0", "0.7", ".5", "1.", "-0.0", "+2", "1e-3", "2.5E+1")] == \
+        [0.0, 0.7, 0.5, 1.0, -0.0, 2.0, 0.001, 25.0]
+
+
 def test_which_refuses_an_empty_profile_in_its_list(capsys):
     # before any file is read: "avx2,,avx512" and "avx2," are typing slips
     for cpu in ("avx2,,avx512", "avx2,"):
@@ -443,6 +465,10 @@ def test_hash_types_the_file_lacks_are_an_error_naming_what_it_holds(tmp_path, c
     cap = capsys.readouterr()
     assert cap.out == "" and cap.err.splitlines() == [
         "strata-ref: error: --types Q4_0,Q4_K matches no tensor of q.gguf, which holds F32, Q8_0"]
+    # one type of the list that the file lacks, as one pattern matching nothing
+    assert main(["hash", str(p), "--types", "Q8_0,Q4_K"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "strata-ref: error: --types Q4_K matches no tensor of q.gguf, which holds F32, Q8_0"]
     # each selects a tensor, the two together none
     assert main(["hash", str(p), "--types", "Q8_0", "--tensors", "a,c"]) == 2
     assert capsys.readouterr().err.splitlines() == [
@@ -489,12 +515,17 @@ def test_which_says_when_two_items_give_one_profile(tmp_path, monkeypatch, capsy
     native = select("native").name
     for cpu, note in [(f"{native},native", f"--cpu native is {native} on this machine: tried once"),
                       (f"native,{native}", f"--cpu native is {native} on this machine: tried once"),
-                      ("avx2,AVX2", "--cpu names AVX2 twice: tried once"),
-                      ("v0.4.0-haswell,v0.4.0-alderlake", "--cpu v0.4.0-alderlake is v0.4.0-haswell: tried once")]:
+                      ("avx2,AVX2", "--cpu names avx2 and AVX2: tried once"),
+                      ("avx2,avx2", "--cpu names avx2 twice: tried once"),
+                      ("v0.4.0-haswell,v0.4.0-alderlake", "--cpu v0.4.0-alderlake is v0.4.0-haswell: tried once"),
+                      # the third item repeats the second, not native
+                      (f"native,{native},{native.upper()}", [f"--cpu native is {native} on this machine: tried once",
+                                                             f"--cpu names {native} and {native.upper()}: tried once"])]:
+        notes = [note] if isinstance(note, str) else note
         for extra in ([], ["--json"]):
             assert main(["which", str(logits), "m.gguf", "--cpu", cpu, "--flash-attn", "off"] + extra) == 0
             cap = capsys.readouterr()
-            assert cap.err.splitlines() == [f"strata-ref: note: {note}"]
+            assert cap.err.splitlines() == [f"strata-ref: note: {n}" for n in notes]
             assert (json.loads(cap.out)["matches"] == [{"matches": True}] if extra
                     else cap.out == "the report\n")
             assert tried.pop() == [select(cpu.split(",")[0]).name]

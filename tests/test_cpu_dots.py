@@ -82,7 +82,7 @@ def test_group_runner_is_each_runner(types, profile):
     ts = [GGMLType[n] for n in types]
     cols = 1024
     mats = [np.ascontiguousarray(_matrix(t, rows, cols, profile, seed=rows)[0].packed.data[1])
-            for t, rows in zip(ts, (70, 37, 16))]
+            for t, rows in zip(ts, (72, 40, 16))]
     group = matvec.group_runner(ts, isa)
     rng = np.random.default_rng(len(types))
     for n in (1, 3, 8, 9):

@@ -34,7 +34,11 @@ q, k, v; gate, up; every matrix of the type given): apart (one runner call
 each), as one `matvec.group_runner` call (one parallel region), and as one
 ggml graph holding their mul_mats (one compute: llama.cpp's graph runs them
 in one OpenMP region); ours called from a compiled loop, ggml through
-ctypes (its per-call overhead counts against it).
+ctypes (its per-call overhead counts against it). `bits` compares the
+outputs where both run the vec_dot (`=`); `rp`: ours runs the type's
+repacked kernel (as in inference) and ggml's plain buffer its vec_dot, so
+the two are not the same computation and are not compared. Types:
+`matvec.RUN_TYPES`.
 """
 from __future__ import annotations
 
@@ -132,7 +136,7 @@ class GgmlMul:
 GROUPS = {"q,k,v": ("q/o", "k/v", "k/v"), "gate,up": ("gate/up", "gate/up")}
 
 
-def bench_groups(args, prof, libs, bw) -> None:
+def bench_groups(args, prof, libs) -> None:
     """`--group`: each of `GROUPS` as three (two) runner calls, as one
     `matvec.group_runner` call, and as one ggml graph of the mul_mats;
     the calls made from a compiled loop (as the compiled layers make
@@ -185,10 +189,11 @@ def bench_groups(args, prof, libs, bw) -> None:
             if peer:
                 peer()
                 p = min(tp)
-                # ggml's plain buffer takes its vec_dot: compare where ours does too
+                # ggml's plain buffer takes its vec_dot: compared where ours
+                # does too; `rp`: ours repacked (another kernel), not compared
                 same = all(np.array_equal(o.view(np.uint32), y[1].view(np.uint32))
                            for o, y in zip(outs, peer.ys)) if not any(flags) else None
-                line += f" {p * 1e6:8.1f} {p / g:9.2f}x {'' if same is None else '=' if same else 'DIFF':>4s}"
+                line += f" {p * 1e6:8.1f} {p / g:9.2f}x {'rp' if same is None else '=' if same else 'DIFF':>4s}"
                 peer.close()
             print(line, flush=True)
 
@@ -222,6 +227,14 @@ def main(argv=None) -> int:
             family(_T[t])
         except ValueError as e:
             ap.error(f"--types: {e}")
+    if args.group:
+        from strata_ref.cpu.matvec import RUN_TYPES
+        other = [t for t in args.types.split(",") if _T[t] not in RUN_TYPES]
+        if other:
+            ap.error(f"--group: no grouped product for {', '.join(other)} (matvec.group_runner runs "
+                     f"{', '.join(t.name for t in RUN_TYPES)})")
+        if args.only:
+            ap.error("--only names single matrices; --group times the groups of `GROUPS` (leave --only out)")
     if args.only and set(args.only.split(",")) - set(SHAPES[args.shapes]):
         ap.error(f"--only: the matrices of {args.shapes} are {', '.join(SHAPES[args.shapes])}")
     from strata_ref import cpu as _cpu
@@ -261,7 +274,7 @@ def main(argv=None) -> int:
     print(f"profile {prof.name}; {args.threads} threads; n = {args.n}; read bandwidth {bw:.1f} GB/s; "
           f"load average {load:.2f}; {'thread CPU time' if args.threads == 1 else 'wall time'}; peer: {'ggml of the llama.cpp built for ' + prof.name if libs else 'none'}")
     if args.group:
-        bench_groups(args, prof, libs, bw)
+        bench_groups(args, prof, libs)
         return 0
     print(f"{'type':7s} {'matrix':8s} {'rows x cols':>14s} {'MB':>7s} | {'ours ms':>8s} {'GB/s':>5s} "
           f"{'plain ms':>8s} | {'ggml ms':>8s} {'GB/s':>5s} {'ours/ggml':>9s} {'bits':>4s}")

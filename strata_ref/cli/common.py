@@ -79,15 +79,25 @@ def decimal(text: str) -> int:
     digits, nothing else (Python's int() would also take "2_56", " 7 "
     and other scripts' digits)."""
     if not re.fullmatch(r"[+-]?[0-9]+", text):
-        raise argparse.ArgumentTypeError(f"{printable(text[:40])!r} is not a decimal integer")
+        raise argparse.ArgumentTypeError(f"'{printable(text[:40])}' is not a decimal integer")
     return int(text)
+
+
+def real(text: str) -> float:
+    """argparse type of a number option: decimal notation (an optional
+    sign, ASCII digits with an optional point, an optional exponent),
+    nothing else (Python's float() would also take "1_0" as 10, " 0.5 ",
+    other scripts' digits, "inf" and "nan")."""
+    if not re.fullmatch(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", text):
+        raise argparse.ArgumentTypeError(f"'{printable(text[:40])}' is not a decimal number")
+    return float(text)
 
 
 def empty_item_problem(text: str | None, flag: str) -> str | None:
     """Why a comma-separated list has an empty item ("a,,b", "a,"), as one
     line, or None."""
     if text is not None and any(not p.strip() for p in text.split(",")):
-        return f"{flag} {printable(text[:80])!r} has an empty item; give comma-separated names"
+        return f"{flag} '{printable(text[:80])}' has an empty item; give comma-separated names"
     return None
 
 

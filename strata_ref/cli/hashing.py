@@ -102,7 +102,7 @@ def _name_filter(patterns: str):
 def _selection_problem(model, file_name: str, patterns, types) -> str | None:
     """Why `--tensors PATTERNS` (None: not given) and `--types` (a set of
     GGMLType, None: not given) select no tensor of `model`, as one line, or
-    None: a pattern that matches no tensor, types the file has no tensor
+    None: a pattern that matches no tensor, a type the file has no tensor
     of (the line names those it holds), or the two together leaving none."""
     if patterns is not None:
         idle = [p for p in split_list(patterns) if not any(_name_filter(p)(t.name) for t in model.tensors)]
@@ -111,9 +111,12 @@ def _selection_problem(model, file_name: str, patterns, types) -> str | None:
     if types is None:
         return None
     asked = ",".join(sorted(t.name for t in types))
-    if not any(t.type in types for t in model.tensors):
-        held = ", ".join(dict.fromkeys(t.type.name for t in model.tensors)) or "no tensor"
-        return f"--types {asked} matches no tensor of {file_name}, which holds {held}"
+    held = dict.fromkeys(t.type for t in model.tensors)
+    idle = sorted(t.name for t in types if t not in held)
+    if idle:
+        # each type must select something, as each --tensors pattern must
+        return (f"--types {','.join(idle)} matches no tensor of {file_name}, which holds "
+                f"{', '.join(t.name for t in held) or 'no tensor'}")
     keep = _name_filter(patterns) if patterns is not None else None
     if keep is not None and not any(t.type in types and keep(t.name) for t in model.tensors):
         return f"--types {asked} and --tensors {patterns!r} together match no tensor of {file_name}"

@@ -6,7 +6,7 @@ import codecs
 import sys
 
 from .. import infer
-from .common import (Help, below_minimum, decimal, KV_TYPES, cpu_problem, err, fa_threads_problem, note_once,
+from .common import (Help, below_minimum, decimal, real, KV_TYPES, cpu_problem, err, fa_threads_problem, note_once,
                      sampling_problem, seed_problem, utf8_problem)
 
 #: the least `generate --ctx`: one prompt token and one generated
@@ -245,11 +245,11 @@ def add_generate(sub) -> None:
                          "SmolLM2-135M-Instruct), then the prompt (quoted)")
     ge.add_argument("--max-tokens", type=decimal, default=32, metavar="N",
                     help="tokens to generate at most (0: only run the prompt)")
-    ge.add_argument("--temperature", type=float, default=0.0, metavar="T",
+    ge.add_argument("--temperature", type=real, default=0.0, metavar="T",
                     help="sampling temperature; 0 is greedy (the most likely token)")
     ge.add_argument("--top-k", type=decimal, default=0, metavar="K",
                     help="sample among the K most likely tokens (0: all)")
-    ge.add_argument("--top-p", type=float, default=1.0, metavar="P",
+    ge.add_argument("--top-p", type=real, default=1.0, metavar="P",
                     help="sample among the most likely tokens whose probabilities add "
                          "up to P, in (0, 1] (1: all)")
     ge.add_argument("--seed", type=decimal, default=0, metavar="S",

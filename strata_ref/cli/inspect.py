@@ -75,11 +75,11 @@ def cmd_info(a) -> int:
     if a.tensors:
         return _info_tensors(f)
     print(f"file: {printable(f.path)}\nGGUF version {f.version}, alignment {f.alignment}, "
-          f"{len(f.metadata)} metadata keys, {len(f.tensors)} tensors")
+          f"{count(len(f.metadata), 'metadata key')}, {count(len(f.tensors), 'tensor')}")
     if len(f.shards) > 1:
         print(f"split set of {len(f.shards)} shards (metadata from the first):")
         for k, s in enumerate(f.shards):
-            print(f"  {k + 1:>5}  {printable(os.path.basename(s.path))}  {len(s.tensors)} tensors, "
+            print(f"  {k + 1:>5}  {printable(os.path.basename(s.path))}  {count(len(s.tensors), 'tensor')}, "
                   f"{s.file_size / 1e6:.2f} MB")
     def show(v):
         # one value as printed: a string quoted and escaped as names are (a

@@ -6,7 +6,7 @@ import sys
 
 from .._text import count, printable
 from .._npio import atomic_output
-from .common import (Help, below_minimum, decimal, cpu_problem, err, json_out, native_note, out_problem,
+from .common import (Help, below_minimum, decimal, real, cpu_problem, err, json_out, native_note, out_problem,
                      plot_problem, sampling_problem, seed_problem, write_charts)
 
 
@@ -234,11 +234,11 @@ def add_kl(sub) -> None:
     kq.add_argument("--limit", type=decimal, default=None, metavar="N", help="only the first N prompts")
     kq.add_argument("--max-tokens", type=decimal, default=32, metavar="N",
                     help="tokens REF generates per prompt")
-    kq.add_argument("--temperature", type=float, default=0.0, metavar="T",
+    kq.add_argument("--temperature", type=real, default=0.0, metavar="T",
                     help="REF's sampling temperature; 0 is greedy")
     kq.add_argument("--top-k", type=decimal, default=0, metavar="K",
                     help="REF samples among the K most likely (0: all)")
-    kq.add_argument("--top-p", type=float, default=1.0, metavar="P", help="REF's top-p, in (0, 1]")
+    kq.add_argument("--top-p", type=real, default=1.0, metavar="P", help="REF's top-p, in (0, 1]")
     kq.add_argument("--seed", type=decimal, default=0, metavar="S",
                     help="REF's sampling seed, 0 .. 2^32 - 1")
     kq.add_argument("--chat", action="store_true",

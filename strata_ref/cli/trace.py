@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from .._text import printable
+from .._text import count, printable
 from .common import (Help, decimal, KV_TYPES, below_minimum, cpu_problem, err, fa_threads_bound_problem,
                      fa_threads_problem, json_out, list_problem, out_problem, patterns_problem, split_list,
                      token_ids, utf8_problem)
@@ -44,7 +44,7 @@ def cmd_trace(a) -> int:
     n = run_trace(m, ids, a.out, split=a.split, patterns=split_list(a.tensors),
                   producer=f"strata-ref trace --cpu {m.cpu.name}", compress=a.compress, n_ctx=n_ctx)
     c = m.new_cache(1)
-    print(f"{printable(a.out)}: {n} tensors, {len(ids)} tokens"
+    print(f"{printable(a.out)}: {count(n, 'tensor')}, {count(len(ids), 'token')}"
           + (f", {len(ids) - a.split + 1} calls" if a.split and a.split < len(ids) else ", one call")
           + f"; cpu {m.cpu.name}, n_ctx {n_ctx}, flash attention {'on' if c.flash_attn else 'off'}, "
             f"cache {c.type_k.name.lower()}/{c.type_v.name.lower()}")
@@ -104,7 +104,7 @@ def cmd_which(a) -> int:
                                         f"for all)")
     if bad:
         return err(bad)
-    given, repeats = {}, []     # profile name -> the --cpu item that named it first
+    given, seen, repeats = {}, {}, []   # profile -> the item naming it first; item (any case) -> item
     for p in split_list(a.cpu) or list(PROFILES):
         # the profile names of `generate --cpu` (any case, `native`), each once
         bad = cpu_problem(p)
@@ -112,9 +112,10 @@ def cmd_which(a) -> int:
             return err(bad)
         name = select(p).name
         if name in given:
-            repeats.append(_repeat_note(given[name], p, name))
+            repeats.append(_repeat_note(seen.get(p.lower()) or given[name], p, name))
         else:
             given[name] = p
+        seen.setdefault(p.lower(), p)
     profiles = list(given)
     bad = fa_threads_bound_problem(a.fa_threads) or _ctx_problem(a.ctx)
     if bad:
@@ -162,7 +163,7 @@ def _repeat_note(first: str, again: str, name: str) -> str:
     from ..cpu import NATIVE_NAMES
     first, again = first.strip(), again.strip()
     if first.lower() == again.lower():
-        what = f"--cpu names {again} twice"
+        what = f"--cpu names {first} twice" if first == again else f"--cpu names {first} and {again}"
     else:
         other = again if again.lower() != name.lower() else first
         where = " on this machine" if other.lower() in NATIVE_NAMES else ""

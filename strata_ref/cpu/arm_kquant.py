@@ -100,7 +100,7 @@ def _unpack_q6(w, o, v, sc):
 
 
 def _make_kernels(t: GGMLType, mode: int):
-    """(serial, parallel) kernels k(raw, xq, xd, xb, n_gemm, out[, parts])
+    """The `_digest.RowKernels` (serial, parallel, span, split) k(raw, xq, xd, xb, n_gemm, out[, parts])
     of `kquant_dots.kernels`' interface (xb unused: the activation sums are
     taken from xq). GEMV_GEMM: the gemm for activation rows < n_gemm, the
     gemv for the others; MMLA: the two-row vec_dot where ggml takes it
@@ -202,7 +202,7 @@ _KERNELS: dict = {}
 
 
 def variant_kernels(t, variant: str):
-    """(serial, parallel) kernels of K-quant type t in `variant` (a key of
+    """The `_digest.RowKernels` (serial, parallel, span, split) of K-quant type t in `variant` (a key of
     `VARIANTS`), compiled at the first use; KeyError for another variant or
     a type the variant has no kernel for."""
     key = (GGMLType(t), VARIANTS[variant])

@@ -61,7 +61,7 @@ def _madd(a, b, c, fused):
 
 
 def _make_kernels(t: GGMLType, mode: int, fused: bool):
-    """(serial, parallel) kernels k(raw, xq, xs, xm, out[, parts]) of
+    """The `_digest.RowKernels` (serial, parallel, span, split) k(raw, xq, xs, xm, out[, parts]) of
     `legacy_dots.kernels`' interface for weight type t in `mode`."""
     T = int(t)
     M = field_offset(t, "m")
@@ -179,7 +179,7 @@ _KERNELS: dict = {}
 
 
 def variant_kernels(t, variant: str):
-    """(serial, parallel) kernels of weight type t in `variant` (a key of
+    """The `_digest.RowKernels` (serial, parallel, span, split) of weight type t in `variant` (a key of
     `VARIANTS`), made at the first use: serial(raw, xq, xs, xm, out),
     parallel(raw, xq, xs, xm, out, parts), arguments as
     `legacy_dots.kernels`. KeyError for another variant."""

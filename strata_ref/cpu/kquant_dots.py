@@ -300,7 +300,7 @@ def _q6_lanes8(typingctx, w, o, x, xo):
 
 # --------------------------------------------------------------- kernels
 def _make_kernels(t: GGMLType, mode: int):
-    """(serial, parallel) kernels for type t in `mode`: k(raw, xq, xd,
+    """The `_digest.RowKernels` (serial, parallel, span, split) for type t in `mode`: k(raw, xq, xd,
     xb, n_gemm, out[, parts]) with raw uint8 (rows, row_bytes) the stored
     super-blocks, xq int8 (n, cols), xd float32 (n, cols/256), xb int32 the
     bsums (n, cols/16), out float32 (n, rows); n_gemm: REPACK's rows taken
@@ -573,7 +573,7 @@ _KERNELS = {}
 
 
 def kernels(t, mode: int):
-    """(serial, parallel) compiled kernels of K-quant type t in `mode`
+    """The `_digest.RowKernels` (serial, parallel, span, split) of K-quant type t in `mode`
     (module docstring; REPACK for Q4_K only): serial(raw, xq, xd, xb,
     n_gemm, out), parallel(..., out, parts) with raw uint8 (rows,
     row_bytes) the GGUF super-blocks, xq int8 (n, cols), xd float32 (n,

@@ -65,7 +65,7 @@ _WIDE_TILES = bool(llb.get_host_cpu_features().get("avx512vl", False))
 
 
 def _make_kernels(t: GGMLType, mode: int):
-    """(serial, parallel) kernels for weight type t in `mode`:
+    """The `_digest.RowKernels` (serial, parallel, span, split) for weight type t in `mode`:
     k(raw, xq, xs, xm, out[, parts]) with raw uint8 (rows, row_bytes), xq
     int8 (n, cols), xs / xm float32 (n, cols / 32) (the activation scales
     and, for Q8_1, sums), out float32 (n, rows)."""
@@ -346,7 +346,7 @@ _KERNELS = {(t, m): _make_kernels(t, m) for t in LEGACY_TYPES for m in (LANES, W
 
 
 def kernels(t, mode: int):
-    """(serial, parallel) compiled kernels of weight type t in `mode`
+    """The `_digest.RowKernels` (serial, parallel, span, split) of weight type t in `mode`
     (LANES, WHOLE: Q4_0 only, GENERIC): serial(raw, xq, xs, xm, out),
     parallel(raw, xq, xs, xm, out, parts) with raw uint8 (rows, row_bytes)
     the GGUF blocks of type t, xq int8 (n, cols) and xs float32 (n,

@@ -22,6 +22,12 @@ MUL_MAT_ID (no tinyBLAS; the repacked path runs its gemv for every row);
 parts: split the rows over that many of numba's threads. The path is
 `traits.choose_path`'s, decided inside from n, so the compiled dense layer
 calls the runner as it is.
+
+`group_runner(types, isa)` makes two or three products of one x (q, k, v;
+gate, up) in one call and one parallel region, each product's bits those
+of its type's `runner`:
+
+    run(repacked, raws, x, parts) -> outs      (tuples, in the order of types)
 """
 from __future__ import annotations
 
@@ -44,6 +50,7 @@ __all__ = ["RUN_TYPES", "runner", "group_runner", "FAMILY", "StoredBlocks"]
 RUN_TYPES = legacy_dots.LEGACY_TYPES + kquant_dots.KQUANT_TYPES
 
 _RUNNERS = {}
+_GROUPS = {}
 
 
 #: the one-row vec_dot variant of the two-row (i8mm) ones, which a
@@ -72,7 +79,11 @@ def _three(module, t, isa):
 #: a, the activations quantized with the path chosen (a tuple);
 #: part(a, raw, out, parts, p), part p of `parts` of the product on one
 #: thread, as the path's parallel kernel splits the rows (part(a, raw,
-#: out, 1, 0): every row)
+#: out, 1, 0): every row). A MUL_MAT_ID on a layout that `run` takes row
+#: by row (MMID_ROW_BY_ROW) is `run`'s alone: `group_runner` makes dense
+#: products only. act's quantizers are compiled functions of their own:
+#: inlined into `group_runner`'s parallel function, numba would make
+#: parallel reductions of any array expression in them and reorder floats.
 Pieces = namedtuple("Pieces", "act part")
 
 
@@ -242,18 +253,20 @@ def group_runner(types, isa):
     region's start more than their reading). KeyError for a type not in
     `RUN_TYPES`; ValueError for another count."""
     types = tuple(GGMLType(t) for t in types)
-    key = ("group", types, isa)
-    r = _RUNNERS.get(key)
+    key = (types, isa)
+    r = _GROUPS.get(key)
     if r is None:
         if len(types) not in (2, 3):
             raise ValueError(f"group_runner takes 2 or 3 types, got {len(types)}")
         ps = [_pieces(t, isa)[0] for t in types]
         fn = _group3(*ps) if len(ps) == 3 else _group2(*ps)
         name = f"matvec_group_{'_'.join(t.name for t in types)}_{isa.key}"
-        r = _RUNNERS[key] = cached(njit(parallel=True)(fn), name, cpu_digest)
+        r = _GROUPS[key] = cached(njit(parallel=True)(fn), name, cpu_digest)
     return r
 
 
+# two and three products written out: each product's activations have its
+# type's own tuple type, which numba cannot index in a loop
 def _group2(a, b):
     act_a, act_b, part_a, part_b = a.act, b.act, a.part, b.part
 
@@ -262,6 +275,10 @@ def _group2(a, b):
         ra, rb = raws
         xa, xb = act_a(repacked[0], True, False, x), act_b(repacked[1], True, False, x)
         oa, ob = np.empty((n, ra.shape[0]), np.float32), np.empty((n, rb.shape[0]), np.float32)
+        if parts <= 1:              # no parallel region to enter
+            part_a(xa, ra, oa, 1, 0)
+            part_b(xb, rb, ob, 1, 0)
+            return oa, ob
         for p in prange(parts):
             part_a(xa, ra, oa, parts, p)
             part_b(xb, rb, ob, parts, p)
@@ -279,6 +296,11 @@ def _group3(a, b, c):
         xc = act_c(repacked[2], True, False, x)
         oa, ob = np.empty((n, ra.shape[0]), np.float32), np.empty((n, rb.shape[0]), np.float32)
         oc = np.empty((n, rc.shape[0]), np.float32)
+        if parts <= 1:              # no parallel region to enter
+            part_a(xa, ra, oa, 1, 0)
+            part_b(xb, rb, ob, 1, 0)
+            part_c(xc, rc, oc, 1, 0)
+            return oa, ob, oc
         for p in prange(parts):
             part_a(xa, ra, oa, parts, p)
             part_b(xb, rb, ob, parts, p)

@@ -80,7 +80,7 @@ LANE_NEON = np.array([(p % 16 % 8) // 2 for p in range(32)], np.int64)
 
 
 def _make_kernels(t: GGMLType, mode: int, dotprod: bool, usdot_tail: bool = False):
-    """(serial, parallel) kernels k(raw, xq, xs, xm, out[, parts]) of
+    """The `_digest.RowKernels` (serial, parallel, span, split) k(raw, xq, xs, xm, out[, parts]) of
     `legacy_dots.kernels`' interface for weight type t in `mode`;
     usdot_tail: the odd last block's weights read as unsigned bytes (module
     docstring, Q5_0 of the i8mm build)."""
@@ -237,7 +237,7 @@ _KERNELS: dict = {}
 
 
 def variant_kernels(t, variant: str):
-    """(serial, parallel) kernels of weight type t in `variant` (a key of
+    """The `_digest.RowKernels` (serial, parallel, span, split) of weight type t in `variant` (a key of
     `VARIANTS`), made at the first use: serial(raw, xq, xs, xm, out),
     parallel(raw, xq, xs, xm, out, parts), arguments as
     `legacy_dots.kernels`. KeyError for another variant."""

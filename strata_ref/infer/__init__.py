@@ -93,20 +93,15 @@ def generate(m, prompt_ids, max_tokens: int, sampler, n_ctx: int | None = None,
     return out, t1 - t0, t2 - t1, n_calls
 
 
-def ctx_problem(n_ctx, m=None) -> str | None:
+def ctx_problem(n_ctx, m) -> str | None:
     """Why `strata-ref generate --ctx n_ctx` cannot run model `m`, as one
     line stating the range it takes, or None (n_ctx None: the default).
     The range is 2 .. the model's training context: `Model.new_cache` takes
     1 .. that, but a context of 1 holds the prompt's first token and no
-    generated one. With m None (before the model is loaded) only the lower
-    bound is checked, and the line names the upper one in words."""
+    generated one (the command checks the lower bound before loading the
+    model: `cli.inference.MIN_CTX`)."""
     if n_ctx is None:
         return None
-    if m is None:
-        if int(n_ctx) >= 2:
-            return None
-        return (f"--ctx {n_ctx} is outside 2 .. the model's training context (2: one prompt "
-                f"token and one generated)")
     hi = m.hp.n_ctx_train
     if 2 <= int(n_ctx) <= hi:
         return None
